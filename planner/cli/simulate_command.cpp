@@ -1,0 +1,96 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/strategy_flags.hpp"
+#include "core/errors.hpp"
+#include "model/model_loader.hpp"
+#include "report/prediction_view.hpp"
+#include "report/trace_writer.hpp"
+#include "simulate.hpp"
+
+namespace fsdp {
+
+std::string config_root_from(const std::vector<std::string>& argv) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--config-root") return argv[i + 1];
+  for (const auto& a : argv)
+    if (a.rfind("--config-root=", 0) == 0) return a.substr(14);
+  if (const char* env = std::getenv("FSDP_CONFIG_ROOT")) return env;
+  return FSDP_SOURCE_ROOT;
+}
+
+int run_simulate(const std::vector<std::string>& argv) {
+  std::set<std::string> values{"--model", "--hw", "--nodes", "--gpus-per-node", "--gpus", "--runtime", "--trace",
+                               "--config-root"};
+  for (const auto& f : strategy_value_flags()) values.insert(f);
+  Args args(argv, values, {"--json", "--help"});
+  if (args.has("--help")) {
+    std::cout << "usage: fsdp-plan simulate --model M [--hw H] [--nodes N --gpus-per-node G | --gpus N]\n"
+                 "         [--strategy S] [--hsdp-group G] [--wrap W] [--reshard-after-forward true|false]\n"
+                 "         [--act-ckpt A] [--offload O] [--param-dtype D] [--reduce-dtype D] [--micro-batch B]\n"
+                 "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n";
+    return 0;
+  }
+  if (!args.positional().empty()) throw InputError("simulate: unexpected argument '" + args.positional()[0] + "'");
+  const std::string root = config_root_from(argv);
+  auto model_name = args.get("--model");
+  if (!model_name) throw InputError("--model: required (a zoo name such as llama3-8b, or a config.json path)");
+  ModelSpec model = load_model(*model_name, root);
+  HardwareProfile hw = load_hardware(args.get_or("--hw", "a100-80gb"), root);
+  RuntimeProfile rt = load_runtime(args.get_or("--runtime", "fsdp-run"), root);
+  Cluster cluster;
+  if (args.has("--gpus")) {
+    if (args.has("--nodes") || args.has("--gpus-per-node"))
+      throw InputError("--gpus: give either --gpus or --nodes/--gpus-per-node, not both");
+    int64_t gpus = args.get_int_or("--gpus", 1);
+    if (gpus <= 0) throw InputError("--gpus: must be at least 1, got " + std::to_string(gpus));
+    cluster.gpus_per_node = std::min<int64_t>(gpus, hw.gpus_per_node);
+    if (gpus % cluster.gpus_per_node != 0)
+      throw InputError("--gpus: " + std::to_string(gpus) + " is not a multiple of the " +
+                       std::to_string(cluster.gpus_per_node) + " GPUs per node of " + hw.name);
+    cluster.nodes = gpus / cluster.gpus_per_node;
+  } else {
+    cluster.nodes = args.get_int_or("--nodes", 1);
+    cluster.gpus_per_node = args.get_int_or("--gpus-per-node", hw.gpus_per_node);
+  }
+  if (cluster.nodes <= 0) throw InputError("--nodes: must be at least 1, got " + std::to_string(cluster.nodes));
+  if (cluster.gpus_per_node <= 0)
+    throw InputError("--gpus-per-node: must be at least 1, got " + std::to_string(cluster.gpus_per_node));
+  Strategy s;
+  apply_strategy_flags(args, s);
+  validate_strategy(s, model, cluster);
+  ModuleGraph graph(model);
+  SimulationInput in{&graph, &hw, &rt, cluster, s};
+  StepProgram program;
+  Prediction p = simulate(in, &program);
+  SimulationContext ctx{&model, &hw, &rt, cluster, s};
+  if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
+  if (args.has("--json")) {
+    std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
+  } else {
+    std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
+  }
+  return 0;
+}
+
+int run_list_models(const std::vector<std::string>& argv) {
+  for (const auto& z : list_zoo(config_root_from(argv))) {
+    std::string aliases;
+    for (const auto& a : z.aliases) aliases += (aliases.empty() ? " (alias " : ", ") + a;
+    if (!aliases.empty()) aliases += ")";
+    std::cout << z.name << aliases << "\n";
+  }
+  return 0;
+}
+
+int run_list_hardware(const std::vector<std::string>& argv) {
+  for (const auto& h : list_hardware(config_root_from(argv))) std::cout << h << "\n";
+  return 0;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,72 @@
+#include "cli/strategy_flags.hpp"
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+const std::set<std::string>& strategy_value_flags() {
+  static const std::set<std::string> flags{
+      "--strategy",      "--hsdp-group",   "--wrap",         "--reshard-after-forward", "--act-ckpt",
+      "--offload",       "--param-dtype",  "--reduce-dtype", "--master-dtype",          "--micro-batch",
+      "--seq",           "--grad-accum",   "--optimizer",    "--method",                "--lora-rank",
+      "--lora-targets",  "--attention",    "--forward-prefetch", "--backward-prefetch", "--ddp-bucket-mb"};
+  return flags;
+}
+
+namespace {
+
+template <typename E>
+void enum_flag(const Args& a, const std::string& flag, bool (*parse)(const std::string&, E&), E& out,
+               const std::string& allowed) {
+  if (auto v = a.get(flag))
+    if (!parse(*v, out)) throw InputError(flag + ": '" + *v + "' is not one of: " + allowed);
+}
+
+int64_t positive(const Args& a, const std::string& flag, int64_t fallback) {
+  int64_t v = a.get_int_or(flag, fallback);
+  if (v <= 0) throw InputError(flag + ": must be at least 1, got " + std::to_string(v));
+  return v;
+}
+
+}  // namespace
+
+void apply_strategy_flags(const Args& a, Strategy& s) {
+  enum_flag(a, "--strategy", parse_strategy_kind, s.kind, "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");
+  s.hsdp_group = a.get_int_or("--hsdp-group", s.hsdp_group);
+  if (auto v = a.get("--wrap"))
+    if (!parse_wrap(*v, s.wrap)) throw InputError("--wrap: '" + *v + "' is not one of: layer, every:K, size:N, model");
+  s.reshard_after_forward = a.get_bool_or("--reshard-after-forward", s.reshard_after_forward);
+  enum_flag(a, "--act-ckpt", parse_act_ckpt, s.act_ckpt, "none, full, selective");
+  enum_flag(a, "--offload", parse_offload, s.offload, "none, optimizer, params");
+  enum_flag(a, "--param-dtype", parse_dtype, s.param_dtype, "fp32, bf16, fp16");
+  enum_flag(a, "--reduce-dtype", parse_dtype, s.reduce_dtype, "fp32, bf16, fp16");
+  enum_flag(a, "--master-dtype", parse_dtype, s.master_dtype, "fp32, bf16, fp16");
+  s.micro_batch = positive(a, "--micro-batch", s.micro_batch);
+  s.seq_len = positive(a, "--seq", s.seq_len);
+  s.grad_accum = positive(a, "--grad-accum", s.grad_accum);
+  enum_flag(a, "--optimizer", parse_optimizer, s.optimizer, "adamw, sgd");
+  enum_flag(a, "--method", parse_method, s.method, "full, lora, qlora");
+  s.lora.rank = a.get_int_or("--lora-rank", s.lora.rank);
+  if (auto v = a.get("--lora-targets")) {
+    s.lora.target_modules.clear();
+    std::string cur;
+    for (char ch : *v + ",") {
+      if (ch == ',') {
+        if (!cur.empty()) s.lora.target_modules.push_back(cur);
+        cur.clear();
+      } else {
+        cur += ch;
+      }
+    }
+  }
+  if (s.method != Method::Full && s.lora.target_modules.empty())
+    s.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  enum_flag(a, "--attention", parse_attention, s.attention, "flash, sdpa, eager");
+  s.forward_prefetch = a.get_int_or("--forward-prefetch", s.forward_prefetch);
+  s.backward_prefetch = a.get_int_or("--backward-prefetch", s.backward_prefetch);
+  s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);
+  if (s.kind == StrategyKind::Hsdp && s.hsdp_group == 0 && !a.has("--hsdp-group"))
+    throw InputError("--hsdp-group: --strategy hsdp needs a shard-group size");
+}
+
+}  // namespace fsdp

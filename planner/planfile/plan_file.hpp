@@ -1,0 +1,64 @@
+// plan.yaml: the versioned file fsdp-plan writes and fsdp-run executes.
+// Schema: docs/plan-format.md. Self-contained: it embeds the full model description.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "model/model_spec.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+inline constexpr int kPlanSchemaVersion = 1;
+
+struct TrainingHyperparams {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0 disables clipping
+  double momentum = 0.9;   // for sgd
+};
+
+struct ClusterShape {
+  std::string hardware;  // hwprofile name, e.g. a100-80gb or cpu
+  std::string device;    // "cuda" or "cpu"
+  int64_t nodes = 1;
+  int64_t gpus_per_node = 1;
+  int64_t world_size() const { return nodes * gpus_per_node; }
+};
+
+// Predictions carried for comparison with a measured report (all bytes / seconds).
+struct PlanPrediction {
+  double peak_bytes = 0;
+  double reserved_peak_bytes = 0;
+  std::map<std::string, double> memory_breakdown;  // category name -> bytes at the peak
+  double step_s = 0;
+  double compute_s = 0;
+  double exposed_comm_s = 0;
+  double tokens_per_s_per_gpu = 0;
+};
+
+struct PlanFile {
+  int version = kPlanSchemaVersion;
+  std::string model_name;
+  ModelSpec model;
+  ClusterShape cluster;
+  std::string runtime = "fsdp-run";
+  Strategy strategy;
+  TrainingHyperparams training;
+  std::optional<PlanPrediction> prediction;
+  std::string fsdp_run_command;
+  std::string torchrun_command;
+};
+
+// Strict read: unknown keys, a newer version, missing keys -> InputError naming file:line:key.
+PlanFile read_plan_file(const std::string& path);
+PlanFile parse_plan_text(const std::string& text, const std::string& source_name);
+std::string write_plan_text(const PlanFile& plan);
+void write_plan_file(const PlanFile& plan, const std::string& path);
+
+}  // namespace fsdp

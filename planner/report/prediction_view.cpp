@@ -1,0 +1,134 @@
+#include "report/prediction_view.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace fsdp {
+
+std::string format_gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / kGiB);
+  return buf;
+}
+
+std::string one_line_strategy(const Strategy& s) {
+  std::ostringstream o;
+  o << to_string(s.kind);
+  if (s.kind == StrategyKind::Hsdp) o << "(group " << s.hsdp_group << ")";
+  if (shards_params(s.kind)) o << " wrap=" << to_string(s.wrap) << (s.reshard_after_forward ? "" : " no-reshard");
+  o << " ckpt=" << to_string(s.act_ckpt) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype)
+    << "/" << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
+  return o.str();
+}
+
+nlohmann::json strategy_to_json(const Strategy& s) {
+  nlohmann::json j;
+  j["strategy"] = to_string(s.kind);
+  j["hsdp_group"] = s.hsdp_group;
+  j["wrap"] = to_string(s.wrap);
+  j["reshard_after_forward"] = s.reshard_after_forward;
+  j["act_ckpt"] = to_string(s.act_ckpt);
+  j["offload"] = to_string(s.offload);
+  j["param_dtype"] = to_string(s.param_dtype);
+  j["reduce_dtype"] = to_string(s.reduce_dtype);
+  j["master_dtype"] = to_string(s.master_dtype);
+  j["micro_batch"] = s.micro_batch;
+  j["seq_len"] = s.seq_len;
+  j["grad_accum"] = s.grad_accum;
+  j["optimizer"] = to_string(s.optimizer);
+  j["method"] = to_string(s.method);
+  j["lora_rank"] = s.lora.rank;
+  j["attention"] = to_string(s.attention);
+  j["forward_prefetch"] = s.forward_prefetch;
+  j["backward_prefetch"] = s.backward_prefetch;
+  return j;
+}
+
+nlohmann::json prediction_to_json(const Prediction& p) {
+  nlohmann::json j;
+  j["fits"] = p.fits;
+  nlohmann::json mem;
+  mem["peak_bytes"] = p.memory.peak_allocated;
+  mem["reserved_peak_bytes"] = p.memory.reserved_peak;
+  mem["device_total_bytes"] = p.memory.device_total;
+  mem["usable_bytes"] = p.usable_bytes;
+  mem["peak_phase"] = p.memory.peak_phase;
+  mem["host_bytes_per_node"] = p.memory.host_bytes_per_node;
+  mem["host_fits"] = p.host_fits;
+  nlohmann::json bd = nlohmann::json::object();
+  for (size_t i = 0; i < kNumMemoryCategories; ++i)
+    bd[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
+  mem["breakdown"] = bd;
+  j["memory"] = mem;
+  nlohmann::json t;
+  t["step_s"] = p.time.step_s;
+  t["compute_s"] = p.time.compute_s;
+  t["comm_s"] = p.time.comm_s;
+  t["exposed_comm_s"] = p.time.exposed_comm_s;
+  t["offload_s"] = p.time.offload_s;
+  t["exposed_offload_s"] = p.time.exposed_offload_s;
+  t["optimizer_s"] = p.time.optimizer_s;
+  j["time"] = t;
+  j["throughput"] = {{"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}, {"tokens_per_step", p.tokens_per_step}};
+  j["mfu"] = p.mfu;
+  return j;
+}
+
+nlohmann::json simulation_to_json(const SimulationContext& ctx, const Prediction& p) {
+  nlohmann::json j = prediction_to_json(p);
+  j["model"] = {{"name", ctx.model->name}, {"params", p.params}};
+  j["hardware"] = {{"name", ctx.hardware->name},
+                   {"nodes", ctx.cluster.nodes},
+                   {"gpus_per_node", ctx.cluster.gpus_per_node},
+                   {"world_size", ctx.cluster.world_size()}};
+  j["runtime"] = ctx.runtime->name;
+  j["config"] = strategy_to_json(ctx.strategy);
+  return j;
+}
+
+std::string format_simulation(const SimulationContext& ctx, const Prediction& p, bool color) {
+  const char* bold = color ? "\033[1m" : "";
+  const char* green = color ? "\033[32m" : "";
+  const char* red = color ? "\033[31m" : "";
+  const char* reset = color ? "\033[0m" : "";
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%.2fB", static_cast<double>(p.params) / kGB);
+  o << bold << "model    " << reset << ctx.model->name << " (" << line << " params, " << ctx.model->num_layers
+    << " layers, hidden " << ctx.model->hidden_size << ")\n";
+  o << bold << "cluster  " << reset << ctx.cluster.nodes << " x " << ctx.cluster.gpus_per_node << " " << ctx.hardware->name
+    << " (" << ctx.cluster.world_size() << " GPUs, " << format_gib(ctx.hardware->usable_device_memory.value)
+    << " GiB usable each), runtime " << ctx.runtime->name << "\n";
+  o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n\n";
+  o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";
+  for (size_t i = 0; i < kNumMemoryCategories; ++i) {
+    double v = p.memory.breakdown[i];
+    if (v <= 0) continue;
+    std::snprintf(line, sizeof line, "  %-18s %9s GiB\n", std::string(kMemoryCategoryNames[i]).c_str(),
+                  format_gib(v).c_str());
+    o << line;
+  }
+  std::snprintf(line, sizeof line, "  %-18s %9s GiB   (torch max_memory_allocated)\n", "peak allocated",
+                format_gib(p.memory.peak_allocated).c_str());
+  o << line;
+  std::snprintf(line, sizeof line, "  %-18s %9s GiB   (max_memory_reserved)\n", "peak reserved",
+                format_gib(p.memory.reserved_peak).c_str());
+  o << line;
+  std::snprintf(line, sizeof line, "  %-18s %9s GiB of %s GiB usable -> ", "device total",
+                format_gib(p.memory.device_total).c_str(), format_gib(p.usable_bytes).c_str());
+  o << line << (p.fits ? green : red) << (p.fits ? "fits" : "does NOT fit") << reset << "\n";
+  if (p.memory.host_bytes_per_node > 0)
+    o << "  host RAM per node " << format_gib(p.memory.host_bytes_per_node) << " GiB"
+      << (p.host_fits ? "" : " (exceeds the node's host memory)") << "\n";
+  o << "\n" << bold << "step time" << reset << "\n";
+  std::snprintf(line, sizeof line,
+                "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s  (comm total %.3f s)\n",
+                p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s, p.time.comm_s);
+  o << line;
+  std::snprintf(line, sizeof line, "  %.0f tokens/s per GPU, MFU %.1f%%, %.2fM tokens per step\n",
+                p.tokens_per_s_per_gpu, p.mfu * 100.0, p.tokens_per_step / kMB);
+  o << line;
+  return o.str();
+}
+
+}  // namespace fsdp

@@ -1,0 +1,66 @@
+#include "memory/memory_walk.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fsdp {
+
+namespace {
+
+size_t idx(MemoryCategory c) { return static_cast<size_t>(c); }
+
+// The caching allocator rounds every block up (c10/cuda/CUDACachingAllocator.cpp round_size: multiples of
+// kMinBlockSize = 512 bytes). Applied per event; events are whole tensors or flat buffers.
+double rounded(double bytes, double rounding) {
+  if (rounding <= 1) return bytes;
+  double sign = bytes < 0 ? -1.0 : 1.0;
+  return sign * std::ceil(std::fabs(bytes) / rounding) * rounding;
+}
+
+}  // namespace
+
+MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node) {
+  MemoryResult r;
+  MemoryBreakdown cur{};
+  const double round_to = rt.allocation_rounding.value;
+  for (const MemEvent& e : p.persistent) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  auto total = [](const MemoryBreakdown& b) {
+    double t = 0;
+    for (double v : b) t += v;
+    return t;
+  };
+  double persistent_total = total(cur);
+  r.peak_allocated = persistent_total;
+  r.breakdown = cur;
+  r.peak_phase = "before the step";
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    MemoryBreakdown during = cur;
+    during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
+    double t = total(during);
+    r.samples.push_back(MemorySample{static_cast<int>(i), t});
+    if (t > r.peak_allocated) {
+      r.peak_allocated = t;
+      r.breakdown = during;
+      r.peak_op = static_cast<int>(i);
+      r.peak_phase = op.label + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
+    }
+    for (const MemEvent& e : op.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  }
+  for (double& v : r.breakdown) v = std::max(0.0, v);
+  // Fragmentation: blocks freed within the step stay cached and are not always reusable for differently
+  // sized requests; modelled as a fraction of the step's dynamic (non-persistent) memory at the peak.
+  double dynamic = std::max(0.0, r.peak_allocated - persistent_total);
+  double frag = rt.fragmentation_fraction * dynamic;
+  r.reserved_peak = r.peak_allocated + frag;
+  r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;
+  double nccl = rt.nccl_memory_per_communicator.value * p.communicators;
+  r.breakdown[idx(MemoryCategory::Nccl)] = nccl;
+  r.breakdown[idx(MemoryCategory::Workspace)] += rt.context_memory.value;
+  r.device_total = r.reserved_peak + nccl + rt.context_memory.value;
+  r.host_bytes_per_node = (p.host_bytes_per_rank + p.pinned_bytes_per_rank) * static_cast<double>(ranks_per_node);
+  return r;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,37 @@
+// Replays a step program's allocations and frees in issue order and records the
+// peak (allocated), the phase and unit where it happens, and the category mix
+// at that moment; then adds what lies outside the allocator's counters.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "hardware/hardware_profile.hpp"
+#include "memory/memory_category.hpp"
+#include "program/step_program.hpp"
+#include "runtime/runtime_profile.hpp"
+
+namespace fsdp {
+
+using MemoryBreakdown = std::array<double, kNumMemoryCategories>;
+
+struct MemorySample {
+  int op = -1;         // op index the sample was taken in
+  double allocated = 0;
+};
+
+struct MemoryResult {
+  double peak_allocated = 0;        // max over the walk of allocator-managed bytes (torch max_memory_allocated)
+  double reserved_peak = 0;         // peak_allocated + fragmentation (torch max_memory_reserved)
+  double device_total = 0;          // reserved + CUDA context/workspace + NCCL: what must fit on the GPU
+  MemoryBreakdown breakdown{};      // category -> bytes at the peak (fragmentation, nccl, workspace included)
+  std::string peak_phase;           // e.g. "backward layers.31 (micro-batch 1)"
+  int peak_op = -1;
+  double host_bytes_per_node = 0;
+  std::vector<MemorySample> samples;  // allocated bytes after each op's issue (for the trace counter)
+};
+
+MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node);
+
+}  // namespace fsdp

@@ -1,0 +1,488 @@
+#include "model/module_graph.hpp"
+
+#include <set>
+#include <unordered_set>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+const char* to_string(ModuleKind k) {
+  switch (k) {
+    case ModuleKind::Model: return "model";
+    case ModuleKind::Embedding: return "embedding";
+    case ModuleKind::PositionEmbedding: return "position_embedding";
+    case ModuleKind::LayerStack: return "layers";
+    case ModuleKind::DecoderLayer: return "decoder_layer";
+    case ModuleKind::Attention: return "attention";
+    case ModuleKind::Mlp: return "mlp";
+    case ModuleKind::Moe: return "moe";
+    case ModuleKind::Norm: return "norm";
+    case ModuleKind::Linear: return "linear";
+    case ModuleKind::Rotary: return "rotary";
+    case ModuleKind::AttentionCore: return "attention_core";
+    case ModuleKind::Activation: return "activation";
+    case ModuleKind::Dropout: return "dropout";
+    case ModuleKind::Router: return "router";
+    case ModuleKind::Head: return "head";
+    case ModuleKind::Loss: return "loss";
+  }
+  return "?";
+}
+
+double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
+  switch (cls) {
+    case TensorClass::Compute: return dtype_bytes(q.compute);
+    case TensorClass::Residual: return q.autocast_fp32_residual ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::Fp32: return 4.0;
+    case TensorClass::Byte: return 1.0;
+    case TensorClass::Index: return 8.0;
+    case TensorClass::NormInput:
+      return q.norm_fp32_internal ? 4.0 : tensor_bytes(TensorClass::Residual, q);
+    case TensorClass::NormInternal: return q.norm_fp32_internal ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::LogProbs: return q.logits_upcast_fp32 ? 4.0 : dtype_bytes(q.compute);
+  }
+  return 4.0;
+}
+
+ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) { build(); }
+
+ModuleGraph build_module_graph(const ModelSpec& spec) { return ModuleGraph(spec); }
+
+ModuleId ModuleGraph::add(ModuleId parent, ModuleNode n) {
+  ModuleId id = boost::add_vertex(std::move(n), g_);
+  if (parent != id) boost::add_edge(parent, id, ModuleEdge{EdgeKind::Contains}, g_);
+  return id;
+}
+
+void ModuleGraph::feeds(ModuleId from, ModuleId to) { boost::add_edge(from, to, ModuleEdge{EdgeKind::Feeds}, g_); }
+
+namespace {
+
+// Elementwise FLOPs per element are small next to GEMMs; counted for completeness with the
+// conventional costs used by Korthikanti et al. (arXiv 2205.05198) Appendix: they are
+// excluded from the 6N rule and from MFU (PaLM paper, arXiv 2204.02311 Appendix B).
+constexpr double kNormFlopsPerElem = 5.0;
+constexpr double kActFlopsPerElem = 4.0;
+
+ModuleNode linear(std::string name, std::string short_name, int64_t layer, int64_t in, int64_t out, bool bias,
+                  const std::string& input_id, TensorClass input_cls) {
+  ModuleNode n;
+  n.name = std::move(name);
+  n.short_name = std::move(short_name);
+  n.kind = ModuleKind::Linear;
+  n.layer = layer;
+  n.in_features = in;
+  n.out_features = out;
+  n.params = in * out + (bias ? out : 0);
+  // A GEMM of (tokens x in) by (in x out): 2*in*out FLOPs per token (multiply + add).
+  n.flops_per_token = 2.0 * static_cast<double>(in) * static_cast<double>(out);
+  n.lora_target = true;
+  // autograd's linear saves its input for the weight gradient.
+  n.saved.push_back(SavedTensor{input_id, static_cast<double>(in), false, input_cls});
+  n.output_elems_per_token = out;
+  return n;
+}
+
+ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id) {
+  ModuleNode n;
+  n.name = name;
+  n.short_name = name.substr(name.rfind('.') + 1);
+  n.kind = ModuleKind::Norm;
+  n.layer = layer;
+  bool ln = m.norm == NormType::LayerNorm;
+  n.params = ln ? 2 * m.hidden_size : m.hidden_size;  // weight (+ bias for LayerNorm)
+  n.flops_per_token = kNormFlopsPerElem * static_cast<double>(m.hidden_size);
+  // Backward needs the input and the per-token statistics (rstd; LayerNorm also the mean).
+  n.saved.push_back(SavedTensor{input_id, static_cast<double>(m.hidden_size), false, TensorClass::NormInput});
+  n.saved.push_back(SavedTensor{name + ".stats", ln ? 2.0 : 1.0, false, TensorClass::Fp32});
+  // Hugging Face LlamaRMSNorm computes in fp32 and multiplies the weight by the normalised tensor cast back
+  // to the input dtype (transformers/models/llama/modeling_llama.py), so autograd also keeps that tensor.
+  n.saved.push_back(SavedTensor{name + ".normalized", static_cast<double>(m.hidden_size), false,
+                                TensorClass::NormInternal});
+  n.output_elems_per_token = m.hidden_size;
+  return n;
+}
+
+ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, bool attention_internal) {
+  ModuleNode n;
+  n.name = name;
+  n.short_name = "dropout";
+  n.kind = ModuleKind::Dropout;
+  n.layer = layer;
+  n.saved.push_back(SavedTensor{name + ".mask", elems, per_seq, TensorClass::Byte, attention_internal, true});
+  return n;
+}
+
+}  // namespace
+
+ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
+  const ModelSpec& m = spec_;
+  const std::string p = "layers." + std::to_string(i);
+  const double h = static_cast<double>(m.hidden_size);
+  ModuleNode ln;
+  ln.name = p;
+  ln.short_name = "layer";
+  ln.kind = ModuleKind::DecoderLayer;
+  ln.layer = i;
+  ModuleId layer = add(stack, ln);
+
+  const std::string layer_in = p + ".in";
+  ModuleId n1 = add(layer, norm(p + ".input_layernorm", m, i, layer_in));
+  feeds(input, n1);
+
+  ModuleNode attn_c;
+  attn_c.name = p + ".self_attn";
+  attn_c.short_name = "self_attn";
+  attn_c.kind = ModuleKind::Attention;
+  attn_c.layer = i;
+  ModuleId attn = add(layer, attn_c);
+  const std::string n1_out = p + ".input_layernorm.out";
+  ModuleId q = add(attn, linear(p + ".self_attn.q_proj", "q_proj", i, m.hidden_size, m.q_dim(), m.qkv_bias, n1_out,
+                                TensorClass::Compute));
+  ModuleId k = add(attn, linear(p + ".self_attn.k_proj", "k_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, n1_out,
+                                TensorClass::Compute));
+  ModuleId v = add(attn, linear(p + ".self_attn.v_proj", "v_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, n1_out,
+                                TensorClass::Compute));
+  for (ModuleId x : {q, k, v}) feeds(n1, x);
+  ModuleId q_src = q, k_src = k;
+  if (m.position_embedding == PositionEmbedding::Rope) {
+    ModuleNode rot;
+    rot.name = p + ".self_attn.rotary";
+    rot.short_name = "rotary";
+    rot.kind = ModuleKind::Rotary;
+    rot.layer = i;
+    // q*cos + rotate_half(q)*sin on q and k: 3 FLOPs per element (HF apply_rotary_pos_emb).
+    rot.flops_per_token = 3.0 * static_cast<double>(m.q_dim() + m.kv_dim());
+    rot.output_elems_per_token = m.q_dim() + m.kv_dim();
+    ModuleId r = add(attn, rot);
+    feeds(q, r);
+    feeds(k, r);
+    q_src = k_src = r;
+  }
+  ModuleNode core;
+  core.name = p + ".self_attn.core";
+  core.short_name = "attention";
+  core.kind = ModuleKind::AttentionCore;
+  core.layer = i;
+  // QK^T and PV: 2 GEMMs of 2*s*d FLOPs per token per head (non-causal count; see forward_flops_per_token).
+  core.flops_per_token_per_seq = 4.0 * static_cast<double>(m.q_dim());
+  const double qd = static_cast<double>(m.q_dim());
+  const double kvd = static_cast<double>(m.kv_dim());
+  const double heads = static_cast<double>(m.num_heads);
+  // Fused kernels (FlashAttention-2, arXiv 2307.08691 Alg. 1/2; PyTorch SDPA) keep q, k, v, the output and
+  // the per-row log-sum-exp (fp32) for backward.
+  core.saved.push_back(SavedTensor{p + ".attn.q", qd, false, TensorClass::Compute});
+  core.saved.push_back(SavedTensor{p + ".attn.k", kvd, false, TensorClass::Compute, false, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.v", kvd, false, TensorClass::Compute, false, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.out", qd, false, TensorClass::Compute});
+  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true});
+  // Eager attention (Korthikanti et al. 2022, sec. 4.1): K for QK^T, the softmax output (2as^2b), with
+  // dropout its mask (as^2b) and output (2as^2b), and V for the PV GEMM. GQA's k/v are expanded to all
+  // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.
+  core.saved.push_back(SavedTensor{p + ".attn.k_expanded", qd, false, TensorClass::Compute, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.v_expanded", qd, false, TensorClass::Compute, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::Compute, true, true});
+  if (m.dropout) {
+    core.saved.push_back(SavedTensor{p + ".attn.dropout.mask", heads, true, TensorClass::Byte, true, true});
+    core.saved.push_back(SavedTensor{p + ".attn.dropout.out", heads, true, TensorClass::Compute, true, true});
+  }
+  core.output_elems_per_token = m.q_dim();
+  ModuleId c = add(attn, core);
+  feeds(q_src, c);
+  feeds(k_src, c);
+  feeds(v, c);
+  ModuleId o = add(attn, linear(p + ".self_attn.o_proj", "o_proj", i, m.q_dim(), m.hidden_size, m.attn_out_bias,
+                                p + ".attn.out", TensorClass::Compute));
+  feeds(c, o);
+  ModuleId attn_last = o;
+  if (m.dropout) {
+    ModuleId d = add(attn, dropout(p + ".self_attn.resid_dropout", i, h, false, false));
+    feeds(o, d);
+    attn_last = d;
+  }
+
+  const std::string mid = p + ".mid";
+  ModuleId n2 = add(layer, norm(p + ".post_attention_layernorm", m, i, mid));
+  feeds(attn_last, n2);
+  const std::string n2_out = p + ".post_attention_layernorm.out";
+
+  auto build_mlp = [&](ModuleId parent, const std::string& mp, int64_t ffn, double token_fraction) -> ModuleId {
+    const double f = static_cast<double>(ffn) * token_fraction;
+    // Routed experts see a gathered copy of their tokens (token_fraction < 1); dense MLPs read the norm output.
+    const std::string in_id = token_fraction < 1.0 ? mp + ".in" : n2_out;
+    ModuleId last;
+    if (m.gated_mlp) {
+      ModuleId gate = add(parent, linear(mp + ".gate_proj", "gate_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
+                                         TensorClass::Compute));
+      ModuleId up = add(parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
+                                       TensorClass::Compute));
+      ModuleNode act;
+      act.name = mp + ".act_fn";
+      act.short_name = "act_fn";
+      act.kind = ModuleKind::Activation;
+      act.layer = i;
+      act.flops_per_token = kActFlopsPerElem * f;
+      // SiLU saves its input (the gate output); the gating multiply saves both operands.
+      act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
+      act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::Compute});
+      act.saved.push_back(SavedTensor{mp + ".up.out", f, false, TensorClass::Compute});
+      act.output_elems_per_token = ffn;
+      ModuleId a = add(parent, act);
+      feeds(gate, a);
+      feeds(up, a);
+      ModuleId down = add(parent, linear(mp + ".down_proj", "down_proj", i, ffn, m.hidden_size, m.mlp_bias,
+                                         mp + ".prod", TensorClass::Compute));
+      feeds(a, down);
+      last = down;
+      for (ModuleId x : {gate, up, down}) g_[x].saved[0].elems_per_token *= token_fraction;
+      for (ModuleId x : {gate, up, down}) g_[x].flops_per_token *= token_fraction;
+    } else {
+      ModuleId fc1 = add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, in_id,
+                                        TensorClass::Compute));
+      ModuleNode act;
+      act.name = mp + ".act_fn";
+      act.short_name = "act_fn";
+      act.kind = ModuleKind::Activation;
+      act.layer = i;
+      act.flops_per_token = kActFlopsPerElem * f;
+      act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
+      act.output_elems_per_token = ffn;
+      ModuleId a = add(parent, act);
+      feeds(fc1, a);
+      ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",
+                                        TensorClass::Compute));
+      feeds(a, fc2);
+      last = fc2;
+      for (ModuleId x : {fc1, fc2}) g_[x].saved[0].elems_per_token *= token_fraction;
+      for (ModuleId x : {fc1, fc2}) g_[x].flops_per_token *= token_fraction;
+      if (m.dropout) {
+        ModuleId d = add(parent, dropout(mp + ".dropout", i, h, false, false));
+        feeds(fc2, d);
+        last = d;
+      }
+    }
+    return last;
+  };
+
+  ModuleNode mlp_c;
+  mlp_c.layer = i;
+  if (!m.moe) {
+    mlp_c.name = p + ".mlp";
+    mlp_c.short_name = "mlp";
+    mlp_c.kind = ModuleKind::Mlp;
+    ModuleId mlp = add(layer, mlp_c);
+    build_mlp(mlp, p + ".mlp", m.ffn_size, 1.0);
+    feeds(n2, mlp);
+  } else {
+    const MoeSpec& moe = *m.moe;
+    mlp_c.name = p + ".block_sparse_moe";
+    mlp_c.short_name = "block_sparse_moe";
+    mlp_c.kind = ModuleKind::Moe;
+    ModuleId block = add(layer, mlp_c);
+    ModuleNode router;
+    router.name = p + ".block_sparse_moe.gate";
+    router.short_name = "gate";
+    router.kind = ModuleKind::Router;
+    router.layer = i;
+    router.in_features = m.hidden_size;
+    router.out_features = moe.num_experts;
+    router.params = m.hidden_size * moe.num_experts;  // no bias (Mixtral: nn.Linear(..., bias=False))
+    router.flops_per_token = 2.0 * h * static_cast<double>(moe.num_experts);
+    router.saved.push_back(SavedTensor{n2_out, h, false, TensorClass::Compute});
+    // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
+    router.saved.push_back(SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false,
+                                       TensorClass::Fp32});
+    router.output_elems_per_token = moe.num_experts;
+    ModuleId r = add(block, router);
+    feeds(n2, r);
+    const double frac = static_cast<double>(moe.experts_per_token) / static_cast<double>(moe.num_experts);
+    for (int64_t e = 0; e < moe.num_experts; ++e) {
+      ModuleNode ex;
+      ex.name = p + ".block_sparse_moe.experts." + std::to_string(e);
+      ex.short_name = "expert";
+      ex.kind = ModuleKind::Mlp;
+      ex.layer = i;
+      ModuleId eid = add(block, ex);
+      build_mlp(eid, ex.name, moe.expert_ffn_size, frac);
+      // The gathered copy of the tokens routed to this expert.
+      g_[eid].saved.push_back(SavedTensor{ex.name + ".in", h * frac, false, TensorClass::Compute});
+      feeds(r, eid);
+    }
+    for (int64_t e = 0; e < moe.shared_experts; ++e) {
+      ModuleNode ex;
+      ex.name = p + ".block_sparse_moe.shared_experts." + std::to_string(e);
+      ex.short_name = "shared_expert";
+      ex.kind = ModuleKind::Mlp;
+      ex.layer = i;
+      ModuleId eid = add(block, ex);
+      build_mlp(eid, ex.name, moe.expert_ffn_size, 1.0);
+      feeds(n2, eid);
+    }
+  }
+  return layer;
+}
+
+void ModuleGraph::build() {
+  const ModelSpec& m = spec_;
+  ModuleNode root;
+  root.name = "model";
+  root.short_name = "model";
+  root.kind = ModuleKind::Model;
+  root_ = boost::add_vertex(root, g_);
+
+  ModuleNode emb;
+  emb.name = "embed_tokens";
+  emb.short_name = "embed_tokens";
+  emb.kind = ModuleKind::Embedding;
+  emb.params = m.vocab_size * m.hidden_size;
+  emb.in_features = m.vocab_size;
+  emb.out_features = m.hidden_size;
+  // The backward of an embedding lookup needs the token ids (int64).
+  emb.saved.push_back(SavedTensor{"input_ids", 1.0, false, TensorClass::Index});
+  emb.output_elems_per_token = m.hidden_size;
+  ModuleId e = add(root_, emb);
+  ModuleId prev = e;
+  if (m.position_embedding == PositionEmbedding::Learned) {
+    ModuleNode pos;
+    pos.name = "embed_positions";
+    pos.short_name = "wpe";
+    pos.kind = ModuleKind::PositionEmbedding;
+    pos.params = m.max_positions * m.hidden_size;
+    pos.output_elems_per_token = m.hidden_size;
+    ModuleId pe = add(root_, pos);
+    feeds(prev, pe);
+    prev = pe;
+  }
+  if (m.dropout) {
+    ModuleId d = add(root_, dropout("embed_dropout", -1, static_cast<double>(m.hidden_size), false, false));
+    feeds(prev, d);
+    prev = d;
+  }
+  ModuleNode stack;
+  stack.name = "layers";
+  stack.short_name = "layers";
+  stack.kind = ModuleKind::LayerStack;
+  ModuleId st = add(root_, stack);
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    ModuleId layer = build_layer(st, i, prev);
+    layers_.push_back(layer);
+    prev = layer;
+  }
+  ModuleId fn = add(root_, norm("norm", m, -1, "final.in"));
+  feeds(prev, fn);
+  ModuleNode head;
+  head.name = "lm_head";
+  head.short_name = "lm_head";
+  head.kind = ModuleKind::Head;
+  head.in_features = m.hidden_size;
+  head.out_features = m.vocab_size;
+  head.params = m.tied_embeddings ? 0 : m.vocab_size * m.hidden_size;
+  head.flops_per_token = 2.0 * static_cast<double>(m.hidden_size) * static_cast<double>(m.vocab_size);
+  head.saved.push_back(SavedTensor{"norm.out", static_cast<double>(m.hidden_size), false, TensorClass::Compute});
+  head.output_elems_per_token = m.vocab_size;
+  ModuleId hd = add(root_, head);
+  feeds(fn, hd);
+  if (m.tied_embeddings) feeds(e, hd);  // the head reads the embedding's weight
+  ModuleNode loss;
+  loss.name = "loss";
+  loss.short_name = "loss";
+  loss.kind = ModuleKind::Loss;
+  // log_softmax + nll: a handful of FLOPs per logit.
+  loss.flops_per_token = kActFlopsPerElem * static_cast<double>(m.vocab_size);
+  // cross_entropy keeps the fp32 log-probabilities for backward (PyTorch log_softmax backward uses its output).
+  loss.saved.push_back(SavedTensor{"loss.logprobs", static_cast<double>(m.vocab_size), false, TensorClass::LogProbs});
+  loss.output_elems_per_token = 0;
+  ModuleId ls = add(root_, loss);
+  feeds(hd, ls);
+}
+
+std::vector<ModuleId> ModuleGraph::children(ModuleId id) const {
+  std::vector<ModuleId> out;
+  for (auto [it, end] = boost::out_edges(id, g_); it != end; ++it)
+    if (g_[*it].kind == EdgeKind::Contains) out.push_back(boost::target(*it, g_));
+  return out;
+}
+
+std::vector<ModuleId> ModuleGraph::consumers(ModuleId id) const {
+  std::vector<ModuleId> out;
+  for (auto [it, end] = boost::out_edges(id, g_); it != end; ++it)
+    if (g_[*it].kind == EdgeKind::Feeds) out.push_back(boost::target(*it, g_));
+  return out;
+}
+
+std::vector<ModuleId> ModuleGraph::leaves_under(ModuleId id) const {
+  std::vector<ModuleId> out;
+  std::vector<ModuleId> stack{id};
+  // Depth-first in build order (children are added in execution order).
+  while (!stack.empty()) {
+    ModuleId cur = stack.back();
+    stack.pop_back();
+    auto ch = children(cur);
+    if (ch.empty()) out.push_back(cur);
+    for (auto it = ch.rbegin(); it != ch.rend(); ++it) stack.push_back(*it);
+  }
+  return out;
+}
+
+int64_t ModuleGraph::params_under(ModuleId id) const {
+  int64_t total = g_[id].params;
+  for (ModuleId c : children(id)) total += params_under(c);
+  return total;
+}
+
+int64_t ModuleGraph::total_params() const { return params_under(root_); }
+
+double ModuleGraph::forward_flops_per_token(ModuleId id, int64_t seq) const {
+  // Causal masking: only the lower triangle of the s x s score matrix is computed by fused kernels
+  // (FlashAttention-2, arXiv 2307.08691 sec. 3.1.1), i.e. half of the non-causal attention FLOPs.
+  constexpr double kCausalFraction = 0.5;
+  double total = 0;
+  for (ModuleId leaf : leaves_under(id)) {
+    const ModuleNode& n = g_[leaf];
+    total += n.flops_per_token + n.flops_per_token_per_seq * static_cast<double>(seq) * kCausalFraction;
+  }
+  return total;
+}
+
+double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q,
+                                          ActCkpt ckpt) const {
+  FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
+  const bool eager = q.attention == AttentionImpl::Eager;
+  std::unordered_set<std::string> seen;
+  double total = 0;
+  for (ModuleId id : ids) {
+    for (ModuleId leaf : leaves_under(id)) {
+      // Leaves own their saved tensors; containers (MoE experts) may own some too.
+      {
+        for (const SavedTensor& t : g_[leaf].saved) {
+          if (t.eager_only && !eager) continue;
+          if (t.fused_only && eager) continue;
+          if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
+          if (!seen.insert(t.id).second) continue;
+          double elems = t.elems_per_token * (t.per_seq ? static_cast<double>(q.seq_len) : 1.0);
+          total += elems * tensor_bytes(t.cls, q);
+        }
+      }
+    }
+    // Tensors owned by containers (e.g. an expert's gathered input).
+    std::vector<ModuleId> stack{id};
+    while (!stack.empty()) {
+      ModuleId cur = stack.back();
+      stack.pop_back();
+      auto ch = children(cur);
+      if (!ch.empty()) {
+        for (const SavedTensor& t : g_[cur].saved)
+          if (seen.insert(t.id).second) total += t.elems_per_token * tensor_bytes(t.cls, q);
+        for (ModuleId c : ch) stack.push_back(c);
+      }
+    }
+  }
+  return total;
+}
+
+double ModuleGraph::saved_bytes_per_token(ModuleId id, const ActivationQuery& q, ActCkpt ckpt) const {
+  return saved_bytes_per_token(std::vector<ModuleId>{id}, q, ckpt);
+}
+
+}  // namespace fsdp

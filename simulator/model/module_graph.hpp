@@ -1,0 +1,136 @@
+// The module graph: a ModelSpec expanded into modules (Boost.Graph).
+//   - Contains edges form the module tree: model -> embedding, layers.i ->
+//     self_attn / mlp / norms -> linear layers, final norm, lm_head, loss.
+//   - Feeds edges are the data flow between leaf modules (who consumes whose output).
+// Leaf modules know their parameter count, forward FLOPs per token and the
+// tensors they keep for backward (per token, by dtype class), from which
+// saved-activation bytes are derived for a dtype and attention implementation.
+// Wrap units (wrap_units.hpp) are sets of nodes of this graph.
+#pragma once
+
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+enum class ModuleKind {
+  Model,
+  Embedding,          // token embedding
+  PositionEmbedding,  // learned positions (GPT-2)
+  LayerStack,         // the ModuleList of decoder layers
+  DecoderLayer,
+  Attention,      // self_attn container
+  Mlp,            // mlp container (dense)
+  Moe,            // MoE block container
+  Norm,
+  Linear,
+  Rotary,         // rotary position embedding applied to q and k
+  AttentionCore,  // softmax(QK^T)V (flash / sdpa / eager)
+  Activation,     // SiLU / GELU (and the gating multiply for gated MLPs)
+  Dropout,
+  Router,
+  Head,           // lm_head (a Linear whose output is the logits)
+  Loss,           // causal-LM cross entropy
+};
+
+const char* to_string(ModuleKind);
+
+// What dtype a tensor has at run time.
+enum class TensorClass {
+  Compute,   // the compute dtype (param_dtype)
+  Residual,  // the residual stream: compute dtype, or fp32 under autocast over fp32 params (DDP)
+  Fp32,      // always fp32 (norm statistics, attention log-sum-exp, softmax stats)
+  Byte,      // dropout masks (torch.bool, 1 byte)
+  Index,     // token ids (int64)
+  NormInput,     // a norm's saved input: residual dtype, or fp32 when the runtime's norm upcasts first
+  NormInternal,  // the normalised pre-weight tensor some runtimes keep (compute dtype), else nothing
+  LogProbs,      // the loss's log-probabilities: fp32 when logits are upcast, else the compute dtype
+};
+
+// A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
+// with the sequence length once more (eager attention scores: heads x seq per token).
+struct SavedTensor {
+  std::string id;  // unique within the model: the same tensor saved by two ops counts once
+  double elems_per_token = 0;  // fractional for MoE experts (each sees k/E of the tokens on average)
+  bool per_seq = false;
+  TensorClass cls = TensorClass::Compute;
+  bool attention_internal = false;  // produced inside the attention core (dropped by selective checkpointing)
+  bool eager_only = false;          // only materialised by eager (non-fused) attention
+  bool fused_only = false;          // only kept by fused (flash / sdpa) attention
+};
+
+struct ModuleNode {
+  std::string name;  // dotted path, e.g. "layers.3.self_attn.q_proj"
+  ModuleKind kind = ModuleKind::Model;
+  int64_t layer = -1;        // decoder layer index, -1 outside the stack
+  int64_t params = 0;        // parameters owned directly by this module (not its children)
+  double flops_per_token = 0;          // forward FLOPs per token, sequence-independent part
+  double flops_per_token_per_seq = 0;  // forward FLOPs per token that scale with the sequence (attention)
+  int64_t in_features = 0, out_features = 0;  // Linear / Head shapes (for GEMM cost)
+  bool lora_target = false;                   // a Linear that LoRA may adapt
+  std::string short_name;                     // q_proj, k_proj, ... (matches Hugging Face names)
+  std::vector<SavedTensor> saved;
+  int64_t output_elems_per_token = 0;  // the module's output (for the live working set)
+};
+
+enum class EdgeKind { Contains, Feeds };
+struct ModuleEdge {
+  EdgeKind kind = EdgeKind::Contains;
+};
+
+using ModuleGraphBase = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, ModuleNode, ModuleEdge>;
+using ModuleId = ModuleGraphBase::vertex_descriptor;
+
+// How saved bytes are counted for a run.
+struct ActivationQuery {
+  DType compute = DType::Bf16;
+  AttentionImpl attention = AttentionImpl::Flash;
+  int64_t seq_len = 0;
+  bool autocast_fp32_residual = false;  // DDP-style autocast over fp32 params: residual stream in fp32
+  bool norm_fp32_internal = false;      // runtime's norm upcasts to fp32 and keeps the fp32 input (HF RMSNorm)
+  bool logits_upcast_fp32 = false;      // runtime's loss upcasts logits to fp32
+};
+
+class ModuleGraph {
+ public:
+  explicit ModuleGraph(ModelSpec spec);
+  const ModelSpec& spec() const { return spec_; }
+  const ModuleGraphBase& graph() const { return g_; }
+  const ModuleNode& node(ModuleId id) const { return g_[id]; }
+  ModuleId root() const { return root_; }
+  const std::vector<ModuleId>& layers() const { return layers_; }  // decoder layers in order
+  std::vector<ModuleId> children(ModuleId id) const;               // Contains edges, in build order
+  std::vector<ModuleId> consumers(ModuleId id) const;              // Feeds edges out
+  std::vector<ModuleId> leaves_under(ModuleId id) const;           // leaf modules in execution order
+
+  int64_t total_params() const;
+  int64_t params_under(ModuleId id) const;
+  // Forward FLOPs per token of the modules under `id` at sequence length seq (causal attention halves the
+  // score/value FLOPs: only the lower triangle is computed, FlashAttention-2 paper sec. 3.1.1).
+  double forward_flops_per_token(ModuleId id, int64_t seq) const;
+  // Bytes saved for backward per token by the modules in `ids` (deduplicated by tensor id).
+  double saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q, ActCkpt ckpt) const;
+  double saved_bytes_per_token(ModuleId id, const ActivationQuery& q, ActCkpt ckpt) const;
+
+ private:
+  ModuleId add(ModuleId parent, ModuleNode n);
+  void feeds(ModuleId from, ModuleId to);
+  void build();
+  ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
+
+  ModelSpec spec_;
+  ModuleGraphBase g_;
+  ModuleId root_{};
+  std::vector<ModuleId> layers_;
+};
+
+ModuleGraph build_module_graph(const ModelSpec& spec);
+
+double tensor_bytes(TensorClass cls, const ActivationQuery& q);
+
+}  // namespace fsdp

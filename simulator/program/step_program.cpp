@@ -1,0 +1,578 @@
+#include "program/step_program.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+const char* to_string(Stream s) {
+  switch (s) {
+    case Stream::Compute: return "compute";
+    case Stream::AllGather: return "all-gather";
+    case Stream::ReduceScatter: return "reduce";
+    case Stream::HostToDevice: return "h2d";
+    case Stream::DeviceToHost: return "d2h";
+    case Stream::Host: return "host";
+    case Stream::kCount: break;
+  }
+  return "?";
+}
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Gather: return "gather";
+    case OpKind::Forward: return "forward";
+    case OpKind::Reshard: return "reshard";
+    case OpKind::Loss: return "loss";
+    case OpKind::LossBackward: return "loss-backward";
+    case OpKind::Backward: return "backward";
+    case OpKind::ReduceScatter: return "reduce-scatter";
+    case OpKind::AllReduce: return "all-reduce";
+    case OpKind::ParamAllGather: return "param-all-gather";
+    case OpKind::CopyToHost: return "copy-to-host";
+    case OpKind::CopyToDevice: return "copy-to-device";
+    case OpKind::OptimizerStep: return "optimizer-step";
+    case OpKind::HostOptimizerStep: return "host-optimizer-step";
+  }
+  return "?";
+}
+
+ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
+  ActivationQuery q;
+  q.compute = s.param_dtype;
+  q.attention = s.attention;
+  q.seq_len = s.seq_len;
+  // Replicated strategies run mixed precision through autocast over fp32 parameters: the residual
+  // stream (embedding output + fp32 adds) stays fp32 (torch.autocast op lists: embedding and add are
+  // not autocast to lower precision).
+  bool replicated = !shards_params(s.kind);
+  q.autocast_fp32_residual = replicated && s.param_dtype != DType::Fp32 && s.master_dtype == DType::Fp32;
+  q.norm_fp32_internal = rt.norm_saves_fp32_input && s.param_dtype != DType::Fp32;
+  q.logits_upcast_fp32 = rt.logits_upcast_fp32;
+  return q;
+}
+
+namespace {
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+struct Emitter {
+  const ModuleGraph& g;
+  const Strategy& s;
+  const RuntimeProfile& rt;
+  StepProgram prog;
+  ActivationQuery q;
+  double tokens = 0;
+  double pb = 0;  // compute (param) dtype bytes
+  double mb = 0;  // master dtype bytes
+  double rb = 0;  // reduce dtype bytes
+  bool sharded = false;
+  bool mixed = false;  // compute dtype differs from storage
+  std::vector<double> act_bytes;   // per unit, saved activations of one micro-batch
+  std::vector<double> fwd_flops;   // per unit, matmul FLOPs per micro-batch
+  std::vector<double> attn_flops;  // per unit
+  std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
+
+  Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
+
+  int push(Op op) {
+    prog.ops.push_back(std::move(op));
+    return static_cast<int>(prog.ops.size()) - 1;
+  }
+
+  double shard(double elems) const { return ceil_div(elems, static_cast<double>(prog.layout.shard_size)); }
+  double padded(double elems) const { return shard(elems) * static_cast<double>(prog.layout.shard_size); }
+
+  // Matmul FLOPs (GEMMs incl. head) and attention-score FLOPs of the modules under `id`, per token.
+  void flops_of(ModuleId id, double& mm, double& at) const {
+    constexpr double kCausalFraction = 0.5;  // see ModuleGraph::forward_flops_per_token
+    for (ModuleId leaf : g.leaves_under(id)) {
+      const ModuleNode& n = g.node(leaf);
+      mm += n.flops_per_token;
+      at += n.flops_per_token_per_seq * static_cast<double>(s.seq_len) * kCausalFraction;
+    }
+  }
+
+  std::vector<ModuleId> unit_layers(const WrapUnit& u) const {
+    std::vector<ModuleId> out;
+    for (int64_t i = u.first_layer; i >= 0 && i <= u.last_layer; ++i) out.push_back(g.layers()[static_cast<size_t>(i)]);
+    return out;
+  }
+
+  // Per-layer saved bytes under the strategy's checkpointing mode.
+  double layer_saved(ModuleId layer) const {
+    if (s.act_ckpt == ActCkpt::Full) {
+      // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer.
+      return tokens * static_cast<double>(g.spec().hidden_size) * tensor_bytes(TensorClass::Residual, q);
+    }
+    return tokens * g.saved_bytes_per_token(layer, q, s.act_ckpt);
+  }
+
+  void setup() {
+    q = activation_query(s, rt);
+    tokens = static_cast<double>(s.micro_batch * s.seq_len);
+    prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
+    pb = dtype_bytes(s.param_dtype);
+    mb = dtype_bytes(s.master_dtype);
+    rb = dtype_bytes(s.reduce_dtype);
+    sharded = shards_params(s.kind);
+    mixed = s.param_dtype != s.master_dtype;
+    WrapPolicy wrap = s.wrap;
+    if (!sharded) wrap = WrapPolicy{WrapKind::Layer, 1, 0};  // compute granularity for replicated strategies
+    prog.units = build_wrap_units(g, wrap);
+    for (const auto& u : prog.units) {
+      double act = 0, mm = 0, at = 0, rec = 0;
+      for (ModuleId l : unit_layers(u)) {
+        act += layer_saved(l);
+        flops_of(l, mm, at);
+        rec = std::max(rec, tokens * g.saved_bytes_per_token(l, q, ActCkpt::None));
+      }
+      if (u.is_root) {
+        // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
+        for (ModuleId c : g.children(g.root())) {
+          ModuleKind k = g.node(c).kind;
+          if (k == ModuleKind::LayerStack) continue;
+          if (k == ModuleKind::Loss) continue;
+          flops_of(c, mm, at);
+          if (k != ModuleKind::Head) act += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+        }
+      }
+      act_bytes.push_back(act);
+      fwd_flops.push_back(mm * tokens);
+      attn_flops.push_back(at * tokens);
+      recompute_bytes.push_back(s.act_ckpt == ActCkpt::None ? 0.0 : rec);
+    }
+  }
+
+  // Working memory of a layer's forward beyond what it saves: the sublayer output and the residual sum
+  // (two hidden-size tensors in the residual dtype), the usual transient of a pre-norm block.
+  double forward_transient(const WrapUnit& u) const {
+    if (u.num_layers() == 0) return 0;
+    return 2.0 * tokens * static_cast<double>(g.spec().hidden_size) * tensor_bytes(TensorClass::Residual, q);
+  }
+
+  // Working memory of one layer's backward: the incoming and outgoing activation gradients (hidden size)
+  // plus, at the MLP, the gradients of its intermediate tensors (3 ffn-wide for a gated MLP: d(prod),
+  // d(act) and d(up) are live together; 2 for a plain MLP), in the compute dtype. A fully checkpointed
+  // layer first rematerialises its activations.
+  double backward_transient(size_t ui) const {
+    const WrapUnit& u = prog.units[ui];
+    if (u.num_layers() == 0) return 0;
+    const ModelSpec& m = g.spec();
+    double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token) : static_cast<double>(m.ffn_size);
+    double grads = tokens * pb * (2.0 * static_cast<double>(m.hidden_size) + (m.gated_mlp ? 3.0 : 2.0) * ffn);
+    return grads + recompute_bytes[ui];
+  }
+
+  double logits_elems() const { return tokens * static_cast<double>(g.spec().vocab_size); }
+  double logprob_bytes() const { return tensor_bytes(TensorClass::LogProbs, q); }
+
+  // Gradient storage allocated so far in the step (freed by the optimizer).
+  double allocated_grads() const {
+    double total = 0;
+    for (const Op& op : prog.ops) {
+      for (const MemEvent& e : op.on_issue)
+        if (e.category == MemoryCategory::ShardedGrads) total += e.bytes;
+      for (const MemEvent& e : op.on_complete)
+        if (e.category == MemoryCategory::ShardedGrads) total += e.bytes;
+    }
+    return total;
+  }
+
+  // ---- the two families -------------------------------------------------------------------------
+
+  void emit_sharded();
+  void emit_replicated();
+  void emit_optimizer();
+};
+
+void Emitter::emit_sharded() {
+  const int n = static_cast<int>(prog.units.size());
+  const bool offload_params = s.offload == Offload::Params;
+  const int K = static_cast<int>(s.grad_accum);
+  const bool hsdp = s.kind == StrategyKind::Hsdp;
+  // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
+  // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
+  double shard_params_elems = 0;
+  for (const auto& u : prog.units) shard_params_elems += shard(static_cast<double>(u.params));
+  if (!offload_params) {
+    if (s.offload == Offload::Optimizer) {
+      // ZeRO-Offload keeps the compute-dtype parameter shard on the GPU; masters live on the host.
+      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * pb});
+    } else {
+      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * mb});
+    }
+  }
+  std::vector<int> last_rs(static_cast<size_t>(n), -1);
+  for (int mbi = 0; mbi < K; ++mbi) {
+    std::vector<int> gather_op(static_cast<size_t>(n), -1);
+    std::vector<bool> gathered(static_cast<size_t>(n), false);
+    auto gather = [&](int ui, bool backward) {
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      double full = padded(static_cast<double>(u.params));
+      Op op;
+      op.kind = OpKind::Gather;
+      op.stream = Stream::AllGather;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.label = std::string(backward ? "bwd " : "fwd ") + "all-gather " + u.name;
+      op.collective = CollectiveKind::AllGather;
+      op.group = GroupKind::Shard;
+      op.comm_bytes = full * pb;
+      if (offload_params) op.copy_bytes = shard(static_cast<double>(u.params)) * mb;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, full * pb});
+      // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
+      double staging = mixed ? shard(static_cast<double>(u.params)) * pb : 0.0;
+      // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
+      // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
+      if (rt.allgather_copy_out) staging += full * pb;
+      if (staging > 0) {
+        op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
+        op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
+      }
+      gathered[static_cast<size_t>(ui)] = true;
+      gather_op[static_cast<size_t>(ui)] = push(op);
+    };
+    auto reshard = [&](int ui) {
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      Op op;
+      op.kind = OpKind::Reshard;
+      op.stream = Stream::Compute;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.label = "free " + u.name;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, -padded(static_cast<double>(u.params)) * pb});
+      gathered[static_cast<size_t>(ui)] = false;
+      push(op);
+    };
+    auto keep_after_forward = [&](int ui) {
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      if (s.kind == StrategyKind::FsdpGradOp) return true;
+      if (!s.reshard_after_forward) return true;
+      if (u.is_root && !rt.root_reshard_after_forward) return true;
+      return false;
+    };
+    // ---- forward ----
+    for (int ui = 0; ui < n; ++ui) {
+      if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
+      for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
+        if (!gathered[static_cast<size_t>(ui + ahead)]) gather(ui + ahead, false);
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      Op f;
+      f.kind = OpKind::Forward;
+      f.unit = ui;
+      f.micro_batch = mbi;
+      f.label = "forward " + u.name;
+      f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
+      f.attention_flops = attn_flops[static_cast<size_t>(ui)];
+      f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
+      f.transient_bytes = forward_transient(u);
+      push(f);
+      if (!keep_after_forward(ui)) reshard(ui);
+    }
+    // ---- loss ----
+    {
+      Op l;
+      l.kind = OpKind::Loss;
+      l.label = "head+loss forward";
+      l.micro_batch = mbi;
+      l.unit = 0;
+      // logits in the compute dtype, (fp32 copy), then log-probabilities kept for backward.
+      double logits = logits_elems() * pb;
+      double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
+      l.transient_bytes = logits + upcast;
+      l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
+      l.elementwise_bytes = logits + upcast + logits_elems() * logprob_bytes();
+      push(l);
+      Op lb;
+      lb.kind = OpKind::LossBackward;
+      lb.label = "loss backward";
+      lb.micro_batch = mbi;
+      lb.unit = 0;
+      // d(logprobs) and d(logits) in the log-prob dtype, then the cast back to the compute dtype.
+      lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
+      lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
+      lb.elementwise_bytes = lb.transient_bytes + logits_elems() * logprob_bytes();
+      push(lb);
+    }
+    // ---- backward (reverse unit order; the root's embedding backward comes last) ----
+    std::vector<int> order;
+    for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
+    order.push_back(0);
+    for (size_t oi = 0; oi < order.size(); ++oi) {
+      int ui = order[oi];
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      if (!gathered[static_cast<size_t>(ui)]) gather(ui, true);
+      for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
+        int nxt = order[oi + static_cast<size_t>(ahead)];
+        if (!gathered[static_cast<size_t>(nxt)]) gather(nxt, true);
+      }
+      double full = padded(static_cast<double>(u.params));
+      Op b;
+      b.kind = OpKind::Backward;
+      b.unit = ui;
+      b.micro_batch = mbi;
+      b.label = "backward " + u.name;
+      // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
+      double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
+      b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+      // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
+      // and full checkpointing also recompute the attention forward.
+      b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
+      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
+      b.transient_bytes = backward_transient(static_cast<size_t>(ui));
+      b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
+      b.on_complete.push_back({MemoryCategory::UnshardedParams, -full * pb});
+      int bop = push(b);
+      gathered[static_cast<size_t>(ui)] = false;
+      // Reduce-scatter the unit's gradients in the reduce dtype; the shard accumulates into the fp32
+      // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
+      Op r;
+      r.kind = OpKind::ReduceScatter;
+      r.stream = Stream::ReduceScatter;
+      r.unit = ui;
+      r.micro_batch = mbi;
+      r.label = "reduce-scatter " + u.name;
+      r.collective = CollectiveKind::ReduceScatter;
+      r.group = GroupKind::Shard;
+      r.comm_bytes = full * rb;
+      r.deps.push_back(bop);
+      double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
+      r.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
+      r.on_issue.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(static_cast<double>(u.params)) * mb});
+      r.on_complete.push_back({MemoryCategory::CommBuffers, -rs_input});
+      int rop = push(r);
+      if (hsdp && mbi == K - 1) {
+        Op a;
+        a.kind = OpKind::AllReduce;
+        a.stream = Stream::ReduceScatter;
+        a.unit = ui;
+        a.micro_batch = mbi;
+        a.label = "replica all-reduce " + u.name;
+        a.collective = CollectiveKind::AllReduce;
+        a.group = GroupKind::Replica;
+        a.comm_bytes = shard(static_cast<double>(u.params)) * rb;
+        a.deps.push_back(rop);
+        rop = push(a);
+      }
+      last_rs[static_cast<size_t>(ui)] = rop;
+    }
+  }
+  emit_optimizer();
+}
+
+void Emitter::emit_replicated() {
+  const int n = static_cast<int>(prog.units.size());
+  const int K = static_cast<int>(s.grad_accum);
+  const double P = static_cast<double>(g.total_params());
+  const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
+  // Full replicas in the master dtype; autocast runs compute in the param dtype.
+  prog.persistent.push_back({MemoryCategory::ShardedParams, P * mb});
+  // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
+  // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.
+  bool buckets = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1;
+  if (buckets && !rt.ddp_gradient_as_bucket_view) prog.persistent.push_back({MemoryCategory::CommBuffers, P * mb});
+  const bool casts = mixed && rt.autocast_caches_weight_casts;
+  for (int mbi = 0; mbi < K; ++mbi) {
+    const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
+    for (int ui = 0; ui < n; ++ui) {
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      Op f;
+      f.kind = OpKind::Forward;
+      f.unit = ui;
+      f.micro_batch = mbi;
+      f.label = "forward " + u.name;
+      f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
+      f.attention_flops = attn_flops[static_cast<size_t>(ui)];
+      f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
+      // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
+      // in which case they are recomputed).
+      double cast = casts ? static_cast<double>(u.params) * pb : 0.0;
+      if (cast > 0 && s.act_ckpt == ActCkpt::None) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
+      f.transient_bytes = forward_transient(u) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
+      push(f);
+    }
+    Op l;
+    l.kind = OpKind::Loss;
+    l.label = "head+loss forward";
+    l.micro_batch = mbi;
+    double logits = logits_elems() * pb;
+    double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
+    l.transient_bytes = logits + upcast;
+    l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
+    push(l);
+    Op lb;
+    lb.kind = OpKind::LossBackward;
+    lb.label = "loss backward";
+    lb.micro_batch = mbi;
+    lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
+    lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
+    push(lb);
+    std::vector<int> order;
+    for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
+    order.push_back(0);
+    for (int ui : order) {
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      double p = static_cast<double>(u.params);
+      Op b;
+      b.kind = OpKind::Backward;
+      b.unit = ui;
+      b.micro_batch = mbi;
+      b.label = "backward " + u.name;
+      double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
+      b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+      b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
+      double cast = casts ? p * pb : 0.0;
+      b.transient_bytes = backward_transient(static_cast<size_t>(ui)) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
+      // Gradients accumulate into .grad in the parameter dtype (fp32), allocated on the first micro-batch.
+      if (mbi == 0) {
+        if (s.kind == StrategyKind::Zero2) {
+          b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * mb});
+        } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
+          b.on_issue.push_back({MemoryCategory::ShardedGrads, p * mb});
+        }
+      } else if (s.kind == StrategyKind::Zero2) {
+        b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * mb});
+      }
+      b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
+      if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
+      int bop = push(b);
+      if (!sync) continue;
+      Op r;
+      r.stream = Stream::ReduceScatter;
+      r.unit = ui;
+      r.micro_batch = mbi;
+      r.deps.push_back(bop);
+      if (s.kind == StrategyKind::Zero2) {
+        // ZeRO-2: reduce(-scatter) each bucket, keep only this rank's partition of the gradient
+        // (DeepSpeed stage_1_and_2.py average_tensor / reduce_ipg_grads).
+        r.kind = OpKind::ReduceScatter;
+        r.label = "reduce-scatter " + u.name;
+        r.collective = CollectiveKind::ReduceScatter;
+        r.comm_bytes = p * rb;
+        r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * mb});
+        if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(p) * mb});
+      } else {
+        r.kind = OpKind::AllReduce;
+        r.label = std::string(ddp_like ? "bucket " : "") + "all-reduce " + u.name;
+        r.collective = CollectiveKind::AllReduce;
+        r.comm_bytes = p * rb;
+      }
+      r.group = GroupKind::World;
+      push(r);
+    }
+  }
+  emit_optimizer();
+}
+
+void Emitter::emit_optimizer() {
+  const double P = static_cast<double>(g.total_params());
+  const double opt_elems = shards_optimizer(s.kind) ? shard(P) : P;
+  const double states = s.optimizer == Optimizer::AdamW ? 2.0 : 1.0;  // exp_avg + exp_avg_sq, or momentum
+  const bool host_opt = s.offload != Offload::None;
+  const double grad_elems = shards_grads(s.kind) ? shard(P) : P;
+  if (!host_opt) {
+    prog.persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * mb});
+    if (mixed && !shards_params(s.kind) && s.master_dtype != DType::Fp32) {
+      // not reachable: replicated strategies keep fp32 masters as the parameters themselves
+    }
+    Op o;
+    o.kind = OpKind::OptimizerStep;
+    o.label = std::string("optimizer step (") + to_string(s.optimizer) + ")";
+    // torch.optim's foreach AdamW allocates one temporary list the size of the parameters for
+    // sqrt(exp_avg_sq) / bias correction (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt).
+    o.transient_bytes = s.optimizer == Optimizer::AdamW ? opt_elems * mb : 0.0;
+    // Memory traffic: read param, grad, states; write param and states (AdamW: 4 reads + 3 writes).
+    o.elementwise_bytes = opt_elems * mb * (s.optimizer == Optimizer::AdamW ? 7.0 : 4.0);
+    // Gradients are dropped after the step (zero_grad(set_to_none=True)).
+    double grads = allocated_grads();
+    if (grads > 0) o.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
+    for (size_t i = 0; i < prog.ops.size(); ++i)
+      if (prog.ops[i].stream != Stream::Compute) o.deps.push_back(static_cast<int>(i));
+    push(o);
+    if (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) {
+      Op a;
+      a.kind = OpKind::ParamAllGather;
+      a.stream = Stream::AllGather;
+      a.label = "all-gather updated parameters";
+      a.collective = CollectiveKind::AllGather;
+      a.group = GroupKind::World;
+      a.comm_bytes = P * mb;
+      a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
+      push(a);
+    }
+    return;
+  }
+  // Offloaded optimizer (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): fp32 masters, states and a
+  // gradient copy live in (pinned) host memory; gradients go down, updated parameters come back up.
+  prog.host_bytes_per_rank += opt_elems * (states + 1.0 + 1.0) * 4.0;  // states + master + fp32 grad
+  prog.pinned_bytes_per_rank += grad_elems * rb;
+  Op d;
+  d.kind = OpKind::CopyToHost;
+  d.stream = Stream::DeviceToHost;
+  d.label = "gradients to host";
+  d.copy_bytes = grad_elems * rb;
+  for (size_t i = 0; i < prog.ops.size(); ++i)
+    if (prog.ops[i].kind == OpKind::ReduceScatter || prog.ops[i].kind == OpKind::AllReduce ||
+        prog.ops[i].kind == OpKind::Backward)
+      d.deps.push_back(static_cast<int>(i));
+  double grads = allocated_grads();
+  if (grads > 0) d.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
+  int dop = push(d);
+  Op h;
+  h.kind = OpKind::HostOptimizerStep;
+  h.stream = Stream::Host;
+  h.label = std::string("host optimizer step (") + to_string(s.optimizer) + ")";
+  h.host_optimizer_params = opt_elems;
+  h.deps.push_back(dop);
+  int hop = push(h);
+  Op u;
+  u.kind = OpKind::CopyToDevice;
+  u.stream = Stream::HostToDevice;
+  u.label = "parameters to device";
+  u.copy_bytes = s.offload == Offload::Params ? 0.0 : opt_elems * pb;
+  u.deps.push_back(hop);
+  push(u);
+}
+
+}  // namespace
+
+StepProgram emit_step_program(const ProgramInput& in) {
+  FSDP_ASSERT(in.graph && in.runtime, "emit_step_program needs a graph and a runtime");
+  const Strategy& s = in.strategy;
+  Emitter e(*in.graph, s, *in.runtime);
+  StepLayout& lay = e.prog.layout;
+  lay.world = in.cluster.world_size();
+  if (s.kind == StrategyKind::Hsdp) {
+    FSDP_ASSERT(s.hsdp_group > 0 && lay.world % s.hsdp_group == 0, "hsdp group validated before emission");
+    lay.shard_size = s.hsdp_group;
+  } else if (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::NoShard) {
+    lay.shard_size = 1;
+  } else {
+    lay.shard_size = lay.world;
+  }
+  lay.replicas = lay.world / lay.shard_size;
+  e.setup();
+  if (shards_params(s.kind)) {
+    e.emit_sharded();
+  } else {
+    e.emit_replicated();
+  }
+  // Parameter offload: parameter shards and gradients live on the host too (FSDP CPUOffload).
+  if (s.offload == Offload::Params) {
+    double shard_p = 0;
+    for (const auto& u : e.prog.units) shard_p += e.shard(static_cast<double>(u.params));
+    e.prog.host_bytes_per_rank += shard_p * e.mb;
+    e.prog.pinned_bytes_per_rank += shard_p * e.pb;
+  }
+  // Communicators: the default (world) group, plus shard and replica groups for HSDP.
+  e.prog.communicators = lay.world > 1 ? (s.kind == StrategyKind::Hsdp ? 3 : 1) : 0;
+  return std::move(e.prog);
+}
+
+}  // namespace fsdp

@@ -1,0 +1,50 @@
+#include "runtime/runtime_profile.hpp"
+
+#include <filesystem>
+
+#include "core/config_map.hpp"
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root) {
+  std::string path = name_or_path;
+  if (path.find('/') == std::string::npos && path.find(".yaml") == std::string::npos) {
+    path = (std::filesystem::path(config_root) / "configs" / "runtimes" / (name_or_path + ".yaml")).string();
+    if (!std::filesystem::exists(path)) {
+      std::string known;
+      std::error_code ec;
+      for (const auto& e :
+           std::filesystem::directory_iterator(std::filesystem::path(config_root) / "configs" / "runtimes", ec))
+        if (e.path().extension() == ".yaml") known += (known.empty() ? "" : ", ") + e.path().stem().string();
+      throw InputError("--runtime: unknown runtime '" + name_or_path + "' (known: " + known + ")");
+    }
+  }
+  ConfigMap map = ConfigMap::load_file(path);
+  RuntimeProfile r;
+  r.source = path;
+  r.name = map.get_string("name");
+  ConfigMap alloc = map.get_map("allocator");
+  r.allocation_rounding = alloc.get_bytes("rounding");
+  r.fragmentation_fraction = alloc.get_double("fragmentation_fraction");
+  if (r.fragmentation_fraction < 0 || r.fragmentation_fraction > 1)
+    alloc.fail("fragmentation_fraction", "must be within [0, 1]");
+  alloc.finish();
+  r.context_memory = map.get_bytes("context_memory");
+  r.nccl_memory_per_communicator = map.get_bytes("nccl_memory_per_communicator");
+  ConfigMap mod = map.get_map("modules");
+  r.norm_saves_fp32_input = mod.get_bool("norm_saves_fp32_input");
+  r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
+  mod.finish();
+  ConfigMap sh = map.get_map("sharding");
+  r.allgather_copy_out = sh.get_bool("allgather_copy_out");
+  r.root_reshard_after_forward = sh.get_bool("root_reshard_after_forward");
+  r.grads_in_reduce_dtype_before_reduce = sh.get_bool("reduce_dtype_copy_of_grads");
+  r.ddp_gradient_as_bucket_view = sh.get_bool("ddp_gradient_as_bucket_view");
+  r.autocast_caches_weight_casts = sh.get_bool("autocast_keeps_weight_casts");
+  sh.finish();
+  map.finish();
+  return r;
+}
+
+}  // namespace fsdp

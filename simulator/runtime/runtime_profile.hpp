@@ -1,0 +1,35 @@
+// What a runtime (this project's fsdp-run, or PyTorch DDP/FSDP2 with Hugging Face modules)
+// allocates beyond the mathematics of the step: configs/runtimes/*.yaml. Runtime specifics are
+// data here, not branches elsewhere. Each field's file comment cites the source it was read from.
+#pragma once
+
+#include <string>
+
+#include "core/units.hpp"
+
+namespace fsdp {
+
+struct RuntimeProfile {
+  std::string name;
+  std::string source;
+  // --- allocator ---
+  Bytes allocation_rounding{512};  // every block is rounded up to this (CUDA caching allocator kMinBlockSize)
+  // Reserved minus allocated at the peak, as a fraction of the memory that is allocated and freed within
+  // a step (activations, unsharded params/grads, transients): blocks freed out of order stay cached.
+  double fragmentation_fraction = 0;
+  // --- fixed costs outside the allocator's statistics ---
+  Bytes context_memory{0};               // CUDA context + kernels + cuBLAS/cuDNN handles (workspace category)
+  Bytes nccl_memory_per_communicator{0};  // NCCL channel buffers (nccl category)
+  // --- module behaviour ---
+  bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
+  bool logits_upcast_fp32 = false;     // the loss casts logits to fp32 before log_softmax
+  bool allgather_copy_out = false;     // all-gather output is copied out into per-parameter tensors
+  bool root_reshard_after_forward = true;  // the root unit frees its params after forward
+  bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
+  bool ddp_gradient_as_bucket_view = false;          // DDP grads are views into its buckets (no extra copy)
+  bool autocast_caches_weight_casts = true;          // autocast keeps low-precision weight casts for backward
+};
+
+RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);
+
+}  // namespace fsdp

@@ -1,0 +1,81 @@
+#include "simulate.hpp"
+
+#include <string>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) {
+  auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
+  if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
+  if (c.gpus_per_node <= 0) bad("--gpus-per-node", "must be at least 1, got " + std::to_string(c.gpus_per_node));
+  if (s.micro_batch <= 0) bad("--micro-batch", "must be at least 1");
+  if (s.seq_len <= 0) bad("--seq", "must be at least 1");
+  if (s.grad_accum <= 0) bad("--grad-accum", "must be at least 1");
+  if (s.seq_len > m.max_positions && m.position_embedding == PositionEmbedding::Learned)
+    bad("--seq", std::to_string(s.seq_len) + " exceeds the model's learned positions (" +
+                     std::to_string(m.max_positions) + ")");
+  if (s.forward_prefetch < 0 || s.backward_prefetch < 0) bad("--prefetch", "must not be negative");
+  const int64_t world = c.world_size();
+  if (s.kind == StrategyKind::Hsdp) {
+    if (s.hsdp_group <= 0) bad("--hsdp-group", "hsdp needs a shard-group size (e.g. --hsdp-group 8)");
+    if (world % s.hsdp_group != 0)
+      bad("--hsdp-group", std::to_string(s.hsdp_group) + " does not divide the world size " + std::to_string(world));
+  } else if (s.hsdp_group != 0 && s.hsdp_group != world) {
+    bad("--hsdp-group", "only meaningful with --strategy hsdp");
+  }
+  if (s.wrap.kind == WrapKind::EveryK && s.wrap.every_k > m.num_layers)
+    bad("--wrap", "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " +
+                      std::to_string(m.num_layers) + " layers");
+  if ((s.param_dtype == DType::Fp32) != (s.master_dtype == DType::Fp32) && s.master_dtype != DType::Fp32)
+    bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
+  if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
+  if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
+}
+
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len) {
+  const ModelSpec& m = g.spec();
+  // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)
+  // weight: 6 * (N - embedding) + 6 * head (tied: the embedding matrix acts as the head).
+  double n = static_cast<double>(g.total_params());
+  double emb = static_cast<double>(m.vocab_size * m.hidden_size);
+  if (m.position_embedding == PositionEmbedding::Learned) emb += static_cast<double>(m.max_positions * m.hidden_size);
+  double dense = n - emb + (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);
+  if (m.moe) {
+    // Only experts_per_token of num_experts experts run per token.
+    double gate = m.gated_mlp ? 3.0 : 2.0;
+    double expert = gate * static_cast<double>(m.hidden_size * m.moe->expert_ffn_size);
+    dense -= static_cast<double>(m.num_layers) * expert * static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
+  }
+  double attention = 6.0 * static_cast<double>(m.num_layers) * static_cast<double>(seq_len) * static_cast<double>(m.q_dim());
+  return 6.0 * dense + attention;
+}
+
+Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
+  FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
+  ProgramInput pi;
+  pi.graph = in.graph;
+  pi.cluster = in.cluster;
+  pi.strategy = in.strategy;
+  pi.runtime = in.runtime;
+  StepProgram prog = emit_step_program(pi);
+  Prediction p;
+  p.params = in.graph->total_params();
+  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node);
+  p.usable_bytes = in.hardware->usable_device_memory.value;
+  p.fits = p.memory.device_total <= p.usable_bytes;
+  p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;
+  p.time = run_timeline(prog, *in.hardware, in.cluster, in.strategy);
+  const Strategy& s = in.strategy;
+  double tokens_per_rank = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+  p.tokens_per_step = tokens_per_rank * static_cast<double>(in.cluster.world_size());
+  p.tokens_per_s_per_gpu = p.time.step_s > 0 ? tokens_per_rank / p.time.step_s : 0.0;
+  p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len);
+  double peak = in.hardware->peak_flops(s.param_dtype).value;
+  p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;
+  if (program_out) *program_out = std::move(prog);
+  return p;
+}
+
+}  // namespace fsdp

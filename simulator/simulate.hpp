@@ -1,0 +1,58 @@
+// One configuration in, one prediction out: the simulator's public entry point.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "hardware/cluster.hpp"
+#include "hardware/hardware_profile.hpp"
+#include "memory/memory_walk.hpp"
+#include "model/module_graph.hpp"
+#include "program/step_program.hpp"
+#include "runtime/runtime_profile.hpp"
+#include "strategy/strategy.hpp"
+#include "timeline/timeline.hpp"
+
+namespace fsdp {
+
+struct SimulationInput {
+  const ModuleGraph* graph = nullptr;
+  const HardwareProfile* hardware = nullptr;
+  const RuntimeProfile* runtime = nullptr;
+  Cluster cluster;
+  Strategy strategy;
+};
+
+// A configuration that cannot run at all (not a user typo: a value the planner counts and explains).
+struct Infeasible {
+  std::string reason;
+  double needed_bytes = 0;
+  double available_bytes = 0;
+};
+
+struct Prediction {
+  MemoryResult memory;
+  TimelineResult time;
+  bool fits = false;            // device_total within the GPU's usable memory
+  bool host_fits = true;        // offload state within host RAM
+  double usable_bytes = 0;
+  int64_t params = 0;
+  double tokens_per_step = 0;   // global
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;
+  double model_flops_per_token = 0;  // 6N + attention (see README "MFU")
+};
+
+// Checks the strategy against the model and cluster; throws InputError naming the flag for a strategy
+// that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).
+void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c);
+
+// Simulates memory and time. The input must be valid (validate_strategy).
+Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullptr);
+
+// Model FLOPs per token used for MFU: 6N (forward + backward GEMMs over all N parameters, Kaplan et al.
+// 2020 / PaLM arXiv 2204.02311 App. B) plus causal attention 6 * L * s * d_q (12 * L * s * d_q halved by
+// the causal mask), independent of recomputation.
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len);
+
+}  // namespace fsdp

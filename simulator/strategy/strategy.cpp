@@ -1,0 +1,137 @@
+#include "strategy/strategy.hpp"
+
+#include <array>
+#include <charconv>
+#include <utility>
+
+namespace fsdp {
+namespace {
+
+template <typename E, size_t N>
+const char* name_of(E e, const std::array<std::pair<E, const char*>, N>& table) {
+  for (const auto& [k, v] : table)
+    if (k == e) return v;
+  return "?";
+}
+
+template <typename E, size_t N>
+bool value_of(const std::string& s, E& out, const std::array<std::pair<E, const char*>, N>& table) {
+  for (const auto& [k, v] : table)
+    if (s == v) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
+constexpr std::array<std::pair<StrategyKind, const char*>, 8> kStrategies{{
+    {StrategyKind::NoShard, "no-shard"},
+    {StrategyKind::Ddp, "ddp"},
+    {StrategyKind::Zero1, "zero1"},
+    {StrategyKind::Zero2, "zero2"},
+    {StrategyKind::Zero3, "zero3"},
+    {StrategyKind::Fsdp, "fsdp"},
+    {StrategyKind::FsdpGradOp, "fsdp-grad-op"},
+    {StrategyKind::Hsdp, "hsdp"},
+}};
+constexpr std::array<std::pair<ActCkpt, const char*>, 3> kActCkpt{{
+    {ActCkpt::None, "none"},
+    {ActCkpt::Full, "full"},
+    {ActCkpt::Selective, "selective"},
+}};
+constexpr std::array<std::pair<Offload, const char*>, 3> kOffload{{
+    {Offload::None, "none"},
+    {Offload::Optimizer, "optimizer"},
+    {Offload::Params, "params"},
+}};
+constexpr std::array<std::pair<DType, const char*>, 3> kDType{{
+    {DType::Fp32, "fp32"},
+    {DType::Bf16, "bf16"},
+    {DType::Fp16, "fp16"},
+}};
+constexpr std::array<std::pair<Optimizer, const char*>, 2> kOptimizer{{
+    {Optimizer::AdamW, "adamw"},
+    {Optimizer::Sgd, "sgd"},
+}};
+constexpr std::array<std::pair<Method, const char*>, 3> kMethod{{
+    {Method::Full, "full"},
+    {Method::Lora, "lora"},
+    {Method::QLora, "qlora"},
+}};
+constexpr std::array<std::pair<AttentionImpl, const char*>, 3> kAttention{{
+    {AttentionImpl::Flash, "flash"},
+    {AttentionImpl::Sdpa, "sdpa"},
+    {AttentionImpl::Eager, "eager"},
+}};
+
+bool parse_i64(const std::string& s, int64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+const char* to_string(StrategyKind k) { return name_of(k, kStrategies); }
+const char* to_string(ActCkpt k) { return name_of(k, kActCkpt); }
+const char* to_string(Offload k) { return name_of(k, kOffload); }
+const char* to_string(DType k) { return name_of(k, kDType); }
+const char* to_string(Optimizer k) { return name_of(k, kOptimizer); }
+const char* to_string(Method k) { return name_of(k, kMethod); }
+const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
+
+std::string to_string(const WrapPolicy& w) {
+  switch (w.kind) {
+    case WrapKind::Layer: return "layer";
+    case WrapKind::EveryK: return "every:" + std::to_string(w.every_k);
+    case WrapKind::Size: return "size:" + std::to_string(w.min_params);
+    case WrapKind::Model: return "model";
+  }
+  return "?";
+}
+
+bool parse_strategy_kind(const std::string& s, StrategyKind& o) { return value_of(s, o, kStrategies); }
+bool parse_act_ckpt(const std::string& s, ActCkpt& o) { return value_of(s, o, kActCkpt); }
+bool parse_offload(const std::string& s, Offload& o) { return value_of(s, o, kOffload); }
+bool parse_dtype(const std::string& s, DType& o) { return value_of(s, o, kDType); }
+bool parse_optimizer(const std::string& s, Optimizer& o) { return value_of(s, o, kOptimizer); }
+bool parse_method(const std::string& s, Method& o) { return value_of(s, o, kMethod); }
+bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s, o, kAttention); }
+
+bool parse_wrap(const std::string& s, WrapPolicy& w) {
+  if (s == "layer") {
+    w = WrapPolicy{WrapKind::Layer, 1, 0};
+    return true;
+  }
+  if (s == "model") {
+    w = WrapPolicy{WrapKind::Model, 1, 0};
+    return true;
+  }
+  int64_t n = 0;
+  if (s.rfind("every:", 0) == 0 && parse_i64(s.substr(6), n) && n > 0) {
+    w = WrapPolicy{WrapKind::EveryK, n, 0};
+    return true;
+  }
+  if (s.rfind("size:", 0) == 0 && parse_i64(s.substr(5), n) && n > 0) {
+    w = WrapPolicy{WrapKind::Size, 1, n};
+    return true;
+  }
+  return false;
+}
+
+int dtype_bytes(DType d) {
+  switch (d) {
+    case DType::Fp32: return 4;
+    case DType::Bf16:
+    case DType::Fp16: return 2;
+  }
+  return 4;
+}
+
+bool shards_params(StrategyKind k) {
+  return k == StrategyKind::Zero3 || k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp ||
+         k == StrategyKind::Hsdp;
+}
+bool shards_grads(StrategyKind k) { return k == StrategyKind::Zero2 || shards_params(k); }
+bool shards_optimizer(StrategyKind k) { return k == StrategyKind::Zero1 || shards_grads(k); }
+
+}  // namespace fsdp

@@ -1,0 +1,87 @@
+// One training configuration: the execution-strategy input (the third of
+// model / hardware / strategy). Plain data, filled from CLI flags or plan.yaml.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+enum class StrategyKind {
+  NoShard,     // replicate everything, all-reduce grads (FSDP NO_SHARD; DDP without buckets' overlap semantics)
+  Ddp,         // DistributedDataParallel: replicas, bucketed all-reduce overlapped with backward
+  Zero1,       // optimizer states sharded
+  Zero2,       // optimizer states and gradients sharded
+  Zero3,       // params, grads, optimizer sharded (DeepSpeed stage 3; same lifecycle as FSDP FULL_SHARD)
+  Fsdp,        // FULL_SHARD
+  FsdpGradOp,  // SHARD_GRAD_OP: params stay unsharded from forward to backward
+  Hsdp,        // shard within groups of hsdp_group GPUs, replicate across groups
+};
+
+enum class WrapKind { Layer, EveryK, Size, Model };
+enum class ActCkpt { None, Full, Selective };
+enum class Offload { None, Optimizer, Params };
+enum class DType { Fp32, Bf16, Fp16 };
+enum class Optimizer { AdamW, Sgd };
+enum class Method { Full, Lora, QLora };
+enum class AttentionImpl { Flash, Sdpa, Eager };
+
+struct WrapPolicy {
+  WrapKind kind = WrapKind::Layer;
+  int64_t every_k = 1;        // for EveryK
+  int64_t min_params = 0;     // for Size (like size_based_auto_wrap_policy's min_num_params)
+};
+
+struct LoraSpec {
+  int64_t rank = 0;
+  std::vector<std::string> target_modules;  // names like q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj
+};
+
+struct Strategy {
+  StrategyKind kind = StrategyKind::Fsdp;
+  int64_t hsdp_group = 0;  // shard-group size for Hsdp (0 = not used)
+  WrapPolicy wrap;
+  bool reshard_after_forward = true;
+  ActCkpt act_ckpt = ActCkpt::None;
+  Offload offload = Offload::None;
+  DType param_dtype = DType::Bf16;   // the dtype compute uses
+  DType reduce_dtype = DType::Fp32;  // gradient reduction dtype
+  DType master_dtype = DType::Fp32;  // dtype of the sharded master params and optimizer states
+  int64_t micro_batch = 1;
+  int64_t seq_len = 4096;
+  int64_t grad_accum = 1;
+  Optimizer optimizer = Optimizer::AdamW;
+  Method method = Method::Full;
+  LoraSpec lora;
+  AttentionImpl attention = AttentionImpl::Flash;
+  int64_t forward_prefetch = 1;   // units gathered ahead in forward
+  int64_t backward_prefetch = 1;  // units gathered ahead in backward
+  int64_t ddp_bucket_mb = 25;     // DDP bucket_cap_mb
+};
+
+// Text names used in CLI flags and plan.yaml (round-trip exactly).
+const char* to_string(StrategyKind);
+const char* to_string(ActCkpt);
+const char* to_string(Offload);
+const char* to_string(DType);
+const char* to_string(Optimizer);
+const char* to_string(Method);
+const char* to_string(AttentionImpl);
+std::string to_string(const WrapPolicy&);
+
+bool parse_strategy_kind(const std::string&, StrategyKind&);
+bool parse_act_ckpt(const std::string&, ActCkpt&);
+bool parse_offload(const std::string&, Offload&);
+bool parse_dtype(const std::string&, DType&);
+bool parse_optimizer(const std::string&, Optimizer&);
+bool parse_method(const std::string&, Method&);
+bool parse_attention(const std::string&, AttentionImpl&);
+bool parse_wrap(const std::string&, WrapPolicy&);  // "layer", "every:K", "size:N", "model"
+
+int dtype_bytes(DType);
+bool shards_params(StrategyKind);     // zero3, fsdp, fsdp-grad-op, hsdp
+bool shards_grads(StrategyKind);      // zero2 and all that shard params
+bool shards_optimizer(StrategyKind);  // zero1 and above
+
+}  // namespace fsdp

@@ -1,0 +1,36 @@
+// A discrete-event simulation of one step program on its streams: each stream runs its ops in program
+// order; an op starts when its stream is free and its dependencies have completed. Durations come from
+// the compute and collective cost models. Memory over time is read from the same events.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hardware/cluster.hpp"
+#include "hardware/hardware_profile.hpp"
+#include "program/step_program.hpp"
+
+namespace fsdp {
+
+struct OpTiming {
+  double start = 0;
+  double end = 0;
+};
+
+struct TimelineResult {
+  double step_s = 0;
+  double compute_s = 0;        // busy time of the compute stream
+  double comm_s = 0;           // total collective time
+  double exposed_comm_s = 0;   // compute-stream idle time waiting on communication
+  double offload_s = 0;        // host<->device copies + host optimizer
+  double exposed_offload_s = 0;
+  double optimizer_s = 0;
+  std::vector<OpTiming> ops;   // per op of the program
+};
+
+double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c,
+                   const Strategy& s);
+
+TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s);
+
+}  // namespace fsdp
