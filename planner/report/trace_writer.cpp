@@ -28,7 +28,7 @@ nlohmann::json chrome_trace(const StepProgram& program, const Prediction& p) {
     nlohmann::json ev{{"ph", "X"},
                       {"pid", 0},
                       {"tid", static_cast<int>(op.stream)},
-                      {"name", op.label},
+                      {"name", op_label(program, op)},
                       {"cat", to_string(op.kind)},
                       {"ts", timing[i].start * kUsPerSecond},
                       {"dur", (timing[i].end - timing[i].start) * kUsPerSecond},

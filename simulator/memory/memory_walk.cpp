@@ -44,9 +44,13 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
       r.peak_allocated = t;
       r.breakdown = during;
       r.peak_op = static_cast<int>(i);
-      r.peak_phase = op.label + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
+      r.peak_op = static_cast<int>(i);
     }
     for (const MemEvent& e : op.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  }
+  if (r.peak_op >= 0) {
+    const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
+    r.peak_phase = op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
   }
   for (double& v : r.breakdown) v = std::max(0.0, v);
   // Fragmentation: blocks freed within the step stay cached and are not always reusable for differently

@@ -45,7 +45,17 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
   return 4.0;
 }
 
-ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) { build(); }
+ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
+  build();
+  // Children are added after their parents, so a reverse sweep over vertices sums subtrees bottom-up.
+  const size_t n = boost::num_vertices(g_);
+  subtree_params_.assign(n, 0);
+  for (size_t v = n; v-- > 0;) {
+    subtree_params_[v] += g_[v].params;
+    for (auto [it, end] = boost::in_edges(v, g_); it != end; ++it)
+      if (g_[*it].kind == EdgeKind::Contains) subtree_params_[boost::source(*it, g_)] += subtree_params_[v];
+  }
+}
 
 ModuleGraph build_module_graph(const ModelSpec& spec) { return ModuleGraph(spec); }
 
@@ -425,11 +435,7 @@ std::vector<ModuleId> ModuleGraph::leaves_under(ModuleId id) const {
   return out;
 }
 
-int64_t ModuleGraph::params_under(ModuleId id) const {
-  int64_t total = g_[id].params;
-  for (ModuleId c : children(id)) total += params_under(c);
-  return total;
-}
+int64_t ModuleGraph::params_under(ModuleId id) const { return subtree_params_[id]; }
 
 int64_t ModuleGraph::total_params() const { return params_under(root_); }
 

@@ -124,6 +124,7 @@ class ModuleGraph {
   ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
 
   ModelSpec spec_;
+  std::vector<int64_t> subtree_params_;  // cached params_under per vertex
   ModuleGraphBase g_;
   ModuleId root_{};
   std::vector<ModuleId> layers_;

@@ -20,6 +20,15 @@ const char* to_string(Stream s) {
   return "?";
 }
 
+std::string op_label(const StepProgram& p, const Op& op) {
+  std::string l = op.what;
+  if (op.unit >= 0 && static_cast<size_t>(op.unit) < p.units.size() &&
+      (op.kind == OpKind::Gather || op.kind == OpKind::Forward || op.kind == OpKind::Backward ||
+       op.kind == OpKind::Reshard || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce))
+    l += " " + p.units[static_cast<size_t>(op.unit)].name;
+  return l;
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::Gather: return "gather";
@@ -95,12 +104,6 @@ struct Emitter {
     }
   }
 
-  std::vector<ModuleId> unit_layers(const WrapUnit& u) const {
-    std::vector<ModuleId> out;
-    for (int64_t i = u.first_layer; i >= 0 && i <= u.last_layer; ++i) out.push_back(g.layers()[static_cast<size_t>(i)]);
-    return out;
-  }
-
   // Per-layer saved bytes under the strategy's checkpointing mode.
   double layer_saved(ModuleId layer) const {
     if (s.act_ckpt == ActCkpt::Full) {
@@ -122,13 +125,34 @@ struct Emitter {
     WrapPolicy wrap = s.wrap;
     if (!sharded) wrap = WrapPolicy{WrapKind::Layer, 1, 0};  // compute granularity for replicated strategies
     prog.units = build_wrap_units(g, wrap);
-    for (const auto& u : prog.units) {
-      double act = 0, mm = 0, at = 0, rec = 0;
-      for (ModuleId l : unit_layers(u)) {
-        act += layer_saved(l);
-        flops_of(l, mm, at);
-        rec = std::max(rec, tokens * g.saved_bytes_per_token(l, q, ActCkpt::None));
+    // GEMM and attention shapes for the compute cost model.
+    const ModelSpec& ms = g.spec();
+    const int64_t toks = s.micro_batch * s.seq_len;
+    if (!g.layers().empty()) {
+      for (ModuleId leaf : g.leaves_under(g.layers().front())) {
+        const ModuleNode& n = g.node(leaf);
+        if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
+        double weight = n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+        prog.layer_gemms.push_back(GemmShape{toks, n.out_features, n.in_features, weight});
       }
+    }
+    prog.head_gemm = GemmShape{toks, ms.vocab_size, ms.hidden_size, 1.0};
+    prog.attn_batch = s.micro_batch;
+    prog.attn_seq = s.seq_len;
+    prog.attn_heads = ms.num_heads;
+    prog.attn_kv_heads = ms.num_kv_heads;
+    prog.attn_head_dim = ms.head_dim;
+    // Decoder layers are identical in shape: evaluate layer 0 once and scale.
+    double layer_act = 0, layer_mm = 0, layer_at = 0, layer_rec = 0;
+    if (!g.layers().empty()) {
+      ModuleId l0 = g.layers().front();
+      layer_act = layer_saved(l0);
+      flops_of(l0, layer_mm, layer_at);
+      layer_rec = tokens * g.saved_bytes_per_token(l0, q, ActCkpt::None);
+    }
+    for (const auto& u : prog.units) {
+      const double nl = static_cast<double>(u.num_layers());
+      double act = layer_act * nl, mm = layer_mm * nl, at = layer_at * nl, rec = nl > 0 ? layer_rec : 0.0;
       if (u.is_root) {
         // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
         for (ModuleId c : g.children(g.root())) {
@@ -192,6 +216,7 @@ void Emitter::emit_sharded() {
   const int n = static_cast<int>(prog.units.size());
   const bool offload_params = s.offload == Offload::Params;
   const int K = static_cast<int>(s.grad_accum);
+  const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
   const bool hsdp = s.kind == StrategyKind::Hsdp;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
@@ -206,7 +231,8 @@ void Emitter::emit_sharded() {
     }
   }
   std::vector<int> last_rs(static_cast<size_t>(n), -1);
-  for (int mbi = 0; mbi < K; ++mbi) {
+  for (int rep = 0; rep < Kemit; ++rep) {
+    const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     std::vector<int> gather_op(static_cast<size_t>(n), -1);
     std::vector<bool> gathered(static_cast<size_t>(n), false);
     auto gather = [&](int ui, bool backward) {
@@ -217,7 +243,7 @@ void Emitter::emit_sharded() {
       op.stream = Stream::AllGather;
       op.unit = ui;
       op.micro_batch = mbi;
-      op.label = std::string(backward ? "bwd " : "fwd ") + "all-gather " + u.name;
+      op.what = backward ? "bwd all-gather" : "fwd all-gather";
       op.collective = CollectiveKind::AllGather;
       op.group = GroupKind::Shard;
       op.comm_bytes = full * pb;
@@ -242,7 +268,7 @@ void Emitter::emit_sharded() {
       op.stream = Stream::Compute;
       op.unit = ui;
       op.micro_batch = mbi;
-      op.label = "free " + u.name;
+      op.what = "free";
       op.on_issue.push_back({MemoryCategory::UnshardedParams, -padded(static_cast<double>(u.params)) * pb});
       gathered[static_cast<size_t>(ui)] = false;
       push(op);
@@ -264,9 +290,12 @@ void Emitter::emit_sharded() {
       f.kind = OpKind::Forward;
       f.unit = ui;
       f.micro_batch = mbi;
-      f.label = "forward " + u.name;
+      f.what = "forward";
       f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
       f.attention_flops = attn_flops[static_cast<size_t>(ui)];
+      f.layers = static_cast<double>(u.num_layers());
+      f.gemm_passes = 1;
+      f.attn_fwd_passes = 1;
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
       f.transient_bytes = forward_transient(u);
@@ -277,7 +306,7 @@ void Emitter::emit_sharded() {
     {
       Op l;
       l.kind = OpKind::Loss;
-      l.label = "head+loss forward";
+      l.what = "head+loss forward";
       l.micro_batch = mbi;
       l.unit = 0;
       // logits in the compute dtype, (fp32 copy), then log-probabilities kept for backward.
@@ -286,16 +315,18 @@ void Emitter::emit_sharded() {
       l.transient_bytes = logits + upcast;
       l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
       l.elementwise_bytes = logits + upcast + logits_elems() * logprob_bytes();
+      l.head_passes = 1;
       push(l);
       Op lb;
       lb.kind = OpKind::LossBackward;
-      lb.label = "loss backward";
+      lb.what = "loss backward";
       lb.micro_batch = mbi;
       lb.unit = 0;
       // d(logprobs) and d(logits) in the log-prob dtype, then the cast back to the compute dtype.
       lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
       lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
       lb.elementwise_bytes = lb.transient_bytes + logits_elems() * logprob_bytes();
+      lb.head_passes = 2;
       push(lb);
     }
     // ---- backward (reverse unit order; the root's embedding backward comes last) ----
@@ -315,10 +346,14 @@ void Emitter::emit_sharded() {
       b.kind = OpKind::Backward;
       b.unit = ui;
       b.micro_batch = mbi;
-      b.label = "backward " + u.name;
+      b.what = "backward";
       // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
       double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
       b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+      b.layers = static_cast<double>(u.num_layers());
+      b.gemm_passes = 2.0 + recompute;
+      b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
+      b.attn_bwd_passes = 1;
       // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
       // and full checkpointing also recompute the attention forward.
       b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
@@ -336,7 +371,7 @@ void Emitter::emit_sharded() {
       r.stream = Stream::ReduceScatter;
       r.unit = ui;
       r.micro_batch = mbi;
-      r.label = "reduce-scatter " + u.name;
+      r.what = "reduce-scatter";
       r.collective = CollectiveKind::ReduceScatter;
       r.group = GroupKind::Shard;
       r.comm_bytes = full * rb;
@@ -353,7 +388,7 @@ void Emitter::emit_sharded() {
         a.stream = Stream::ReduceScatter;
         a.unit = ui;
         a.micro_batch = mbi;
-        a.label = "replica all-reduce " + u.name;
+        a.what = "replica all-reduce";
         a.collective = CollectiveKind::AllReduce;
         a.group = GroupKind::Replica;
         a.comm_bytes = shard(static_cast<double>(u.params)) * rb;
@@ -369,6 +404,7 @@ void Emitter::emit_sharded() {
 void Emitter::emit_replicated() {
   const int n = static_cast<int>(prog.units.size());
   const int K = static_cast<int>(s.grad_accum);
+  const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
   const double P = static_cast<double>(g.total_params());
   const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
@@ -378,7 +414,8 @@ void Emitter::emit_replicated() {
   bool buckets = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1;
   if (buckets && !rt.ddp_gradient_as_bucket_view) prog.persistent.push_back({MemoryCategory::CommBuffers, P * mb});
   const bool casts = mixed && rt.autocast_caches_weight_casts;
-  for (int mbi = 0; mbi < K; ++mbi) {
+  for (int rep = 0; rep < Kemit; ++rep) {
+    const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
     for (int ui = 0; ui < n; ++ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -386,9 +423,12 @@ void Emitter::emit_replicated() {
       f.kind = OpKind::Forward;
       f.unit = ui;
       f.micro_batch = mbi;
-      f.label = "forward " + u.name;
+      f.what = "forward";
       f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
       f.attention_flops = attn_flops[static_cast<size_t>(ui)];
+      f.layers = static_cast<double>(u.num_layers());
+      f.gemm_passes = 1;
+      f.attn_fwd_passes = 1;
       f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed).
@@ -399,19 +439,23 @@ void Emitter::emit_replicated() {
     }
     Op l;
     l.kind = OpKind::Loss;
-    l.label = "head+loss forward";
+    l.what = "head+loss forward";
     l.micro_batch = mbi;
     double logits = logits_elems() * pb;
     double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
     l.transient_bytes = logits + upcast;
     l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
+    l.elementwise_bytes = logits + upcast + logits_elems() * logprob_bytes();
+    l.head_passes = 1;
     push(l);
     Op lb;
     lb.kind = OpKind::LossBackward;
-    lb.label = "loss backward";
+    lb.what = "loss backward";
     lb.micro_batch = mbi;
     lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
     lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
+    lb.elementwise_bytes = lb.transient_bytes + logits_elems() * logprob_bytes();
+    lb.head_passes = 2;
     push(lb);
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
@@ -423,9 +467,13 @@ void Emitter::emit_replicated() {
       b.kind = OpKind::Backward;
       b.unit = ui;
       b.micro_batch = mbi;
-      b.label = "backward " + u.name;
+      b.what = "backward";
       double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
       b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+      b.layers = static_cast<double>(u.num_layers());
+      b.gemm_passes = 2.0 + recompute;
+      b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
+      b.attn_bwd_passes = 1;
       b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
       double cast = casts ? p * pb : 0.0;
       b.transient_bytes = backward_transient(static_cast<size_t>(ui)) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
@@ -452,14 +500,14 @@ void Emitter::emit_replicated() {
         // ZeRO-2: reduce(-scatter) each bucket, keep only this rank's partition of the gradient
         // (DeepSpeed stage_1_and_2.py average_tensor / reduce_ipg_grads).
         r.kind = OpKind::ReduceScatter;
-        r.label = "reduce-scatter " + u.name;
+        r.what = "reduce-scatter";
         r.collective = CollectiveKind::ReduceScatter;
         r.comm_bytes = p * rb;
         r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * mb});
         if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(p) * mb});
       } else {
         r.kind = OpKind::AllReduce;
-        r.label = std::string(ddp_like ? "bucket " : "") + "all-reduce " + u.name;
+        r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
         r.collective = CollectiveKind::AllReduce;
         r.comm_bytes = p * rb;
       }
@@ -483,7 +531,7 @@ void Emitter::emit_optimizer() {
     }
     Op o;
     o.kind = OpKind::OptimizerStep;
-    o.label = std::string("optimizer step (") + to_string(s.optimizer) + ")";
+    o.what = "optimizer step";
     // torch.optim's foreach AdamW allocates one temporary list the size of the parameters for
     // sqrt(exp_avg_sq) / bias correction (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt).
     o.transient_bytes = s.optimizer == Optimizer::AdamW ? opt_elems * mb : 0.0;
@@ -492,14 +540,13 @@ void Emitter::emit_optimizer() {
     // Gradients are dropped after the step (zero_grad(set_to_none=True)).
     double grads = allocated_grads();
     if (grads > 0) o.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
-    for (size_t i = 0; i < prog.ops.size(); ++i)
-      if (prog.ops[i].stream != Stream::Compute) o.deps.push_back(static_cast<int>(i));
+    o.after_all_comm = true;
     push(o);
     if (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) {
       Op a;
       a.kind = OpKind::ParamAllGather;
       a.stream = Stream::AllGather;
-      a.label = "all-gather updated parameters";
+      a.what = "all-gather updated parameters";
       a.collective = CollectiveKind::AllGather;
       a.group = GroupKind::World;
       a.comm_bytes = P * mb;
@@ -515,26 +562,24 @@ void Emitter::emit_optimizer() {
   Op d;
   d.kind = OpKind::CopyToHost;
   d.stream = Stream::DeviceToHost;
-  d.label = "gradients to host";
+  d.what = "gradients to host";
   d.copy_bytes = grad_elems * rb;
-  for (size_t i = 0; i < prog.ops.size(); ++i)
-    if (prog.ops[i].kind == OpKind::ReduceScatter || prog.ops[i].kind == OpKind::AllReduce ||
-        prog.ops[i].kind == OpKind::Backward)
-      d.deps.push_back(static_cast<int>(i));
+  d.after_all_comm = true;
+  d.deps.push_back(static_cast<int>(prog.ops.size()) - 1);  // the last backward
   double grads = allocated_grads();
   if (grads > 0) d.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
   int dop = push(d);
   Op h;
   h.kind = OpKind::HostOptimizerStep;
   h.stream = Stream::Host;
-  h.label = std::string("host optimizer step (") + to_string(s.optimizer) + ")";
+  h.what = "host optimizer step";
   h.host_optimizer_params = opt_elems;
   h.deps.push_back(dop);
   int hop = push(h);
   Op u;
   u.kind = OpKind::CopyToDevice;
   u.stream = Stream::HostToDevice;
-  u.label = "parameters to device";
+  u.what = "parameters to device";
   u.copy_bytes = s.offload == Offload::Params ? 0.0 : opt_elems * pb;
   u.deps.push_back(hop);
   push(u);
@@ -557,6 +602,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
     lay.shard_size = lay.world;
   }
   lay.replicas = lay.world / lay.shard_size;
+  // Micro-batches between the first and the last are identical; one represents them all and the
+  // timeline scales its duration (timeline.cpp).
+  lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
   e.setup();
   if (shards_params(s.kind)) {
     e.emit_sharded();

@@ -44,36 +44,72 @@ struct MemEvent {
   double bytes;  // > 0 allocates, < 0 frees
 };
 
+// A fixed-capacity inline list: ops are emitted by the thousand per simulated configuration and
+// the planner simulates thousands of configurations, so no op allocates.
+template <typename T, int N>
+struct InlineList {
+  T items[N]{};
+  int count = 0;
+  void push_back(const T& v) {
+    if (count < N) items[count++] = v;
+  }
+  const T* begin() const { return items; }
+  const T* end() const { return items + count; }
+  bool empty() const { return count == 0; }
+};
+
 struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
   int unit = -1;        // index into StepProgram::units
   int micro_batch = 0;  // 0-based
-  std::string label;
-  std::vector<MemEvent> on_issue;     // applied when the op is issued (CPU order)
-  double transient_bytes = 0;         // live only while the op runs (Transient category)
-  std::vector<MemEvent> on_complete;  // applied when it completes
+  const char* what = "";  // label prefix; the full label is op_label(program, op)
+  InlineList<MemEvent, 4> on_issue;     // applied when the op is issued (CPU order)
+  double transient_bytes = 0;           // live only while the op runs (Transient category)
+  InlineList<MemEvent, 3> on_complete;  // applied when it completes
   // Cost (read by the timeline)
-  double matmul_flops = 0;
-  double attention_flops = 0;
+  double matmul_flops = 0;     // total GEMM FLOPs of the op (for the trace and checks)
+  double attention_flops = 0;  // total attention-score FLOPs
+  // What the compute cost model prices: `layers` decoder layers' GEMMs run `gemm_passes` times
+  // (forward 1, backward 2: input and weight gradients, +1 when recomputed), attention kernels
+  // forward `attn_fwd_passes` and backward `attn_bwd_passes` times; `head_passes` of the lm_head GEMM.
+  double layers = 0;
+  double gemm_passes = 0;
+  double attn_fwd_passes = 0;
+  double attn_bwd_passes = 0;
+  double head_passes = 0;
   double elementwise_bytes = 0;  // memory-bound traffic
   CollectiveKind collective = CollectiveKind::None;
   GroupKind group = GroupKind::Shard;
   double comm_bytes = 0;  // full buffer size of the collective
   double copy_bytes = 0;  // host<->device
   double host_optimizer_params = 0;
-  std::vector<int> deps;  // ops that must complete before this one starts
+  InlineList<int, 2> deps;        // ops that must complete before this one starts
+  bool after_all_comm = false;    // also waits for every earlier non-compute op (optimizer barrier)
 };
+
+struct StepLayout;
+struct StepProgram;
+std::string op_label(const StepProgram& p, const Op& op);
 
 struct StepLayout {
   int64_t world = 1;
   int64_t shard_size = 1;   // ranks a parameter/gradient/optimizer shard is split over
   int64_t replicas = 1;     // world / shard_size
   int64_t tokens_per_micro_batch = 0;
+  int64_t micro_batches_emitted = 1;  // min(grad_accum, 3): first, one representative middle, last
+};
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
+  double weight = 1.0;          // fraction of tokens (MoE experts see k/E of them)
 };
 
 struct StepProgram {
   StepLayout layout;
+  std::vector<GemmShape> layer_gemms;  // one decoder layer's forward GEMMs
+  GemmShape head_gemm;
+  int64_t attn_batch = 0, attn_seq = 0, attn_heads = 0, attn_kv_heads = 0, attn_head_dim = 0;
   std::vector<WrapUnit> units;
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;

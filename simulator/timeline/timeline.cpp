@@ -15,9 +15,11 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // Ops are issued in program order (the CPU issue order); each stream is a FIFO, so scheduling in
   // program order with "start = max(stream free, deps done)" is an exact event simulation of in-order streams.
   double compute_busy = 0;
+  double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     double ready = stream_free[static_cast<size_t>(op.stream)];
+    if (op.after_all_comm) ready = std::max(ready, comm_done);
     for (int d : op.deps) {
       FSDP_ASSERT(d >= 0 && static_cast<size_t>(d) < i, "dependencies point backwards in program order");
       ready = std::max(ready, r.ops[static_cast<size_t>(d)].end);
@@ -26,6 +28,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     FSDP_ASSERT(dur >= 0, "negative op duration");
     r.ops[i] = OpTiming{ready, ready + dur};
     stream_free[static_cast<size_t>(op.stream)] = ready + dur;
+    if (op.stream != Stream::Compute) comm_done = std::max(comm_done, ready + dur);
     switch (op.stream) {
       case Stream::Compute:
         compute_busy += dur;
@@ -44,6 +47,24 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   }
   double end = 0;
   for (const auto& t : r.ops) end = std::max(end, t.end);
+  // Accumulation: micro-batches 2..K-1 are identical and one of them (index 1) was emitted; the others
+  // take as long as it does, from its first op to the first op of the next emitted micro-batch.
+  const int64_t K = s.grad_accum;
+  if (K > p.layout.micro_batches_emitted) {
+    double mid_start = -1, next_start = -1, mid_compute = 0;
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      const Op& op = p.ops[i];
+      // Micro-batch boundaries on the compute stream (prefetched gathers may start earlier).
+      if (op.stream != Stream::Compute) continue;
+      if (op.micro_batch == 1 && mid_start < 0) mid_start = r.ops[i].start;
+      if (op.micro_batch == K - 1 && next_start < 0) next_start = r.ops[i].start;
+      if (op.micro_batch == 1) mid_compute += r.ops[i].end - r.ops[i].start;
+    }
+    FSDP_ASSERT(mid_start >= 0 && next_start >= mid_start, "representative micro-batch missing");
+    double repeats = static_cast<double>(K - p.layout.micro_batches_emitted);
+    end += repeats * (next_start - mid_start);
+    compute_busy += repeats * mid_compute;
+  }
   r.step_s = end;
   r.compute_s = compute_busy;
   // Everything that is not compute-stream work is exposed time; split it between communication and

@@ -1,0 +1,255 @@
+#include "cli/plan_command.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "cli/strategy_flags.hpp"
+#include "core/errors.hpp"
+#include "model/model_loader.hpp"
+#include "planfile/plan_file.hpp"
+#include "report/plan_report.hpp"
+#include "report/trace_writer.hpp"
+#include "search/plan_search.hpp"
+
+namespace fsdp {
+
+namespace {
+
+// Defaults of `fsdp-plan` (README "Planner defaults").
+constexpr const char* kDefaultHardware = "a100-80gb";
+constexpr const char* kDefaultRuntime = "fsdp-run";
+constexpr int64_t kDefaultSeq = 4096;
+constexpr double kDefaultGlobalBatchTokens = 4194304;  // 4M tokens: Llama 2 paper (arXiv 2307.09288) sec. 2.2
+constexpr double kDefaultHeadroom = 0.05;
+constexpr int64_t kMaxAutoNodes = 4096;
+
+SearchPins pins_from(const Args& a, const Strategy& s) {
+  SearchPins p;
+  if (a.has("--strategy")) p.strategy = s.kind;
+  if (a.has("--wrap")) p.wrap = s.wrap;
+  if (a.has("--reshard-after-forward")) p.reshard_after_forward = s.reshard_after_forward;
+  if (a.has("--act-ckpt")) p.act_ckpt = s.act_ckpt;
+  if (a.has("--offload")) p.offload = s.offload;
+  if (a.has("--param-dtype")) p.param_dtype = s.param_dtype;
+  if (a.has("--reduce-dtype")) p.reduce_dtype = s.reduce_dtype;
+  if (a.has("--micro-batch")) p.micro_batch = s.micro_batch;
+  if (a.has("--grad-accum")) p.grad_accum = s.grad_accum;
+  if (a.has("--hsdp-group")) p.hsdp_group = s.hsdp_group;
+  return p;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (s.find_first_of(" '\"$\\") == std::string::npos) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& argv) {
+  std::set<std::string> values{"--model",  "--hw",         "--nodes",       "--gpus-per-node", "--gpus",
+                               "--runtime", "--objective", "--tokens",      "--memory-headroom", "--top",
+                               "--out",     "--trace",     "--config-root", "--global-batch-tokens",
+                               "--max-micro-batch"};
+  for (const auto& f : strategy_value_flags()) values.insert(f);
+  Args args(argv, values, {"--json", "--help", "--no-out"});
+  if (args.has("--help")) {
+    std::cout
+        << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
+           "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
+           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE]\n"
+           "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch B ...]\n"
+           "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
+           "       fsdp-plan show plan.yaml    print a plan file\n"
+           "       fsdp-plan --list-models | --list-hardware\n";
+    return 0;
+  }
+  if (!args.positional().empty()) throw InputError("unexpected argument '" + args.positional()[0] + "'");
+  const std::string root = config_root_from(argv);
+  auto model_name = args.get("--model");
+  if (!model_name) throw InputError("--model: required (e.g. --model 70b; fsdp-plan --list-models lists the zoo)");
+  ModelSpec model = load_model(*model_name, root);
+  HardwareProfile hw = load_hardware(args.get_or("--hw", kDefaultHardware), root);
+  RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
+  Strategy base;
+  base.seq_len = kDefaultSeq;
+  apply_strategy_flags(args, base);
+  SearchRequest req;
+  ModuleGraph graph(model);
+  req.graph = &graph;
+  req.hardware = &hw;
+  req.runtime = &rt;
+  req.base = base;
+  req.pins = pins_from(args, base);
+  req.global_batch_tokens = args.get_double_or("--global-batch-tokens", kDefaultGlobalBatchTokens);
+  if (req.global_batch_tokens <= 0) throw InputError("--global-batch-tokens: must be positive");
+  req.memory_headroom = args.get_double_or("--memory-headroom", kDefaultHeadroom);
+  if (req.memory_headroom < 0 || req.memory_headroom >= 1)
+    throw InputError("--memory-headroom: must be within [0, 1), got " + args.get_or("--memory-headroom", ""));
+  req.max_micro_batch = args.get_int_or("--max-micro-batch", 64);
+  if (req.max_micro_batch <= 0) throw InputError("--max-micro-batch: must be at least 1");
+  std::string objective = args.get_or("--objective", "throughput");
+  if (objective == "throughput") {
+    req.objective = Objective::Throughput;
+  } else if (objective == "memory") {
+    req.objective = Objective::Memory;
+  } else if (objective == "cost") {
+    req.objective = Objective::Cost;
+    req.train_tokens = args.get_double_or("--tokens", 0);
+    if (req.train_tokens <= 0) throw InputError("--tokens: --objective cost needs the number of training tokens");
+  } else {
+    throw InputError("--objective: '" + objective + "' is not one of: throughput, memory, cost");
+  }
+  int top = static_cast<int>(args.get_int_or("--top", 10));
+  if (top <= 0) throw InputError("--top: must be at least 1");
+
+  // Cluster: --gpus N, or --nodes N|auto with --gpus-per-node.
+  int64_t gpn = args.get_int_or("--gpus-per-node", hw.gpus_per_node);
+  if (gpn <= 0) throw InputError("--gpus-per-node: must be at least 1, got " + std::to_string(gpn));
+  std::string nodes_arg = args.get_or("--nodes", "1");
+  bool auto_nodes = nodes_arg == "auto";
+  Cluster cluster;
+  cluster.gpus_per_node = gpn;
+  if (args.has("--gpus")) {
+    if (args.has("--nodes")) throw InputError("--gpus: give either --gpus or --nodes, not both");
+    int64_t gpus = args.get_int_or("--gpus", 1);
+    if (gpus <= 0) throw InputError("--gpus: must be at least 1, got " + std::to_string(gpus));
+    if (gpus < gpn) {
+      cluster.gpus_per_node = gpus;
+      cluster.nodes = 1;
+    } else {
+      if (gpus % gpn != 0)
+        throw InputError("--gpus: " + std::to_string(gpus) + " is not a multiple of " + std::to_string(gpn) +
+                         " GPUs per node; pass --gpus-per-node to match your nodes");
+      cluster.nodes = gpus / gpn;
+    }
+  } else if (!auto_nodes) {
+    cluster.nodes = args.get_int_or("--nodes", 1);
+    if (cluster.nodes <= 0) throw InputError("--nodes: must be at least 1 (or 'auto'), got " + nodes_arg);
+  }
+  validate_strategy(base, model, Cluster{1, 1});
+
+  SearchResult result;
+  if (auto_nodes) {
+    // The smallest node count with a feasible plan: the model-state bound shrinks with more GPUs, so
+    // double until feasible, then bisect between the last infeasible and the first feasible count.
+    auto try_nodes = [&](int64_t n) {
+      req.cluster = Cluster{n, gpn};
+      return search_plans(req);
+    };
+    int64_t lo = 0, hi = 1;
+    SearchResult r = try_nodes(hi);
+    while (r.ranked.empty()) {
+      lo = hi;
+      hi *= 2;
+      if (hi > kMaxAutoNodes)
+        throw InputError("--nodes auto: no plan fits on up to " + std::to_string(kMaxAutoNodes) + " nodes");
+      r = try_nodes(hi);
+    }
+    while (hi - lo > 1) {
+      int64_t mid = (lo + hi) / 2;
+      SearchResult rm = try_nodes(mid);
+      if (!rm.ranked.empty()) {
+        hi = mid;
+        r = std::move(rm);
+      } else {
+        lo = mid;
+      }
+    }
+    cluster = Cluster{hi, gpn};
+    result = std::move(r);
+    std::cerr << "--nodes auto: " << hi << " node(s) is the fewest with a feasible plan\n";
+  } else {
+    req.cluster = cluster;
+    result = search_plans(req);
+  }
+  PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens};
+  if (args.has("--json")) {
+    nlohmann::json j = plan_report_json(ctx, result);
+    j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
+    j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));
+  }
+  if (result.ranked.empty()) return 1;
+  const Candidate& best = result.ranked.front();
+  if (auto trace = args.get("--trace")) {
+    SimulationInput in{&graph, &hw, &rt, cluster, best.strategy};
+    StepProgram prog;
+    Prediction p = simulate(in, &prog);
+    write_chrome_trace(*trace, prog, p);
+  }
+  if (!args.has("--no-out")) {
+    std::string out = args.get_or("--out", "plan.yaml");
+    PlanFile plan;
+    plan.model_name = model.name;
+    plan.model = model;
+    plan.cluster.hardware = hw.name;
+    plan.cluster.device = hw.device_kind;
+    plan.cluster.nodes = cluster.nodes;
+    plan.cluster.gpus_per_node = cluster.gpus_per_node;
+    plan.runtime = rt.name;
+    plan.strategy = best.strategy;
+    PlanPrediction pp;
+    const Prediction& p = best.prediction;
+    pp.peak_bytes = p.memory.peak_allocated;
+    pp.reserved_peak_bytes = p.memory.reserved_peak;
+    for (size_t i = 0; i < kNumMemoryCategories; ++i)
+      pp.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
+    pp.step_s = p.time.step_s;
+    pp.compute_s = p.time.compute_s;
+    pp.exposed_comm_s = p.time.exposed_comm_s;
+    pp.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
+    plan.prediction = pp;
+    plan.fsdp_run_command = "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);
+    plan.torchrun_command = "torchrun --nnodes " + std::to_string(cluster.nodes) + " --nproc-per-node " +
+                            std::to_string(cluster.gpus_per_node) + " --no-python fsdp-run " + shell_quote(out);
+    write_plan_file(plan, out);
+    if (!args.has("--json"))
+      std::cout << "\nwrote " << out << "\n  run on one node:  " << plan.fsdp_run_command
+                << "\n  run on the cluster: " << plan.torchrun_command << "\n";
+  }
+  return 0;
+}
+
+int run_show(const std::vector<std::string>& argv) {
+  Args args(argv, {"--config-root"}, {"--json"});
+  if (args.positional().size() != 1) throw InputError("show: usage: fsdp-plan show plan.yaml");
+  PlanFile plan = read_plan_file(args.positional()[0]);
+  if (args.has("--json")) {
+    nlohmann::json j;
+    j["model"] = plan.model_name;
+    j["cluster"] = {{"hardware", plan.cluster.hardware}, {"nodes", plan.cluster.nodes},
+                    {"gpus_per_node", plan.cluster.gpus_per_node}};
+    j["config"] = strategy_to_json(plan.strategy);
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  const Strategy& s = plan.strategy;
+  std::cout << "plan " << args.positional()[0] << " (schema v" << plan.version << ")\n"
+            << "  model    " << plan.model_name << " (" << plan.model.num_layers << " layers, hidden "
+            << plan.model.hidden_size << ")\n"
+            << "  cluster  " << plan.cluster.nodes << " x " << plan.cluster.gpus_per_node << " " << plan.cluster.hardware
+            << " (" << plan.cluster.device << "), runtime " << plan.runtime << "\n"
+            << "  plan     " << one_line_strategy(s) << "\n"
+            << "  training " << to_string(s.optimizer) << " lr " << plan.training.lr << ", clip " << plan.training.grad_clip
+            << "\n";
+  if (plan.prediction) {
+    const PlanPrediction& p = *plan.prediction;
+    std::cout << "  predicted peak " << format_gib(p.peak_bytes) << " GiB allocated, " << format_gib(p.reserved_peak_bytes)
+              << " GiB reserved; step " << p.step_s << " s, " << p.tokens_per_s_per_gpu << " tokens/s/GPU\n";
+    for (const auto& [k, v] : p.memory_breakdown)
+      if (v > 0) std::cout << "    " << k << " " << format_gib(v) << " GiB\n";
+  }
+  if (!plan.fsdp_run_command.empty())
+    std::cout << "  run: " << plan.fsdp_run_command << "\n       " << plan.torchrun_command << "\n";
+  return 0;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,140 @@
+#include "report/plan_report.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace fsdp {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string wrap_name(const Strategy& s) { return shards_params(s.kind) ? to_string(s.wrap) : "-"; }
+
+nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) {
+  SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, c.strategy};
+  nlohmann::json j = simulation_to_json(sc, c.prediction);
+  j["feasible"] = c.feasible;
+  if (!c.feasible) j["reason"] = c.infeasible_reason;
+  if (c.gpu_hours > 0) j["gpu_hours"] = c.gpu_hours;
+  return j;
+}
+
+}  // namespace
+
+std::string family_line(const std::string& name, const FamilyVerdict& v) {
+  std::ostringstream o;
+  if (v.feasible && v.best) {
+    const Candidate& c = *v.best;
+    o << name << ": best " << one_line_strategy(c.strategy) << " -> " << fmt("%.0f", c.prediction.tokens_per_s_per_gpu)
+      << " tokens/s/GPU, " << format_gib(c.prediction.memory.device_total) << " GiB";
+  } else if (v.best) {
+    const Prediction& p = v.best->prediction;
+    const auto& b = p.memory.breakdown;
+    auto cat = [&](MemoryCategory k) { return fmt("%.0f", b[static_cast<size_t>(k)] / kGiB); };
+    o << name << ": does not fit; the smallest (" << one_line_strategy(v.best->strategy) << ") needs "
+      << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU: params " << cat(MemoryCategory::ShardedParams)
+      << ", grads " << fmt("%.0f", (b[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
+                                     b[static_cast<size_t>(MemoryCategory::UnshardedGrads)]) / kGiB)
+      << ", optimizer " << cat(MemoryCategory::OptimizerStates) << ", activations " << cat(MemoryCategory::Activations)
+      << ", other " << fmt("%.0f", (p.memory.device_total - b[static_cast<size_t>(MemoryCategory::ShardedParams)] -
+                                    b[static_cast<size_t>(MemoryCategory::ShardedGrads)] -
+                                    b[static_cast<size_t>(MemoryCategory::UnshardedGrads)] -
+                                    b[static_cast<size_t>(MemoryCategory::OptimizerStates)] -
+                                    b[static_cast<size_t>(MemoryCategory::Activations)]) / kGiB)
+      << " > " << fmt("%.0f", p.usable_bytes / kGiB) << " GiB";
+    if (!p.host_fits) o << " (" << v.reason << ")";
+  } else {
+    o << name << ": not applicable: " << v.reason;
+  }
+  return o.str();
+}
+
+std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color) {
+  const char* bold = color ? "\033[1m" : "";
+  const char* dim = color ? "\033[2m" : "";
+  const char* green = color ? "\033[32m" : "";
+  const char* red = color ? "\033[31m" : "";
+  const char* reset = color ? "\033[0m" : "";
+  std::ostringstream o;
+  const ModelSpec& m = *ctx.model;
+  o << bold << "model   " << reset << m.name << ": " << fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB)
+    << " params, " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads " << m.num_heads << "/"
+    << m.num_kv_heads << ", vocab " << m.vocab_size << "\n";
+  o << bold << "cluster " << reset << ctx.cluster.nodes << " node(s) x " << ctx.cluster.gpus_per_node << " "
+    << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
+    << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name
+    << "; objective " << ctx.objective << "\n";
+  o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
+    << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget "
+    << format_gib(r.budget_bytes) << " GiB per GPU" << reset << "\n\n";
+  if (r.ranked.empty()) {
+    o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
+    for (const auto& [name, v] : r.families) o << "  " << family_line(name, v) << "\n";
+    o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq, or --offload params.\n";
+    return o.str();
+  }
+  o << bold << "top plans" << reset << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-3s %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %9s %8s %8s %6s %9s\n", "#",
+                "strategy", "wrap", "reshard", "ckpt", "offload", "dtypes", "mb x acc", "peak GiB", "headroom",
+                "exposed", "step s", "MFU", "tok/s/GPU");
+  o << line;
+  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < ctx.top_n; ++i) {
+    const Candidate& c = r.ranked[i];
+    const Strategy& s = c.strategy;
+    const Prediction& p = c.prediction;
+    std::string kind = to_string(s.kind);
+    if (s.kind == StrategyKind::Hsdp) kind += ":" + std::to_string(s.hsdp_group);
+    std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
+    std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
+    double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;
+    std::snprintf(line, sizeof line, "  %s%-3zu %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
+                  i == 0 ? green : "", i + 1, kind.c_str(), wrap_name(s).c_str(),
+                  shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-", to_string(s.act_ckpt),
+                  to_string(s.offload), dt.c_str(), mbacc.c_str(), format_gib(p.memory.device_total).c_str(), headroom,
+                  p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100.0 : 0.0, p.time.step_s,
+                  p.mfu * 100.0, p.tokens_per_s_per_gpu, i == 0 ? reset : "");
+    o << line;
+  }
+  o << dim << "  (peak = device total incl. fragmentation, NCCL and context; exposed = communication not hidden"
+       " behind compute, share of the step)" << reset << "\n\n";
+  const Candidate& best = r.ranked.front();
+  SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
+  o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
+  o << bold << "why the others lose (best of each strategy family)" << reset << "\n";
+  for (const auto& [name, v] : r.families) o << "  " << family_line(name, v) << "\n";
+  return o.str();
+}
+
+nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult& r) {
+  nlohmann::json j;
+  if (!r.ranked.empty()) {
+    nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
+    j["chosen"] = chosen;
+  } else {
+    j["chosen"] = nullptr;
+  }
+  nlohmann::json cands = nlohmann::json::array();
+  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < ctx.top_n; ++i)
+    cands.push_back(candidate_json(ctx, r.ranked[i]));
+  j["candidates"] = cands;
+  nlohmann::json fam = nlohmann::json::object();
+  for (const auto& [name, v] : r.families) {
+    if (v.feasible && v.best) {
+      fam[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
+    } else {
+      fam[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
+    }
+  }
+  j["families"] = fam;
+  j["search"] = {{"evaluated", r.evaluated}, {"feasible", r.feasible}, {"pruned", r.pruned}, {"seconds", r.seconds},
+                 {"budget_bytes", r.budget_bytes}};
+  return j;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,27 @@
+// The planner's report: the top plans, the chosen plan's breakdowns, and each strategy family's
+// verdict in numbers. Text (aligned, coloured on a terminal) and JSON views of one SearchResult.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "report/prediction_view.hpp"
+#include "search/plan_search.hpp"
+
+namespace fsdp {
+
+struct PlanReportContext {
+  const ModelSpec* model = nullptr;
+  const HardwareProfile* hardware = nullptr;
+  const RuntimeProfile* runtime = nullptr;
+  Cluster cluster;
+  int top_n = 10;
+  std::string objective;
+  double global_batch_tokens = 0;
+};
+
+std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color);
+nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult& r);
+std::string family_line(const std::string& name, const FamilyVerdict& v);
+
+}  // namespace fsdp

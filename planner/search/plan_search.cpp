@@ -1,0 +1,209 @@
+#include "search/plan_search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "core/errors.hpp"
+#include "report/prediction_view.hpp"
+
+namespace fsdp {
+
+double objective_score(const Candidate& c, Objective o) {
+  switch (o) {
+    case Objective::Throughput: return c.prediction.tokens_per_s_per_gpu > 0 ? -c.prediction.tokens_per_s_per_gpu : 0;
+    case Objective::Memory: return c.prediction.memory.device_total;
+    case Objective::Cost: return c.gpu_hours;
+  }
+  return 0;
+}
+
+namespace {
+
+template <typename T>
+std::vector<T> pinned_or(const std::optional<T>& pin, std::vector<T> all) {
+  if (pin) return {*pin};
+  return all;
+}
+
+// Sum of the persistent (model-state) allocations: a lower bound on the peak for any micro-batch.
+double persistent_bytes(const StepProgram& p) {
+  double t = 0;
+  for (const MemEvent& e : p.persistent) t += e.bytes;
+  return t;
+}
+
+std::string gib_text(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f", b / kGiB);
+  return buf;
+}
+
+}  // namespace
+
+SearchResult search_plans(const SearchRequest& req) {
+  FSDP_ASSERT(req.graph && req.hardware && req.runtime, "search needs graph, hardware, runtime");
+  auto t0 = std::chrono::steady_clock::now();
+  SearchResult res;
+  const int64_t world = req.cluster.world_size();
+  const double usable = req.hardware->usable_device_memory.value;
+  const double budget = usable * (1.0 - req.memory_headroom);
+  res.budget_bytes = budget;
+  const ModelSpec& m = req.graph->spec();
+
+  std::vector<StrategyKind> kinds = pinned_or(req.pins.strategy,
+      {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Fsdp,
+       StrategyKind::Zero3, StrategyKind::FsdpGradOp, StrategyKind::Hsdp});
+  std::vector<WrapPolicy> wraps;
+  if (req.pins.wrap) {
+    wraps = {*req.pins.wrap};
+  } else {
+    wraps.push_back(WrapPolicy{WrapKind::Layer, 1, 0});
+    for (int64_t k : {2, 4})
+      if (k < m.num_layers) wraps.push_back(WrapPolicy{WrapKind::EveryK, k, 0});
+    wraps.push_back(WrapPolicy{WrapKind::Model, 1, 0});
+  }
+  std::vector<ActCkpt> ckpts = pinned_or(req.pins.act_ckpt, {ActCkpt::None, ActCkpt::Selective, ActCkpt::Full});
+  std::vector<Offload> offloads = pinned_or(req.pins.offload, {Offload::None, Offload::Optimizer, Offload::Params});
+  struct Dt {
+    DType param, reduce;
+  };
+  std::vector<Dt> dtypes;
+  for (DType p : {DType::Bf16, DType::Fp32})
+    for (DType r : {DType::Fp32, DType::Bf16}) {
+      if (p == DType::Fp32 && r != DType::Fp32) continue;
+      if (req.pins.param_dtype && *req.pins.param_dtype != p) continue;
+      if (req.pins.reduce_dtype && *req.pins.reduce_dtype != r) continue;
+      dtypes.push_back({p, r});
+    }
+  if (dtypes.empty() && req.pins.param_dtype && req.pins.reduce_dtype)
+    dtypes.push_back({*req.pins.param_dtype, *req.pins.reduce_dtype});
+  std::vector<int64_t> micro_batches;
+  if (req.pins.micro_batch) {
+    micro_batches = {*req.pins.micro_batch};
+  } else {
+    for (int64_t b = 1; b <= req.max_micro_batch; b *= 2) micro_batches.push_back(b);
+  }
+
+  auto consider_family = [&](const Candidate& c) {
+    std::string fam = to_string(c.strategy.kind);
+    FamilyVerdict& v = res.families[fam];
+    if (c.feasible) {
+      if (!v.feasible || objective_score(c, req.objective) < objective_score(*v.best, req.objective)) v.best = c;
+      v.feasible = true;
+      v.reason.clear();
+    } else if (!v.feasible) {
+      if (!v.best || c.prediction.memory.device_total < v.best->prediction.memory.device_total) {
+        v.best = c;
+        v.reason = c.infeasible_reason;
+        v.needed_bytes = c.prediction.memory.device_total;
+      }
+    }
+  };
+
+  for (StrategyKind kind : kinds) {
+    const bool sharded = shards_params(kind);
+    std::vector<int64_t> groups{0};
+    if (kind == StrategyKind::Hsdp) {
+      groups.clear();
+      if (req.pins.hsdp_group) {
+        groups.push_back(*req.pins.hsdp_group);
+      } else {
+        // Node-aligned shard groups strictly smaller than the world (a full-world group is plain FSDP).
+        const int64_t g = req.cluster.gpus_per_node;
+        for (int64_t size = g; size < world; size *= 2)
+          if (world % size == 0) groups.push_back(size);
+      }
+      if (groups.empty()) {
+        res.families[to_string(kind)].reason = "needs more than one node (a shard group smaller than the world)";
+        continue;
+      }
+    }
+    std::vector<WrapPolicy> kind_wraps = sharded ? wraps : std::vector<WrapPolicy>{WrapPolicy{WrapKind::Layer, 1, 0}};
+    std::vector<bool> reshards{true};
+    if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp) reshards = {true, false};
+    if (kind == StrategyKind::FsdpGradOp) reshards = {false};
+    if (req.pins.reshard_after_forward) reshards = {*req.pins.reshard_after_forward};
+    for (int64_t group : groups)
+      for (const WrapPolicy& wrap : kind_wraps)
+        for (bool reshard : reshards)
+          for (ActCkpt ck : ckpts)
+            for (Offload off : offloads) {
+              if (off == Offload::Params && !sharded) continue;  // param offload needs sharded params (FSDP CPUOffload)
+              for (const Dt& dt : dtypes) {
+                bool stop_micro = false;
+                for (int64_t mb : micro_batches) {
+                  if (stop_micro) {
+                    ++res.pruned;
+                    continue;
+                  }
+                  Strategy s = req.base;
+                  s.kind = kind;
+                  s.hsdp_group = group;
+                  s.wrap = wrap;
+                  s.reshard_after_forward = reshard;
+                  s.act_ckpt = ck;
+                  s.offload = off;
+                  s.param_dtype = dt.param;
+                  s.reduce_dtype = dt.reduce;
+                  s.micro_batch = mb;
+                  double per_step = static_cast<double>(mb * s.seq_len * world);
+                  s.grad_accum = req.pins.grad_accum ? *req.pins.grad_accum
+                                                     : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step));
+                  if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
+                      per_step > req.global_batch_tokens * 1.5) {
+                    ++res.pruned;  // overshoots the global batch: not the batch the user asked for
+                    continue;
+                  }
+                  SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s};
+                  StepProgram prog;
+                  Candidate c;
+                  c.strategy = s;
+                  c.prediction = simulate(in, &prog);
+                  // Per-op detail is only needed for the chosen plan's trace; drop it here.
+                  c.prediction.memory.samples = {};
+                  c.prediction.time.ops = {};
+                  ++res.evaluated;
+                  const Prediction& p = c.prediction;
+                  if (p.memory.device_total > budget) {
+                    c.feasible = false;
+                    double states = persistent_bytes(prog);
+                    c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
+                                          gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " + gib_text(budget) +
+                                          " GiB budget";
+                    // Proven: larger micro-batches only add memory.
+                    stop_micro = true;
+                  } else if (!p.host_fits) {
+                    c.feasible = false;
+                    c.infeasible_reason = "needs " + gib_text(p.memory.host_bytes_per_node) + " GiB of host RAM per node > " +
+                                          gib_text(req.hardware->host_memory.value) + " GiB";
+                  } else {
+                    c.feasible = true;
+                    ++res.feasible;
+                  }
+                  if (req.train_tokens > 0 && p.tokens_per_s_per_gpu > 0) {
+                    constexpr double kSecondsPerHour = 3600.0;
+                    c.gpu_hours = req.train_tokens / (p.tokens_per_s_per_gpu * static_cast<double>(world)) *
+                                  static_cast<double>(world) / kSecondsPerHour;
+                  }
+                  consider_family(c);
+                  res.evaluated_sample.push_back(c);
+                  if (c.feasible) res.ranked.push_back(std::move(c));
+                }
+              }
+            }
+  }
+  // Ties (within 0.1%) go to the plan with more memory headroom.
+  std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {
+    double sa = objective_score(a, req.objective), sb = objective_score(b, req.objective);
+    constexpr double kTieFraction = 1e-3;
+    if (std::fabs(sa - sb) > kTieFraction * std::max(std::fabs(sa), std::fabs(sb)))
+      return sa < sb;
+    return a.prediction.memory.device_total < b.prediction.memory.device_total;
+  });
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,76 @@
+// Duration of one step-program op on its stream: compute ops by the roofline cost model
+// (compute/compute_cost.hpp) over the op's GEMM and attention shapes, collectives by the alpha-beta
+// model (comm/collective_cost.hpp) on the op's process group, offload by PCIe and host bandwidth.
+#include <algorithm>
+#include <cmath>
+
+#include "comm/collective_cost.hpp"
+#include "compute/compute_cost.hpp"
+#include "timeline/timeline.hpp"
+
+namespace fsdp {
+
+namespace {
+
+CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p, const Cluster& c) {
+  const int gpn = static_cast<int>(c.gpus_per_node);
+  switch (k) {
+    case GroupKind::Shard: return contiguous_group(hw, gpn, static_cast<int>(p.layout.shard_size));
+    case GroupKind::Replica:
+      return strided_group(hw, gpn, static_cast<int>(p.layout.shard_size), static_cast<int>(p.layout.replicas));
+    case GroupKind::World: return contiguous_group(hw, gpn, static_cast<int>(p.layout.world));
+  }
+  return CommGroup{};
+}
+
+Collective to_collective(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllGather: return Collective::AllGather;
+    case CollectiveKind::ReduceScatter: return Collective::ReduceScatter;
+    case CollectiveKind::AllReduce: return Collective::AllReduce;
+    case CollectiveKind::Broadcast:
+    case CollectiveKind::None: break;
+  }
+  return Collective::Broadcast;
+}
+
+double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
+  int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
+  return matmul_time(hw, m, g.n, g.k, dt).value;
+}
+
+}  // namespace
+
+double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c,
+                   const Strategy& s) {
+  const DType dt = s.param_dtype;
+  double t = 0;
+  if (op.layers > 0 && op.gemm_passes > 0) {
+    double layer = 0;
+    for (const GemmShape& g : p.layer_gemms) layer += gemm_time(hw, g, dt);
+    t += op.layers * op.gemm_passes * layer;
+  }
+  if (op.layers > 0 && (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0)) {
+    AttentionShape a;
+    a.batch = p.attn_batch;
+    a.seq_len = p.attn_seq;
+    a.heads = p.attn_heads;
+    a.kv_heads = p.attn_kv_heads;
+    a.head_dim = p.attn_head_dim;
+    a.causal = true;
+    t += op.layers * (op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
+                      op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
+  }
+  if (op.head_passes > 0) t += op.head_passes * gemm_time(hw, p.head_gemm, dt);
+  if (op.elementwise_bytes > 0) t += memory_bound_time(hw, Bytes(op.elementwise_bytes)).value;
+  if (op.collective != CollectiveKind::None && op.comm_bytes > 0)
+    t += collective_time(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c)).value;
+  if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
+  if (op.host_optimizer_params > 0)
+    t += host_optimizer_step_time(hw, static_cast<int64_t>(op.host_optimizer_params), s.optimizer, s.master_dtype,
+                                  s.reduce_dtype, static_cast<int>(c.gpus_per_node))
+             .value;
+  return t;
+}
+
+}  // namespace fsdp
