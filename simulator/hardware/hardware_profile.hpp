@@ -12,6 +12,8 @@ namespace fsdp {
 
 // Piecewise-linear efficiency curve: points (x, efficiency in (0,1]) sorted by x;
 // evaluated by linear interpolation in log2(x), clamped at both ends.
+// The loader also refuses a curve that rises faster than its argument between two
+// points (x / efficiency(x) must not decrease), so more work never takes less time.
 struct EfficiencyCurve {
   std::vector<double> x;
   std::vector<double> efficiency;
@@ -37,7 +39,8 @@ struct HardwareProfile {
   FlopsPerSecond peak_flops_fp16{0};
   BytesPerSecond memory_bandwidth{0};  // HBM
   EfficiencyCurve matmul_efficiency;     // by GEMM FLOPs per call
-  EfficiencyCurve attention_efficiency;  // by attention FLOPs per call
+  EfficiencyCurve attention_efficiency;  // by attention FLOPs per call (forward kernel)
+  EfficiencyCurve attention_backward_efficiency;  // by attention FLOPs per call (backward kernel)
   // Node
   int gpus_per_node = 0;
   LinkTier intra_node;      // NVLink/NVSwitch or PCIe
@@ -47,6 +50,9 @@ struct HardwareProfile {
   Bytes host_memory{0};              // per node
   int cpu_cores = 0;                 // per node
   BytesPerSecond host_memory_bandwidth{0};
+  FlopsPerSecond host_flops_per_core{0};  // peak fp32 FLOP/s of one host CPU core
+  // Collectives
+  Seconds collective_base_latency{0};  // fixed cost of launching one collective (NCCL's baseLat)
 
   FlopsPerSecond peak_flops(DType) const;
 };

@@ -1,0 +1,142 @@
+#include "comm/collective_cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+namespace {
+
+// NCCL src/graph/tuning.cc (NVIDIA/nccl b6475625), ncclTopoTuneModel: the tree's bus bandwidth is
+// the tier's times 0.92 ("busBw*.92"), and a tree all-reduce moves the buffer at half the bus
+// bandwidth ("ratio *= .5"), i.e. 2S/busBW against the ring's 2(N-1)/N * S/busBW.
+constexpr double kTreeBusBandwidthFactor = 0.92;
+constexpr double kTreeAlgorithmRatio = 0.5;
+
+void require_positive(const HardwareProfile& hw, BytesPerSecond bw, const char* what) {
+  if (!(bw.value > 0))
+    throw InputError("hardware profile '" + hw.name + "': " + what +
+                     " is zero; a collective over it would never finish");
+}
+
+// Bytes each rank sends on its bottleneck link, as a multiple of the buffer (nccl-tests'
+// busbw correction factors, doc/PERFORMANCE.md).
+double ring_bytes_factor(Collective kind, int n) {
+  switch (kind) {
+    case Collective::AllGather:
+    case Collective::ReduceScatter: return double(n - 1) / n;
+    case Collective::AllReduce: return 2.0 * (n - 1) / n;
+    case Collective::Broadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+// Ring steps in total and those crossing a node boundary (tuning.cc: nsteps and nInterSteps).
+struct Steps {
+  int total;
+  int inter;
+};
+Steps ring_steps(Collective kind, const CommGroup& g) {
+  int passes = kind == Collective::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
+  int nodes = g.nodes();
+  return Steps{passes * (g.size - 1), passes * (nodes - 1)};
+}
+
+}  // namespace
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::AllGather: return "all-gather";
+    case Collective::ReduceScatter: return "reduce-scatter";
+    case Collective::AllReduce: return "all-reduce";
+    case Collective::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+const char* to_string(CollectiveAlgorithm a) { return a == CollectiveAlgorithm::Ring ? "ring" : "tree"; }
+
+BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message) {
+  double s = message.value;
+  bool uses_intra = g.ranks_per_node > 1;
+  bool uses_inter = g.nodes() > 1;
+  double bw = 0;
+  bool have = false;
+  if (uses_intra) {
+    require_positive(hw, hw.intra_node.bandwidth, "intra_node.bandwidth");
+    bw = hw.intra_node.bandwidth.value * hw.intra_node.bus_efficiency.at(s);
+    have = true;
+  }
+  if (uses_inter) {
+    require_positive(hw, hw.inter_node.bandwidth, "inter_node.bandwidth");
+    // NCCL builds one ring channel per NIC and routes each ring out of the node through the NIC of
+    // the GPU that leaves it (rail-aligned), so a node's members together drive their share of the
+    // node's NICs. Every GPU of a node runs its own data-parallel collective at the same time
+    // (SPMD), so each GPU owns nics_per_node / gpus_per_node of the NIC bandwidth.
+    double nic_share = hw.nics_per_node * hw.inter_node.bandwidth.value / hw.gpus_per_node;
+    double net = g.ranks_per_node * nic_share * hw.inter_node.bus_efficiency.at(s);
+    bw = have ? std::min(bw, net) : net;
+    have = true;
+  }
+  FSDP_ASSERT(have, "bus bandwidth of a one-rank group");
+  return BytesPerSecond(bw);
+}
+
+CollectiveCost ring_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+  CollectiveCost c;
+  c.algorithm = CollectiveAlgorithm::Ring;
+  if (g.size <= 1 || buffer_bytes.value <= 0) return c;
+  Steps st = ring_steps(kind, g);
+  // tuning.cc: latency = baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat.
+  c.latency = hw.collective_base_latency + hw.intra_node.latency * double(st.total - st.inter) +
+              hw.inter_node.latency * double(st.inter);
+  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes);
+  c.transfer = Bytes(ring_bytes_factor(kind, g.size) * buffer_bytes.value) / c.bus_bandwidth;
+  c.time = c.latency + c.transfer;
+  return c;
+}
+
+CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes, const CommGroup& g) {
+  CollectiveCost c;
+  c.algorithm = CollectiveAlgorithm::Tree;
+  if (g.size <= 1 || buffer_bytes.value <= 0) return c;
+  // tuning.cc: a chain inside each node, a double binary tree across nodes, traversed up and down:
+  // latency = baseLat + 2 * ((ranks per node - 1) * intraLat + log2(nodes) * interLat).
+  int depth = g.nodes() > 1 ? static_cast<int>(std::ceil(std::log2(double(g.nodes())))) : 0;
+  c.latency = hw.collective_base_latency +
+              (hw.intra_node.latency * double(g.ranks_per_node - 1) + hw.inter_node.latency * double(depth)) * 2.0;
+  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes) * kTreeBusBandwidthFactor;
+  c.transfer = buffer_bytes / (c.bus_bandwidth * kTreeAlgorithmRatio);
+  c.time = c.latency + c.transfer;
+  return c;
+}
+
+CollectiveCost collective_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+  CollectiveCost ring = ring_cost(hw, kind, buffer_bytes, g);
+  if (kind != Collective::AllReduce || g.size <= 1 || buffer_bytes.value <= 0) return ring;
+  CollectiveCost tree = tree_allreduce_cost(hw, buffer_bytes, g);
+  return tree.time < ring.time ? tree : ring;
+}
+
+Seconds collective_time(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+  return collective_cost(hw, kind, buffer_bytes, g).time;
+}
+
+HsdpReduceCost hsdp_gradient_reduction(const HardwareProfile& hw, Bytes full_gradient_bytes,
+                                       const CommGroup& shard_group, const CommGroup& replica_group) {
+  HsdpReduceCost c;
+  c.shard_reduce_scatter = collective_cost(hw, Collective::ReduceScatter, full_gradient_bytes, shard_group);
+  c.replica_all_reduce =
+      collective_cost(hw, Collective::AllReduce, full_gradient_bytes / double(shard_group.size), replica_group);
+  return c;
+}
+
+Seconds host_device_copy_time(const HardwareProfile& hw, Bytes bytes) {
+  if (bytes.value <= 0) return Seconds(0);
+  require_positive(hw, hw.host_to_device, "host_to_device");
+  return bytes / hw.host_to_device;
+}
+
+}  // namespace fsdp

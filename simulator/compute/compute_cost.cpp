@@ -1,0 +1,128 @@
+#include "compute/compute_cost.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+namespace {
+
+void require_positive(const HardwareProfile& hw, double v, const char* what) {
+  if (!(v > 0)) throw InputError("hardware profile '" + hw.name + "': " + what + " is zero");
+}
+
+Seconds roofline(const HardwareProfile& hw, Flops flops, FlopsPerSecond achieved, Bytes bytes) {
+  require_positive(hw, hw.memory_bandwidth.value, "device.memory_bandwidth");
+  require_positive(hw, achieved.value, "device.peak_flops");
+  return std::max(flops / achieved, bytes / hw.memory_bandwidth);
+}
+
+double dsize(DType d) { return static_cast<double>(dtype_bytes(d)); }
+
+}  // namespace
+
+Flops matmul_flops(int64_t m, int64_t n, int64_t k) { return Flops(2.0 * double(m) * double(n) * double(k)); }
+
+Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype) {
+  return Bytes(dsize(dtype) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)));
+}
+
+Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype) {
+  if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
+  Flops f = matmul_flops(m, n, k);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.matmul_efficiency.at(f.value);
+  return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
+}
+
+Flops attention_forward_flops(const AttentionShape& a) {
+  double s = double(a.seq_len);
+  double f = 4.0 * double(a.batch) * s * s * double(a.heads) * double(a.head_dim);
+  // With a causal mask FlashAttention skips the blocks above the diagonal (FlashAttention-2 paper,
+  // section 3.1.1 "Causal masking"), so about half the FLOPs are done; the FA benchmarks count f/2.
+  return Flops(a.causal ? f / 2 : f);
+}
+
+Flops attention_backward_flops(const AttentionShape& a) {
+  // Backward recomputes QK^T and computes dV, dP, dQ, dK: 5 matmuls against the forward's 2.
+  return attention_forward_flops(a) * 2.5;
+}
+
+Bytes attention_forward_bytes(const AttentionShape& a, DType dtype) {
+  double tokens = double(a.batch) * double(a.seq_len);
+  double q_or_o = tokens * double(a.heads) * double(a.head_dim);
+  double k_or_v = tokens * double(a.kv_heads) * double(a.head_dim);
+  return Bytes(dsize(dtype) * (2 * q_or_o + 2 * k_or_v));  // read q, k, v; write o
+}
+
+Bytes attention_backward_bytes(const AttentionShape& a, DType dtype) {
+  double tokens = double(a.batch) * double(a.seq_len);
+  double q_or_o = tokens * double(a.heads) * double(a.head_dim);
+  double k_or_v = tokens * double(a.kv_heads) * double(a.head_dim);
+  // read q, o, dO and write dq (4 query-sized); read k, v and write dk, dv (4 key-sized)
+  return Bytes(dsize(dtype) * (4 * q_or_o + 4 * k_or_v));
+}
+
+Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
+  if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
+  Flops f = attention_forward_flops(a);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_efficiency.at(f.value);
+  return roofline(hw, f, rate, attention_forward_bytes(a, dtype));
+}
+
+Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
+  if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
+  Flops f = attention_backward_flops(a);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_backward_efficiency.at(f.value);
+  return roofline(hw, f, rate, attention_backward_bytes(a, dtype));
+}
+
+Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved) {
+  if (bytes_moved.value <= 0) return Seconds(0);
+  require_positive(hw, hw.memory_bandwidth.value, "device.memory_bandwidth");
+  return bytes_moved / hw.memory_bandwidth;
+}
+
+Bytes optimizer_bytes_per_param(Optimizer opt, DType state_dtype, DType grad_dtype) {
+  double s = dsize(state_dtype), g = dsize(grad_dtype);
+  switch (opt) {
+    // torch.optim.AdamW: reads param, grad, exp_avg, exp_avg_sq; writes param, exp_avg, exp_avg_sq.
+    case Optimizer::AdamW: return Bytes(3 * s + g + 3 * s);
+    // torch.optim.SGD with momentum: reads param, grad, momentum_buffer; writes param, momentum_buffer.
+    case Optimizer::Sgd: return Bytes(2 * s + g + 2 * s);
+  }
+  return Bytes(0);
+}
+
+double optimizer_flops_per_param(Optimizer opt) {
+  switch (opt) {
+    // torch.optim.AdamW algorithm (PyTorch docs): decay theta -= lr*lambda*theta (2); m = b1 m + (1-b1) g (3);
+    // v = b2 v + (1-b2) g^2 (4); bias corrections m/(1-b1^t), v/(1-b2^t) (2);
+    // theta -= lr * m_hat / (sqrt(v_hat) + eps) (5): 16 FLOPs.
+    case Optimizer::AdamW: return 16;
+    // torch.optim.SGD algorithm: g += lambda*theta (2); b = mu b + g (2); theta -= lr b (2): 6 FLOPs.
+    case Optimizer::Sgd: return 6;
+  }
+  return 0;
+}
+
+Seconds gpu_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,
+                                DType grad_dtype) {
+  if (params <= 0) return Seconds(0);
+  return memory_bound_time(hw, optimizer_bytes_per_param(opt, state_dtype, grad_dtype) * double(params));
+}
+
+Seconds host_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,
+                                 DType grad_dtype, int ranks_per_node) {
+  if (params <= 0) return Seconds(0);
+  require_positive(hw, hw.host_memory_bandwidth.value, "node.host_memory_bandwidth");
+  require_positive(hw, hw.host_flops_per_core.value, "node.cpu_peak_flops_per_core");
+  int sharing = std::max(1, ranks_per_node);
+  BytesPerSecond bw = hw.host_memory_bandwidth / double(sharing);
+  double cores = std::max(1.0, double(hw.cpu_cores) / sharing);
+  Seconds memory = optimizer_bytes_per_param(opt, state_dtype, grad_dtype) * double(params) / bw;
+  Seconds compute = Flops(optimizer_flops_per_param(opt) * double(params)) / (hw.host_flops_per_core * cores);
+  return std::max(memory, compute);
+}
+
+}  // namespace fsdp

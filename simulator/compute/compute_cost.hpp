@@ -1,0 +1,55 @@
+// Roofline compute costs on one device: time = max(FLOPs / achieved FLOP rate, bytes / memory
+// bandwidth), with the achieved rate = peak(dtype) x the profile's efficiency curve at the call's
+// FLOP count. Formulas and sources: docs/hardware.md.
+#pragma once
+
+#include <cstdint>
+
+#include "core/units.hpp"
+#include "hardware/hardware_profile.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+// --- GEMM: C[m,n] = A[m,k] B[k,n] ---
+Flops matmul_flops(int64_t m, int64_t n, int64_t k);               // 2mnk
+Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype);  // read A and B, write C once
+Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype);
+
+// --- Fused (flash) attention over a batch of sequences ---
+struct AttentionShape {
+  int64_t batch = 1;
+  int64_t seq_len = 1;  // queries = keys (self-attention)
+  int64_t heads = 1;    // query heads
+  int64_t kv_heads = 1; // key/value heads (GQA/MQA when fewer than heads)
+  int64_t head_dim = 1;
+  bool causal = true;
+};
+// Forward 4 * b * s^2 * h * d (QK^T and PV), halved when causal; backward 2.5x forward (the
+// convention of flash-attention's benchmarks/benchmark_flash_attention.py).
+Flops attention_forward_flops(const AttentionShape& a);
+Flops attention_backward_flops(const AttentionShape& a);
+// HBM traffic of the fused kernels: forward reads q, k, v and writes o; backward reads q, k, v, o,
+// dO and writes dq, dk, dv (the s x s matrix never reaches HBM).
+Bytes attention_forward_bytes(const AttentionShape& a, DType dtype);
+Bytes attention_backward_bytes(const AttentionShape& a, DType dtype);
+Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
+Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
+
+// --- Memory-bound kernels (elementwise, norms, casts, copies): bytes read + written / HBM bandwidth ---
+Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved);
+
+// --- Optimizer step over `params` parameters held in `state_dtype` (master params and states),
+// with gradients in `grad_dtype`. Bytes and FLOPs per parameter follow the update rules in
+// PyTorch's torch.optim.AdamW / SGD documentation (see compute_cost.cpp).
+Bytes optimizer_bytes_per_param(Optimizer opt, DType state_dtype, DType grad_dtype);
+double optimizer_flops_per_param(Optimizer opt);
+// On the device: memory-bound (bytes / HBM bandwidth).
+Seconds gpu_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,
+                                DType grad_dtype);
+// On the host (optimizer offload): `ranks_per_node` ranks step at the same time and share the node's
+// memory bandwidth and cores; the slower of the memory and the compute bound.
+Seconds host_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,
+                                 DType grad_dtype, int ranks_per_node);
+
+}  // namespace fsdp

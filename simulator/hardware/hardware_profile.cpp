@@ -1,0 +1,160 @@
+// Loader for hwprofiles/*.yaml (schema and sources: docs/hardware.md).
+#include "hardware/hardware_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/config_map.hpp"
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+double EfficiencyCurve::at(double value) const {
+  FSDP_ASSERT(!x.empty() && x.size() == efficiency.size(), "efficiency curve without points");
+  if (!(value > x.front())) return efficiency.front();
+  if (value >= x.back()) return efficiency.back();
+  auto hi = std::upper_bound(x.begin(), x.end(), value);
+  size_t i = static_cast<size_t>(hi - x.begin());
+  double t0 = std::log2(x[i - 1]), t1 = std::log2(x[i]);
+  double w = (std::log2(value) - t0) / (t1 - t0);
+  return efficiency[i - 1] + w * (efficiency[i] - efficiency[i - 1]);
+}
+
+FlopsPerSecond HardwareProfile::peak_flops(DType d) const {
+  switch (d) {
+    case DType::Fp32: return peak_flops_fp32;
+    case DType::Bf16: return peak_flops_bf16;
+    case DType::Fp16: return peak_flops_fp16;
+  }
+  return peak_flops_fp32;
+}
+
+namespace {
+
+enum class CurveX { Bytes, Number };
+
+// A curve is a list of {<x_key>: value, efficiency: e} maps. x_key names the unit of x:
+// "message" is a size with a unit ("1 MiB"); "gemm_flops" and "attention_flops" are plain
+// FLOP counts per call (the key carries the unit).
+EfficiencyCurve read_curve(ConfigMap& parent, const std::string& key, const std::string& x_key, CurveX kind) {
+  std::vector<ConfigMap> items = parent.get_list_of_maps(key);
+  if (items.empty()) parent.fail(key, "an efficiency curve needs at least one point");
+  EfficiencyCurve c;
+  for (auto& item : items) {
+    double xv = 0;
+    if (kind == CurveX::Bytes) {
+      xv = item.get_bytes(x_key).value;
+      if (!(xv > 0)) item.fail(x_key, "must be positive");
+    } else {
+      xv = item.get_positive_double(x_key);
+    }
+    double e = item.get_double("efficiency");
+    if (!(e > 0 && e <= 1)) item.fail("efficiency", "must be within (0, 1], got " + std::to_string(e));
+    if (!c.x.empty()) {
+      if (!(xv > c.x.back())) item.fail(x_key, "points must be sorted by strictly increasing " + x_key);
+      // Time is proportional to x / e(x); with e linear in log2(x) that is non-decreasing on a
+      // segment iff the rise per doubling of x is at most ln(2) * e at the segment's start.
+      double rise_per_doubling = (e - c.efficiency.back()) / (std::log2(xv) - std::log2(c.x.back()));
+      if (rise_per_doubling > std::log(2.0) * c.efficiency.back() + 1e-12)
+        item.fail("efficiency",
+                  "rises faster than " + x_key + " from the previous point (more work would take less time)");
+    }
+    item.finish();
+    c.x.push_back(xv);
+    c.efficiency.push_back(e);
+  }
+  return c;
+}
+
+int positive_int(ConfigMap& m, const std::string& key) {
+  int64_t v = m.get_positive_int(key);
+  if (v > (1 << 20)) m.fail(key, "implausibly large: " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+Bytes positive_bytes(ConfigMap& m, const std::string& key) {
+  Bytes b = m.get_bytes(key);
+  if (!(b.value > 0)) m.fail(key, "must be positive");
+  return b;
+}
+
+LinkTier read_tier(ConfigMap& parent, const std::string& key) {
+  ConfigMap t = parent.get_map(key);
+  LinkTier tier;
+  tier.bandwidth = t.get_bandwidth("bandwidth");
+  tier.latency = t.get_duration("latency");
+  tier.bus_efficiency = read_curve(t, "bus_efficiency", "message", CurveX::Bytes);
+  t.finish();
+  return tier;
+}
+
+std::filesystem::path profile_dir(const std::string& config_root) {
+  return std::filesystem::path(config_root) / "hwprofiles";
+}
+
+}  // namespace
+
+std::vector<std::string> list_hardware(const std::string& config_root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(profile_dir(config_root), ec))
+    if (e.is_regular_file() && e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root) {
+  std::string path = name_or_path;
+  bool is_path = name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".yaml") == 0;
+  if (!is_path) {
+    path = (profile_dir(config_root) / (name_or_path + ".yaml")).string();
+    if (name_or_path.find('/') != std::string::npos || !std::filesystem::exists(path)) {
+      std::string known;
+      for (const auto& n : list_hardware(config_root)) known += (known.empty() ? "" : ", ") + n;
+      throw InputError("--hw: unknown hardware '" + name_or_path + "' (known: " + known +
+                       "; or give a path to a .yaml file)");
+    }
+  }
+  ConfigMap map = ConfigMap::load_file(path);
+  HardwareProfile hw;
+  hw.source = path;
+  hw.name = map.get_string("name");
+  hw.device_kind = map.get_enum("device_kind", {"cuda", "cpu"});
+
+  ConfigMap dev = map.get_map("device");
+  hw.device_memory = positive_bytes(dev, "memory");
+  hw.usable_device_memory = positive_bytes(dev, "usable_memory");
+  if (hw.usable_device_memory > hw.device_memory) dev.fail("usable_memory", "exceeds device.memory");
+  ConfigMap peak = dev.get_map("peak_flops");
+  hw.peak_flops_fp32 = peak.get_flops_rate("fp32");
+  hw.peak_flops_bf16 = peak.get_flops_rate("bf16");
+  hw.peak_flops_fp16 = peak.get_flops_rate("fp16");
+  peak.finish();
+  hw.memory_bandwidth = dev.get_bandwidth("memory_bandwidth");
+  hw.matmul_efficiency = read_curve(dev, "matmul_efficiency", "gemm_flops", CurveX::Number);
+  hw.attention_efficiency = read_curve(dev, "attention_forward_efficiency", "attention_flops", CurveX::Number);
+  hw.attention_backward_efficiency =
+      read_curve(dev, "attention_backward_efficiency", "attention_flops", CurveX::Number);
+  dev.finish();
+
+  ConfigMap node = map.get_map("node");
+  hw.gpus_per_node = positive_int(node, "gpus_per_node");
+  hw.intra_node = read_tier(node, "intra_node");
+  hw.nics_per_node = positive_int(node, "nics_per_node");
+  hw.inter_node = read_tier(node, "inter_node");
+  hw.host_to_device = node.get_bandwidth("host_to_device");
+  hw.host_memory = positive_bytes(node, "host_memory");
+  hw.cpu_cores = positive_int(node, "cpu_cores");
+  hw.host_memory_bandwidth = node.get_bandwidth("host_memory_bandwidth");
+  hw.host_flops_per_core = node.get_flops_rate("cpu_peak_flops_per_core");
+  node.finish();
+
+  ConfigMap coll = map.get_map("collectives");
+  hw.collective_base_latency = coll.get_duration("base_latency");
+  coll.finish();
+  map.finish();
+  return hw;
+}
+
+}  // namespace fsdp

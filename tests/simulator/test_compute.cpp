@@ -1,0 +1,200 @@
+// Compute cost model: roofline limits, efficiency interpolation, attention and optimizer costs,
+// and a check of the h200 profile against the measured H200 step times in ../shared/calibration.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "compute/compute_cost.hpp"
+#include "core/errors.hpp"
+#include "hardware/hardware_profile.hpp"
+
+using namespace fsdp;
+
+namespace {
+
+const std::string kRoot = FSDP_SOURCE_ROOT;
+
+HardwareProfile synthetic_device() {
+  HardwareProfile hw;
+  hw.name = "synthetic";
+  hw.device_kind = "cuda";
+  hw.peak_flops_fp32 = FlopsPerSecond(50 * kTera);
+  hw.peak_flops_bf16 = FlopsPerSecond(1000 * kTera);
+  hw.peak_flops_fp16 = FlopsPerSecond(1000 * kTera);
+  hw.memory_bandwidth = BytesPerSecond(4000 * kGB);
+  hw.matmul_efficiency = EfficiencyCurve{{1e9, 1e11}, {0.4, 0.8}};
+  hw.attention_efficiency = EfficiencyCurve{{1e9}, {0.5}};
+  hw.attention_backward_efficiency = EfficiencyCurve{{1e9}, {0.25}};
+  hw.gpus_per_node = 8;
+  hw.cpu_cores = 64;
+  hw.host_memory_bandwidth = BytesPerSecond(400 * kGB);
+  hw.host_flops_per_core = FlopsPerSecond(100 * kGB);  // 100 GFLOP/s per core
+  return hw;
+}
+
+// GEMM + attention time of one training step of a Llama-style decoder (no recomputation), one rank:
+// every linear layer costs its forward GEMM plus two backward GEMMs (dX and dW) of the same size.
+struct LlamaShape {
+  int64_t hidden, layers, heads, kv_heads, ffn, vocab;
+};
+struct StepCompute {
+  Seconds gemm_forward{0}, gemm_backward{0}, attention_forward{0}, attention_backward{0};
+};
+StepCompute llama_step(const HardwareProfile& hw, const LlamaShape& m, int64_t batch, int64_t seq) {
+  int64_t t = batch * seq;
+  int64_t d = m.hidden / m.heads;
+  struct Linear {
+    int64_t in, out;
+  };
+  const Linear layer[] = {{m.hidden, m.hidden},        {m.hidden, m.kv_heads * d}, {m.hidden, m.kv_heads * d},
+                          {m.hidden, m.hidden},        {m.hidden, m.ffn},          {m.hidden, m.ffn},
+                          {m.ffn, m.hidden}};
+  StepCompute s;
+  auto add_linear = [&](int64_t in, int64_t out, double count) {
+    s.gemm_forward += matmul_time(hw, t, out, in, DType::Bf16) * count;        // Y = X W^T
+    s.gemm_backward += (matmul_time(hw, t, in, out, DType::Bf16) +             // dX = dY W
+                        matmul_time(hw, in, out, t, DType::Bf16)) * count;     // dW = dY^T X
+  };
+  for (const auto& l : layer) add_linear(l.in, l.out, double(m.layers));
+  add_linear(m.hidden, m.vocab, 1.0);  // lm_head
+  AttentionShape a{batch, seq, m.heads, m.kv_heads, d, true};
+  s.attention_forward = attention_forward_time(hw, a, DType::Bf16) * double(m.layers);
+  s.attention_backward = attention_backward_time(hw, a, DType::Bf16) * double(m.layers);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("matmul roofline: compute-bound GEMMs at peak x efficiency, skinny ones at memory bandwidth") {
+  HardwareProfile hw = synthetic_device();
+  SUBCASE("large square GEMM is compute bound at the plateau") {
+    // 2 * 8192^3 = 1.1e12 FLOP > 1e11: efficiency 0.8 -> 800 TFLOP/s.
+    double f = 2.0 * 8192.0 * 8192.0 * 8192.0;
+    CHECK(matmul_flops(8192, 8192, 8192).value == doctest::Approx(f));
+    CHECK(matmul_time(hw, 8192, 8192, 8192, DType::Bf16).value == doctest::Approx(f / (800 * kTera)));
+  }
+  SUBCASE("matrix-vector product is memory bound") {
+    // m = 1: 2 * 8192 * 8192 FLOP is tiny next to reading the 8192 x 8192 bf16 weight.
+    double bytes = 2.0 * (1 * 8192 + 8192.0 * 8192 + 1 * 8192);
+    CHECK(matmul_bytes(1, 8192, 8192, DType::Bf16).value == doctest::Approx(bytes));
+    CHECK(matmul_time(hw, 1, 8192, 8192, DType::Bf16).value == doctest::Approx(bytes / (4000 * kGB)));
+  }
+  SUBCASE("the efficiency curve is interpolated in log2(FLOPs)") {
+    // 1e10 FLOP lies halfway (in log2) between 1e9 and 1e11: efficiency 0.6.
+    // m = n = 2000, k = 1250: 2 * 2000 * 2000 * 1250 = 1e10.
+    CHECK(matmul_time(hw, 2000, 2000, 1250, DType::Bf16).value == doctest::Approx(1e10 / (0.6 * 1000 * kTera)));
+  }
+  SUBCASE("dtype selects the peak") {
+    double t16 = matmul_time(hw, 8192, 8192, 8192, DType::Bf16).value;
+    double t32 = matmul_time(hw, 8192, 8192, 8192, DType::Fp32).value;
+    CHECK(t32 / t16 == doctest::Approx(1000.0 / 50.0));
+  }
+  CHECK(matmul_time(hw, 0, 10, 10, DType::Bf16).value == 0);
+}
+
+TEST_CASE("bigger GEMMs never take less time on the shipped profiles") {
+  for (const auto& name : list_hardware(kRoot)) {
+    CAPTURE(name);
+    HardwareProfile hw = load_hardware(name, kRoot);
+    double prev = 0;
+    for (int64_t n = 16; n <= 32768; n *= 2) {
+      double t = matmul_time(hw, n, n, n, DType::Bf16).value;
+      CHECK(t > prev);
+      prev = t;
+    }
+  }
+}
+
+TEST_CASE("attention FLOPs: 4 b s^2 h d forward, halved with a causal mask, backward 2.5x") {
+  AttentionShape a{2, 1024, 32, 8, 128, false};
+  double f = 4.0 * 2 * 1024.0 * 1024 * 32 * 128;
+  CHECK(attention_forward_flops(a).value == doctest::Approx(f));
+  CHECK(attention_backward_flops(a).value == doctest::Approx(2.5 * f));
+  a.causal = true;
+  CHECK(attention_forward_flops(a).value == doctest::Approx(f / 2));
+  // GQA: fewer key/value heads move fewer bytes.
+  AttentionShape mha = a;
+  mha.kv_heads = 32;
+  CHECK(attention_forward_bytes(a, DType::Bf16) < attention_forward_bytes(mha, DType::Bf16));
+  CHECK(attention_forward_bytes(mha, DType::Bf16).value == doctest::Approx(2.0 * 4 * 2 * 1024 * 32 * 128));
+
+  HardwareProfile hw = synthetic_device();
+  CHECK(attention_forward_time(hw, a, DType::Bf16).value == doctest::Approx(f / 2 / (0.5 * 1000 * kTera)));
+  CHECK(attention_backward_time(hw, a, DType::Bf16).value == doctest::Approx(2.5 * f / 2 / (0.25 * 1000 * kTera)));
+}
+
+TEST_CASE("memory-bound kernels and the GPU optimizer step") {
+  HardwareProfile hw = synthetic_device();
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB)).value == doctest::Approx(2e-3));
+  // AdamW over fp32 master params, states and grads: read p, g, m, v (16 B), write p, m, v (12 B).
+  CHECK(optimizer_bytes_per_param(Optimizer::AdamW, DType::Fp32, DType::Fp32).value == 28);
+  CHECK(optimizer_bytes_per_param(Optimizer::AdamW, DType::Fp32, DType::Bf16).value == 26);
+  CHECK(optimizer_bytes_per_param(Optimizer::Sgd, DType::Fp32, DType::Fp32).value == 20);
+  CHECK(gpu_optimizer_step_time(hw, 1'000'000'000, Optimizer::AdamW, DType::Fp32, DType::Fp32).value ==
+        doctest::Approx(28e9 / (4000 * kGB)));
+  CHECK(gpu_optimizer_step_time(hw, 0, Optimizer::AdamW, DType::Fp32, DType::Fp32).value == 0);
+}
+
+TEST_CASE("host optimizer: memory or compute bound, shared by the node's ranks") {
+  HardwareProfile hw = synthetic_device();
+  int64_t p = 1'000'000'000;
+  // Memory: 28 GB over 400 GB/s = 70 ms. Compute: 16 GFLOP over 64 cores x 100 GFLOP/s = 2.5 ms.
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value ==
+        doctest::Approx(0.07));
+  // Eight ranks per node share the bandwidth: each sees 50 GB/s.
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 8).value ==
+        doctest::Approx(0.56));
+  // With a fast memory and one slow core the compute bound takes over: 16 GFLOP / 100 GFLOP/s.
+  hw.host_memory_bandwidth = BytesPerSecond(1e6 * kGB);
+  hw.cpu_cores = 1;
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value ==
+        doctest::Approx(0.16));
+  hw.host_memory_bandwidth = BytesPerSecond(0);
+  CHECK_THROWS_AS(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1), InputError);
+}
+
+// Measured on one H200 (../shared/calibration/pytorch-h200.jsonl; torch 2.11, FSDP2, bf16 params, sdpa,
+// world emulated, so step_s is compute only). Steps 2 and 3 are the steady state; the smaller one is used
+// because noise only adds time.
+//   llama3-8b, world 8, micro_batch 1, seq 4096, act_ckpt false: step_s [4.266, 0.702, 0.463] -> 0.4630
+//   llama3-8b, same, act_ckpt true (every decoder layer recomputed):  [2.654, 0.577, 0.576] -> 0.5758
+//   llama2-7b, world 4, micro_batch 2, seq 2048, act_ckpt false:  [2.020, 0.456, 0.439] -> 0.4387
+TEST_CASE("h200 profile against the measured H200 step times") {
+  HardwareProfile h200 = load_hardware("h200-141gb", kRoot);
+  const LlamaShape llama3_8b{4096, 32, 32, 8, 14336, 128256};
+  const LlamaShape llama2_7b{4096, 32, 32, 32, 11008, 32000};
+
+  SUBCASE("recomputation: the extra forward of the decoder layers (GEMMs + attention) vs the measured difference") {
+    // Full activation checkpointing adds one forward of every decoder layer to the step, so
+    // step(ckpt) - step(no ckpt) = 0.5758 - 0.4630 = 0.1128 s is (mostly) decoder-layer forward compute:
+    // 32 layers x 2 x 4096 tokens x 218.1M params = 57.2 TFLOP of GEMMs and 4.4 TFLOP of causal attention.
+    // The prediction leaves out the layers' memory-bound forward work (norms, SiLU, RoPE, residuals), so
+    // it should land somewhat below the difference: within 25%.
+    LlamaShape layers_only = llama3_8b;
+    StepCompute full = llama_step(h200, layers_only, 1, 4096);
+    // Remove the lm_head's forward GEMM, which is not recomputed.
+    double lm_head_fwd = matmul_time(h200, 4096, llama3_8b.vocab, llama3_8b.hidden, DType::Bf16).value;
+    double recompute = full.gemm_forward.value - lm_head_fwd + full.attention_forward.value;
+    double measured = 0.5758 - 0.4630;
+    MESSAGE("llama3-8b recompute forward: predicted " << recompute << " s, measured difference " << measured << " s");
+    CHECK(recompute == doctest::Approx(measured).epsilon(0.25));
+  }
+  SUBCASE("GEMMs + attention of a whole step stay below the measured step") {
+    // The model's compute part cannot exceed the whole measured step (which also holds norms,
+    // activations, the loss, the optimizer and FSDP's copies), and the GEMMs are most of it.
+    struct Row {
+      LlamaShape shape;
+      int64_t batch, seq;
+      double measured;
+    };
+    for (const Row& r : {Row{llama3_8b, 1, 4096, 0.4630}, Row{llama2_7b, 2, 2048, 0.4387}}) {
+      double measured = r.measured;
+      StepCompute s = llama_step(h200, r.shape, r.batch, r.seq);
+      double t = (s.gemm_forward + s.gemm_backward + s.attention_forward + s.attention_backward).value;
+      MESSAGE("GEMM + attention " << t << " s of a measured " << measured << " s step (" << 100 * t / measured
+                                  << "%)");
+      CHECK(t < measured);
+      CHECK(t > 0.5 * measured);
+    }
+  }
+}
