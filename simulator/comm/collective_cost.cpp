@@ -26,9 +26,12 @@ void require_positive(const HardwareProfile& hw, BytesPerSecond bw, const char* 
 double ring_bytes_factor(Collective kind, int n) {
   switch (kind) {
     case Collective::AllGather:
-    case Collective::ReduceScatter: return double(n - 1) / n;
-    case Collective::AllReduce: return 2.0 * (n - 1) / n;
-    case Collective::Broadcast: return 1.0;
+    case Collective::ReduceScatter:
+      return double(n - 1) / n;
+    case Collective::AllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::Broadcast:
+      return 1.0;
   }
   return 1.0;
 }
@@ -48,10 +51,14 @@ Steps ring_steps(Collective kind, const CommGroup& g) {
 
 const char* to_string(Collective c) {
   switch (c) {
-    case Collective::AllGather: return "all-gather";
-    case Collective::ReduceScatter: return "reduce-scatter";
-    case Collective::AllReduce: return "all-reduce";
-    case Collective::Broadcast: return "broadcast";
+    case Collective::AllGather:
+      return "all-gather";
+    case Collective::ReduceScatter:
+      return "reduce-scatter";
+    case Collective::AllReduce:
+      return "all-reduce";
+    case Collective::Broadcast:
+      return "broadcast";
   }
   return "?";
 }

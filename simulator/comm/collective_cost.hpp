@@ -24,9 +24,9 @@ const char* to_string(Collective);
 const char* to_string(CollectiveAlgorithm);
 
 struct CollectiveCost {
-  Seconds time{0};      // latency + transfer
-  Seconds latency{0};   // base + per-step latencies
-  Seconds transfer{0};  // bytes on the bottleneck link / bus bandwidth
+  Seconds time{0};                  // latency + transfer
+  Seconds latency{0};               // base + per-step latencies
+  Seconds transfer{0};              // bytes on the bottleneck link / bus bandwidth
   BytesPerSecond bus_bandwidth{0};  // achieved busBW of the bottleneck tier at this size
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::Ring;
 };

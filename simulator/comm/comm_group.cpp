@@ -7,8 +7,8 @@
 namespace fsdp {
 
 std::string CommGroup::describe() const {
-  return std::to_string(size) + " ranks (" + std::to_string(ranks_per_node) + " per node x " +
-         std::to_string(nodes()) + (nodes() == 1 ? " node)" : " nodes)");
+  return std::to_string(size) + " ranks (" + std::to_string(ranks_per_node) + " per node x " + std::to_string(nodes()) +
+         (nodes() == 1 ? " node)" : " nodes)");
 }
 
 CommGroup make_group(const HardwareProfile& hw, int size, int ranks_per_node) {

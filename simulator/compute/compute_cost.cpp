@@ -87,9 +87,11 @@ Bytes optimizer_bytes_per_param(Optimizer opt, DType state_dtype, DType grad_dty
   double s = dsize(state_dtype), g = dsize(grad_dtype);
   switch (opt) {
     // torch.optim.AdamW: reads param, grad, exp_avg, exp_avg_sq; writes param, exp_avg, exp_avg_sq.
-    case Optimizer::AdamW: return Bytes(3 * s + g + 3 * s);
+    case Optimizer::AdamW:
+      return Bytes(3 * s + g + 3 * s);
     // torch.optim.SGD with momentum: reads param, grad, momentum_buffer; writes param, momentum_buffer.
-    case Optimizer::Sgd: return Bytes(2 * s + g + 2 * s);
+    case Optimizer::Sgd:
+      return Bytes(2 * s + g + 2 * s);
   }
   return Bytes(0);
 }
@@ -99,9 +101,11 @@ double optimizer_flops_per_param(Optimizer opt) {
     // torch.optim.AdamW algorithm (PyTorch docs): decay theta -= lr*lambda*theta (2); m = b1 m + (1-b1) g (3);
     // v = b2 v + (1-b2) g^2 (4); bias corrections m/(1-b1^t), v/(1-b2^t) (2);
     // theta -= lr * m_hat / (sqrt(v_hat) + eps) (5): 16 FLOPs.
-    case Optimizer::AdamW: return 16;
+    case Optimizer::AdamW:
+      return 16;
     // torch.optim.SGD algorithm: g += lambda*theta (2); b = mu b + g (2); theta -= lr b (2): 6 FLOPs.
-    case Optimizer::Sgd: return 6;
+    case Optimizer::Sgd:
+      return 6;
   }
   return 0;
 }

@@ -19,9 +19,9 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
 // --- Fused (flash) attention over a batch of sequences ---
 struct AttentionShape {
   int64_t batch = 1;
-  int64_t seq_len = 1;  // queries = keys (self-attention)
-  int64_t heads = 1;    // query heads
-  int64_t kv_heads = 1; // key/value heads (GQA/MQA when fewer than heads)
+  int64_t seq_len = 1;   // queries = keys (self-attention)
+  int64_t heads = 1;     // query heads
+  int64_t kv_heads = 1;  // key/value heads (GQA/MQA when fewer than heads)
   int64_t head_dim = 1;
   bool causal = true;
 };

@@ -23,9 +23,12 @@ double EfficiencyCurve::at(double value) const {
 
 FlopsPerSecond HardwareProfile::peak_flops(DType d) const {
   switch (d) {
-    case DType::Fp32: return peak_flops_fp32;
-    case DType::Bf16: return peak_flops_bf16;
-    case DType::Fp16: return peak_flops_fp16;
+    case DType::Fp32:
+      return peak_flops_fp32;
+    case DType::Bf16:
+      return peak_flops_bf16;
+    case DType::Fp16:
+      return peak_flops_fp16;
   }
   return peak_flops_fp32;
 }

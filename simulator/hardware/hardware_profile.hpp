@@ -32,20 +32,20 @@ struct HardwareProfile {
   std::string source;       // file it came from
   std::string device_kind;  // "cuda" or "cpu"
   // Device
-  Bytes device_memory{0};          // total memory per GPU
-  Bytes usable_device_memory{0};   // what the runtime can allocate (after driver/ECC reservations)
+  Bytes device_memory{0};             // total memory per GPU
+  Bytes usable_device_memory{0};      // what the runtime can allocate (after driver/ECC reservations)
   FlopsPerSecond peak_flops_fp32{0};  // dense (TF32 tensor cores where applicable is NOT used for fp32 here)
   FlopsPerSecond peak_flops_bf16{0};  // dense tensor-core
   FlopsPerSecond peak_flops_fp16{0};
-  BytesPerSecond memory_bandwidth{0};  // HBM
-  EfficiencyCurve matmul_efficiency;     // by GEMM FLOPs per call
-  EfficiencyCurve attention_efficiency;  // by attention FLOPs per call (forward kernel)
+  BytesPerSecond memory_bandwidth{0};             // HBM
+  EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
+  EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)
   EfficiencyCurve attention_backward_efficiency;  // by attention FLOPs per call (backward kernel)
   // Node
   int gpus_per_node = 0;
-  LinkTier intra_node;      // NVLink/NVSwitch or PCIe
+  LinkTier intra_node;  // NVLink/NVSwitch or PCIe
   int nics_per_node = 0;
-  LinkTier inter_node;      // per NIC
+  LinkTier inter_node;               // per NIC
   BytesPerSecond host_to_device{0};  // PCIe per GPU, pinned
   Bytes host_memory{0};              // per node
   int cpu_cores = 0;                 // per node

@@ -36,10 +36,13 @@ HardwareProfile synthetic_node() {
 
 double busbw_factor(Collective c, int n) {
   switch (c) {
-    case Collective::AllReduce: return 2.0 * (n - 1) / n;
+    case Collective::AllReduce:
+      return 2.0 * (n - 1) / n;
     case Collective::AllGather:
-    case Collective::ReduceScatter: return double(n - 1) / n;
-    case Collective::Broadcast: return 1.0;
+    case Collective::ReduceScatter:
+      return double(n - 1) / n;
+    case Collective::Broadcast:
+      return 1.0;
   }
   return 1.0;
 }
@@ -156,7 +159,7 @@ TEST_CASE("groups of one rank and empty buffers cost nothing; bad groups and zer
   HardwareProfile hw = synthetic_node();
   CHECK(collective_time(hw, Collective::AllReduce, Bytes(kGiB), make_group(hw, 1, 1)).value == 0);
   CHECK(collective_time(hw, Collective::AllGather, Bytes(0), make_group(hw, 8, 8)).value == 0);
-  CHECK_THROWS_AS(make_group(hw, 12, 8), InputError);  // 8 per node does not divide 12
+  CHECK_THROWS_AS(make_group(hw, 12, 8), InputError);   // 8 per node does not divide 12
   CHECK_THROWS_AS(make_group(hw, 16, 16), InputError);  // more per node than the node has
   CHECK_THROWS_AS(make_group(hw, 0, 1), InputError);
   CHECK_THROWS_AS(contiguous_group(hw, 8, 12), InputError);
@@ -186,7 +189,8 @@ TEST_CASE("monotonicity on every shipped profile: more bytes never faster, more 
     CAPTURE(name);
     HardwareProfile hw = load_hardware(name, kRoot);
     int g = hw.gpus_per_node;
-    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce, Collective::Broadcast}) {
+    for (Collective c :
+         {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce, Collective::Broadcast}) {
       CAPTURE(to_string(c));
       for (CommGroup grp : {make_group(hw, g, g), make_group(hw, g * 4, g), make_group(hw, 16, 1)}) {
         CAPTURE(grp.describe());

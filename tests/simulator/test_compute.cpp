@@ -46,14 +46,15 @@ StepCompute llama_step(const HardwareProfile& hw, const LlamaShape& m, int64_t b
   struct Linear {
     int64_t in, out;
   };
-  const Linear layer[] = {{m.hidden, m.hidden},        {m.hidden, m.kv_heads * d}, {m.hidden, m.kv_heads * d},
-                          {m.hidden, m.hidden},        {m.hidden, m.ffn},          {m.hidden, m.ffn},
+  const Linear layer[] = {{m.hidden, m.hidden}, {m.hidden, m.kv_heads * d}, {m.hidden, m.kv_heads * d},
+                          {m.hidden, m.hidden}, {m.hidden, m.ffn},          {m.hidden, m.ffn},
                           {m.ffn, m.hidden}};
   StepCompute s;
   auto add_linear = [&](int64_t in, int64_t out, double count) {
-    s.gemm_forward += matmul_time(hw, t, out, in, DType::Bf16) * count;        // Y = X W^T
-    s.gemm_backward += (matmul_time(hw, t, in, out, DType::Bf16) +             // dX = dY W
-                        matmul_time(hw, in, out, t, DType::Bf16)) * count;     // dW = dY^T X
+    s.gemm_forward += matmul_time(hw, t, out, in, DType::Bf16) * count;  // Y = X W^T
+    s.gemm_backward += (matmul_time(hw, t, in, out, DType::Bf16) +       // dX = dY W
+                        matmul_time(hw, in, out, t, DType::Bf16)) *
+                       count;  // dW = dY^T X
   };
   for (const auto& l : layer) add_linear(l.in, l.out, double(m.layers));
   add_linear(m.hidden, m.vocab, 1.0);  // lm_head
@@ -139,16 +140,13 @@ TEST_CASE("host optimizer: memory or compute bound, shared by the node's ranks")
   HardwareProfile hw = synthetic_device();
   int64_t p = 1'000'000'000;
   // Memory: 28 GB over 400 GB/s = 70 ms. Compute: 16 GFLOP over 64 cores x 100 GFLOP/s = 2.5 ms.
-  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value ==
-        doctest::Approx(0.07));
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value == doctest::Approx(0.07));
   // Eight ranks per node share the bandwidth: each sees 50 GB/s.
-  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 8).value ==
-        doctest::Approx(0.56));
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 8).value == doctest::Approx(0.56));
   // With a fast memory and one slow core the compute bound takes over: 16 GFLOP / 100 GFLOP/s.
   hw.host_memory_bandwidth = BytesPerSecond(1e6 * kGB);
   hw.cpu_cores = 1;
-  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value ==
-        doctest::Approx(0.16));
+  CHECK(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1).value == doctest::Approx(0.16));
   hw.host_memory_bandwidth = BytesPerSecond(0);
   CHECK_THROWS_AS(host_optimizer_step_time(hw, p, Optimizer::AdamW, DType::Fp32, DType::Fp32, 1), InputError);
 }
@@ -191,8 +189,7 @@ TEST_CASE("h200 profile against the measured H200 step times") {
       double measured = r.measured;
       StepCompute s = llama_step(h200, r.shape, r.batch, r.seq);
       double t = (s.gemm_forward + s.gemm_backward + s.attention_forward + s.attention_backward).value;
-      MESSAGE("GEMM + attention " << t << " s of a measured " << measured << " s step (" << 100 * t / measured
-                                  << "%)");
+      MESSAGE("GEMM + attention " << t << " s of a measured " << measured << " s step (" << 100 * t / measured << "%)");
       CHECK(t < measured);
       CHECK(t > 0.5 * measured);
     }

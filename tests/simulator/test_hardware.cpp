@@ -119,12 +119,12 @@ TEST_CASE("EfficiencyCurve interpolates in log2(x) and clamps at both ends") {
   EfficiencyCurve c{{1e6, 4e6, 16e6}, {0.5, 0.7, 0.8}};
   CHECK(c.at(1e6) == doctest::Approx(0.5));
   CHECK(c.at(4e6) == doctest::Approx(0.7));
-  CHECK(c.at(2e6) == doctest::Approx(0.6));      // halfway in log2 between 1e6 and 4e6
-  CHECK(c.at(8e6) == doctest::Approx(0.75));     // halfway between 4e6 and 16e6
+  CHECK(c.at(2e6) == doctest::Approx(0.6));   // halfway in log2 between 1e6 and 4e6
+  CHECK(c.at(8e6) == doctest::Approx(0.75));  // halfway between 4e6 and 16e6
   CHECK(c.at(std::sqrt(2) * 1e6) == doctest::Approx(0.55));
-  CHECK(c.at(10) == doctest::Approx(0.5));       // below the first point
+  CHECK(c.at(10) == doctest::Approx(0.5));  // below the first point
   CHECK(c.at(0) == doctest::Approx(0.5));
-  CHECK(c.at(1e12) == doctest::Approx(0.8));     // above the last point
+  CHECK(c.at(1e12) == doctest::Approx(0.8));  // above the last point
   EfficiencyCurve one{{1e9}, {0.42}};
   CHECK(one.at(1) == doctest::Approx(0.42));
   CHECK(one.at(1e15) == doctest::Approx(0.42));
@@ -158,8 +158,7 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
     CHECK(contains(m, "unknown key 'node.intra_node.lanes'"));
   }
   SUBCASE("missing key") {
-    std::string m =
-        load_error(replace_once(base, "  memory_bandwidth: \"2039 GB/s\"", "  # no bandwidth"), "missing");
+    std::string m = load_error(replace_once(base, "  memory_bandwidth: \"2039 GB/s\"", "  # no bandwidth"), "missing");
     CHECK(contains(m, "device.memory_bandwidth"));
     CHECK(contains(m, "missing"));
   }
@@ -182,8 +181,8 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
     CHECK(contains(m, "device.memory"));
   }
   SUBCASE("usable above total") {
-    std::string m = load_error(replace_once(base, "usable_memory: \"81920 MiB\"", "usable_memory: \"81 GiB\""),
-                               "usable");
+    std::string m =
+        load_error(replace_once(base, "usable_memory: \"81920 MiB\"", "usable_memory: \"81 GiB\""), "usable");
     CHECK(contains(m, "device.usable_memory"));
   }
   SUBCASE("zero GPUs per node") {
@@ -195,21 +194,21 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
     CHECK(contains(m, "device_kind"));
   }
   SUBCASE("efficiency above one") {
-    std::string m = load_error(replace_once(base, "{message: \"16 GiB\", efficiency: 0.800}",
-                                            "{message: \"16 GiB\", efficiency: 1.2}"),
-                               "eff_high");
+    std::string m = load_error(
+        replace_once(base, "{message: \"16 GiB\", efficiency: 0.800}", "{message: \"16 GiB\", efficiency: 1.2}"),
+        "eff_high");
     CHECK(contains(m, "node.intra_node.bus_efficiency[10].efficiency"));
   }
   SUBCASE("efficiency zero") {
-    std::string m = load_error(replace_once(base, "{gemm_flops: 1.07e11, efficiency: 0.869}",
-                                            "{gemm_flops: 1.07e11, efficiency: 0}"),
-                               "eff_zero");
+    std::string m = load_error(
+        replace_once(base, "{gemm_flops: 1.07e11, efficiency: 0.869}", "{gemm_flops: 1.07e11, efficiency: 0}"),
+        "eff_zero");
     CHECK(contains(m, "device.matmul_efficiency[0].efficiency"));
   }
   SUBCASE("curve not sorted") {
-    std::string m = load_error(replace_once(base, "{message: \"32 MiB\", efficiency: 0.722}",
-                                            "{message: \"8 MiB\", efficiency: 0.722}"),
-                               "unsorted");
+    std::string m = load_error(
+        replace_once(base, "{message: \"32 MiB\", efficiency: 0.722}", "{message: \"8 MiB\", efficiency: 0.722}"),
+        "unsorted");
     CHECK(contains(m, "bus_efficiency[1].message"));
     CHECK(contains(m, "sorted"));
   }
@@ -223,9 +222,10 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
     CHECK(contains(m, "more work would take less time"));
   }
   SUBCASE("empty curve") {
-    std::string m = load_error(replace_once(base, "  matmul_efficiency:\n    - {gemm_flops: 1.07e11, efficiency: 0.869}",
-                                            "  matmul_efficiency: []"),
-                               "empty_curve");
+    std::string m =
+        load_error(replace_once(base, "  matmul_efficiency:\n    - {gemm_flops: 1.07e11, efficiency: 0.869}",
+                                "  matmul_efficiency: []"),
+                   "empty_curve");
     CHECK(contains(m, "device.matmul_efficiency"));
   }
   SUBCASE("not YAML") {
