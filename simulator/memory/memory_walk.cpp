@@ -68,3 +68,29 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
 }
 
 }  // namespace fsdp
+
+namespace fsdp {
+
+MemoryBreakdown model_state_bytes(const StepProgram& p) {
+  MemoryBreakdown b{};
+  for (const MemEvent& e : p.persistent) b[static_cast<size_t>(e.category)] += e.bytes;
+  // Gradient storage: the largest amount of sharded (kept) gradient alive during the walk.
+  double grads = 0, max_grads = 0;
+  for (const Op& op : p.ops) {
+    for (const MemEvent& e : op.on_issue)
+      if (e.category == MemoryCategory::ShardedGrads) grads += e.bytes;
+    max_grads = std::max(max_grads, grads);
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::ShardedGrads) grads += e.bytes;
+  }
+  b[static_cast<size_t>(MemoryCategory::ShardedGrads)] += max_grads;
+  return b;
+}
+
+double total(const MemoryBreakdown& b) {
+  double t = 0;
+  for (double v : b) t += v;
+  return t;
+}
+
+}  // namespace fsdp

@@ -35,3 +35,12 @@ struct MemoryResult {
 MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node);
 
 }  // namespace fsdp
+
+namespace fsdp {
+
+// Model states of a step program, by category: what is allocated before the step plus the gradient
+// storage the step accumulates (the footprint the ZeRO paper and DeepSpeed's estimators count).
+MemoryBreakdown model_state_bytes(const StepProgram& program);
+double total(const MemoryBreakdown& b);
+
+}  // namespace fsdp

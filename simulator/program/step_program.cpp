@@ -79,6 +79,12 @@ struct Emitter {
   double rb = 0;  // reduce dtype bytes
   bool sharded = false;
   bool mixed = false;  // compute dtype differs from storage
+  // The ZeRO paper's layout (Rajbhandari et al. 2020, arXiv 1910.02054 sec. 3.1, DeepSpeed): parameters
+  // and gradients in the low precision, an fp32 master copy kept with the optimizer states and
+  // partitioned like them. PyTorch's DDP/FSDP instead keep fp32 parameters and cast for compute.
+  bool zero_layout = false;
+  double sb = 0;  // bytes per element of the stored parameters / gradients
+  double gb = 0;
   std::vector<double> act_bytes;   // per unit, saved activations of one micro-batch
   std::vector<double> fwd_flops;   // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;  // per unit
@@ -122,6 +128,12 @@ struct Emitter {
     rb = dtype_bytes(s.reduce_dtype);
     sharded = shards_params(s.kind);
     mixed = s.param_dtype != s.master_dtype;
+    zero_layout = mixed && (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
+    sb = zero_layout ? pb : mb;
+    // ZeRO-1/2 keep the gradient (partition) in the low precision and convert it to fp32 for the step;
+    // ZeRO-3 reduce-scatters straight into the gradient partition in the reduce dtype (DeepSpeed
+    // stage3.py: fp32 partitioned gradients; estimate_zero3_model_states_mem_needs counts 18 bytes/param).
+    gb = zero_layout ? (s.kind == StrategyKind::Zero3 ? rb : pb) : mb;
     WrapPolicy wrap = s.wrap;
     if (!sharded) wrap = WrapPolicy{WrapKind::Layer, 1, 0};  // compute granularity for replicated strategies
     prog.units = build_wrap_units(g, wrap);
@@ -227,7 +239,7 @@ void Emitter::emit_sharded() {
       // ZeRO-Offload keeps the compute-dtype parameter shard on the GPU; masters live on the host.
       prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * pb});
     } else {
-      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * mb});
+      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * sb});
     }
   }
   std::vector<int> last_rs(static_cast<size_t>(n), -1);
@@ -250,7 +262,7 @@ void Emitter::emit_sharded() {
       if (offload_params) op.copy_bytes = shard(static_cast<double>(u.params)) * mb;
       op.on_issue.push_back({MemoryCategory::UnshardedParams, full * pb});
       // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
-      double staging = mixed ? shard(static_cast<double>(u.params)) * pb : 0.0;
+      double staging = mixed && !zero_layout ? shard(static_cast<double>(u.params)) * pb : 0.0;
       // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
       // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
       if (rt.allgather_copy_out) staging += full * pb;
@@ -379,7 +391,7 @@ void Emitter::emit_sharded() {
       double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       r.on_issue.push_back({MemoryCategory::UnshardedGrads, -full * pb});
-      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(static_cast<double>(u.params)) * mb});
+      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(static_cast<double>(u.params)) * gb});
       r.on_complete.push_back({MemoryCategory::CommBuffers, -rs_input});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
@@ -408,12 +420,16 @@ void Emitter::emit_replicated() {
   const double P = static_cast<double>(g.total_params());
   const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
-  prog.persistent.push_back({MemoryCategory::ShardedParams, P * mb});
+  prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb});
   // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
   // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.
-  bool buckets = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1;
-  if (buckets && !rt.ddp_gradient_as_bucket_view) prog.persistent.push_back({MemoryCategory::CommBuffers, P * mb});
-  const bool casts = mixed && rt.autocast_caches_weight_casts;
+  bool buckets = s.kind == StrategyKind::Ddp;
+  if (buckets) {
+    // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
+    MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::ShardedGrads : MemoryCategory::CommBuffers;
+    prog.persistent.push_back({cat, P * mb});
+  }
+  const bool casts = mixed && !zero_layout && rt.autocast_caches_weight_casts;
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
@@ -480,12 +496,12 @@ void Emitter::emit_replicated() {
       // Gradients accumulate into .grad in the parameter dtype (fp32), allocated on the first micro-batch.
       if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
-          b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * mb});
+          b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
         } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
-          b.on_issue.push_back({MemoryCategory::ShardedGrads, p * mb});
+          b.on_issue.push_back({MemoryCategory::ShardedGrads, p * gb});
         }
       } else if (s.kind == StrategyKind::Zero2) {
-        b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * mb});
+        b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
       }
       b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
       if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
@@ -503,8 +519,8 @@ void Emitter::emit_replicated() {
         r.what = "reduce-scatter";
         r.collective = CollectiveKind::ReduceScatter;
         r.comm_bytes = p * rb;
-        r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * mb});
-        if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(p) * mb});
+        r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * gb});
+        if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(p) * gb});
       } else {
         r.kind = OpKind::AllReduce;
         r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
@@ -526,15 +542,16 @@ void Emitter::emit_optimizer() {
   const double grad_elems = shards_grads(s.kind) ? shard(P) : P;
   if (!host_opt) {
     prog.persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * mb});
-    if (mixed && !shards_params(s.kind) && s.master_dtype != DType::Fp32) {
-      // not reachable: replicated strategies keep fp32 masters as the parameters themselves
-    }
+    if (zero_layout) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
     Op o;
     o.kind = OpKind::OptimizerStep;
     o.what = "optimizer step";
     // torch.optim's foreach AdamW allocates one temporary list the size of the parameters for
     // sqrt(exp_avg_sq) / bias correction (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt).
     o.transient_bytes = s.optimizer == Optimizer::AdamW ? opt_elems * mb : 0.0;
+    // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
+    // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
+    if (zero_layout) o.transient_bytes = s.kind == StrategyKind::Zero3 ? 0.0 : opt_elems * mb;
     // Memory traffic: read param, grad, states; write param and states (AdamW: 4 reads + 3 writes).
     o.elementwise_bytes = opt_elems * mb * (s.optimizer == Optimizer::AdamW ? 7.0 : 4.0);
     // Gradients are dropped after the step (zero_grad(set_to_none=True)).
@@ -549,7 +566,7 @@ void Emitter::emit_optimizer() {
       a.what = "all-gather updated parameters";
       a.collective = CollectiveKind::AllGather;
       a.group = GroupKind::World;
-      a.comm_bytes = P * mb;
+      a.comm_bytes = P * sb;
       a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
       push(a);
     }

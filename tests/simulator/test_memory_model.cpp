@@ -1,0 +1,238 @@
+// Golden numbers and properties of the per-GPU memory model (memory/memory_walk.cpp over
+// program/step_program.cpp).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "sim_fixtures.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+namespace {
+
+// A GPT-3-style decoder with ~7.5B parameters (the ZeRO paper's example model size).
+ModelSpec gpt_like(int64_t hidden, int64_t layers, int64_t heads) {
+  ModelSpec m;
+  m.name = "gpt-test";
+  m.family = "decoder";
+  m.hidden_size = hidden;
+  m.num_layers = layers;
+  m.num_heads = heads;
+  m.num_kv_heads = heads;
+  m.head_dim = hidden / heads;
+  m.ffn_size = 4 * hidden;
+  m.gated_mlp = false;
+  m.activation = ActivationFn::Gelu;
+  m.vocab_size = 51200;
+  m.tied_embeddings = true;
+  m.norm = NormType::LayerNorm;
+  m.norm_eps = 1e-5;
+  m.position_embedding = PositionEmbedding::Learned;
+  m.max_positions = 2048;
+  m.qkv_bias = m.attn_out_bias = m.mlp_bias = true;
+  m.dropout = true;
+  return m;
+}
+
+Strategy zero_strategy(StrategyKind k, DType reduce) {
+  Strategy s;
+  s.kind = k;
+  s.param_dtype = DType::Fp16;
+  s.reduce_dtype = reduce;
+  s.master_dtype = DType::Fp32;
+  s.micro_batch = 1;
+  s.seq_len = 1024;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO paper worked example: 7.5B params, 64 GPUs, mixed-precision Adam (K = 12)") {
+  // Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models"
+  // (arXiv 1910.02054), Figure 1 / sec. 5.1: model states per GPU for Psi = 7.5B, N_d = 64, K = 12:
+  //   baseline DP: (2 + 2 + K) * Psi            = 16 * 7.5e9           = 120 GB
+  //   P_os (ZeRO-1): 2 Psi + 2 Psi + K Psi / N  = 30e9 + 1.406e9       = 31.4 GB
+  //   P_os+g (ZeRO-2): 2 Psi + (2 + K) Psi / N  = 15e9 + 1.641e9       = 16.6 GB
+  //   P_os+g+p (ZeRO-3): (2 + 2 + K) Psi / N    = 120e9 / 64           = 1.9 GB
+  // The simulator's model states per parameter must give exactly these coefficients.
+  ModuleGraph g(gpt_like(4096, 36, 32));
+  RuntimeProfile rt = runtime("pytorch");
+  const double P = static_cast<double>(g.total_params());
+  const double N = 64;
+  const double psi = 7.5e9;
+  struct Row {
+    StrategyKind kind;
+    double coefficient;
+    double paper_gb;
+  };
+  for (Row r : {Row{StrategyKind::Ddp, 16.0, 120.0}, Row{StrategyKind::Zero1, 4.0 + 12.0 / N, 31.4},
+                Row{StrategyKind::Zero2, 2.0 + 14.0 / N, 16.6}, Row{StrategyKind::Zero3, 16.0 / N, 1.9}}) {
+    CAPTURE(to_string(r.kind));
+    StepProgram p = program(g, zero_strategy(r.kind, DType::Fp16), rt, 8, 8);
+    double states = total(model_state_bytes(p));
+    // DDP's buckets are communication buffers, not model states.
+    if (r.kind == StrategyKind::Ddp) states -= cat(model_state_bytes(p), MemoryCategory::CommBuffers);
+    CHECK(states / P == doctest::Approx(r.coefficient).epsilon(1e-4));  // padding of shards only
+    CHECK(std::round(r.coefficient * psi / 1e8) / 10.0 == doctest::Approx(r.paper_gb));
+  }
+}
+
+TEST_CASE("DeepSpeed estimators: ZeRO-3 4*largest_layer + 18*P/N, ZeRO-2 2*P + 18*P/N") {
+  // deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs (offload none):
+  //   gpu = largest_layer_memory + 18 * total_params / total_gpus, largest_layer_memory = 4 * largest_layer
+  //   (fp16 params + fp16 grads of the largest gathered layer; 18 = 2 fp16 param partition + 4 fp32 master
+  //   + 8 Adam + 4 fp32 gradient partition).
+  // deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (offload none, after
+  // PR #5099): gpu = 2 * total_params + 18 * total_params / total_gpus.
+  ModuleGraph g(zoo("llama2-7b"));
+  RuntimeProfile rt = runtime("pytorch");
+  const double P = static_cast<double>(g.total_params());
+  const double N = 16;
+  StepProgram z3 = program(g, zero_strategy(StrategyKind::Zero3, DType::Fp32), rt, 2, 8);
+  CHECK(total(model_state_bytes(z3)) == doctest::Approx(18.0 * P / N).epsilon(1e-4));
+  // The largest gathered unit: its fp16 params (all-gather) and fp16 grads (backward) = 4 bytes/param.
+  int64_t largest = 0;
+  for (const auto& u : z3.units) largest = std::max(largest, u.params);
+  double unit_bytes = 0;
+  for (const Op& op : z3.ops) {
+    if (op.kind != OpKind::Backward || z3.units[static_cast<size_t>(op.unit)].params != largest) continue;
+    for (const MemEvent& e : op.on_issue) unit_bytes += e.bytes;  // the unit's unsharded grads
+    unit_bytes *= 2.0;                                            // + the same size of unsharded params
+    break;
+  }
+  CHECK(unit_bytes == doctest::Approx(4.0 * static_cast<double>(largest)).epsilon(1e-3));
+
+  StepProgram z2 = program(g, zero_strategy(StrategyKind::Zero2, DType::Fp32), rt, 2, 8);
+  double at_step = total(model_state_bytes(z2));
+  for (const Op& op : z2.ops)
+    if (op.kind == OpKind::OptimizerStep) at_step += op.transient_bytes;  // the fp32 gradient partition
+  CHECK(at_step == doctest::Approx(2.0 * P + 18.0 * P / N).epsilon(1e-4));
+}
+
+TEST_CASE("Korthikanti et al. activation formula sbh(34 + 5as/h) for a GPT layer without flash attention") {
+  // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198)
+  // sec. 4.1, eq. (1): activations per layer = s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations,
+  // dropout and no recomputation. Our graph also keeps the LayerNorms' fp32 mean and rstd per token
+  // (2 norms x 2 x 4 bytes = 16 bytes per token), which the paper's s*b*h terms leave out.
+  for (auto [h, a, s] : {std::tuple{4096L, 32L, 2048L}, std::tuple{12288L, 96L, 2048L}, std::tuple{2048L, 16L, 512L}}) {
+    ModuleGraph g(gpt_like(h, 2, a));
+    ActivationQuery q;
+    q.compute = DType::Fp16;
+    q.attention = AttentionImpl::Eager;
+    q.seq_len = s;
+    const double b = 1;
+    double ours = g.saved_bytes_per_token(g.layers()[0], q, ActCkpt::None) * static_cast<double>(s) * b;
+    double paper = static_cast<double>(s) * b * static_cast<double>(h) *
+                   (34.0 + 5.0 * static_cast<double>(a) * static_cast<double>(s) / static_cast<double>(h));
+    double stats = 16.0 * static_cast<double>(s) * b;
+    CAPTURE(h);
+    CHECK(ours == doctest::Approx(paper + stats).epsilon(1e-12));
+    // Selective recomputation drops exactly the 5as^2b attention term (sec. 4.2).
+    double selective = g.saved_bytes_per_token(g.layers()[0], q, ActCkpt::Selective) * static_cast<double>(s) * b;
+    CHECK(selective == doctest::Approx(34.0 * static_cast<double>(s) * b * static_cast<double>(h) + stats));
+  }
+}
+
+TEST_CASE("flash attention keeps activations linear in the sequence, eager quadratic") {
+  ModuleGraph g(zoo("llama3-8b"));
+  auto per_token = [&](AttentionImpl impl, int64_t seq) {
+    ActivationQuery q;
+    q.attention = impl;
+    q.seq_len = seq;
+    return g.saved_bytes_per_token(g.layers()[0], q, ActCkpt::None);
+  };
+  CHECK(per_token(AttentionImpl::Flash, 1024) == doctest::Approx(per_token(AttentionImpl::Flash, 8192)));
+  // Eager keeps the softmax output: heads x seq elements per token in the compute dtype (bf16).
+  CHECK(per_token(AttentionImpl::Eager, 8192) - per_token(AttentionImpl::Eager, 1024) ==
+        doctest::Approx(32.0 * (8192 - 1024) * 2.0));
+}
+
+namespace {
+
+MemoryResult walk(const ModuleGraph& g, const Strategy& s, const RuntimeProfile& rt, int64_t nodes, int64_t gpn) {
+  StepProgram p = program(g, s, rt, nodes, gpn);
+  return walk_memory(p, rt, gpn);
+}
+
+double sharded_states(const MemoryResult& r) {
+  return cat(r.breakdown, MemoryCategory::ShardedParams) + cat(r.breakdown, MemoryCategory::OptimizerStates) +
+         cat(r.breakdown, MemoryCategory::MasterParams);
+}
+
+}  // namespace
+
+TEST_CASE("properties: more GPUs, checkpointing and offload never raise GPU memory; categories non-negative") {
+  RuntimeProfile rt = runtime("fsdp-run");
+  for (const char* name : {"llama3-8b", "gpt2", "mixtral-8x7b"}) {
+    ModuleGraph g(zoo(name));
+    for (StrategyKind k : {StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Zero3,
+                           StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::NoShard}) {
+      Strategy s;
+      s.kind = k;
+      s.seq_len = 2048;
+      CAPTURE(name);
+      CAPTURE(to_string(k));
+      double prev_states = INFINITY;
+      for (int64_t nodes : {1, 2, 4, 8}) {
+        MemoryResult r = walk(g, s, rt, nodes, 8);
+        for (double v : r.breakdown) CHECK(v >= 0.0);
+        CHECK(sharded_states(r) <= prev_states * (1 + 1e-9));
+        prev_states = sharded_states(r);
+      }
+      double prev_act = INFINITY;
+      for (ActCkpt ck : {ActCkpt::None, ActCkpt::Selective, ActCkpt::Full}) {
+        Strategy c = s;
+        c.act_ckpt = ck;
+        StepProgram p = program(g, c, rt, 1, 8);
+        double act = 0;
+        for (const Op& op : p.ops)
+          for (const MemEvent& e : op.on_issue)
+            if (e.category == MemoryCategory::Activations && op.kind == OpKind::Forward) act += e.bytes;
+        CHECK(act <= prev_act);
+        prev_act = act;
+      }
+      double prev_peak = INFINITY;
+      for (Offload off : {Offload::None, Offload::Optimizer, Offload::Params}) {
+        if (off == Offload::Params && !shards_params(k)) continue;
+        Strategy c = s;
+        c.offload = off;
+        MemoryResult r = walk(g, c, rt, 1, 8);
+        CHECK(r.peak_allocated <= prev_peak * (1 + 1e-9));
+        prev_peak = r.peak_allocated;
+      }
+    }
+  }
+}
+
+TEST_CASE("more prefetch never lowers peak memory") {
+  RuntimeProfile rt = runtime("fsdp-run");
+  ModuleGraph g(zoo("llama2-7b"));
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  double prev = 0;
+  for (int64_t depth : {0, 1, 2, 4}) {
+    s.forward_prefetch = s.backward_prefetch = depth;
+    double peak = walk(g, s, rt, 1, 8).peak_allocated;
+    CHECK(peak >= prev);
+    prev = peak;
+  }
+}
+
+TEST_CASE("the peak is reported with its phase and the breakdown sums to the peak") {
+  RuntimeProfile rt = runtime("pytorch");
+  ModuleGraph g(zoo("llama3-8b"));
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  MemoryResult r = walk(g, s, rt, 1, 8);
+  CHECK_FALSE(r.peak_phase.empty());
+  double sum = 0;
+  for (size_t i = 0; i < kNumMemoryCategories; ++i) {
+    auto c = static_cast<MemoryCategory>(i);
+    if (c == MemoryCategory::Fragmentation || c == MemoryCategory::Nccl || c == MemoryCategory::Workspace) continue;
+    sum += r.breakdown[i];
+  }
+  CHECK(sum == doctest::Approx(r.peak_allocated).epsilon(1e-9));
+  CHECK(r.reserved_peak >= r.peak_allocated);
+  CHECK(r.device_total >= r.reserved_peak);
+}
