@@ -1,0 +1,68 @@
+// The pytorch runtime profile (configs/runtimes/pytorch.yaml) against real measurements of PyTorch
+// DDP and FSDP2 on an H200 (../shared/calibration/pytorch-h200.jsonl, copied to
+// tests/data/calibration/). Each row's steady-state peak (steps 2 and 3) and reserved peak are
+// predicted from the mechanism (module graph + step program + runtime profile), never looked up.
+// Tolerances: peak allocated within 6% on every row; reserved within 30% (the fragmentation term is
+// one fitted fraction and is the least certain part; README "Accuracy").
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sim_fixtures.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
+  std::ifstream in(std::string(FSDP_TEST_DATA) + "/calibration/pytorch-h200.jsonl");
+  REQUIRE(in.good());
+  RuntimeProfile rt = runtime("pytorch");
+  std::string line;
+  int rows = 0;
+  double worst_alloc = 0, worst_reserved = 0;
+  std::printf("%-10s %-6s %5s %3s %5s %4s | %8s %8s %6s | %8s %8s %6s\n", "model", "strat", "world", "mb", "seq",
+              "ckpt", "alloc", "pred", "err", "reserved", "pred", "err");
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    std::string model = j["model"];
+    ModelSpec spec = model == "llama-1b" ? load_model(std::string(FSDP_TEST_DATA) + "/models/llama-1b.yaml", root())
+                                          : zoo(model);
+    ModuleGraph g(spec);
+    REQUIRE(g.total_params() == j["params"].get<int64_t>());
+    Strategy s;
+    std::string strat = j["strategy"];
+    REQUIRE(parse_strategy_kind(strat, s.kind));
+    s.param_dtype = j["mp"] == "bf16" ? DType::Bf16 : DType::Fp32;
+    s.reduce_dtype = DType::Fp32;
+    s.micro_batch = j["micro_batch"];
+    s.seq_len = j["seq"];
+    s.act_ckpt = j["act_ckpt"].get<bool>() ? ActCkpt::Full : ActCkpt::None;
+    s.reshard_after_forward = j["reshard_after_forward"];
+    s.offload = j["cpu_offload"].get<bool>() ? Offload::Params : Offload::None;
+    s.attention = AttentionImpl::Sdpa;
+    const int64_t world = j["world"];
+    StepProgram p = program(g, s, rt, 1, world);
+    MemoryResult r = walk_memory(p, rt, world);
+    const double measured_alloc = j["peak_alloc_GiB"].back().get<double>() * kGiB;
+    const double measured_reserved = j["peak_reserved_GiB"].get<double>() * kGiB;
+    double ea = (r.peak_allocated - measured_alloc) / measured_alloc;
+    double er = (r.reserved_peak - measured_reserved) / measured_reserved;
+    std::printf("%-10s %-6s %5lld %3lld %5lld %4s | %8.2f %8.2f %+5.1f%% | %8.2f %8.2f %+5.1f%%\n", model.c_str(),
+                strat.c_str(), static_cast<long long>(world), static_cast<long long>(s.micro_batch),
+                static_cast<long long>(s.seq_len), s.act_ckpt == ActCkpt::Full ? "full" : "none",
+                measured_alloc / kGiB, r.peak_allocated / kGiB, ea * 100, measured_reserved / kGiB,
+                r.reserved_peak / kGiB, er * 100);
+    CAPTURE(line);
+    CHECK(std::fabs(ea) <= 0.06);
+    CHECK(std::fabs(er) <= 0.30);
+    worst_alloc = std::max(worst_alloc, std::fabs(ea));
+    worst_reserved = std::max(worst_reserved, std::fabs(er));
+    ++rows;
+  }
+  std::printf("worst |error|: peak allocated %.1f%%, reserved %.1f%% over %d rows\n", worst_alloc * 100,
+              worst_reserved * 100, rows);
+  CHECK(rows >= 5);
+}
