@@ -5,6 +5,7 @@
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET]     default 20; all targets together get at most
 #                                        FSDP_FUZZ_TOTAL seconds (default 60)
+# Inputs in fuzz/regressions/<target>/ (past findings) are replayed before fuzzing.
 # Environment: FSDP_FUZZ_BUILD (build dir, default build-fuzz), FSDP_FUZZ_TOTAL, FSDP_FUZZ_JOBS
 # (ninja -j, default 2). Findings land in $FSDP_FUZZ_BUILD/findings/; reproduce one with
 #   $FSDP_FUZZ_BUILD/fuzz_<target> $FSDP_FUZZ_BUILD/findings/<file>
@@ -24,12 +25,13 @@ cmake -S "$root/fuzz" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++
 cmake --build "$build" -j "$jobs"
 
 # target -> dictionary, seed globs (relative to the repository root)
-declare -A dict=([fuzz_model_yaml]=model.dict [fuzz_hf_config]=hf.dict [fuzz_hardware]="" [fuzz_plan]=model.dict)
+declare -A dict=([fuzz_model_yaml]=model.dict [fuzz_hf_config]=hf.dict [fuzz_hardware]="" [fuzz_plan]=plan.dict)
+# (fuzz/seeds/<target>/ holds hand-written seeds, e.g. complete plan files).
 declare -A seeds=(
-  [fuzz_model_yaml]="configs/models/*.yaml"
-  [fuzz_hf_config]="tests/data/hf/*.json"
-  [fuzz_hardware]="hwprofiles/*.yaml"
-  [fuzz_plan]="tests/data/*plan*.yaml tests/data/*/*plan*.yaml configs/*plan*.yaml configs/models/*.yaml"
+  [fuzz_model_yaml]="configs/models/*.yaml fuzz/seeds/fuzz_model_yaml/*"
+  [fuzz_hf_config]="tests/data/hf/*.json fuzz/seeds/fuzz_hf_config/*"
+  [fuzz_hardware]="hwprofiles/*.yaml fuzz/seeds/fuzz_hardware/*"
+  [fuzz_plan]="fuzz/seeds/fuzz_plan/* tests/data/*plan*.yaml tests/data/*/*plan*.yaml configs/models/*.yaml"
 )
 
 targets=()
@@ -57,6 +59,16 @@ for t in "${targets[@]}"; do
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1
         -artifact_prefix="$build/findings/$t-")
   [[ -n "${dict[$t]}" ]] && args+=(-dict="$root/fuzz/${dict[$t]}")
+  # Inputs that once broke a parser (fuzz/regressions/<target>/) are replayed first.
+  regressions=("$root/fuzz/regressions/$t"/*)
+  if [[ -e "${regressions[0]}" ]]; then
+    if ! "$build/$t" "${regressions[@]}" >"$build/$t.regressions.log" 2>&1; then
+      echo "!! $t fails a regression input (log: $build/$t.regressions.log):"
+      grep -E "ERROR: |runtime error|what\(\)|SUMMARY|Running: " "$build/$t.regressions.log" | head -20
+      failed+=("$t")
+      continue
+    fi
+  fi
   echo "== $t: ${seconds}s, $(ls "$seed_dir" | wc -l) seeds"
   log="$build/$t.log"
   if "$build/$t" "${args[@]}" "$corpus" "$seed_dir" >"$log" 2>&1; then
