@@ -1,0 +1,170 @@
+// fsdp-run: train what a plan.yaml says (issue 5), or export a checkpoint (issue 6).
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "dist/comm.hpp"
+#include "dist/launcher.hpp"
+#include "io/checkpoint.hpp"
+#include "planfile/plan_file.hpp"
+#include "train/mem_tracker.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fsdp-run [--nproc-per-node N] PLAN [options]\n"
+    "       fsdp-run export CHECKPOINT --out FILE.safetensors\n"
+    "options:\n"
+    "  --steps N               total steps to reach (default 10; counted from the start on --resume)\n"
+    "  --seed S                initialisation and data seed (default 0)\n"
+    "  --report FILE           write the measured report as JSON (rank 0)\n"
+    "  --log-every K           progress line every K steps (default 1)\n"
+    "  --timeout SEC           collective / rendezvous timeout (default 300)\n"
+    "  --emulate-world-size W  rehearse rank 0 of a W-rank plan alone (collectives become local)\n"
+    "  --data synthetic|FILE   token source (default synthetic)\n"
+    "  --data-dtype uint16|uint32  element type of a token file (default uint16)\n"
+    "  --checkpoint-dir DIR    write sharded checkpoints under DIR\n"
+    "  --checkpoint-every N    every N steps (and at the last step)\n"
+    "  --keep-checkpoints K    keep the newest K (default 2)\n"
+    "  --resume DIR            continue from a checkpoint root or step directory\n"
+    "  --init-from PATH        initial weights: safetensors file or directory with an index json\n"
+    "exit codes: 0 success, 2 bad input (plan, flags, world size), 3 a rank failed or hung, 1 other errors\n";
+
+struct Args {
+  int nproc = 0;
+  std::string plan;
+  std::string report;
+  int timeout_s = 300;
+  fsdp::exec::RunConfig cfg;
+};
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < 0) throw fsdp::InputError(flag + " expects a non-negative integer, got '" + v + "'");
+  return x;
+}
+
+int run_export(const std::vector<std::string>& a) {
+  std::string ckpt, out;
+  for (std::size_t i = 1; i < a.size(); ++i) {
+    if (a[i] == "--out" && i + 1 < a.size()) out = a[++i];
+    else if (ckpt.empty() && a[i].rfind("--", 0) != 0) ckpt = a[i];
+    else throw fsdp::InputError("export: unexpected argument '" + a[i] + "'");
+  }
+  if (ckpt.empty() || out.empty()) throw fsdp::InputError("export needs CHECKPOINT and --out FILE");
+  const int64_t n = fsdp::exec::export_checkpoint(ckpt, out);
+  std::cout << "fsdp-run: exported " << n << " tensors to " << out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fsdp::exec;
+  std::vector<std::string> a(argv + 1, argv + argc);
+  std::unique_ptr<Comm> comm;
+  try {
+    if (!a.empty() && a[0] == "export") return run_export(a);
+    Args args;
+    std::vector<std::string> child{argv[0]};
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::string& f = a[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= a.size()) throw fsdp::InputError(f + " needs a value");
+        return a[++i];
+      };
+      if (f == "--help" || f == "-h") {
+        std::cout << kUsage;
+        return 0;
+      }
+      if (f == "--nproc-per-node") {
+        args.nproc = static_cast<int>(to_int(f, value()));
+        if (args.nproc < 1) throw fsdp::InputError("--nproc-per-node must be >= 1");
+        continue;  // not passed to the children
+      }
+      child.push_back(f);
+      if (f == "--steps") args.cfg.steps = to_int(f, child.emplace_back(value()));
+      else if (f == "--seed") args.cfg.seed = static_cast<uint64_t>(to_int(f, child.emplace_back(value())));
+      else if (f == "--report") args.report = child.emplace_back(value());
+      else if (f == "--log-every") args.cfg.log_every = to_int(f, child.emplace_back(value()));
+      else if (f == "--timeout") args.timeout_s = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--emulate-world-size") args.cfg.emulate_world_size = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--data") args.cfg.data = child.emplace_back(value());
+      else if (f == "--data-dtype") args.cfg.data_dtype = child.emplace_back(value());
+      else if (f == "--checkpoint-dir") args.cfg.checkpoint_dir = child.emplace_back(value());
+      else if (f == "--checkpoint-every") args.cfg.checkpoint_every = to_int(f, child.emplace_back(value()));
+      else if (f == "--keep-checkpoints") args.cfg.keep_checkpoints = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--resume") args.cfg.resume_dir = child.emplace_back(value());
+      else if (f == "--init-from") args.cfg.init_from = child.emplace_back(value());
+      else if (f.rfind("--", 0) == 0) throw fsdp::InputError("unknown option " + f + "\n" + kUsage);
+      else if (args.plan.empty()) args.plan = f;
+      else throw fsdp::InputError("unexpected argument '" + f + "' (one plan file only)");
+    }
+    if (args.plan.empty()) throw fsdp::InputError(std::string("no plan file given\n") + kUsage);
+    args.cfg.plan_path = args.plan;
+    const fsdp::PlanFile plan = fsdp::read_plan_file(args.plan);
+
+    if (args.nproc > 0 && std::getenv("RANK") == nullptr) {
+      if (args.cfg.emulate_world_size > 0) throw fsdp::InputError("--emulate-world-size runs one process; drop --nproc-per-node");
+      if (plan.cluster.world_size() != args.nproc)
+        throw fsdp::InputError("the plan is for world size " + std::to_string(plan.cluster.world_size()) +
+                               " but --nproc-per-node " + std::to_string(args.nproc) + " starts " +
+                               std::to_string(args.nproc) + " ranks");
+      LaunchOptions lo;
+      lo.nproc = args.nproc;
+      lo.grace = std::chrono::milliseconds(1000LL * args.timeout_s + 30000);
+      return launch_local(lo, child);
+    }
+
+    CommOptions co;
+    co.device = plan.cluster.device;
+    co.timeout = std::chrono::milliseconds(1000LL * args.timeout_s);
+    if (args.cfg.emulate_world_size > 0) {
+      if (args.cfg.emulate_world_size != plan.cluster.world_size())
+        throw fsdp::InputError("--emulate-world-size " + std::to_string(args.cfg.emulate_world_size) +
+                               " does not match the plan's world size " + std::to_string(plan.cluster.world_size()));
+      comm = Comm::emulate(args.cfg.emulate_world_size, plan.cluster.device == "cpu");
+    } else {
+      DistEnv env = read_dist_env();
+      if (env.world_size != plan.cluster.world_size())
+        throw fsdp::InputError("the plan is for world size " + std::to_string(plan.cluster.world_size()) +
+                               " but this launch has world size " + std::to_string(env.world_size) +
+                               (env.source == "none" ? " (no RANK/WORLD_SIZE or Slurm environment; use --nproc-per-node)"
+                                                     : " (from the " + env.source + " environment)"));
+      comm = Comm::connect(env, co);
+    }
+    if (plan.cluster.device == "cpu") MemTracker::instance().install_cpu();
+    Trainer trainer(plan, args.cfg, *comm);
+    MemTracker::instance().reset_peak();
+    RunResult r = trainer.run(&std::cout);
+    if (comm->rank() == 0 && !args.report.empty()) {
+      std::ofstream out(args.report);
+      if (!out) throw fsdp::InputError(args.report + ": cannot write the report");
+      out << report_json(plan, args.cfg, r) << "\n";
+    }
+    comm->world().barrier();
+    std::cout << std::flush;
+    return 0;
+  } catch (const fsdp::InputError& e) {
+    std::cerr << "fsdp-run: error: " << e.what() << "\n";
+    if (comm) comm->publish_error(e.what());
+    std::cerr << std::flush;
+    std::_Exit(2);
+  } catch (const RankFailure& e) {
+    std::cerr << "fsdp-run: " << e.what() << "\n" << std::flush;
+    std::_Exit(3);
+  } catch (const std::exception& e) {
+    std::cerr << "fsdp-run: error: " << e.what() << "\n";
+    if (comm) comm->publish_error(e.what());
+    std::cerr << std::flush;
+    std::_Exit(1);
+  }
+}

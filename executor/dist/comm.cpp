@@ -1,0 +1,489 @@
+// c10d adapter: process groups, the Gloo fallbacks, rendezvous and failure diagnosis.
+// All LibTorch-version and backend differences of the executor live in this file.
+#include "dist/comm.hpp"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "core/errors.hpp"
+
+#if defined(FSDP_EXEC_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace fsdp::exec {
+namespace {
+
+// In LibTorch 1.x the backends derive from c10d::ProcessGroup; from 2.0 on they
+// derive from c10d::Backend (torch/csrc/distributed/c10d/Backend.hpp) and
+// ProcessGroup became a dispatcher over backends.
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+using BackendPtr = c10::intrusive_ptr<BackendBase>;
+
+int env_int(const char* name, int fallback, bool& found) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    found = false;
+    return fallback;
+  }
+  found = true;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x < 0 || x > (1 << 24))
+    throw InputError(std::string("environment variable ") + name + "='" + v + "' is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v == nullptr || *v == '\0') ? fallback : std::string(v);
+}
+
+// First host of a Slurm node list such as "node[003-005,007],gpu1" -> "node003".
+std::string first_slurm_host(const std::string& list) {
+  std::string host;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    char c = list[i];
+    if (c == ',') break;
+    if (c == '[') {
+      std::size_t j = i + 1;
+      while (j < list.size() && std::isdigit(static_cast<unsigned char>(list[j]))) host += list[j++];
+      break;
+    }
+    host += c;
+  }
+  return host;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
+}
+
+// ---------------------------------------------------------------------------
+// Local group: rank 0 of `size` ranks with no peers. World size 1 is exact;
+// size > 1 is the rehearsal mode, where the other ranks' contributions are
+// absent (shard copies / no-ops) but every buffer is really allocated.
+class LocalGroup final : public Group {
+ public:
+  // mimic_gloo: rehearsal of a Gloo run also allocates the staging buffers Gloo's CPU
+  // collectives allocate (ProcessGroupGloo.cpp AsyncAllgatherWork: newLikeFlat output;
+  // our reduce-scatter fallback: a clone of the full buffer), so peaks compare.
+  explicit LocalGroup(int size, bool mimic_gloo = false) : size_(size), mimic_(mimic_gloo && size > 1) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string name() const override { return size_ == 1 ? "local" : "emulated"; }
+  bool is_local() const override { return true; }
+  Handle all_reduce_sum(at::Tensor) override { return {}; }
+  Handle all_gather(at::Tensor shard, at::Tensor full) override {
+    check_sizes(shard, full);
+    at::Tensor staging = mimic_ ? at::empty_like(full) : at::Tensor();
+    // Rehearsal: the absent ranks' shards are stood in for by copies of ours, so the
+    // numbers stay finite; only the allocations matter.
+    full.view({size_, shard.numel()}).copy_(shard.reshape({1, -1}).expand({size_, shard.numel()}));
+    return {};
+  }
+  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
+    check_sizes(shard, full);
+    at::Tensor staging = mimic_ ? full.clone() : full;
+    shard.reshape(-1).copy_(staging.narrow(0, 0, shard.numel()));
+    return {};
+  }
+  void broadcast(at::Tensor, int) override {}
+  void barrier() override {}
+
+ private:
+  void check_sizes(const at::Tensor& shard, const at::Tensor& full) const {
+    FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather/reduce_scatter: full must be size x shard");
+  }
+  int size_;
+  bool mimic_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+struct Comm::Impl {
+  DistEnv env;
+  CommOptions opts;
+  c10::intrusive_ptr<c10d::Store> store;
+  std::shared_ptr<Group> world;
+  bool emulated = false;
+  int64_t groups_created = 0;
+  bool mimic_gloo = false;
+
+  std::thread heartbeat;
+  std::atomic<bool> stop{false};
+  std::mutex progress_mu;
+  std::string progress = "starting";
+
+  c10::intrusive_ptr<c10d::Store> new_client(std::chrono::milliseconds timeout) const {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  }
+
+  void start_heartbeat() {
+    heartbeat = std::thread([this] {
+      c10::intrusive_ptr<c10d::Store> client;
+      try {
+        client = new_client(opts.timeout);
+      } catch (...) {
+        return;
+      }
+      const std::string hb_key = "hb/" + std::to_string(env.rank);
+      const std::string pr_key = "progress/" + std::to_string(env.rank);
+      while (!stop.load()) {
+        try {
+          client->add(hb_key, 1);
+          std::string p;
+          {
+            std::lock_guard<std::mutex> lock(progress_mu);
+            p = progress;
+          }
+          client->set(pr_key, std::vector<uint8_t>(p.begin(), p.end()));
+        } catch (...) {
+          // The store host (rank 0) is gone; the main thread will find out in its next collective.
+        }
+        for (int waited = 0; waited < opts.heartbeat_ms && !stop.load(); waited += 50)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+
+  ~Impl() {
+    stop.store(true);
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+
+  [[noreturn]] void diagnose(const std::string& what) {
+    std::ostringstream msg;
+    msg << "rank " << env.rank << ": collective failed (" << what << ")";
+    if (emulated || env.world_size == 1) throw RankFailure(msg.str());
+    c10::intrusive_ptr<c10d::Store> client;
+    try {
+      client = new_client(std::chrono::milliseconds(5000));
+    } catch (const std::exception&) {
+      msg << "; the rendezvous store on rank 0 (" << env.master_addr << ":" << env.master_port
+          << ") is unreachable: rank 0 died or hung";
+      throw RankFailure(msg.str());
+    }
+    auto read_counters = [&] {
+      std::vector<int64_t> c(static_cast<std::size_t>(env.world_size), 0);
+      for (int r = 0; r < env.world_size; ++r) c[static_cast<std::size_t>(r)] = client->add("hb/" + std::to_string(r), 0);
+      return c;
+    };
+    try {
+      auto before = read_counters();
+      // Three heartbeat periods: a live rank bumps its counter at least twice.
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * opts.heartbeat_ms + 200));
+      auto after = read_counters();
+      std::vector<int> stalled;
+      for (int r = 0; r < env.world_size; ++r)
+        if (r != env.rank && after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)])
+          stalled.push_back(r);
+      std::vector<std::string> errors;
+      for (int r = 0; r < env.world_size; ++r) {
+        const std::string key = "error/" + std::to_string(r);
+        if (r != env.rank && client->check({key})) {
+          auto v = client->get(key);
+          errors.push_back("rank " + std::to_string(r) + " reported: " + std::string(v.begin(), v.end()));
+        }
+      }
+      if (!stalled.empty()) {
+        msg << "; rank" << (stalled.size() > 1 ? "s " : " ");
+        for (std::size_t i = 0; i < stalled.size(); ++i) {
+          msg << (i ? ", " : "") << stalled[i];
+          const std::string key = "progress/" + std::to_string(stalled[i]);
+          if (client->check({key})) {
+            auto v = client->get(key);
+            msg << " (last at " << std::string(v.begin(), v.end()) << ")";
+          }
+        }
+        msg << (stalled.size() > 1 ? " stopped" : " stopped") << " responding (no heartbeat for "
+            << (3 * opts.heartbeat_ms + 200) << " ms): dead or hung";
+      }
+      for (const auto& e : errors) msg << "; " << e;
+      if (stalled.empty() && errors.empty()) msg << "; all ranks still alive (a peer closed its connection)";
+    } catch (const std::exception& e) {
+      msg << "; rank 0 (rendezvous store host) stopped responding during diagnosis: " << e.what();
+    }
+    throw RankFailure(msg.str());
+  }
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// A c10d backend. Gloo in LibTorch 1.13 lacks bf16/fp16 in several collectives,
+// ReduceOp::AVG, _allgather_base and reduce_scatter (ProcessGroupGloo.cpp throws
+// "not supported"); we use fp32 staging, SUM then scale, list all-gather and
+// all-reduce + slice. NCCL has the direct tensor collectives.
+class C10dGroup final : public Group {
+ public:
+  C10dGroup(BackendPtr pg, int rank, int size, std::string name, bool direct, Comm::Impl* comm)
+      : pg_(std::move(pg)), rank_(rank), size_(size), name_(std::move(name)), direct_(direct), comm_(comm) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+  bool is_local() const override { return false; }
+
+  Handle all_reduce_sum(at::Tensor t) override {
+    at::Tensor buf = staged(t);
+    std::vector<at::Tensor> v{buf};
+    auto work = guard([&] { return pg_->allreduce(v); });
+    return Handle([this, work, buf, t]() mutable {
+      wait(work);
+      if (!buf.is_same(t)) t.copy_(buf);
+    });
+  }
+
+  Handle all_gather(at::Tensor shard, at::Tensor full) override {
+    FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather: full must be size x shard");
+    if (direct_) {
+      auto work = guard([&] { return pg_->_allgather_base(full, shard); });
+      return Handle([this, work]() mutable { wait(work); });
+    }
+    at::Tensor in = staged(shard.reshape(-1));
+    at::Tensor out = in.is_same(shard) || in.scalar_type() == full.scalar_type()
+                         ? full
+                         : at::empty({full.numel()}, full.options().dtype(in.scalar_type()));
+    std::vector<at::Tensor> outs;
+    for (int r = 0; r < size_; ++r) outs.push_back(out.narrow(0, r * shard.numel(), shard.numel()));
+    std::vector<std::vector<at::Tensor>> outputs{outs};
+    std::vector<at::Tensor> inputs{in.contiguous()};
+    auto work = guard([&] { return pg_->allgather(outputs, inputs); });
+    return Handle([this, work, out, full, outputs, inputs]() mutable {
+      wait(work);
+      if (!out.is_same(full)) full.copy_(out);
+    });
+  }
+
+  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
+    FSDP_ASSERT(full.numel() == shard.numel() * size_, "reduce_scatter: full must be size x shard");
+    if (direct_) {
+      auto work = guard([&] { return pg_->_reduce_scatter_base(shard, full); });
+      return Handle([this, work]() mutable { wait(work); });
+    }
+    // Fallback: all-reduce the whole buffer, keep our slice (moves size x the bytes).
+    at::Tensor buf = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble
+                         ? full.clone()
+                         : full.to(at::kFloat);
+    if (!(full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble)) upcast_happened_ = true;
+    std::vector<at::Tensor> v{buf};
+    auto work = guard([&] { return pg_->allreduce(v); });
+    return Handle([this, work, buf, shard]() mutable {
+      wait(work);
+      shard.reshape(-1).copy_(buf.narrow(0, rank_ * shard.numel(), shard.numel()));
+    });
+  }
+
+  void broadcast(at::Tensor t, int root) override {
+    at::Tensor buf = staged(t);
+    std::vector<at::Tensor> v{buf};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    auto work = guard([&] { return pg_->broadcast(v, o); });
+    wait(work);
+    if (!buf.is_same(t)) t.copy_(buf);
+  }
+
+  void barrier() override {
+    auto work = guard([&] { return pg_->barrier(); });
+    wait(work);
+  }
+
+ private:
+  // Gloo (no direct path) cannot reduce bf16/fp16: stage in fp32.
+  at::Tensor staged(at::Tensor t) {
+    if (direct_) return t;
+    if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf) {
+      upcast_happened_ = true;
+      return t.to(at::kFloat);
+    }
+    return t;
+  }
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> guard(F&& f) {
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      comm_->diagnose(e.what());
+    }
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      comm_->diagnose(e.what());
+    }
+  }
+
+  BackendPtr pg_;
+  int rank_;
+  int size_;
+  std::string name_;
+  bool direct_;
+  Comm::Impl* comm_;
+};
+
+BackendPtr make_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const DistEnv& env,
+                        const CommOptions& opts, bool& direct) {
+  if (opts.device == "cuda") {
+#if defined(FSDP_EXEC_NCCL)
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = opts.timeout;
+    direct = true;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, o);
+#else
+    throw InputError("the plan asks for device cuda, but this fsdp-run was built against a CPU-only LibTorch");
+#endif
+  }
+  auto o = c10d::ProcessGroupGloo::Options::create(opts.timeout);
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (ifname != nullptr && *ifname != '\0')
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  else if (is_loopback(env.master_addr))
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else
+    o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  direct = false;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);
+}
+
+}  // namespace
+
+DistEnv read_dist_env() {
+  DistEnv e;
+  bool f_rank = false, f_world = false, f = false;
+  e.rank = env_int("RANK", 0, f_rank);
+  e.world_size = env_int("WORLD_SIZE", 1, f_world);
+  if (f_rank || f_world) {
+    if (!(f_rank && f_world)) throw InputError("RANK and WORLD_SIZE must be set together (torchrun environment)");
+    e.source = "torchrun";
+    e.local_rank = env_int("LOCAL_RANK", e.rank, f);
+    e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size, f);
+    e.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
+    e.master_port = env_int("MASTER_PORT", 29500, f);
+  } else {
+    bool f_proc = false, f_ntasks = false;
+    e.rank = env_int("SLURM_PROCID", 0, f_proc);
+    e.world_size = env_int("SLURM_NTASKS", 1, f_ntasks);
+    if (f_proc && f_ntasks) {
+      e.source = "slurm";
+      e.local_rank = env_int("SLURM_LOCALID", 0, f);
+      // SLURM_NTASKS_PER_NODE is set with --ntasks-per-node; else assume one node.
+      e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", e.world_size, f);
+      std::string nodes = env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", "127.0.0.1"));
+      e.master_addr = env_str("MASTER_ADDR", first_slurm_host(nodes));
+      e.master_port = env_int("MASTER_PORT", 29500, f);
+    } else {
+      e.rank = 0;
+      e.world_size = 1;
+    }
+  }
+  if (e.world_size < 1) throw InputError("WORLD_SIZE must be >= 1");
+  if (e.rank >= e.world_size)
+    throw InputError("RANK " + std::to_string(e.rank) + " is not below WORLD_SIZE " + std::to_string(e.world_size));
+  if (e.master_port <= 0 || e.master_port > 65535) throw InputError("MASTER_PORT out of range");
+  return e;
+}
+
+Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Comm::~Comm() = default;
+
+std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const CommOptions& opts) {
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->opts = opts;
+  if (env.world_size == 1 && opts.device != "cuda") {
+    impl->world = std::make_shared<LocalGroup>(1);
+    return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+  }
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<std::uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = static_cast<std::size_t>(env.world_size);
+  so.waitWorkers = true;
+  so.timeout = opts.timeout;
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    throw RankFailure("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
+                      std::to_string(env.master_port) + " failed: " + e.what());
+  }
+  Impl* raw = impl.get();
+  bool direct = false;
+  auto pg = make_backend(c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world_size, env,
+                         opts, direct);
+  impl->world = std::make_shared<C10dGroup>(pg, env.rank, env.world_size, "world", direct, raw);
+  impl->start_heartbeat();
+  return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+std::unique_ptr<Comm> Comm::emulate(int world_size, bool mimic_gloo) {
+  auto impl = std::make_unique<Impl>();
+  impl->env.world_size = 1;
+  impl->emulated = true;
+  impl->mimic_gloo = mimic_gloo;
+  impl->world = std::make_shared<LocalGroup>(world_size, mimic_gloo);
+  return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+int Comm::rank() const { return impl_->world->rank(); }
+int Comm::size() const { return impl_->world->size(); }
+Group& Comm::world() { return *impl_->world; }
+
+std::shared_ptr<Group> Comm::subgroup(const std::string& tag, const std::vector<int>& members) {
+  auto it = std::find(members.begin(), members.end(), rank());
+  FSDP_ASSERT(it != members.end(), "subgroup: this rank is not a member");
+  const int my = static_cast<int>(it - members.begin());
+  const int n = static_cast<int>(members.size());
+  if (impl_->world->is_local()) return std::make_shared<LocalGroup>(n, impl_->mimic_gloo);
+  if (n == 1) return std::make_shared<LocalGroup>(1);
+  bool whole = n == size();
+  for (int i = 0; whole && i < n; ++i) whole = members[static_cast<std::size_t>(i)] == i;
+  if (whole) return impl_->world;
+  // Store keys of a group are under a prefix that is never reused: every rank creates its
+  // groups in the same order, so the counter agrees among the members.
+  const std::string prefix = tag + "#" + std::to_string(impl_->groups_created++);
+  bool direct = false;
+  auto pg = make_backend(c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store), my, n, impl_->env, impl_->opts,
+                         direct);
+  return std::make_shared<C10dGroup>(pg, my, n, tag, direct, impl_.get());
+}
+
+void Comm::set_progress(int64_t step, const char* phase) {
+  std::lock_guard<std::mutex> lock(impl_->progress_mu);
+  impl_->progress = "step " + std::to_string(step) + ", " + phase;
+}
+
+void Comm::publish_error(const std::string& message) {
+  if (!impl_->store) return;
+  try {
+    auto client = impl_->new_client(std::chrono::milliseconds(2000));
+    client->set("error/" + std::to_string(impl_->env.rank), std::vector<uint8_t>(message.begin(), message.end()));
+  } catch (...) {
+  }
+}
+
+void Comm::diagnose_and_throw(const std::string& what) { impl_->diagnose(what); }
+
+}  // namespace fsdp::exec

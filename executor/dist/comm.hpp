@@ -1,0 +1,123 @@
+// The one adapter between the executor and c10d. Every collective the executor
+// issues goes through Group; the differences between backends (Gloo in LibTorch
+// 1.13 lacks bf16, ReduceOp::AVG, _allgather_base and reduce_scatter; NCCL has
+// them all) and between LibTorch versions (ProcessGroup vs Backend) stay in
+// comm.cpp. A Group can also be "local": collectives become local copies, used
+// for world size 1 and for --emulate-world-size rehearsal (issue 6).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fsdp::exec {
+
+// Raised when a collective fails or times out; the message names the ranks that
+// stopped responding (heartbeat diagnosis, see Heartbeat in comm.cpp).
+class RankFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An in-flight collective. wait() blocks, then runs the adapter's completion
+// step (copy out of a fallback buffer, cast back, divide).
+class Handle {
+ public:
+  Handle() = default;
+  Handle(std::function<void()> waiter) : waiter_(std::move(waiter)) {}
+  void wait() {
+    if (waiter_) {
+      auto w = std::move(waiter_);
+      waiter_ = nullptr;
+      w();
+    }
+  }
+  bool pending() const { return static_cast<bool>(waiter_); }
+
+ private:
+  std::function<void()> waiter_;
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+  virtual bool is_local() const = 0;
+
+  // In-place sum over the group.
+  virtual Handle all_reduce_sum(at::Tensor t) = 0;
+  // full.numel() == shard.numel() * size(); rank r's shard lands at [r*n, (r+1)*n).
+  virtual Handle all_gather(at::Tensor shard, at::Tensor full) = 0;
+  // shard = sum over ranks of full[rank*n:(rank+1)*n].
+  virtual Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) = 0;
+  virtual void broadcast(at::Tensor t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // True when a dtype had to be communicated as fp32 because the backend lacks it.
+  bool upcast_happened() const { return upcast_happened_; }
+
+ protected:
+  bool upcast_happened_ = false;
+};
+
+// Where a rank sits in the job (from torchrun or Slurm environment variables).
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string source = "none";  // "torchrun", "slurm" or "none"
+};
+
+// Reads RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT, else
+// SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/SLURM_NTASKS_PER_NODE; else a single
+// process. Throws InputError on malformed values.
+DistEnv read_dist_env();
+
+struct CommOptions {
+  std::string device = "cpu";                 // "cpu" (Gloo) or "cuda" (NCCL)
+  std::chrono::milliseconds timeout{300000};  // collective and rendezvous timeout
+  int heartbeat_ms = 500;                     // heartbeat period (failure diagnosis)
+};
+
+// The process groups of one job: world, plus sub-groups on demand.
+class Comm {
+ public:
+  // Rendezvous through TCPStore (world_size > 1) or a local group (world 1).
+  static std::unique_ptr<Comm> connect(const DistEnv& env, const CommOptions& opts);
+  // A local-only communicator pretending to be rank 0 of `world_size` (rehearsal);
+  // mimic_gloo: allocate the staging buffers a Gloo (CPU) run would.
+  static std::unique_ptr<Comm> emulate(int world_size, bool mimic_gloo = true);
+  ~Comm();
+
+  int rank() const;
+  int size() const;
+  Group& world();
+  // The group of ranks {first, first+stride, ...} of `count` members containing this rank.
+  // Every member must call it with the same arguments (creation is collective among members).
+  std::shared_ptr<Group> subgroup(const std::string& tag, const std::vector<int>& members);
+  // Records where this rank is (shown in failure diagnosis of other ranks).
+  void set_progress(int64_t step, const char* phase);
+  // Best-effort: publish a local error so other ranks can name it.
+  void publish_error(const std::string& message);
+  // Turns a low-level collective failure into a RankFailure naming the stalled ranks.
+  [[noreturn]] void diagnose_and_throw(const std::string& what);
+
+  struct Impl;
+
+ private:
+  explicit Comm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fsdp::exec

@@ -1,0 +1,126 @@
+#include "dist/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace fsdp::exec {
+
+int pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    throw std::runtime_error(std::string("bind: ") + std::strerror(errno));
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+namespace {
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* name = strsignal(WTERMSIG(status));
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" + (name ? name : "?") + ")";
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv) {
+  const int port = opts.master_port > 0 ? opts.master_port : pick_free_port();
+  std::vector<pid_t> pids(static_cast<std::size_t>(opts.nproc), -1);
+  for (int r = 0; r < opts.nproc; ++r) {
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid == 0) {
+      // The child dies with the launcher (no orphaned ranks holding ports).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", opts.master_addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv("/proc/self/exe", args.data());
+      std::fprintf(stderr, "fsdp-run: exec of rank %d failed: %s\n", r, std::strerror(errno));
+      std::_Exit(127);
+    }
+    pids[static_cast<std::size_t>(r)] = pid;
+  }
+  int result = 0;
+  int remaining = opts.nproc;
+  bool failed = false;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  bool terminated = false;
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pid == 0) {
+      if (failed && std::chrono::steady_clock::now() > deadline) {
+        for (std::size_t i = 0; i < pids.size(); ++i)
+          if (pids[i] > 0) {
+            std::fprintf(stderr, "fsdp-run: rank %zu did not exit %lld s after the first failure; %s it\n", i,
+                         static_cast<long long>(opts.grace.count() / 1000), terminated ? "killing" : "terminating");
+            ::kill(pids[i], terminated ? SIGKILL : SIGTERM);
+          }
+        terminated = true;
+        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    std::size_t rank = 0;
+    for (; rank < pids.size() && pids[rank] != pid; ++rank) {
+    }
+    if (rank == pids.size()) continue;
+    pids[rank] = -1;
+    --remaining;
+    const int code = exit_code_of(status);
+    if (code != 0) {
+      std::fprintf(stderr, "fsdp-run: rank %zu (pid %d) %s\n", rank, static_cast<int>(pid), describe(status).c_str());
+      if (!failed) {
+        failed = true;
+        result = code;
+        deadline = std::chrono::steady_clock::now() + opts.grace;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace fsdp::exec

@@ -1,0 +1,66 @@
+// The measured report of fsdp-run (issue 5): plan identity, world size, steps,
+// measured memory by simulator category, and the plan's prediction next to it.
+#include <nlohmann/json.hpp>
+
+#include "train/trainer.hpp"
+
+namespace fsdp::exec {
+
+std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunResult& r) {
+  using nlohmann::json;
+  json j;
+  j["tool"] = "fsdp-run";
+  j["plan"] = {{"path", cfg.plan_path},
+               {"version", plan.version},
+               {"model", plan.model.name},
+               {"hardware", plan.cluster.hardware},
+               {"device", plan.cluster.device},
+               {"strategy", to_string(plan.strategy.kind)},
+               {"wrap", to_string(plan.strategy.wrap)},
+               {"act_ckpt", to_string(plan.strategy.act_ckpt)},
+               {"param_dtype", to_string(plan.strategy.param_dtype)},
+               {"reduce_dtype", to_string(plan.strategy.reduce_dtype)},
+               {"micro_batch", plan.strategy.micro_batch},
+               {"seq_len", plan.strategy.seq_len},
+               {"grad_accum", plan.strategy.grad_accum}};
+  j["world_size"] = r.world_size;
+  j["emulated"] = r.emulated;
+  j["num_params"] = r.num_params;
+  j["seed"] = cfg.seed;
+  j["data"] = cfg.data;
+  if (r.resumed_from > 0) j["resumed_from_step"] = r.resumed_from;
+  json steps = json::array();
+  for (const auto& s : r.steps) {
+    json e = {{"step", s.step}, {"loss", s.loss}, {"time_s", s.time_s}, {"tokens_per_s", s.tokens_per_s},
+              {"grad_norm", s.grad_norm}};
+    if (s.skipped) e["skipped"] = true;
+    steps.push_back(e);
+  }
+  j["steps"] = steps;
+  json bd = json::object();
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i)
+    if (r.breakdown[i] != 0) bd[std::string(kMemoryCategoryNames[i])] = r.breakdown[i];
+  j["memory"] = {{"peak_bytes", r.peak_bytes},
+                 {"peak_bytes_per_rank", r.peak_bytes_per_rank},
+                 {"breakdown", bd},
+                 {"measured_with", plan.cluster.device == "cuda" ? "CUDA caching allocator statistics (allocated)"
+                                                                  : "counting wrapper of the c10 CPU allocator"},
+                 {"breakdown_note",
+                  "tagged executor buffers at the peak; the untagged rest is activations (during forward/backward) "
+                  "or transient"}};
+  j["comm"] = {{"backend", r.backend},
+               {"communicated_in_fp32", r.comm_upcast},
+               {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32"
+                                      : ""}};
+  if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
+  if (plan.prediction) {
+    const auto& p = *plan.prediction;
+    json pj = {{"peak_bytes", p.peak_bytes}, {"step_s", p.step_s}, {"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}};
+    pj["memory_breakdown"] = p.memory_breakdown;
+    j["prediction"] = pj;
+    if (p.peak_bytes > 0) j["measured_over_predicted_peak"] = static_cast<double>(r.peak_bytes) / p.peak_bytes;
+  }
+  return j.dump(2);
+}
+
+}  // namespace fsdp::exec

@@ -1,0 +1,205 @@
+#include "model/transformer.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+#include "core/errors.hpp"
+
+namespace fsdp::exec {
+
+int64_t ParamDef::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+void check_model_supported(const ModelSpec& spec) {
+  if (spec.family != "decoder")
+    throw InputError("model " + spec.name + ": family '" + spec.family + "' is not supported by fsdp-run");
+  if (spec.moe)
+    throw InputError("model " + spec.name + ": MoE layers are not supported by fsdp-run yet (plan a dense model)");
+  if (spec.dropout)
+    throw InputError("model " + spec.name + ": dropout is not supported by fsdp-run (set dropout: false)");
+  if (spec.num_heads % spec.num_kv_heads != 0)
+    throw InputError("model " + spec.name + ": num_heads must be a multiple of num_kv_heads");
+  if (spec.position_embedding == PositionEmbedding::Rope && spec.head_dim % 2 != 0)
+    throw InputError("model " + spec.name + ": rotary embedding needs an even head_dim");
+}
+
+std::vector<ParamDef> model_param_defs(const ModelSpec& s) {
+  std::vector<ParamDef> d;
+  const int64_t H = s.hidden_size;
+  d.push_back({"model.embed_tokens.weight", {s.vocab_size, H}, ParamInit::Normal, -1});
+  if (s.position_embedding == PositionEmbedding::Learned)
+    d.push_back({"model.embed_positions.weight", {s.max_positions, H}, ParamInit::Normal, -1});
+  const bool ln = s.norm == NormType::LayerNorm;
+  for (int l = 0; l < s.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto add = [&](const std::string& n, std::vector<int64_t> shape, ParamInit init) {
+      d.push_back({p + n, std::move(shape), init, l});
+    };
+    add("input_layernorm.weight", {H}, ParamInit::Ones);
+    if (ln) add("input_layernorm.bias", {H}, ParamInit::Zeros);
+    add("self_attn.q_proj.weight", {s.q_dim(), H}, ParamInit::Normal);
+    if (s.qkv_bias) add("self_attn.q_proj.bias", {s.q_dim()}, ParamInit::Zeros);
+    add("self_attn.k_proj.weight", {s.kv_dim(), H}, ParamInit::Normal);
+    if (s.qkv_bias) add("self_attn.k_proj.bias", {s.kv_dim()}, ParamInit::Zeros);
+    add("self_attn.v_proj.weight", {s.kv_dim(), H}, ParamInit::Normal);
+    if (s.qkv_bias) add("self_attn.v_proj.bias", {s.kv_dim()}, ParamInit::Zeros);
+    add("self_attn.o_proj.weight", {H, s.q_dim()}, ParamInit::Normal);
+    if (s.attn_out_bias) add("self_attn.o_proj.bias", {H}, ParamInit::Zeros);
+    add("post_attention_layernorm.weight", {H}, ParamInit::Ones);
+    if (ln) add("post_attention_layernorm.bias", {H}, ParamInit::Zeros);
+    if (s.gated_mlp) {
+      add("mlp.gate_proj.weight", {s.ffn_size, H}, ParamInit::Normal);
+      if (s.mlp_bias) add("mlp.gate_proj.bias", {s.ffn_size}, ParamInit::Zeros);
+    }
+    add("mlp.up_proj.weight", {s.ffn_size, H}, ParamInit::Normal);
+    if (s.mlp_bias) add("mlp.up_proj.bias", {s.ffn_size}, ParamInit::Zeros);
+    add("mlp.down_proj.weight", {H, s.ffn_size}, ParamInit::Normal);
+    if (s.mlp_bias) add("mlp.down_proj.bias", {H}, ParamInit::Zeros);
+  }
+  d.push_back({"model.norm.weight", {H}, ParamInit::Ones, -1});
+  if (ln) d.push_back({"model.norm.bias", {H}, ParamInit::Zeros, -1});
+  if (!s.tied_embeddings) d.push_back({"lm_head.weight", {s.vocab_size, H}, ParamInit::Normal, -1});
+  return d;
+}
+
+at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
+  // Hugging Face PretrainedConfig.initializer_range default (LlamaConfig: 0.02).
+  constexpr double kInitStd = 0.02;
+  switch (def.init) {
+    case ParamInit::Ones:
+      return at::ones(def.shape, at::kFloat);
+    case ParamInit::Zeros:
+      return at::zeros(def.shape, at::kFloat);
+    case ParamInit::Normal:
+      break;
+  }
+  // splitmix64-style mixing of (seed, index) so neighbouring seeds give unrelated streams.
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(z);
+  return at::normal(0.0, kInitStd, def.shape, gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+namespace {
+
+const at::Tensor& get(const ParamMap& p, const std::string& name) {
+  auto it = p.find(name);
+  FSDP_ASSERT(it != p.end(), "missing parameter " + name);
+  return it->second;
+}
+const at::Tensor* find(const ParamMap& p, const std::string& name) {
+  auto it = p.find(name);
+  return it == p.end() ? nullptr : &it->second;
+}
+
+// RMSNorm in fp32, as Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then
+// cast back and scale by the weight (Zhang & Sennrich 2019, arXiv:1910.07467).
+at::Tensor norm(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
+  const at::Tensor& w = get(p, prefix + ".weight");
+  if (s.norm == NormType::LayerNorm) {
+    return at::layer_norm(x, {s.hidden_size}, w, get(p, prefix + ".bias"), s.norm_eps);
+  }
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, true) + s.norm_eps);
+  return w * (xf * r).to(x.scalar_type());
+}
+
+at::Tensor linear(const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
+  const at::Tensor* b = find(p, prefix + ".bias");
+  return at::linear(x, get(p, prefix + ".weight"), b ? *b : at::Tensor());
+}
+
+at::Tensor act(const ModelSpec& s, const at::Tensor& x) {
+  switch (s.activation) {
+    case ActivationFn::Silu:
+      return at::silu(x);
+    case ActivationFn::Gelu:
+      return at::gelu(x, "none");
+    case ActivationFn::GeluTanh:
+      return at::gelu(x, "tanh");
+  }
+  return x;
+}
+
+// Rotary embedding (Su et al. 2021, arXiv:2104.09864) in the rotate_half layout of
+// Hugging Face modeling_llama.py: x*cos + rotate_half(x)*sin, inv_freq = theta^(-2i/d).
+at::Tensor apply_rope(const ModelSpec& s, const at::Tensor& x /*[B, h, T, d]*/) {
+  const int64_t T = x.size(2), d = x.size(3);
+  auto fopt = at::TensorOptions().dtype(at::kFloat).device(x.device());
+  at::Tensor inv = at::pow(s.rope_theta, -at::arange(0, d, 2, fopt) / static_cast<double>(d));
+  at::Tensor freqs = at::outer(at::arange(0, T, fopt), inv);  // [T, d/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);               // [T, d]
+  at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  at::Tensor x1 = x.narrow(-1, 0, d / 2), x2 = x.narrow(-1, d / 2, d / 2);
+  at::Tensor rot = at::cat({-x2, x1}, -1);
+  return x * cos + rot * sin;
+}
+
+}  // namespace
+
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool eager) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (!eager) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+  (void)eager;  // LibTorch 1.13 has no public fused SDPA: always the reference path.
+#endif
+  const int64_t T = q.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)).to(at::kFloat) * scale;
+  at::Tensor mask = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(scores, -1).to(q.scalar_type());
+  return at::matmul(probs, v);
+}
+
+at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor& tokens) {
+  at::Tensor h = at::embedding(get(p, "model.embed_tokens.weight"), tokens);
+  if (s.position_embedding == PositionEmbedding::Learned) {
+    const int64_t T = tokens.size(1);
+    h = h + get(p, "model.embed_positions.weight").narrow(0, 0, T).unsqueeze(0);
+  }
+  return h;
+}
+
+at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const at::Tensor& x,
+                         const ForwardOptions& opts) {
+  const std::string pre = "model.layers." + std::to_string(layer) + ".";
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t nh = s.num_heads, nkv = s.num_kv_heads, hd = s.head_dim;
+  at::Tensor h = norm(s, p, pre + "input_layernorm", x);
+  at::Tensor q = linear(p, pre + "self_attn.q_proj", h).view({B, T, nh, hd}).transpose(1, 2);
+  at::Tensor k = linear(p, pre + "self_attn.k_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
+  at::Tensor v = linear(p, pre + "self_attn.v_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
+  if (s.position_embedding == PositionEmbedding::Rope) {
+    q = apply_rope(s, q);
+    k = apply_rope(s, k);
+  }
+  if (nkv != nh) {  // grouped-query attention: each kv head serves nh/nkv query heads
+    k = k.repeat_interleave(nh / nkv, 1);
+    v = v.repeat_interleave(nh / nkv, 1);
+  }
+  at::Tensor o = opts.core ? opts.core(q, k, v) : attention_core(q, k, v, opts.attention == AttentionImpl::Eager);
+  o = o.transpose(1, 2).reshape({B, T, nh * hd});
+  at::Tensor x1 = x + linear(p, pre + "self_attn.o_proj", o);
+  at::Tensor h2 = norm(s, p, pre + "post_attention_layernorm", x1);
+  at::Tensor m = s.gated_mlp ? act(s, linear(p, pre + "mlp.gate_proj", h2)) * linear(p, pre + "mlp.up_proj", h2)
+                             : act(s, linear(p, pre + "mlp.up_proj", h2));
+  return x1 + linear(p, pre + "mlp.down_proj", m);
+}
+
+at::Tensor head_loss(const ModelSpec& s, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets) {
+  at::Tensor h = norm(s, p, "model.norm", x);
+  const at::Tensor& w = s.tied_embeddings ? get(p, "model.embed_tokens.weight") : get(p, "lm_head.weight");
+  at::Tensor logits = at::linear(h, w).to(at::kFloat);
+  return at::cross_entropy_loss(logits.view({-1, s.vocab_size}), targets.reshape({-1}));
+}
+
+}  // namespace fsdp::exec

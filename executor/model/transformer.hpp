@@ -1,0 +1,67 @@
+// The decoder-only transformer of configs/models, written functionally: every
+// forward function takes its parameters as tensors, so the sharding layer
+// (shard/) decides where parameters live and when they are gathered. Parameter
+// names follow Hugging Face's LlamaForCausalLM (modeling_llama.py), so a state
+// dict is directly exportable.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/model_spec.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp::exec {
+
+enum class ParamInit { Normal, Ones, Zeros };
+
+struct ParamDef {
+  std::string name;
+  std::vector<int64_t> shape;
+  ParamInit init = ParamInit::Normal;
+  int layer = -1;  // decoder layer index, -1 for the root (embeddings, final norm, head)
+  int64_t numel() const;
+};
+
+// All parameters in a fixed canonical order: embeddings, layers 0..L-1, final norm, head.
+std::vector<ParamDef> model_param_defs(const ModelSpec& spec);
+
+// InputError for what the executor cannot run yet (MoE, dropout).
+void check_model_supported(const ModelSpec& spec);
+
+// Deterministic initialisation of parameter `index`: a CPU generator seeded from
+// (seed, index), so every rank and every world size produces the same values.
+// Normal(0, 0.02) for matrices and embeddings (Hugging Face LlamaConfig
+// initializer_range = 0.02), ones for norm weights, zeros for biases.
+at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed);
+
+using ParamMap = std::unordered_map<std::string, at::Tensor>;
+
+// The attention core (softmax(QK^T/sqrt(d) + causal mask) V) as a callable, so
+// selective activation checkpointing can recompute exactly this part.
+// q: [B, nh, T, hd], k/v: [B, nh, T, hd] (kv heads already repeated). Returns [B, nh, T, hd].
+using AttentionCore = std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>;
+
+struct ForwardOptions {
+  AttentionImpl attention = AttentionImpl::Sdpa;
+  AttentionCore core;  // empty: attention_core() directly
+};
+
+// softmax(QK^T/sqrt(d) + causal mask) V with fp32 softmax; the fused kernel
+// (at::scaled_dot_product_attention, LibTorch >= 2.0) unless `eager`.
+at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool eager);
+
+// tokens [B, T] (int64) -> hidden [B, T, H] in `dtype`.
+at::Tensor embed_forward(const ModelSpec& spec, const ParamMap& p, const at::Tensor& tokens);
+// One decoder layer (pre-norm attention + MLP, residuals).
+at::Tensor layer_forward(const ModelSpec& spec, const ParamMap& p, int layer, const at::Tensor& x,
+                         const ForwardOptions& opts);
+// Final norm, head, mean causal-LM cross-entropy over all B*T targets (fp32).
+at::Tensor head_loss(const ModelSpec& spec, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets);
+
+}  // namespace fsdp::exec

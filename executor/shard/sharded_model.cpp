@@ -1,0 +1,774 @@
+// Flat-parameter units and the strategy lifecycle. Behaviour follows PyTorch FSDP
+// (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py: unshard before forward,
+// reshard after forward unless SHARD_GRAD_OP or root, unshard again in the
+// pre-backward hook, reduce-scatter in the post-backward hook) and DDP
+// (torch/nn/parallel/distributed.py: gradient buckets of bucket_cap_mb all-reduced
+// as backward produces them), ZeRO stages 1/2 from Rajbhandari et al. 2020
+// (arXiv:1910.02054).
+#include "shard/sharded_model.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "core/errors.hpp"
+#include "core/units.hpp"
+#include "dist/comm.hpp"
+#include "model/transformer.hpp"
+#include "train/mem_tracker.hpp"
+
+namespace fsdp::exec {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+at::ScalarType to_scalar(DType d) {
+  switch (d) {
+    case DType::Fp32:
+      return at::kFloat;
+    case DType::Bf16:
+      return at::kBFloat16;
+    case DType::Fp16:
+      return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+int64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+// Release / re-create the memory behind a tensor while keeping its StorageImpl, so
+// that tensors saved by autograd (aliases of the same storage) see the data again
+// after re-gathering (FSDP's _free_storage / _alloc_storage in torch/distributed/utils.py).
+void free_storage(const at::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+void alloc_storage(const at::Tensor& t, int64_t bytes) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(static_cast<size_t>(bytes)));
+  impl->set_nbytes(static_cast<size_t>(bytes));
+}
+
+enum class UState { Sharded, Gathering, Unsharded };
+
+struct Pending {
+  Handle handle;
+  std::function<void()> done;
+};
+
+}  // namespace
+
+struct Unit {
+  ShardedModel::Impl* owner = nullptr;
+  int index = 0;
+  UnitInfo info;
+  std::vector<int> param_ids;
+  std::vector<int64_t> offsets;
+  std::vector<int> layers;
+  bool root = false;
+  int64_t shard_offset = 0;  // start of this rank's shard in the padded flat index space
+
+  at::Tensor master;   // fp32: shard [S] when params are sharded, else the full replica [padded]
+  at::Tensor compute;  // compute dtype [padded]; storage freed while resharded unless persistent
+  bool compute_persistent = false;
+  UState state = UState::Sharded;
+  Handle gather;
+
+  at::Tensor grad_full;   // fp32 [padded] (grads not sharded)
+  at::Tensor grad_shard;  // fp32 [S] (grads sharded)
+  at::Tensor exp_avg, exp_avg_sq, momentum;
+  at::Tensor anchor;  // scalar leaf: the autograd entry of UnitParamsFn
+};
+
+struct ShardedModel::Impl {
+  ModelSpec spec;
+  Strategy strategy;
+  Comm& comm;
+  at::Device device{at::kCPU};
+  std::vector<ParamDef> defs;
+  std::vector<std::unique_ptr<Unit>> units;
+  std::vector<UnitInfo> infos;
+  std::shared_ptr<Group> shard_group;    // size 1 when parameters/optimizer are not sharded
+  std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
+  int world = 1;
+  bool params_sharded = false, grads_sharded = false, optim_sharded = false;
+  at::ScalarType compute_dtype = at::kFloat, reduce_dtype = at::kFloat;
+  bool sync = true;
+  std::vector<Pending> pending;
+  std::vector<Unit*> bucket;
+  int64_t bucket_bytes = 0;
+  // Closures used by CheckpointFn's backward; alive from a forward to the next one.
+  std::vector<std::shared_ptr<void>> keepalive;
+
+  Impl(const ModelSpec& s, const Strategy& st, Comm& c) : spec(s), strategy(st), comm(c) {}
+
+  MemTracker& mem() { return MemTracker::instance(); }
+
+  bool reshard_after_forward(const Unit& u) const {
+    return params_sharded && !u.root && strategy.reshard_after_forward && strategy.kind != StrategyKind::FsdpGradOp;
+  }
+
+  // ---- unshard / reshard ----
+  void unshard_async(Unit& u) {
+    if (u.state != UState::Sharded) return;
+    if (!u.compute_persistent) {
+      const int64_t bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
+      mem().tag(MemoryCategory::UnshardedParams, bytes);
+      alloc_storage(u.compute, bytes);
+    }
+    if (params_sharded) {
+      at::Tensor src = u.master.scalar_type() == compute_dtype ? u.master : u.master.to(compute_dtype);
+      u.gather = shard_group->all_gather(src, u.compute);
+      u.state = UState::Gathering;
+    } else {
+      if (!u.compute_persistent) u.compute.copy_(u.master);
+      u.state = UState::Unsharded;
+    }
+  }
+  void wait_unsharded(Unit& u) {
+    unshard_async(u);
+    if (u.state == UState::Gathering) {
+      u.gather.wait();
+      u.state = UState::Unsharded;
+    }
+  }
+  void reshard(Unit& u) {
+    if (u.state == UState::Sharded || u.compute_persistent) return;
+    if (u.state == UState::Gathering) u.gather.wait();
+    free_storage(u.compute);
+    mem().tag(MemoryCategory::UnshardedParams,
+              -u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype)));
+    u.state = UState::Sharded;
+  }
+
+  // Plain (non-view) tensors aliasing the unit's compute buffer, one per parameter.
+  variable_list make_views(Unit& u) {
+    variable_list out;
+    out.reserve(u.param_ids.size());
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      const ParamDef& d = defs[static_cast<std::size_t>(u.param_ids[i])];
+      std::vector<int64_t> strides(d.shape.size(), 1);
+      for (int k = static_cast<int>(d.shape.size()) - 2; k >= 0; --k)
+        strides[static_cast<std::size_t>(k)] = strides[static_cast<std::size_t>(k) + 1] * d.shape[static_cast<std::size_t>(k) + 1];
+      at::Tensor t = at::empty({0}, u.compute.options());
+      t.set_(u.compute.storage(), u.compute.storage_offset() + u.offsets[i], d.shape, strides);
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  // ---- backward hooks ----
+  void pre_backward(Unit& u) {
+    wait_unsharded(u);
+    // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
+    for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
+      const int j = u.index - static_cast<int>(k);
+      if (j < 0) break;
+      unshard_async(*units[static_cast<std::size_t>(j)]);
+    }
+  }
+
+  void wait_pending() {
+    for (auto& p : pending) {
+      p.handle.wait();
+      if (p.done) p.done();
+    }
+    pending.clear();
+  }
+
+  void flush_bucket() {
+    if (bucket.empty()) return;
+    std::vector<at::Tensor> parts;
+    for (Unit* u : bucket) parts.push_back(u->grad_full);
+    at::Tensor buf = at::cat(parts);
+    const int64_t bytes = nbytes(buf);
+    mem().tag(MemoryCategory::CommBuffers, bytes);
+    Handle h = comm.world().all_reduce_sum(buf);
+    std::vector<Unit*> members = bucket;
+    pending.push_back({std::move(h), [this, members, buf, bytes]() mutable {
+                         int64_t off = 0;
+                         for (Unit* u : members) {
+                           u->grad_full.copy_(buf.narrow(0, off, u->info.padded));
+                           off += u->info.padded;
+                         }
+                         buf = at::Tensor();
+                         mem().tag(MemoryCategory::CommBuffers, -bytes);
+                       }});
+    bucket.clear();
+    bucket_bytes = 0;
+  }
+
+  void post_backward(Unit& u, const variable_list& grads) {
+    const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
+    mem().tag(MemoryCategory::UnshardedGrads, flat_bytes);
+    at::Tensor flat = at::zeros({u.info.padded}, u.compute.options());
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      if (i >= grads.size() || !grads[i].defined()) continue;
+      flat.narrow(0, u.offsets[i], grads[i].numel()).copy_(grads[i].reshape({-1}));
+    }
+    if (params_sharded) reshard(u);
+    else if (!u.compute_persistent) reshard(u);
+
+    if (!grads_sharded) {
+      u.grad_full.add_(flat);
+      flat = at::Tensor();
+      mem().tag(MemoryCategory::UnshardedGrads, -flat_bytes);
+      if (!sync) return;
+      if (strategy.kind == StrategyKind::NoShard) {
+        pending.push_back({comm.world().all_reduce_sum(u.grad_full), nullptr});
+      } else {  // ddp, zero1: buckets of ddp_bucket_mb MiB (DDP bucket_cap_mb, default 25)
+        bucket.push_back(&u);
+        bucket_bytes += nbytes(u.grad_full);
+        if (static_cast<double>(bucket_bytes) >= static_cast<double>(strategy.ddp_bucket_mb) * kMiB) flush_bucket();
+      }
+      return;
+    }
+    // Sharded gradients: reduce-scatter this micro-batch's unit gradient now (at most one
+    // in flight, like FSDP's post-backward stream), accumulate into the shard.
+    wait_pending();
+    at::Tensor red = flat.scalar_type() == reduce_dtype ? flat : flat.to(reduce_dtype);
+    if (!red.is_same(flat)) {
+      flat = at::Tensor();
+    }
+    const int64_t out_bytes = u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype));
+    mem().tag(MemoryCategory::CommBuffers, out_bytes);
+    at::Tensor out = at::empty({u.info.shard}, red.options());
+    Handle h = shard_group->reduce_scatter_sum(red, out);
+    Unit* up = &u;
+    pending.push_back({std::move(h), [this, up, red, out, flat, flat_bytes, out_bytes]() mutable {
+                         up->grad_shard.add_(out);
+                         red = at::Tensor();
+                         flat = at::Tensor();
+                         out = at::Tensor();
+                         mem().tag(MemoryCategory::UnshardedGrads, -flat_bytes);
+                         mem().tag(MemoryCategory::CommBuffers, -out_bytes);
+                       }});
+  }
+
+  // ---- optimizer views ----
+  at::Tensor owned_param(Unit& u) {
+    if (params_sharded || !optim_sharded) return u.master;
+    return u.master.narrow(0, u.shard_offset, u.info.shard);
+  }
+  at::Tensor owned_grad(Unit& u) {
+    if (grads_sharded) return u.grad_shard;
+    if (optim_sharded) return u.grad_full.narrow(0, u.shard_offset, u.info.shard);
+    return u.grad_full;
+  }
+};
+
+namespace {
+
+// Hands out the unit's parameters as autograd outputs; its backward receives every
+// parameter gradient of the unit at once: the post-backward point.
+struct UnitParamsFn : public torch::autograd::Function<UnitParamsFn> {
+  static variable_list forward(AutogradContext* ctx, at::Tensor anchor, int64_t unit_addr) {
+    (void)anchor;
+    ctx->saved_data["unit"] = unit_addr;
+    auto* u = reinterpret_cast<Unit*>(unit_addr);
+    return u->owner->make_views(*u);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
+    u->owner->post_backward(*u, grads);
+    return {at::Tensor(), at::Tensor()};
+  }
+};
+
+// Identity on the unit's output; its backward runs before the unit's own backward:
+// the pre-backward point (re-gather, prefetch).
+struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr) {
+    ctx->saved_data["unit"] = unit_addr;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
+    u->owner->pre_backward(*u);
+    return {grads[0], at::Tensor()};
+  }
+};
+
+using LayersRunner = std::function<at::Tensor(const at::Tensor& x, const ParamMap& params)>;
+
+// Full activation checkpointing of a unit (Chen et al. 2016, arXiv:1604.06174):
+// forward without saving activations, recompute the unit in backward.
+struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
+  // TensorList, not variable_list: only an ArrayRef argument is unpacked into autograd inputs
+  // (ExtractVariables in torch/csrc/autograd/custom_function.h).
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList input_list, int64_t runner_addr, int64_t names_addr) {
+    variable_list inputs = input_list.vec();
+    ctx->save_for_backward(inputs);
+    ctx->saved_data["runner"] = runner_addr;
+    ctx->saved_data["names"] = names_addr;
+    const auto& runner = *reinterpret_cast<const LayersRunner*>(runner_addr);
+    const auto& names = *reinterpret_cast<const std::vector<std::string>*>(names_addr);
+    ParamMap p;
+    for (std::size_t i = 0; i < names.size(); ++i) p[names[i]] = inputs[i + 1];
+    return runner(inputs[0], p);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& runner = *reinterpret_cast<const LayersRunner*>(ctx->saved_data["runner"].toInt());
+    const auto& names = *reinterpret_cast<const std::vector<std::string>*>(ctx->saved_data["names"].toInt());
+    variable_list inputs;
+    for (auto& s : saved) inputs.push_back(s.detach().requires_grad_(true));
+    at::Tensor out;
+    {
+      at::AutoGradMode enable(true);
+      ParamMap p;
+      for (std::size_t i = 0; i < names.size(); ++i) p[names[i]] = inputs[i + 1];
+      out = runner(inputs[0], p);
+    }
+    variable_list g = torch::autograd::grad({out}, inputs, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                            /*allow_unused=*/true);
+    // One gradient for the variable_list (flattened by apply) and none for the addresses.
+    g.push_back(at::Tensor());
+    g.push_back(at::Tensor());
+    return g;
+  }
+};
+
+// Selective checkpointing: only the attention core is recomputed (Korthikanti et
+// al. 2022, arXiv:2205.05198, "selective activation recomputation").
+struct CoreCheckpointFn : public torch::autograd::Function<CoreCheckpointFn> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, bool eager) {
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["eager"] = eager;
+    return attention_core(q, k, v, eager);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    variable_list in;
+    for (auto& t : s) in.push_back(t.detach().requires_grad_(true));
+    at::Tensor out;
+    {
+      at::AutoGradMode enable(true);
+      out = attention_core(in[0], in[1], in[2], ctx->saved_data["eager"].toBool());
+    }
+    auto g = torch::autograd::grad({out}, in, {grads[0]});
+    return {g[0], g[1], g[2], at::Tensor()};
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device,
+                           uint64_t seed)
+    : impl_(std::make_unique<Impl>(spec, strategy, comm)) {
+  Impl& m = *impl_;
+  check_model_supported(spec);
+  m.device = at::Device(device);
+  m.defs = model_param_defs(spec);
+  m.world = comm.size();
+  m.params_sharded = shards_params(strategy.kind);
+  m.grads_sharded = shards_grads(strategy.kind);
+  m.optim_sharded = shards_optimizer(strategy.kind);
+  m.compute_dtype = to_scalar(strategy.param_dtype);
+  m.reduce_dtype = to_scalar(strategy.reduce_dtype);
+  if (strategy.master_dtype != DType::Fp32)
+    throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
+                     std::string(to_string(strategy.master_dtype)));
+  if (strategy.method != Method::Full)
+    throw InputError(std::string("fsdp-run does not implement method ") + to_string(strategy.method) + " yet");
+
+  // Mesh: the shard group and, for HSDP, the replica group.
+  const int W = m.world;
+  const int r = comm.rank();
+  if (strategy.kind == StrategyKind::Hsdp) {
+    const int G = static_cast<int>(strategy.hsdp_group);
+    if (G <= 0 || W % G != 0)
+      throw InputError("hsdp_group " + std::to_string(G) + " must divide the world size " + std::to_string(W));
+    std::vector<int> shard_members, replica_members;
+    for (int i = 0; i < G; ++i) shard_members.push_back((r / G) * G + i);
+    for (int i = r % G; i < W; i += G) replica_members.push_back(i);
+    // Creation order is the same on every rank: all shard groups, then all replica groups.
+    m.shard_group = comm.subgroup("shard" + std::to_string(r / G), shard_members);
+    m.replica_group = comm.subgroup("replica" + std::to_string(r % G), replica_members);
+  } else if (m.optim_sharded) {
+    std::vector<int> all;
+    for (int i = 0; i < W; ++i) all.push_back(i);
+    m.shard_group = comm.subgroup("shard", all);
+  } else {
+    m.shard_group = comm.subgroup("self" + std::to_string(r), {r});
+  }
+  const int Ws = m.shard_group->size();
+  const int shard_rank = m.shard_group->rank();
+
+  // Wrap units (FSDP auto-wrap): the root holds embeddings, final norm and head.
+  std::vector<std::vector<int>> groups;
+  const int L = static_cast<int>(spec.num_layers);
+  switch (strategy.wrap.kind) {
+    case WrapKind::Model:
+      break;
+    case WrapKind::Layer:
+      for (int l = 0; l < L; ++l) groups.push_back({l});
+      break;
+    case WrapKind::EveryK: {
+      const int K = static_cast<int>(std::max<int64_t>(1, strategy.wrap.every_k));
+      for (int l = 0; l < L; l += K) {
+        std::vector<int> g;
+        for (int j = l; j < std::min(L, l + K); ++j) g.push_back(j);
+        groups.push_back(g);
+      }
+      break;
+    }
+    case WrapKind::Size: {
+      // size_based_auto_wrap_policy: close a unit once it holds >= min_params parameters.
+      std::vector<int64_t> per_layer(static_cast<std::size_t>(L), 0);
+      for (auto& d : m.defs)
+        if (d.layer >= 0) per_layer[static_cast<std::size_t>(d.layer)] += d.numel();
+      std::vector<int> g;
+      int64_t acc = 0;
+      for (int l = 0; l < L; ++l) {
+        g.push_back(l);
+        acc += per_layer[static_cast<std::size_t>(l)];
+        if (acc >= strategy.wrap.min_params) {
+          groups.push_back(g);
+          g.clear();
+          acc = 0;
+        }
+      }
+      if (!g.empty()) groups.push_back(g);
+      break;
+    }
+  }
+  std::vector<int> layer_unit(static_cast<std::size_t>(L), 0);
+  for (std::size_t gi = 0; gi < groups.size(); ++gi)
+    for (int l : groups[gi]) layer_unit[static_cast<std::size_t>(l)] = static_cast<int>(gi) + 1;
+
+  const std::size_t num_units = groups.size() + 1;
+  for (std::size_t i = 0; i < num_units; ++i) {
+    auto u = std::make_unique<Unit>();
+    u->owner = &m;
+    u->index = static_cast<int>(i);
+    u->root = i == 0;
+    if (i == 0) {
+      u->info.name = "root";
+      if (groups.empty())
+        for (int l = 0; l < L; ++l) u->layers.push_back(l);
+    } else {
+      u->layers = groups[i - 1];
+      u->info.name = "layers." + std::to_string(u->layers.front()) +
+                     (u->layers.size() > 1 ? "-" + std::to_string(u->layers.back()) : "");
+    }
+    m.units.push_back(std::move(u));
+  }
+  for (std::size_t p = 0; p < m.defs.size(); ++p) {
+    const ParamDef& d = m.defs[p];
+    Unit& u = *m.units[d.layer < 0 ? 0 : static_cast<std::size_t>(layer_unit[static_cast<std::size_t>(d.layer)])];
+    u.param_ids.push_back(static_cast<int>(p));
+    u.offsets.push_back(u.info.numel);
+    u.info.offsets.push_back(u.info.numel);
+    u.info.shapes.push_back(d.shape);
+    u.info.numel += d.numel();
+    u.info.params.push_back(d.name);
+  }
+
+  auto fopt = at::TensorOptions().dtype(at::kFloat).device(m.device);
+  for (auto& up : m.units) {
+    Unit& u = *up;
+    u.info.padded = (u.info.numel + Ws - 1) / Ws * Ws;
+    u.info.shard = u.info.padded / Ws;
+    u.shard_offset = static_cast<int64_t>(shard_rank) * u.info.shard;
+    const int64_t master_numel = m.params_sharded ? u.info.shard : u.info.padded;
+    MemTracker::instance().tag(MemoryCategory::ShardedParams, master_numel * 4);
+    u.master = at::zeros({master_numel}, fopt);
+    // Deterministic init: every rank builds each full parameter and keeps its part.
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      const int pid = u.param_ids[i];
+      at::Tensor full = init_param(m.defs[static_cast<std::size_t>(pid)], pid, seed).reshape({-1}).to(m.device);
+      const int64_t lo = u.offsets[i], hi = lo + full.numel();
+      const int64_t mlo = m.params_sharded ? u.shard_offset : 0;
+      const int64_t mhi = mlo + master_numel;
+      const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
+      if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(full.narrow(0, a - lo, b - a));
+    }
+    u.compute_persistent = !m.params_sharded && m.compute_dtype == at::kFloat;
+    if (u.compute_persistent) {
+      u.compute = u.master;
+      u.state = UState::Unsharded;
+    } else {
+      u.compute = at::empty({u.info.padded}, fopt.dtype(m.compute_dtype));
+      free_storage(u.compute);
+      u.state = UState::Sharded;
+    }
+    if (m.grads_sharded) {
+      MemTracker::instance().tag(MemoryCategory::ShardedGrads, u.info.shard * 4);
+      u.grad_shard = at::zeros({u.info.shard}, fopt);
+    } else {
+      MemTracker::instance().tag(MemoryCategory::UnshardedGrads, u.info.padded * 4);
+      u.grad_full = at::zeros({u.info.padded}, fopt);
+    }
+    const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
+    if (strategy.optimizer == Optimizer::AdamW) {
+      MemTracker::instance().tag(MemoryCategory::OptimizerStates, 2 * owned * 4);
+      u.exp_avg = at::zeros({owned}, fopt);
+      u.exp_avg_sq = at::zeros({owned}, fopt);
+    } else {
+      MemTracker::instance().tag(MemoryCategory::OptimizerStates, owned * 4);
+      u.momentum = at::zeros({owned}, fopt);
+    }
+    u.anchor = at::zeros({}, fopt).requires_grad_(true);
+    m.infos.push_back(u.info);
+  }
+}
+
+ShardedModel::~ShardedModel() {
+  if (!impl_) return;
+  for (auto& up : impl_->units) {
+    Unit& u = *up;
+    impl_->reshard(u);
+    const int64_t master_numel = u.master.numel();
+    MemTracker::instance().tag(MemoryCategory::ShardedParams, -master_numel * 4);
+    if (u.grad_shard.defined()) MemTracker::instance().tag(MemoryCategory::ShardedGrads, -nbytes(u.grad_shard));
+    if (u.grad_full.defined()) MemTracker::instance().tag(MemoryCategory::UnshardedGrads, -nbytes(u.grad_full));
+    MemTracker::instance().tag(MemoryCategory::OptimizerStates,
+                               -(nbytes(u.exp_avg) + nbytes(u.exp_avg_sq) + nbytes(u.momentum)));
+  }
+}
+
+at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Tensor& targets_in) {
+  Impl& m = *impl_;
+  at::Tensor tokens = tokens_in.to(m.device), targets = targets_in.to(m.device);
+  auto params_of = [&](Unit& u) {
+    m.wait_unsharded(u);
+    variable_list views = UnitParamsFn::apply(u.anchor, reinterpret_cast<int64_t>(&u));
+    ParamMap p;
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) p[u.info.params[i]] = views[i];
+    // Forward prefetch: start gathering the next units now.
+    for (int64_t k = 1; k <= m.strategy.forward_prefetch; ++k) {
+      const std::size_t j = static_cast<std::size_t>(u.index + k);
+      if (j < m.units.size()) m.unshard_async(*m.units[j]);
+    }
+    return p;
+  };
+  const bool eager = m.strategy.attention == AttentionImpl::Eager;
+  ForwardOptions fo;
+  fo.attention = m.strategy.attention;
+  if (m.strategy.act_ckpt == ActCkpt::Selective)
+    fo.core = [eager](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+      return CoreCheckpointFn::apply(q, k, v, eager);
+    };
+  const ModelSpec& spec = m.spec;
+  m.keepalive.clear();
+  auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
+    auto runner = std::make_shared<LayersRunner>([&spec, &u, fo](const at::Tensor& xin, const ParamMap& pm) {
+      at::Tensor h = xin;
+      for (int l : u.layers) h = layer_forward(spec, pm, l, h, fo);
+      return h;
+    });
+    if (m.strategy.act_ckpt != ActCkpt::Full || u.layers.empty()) return (*runner)(x, p);
+    auto names = std::make_shared<std::vector<std::string>>();
+    variable_list inputs{x};
+    for (auto& [name, t] : p) {
+      if (name.rfind("model.layers.", 0) != 0) continue;  // only the layers' parameters
+      names->push_back(name);
+      inputs.push_back(t);
+    }
+    m.keepalive.push_back(runner);
+    m.keepalive.push_back(names);
+    return CheckpointFn::apply(at::TensorList(inputs), reinterpret_cast<int64_t>(runner.get()),
+                               reinterpret_cast<int64_t>(names.get()));
+  };
+
+  Unit& root = *m.units[0];
+  ParamMap rp = params_of(root);
+  at::Tensor x = embed_forward(spec, rp, tokens);
+  if (!root.layers.empty()) x = run_layers(root, x, rp);
+  for (std::size_t i = 1; i < m.units.size(); ++i) {
+    Unit& u = *m.units[i];
+    ParamMap p = params_of(u);
+    x = run_layers(u, x, p);
+    if (m.params_sharded) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
+    if (m.reshard_after_forward(u)) m.reshard(u);
+  }
+  return head_loss(spec, rp, x, targets);
+}
+
+void ShardedModel::backward(const at::Tensor& loss, bool sync) {
+  Impl& m = *impl_;
+  m.sync = sync;
+  loss.backward();
+  m.flush_bucket();
+  m.wait_pending();
+  if (!sync) return;
+  const double inv_world = 1.0 / static_cast<double>(m.world);
+  for (auto& up : m.units) {
+    Unit& u = *up;
+    if (m.grads_sharded) {
+      if (m.replica_group && m.replica_group->size() > 1) m.replica_group->all_reduce_sum(u.grad_shard).wait();
+      u.grad_shard.mul_(inv_world);
+    } else {
+      u.grad_full.mul_(inv_world);
+    }
+  }
+}
+
+double ShardedModel::clip_grad_norm(double max_norm) {
+  Impl& m = *impl_;
+  at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m.device));
+  for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
+  if (m.optim_sharded) m.shard_group->all_reduce_sum(sq).wait();
+  const double norm = std::sqrt(sq.item<double>());
+  // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied when < 1.
+  constexpr double kClipEps = 1e-6;
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + kClipEps);
+    if (coef < 1.0)
+      for (auto& up : m.units) m.owned_grad(*up).mul_(coef);
+  }
+  return norm;
+}
+
+void ShardedModel::scale_grads(double k) {
+  for (auto& up : impl_->units) impl_->owned_grad(*up).mul_(k);
+}
+
+bool ShardedModel::grads_nonfinite() {
+  Impl& m = *impl_;
+  at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.device));
+  for (auto& up : m.units) {
+    at::Tensor g = m.owned_grad(*up);
+    bad += at::logical_not(at::isfinite(g)).any().to(at::kFloat);
+  }
+  if (m.optim_sharded) m.shard_group->all_reduce_sum(bad).wait();
+  return bad.item<float>() > 0;
+}
+
+void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
+  Impl& m = *impl_;
+  at::NoGradGuard ng;
+  for (auto& up : m.units) {
+    Unit& u = *up;
+    at::Tensor p = m.owned_param(u);
+    at::Tensor g = m.owned_grad(u);
+    if (c.kind == Optimizer::AdamW) {
+      // torch.optim.AdamW (_single_tensor_adamw in torch/optim/adamw.py; Loshchilov &
+      // Hutter 2019, arXiv:1711.05101): decoupled decay, bias-corrected moments.
+      p.mul_(1.0 - c.lr * c.weight_decay);
+      u.exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+      u.exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+      const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
+      const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
+      at::Tensor denom = (u.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
+      p.addcdiv_(u.exp_avg, denom, -c.lr / bc1);
+    } else {
+      // torch.optim.SGD with momentum, dampening 0: d = g + wd*p; buf = m*buf + d; p -= lr*buf.
+      at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
+      if (step == 1) u.momentum.copy_(d);
+      else u.momentum.mul_(c.momentum).add_(d);
+      p.add_(u.momentum, -c.lr);
+    }
+    if (m.optim_sharded && !m.params_sharded) {
+      // ZeRO-1/2: every rank updated its slice of the replica; gather the others'.
+      at::Tensor mine = p.clone();
+      m.shard_group->all_gather(mine, u.master).wait();
+    }
+  }
+}
+
+void ShardedModel::zero_grad() {
+  for (auto& up : impl_->units) {
+    if (up->grad_shard.defined()) up->grad_shard.zero_();
+    if (up->grad_full.defined()) up->grad_full.zero_();
+  }
+}
+
+std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
+  Impl& m = *impl_;
+  std::map<std::string, at::Tensor> out;
+  for (auto& up : m.units) {
+    Unit& u = *up;
+    at::Tensor full = u.master;
+    if (m.params_sharded) {
+      full = at::empty({u.info.padded}, u.master.options());
+      m.shard_group->all_gather(u.master, full).wait();
+    }
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
+      out[d.name] = full.narrow(0, u.offsets[i], d.numel()).view(d.shape).clone().cpu();
+    }
+  }
+  return out;
+}
+
+void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& params) {
+  Impl& m = *impl_;
+  at::NoGradGuard ng;
+  for (auto& up : m.units) {
+    Unit& u = *up;
+    const int64_t mlo = m.params_sharded ? u.shard_offset : 0;
+    const int64_t mhi = mlo + u.master.numel();
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
+      auto it = params.find(d.name);
+      if (it == params.end()) throw InputError("weights: missing parameter " + d.name);
+      if (it->second.sizes() != at::IntArrayRef(d.shape))
+        throw InputError("weights: parameter " + d.name + " has shape " + c10::str(it->second.sizes()) +
+                         ", the model expects " + c10::str(at::IntArrayRef(d.shape)));
+      // Copy only the part of the parameter that falls in this rank's range, so a
+      // memory-mapped source is read only where this rank needs it.
+      const int64_t lo = u.offsets[i], hi = lo + d.numel();
+      const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
+      if (a < b)
+        u.master.narrow(0, a - mlo, b - a).copy_(it->second.reshape({-1}).narrow(0, a - lo, b - a));
+    }
+  }
+}
+
+std::map<std::string, at::Tensor> ShardedModel::local_state() {
+  std::map<std::string, at::Tensor> s;
+  for (auto& up : impl_->units) {
+    Unit& u = *up;
+    const std::string p = "unit" + std::to_string(u.index) + ".";
+    s[p + "master"] = u.master;
+    if (u.exp_avg.defined()) s[p + "exp_avg"] = u.exp_avg;
+    if (u.exp_avg_sq.defined()) s[p + "exp_avg_sq"] = u.exp_avg_sq;
+    if (u.momentum.defined()) s[p + "momentum"] = u.momentum;
+  }
+  return s;
+}
+
+void ShardedModel::load_local_state(const std::map<std::string, at::Tensor>& state) {
+  at::NoGradGuard ng;
+  for (auto& [name, dst] : local_state()) {
+    auto it = state.find(name);
+    if (it == state.end()) throw InputError("checkpoint: missing tensor " + name);
+    if (it->second.numel() != dst.numel()) throw InputError("checkpoint: tensor " + name + " has the wrong size");
+    dst.copy_(it->second.reshape(dst.sizes()));
+  }
+}
+
+const std::vector<UnitInfo>& ShardedModel::units() const { return impl_->infos; }
+
+ShardLayout ShardedModel::layout() const {
+  ShardLayout l;
+  l.params_sharded = impl_->params_sharded;
+  l.optim_sharded = impl_->optim_sharded;
+  l.shard_group_size = impl_->shard_group->size();
+  l.shard_rank = impl_->shard_group->rank();
+  return l;
+}
+
+int64_t ShardedModel::num_params() const {
+  int64_t n = 0;
+  for (auto& u : impl_->infos) n += u.numel;
+  return n;
+}
+
+bool ShardedModel::comm_upcast() const {
+  return impl_->comm.world().upcast_happened() || impl_->shard_group->upcast_happened() ||
+         (impl_->replica_group && impl_->replica_group->upcast_happened());
+}
+
+}  // namespace fsdp::exec

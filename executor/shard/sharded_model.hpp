@@ -1,0 +1,98 @@
+// The model as wrap units of flat, padded parameter buffers, and the strategy's
+// lifecycle around them (issue 5): DDP / no-shard / ZeRO-1 / ZeRO-2 keep full
+// replicas; ZeRO-3 / FSDP / FSDP-grad-op / HSDP keep one shard per rank and gather
+// the unit around its forward and its backward. The pre-backward point is a custom
+// autograd function on each unit's output, the post-backward point is the backward
+// of the function that hands out the unit's parameters.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model_spec.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp::exec {
+
+class Comm;
+
+struct OptimizerConfig {
+  Optimizer kind = Optimizer::AdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.9;
+};
+
+struct UnitInfo {
+  std::string name;       // "root", "layers.0-1", ...
+  int64_t numel = 0;      // real parameters
+  int64_t padded = 0;     // numel rounded up to a multiple of the shard-group size
+  int64_t shard = 0;      // padded / shard-group size
+  std::vector<std::string> params;
+  std::vector<int64_t> offsets;               // of each parameter in the flat buffer
+  std::vector<std::vector<int64_t>> shapes;   // of each parameter
+};
+
+// How this rank's persistent tensors relate to the flat buffers (for checkpoints).
+struct ShardLayout {
+  bool params_sharded = false;  // "unitI.master" is a shard (else the full padded replica)
+  bool optim_sharded = false;   // optimizer states are shards
+  int shard_group_size = 1;
+  int shard_rank = 0;
+};
+
+class ShardedModel {
+ public:
+  // Builds the units from the wrap policy, initialises parameters deterministically
+  // from `seed` (identical on every world size) and keeps this rank's part.
+  ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device,
+               uint64_t seed);
+  ~ShardedModel();
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
+
+  // Forward of one micro-batch: tokens/targets [B, T] int64. Returns the mean loss (fp32).
+  at::Tensor forward_loss(const at::Tensor& tokens, const at::Tensor& targets);
+  // Backward of `loss` (already divided by the accumulation count and multiplied by
+  // any loss scale); communicates gradients only when `sync` (last micro-batch).
+  void backward(const at::Tensor& loss, bool sync);
+  // Global L2 norm of the reduced gradients (across shards); scales them down to
+  // max_norm when max_norm > 0 and the norm exceeds it (torch.nn.utils.clip_grad_norm_).
+  double clip_grad_norm(double max_norm);
+  // Multiplies all reduced gradients by k (loss-scale removal).
+  void scale_grads(double k);
+  // True when any reduced gradient holds inf/NaN on any rank.
+  bool grads_nonfinite();
+  void optimizer_step(const OptimizerConfig& cfg, int64_t step /*1-based*/);
+  void zero_grad();
+
+  // Every parameter, full and fp32, under its original name (all ranks take part).
+  std::map<std::string, at::Tensor> full_state_dict();
+  // Overwrites parameters from full tensors by name (each rank keeps its part).
+  void load_full_state(const std::map<std::string, at::Tensor>& params);
+
+  // This rank's persistent state (master shards / replicas, optimizer states) for checkpoints.
+  std::map<std::string, at::Tensor> local_state();
+  void load_local_state(const std::map<std::string, at::Tensor>& state);
+
+  const std::vector<UnitInfo>& units() const;
+  ShardLayout layout() const;
+  int64_t num_params() const;
+  // True when a collective had to run in fp32 because the backend lacks the dtype.
+  bool comm_upcast() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fsdp::exec

@@ -1,0 +1,57 @@
+// Measured memory: a counting wrapper around c10's CPU allocator (installed with
+// c10::SetCPUAllocator), or the CUDA caching allocator's statistics. The executor
+// tags the buffers it owns by category (memory/memory_category.hpp); at every new
+// peak the tags are snapshotted, and the untagged rest of the peak is attributed
+// to activations (forward/backward) or transient (elsewhere).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "memory/memory_category.hpp"
+
+namespace fsdp::exec {
+
+class MemTracker {
+ public:
+  static MemTracker& instance();
+
+  // Installs the counting CPU allocator (idempotent). Tensors created before
+  // are not counted (they keep their own deleters).
+  void install_cpu();
+  // Use the CUDA caching allocator's statistics for `device_index` instead.
+  void use_cuda(int device_index);
+
+  int64_t current() const;
+  int64_t peak() const;
+  void reset_peak();
+
+  // Executor bookkeeping: bytes of buffers in a category (positive: allocate,
+  // negative: free). Tag before allocating and after freeing, so that a peak
+  // reached by the allocation itself is attributed.
+  void tag(MemoryCategory c, int64_t delta_bytes);
+  // True while forward/backward run (the untagged rest counts as activations).
+  void set_in_compute(bool v) { in_compute_.store(v); }
+  // Category bytes at the recorded peak; untagged bytes are in activations or transient.
+  std::array<int64_t, kNumMemoryCategories> peak_breakdown() const;
+
+  void on_alloc(int64_t n);
+  void on_free(int64_t n);
+
+ private:
+  MemTracker() = default;
+  void snapshot_locked(int64_t cur);
+  mutable std::mutex mu_;
+  int64_t current_ = 0;
+  int64_t peak_ = 0;
+  bool installed_ = false;
+  int cuda_device_ = -1;
+  std::array<std::atomic<int64_t>, kNumMemoryCategories> tags_{};
+  std::array<int64_t, kNumMemoryCategories> peak_tags_{};
+  bool peak_in_compute_ = false;
+  std::atomic<bool> in_compute_{false};
+};
+
+}  // namespace fsdp::exec

@@ -1,0 +1,200 @@
+#include "train/trainer.hpp"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "core/errors.hpp"
+#include "dist/comm.hpp"
+#include "io/checkpoint.hpp"
+#include "io/data.hpp"
+#include "shard/sharded_model.hpp"
+#include "train/mem_tracker.hpp"
+
+namespace fsdp::exec {
+
+// torch.cuda.amp.GradScaler defaults (torch/amp/grad_scaler.py): init_scale 2^16,
+// growth_factor 2, backoff_factor 0.5, growth_interval 2000.
+constexpr double kInitLossScale = 65536.0;
+constexpr double kScaleGrowth = 2.0;
+constexpr double kScaleBackoff = 0.5;
+constexpr int64_t kScaleGrowthInterval = 2000;
+
+struct Trainer::Impl {
+  PlanFile plan;
+  RunConfig cfg;
+  Comm& comm;
+  std::string device = "cpu";
+  int world = 1;  // data-parallel ranks the plan describes
+  std::unique_ptr<ShardedModel> model;
+  std::unique_ptr<DataSource> data;
+  double loss_scale = 1.0;
+  int64_t good_steps = 0;
+  int64_t start_step = 0;
+
+  Impl(const PlanFile& p, const RunConfig& c, Comm& cm) : plan(p), cfg(c), comm(cm) {}
+};
+
+Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
+    : impl_(std::make_unique<Impl>(plan, cfg, comm)) {
+  Impl& t = *impl_;
+  const int64_t planned = plan.cluster.world_size();
+  if (planned != comm.size())
+    throw InputError("the plan is for world size " + std::to_string(planned) + " (" +
+                     std::to_string(plan.cluster.nodes) + " nodes x " + std::to_string(plan.cluster.gpus_per_node) +
+                     " per node) but this launch has world size " + std::to_string(comm.size()));
+  t.world = comm.size();
+  if (plan.cluster.device == "cuda") {
+    const char* lr = std::getenv("LOCAL_RANK");
+    t.device = std::string("cuda:") + (lr ? lr : "0");
+  } else if (plan.cluster.device != "cpu") {
+    throw InputError("plan cluster.device must be cpu or cuda, not '" + plan.cluster.device + "'");
+  }
+  const Strategy& s = plan.strategy;
+  if (s.offload == Offload::Params)
+    throw InputError("fsdp-run does not implement offload: params yet (plan offload: none or optimizer)");
+  if (s.param_dtype == DType::Fp16 && t.device == "cpu")
+    throw InputError("fp16 compute is not supported on CPU by this LibTorch (no Half matmul); plan bf16 or fp32");
+  if (s.micro_batch < 1 || s.seq_len < 1 || s.grad_accum < 1)
+    throw InputError("plan strategy: micro_batch, seq_len and grad_accum must be >= 1");
+  if (s.seq_len > plan.model.max_positions && plan.model.position_embedding == PositionEmbedding::Learned)
+    throw InputError("plan strategy.seq_len exceeds the model's max_positions");
+  t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
+  t.model = std::make_unique<ShardedModel>(plan.model, s, comm, t.device, cfg.seed);
+  t.data = open_data(cfg.data, cfg.data_dtype, plan.model.vocab_size, s.seq_len, cfg.seed);
+  if (!cfg.init_from.empty()) t.model->load_full_state(load_safetensors_weights(cfg.init_from, *t.model));
+  if (!cfg.resume_dir.empty()) {
+    ResumeState rs = load_checkpoint(cfg.resume_dir, comm, *t.model, plan);
+    t.start_step = rs.step;
+    t.loss_scale = rs.loss_scale > 0 ? rs.loss_scale : t.loss_scale;
+    t.good_steps = rs.good_steps;
+  }
+}
+
+Trainer::~Trainer() = default;
+ShardedModel& Trainer::model() { return *impl_->model; }
+
+RunResult Trainer::run(std::ostream* log) {
+  Impl& t = *impl_;
+  const Strategy& s = t.plan.strategy;
+  const TrainingHyperparams& h = t.plan.training;
+  OptimizerConfig oc;
+  oc.kind = s.optimizer;
+  oc.lr = h.lr;
+  oc.beta1 = h.beta1;
+  oc.beta2 = h.beta2;
+  oc.eps = h.eps;
+  oc.weight_decay = h.weight_decay;
+  oc.momentum = h.momentum;
+  const int rank = t.comm.rank();
+  const int W = t.world;
+  const int64_t b = s.micro_batch, K = s.grad_accum, T = s.seq_len;
+  RunResult res;
+  res.world_size = W;
+  res.emulated = t.comm.world().is_local() && W > 1;
+  res.num_params = t.model->num_params();
+  res.resumed_from = t.start_step;
+  MemTracker& mem = MemTracker::instance();
+  mem.reset_peak();  // the run's peak: from the built model on
+
+  for (int64_t step = t.start_step + 1; step <= t.cfg.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    t.comm.set_progress(step, "forward/backward");
+    double loss_sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      at::Tensor batch = t.data->rows(step, (k * W + rank) * b, b);
+      at::Tensor tokens = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
+      mem.set_in_compute(true);
+      at::Tensor loss = t.model->forward_loss(tokens, targets);
+      loss_sum += loss.item<double>();
+      // Mean over micro-batches (issue 6: K micro-batches of b == one batch of K*b).
+      t.model->backward(loss * (t.loss_scale / static_cast<double>(K)), k == K - 1);
+      mem.set_in_compute(false);
+    }
+    t.comm.set_progress(step, "optimizer");
+    StepStat st;
+    st.step = step;
+    bool skip = false;
+    if (s.param_dtype == DType::Fp16) {
+      // Dynamic loss scaling (Micikevicius et al. 2018, arXiv:1710.03740; GradScaler semantics).
+      if (t.model->grads_nonfinite()) {
+        skip = true;
+        t.loss_scale *= kScaleBackoff;
+        t.good_steps = 0;
+      } else {
+        t.model->scale_grads(1.0 / t.loss_scale);
+        if (++t.good_steps % kScaleGrowthInterval == 0) t.loss_scale *= kScaleGrowth;
+      }
+    }
+    if (!skip) {
+      st.grad_norm = t.model->clip_grad_norm(h.grad_clip);
+      t.model->optimizer_step(oc, step);
+    }
+    st.skipped = skip;
+    t.model->zero_grad();
+    // Mean loss over the global batch: every rank's micro-batches have the same token count.
+    at::Tensor l = at::full({1}, loss_sum / static_cast<double>(K), at::kDouble);
+    if (t.device != "cpu") l = l.to(at::Device(t.device));
+    t.comm.world().all_reduce_sum(l).wait();
+    // A local group (world 1 or rehearsal) did not sum anything.
+    st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(t.comm.size()));
+    auto t1 = std::chrono::steady_clock::now();
+    st.time_s = std::chrono::duration<double>(t1 - t0).count();
+    st.tokens_per_s = static_cast<double>(W * K * b * T) / st.time_s;
+    res.steps.push_back(st);
+    if (log && rank == 0 && (step % std::max<int64_t>(1, t.cfg.log_every) == 0 || step == t.cfg.steps)) {
+      char line[256];
+      std::snprintf(line, sizeof line, "step %lld  loss %.6f  tokens/s %.0f  step %.3f s  peak %.1f MiB%s\n",
+                    static_cast<long long>(step), st.loss, st.tokens_per_s, st.time_s,
+                    static_cast<double>(mem.peak()) / (1024.0 * 1024.0), skip ? "  (fp16 overflow: skipped)" : "");
+      *log << line << std::flush;
+    }
+    if (!t.cfg.checkpoint_dir.empty() && t.cfg.checkpoint_every > 0 &&
+        (step % t.cfg.checkpoint_every == 0 || step == t.cfg.steps)) {
+      t.comm.set_progress(step, "checkpoint");
+      CheckpointMeta meta;
+      meta.step = step;
+      meta.loss_scale = t.loss_scale;
+      meta.good_steps = t.good_steps;
+      meta.seed = t.cfg.seed;
+      meta.data = t.data->describe();
+      meta.plan_path = t.cfg.plan_path;
+      save_checkpoint(t.cfg.checkpoint_dir, t.cfg.keep_checkpoints, meta, t.comm, *t.model, t.plan);
+    }
+  }
+
+  // Memory: each rank's peak, gathered.
+  const int n = t.comm.size();
+  at::Tensor mine = at::zeros({1 + static_cast<int64_t>(kNumMemoryCategories)}, at::kLong);
+  mine[0] = mem.peak();
+  auto bd = mem.peak_breakdown();
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) mine[static_cast<int64_t>(i) + 1] = bd[i];
+  at::Tensor all = at::zeros({n * mine.numel()}, at::kLong);
+  if (t.device != "cpu") {
+    at::Tensor md = mine.to(at::Device(t.device)), ad = all.to(at::Device(t.device));
+    t.comm.world().all_gather(md, ad).wait();
+    all = ad.cpu();
+  } else {
+    t.comm.world().all_gather(mine, all).wait();
+  }
+  all = all.view({n, -1});
+  if (res.emulated) all = all.narrow(0, 0, 1);  // only rank 0 really ran
+  int best = 0;
+  for (int r = 0; r < all.size(0); ++r) {
+    res.peak_bytes_per_rank.push_back(all[r][0].item<int64_t>());
+    if (res.peak_bytes_per_rank.back() > res.peak_bytes) {
+      res.peak_bytes = res.peak_bytes_per_rank.back();
+      best = r;
+    }
+  }
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) res.breakdown[i] = all[best][static_cast<int64_t>(i) + 1].item<int64_t>();
+  res.comm_upcast = t.model->comm_upcast();
+  res.backend = t.comm.world().is_local() ? t.comm.world().name() : (t.device == "cpu" ? "gloo" : "nccl");
+  res.loss_scale = s.param_dtype == DType::Fp16 ? t.loss_scale : 0;
+  return res;
+}
+
+}  // namespace fsdp::exec

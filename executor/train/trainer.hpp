@@ -1,0 +1,73 @@
+// The training loop of fsdp-run: plan -> model + strategy -> steps -> measured report.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/memory_category.hpp"
+#include "planfile/plan_file.hpp"
+
+namespace fsdp::exec {
+
+class Comm;
+class ShardedModel;
+
+struct RunConfig {
+  int64_t steps = 10;  // total steps to reach (counted from the start, also on resume)
+  uint64_t seed = 0;
+  int64_t log_every = 1;
+  std::string data = "synthetic";
+  std::string data_dtype = "uint16";
+  int emulate_world_size = 0;  // > 0: rehearsal of rank 0 of a plan of this world size
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 2;
+  std::string resume_dir;
+  std::string init_from;  // safetensors file or directory with an index json
+  std::string plan_path;  // for the report and checkpoint manifests
+};
+
+struct StepStat {
+  int64_t step = 0;
+  double loss = 0;
+  double time_s = 0;
+  double tokens_per_s = 0;
+  double grad_norm = 0;
+  bool skipped = false;  // fp16 overflow: step skipped, loss scale lowered
+};
+
+struct RunResult {
+  std::vector<StepStat> steps;
+  int world_size = 1;
+  bool emulated = false;
+  int64_t peak_bytes = 0;  // max over ranks
+  std::vector<int64_t> peak_bytes_per_rank;
+  std::array<int64_t, kNumMemoryCategories> breakdown{};  // of the rank with the highest peak
+  bool comm_upcast = false;
+  std::string backend;
+  int64_t num_params = 0;
+  double loss_scale = 0;  // fp16 only
+  int64_t resumed_from = 0;
+};
+
+class Trainer {
+ public:
+  // Validates the plan against this launch (world size, device); InputError if it cannot run.
+  Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm);
+  ~Trainer();
+  RunResult run(std::ostream* log);
+  ShardedModel& model();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The JSON report of a run (issue 5 "CLI and report").
+std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunResult& r);
+
+}  // namespace fsdp::exec

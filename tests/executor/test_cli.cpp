@@ -1,0 +1,303 @@
+// fsdp-run end to end: launch paths, refusals, a killed or hung rank, checkpoints.
+#include "test_common.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "dist/launcher.hpp"
+
+namespace fsdp::exec::test {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// Runs a shell command line, stdout and stderr together.
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+struct TmpDir {
+  fs::path path;
+  TmpDir() {
+    path = fs::temp_directory_path() / ("exec_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TmpDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::string operator/(const std::string& n) const { return (path / n).string(); }
+};
+
+std::string write_plan(const TmpDir& d, const PlanFile& p, const std::string& name = "plan.yaml") {
+  const std::string f = d / name;
+  write_plan_file(p, f);
+  return f;
+}
+
+const std::string kBin = FSDP_RUN_BIN;
+
+// One rank started by hand with the torchrun variables; output to a file.
+pid_t spawn_rank(int rank, int world, int port, const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+    ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    ::dup2(::fileno(stdout), 2);
+    std::vector<char*> av{const_cast<char*>(kBin.c_str())};
+    for (auto& a : args) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    ::execv(kBin.c_str(), av.data());
+    std::_Exit(127);
+  }
+  return pid;
+}
+
+// Waits for a child, at most `limit`; returns its exit code, or -1 on timeout.
+int wait_for(pid_t pid, std::chrono::seconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    int st = 0;
+    if (::waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+std::string slurp(const std::string& f) {
+  std::ifstream in(f);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool wait_for_text(const std::string& file, const std::string& text, std::chrono::seconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (slurp(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<double> losses(const std::string& report) {
+  json j = json::parse(slurp(report));
+  std::vector<double> v;
+  for (auto& s : j.at("steps")) v.push_back(s.at("loss").get<double>());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand give the same run") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
+  Result r = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 3 --log-every 1 --report " + (d / "a.json"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("step 3") != std::string::npos);
+  json a = json::parse(slurp(d / "a.json"));
+  CHECK(a.at("world_size") == 2);
+  CHECK(a.at("steps").size() == 3);
+  auto per_rank = a.at("memory").at("peak_bytes_per_rank").get<std::vector<int64_t>>();
+  REQUIRE(per_rank.size() == 2);
+  CHECK(a.at("memory").at("peak_bytes").get<int64_t>() == std::max(per_rank[0], per_rank[1]));
+  CHECK(a.at("memory").at("breakdown").contains("sharded_params"));
+  CHECK(a.at("memory").at("breakdown").contains("activations"));
+
+  const int port = pick_free_port();
+  std::vector<std::string> args{plan, "--steps", "3", "--report", d / "b.json"};
+  pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
+  CHECK(wait_for(r0, std::chrono::seconds(120)) == 0);
+  CHECK(wait_for(r1, std::chrono::seconds(30)) == 0);
+  auto la = losses(d / "a.json"), lb = losses(d / "b.json");
+  REQUIRE(la.size() == lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) CHECK(la[i] == lb[i]);
+}
+
+TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit code 2") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
+  Result r = sh(kBin + " " + plan + " --steps 1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("world size 2") != std::string::npos);
+  CHECK(r.out.find("world size 1") != std::string::npos);
+  r = sh(kBin + " --nproc-per-node 3 " + plan);
+  CHECK(r.code == 2);
+  CHECK(r.out.find("world size 2") != std::string::npos);
+  CHECK(r.out.find("--nproc-per-node 3") != std::string::npos);
+
+  std::string text = slurp(plan);
+  {
+    std::ofstream o(d / "unknown.yaml");
+    o << text << "surprise: 1\n";
+  }
+  r = sh(kBin + " " + (d / "unknown.yaml"));
+  CHECK(r.code == 2);
+  CHECK(r.out.find("surprise") != std::string::npos);
+  {
+    std::string newer = text;
+    newer.replace(newer.find("fsdp_plan_version: 1"), 20, "fsdp_plan_version: 99");
+    std::ofstream o(d / "newer.yaml");
+    o << newer;
+  }
+  r = sh(kBin + " " + (d / "newer.yaml"));
+  CHECK(r.code == 2);
+  CHECK(r.out.find("99") != std::string::npos);
+  r = sh(kBin + " " + plan + " --no-such-flag");
+  CHECK(r.code == 2);
+  r = sh(kBin + " " + (d / "missing.yaml"));
+  CHECK(r.code == 2);
+  PlanFile moe = small_plan(StrategyKind::Fsdp, "layer", 1);
+  moe.model.moe = MoeSpec{4, 2, 0, 32};
+  r = sh(kBin + " " + write_plan(d, moe, "moe.yaml"));
+  CHECK(r.code == 2);
+  CHECK(r.out.find("MoE") != std::string::npos);
+}
+
+TEST_CASE("robustness: a killed rank makes the others exit naming it, in bounded time") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
+  const int port = pick_free_port();
+  std::vector<std::string> args{plan, "--steps", "100000", "--timeout", "20"};
+  pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
+  REQUIRE(wait_for_text(d / "r0.log", "step 2", std::chrono::seconds(120)));
+  ::kill(r1, SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  const int code = wait_for(r0, std::chrono::seconds(60));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_for(r1, std::chrono::seconds(5));
+  const std::string log = slurp(d / "r0.log");
+  INFO(log);
+  CHECK(code == 3);
+  CHECK(secs < 60);
+  CHECK(log.find("rank 1") != std::string::npos);
+  if (code == -1) ::kill(r0, SIGKILL);
+}
+
+TEST_CASE("robustness: a hung rank (SIGSTOP) is named after the collective timeout") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Ddp, "layer", 2));
+  const int port = pick_free_port();
+  std::vector<std::string> args{plan, "--steps", "100000", "--timeout", "5"};
+  pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
+  REQUIRE(wait_for_text(d / "r0.log", "step 2", std::chrono::seconds(120)));
+  ::kill(r1, SIGSTOP);
+  const int code = wait_for(r0, std::chrono::seconds(60));
+  ::kill(r1, SIGKILL);
+  wait_for(r1, std::chrono::seconds(5));
+  const std::string log = slurp(d / "r0.log");
+  INFO(log);
+  CHECK(code == 3);
+  CHECK(log.find("rank 1") != std::string::npos);
+  CHECK(log.find("stopped responding") != std::string::npos);
+  if (code == -1) ::kill(r0, SIGKILL);
+}
+
+TEST_CASE("launcher: a failing rank's exit code is forwarded and the failure is named") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
+  // Rank 1 gets a token file that does not exist: it refuses (2); rank 0 then fails too.
+  Result r = sh("cd " + d.path.string() + " && " + kBin + " --nproc-per-node 2 " + plan +
+                " --steps 2 --timeout 20 --data no-such-file.bin");
+  INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.find("no-such-file.bin") != std::string::npos);
+  CHECK(r.out.find("exited with code 2") != std::string::npos);
+}
+
+TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shard is named and skipped") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Zero3, "every:2", 2));
+  Result full = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --report " + (d / "full.json"));
+  REQUIRE(full.code == 0);
+
+  const std::string ck = d / "ck";
+  const int port = pick_free_port();
+  std::vector<std::string> args{plan, "--steps", "6", "--checkpoint-dir", ck, "--checkpoint-every", "2",
+                                "--keep-checkpoints", "3", "--timeout", "20"};
+  pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
+  REQUIRE(wait_for_text(d / "r0.log", "step 5", std::chrono::seconds(120)));
+  ::kill(r0, SIGKILL);
+  ::kill(r1, SIGKILL);
+  wait_for(r0, std::chrono::seconds(10));
+  wait_for(r1, std::chrono::seconds(10));
+  REQUIRE(fs::exists(fs::path(ck) / "step-00000004" / "manifest.json"));
+
+  Result res = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --resume " + ck + " --report " + (d / "res.json"));
+  INFO(res.out);
+  REQUIRE(res.code == 0);
+  auto lf = losses(d / "full.json"), lr = losses(d / "res.json");
+  REQUIRE(lr.size() == 2);
+  CHECK(lr[0] == doctest::Approx(lf[4]).epsilon(1e-6));
+  CHECK(lr[1] == doctest::Approx(lf[5]).epsilon(1e-6));
+
+  // Flip a byte in the newest step's rank-1 shard: the resume names it and uses step 4... or the older one.
+  auto newest = fs::path(ck) / "step-00000006";
+  REQUIRE(fs::exists(newest));
+  const std::string shard = (newest / "rank-00001.safetensors").string();
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  Result again = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --resume " + ck + " --report " + (d / "again.json"));
+  INFO(again.out);
+  CHECK(again.code == 0);
+  CHECK(again.out.find("rank-00001.safetensors") != std::string::npos);
+  CHECK(again.out.find("checksum") != std::string::npos);
+  auto la = losses(d / "again.json");
+  REQUIRE(la.size() == 2);  // resumed from step 4, the previous good checkpoint
+  CHECK(la[1] == doctest::Approx(lf[5]).epsilon(1e-6));
+  CHECK(fs::exists(fs::path(ck) / "step-00000004" / "manifest.json"));  // intact
+
+  // Export of the (good) checkpoint root refuses the corrupt newest only when asked for it.
+  Result ex = sh(kBin + " export " + newest.string() + " --out " + (d / "m.safetensors"));
+  CHECK(ex.code == 2);
+  CHECK(ex.out.find("rank-00001.safetensors") != std::string::npos);
+}
+
+TEST_CASE("rehearsal from the command line: --emulate-world-size runs rank 0 of a larger plan alone") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 8));
+  Result r = sh(kBin + " --emulate-world-size 8 " + plan + " --steps 2 --report " + (d / "e.json"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  json j = json::parse(slurp(d / "e.json"));
+  CHECK(j.at("emulated") == true);
+  CHECK(j.at("world_size") == 8);
+  Result bad = sh(kBin + " --emulate-world-size 4 " + plan);
+  CHECK(bad.code == 2);
+}
+
+}  // namespace fsdp::exec::test

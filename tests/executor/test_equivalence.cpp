@@ -1,0 +1,161 @@
+// Issue 5 "Equivalence": every strategy x wrap on this launch's world size trains
+// like one unsharded process on the same global batch (5 AdamW steps, fp32):
+// the same loss trajectory, gradient norms and gathered parameters within 1e-5.
+#include "test_common.hpp"
+
+#include <memory>
+
+#include "dist/comm.hpp"
+#include "dist_env.hpp"
+#include "shard/sharded_model.hpp"
+#include "train/trainer.hpp"
+
+namespace fsdp::exec::test {
+namespace {
+
+struct Outcome {
+  RunResult result;
+  std::map<std::string, at::Tensor> params;
+};
+
+Outcome train(const PlanFile& plan, Comm& comm, int64_t steps = 5) {
+  RunConfig cfg;
+  cfg.steps = steps;
+  cfg.seed = 7;
+  Trainer t(plan, cfg, comm);
+  Outcome o;
+  o.result = t.run(nullptr);
+  o.params = t.model().full_state_dict();
+  return o;
+}
+
+// The unsharded single-process run on the whole global batch (world x micro_batch x accum rows).
+const Outcome& reference(int world) {
+  static std::map<int, Outcome> cache;
+  auto it = cache.find(world);
+  if (it != cache.end()) return it->second;
+  auto solo = Comm::emulate(1);
+  PlanFile p = small_plan(StrategyKind::NoShard, "layer", 1, 2 * world);
+  return cache[world] = train(p, *solo);
+}
+
+void check_same(const Outcome& got, const Outcome& ref, const std::string& what, double tol = 1e-5) {
+  INFO(what);
+  REQUIRE(got.result.steps.size() == ref.result.steps.size());
+  for (std::size_t i = 0; i < ref.result.steps.size(); ++i) {
+    const double l = got.result.steps[i].loss, r = ref.result.steps[i].loss;
+    CHECK(std::abs(l - r) <= tol * std::abs(r));
+    const double g = got.result.steps[i].grad_norm, rg = ref.result.steps[i].grad_norm;
+    CHECK(std::abs(g - rg) <= tol * std::abs(rg));
+  }
+  REQUIRE(got.params.size() == ref.params.size());
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, t] : ref.params) {
+    auto it = got.params.find(name);
+    REQUIRE(it != got.params.end());
+    REQUIRE(it->second.sizes() == t.sizes());
+    const double e = rel_err(it->second, t);
+    if (e > worst) {
+      worst = e;
+      worst_name = name;
+    }
+  }
+  INFO("worst parameter " << worst_name << " relative error " << worst);
+  CHECK(worst <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("equivalence: every strategy x wrap against one unsharded process") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  const Outcome& ref = reference(W);
+  // The reference really trains: the loss moves and clipping is active (norm > grad_clip).
+  CHECK(ref.result.steps.front().grad_norm > 1.0);
+  for (StrategyKind kind : {StrategyKind::NoShard, StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2,
+                            StrategyKind::Zero3, StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::Hsdp}) {
+    for (const char* wrap : {"layer", "every:2", "model"}) {
+      PlanFile p = small_plan(kind, wrap, W);
+      Outcome o = train(p, comm);
+      check_same(o, ref, std::string(to_string(kind)) + " wrap " + wrap + " world " + std::to_string(W));
+    }
+  }
+}
+
+TEST_CASE("equivalence: no reshard after forward, prefetch off, tiny DDP buckets, tied embeddings") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  {
+    PlanFile p = small_plan(StrategyKind::Fsdp, "layer", W);
+    p.strategy.reshard_after_forward = false;
+    p.strategy.forward_prefetch = 0;
+    p.strategy.backward_prefetch = 0;
+    check_same(train(p, comm), reference(W), "fsdp without reshard/prefetch");
+  }
+  {
+    PlanFile p = small_plan(StrategyKind::Ddp, "layer", W);
+    p.strategy.ddp_bucket_mb = 1;  // several buckets
+    p.strategy.forward_prefetch = 2;
+    check_same(train(p, comm), reference(W), "ddp small buckets");
+  }
+  {
+    auto solo = Comm::emulate(1);
+    PlanFile r = small_plan(StrategyKind::NoShard, "layer", 1, 2 * W);
+    r.model.tied_embeddings = true;
+    Outcome ref = train(r, *solo);
+    PlanFile p = small_plan(StrategyKind::Fsdp, "every:2", W);
+    p.model.tied_embeddings = true;
+    check_same(train(p, comm), ref, "fsdp tied embeddings");
+  }
+}
+
+TEST_CASE("gradient accumulation: K micro-batches of b equal one batch of K*b") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  for (StrategyKind kind : {StrategyKind::Ddp, StrategyKind::Fsdp, StrategyKind::Zero2}) {
+    PlanFile p = small_plan(kind, "layer", W, 1);
+    p.strategy.grad_accum = 2;
+    check_same(train(p, comm), reference(W), std::string("accumulation ") + to_string(kind));
+  }
+}
+
+TEST_CASE("activation checkpointing changes memory, not results") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  PlanFile base = small_plan(StrategyKind::Fsdp, "layer", W, 4);
+  base.strategy.seq_len = 48;
+  auto solo = Comm::emulate(1);
+  PlanFile rp = small_plan(StrategyKind::NoShard, "layer", 1, 4 * W);
+  rp.strategy.seq_len = 48;
+  Outcome ref = train(rp, *solo, 3);
+  std::map<ActCkpt, int64_t> peak;
+  for (ActCkpt ck : {ActCkpt::None, ActCkpt::Selective, ActCkpt::Full}) {
+    PlanFile p = base;
+    p.strategy.act_ckpt = ck;
+    Outcome o = train(p, comm, 3);
+    check_same(o, ref, std::string("act_ckpt ") + to_string(ck));
+    peak[ck] = o.result.peak_bytes;
+  }
+  CHECK(peak[ActCkpt::Full] < peak[ActCkpt::Selective]);
+  CHECK(peak[ActCkpt::Selective] < peak[ActCkpt::None]);
+}
+
+TEST_CASE("bf16 compute tracks the fp32 loss within bf16 tolerance") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  const Outcome& ref = reference(W);
+  for (StrategyKind kind : {StrategyKind::Fsdp, StrategyKind::Ddp}) {
+    PlanFile p = small_plan(kind, "layer", W);
+    p.strategy.param_dtype = DType::Bf16;
+    Outcome o = train(p, comm);
+    for (std::size_t i = 0; i < ref.result.steps.size(); ++i) {
+      // bf16 has an 8-bit significand: relative rounding 2^-8 per operation.
+      CHECK(std::abs(o.result.steps[i].loss - ref.result.steps[i].loss) <= 2e-2 * ref.result.steps[i].loss);
+    }
+    // Gloo (LibTorch 1.13) has no bf16 all-gather: the FSDP gathers ran in fp32, and the report says so.
+    if (W > 1 && kind == StrategyKind::Fsdp) CHECK(o.result.comm_upcast);
+  }
+}
+
+}  // namespace fsdp::exec::test
