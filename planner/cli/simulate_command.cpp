@@ -9,6 +9,7 @@
 #include "cli/strategy_flags.hpp"
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
+#include "planfile/plan_file.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
 #include "simulate.hpp"
@@ -25,8 +26,8 @@ std::string config_root_from(const std::vector<std::string>& argv) {
 }
 
 int run_simulate(const std::vector<std::string>& argv) {
-  std::set<std::string> values{"--model", "--hw", "--nodes", "--gpus-per-node", "--gpus", "--runtime", "--trace",
-                               "--config-root"};
+  std::set<std::string> values{"--model", "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
+                               "--runtime", "--trace", "--config-root", "--plan"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   Args args(argv, values, {"--json", "--help"});
   if (args.has("--help")) {
@@ -38,6 +39,29 @@ int run_simulate(const std::vector<std::string>& argv) {
   }
   if (!args.positional().empty()) throw InputError("simulate: unexpected argument '" + args.positional()[0] + "'");
   const std::string root = config_root_from(argv);
+  if (auto plan_path = args.get("--plan")) {
+    // Re-simulate a plan file: everything comes from the file; only --json and --trace may be added.
+    for (const auto& f : values)
+      if (f != "--plan" && f != "--trace" && f != "--config-root" && args.has(f))
+        throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
+    PlanFile plan = read_plan_file(*plan_path);
+    HardwareProfile hw = load_hardware(plan.cluster.hardware, root);
+    RuntimeProfile rt = load_runtime(plan.runtime, root);
+    Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
+    validate_strategy(plan.strategy, plan.model, cluster);
+    ModuleGraph graph(plan.model);
+    SimulationInput in{&graph, &hw, &rt, cluster, plan.strategy};
+    StepProgram program;
+    Prediction p = simulate(in, &program);
+    SimulationContext ctx{&plan.model, &hw, &rt, cluster, plan.strategy};
+    if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
+    if (args.has("--json")) {
+      std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
+    } else {
+      std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
+    }
+    return 0;
+  }
   auto model_name = args.get("--model");
   if (!model_name) throw InputError("--model: required (a zoo name such as llama3-8b, or a config.json path)");
   ModelSpec model = load_model(*model_name, root);

@@ -47,7 +47,7 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
                                     b[static_cast<size_t>(MemoryCategory::OptimizerStates)] -
                                     b[static_cast<size_t>(MemoryCategory::Activations)]) / kGiB)
       << " > " << fmt("%.0f", p.usable_bytes / kGiB) << " GiB";
-    if (!p.host_fits) o << " (" << v.reason << ")";
+    if (!p.host_fits && p.fits) o << " (" << v.reason << ")";
   } else {
     o << name << ": not applicable: " << v.reason;
   }

@@ -1,0 +1,64 @@
+// Google Benchmarks: simulate() configurations per second for llama3-70b, the timeline of one
+// step on 64 GPUs, and the planner's whole search (issue M1/M2/M3 speed requirements).
+#include <benchmark/benchmark.h>
+
+#include "model/model_loader.hpp"
+#include "search/plan_search.hpp"
+#include "simulate.hpp"
+
+namespace {
+
+struct Fixture {
+  fsdp::ModelSpec spec = fsdp::load_model("llama3-70b", FSDP_SOURCE_ROOT);
+  fsdp::ModuleGraph graph{spec};
+  fsdp::HardwareProfile hw = fsdp::load_hardware("a100-80gb", FSDP_SOURCE_ROOT);
+  fsdp::RuntimeProfile rt = fsdp::load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+void BM_SimulateLlama3_70b_64Gpus(benchmark::State& state) {
+  Fixture& f = fixture();
+  fsdp::Strategy s;
+  s.kind = fsdp::StrategyKind::Fsdp;
+  s.act_ckpt = fsdp::ActCkpt::Full;
+  s.micro_batch = 1;
+  s.grad_accum = 16;
+  fsdp::SimulationInput in{&f.graph, &f.hw, &f.rt, fsdp::Cluster{8, 8}, s};
+  for (auto _ : state) benchmark::DoNotOptimize(fsdp::simulate(in));
+  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
+
+void BM_TimelineLlama3_70b_64Gpus(benchmark::State& state) {
+  Fixture& f = fixture();
+  fsdp::Strategy s;
+  s.kind = fsdp::StrategyKind::Fsdp;
+  s.grad_accum = 16;
+  fsdp::ProgramInput pi{&f.graph, fsdp::Cluster{8, 8}, s, &f.rt};
+  fsdp::StepProgram prog = fsdp::emit_step_program(pi);
+  for (auto _ : state) benchmark::DoNotOptimize(fsdp::run_timeline(prog, f.hw, fsdp::Cluster{8, 8}, s));
+  state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_TimelineLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
+
+void BM_SearchLlama3_70b_8Nodes(benchmark::State& state) {
+  Fixture& f = fixture();
+  fsdp::SearchRequest req;
+  req.graph = &f.graph;
+  req.hardware = &f.hw;
+  req.runtime = &f.rt;
+  req.cluster = fsdp::Cluster{8, 8};
+  req.global_batch_tokens = 4194304;
+  int64_t evaluated = 0;
+  for (auto _ : state) evaluated += fsdp::search_plans(req).evaluated;
+  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SearchLlama3_70b_8Nodes)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,41 @@
+// Runs the real fsdp-plan binary and captures exit code, stdout and stderr.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fsdp::test {
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline CliResult run_cli(const std::string& args) {
+  static int counter = 0;
+  std::string base = "/tmp/fsdp_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  std::string cmd = std::string(FSDP_PLAN_BIN) + " " + args + " >" + base + ".out 2>" + base + ".err";
+  int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+}  // namespace fsdp::test

@@ -1,0 +1,104 @@
+// Every bad-input path of fsdp-plan gives one clear message naming the file, key or flag, exit 2,
+// never a crash.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "cli_runner.hpp"
+
+using fsdp::test::run_cli;
+
+namespace {
+
+std::string write_tmp(const std::string& name, const std::string& text) {
+  std::string path = "/tmp/fsdp_cli_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+void expect_error(const std::string& args, const std::string& must_mention) {
+  auto r = run_cli(args);
+  CAPTURE(args);
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("error") != std::string::npos);
+  CHECK(r.err.find(must_mention) != std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("simulate: bad flags and names") {
+  expect_error("simulate --model nosuchmodel", "unknown model 'nosuchmodel'");
+  expect_error("simulate --model 8b --hw nosuchgpu", "unknown hardware 'nosuchgpu'");
+  expect_error("simulate --model 8b --strategy fsdb", "--strategy");
+  expect_error("simulate --model 8b --nodes 0", "--nodes");
+  expect_error("simulate --model 8b --nodes -3", "--nodes");
+  expect_error("simulate --model 8b --micro-batch 0", "--micro-batch");
+  expect_error("simulate --model 8b --micro-batch many", "--micro-batch");
+  expect_error("simulate --model 8b --strategy hsdp --hsdp-group 3 --nodes 1", "--hsdp-group");
+  expect_error("simulate --model 8b --strategy hsdp", "--hsdp-group");
+  expect_error("simulate --model 8b --wrap every:0", "--wrap");
+  expect_error("simulate --model 8b --wrap every:64", "--wrap");
+  expect_error("simulate --model 8b --frobnicate 3", "--frobnicate");
+  expect_error("simulate --model 8b --reshard-after-forward maybe", "--reshard-after-forward");
+  expect_error("simulate --model gpt2 --seq 4096", "--seq");
+  expect_error("simulate --model 8b --runtime nosuchruntime", "unknown runtime");
+  expect_error("simulate", "--model");
+}
+
+TEST_CASE("model files: unknown key, missing key, wrong type, heads not dividing") {
+  const std::string base =
+      "name: t\nfamily: decoder\nhidden_size: 256\nnum_layers: 2\nnum_heads: 4\nnum_kv_heads: 2\nhead_dim: 64\n"
+      "ffn_size: 512\ngated_mlp: true\nactivation: silu\nvocab_size: 1000\ntied_embeddings: false\nnorm: rmsnorm\n"
+      "norm_eps: 1.0e-5\nposition_embedding: rope\nrope_theta: 10000\nmax_positions: 512\nqkv_bias: false\n"
+      "attn_out_bias: false\nmlp_bias: false\ndropout: false\n";
+  auto ok = run_cli("simulate --model " + write_tmp("ok.yaml", base) + " --gpus 1 --json");
+  CHECK(ok.code == 0);
+  expect_error("simulate --model " + write_tmp("unknown.yaml", base + "colour: blue\n"), "unknown key 'colour'");
+  std::string missing = base.substr(0, base.find("vocab_size")) + base.substr(base.find("tied_embeddings"));
+  expect_error("simulate --model " + write_tmp("missing.yaml", missing), "'vocab_size': missing");
+  std::string wrong = base;
+  wrong.replace(wrong.find("num_layers: 2"), 13, "num_layers: two");
+  expect_error("simulate --model " + write_tmp("wrong.yaml", wrong), "num_layers");
+  std::string heads = base;
+  heads.replace(heads.find("num_kv_heads: 2"), 15, "num_kv_heads: 3");
+  expect_error("simulate --model " + write_tmp("heads.yaml", heads), "does not divide");
+  std::string zero = base;
+  zero.replace(zero.find("hidden_size: 256"), 16, "hidden_size: 0");
+  expect_error("simulate --model " + write_tmp("zero.yaml", zero), "hidden_size");
+  expect_error("simulate --model " + write_tmp("broken.yaml", "name: [unclosed\n"), "not valid YAML");
+  expect_error("simulate --model /nonexistent/model.yaml", "cannot open");
+}
+
+TEST_CASE("hardware files: wrong unit names the file and key") {
+  auto a100 = fsdp::test::slurp(std::string(FSDP_SOURCE_ROOT) + "/hwprofiles/a100-80gb.yaml");
+  REQUIRE(!a100.empty());
+  auto pos = a100.find("\"2039 GB/s\"");
+  if (pos == std::string::npos) pos = a100.find("2039 GB/s");
+  REQUIRE(pos != std::string::npos);
+  std::string bad = a100;
+  bad.replace(pos, a100[pos] == '"' ? 11 : 9, "\"2039\"");
+  auto path = write_tmp("hw_bad.yaml", bad);
+  auto r = run_cli("simulate --model 8b --hw " + path);
+  CHECK(r.code == 2);
+  CHECK(r.err.find(path) != std::string::npos);
+  CHECK(r.err.find("bandwidth") != std::string::npos);
+}
+
+TEST_CASE("planner: bad input") {
+  expect_error("--model nosuchmodel --nodes 8", "unknown model");
+  expect_error("--model 70b --nodes 0", "--nodes");
+  expect_error("--model 70b --nodes 8 --strategy nope", "--strategy");
+  expect_error("--model 70b --nodes 8 --objective speed", "--objective");
+  expect_error("--model 70b --nodes 8 --objective cost", "--tokens");
+  expect_error("--model 70b --nodes 8 --memory-headroom 1.5", "--memory-headroom");
+  expect_error("--model 70b --gpus 12", "--gpus");
+  expect_error("show /nonexistent/plan.yaml", "cannot open");
+  // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.
+  auto r = run_cli("--model 70b --nodes 1 --strategy ddp --no-out");
+  CHECK(r.code == 1);
+  CHECK(r.out.find("No plan fits") != std::string::npos);
+  CHECK(r.out.find("ddp: does not fit") != std::string::npos);
+}
