@@ -9,6 +9,13 @@ namespace fsdp {
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) {
   auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
   if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
+  constexpr int64_t kMaxCount = int64_t{1} << 20;  // beyond any cluster; keeps products exact
+  constexpr int64_t kMaxSize = int64_t{1} << 31;
+  if (c.nodes > kMaxCount) bad("--nodes", "must be at most 2^20");
+  if (c.gpus_per_node > kMaxCount) bad("--gpus-per-node", "must be at most 2^20");
+  if (s.micro_batch > kMaxSize) bad("--micro-batch", "must be at most 2^31");
+  if (s.seq_len > kMaxSize) bad("--seq", "must be at most 2^31");
+  if (s.grad_accum > kMaxCount) bad("--grad-accum", "must be at most 2^20");
   if (c.gpus_per_node <= 0) bad("--gpus-per-node", "must be at least 1, got " + std::to_string(c.gpus_per_node));
   if (s.micro_batch <= 0) bad("--micro-batch", "must be at least 1");
   if (s.seq_len <= 0) bad("--seq", "must be at least 1");

@@ -57,12 +57,13 @@ Strategy parse_strategy_map(ConfigMap& m) {
 PlanFile parse_plan_text(const std::string& text, const std::string& source) {
   ConfigMap root = ConfigMap::load_string(text, source);
   PlanFile p;
-  p.version = static_cast<int>(root.get_int("fsdp_plan_version"));
-  if (p.version > kPlanSchemaVersion)
-    root.fail("fsdp_plan_version", "the file has schema version " + std::to_string(p.version) +
+  const int64_t version = root.get_int("fsdp_plan_version");
+  if (version > kPlanSchemaVersion)
+    root.fail("fsdp_plan_version", "the file has schema version " + std::to_string(version) +
                                        " but this build reads up to version " + std::to_string(kPlanSchemaVersion) +
                                        "; upgrade fsdp-plan/fsdp-run");
-  if (p.version < 1) root.fail("fsdp_plan_version", "must be at least 1");
+  if (version < 1) root.fail("fsdp_plan_version", "must be at least 1");
+  p.version = static_cast<int>(version);
   {
     ConfigMap model = root.get_map("model");
     p.model_name = model.get_string("name");
@@ -74,8 +75,12 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
     ConfigMap c = root.get_map("cluster");
     p.cluster.hardware = c.get_string("hardware");
     p.cluster.device = c.get_enum("device", {"cuda", "cpu"});
+    // At most 2^20 nodes and 2^20 ranks per node: beyond any cluster, and the world size stays exact.
+    constexpr int64_t kMaxCount = int64_t{1} << 20;
     p.cluster.nodes = c.get_positive_int("nodes");
+    if (p.cluster.nodes > kMaxCount) c.fail("nodes", "must be at most 2^20");
     p.cluster.gpus_per_node = c.get_positive_int("gpus_per_node");
+    if (p.cluster.gpus_per_node > kMaxCount) c.fail("gpus_per_node", "must be at most 2^20");
     c.finish();
   }
   p.runtime = root.get_string("runtime");

@@ -25,12 +25,21 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     throw InputError(source + ": key '" + key + "': " + msg);
   };
   if (m.family != "decoder") bad("family", "'" + m.family + "' is not supported (only 'decoder')");
-  if (m.num_heads <= 0) bad("num_heads", "must be positive");
-  if (m.num_kv_heads <= 0) bad("num_kv_heads", "must be positive");
+  // Sizes beyond 2^31 are typos, and they would overflow the module graph's products.
+  constexpr int64_t kMaxSize = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"hidden_size", m.hidden_size}, {"num_layers", m.num_layers},     {"num_heads", m.num_heads},
+      {"num_kv_heads", m.num_kv_heads}, {"head_dim", m.head_dim},     {"ffn_size", m.ffn_size},
+      {"vocab_size", m.vocab_size},   {"max_positions", m.max_positions}};
+  for (const auto& [key, v] : sizes)
+    if (v <= 0 || v > kMaxSize) bad(key, "must be within 1 .. 2^31, got " + std::to_string(v));
+  if (m.moe && (m.moe->num_experts > kMaxSize || m.moe->expert_ffn_size > kMaxSize || m.moe->shared_experts > kMaxSize))
+    bad("moe", "sizes must be at most 2^31");
   if (m.num_heads % m.num_kv_heads != 0)
     bad("num_kv_heads", std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
-  if (m.hidden_size % m.num_heads != 0 && m.head_dim * m.num_heads != m.hidden_size && m.head_dim <= 0)
-    bad("num_heads", std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size));
+  if (m.hidden_size % m.num_heads != 0 && m.head_dim * m.num_heads != m.hidden_size)
+    bad("num_heads", std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size) +
+                         " and head_dim * num_heads differs from it");
   if (m.head_dim <= 0) bad("head_dim", "must be positive");
   if (m.position_embedding == PositionEmbedding::Rope && m.head_dim % 2 != 0)
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));

@@ -182,6 +182,32 @@ struct Emitter {
     }
   }
 
+  // Memory-bound traffic of one decoder layer's forward per token: the non-GEMM kernels read their
+  // inputs and write their outputs (bytes = (in + out) x dtype):
+  //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm
+  //    upcasts (HF LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply)
+  //    moves 2h+4h, 4h, 4h+4h, 4h+2h and 2h+2h bytes per token: 32h;
+  //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes
+  //    over q and k;
+  //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
+  //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
+  //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
+  double layer_elementwise_bytes_per_token() const {
+    const ModelSpec& m = g.spec();
+    const double h = static_cast<double>(m.hidden_size);
+    const double f = static_cast<double>(m.moe ? m.moe->expert_ffn_size * m.moe->experts_per_token : m.ffn_size);
+    const double qkv = static_cast<double>(m.q_dim() + 2 * m.kv_dim());
+    const double rb_res = tensor_bytes(TensorClass::Residual, q);
+    double bytes = 2.0 * (q.norm_fp32_internal ? 32.0 * h : 4.0 * h * pb);
+    if (m.position_embedding == PositionEmbedding::Rope)
+      bytes += 7.0 * 2.0 * static_cast<double>(m.q_dim() + m.kv_dim()) * pb;
+    bytes += 2.0 * qkv * pb;
+    bytes += (m.gated_mlp ? 5.0 : 2.0) * f * pb;
+    bytes += 2.0 * 3.0 * h * rb_res;
+    if (m.dropout) bytes += 2.0 * (2.0 * h * pb + h);
+    return bytes;
+  }
+
   // Working memory of a layer's forward beyond what it saves: the sublayer output and the residual sum
   // (two hidden-size tensors in the residual dtype), the usual transient of a pre-norm block.
   double forward_transient(const WrapUnit& u) const {
@@ -247,7 +273,9 @@ void Emitter::emit_sharded() {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     std::vector<int> gather_op(static_cast<size_t>(n), -1);
     std::vector<bool> gathered(static_cast<size_t>(n), false);
+    std::vector<bool> regathered(static_cast<size_t>(n), false);  // gathered again for backward
     auto gather = [&](int ui, bool backward) {
+      if (backward) regathered[static_cast<size_t>(ui)] = true;
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       double full = padded(static_cast<double>(u.params));
       Op op;
@@ -311,6 +339,10 @@ void Emitter::emit_sharded() {
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
       f.transient_bytes = forward_transient(u);
+      f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
+      // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
+      // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
+      if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * padded(static_cast<double>(u.params)) * pb;
       push(f);
       if (!keep_after_forward(ui)) reshard(ui);
     }
@@ -372,6 +404,12 @@ void Emitter::emit_sharded() {
       b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
       b.transient_bytes = backward_transient(static_cast<size_t>(ui));
+      // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
+      // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
+      b.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) *
+                            (2.0 + (s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0));
+      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)])
+        b.elementwise_bytes += 2.0 * full * pb;
       b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
       b.on_complete.push_back({MemoryCategory::UnshardedParams, -full * pb});
       int bop = push(b);
@@ -451,6 +489,7 @@ void Emitter::emit_replicated() {
       double cast = casts ? static_cast<double>(u.params) * pb : 0.0;
       if (cast > 0 && s.act_ckpt == ActCkpt::None) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
       f.transient_bytes = forward_transient(u) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
+      f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
       push(f);
     }
     Op l;
@@ -493,6 +532,8 @@ void Emitter::emit_replicated() {
       b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
       double cast = casts ? p * pb : 0.0;
       b.transient_bytes = backward_transient(static_cast<size_t>(ui)) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
+      b.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) *
+                            (2.0 + (s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0));
       // Gradients accumulate into .grad in the parameter dtype (fp32), allocated on the first micro-batch.
       if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
