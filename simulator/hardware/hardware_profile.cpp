@@ -155,6 +155,9 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
 
   ConfigMap coll = map.get_map("collectives");
   hw.collective_base_latency = coll.get_duration("base_latency");
+  hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
+  if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
+    coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
   coll.finish();
   map.finish();
   return hw;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
+#include <vector>
 
 #include "core/errors.hpp"
 
@@ -47,6 +49,42 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   }
   double end = 0;
   for (const auto& t : r.ops) end = std::max(end, t.end);
+  // Collectives occupy SMs (one CTA per NCCL channel), so compute overlapped with communication runs
+  // slower by the profile's compute_slowdown_during_comm; first order: the overlapped compute time
+  // stretches the step by that fraction (Calculon models the same effect as a network's
+  // "processor_usage", calculon/network.py).
+  std::vector<std::pair<double, double>> comm;
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    if ((p.ops[i].stream == Stream::AllGather || p.ops[i].stream == Stream::ReduceScatter) &&
+        r.ops[i].end > r.ops[i].start)
+      comm.emplace_back(r.ops[i].start, r.ops[i].end);
+  std::sort(comm.begin(), comm.end());
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& iv : comm) {
+    if (!merged.empty() && iv.first <= merged.back().second) {
+      merged.back().second = std::max(merged.back().second, iv.second);
+    } else {
+      merged.push_back(iv);
+    }
+  }
+  auto overlap_with_comm = [&](double a, double b) {
+    double o = 0;
+    auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(a, a),
+                               [](const auto& x, const auto& y) { return x.second < y.first; });
+    for (; it != merged.end() && it->first < b; ++it) o += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
+    return o;
+  };
+  double overlapped = 0, overlapped_mid = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].stream != Stream::Compute) continue;
+    double o = overlap_with_comm(r.ops[i].start, r.ops[i].end);
+    overlapped += o;
+    if (p.ops[i].micro_batch == 1) overlapped_mid += o;
+  }
+  const double slowdown = hw.compute_slowdown_during_comm * overlapped;
+  end += slowdown;
+  compute_busy += slowdown;
+  r.contention_s = slowdown;
   // Accumulation: micro-batches 2..K-1 are identical and one of them (index 1) was emitted; the others
   // take as long as it does, from its first op to the first op of the next emitted micro-batch.
   const int64_t K = s.grad_accum;
@@ -62,8 +100,10 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     }
     FSDP_ASSERT(mid_start >= 0 && next_start >= mid_start, "representative micro-batch missing");
     double repeats = static_cast<double>(K - p.layout.micro_batches_emitted);
-    end += repeats * (next_start - mid_start);
-    compute_busy += repeats * mid_compute;
+    const double mid_slowdown = hw.compute_slowdown_during_comm * overlapped_mid;
+    end += repeats * (next_start - mid_start + mid_slowdown);
+    compute_busy += repeats * (mid_compute + mid_slowdown);
+    r.contention_s += repeats * mid_slowdown;
   }
   r.step_s = end;
   r.compute_s = compute_busy;

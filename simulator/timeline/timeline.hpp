@@ -25,6 +25,7 @@ struct TimelineResult {
   double offload_s = 0;        // host<->device copies + host optimizer
   double exposed_offload_s = 0;
   double optimizer_s = 0;
+  double contention_s = 0;     // compute slowed by collectives running beside it (in compute_s)
   std::vector<OpTiming> ops;   // per op of the program
 };
 

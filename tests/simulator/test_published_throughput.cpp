@@ -1,0 +1,155 @@
+// Step-time predictions against published measurements, each cited. The errors are stated in the
+// README ("Accuracy"); the tolerances here are the gates that keep them from regressing.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sim_fixtures.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+namespace {
+
+Prediction predict(const std::string& model, const std::string& hw_name, int64_t nodes, int64_t gpn, ActCkpt ck,
+                   int64_t mb, int64_t seq, const std::string& rt_name) {
+  ModuleGraph g(model.rfind('/') != std::string::npos ? load_model(model, root()) : zoo(model));
+  HardwareProfile hw = hardware(hw_name);
+  RuntimeProfile rt = runtime(rt_name);
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ck;
+  s.micro_batch = mb;
+  s.seq_len = seq;
+  s.param_dtype = DType::Bf16;
+  s.reduce_dtype = DType::Fp32;
+  s.attention = AttentionImpl::Flash;
+  SimulationInput in{&g, &hw, &rt, Cluster{nodes, gpn}, s};
+  return simulate(in);
+}
+
+}  // namespace
+
+TEST_CASE("torchtitan FSDP2 on 64 A100-80GB: published tokens/s per GPU") {
+  // pytorch/torchtitan docs/performance.md, "Llama 3 performance numbers" and "Llama 2 performance
+  // numbers": FSDP2 (1D), 64 A100 80GB (8 nodes), bf16, local batch as listed, global batch = local x 64
+  // (no accumulation), sequence 8192 for Llama 3 and 4096 for Llama 2 (torchtitan's train configs).
+  // Rows with torchtitan's "selective op" checkpointing are left out: it recomputes every other matmul,
+  // a different policy from our selective (attention core only).
+  struct Row {
+    const char* model;
+    int64_t mb, seq;
+    ActCkpt ck;
+    double published;
+  };
+  const Row rows[] = {
+      {"llama3-70b", 1, 8192, ActCkpt::Full, 331},
+      {"llama2-13b", 2, 4096, ActCkpt::None, 2162},
+      {"llama2-70b", 2, 4096, ActCkpt::Full, 353},
+  };
+  for (const Row& r : rows) {
+    Prediction p = predict(r.model, "a100-80gb", 8, 8, r.ck, r.mb, r.seq, "pytorch");
+    double err = (p.tokens_per_s_per_gpu - r.published) / r.published;
+    std::printf("torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%)\n",
+                r.model, static_cast<long long>(r.mb), static_cast<long long>(r.seq), to_string(r.ck), r.published,
+                p.tokens_per_s_per_gpu, err * 100);
+    CAPTURE(r.model);
+    CHECK(std::fabs(err) <= 0.35);
+  }
+}
+
+TEST_CASE("IBM/PyTorch FSDP blog: Llama 2 7B on 128 A100s") {
+  // "Maximizing training throughput using PyTorch FSDP" (PyTorch blog, IBM and Meta, 2024-03-13):
+  // Llama 2 7B, 128 A100 80GB (16 nodes), FSDP with SDPA flash attention, bf16, sequence 4096:
+  // 3,700 tokens/s/GPU at 57% MFU and 57% HFU: equal MFU and HFU mean no recomputation, so no
+  // activation checkpointing. The per-GPU batch is not restated there; we take 2 (our prediction moves
+  // from 4,464 to 4,907 tokens/s between batch 1 and 4, so the choice is within the stated error).
+  Prediction p = predict("llama2-7b", "a100-80gb", 16, 8, ActCkpt::None, 2, 4096, "pytorch");
+  double err = (p.tokens_per_s_per_gpu - 3700.0) / 3700.0;
+  std::printf("IBM FSDP blog llama2-7b 128 GPUs: published 3700, predicted %.0f tokens/s/GPU (%+.1f%%)\n",
+              p.tokens_per_s_per_gpu, err * 100);
+  CHECK(std::fabs(err) <= 0.35);
+}
+
+TEST_CASE("H200 calibration rows: the compute-only step time") {
+  // ../shared/calibration/pytorch-h200.jsonl: world emulated on one H200 (collectives are no-ops), so
+  // step_s (steady state: the last step) is compute only; compare with our compute time without the
+  // contention term (no collective actually runs there).
+  std::ifstream in(std::string(FSDP_TEST_DATA) + "/calibration/pytorch-h200.jsonl");
+  REQUIRE(in.good());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    if (j["strategy"] != "fsdp") continue;
+    std::string model = j["model"];
+    if (model == "llama-1b") model = std::string(FSDP_TEST_DATA) + "/models/llama-1b.yaml";
+    Prediction p = predict(model, "h200-141gb", 1, j["world"].get<int64_t>(),
+                           j["act_ckpt"].get<bool>() ? ActCkpt::Full : ActCkpt::None, j["micro_batch"], j["seq"],
+                           "pytorch");
+    double measured = j["step_s"].back().get<double>();
+    double predicted = p.time.compute_s - p.time.contention_s;
+    double err = (predicted - measured) / measured;
+    std::printf("H200 %-10s world %lld mb %lld seq %lld ckpt %d: measured %.3f s, predicted compute %.3f s (%+.1f%%)\n",
+                j["model"].get<std::string>().c_str(), static_cast<long long>(j["world"].get<int64_t>()),
+                static_cast<long long>(j["micro_batch"].get<int64_t>()), static_cast<long long>(j["seq"].get<int64_t>()),
+                j["act_ckpt"].get<bool>() ? 1 : 0, measured, predicted, err * 100);
+    CAPTURE(line);
+    CHECK(std::fabs(err) <= 0.35);
+  }
+}
+
+TEST_CASE("timeline invariants: overlap never makes a step slower than serial execution") {
+  ModuleGraph g(zoo("llama3-8b"));
+  HardwareProfile hw = hardware("a100-80gb");
+  RuntimeProfile rt = runtime("fsdp-run");
+  for (StrategyKind k : {StrategyKind::Ddp, StrategyKind::Zero2, StrategyKind::Fsdp, StrategyKind::Hsdp}) {
+    for (int64_t accum : {1, 4}) {
+      Strategy s;
+      s.kind = k;
+      s.hsdp_group = k == StrategyKind::Hsdp ? 8 : 0;
+      s.grad_accum = accum;
+      s.act_ckpt = ActCkpt::Full;
+      SimulationInput in{&g, &hw, &rt, Cluster{2, 8}, s};
+      StepProgram prog;
+      Prediction p = simulate(in, &prog);
+      // Serial: every op back to back, the representative micro-batch repeated.
+      double serial = 0;
+      for (const Op& op : prog.ops) serial += op_duration(op, prog, hw, Cluster{2, 8}, s);
+      if (accum > prog.layout.micro_batches_emitted) {
+        double mid = 0;
+        for (const Op& op : prog.ops)
+          if (op.micro_batch == 1) mid += op_duration(op, prog, hw, Cluster{2, 8}, s);
+        serial += mid * static_cast<double>(accum - prog.layout.micro_batches_emitted);
+      }
+      CAPTURE(to_string(k));
+      CAPTURE(accum);
+      CHECK(p.time.step_s <= serial * (1.0 + hw.compute_slowdown_during_comm) + 1e-9);
+      CHECK(p.time.step_s >= p.time.compute_s - 1e-9);
+      CHECK(p.time.exposed_comm_s >= 0.0);
+      CHECK(p.time.step_s == doctest::Approx(p.time.compute_s + p.time.exposed_comm_s + p.time.exposed_offload_s));
+    }
+  }
+}
+
+TEST_CASE("accumulation: communication only on the last micro-batch for DDP, every micro-batch for FSDP") {
+  ModuleGraph g(zoo("llama2-7b"));
+  RuntimeProfile rt = runtime("fsdp-run");
+  for (auto [k, per_micro] : {std::pair{StrategyKind::Ddp, false}, std::pair{StrategyKind::Fsdp, true}}) {
+    Strategy s;
+    s.kind = k;
+    s.grad_accum = 3;
+    StepProgram p = program(g, s, rt, 1, 8);
+    int reduces_first = 0, reduces_last = 0;
+    for (const Op& op : p.ops) {
+      bool reduce = op.kind == OpKind::AllReduce || op.kind == OpKind::ReduceScatter;
+      if (reduce && op.micro_batch == 0) ++reduces_first;
+      if (reduce && op.micro_batch == 2) ++reduces_last;
+    }
+    CAPTURE(to_string(k));
+    CHECK(reduces_last > 0);
+    CHECK((reduces_first > 0) == per_micro);
+  }
+}
