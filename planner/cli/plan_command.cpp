@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
+#include "report/html_report.hpp"
 #include "report/plan_report.hpp"
 #include "report/trace_writer.hpp"
 #include "search/plan_search.hpp"
@@ -57,15 +58,16 @@ int run_plan(const std::vector<std::string>& argv) {
                                "--out",     "--trace",     "--config-root", "--global-batch-tokens",
                                "--max-micro-batch"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
+  values.insert("--html");
   Args args(argv, values, {"--json", "--help", "--no-out"});
   if (args.has("--help")) {
     std::cout
         << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
            "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
-           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE]\n"
+           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
            "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch B ...]\n"
            "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
-           "       fsdp-plan show plan.yaml    print a plan file\n"
+           "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
            "       fsdp-plan --list-models | --list-hardware\n";
     return 0;
   }
@@ -177,6 +179,28 @@ int run_plan(const std::vector<std::string>& argv) {
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));
   }
+  if (auto html = args.get("--html")) {
+    // The chosen plan re-simulated with its program: the search drops per-op timings and memory samples.
+    HtmlReportInput hin;
+    hin.model = &model;
+    hin.hardware = &hw;
+    hin.runtime = &rt;
+    hin.cluster = cluster;
+    hin.objective = objective;
+    hin.global_batch_tokens = req.global_batch_tokens;
+    hin.top_n = std::min(top, 5);
+    hin.search = &result;
+    StepProgram prog;
+    Prediction p;
+    if (!result.ranked.empty()) {
+      p = simulate(SimulationInput{&graph, &hw, &rt, cluster, result.ranked.front().strategy}, &prog);
+      hin.chosen = &result.ranked.front().strategy;
+      hin.prediction = &p;
+      hin.program = &prog;
+    }
+    write_html_report(*html, hin);
+    if (!args.has("--json")) std::cout << "\nwrote " << *html << "\n";
+  }
   if (result.ranked.empty()) return 1;
   const Candidate& best = result.ranked.front();
   if (auto trace = args.get("--trace")) {
@@ -219,9 +243,37 @@ int run_plan(const std::vector<std::string>& argv) {
 }
 
 int run_show(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root"}, {"--json"});
-  if (args.positional().size() != 1) throw InputError("show: usage: fsdp-plan show plan.yaml");
+  Args args(argv, {"--config-root", "--html"}, {"--json"});
+  if (args.positional().size() != 1) throw InputError("show: usage: fsdp-plan show plan.yaml [--html FILE]");
   PlanFile plan = read_plan_file(args.positional()[0]);
+  if (auto html = args.get("--html")) {
+    // Re-simulate the plan on the hardware and runtime it names, and draw it.
+    const std::string root = config_root_from(argv);
+    HardwareProfile hw = load_hardware(plan.cluster.hardware, root);
+    RuntimeProfile rt = load_runtime(plan.runtime, root);
+    Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
+    validate_strategy(plan.strategy, plan.model, cluster);
+    ModuleGraph graph(plan.model);
+    StepProgram prog;
+    Prediction p = simulate(SimulationInput{&graph, &hw, &rt, cluster, plan.strategy}, &prog);
+    HtmlReportInput hin;
+    hin.model = &plan.model;
+    hin.hardware = &hw;
+    hin.runtime = &rt;
+    hin.cluster = cluster;
+    hin.chosen = &plan.strategy;
+    hin.prediction = &p;
+    hin.program = &prog;
+    hin.notes.push_back("plan file " + args.positional()[0] + " (schema v" + std::to_string(plan.version) + ")");
+    if (!plan.fsdp_run_command.empty()) hin.notes.push_back("run: " + plan.fsdp_run_command);
+    if (plan.prediction) {
+      hin.recorded_label = "recorded in " + args.positional()[0];
+      for (const auto& [k, v] : plan.prediction->memory_breakdown) hin.recorded_breakdown.emplace_back(k, v);
+    }
+    write_html_report(*html, hin);
+    std::cout << "wrote " << *html << "\n";
+    return 0;
+  }
   if (args.has("--json")) {
     nlohmann::json j;
     j["model"] = plan.model_name;
