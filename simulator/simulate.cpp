@@ -39,6 +39,10 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
   if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
   if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
+  if (s.offload != Offload::None && (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::NoShard))
+    bad("--offload", std::string(to_string(s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
+  if (s.offload == Offload::Params && !shards_params(s.kind))
+    bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
 
 double model_flops_per_token(const ModuleGraph& g, int64_t seq_len) {

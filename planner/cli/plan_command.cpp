@@ -80,6 +80,11 @@ int run_plan(const std::vector<std::string>& argv) {
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
   Strategy base;
   base.seq_len = kDefaultSeq;
+  if (!args.has("--seq") && model.position_embedding == PositionEmbedding::Learned && model.max_positions < kDefaultSeq) {
+    base.seq_len = model.max_positions;
+    std::cerr << "note: " << model.name << " has " << model.max_positions
+              << " learned positions; planning with --seq " << model.max_positions << "\n";
+  }
   apply_strategy_flags(args, base);
   SearchRequest req;
   ModuleGraph graph(model);

@@ -27,6 +27,22 @@ std::vector<T> pinned_or(const std::optional<T>& pin, std::vector<T> all) {
   return all;
 }
 
+// Fewer collectives per step and less state to manage ranks lower (simpler).
+int simplicity_rank(const Strategy& s) {
+  int base = 0;
+  switch (s.kind) {
+    case StrategyKind::Ddp: base = 0; break;
+    case StrategyKind::NoShard: base = 1; break;
+    case StrategyKind::Zero1: base = 2; break;
+    case StrategyKind::Zero2: base = 3; break;
+    case StrategyKind::FsdpGradOp: base = 4; break;
+    case StrategyKind::Fsdp: base = 5; break;
+    case StrategyKind::Zero3: base = 6; break;
+    case StrategyKind::Hsdp: base = 7; break;
+  }
+  return base * 4 + (s.offload == Offload::None ? 0 : s.offload == Offload::Optimizer ? 1 : 2);
+}
+
 // Sum of the persistent (model-state) allocations: a lower bound on the peak for any micro-batch.
 double persistent_bytes(const StepProgram& p) {
   double t = 0;
@@ -130,7 +146,10 @@ SearchResult search_plans(const SearchRequest& req) {
         for (bool reshard : reshards)
           for (ActCkpt ck : ckpts)
             for (Offload off : offloads) {
-              if (off == Offload::Params && !sharded) continue;  // param offload needs sharded params (FSDP CPUOffload)
+              // Param offload needs sharded params (FSDP CPUOffload); DDP and no-shard have no offload at all
+              // (ZeRO-Offload needs a ZeRO stage: DeepSpeed docs, "ZeRO-Offload").
+              if (off == Offload::Params && !sharded) continue;
+              if (off != Offload::None && (kind == StrategyKind::Ddp || kind == StrategyKind::NoShard)) continue;
               for (const Dt& dt : dtypes) {
                 bool stop_micro = false;
                 for (int64_t mb : micro_batches) {
@@ -202,6 +221,23 @@ SearchResult search_plans(const SearchRequest& req) {
       return sa < sb;
     return a.prediction.memory.device_total < b.prediction.memory.device_total;
   });
+  // Near-ties go to the simpler strategy: within kNearTie of the best throughput, a plan with fewer
+  // collectives per step (DDP before ZeRO-1/2, before full sharding) is chosen, since the simulator's
+  // step-time error is larger than the difference (README "Accuracy") and the simpler plan has less to
+  // go wrong; the FSDP paper (Zhao et al. 2023, arXiv 2304.11277, sec. 7) likewise recommends DDP when
+  // the model fits.
+  if (req.objective == Objective::Throughput && res.ranked.size() > 1) {
+    constexpr double kNearTie = 0.05;
+    const double best = res.ranked.front().prediction.tokens_per_s_per_gpu;
+    size_t pick = 0;
+    for (size_t i = 1; i < res.ranked.size(); ++i) {
+      const Candidate& c = res.ranked[i];
+      if (c.prediction.tokens_per_s_per_gpu < best * (1.0 - kNearTie)) break;
+      if (simplicity_rank(c.strategy) < simplicity_rank(res.ranked[pick].strategy)) pick = i;
+    }
+    if (pick != 0) std::rotate(res.ranked.begin(), res.ranked.begin() + static_cast<long>(pick),
+                               res.ranked.begin() + static_cast<long>(pick) + 1);
+  }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -89,7 +89,9 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // take as long as it does, from its first op to the first op of the next emitted micro-batch.
   const int64_t K = s.grad_accum;
   if (K > p.layout.micro_batches_emitted) {
-    double mid_start = -1, next_start = -1, mid_compute = 0;
+    double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0;
+    for (size_t i = 0; i < p.ops.size(); ++i)
+      if (p.ops[i].micro_batch == 1 && p.ops[i].stream != Stream::Compute) mid_comm += r.ops[i].end - r.ops[i].start;
     for (size_t i = 0; i < p.ops.size(); ++i) {
       const Op& op = p.ops[i];
       // Micro-batch boundaries on the compute stream (prefetched gathers may start earlier).
@@ -104,6 +106,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     end += repeats * (next_start - mid_start + mid_slowdown);
     compute_busy += repeats * (mid_compute + mid_slowdown);
     r.contention_s += repeats * mid_slowdown;
+    r.comm_s += repeats * mid_comm;
   }
   r.step_s = end;
   r.compute_s = compute_busy;

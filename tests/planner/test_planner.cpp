@@ -1,0 +1,125 @@
+// The planner's choices on known cases, the JSON report's shape, and plan.yaml round trips.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
+#include "core/errors.hpp"
+#include "model/model_loader.hpp"
+#include "planfile/plan_file.hpp"
+#include "search/plan_search.hpp"
+
+using namespace fsdp;
+using fsdp::test::run_cli;
+
+namespace {
+
+nlohmann::json plan_json(const std::string& args) {
+  auto r = run_cli(args + " --json --no-out");
+  CAPTURE(args);
+  CAPTURE(r.err);
+  REQUIRE(r.code <= 1);
+  return nlohmann::json::parse(r.out);
+}
+
+}  // namespace
+
+TEST_CASE("llama2-7b full fine-tuning on one a100-80gb node: no DDP (112 GB of model states), sharding fits") {
+  auto j = plan_json("--model llama2-7b --nodes 1");
+  // DDP keeps 16 bytes per parameter (fp32 params, grads, two Adam states): 6.74e9 x 16 = 108 GB > 80 GB.
+  REQUIRE(j["families"].contains("ddp"));
+  CHECK(j["families"]["ddp"]["feasible"] == false);
+  CHECK(j["families"]["ddp"]["needed_bytes"].get<double>() > 80.0 * (1 << 30));
+  std::string chosen = j["chosen"]["config"]["strategy"];
+  CHECK((chosen == "zero1" || chosen == "zero2" || chosen == "zero3" || chosen == "fsdp" || chosen == "fsdp-grad-op"));
+  CHECK(j["chosen"]["fits"] == true);
+  CHECK(j["chosen"]["memory"]["peak_bytes"].get<double>() > 0);
+  CHECK(j["search"]["evaluated"].get<int>() > 100);
+}
+
+TEST_CASE("llama2-70b on 8 a100-80gb nodes fits with FSDP and no offload") {
+  auto j = plan_json("--model llama2-70b --nodes 8");
+  CHECK(j["families"]["fsdp"]["feasible"] == true);
+  CHECK(j["families"]["fsdp"]["best"]["config"]["offload"] == "none");
+  CHECK(j["chosen"]["config"]["offload"] == "none");
+  CHECK(j["chosen"]["time"]["step_s"].get<double>() > 0);
+}
+
+TEST_CASE("llama2-70b on one a100-80gb node needs offload and says how much host RAM") {
+  auto r = run_cli("--model llama2-70b --nodes 1 --no-out");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("offload=params") != std::string::npos);
+  CHECK(r.out.find("host RAM per node") != std::string::npos);
+  auto j = plan_json("--model llama2-70b --nodes 1");
+  CHECK(j["chosen"]["config"]["offload"] != "none");
+  double host = j["chosen"]["memory"]["host_bytes_per_node"];
+  // At least the fp32 master copy and Adam states of 69B parameters: 12 bytes each.
+  CHECK(host > 12.0 * 68.9e9);
+  CHECK(j["families"]["fsdp"]["best"]["config"]["offload"] != "none");
+}
+
+TEST_CASE("gpt2 on one node prefers DDP or no-shard over full sharding") {
+  auto j = plan_json("--model gpt2 --nodes 1");
+  std::string chosen = j["chosen"]["config"]["strategy"];
+  CHECK((chosen == "ddp" || chosen == "no-shard"));
+}
+
+TEST_CASE("pins narrow the search; an impossible pin is explained") {
+  auto j = plan_json("--model llama3-8b --nodes 2 --strategy fsdp --act-ckpt full --micro-batch 1");
+  for (const auto& c : j["candidates"]) {
+    CHECK(c["config"]["strategy"] == "fsdp");
+    CHECK(c["config"]["act_ckpt"] == "full");
+    CHECK(c["config"]["micro_batch"] == 1);
+  }
+  CHECK(j["families"].size() == 1);
+}
+
+TEST_CASE("--nodes auto finds the fewest nodes") {
+  auto r = run_cli("--model llama3-70b --nodes auto --offload none --no-out --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  int64_t nodes = j["cluster"]["nodes"];
+  CHECK(nodes >= 2);
+  // One node fewer has no feasible plan without offload.
+  auto fewer = run_cli("--model llama3-70b --nodes " + std::to_string(nodes - 1) + " --offload none --no-out --json");
+  CHECK(fewer.code == 1);
+}
+
+TEST_CASE("plan.yaml round-trips: write, read, re-simulate gives the same numbers") {
+  std::string path = "/tmp/fsdp_plan_rt_" + std::to_string(::getpid()) + ".yaml";
+  auto r = run_cli("--model llama3-8b --nodes 2 --out " + path + " --json");
+  REQUIRE(r.code == 0);
+  auto chosen = nlohmann::json::parse(r.out)["chosen"];
+  PlanFile plan = read_plan_file(path);
+  CHECK(plan.model.name == "llama3-8b");
+  CHECK(plan.cluster.nodes == 2);
+  CHECK(plan.cluster.gpus_per_node == 8);
+  REQUIRE(plan.prediction.has_value());
+  CHECK(plan.prediction->peak_bytes == doctest::Approx(chosen["memory"]["peak_bytes"].get<double>()));
+  CHECK(plan.fsdp_run_command.find("fsdp-run") != std::string::npos);
+  CHECK(plan.torchrun_command.find("torchrun --nnodes 2 --nproc-per-node 8 --no-python fsdp-run") != std::string::npos);
+  // Writing what we read gives the same text.
+  CHECK(write_plan_text(plan) == write_plan_text(parse_plan_text(write_plan_text(plan), "again")));
+  auto again = run_cli("simulate --plan " + path + " --json");
+  REQUIRE(again.code == 0);
+  auto sim = nlohmann::json::parse(again.out);
+  CHECK(sim["memory"]["peak_bytes"].get<double>() == doctest::Approx(chosen["memory"]["peak_bytes"].get<double>()));
+  CHECK(sim["time"]["step_s"].get<double>() == doctest::Approx(chosen["time"]["step_s"].get<double>()));
+  auto show = run_cli("show " + path);
+  CHECK(show.code == 0);
+  CHECK(show.out.find("llama3-8b") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
+  std::string path = "/tmp/fsdp_plan_bad_" + std::to_string(::getpid()) + ".yaml";
+  REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
+  std::string text = fsdp::test::slurp(path);
+  std::string newer = text;
+  newer.replace(newer.find("fsdp_plan_version: 1"), 20, "fsdp_plan_version: 9");
+  CHECK_THROWS_WITH_AS(parse_plan_text(newer, "p.yaml"), doctest::Contains("schema version 9"), InputError);
+  CHECK_THROWS_WITH_AS(parse_plan_text(text + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
+                       InputError);
+  std::remove(path.c_str());
+}
