@@ -80,33 +80,54 @@ bool is_loopback(const std::string& addr) {
 // absent (shard copies / no-ops) but every buffer is really allocated.
 class LocalGroup final : public Group {
  public:
-  // mimic_gloo: rehearsal of a Gloo run also allocates the staging buffers Gloo's CPU
-  // collectives allocate (ProcessGroupGloo.cpp AsyncAllgatherWork: newLikeFlat output;
-  // our reduce-scatter fallback: a clone of the full buffer), so peaks compare.
+  // mimic_gloo: rehearsal of a Gloo run also allocates, and holds until wait(), the
+  // staging buffers of the Gloo path (fp32 copies of bf16 data; ProcessGroupGloo.cpp
+  // AsyncAllgatherWork's newLikeFlat output; our reduce-scatter fallback's full copy),
+  // so that the rehearsed peak compares with a real run's.
   explicit LocalGroup(int size, bool mimic_gloo = false) : size_(size), mimic_(mimic_gloo && size > 1) {}
   int rank() const override { return 0; }
   int size() const override { return size_; }
   std::string name() const override { return size_ == 1 ? "local" : "emulated"; }
   bool is_local() const override { return true; }
-  Handle all_reduce_sum(at::Tensor) override { return {}; }
+  Handle all_reduce_sum(at::Tensor t) override {
+    if (!mimic_) return {};
+    at::Tensor staged = low_precision(t) ? t.to(at::kFloat) : at::Tensor();
+    return Handle([staged]() mutable { staged = at::Tensor(); });
+  }
   Handle all_gather(at::Tensor shard, at::Tensor full) override {
     check_sizes(shard, full);
-    at::Tensor staging = mimic_ ? at::empty_like(full) : at::Tensor();
+    at::Tensor in, out, flat;
+    if (mimic_) {
+      const bool up = low_precision(shard);
+      in = up ? shard.to(at::kFloat) : at::Tensor();
+      out = up ? at::empty({full.numel()}, full.options().dtype(at::kFloat)) : at::Tensor();
+      flat = at::empty({full.numel()}, full.options().dtype(up ? at::kFloat : full.scalar_type()));
+    }
     // Rehearsal: the absent ranks' shards are stood in for by copies of ours, so the
     // numbers stay finite; only the allocations matter.
     full.view({size_, shard.numel()}).copy_(shard.reshape({1, -1}).expand({size_, shard.numel()}));
-    return {};
+    if (!mimic_) return {};
+    return Handle([in, out, flat]() mutable { in = out = flat = at::Tensor(); });
   }
   Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
     check_sizes(shard, full);
-    at::Tensor staging = mimic_ ? full.clone() : full;
-    shard.reshape(-1).copy_(staging.narrow(0, 0, shard.numel()));
-    return {};
+    if (!mimic_) {
+      shard.reshape(-1).copy_(full.narrow(0, 0, shard.numel()));
+      return {};
+    }
+    at::Tensor buf = low_precision(full) ? full.to(at::kFloat) : full.clone();
+    return Handle([buf, shard]() mutable {
+      shard.reshape(-1).copy_(buf.narrow(0, 0, shard.numel()));
+      buf = at::Tensor();
+    });
   }
   void broadcast(at::Tensor, int) override {}
   void barrier() override {}
 
  private:
+  static bool low_precision(const at::Tensor& t) {
+    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  }
   void check_sizes(const at::Tensor& shard, const at::Tensor& full) const {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather/reduce_scatter: full must be size x shard");
   }
@@ -328,12 +349,18 @@ class C10dGroup final : public Group {
       comm_->diagnose(e.what());
     }
   }
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  void wait(c10::intrusive_ptr<c10d::Work>& work) {
     try {
       work->wait();
     } catch (const std::exception& e) {
       comm_->diagnose(e.what());
     }
+    // The backend's worker thread drops its reference to the finished work (and with
+    // it the work's staging buffers and result tensors) just after signalling
+    // completion. Wait for that, so that memory is released here, deterministically,
+    // and measured peaks do not depend on thread timing. Bounded: 1 s.
+    for (int i = 0; i < 100000 && work.use_count() > 1; ++i) std::this_thread::sleep_for(std::chrono::microseconds(10));
+    work.reset();
   }
 
   BackendPtr pg_;

@@ -15,17 +15,18 @@
 
 namespace fsdp::exec::test {
 
-// A very small Llama-shaped model whose unit sizes are odd (hidden 63, ffn 91,
-// vocab 251), so every world size > 1 pads its flat shards; GQA (4 heads, 2 kv heads).
+// A very small Llama-shaped model (RMSNorm, RoPE, SwiGLU, grouped-query attention with
+// 3 query heads sharing 1 kv head). Unit sizes are 2 mod 4 (hidden 66, ffn 91, vocab 251),
+// so world size 4 pads every flat shard.
 inline ModelSpec small_model() {
   ModelSpec m;
   m.name = "exec-test";
   m.family = "decoder";
-  m.hidden_size = 63;
+  m.hidden_size = 66;
   m.num_layers = 3;
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.head_dim = 16;
+  m.num_heads = 3;
+  m.num_kv_heads = 1;
+  m.head_dim = 22;
   m.ffn_size = 91;
   m.gated_mlp = true;
   m.activation = ActivationFn::Silu;
@@ -39,10 +40,34 @@ inline ModelSpec small_model() {
   return m;
 }
 
-inline PlanFile small_plan(StrategyKind kind, const std::string& wrap, int world, int64_t micro_batch = 2) {
+// A GPT-2-shaped variant (LayerNorm, learned positions, GELU MLP, biases, tied head) whose
+// unit sizes are odd (hidden 63, ffn 91), so world sizes 2 and 4 both pad.
+inline ModelSpec small_gpt_model() {
+  ModelSpec m = small_model();
+  m.name = "exec-test-gpt";
+  m.hidden_size = 63;
+  m.num_heads = 3;
+  m.num_kv_heads = 3;
+  m.head_dim = 21;
+  m.gated_mlp = false;
+  m.activation = ActivationFn::GeluTanh;
+  m.tied_embeddings = true;
+  m.norm = NormType::LayerNorm;
+  m.position_embedding = PositionEmbedding::Learned;
+  m.rope_theta = 0;
+  // No qkv bias: the key bias's gradient is analytically zero (softmax is shift-invariant),
+  // so Adam would amplify rounding noise in it and no two summation orders agree.
+  m.qkv_bias = false;
+  m.attn_out_bias = true;
+  m.mlp_bias = true;
+  return m;
+}
+
+inline PlanFile small_plan(StrategyKind kind, const std::string& wrap, int world, int64_t micro_batch = 2,
+                           const ModelSpec& model = small_model()) {
   PlanFile p;
-  p.model_name = "exec-test";
-  p.model = small_model();
+  p.model_name = model.name;
+  p.model = model;
   p.cluster.hardware = "cpu";
   p.cluster.device = "cpu";
   p.cluster.nodes = 1;

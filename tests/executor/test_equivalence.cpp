@@ -62,6 +62,7 @@ void check_same(const Outcome& got, const Outcome& ref, const std::string& what,
     }
   }
   INFO("worst parameter " << worst_name << " relative error " << worst);
+  if (worst > tol) MESSAGE(what << ": worst parameter " << worst_name << " error " << worst);
   CHECK(worst <= tol);
 }
 
@@ -107,6 +108,17 @@ TEST_CASE("equivalence: no reshard after forward, prefetch off, tiny DDP buckets
     PlanFile p = small_plan(StrategyKind::Fsdp, "every:2", W);
     p.model.tied_embeddings = true;
     check_same(train(p, comm), ref, "fsdp tied embeddings");
+  }
+}
+
+TEST_CASE("equivalence: GPT-2-style model, odd unit sizes padded at every world size") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  auto solo = Comm::emulate(1);
+  const Outcome ref = train(small_plan(StrategyKind::NoShard, "layer", 1, 2 * W, small_gpt_model()), *solo);
+  for (StrategyKind kind : {StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Fsdp, StrategyKind::Hsdp}) {
+    PlanFile p = small_plan(kind, "layer", W, 2, small_gpt_model());
+    check_same(train(p, comm), ref, std::string("gpt-style ") + to_string(kind));
   }
 }
 

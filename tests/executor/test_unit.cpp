@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <c10/core/CPUAllocator.h>
+
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "io/data.hpp"
