@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -63,6 +64,8 @@ const std::string kBin = FSDP_RUN_BIN;
 
 // One rank started by hand with the torchrun variables; output to a file.
 pid_t spawn_rank(int rank, int world, int port, const std::vector<std::string>& args, const std::string& log) {
+  std::fflush(stdout);  // the child must not replay our buffered output
+  std::fflush(stderr);
   pid_t pid = ::fork();
   if (pid == 0) {
     ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -239,12 +242,13 @@ TEST_CASE("launcher: a failing rank's exit code is forwarded and the failure is 
 TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shard is named and skipped") {
   TmpDir d;
   const std::string plan = write_plan(d, small_plan(StrategyKind::Zero3, "every:2", 2));
-  Result full = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --report " + (d / "full.json"));
+  Result full = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --report " + (d / "full.json"));
   REQUIRE(full.code == 0);
+  const auto lf = losses(d / "full.json");
 
   const std::string ck = d / "ck";
   const int port = pick_free_port();
-  std::vector<std::string> args{plan, "--steps", "6", "--checkpoint-dir", ck, "--checkpoint-every", "2",
+  std::vector<std::string> args{plan, "--steps", "100000", "--checkpoint-dir", ck, "--checkpoint-every", "2",
                                 "--keep-checkpoints", "3", "--timeout", "20"};
   pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
   REQUIRE(wait_for_text(d / "r0.log", "step 5", std::chrono::seconds(120)));
@@ -252,39 +256,55 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
   ::kill(r1, SIGKILL);
   wait_for(r0, std::chrono::seconds(10));
   wait_for(r1, std::chrono::seconds(10));
-  REQUIRE(fs::exists(fs::path(ck) / "step-00000004" / "manifest.json"));
+  std::vector<fs::path> steps;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().filename().string().rfind("step-", 0) == 0 && e.path().extension().empty()) steps.push_back(e.path());
+  std::sort(steps.begin(), steps.end());
+  REQUIRE(steps.size() >= 2);
+  const fs::path newest = steps.back(), previous = steps[steps.size() - 2];
 
-  Result res = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --resume " + ck + " --report " + (d / "res.json"));
+  // Resume to the same total (--steps counts from the start): the remaining steps match.
+  Result res = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --resume " + ck + " --report " + (d / "res.json"));
   INFO(res.out);
   REQUIRE(res.code == 0);
-  auto lf = losses(d / "full.json"), lr = losses(d / "res.json");
-  REQUIRE(lr.size() == 2);
-  CHECK(lr[0] == doctest::Approx(lf[4]).epsilon(1e-6));
-  CHECK(lr[1] == doctest::Approx(lf[5]).epsilon(1e-6));
+  json jr = json::parse(slurp(d / "res.json"));
+  const int64_t from = jr.at("resumed_from_step").get<int64_t>();
+  CHECK(newest.filename().string() == "step-" + std::string(8 - std::to_string(from).size(), '0') + std::to_string(from));
+  auto lr = losses(d / "res.json");
+  REQUIRE(static_cast<int64_t>(lr.size()) == 8 - from);
+  for (std::size_t i = 0; i < lr.size(); ++i) CHECK(lr[i] == doctest::Approx(lf[static_cast<std::size_t>(from) + i]).epsilon(1e-6));
 
-  // Flip a byte in the newest step's rank-1 shard: the resume names it and uses step 4... or the older one.
-  auto newest = fs::path(ck) / "step-00000006";
-  REQUIRE(fs::exists(newest));
+  // Flip a byte in the newest step's rank-1 shard: the resume names it and falls back.
   const std::string shard = (newest / "rank-00001.safetensors").string();
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    const char c = static_cast<char>(f.get());
     f.seekp(-3, std::ios::end);
-    f.put('\x7f');
+    f.put(static_cast<char>(c ^ 0x5a));
   }
-  Result again = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 6 --resume " + ck + " --report " + (d / "again.json"));
+  Result again = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --resume " + ck + " --report " + (d / "again.json"));
   INFO(again.out);
   CHECK(again.code == 0);
   CHECK(again.out.find("rank-00001.safetensors") != std::string::npos);
   CHECK(again.out.find("checksum") != std::string::npos);
+  json ja = json::parse(slurp(d / "again.json"));
+  CHECK(ja.at("resumed_from_step").get<int64_t>() == from - 2);
   auto la = losses(d / "again.json");
-  REQUIRE(la.size() == 2);  // resumed from step 4, the previous good checkpoint
-  CHECK(la[1] == doctest::Approx(lf[5]).epsilon(1e-6));
-  CHECK(fs::exists(fs::path(ck) / "step-00000004" / "manifest.json"));  // intact
+  REQUIRE(!la.empty());
+  CHECK(la.back() == doctest::Approx(lf.back()).epsilon(1e-6));
+  CHECK(fs::exists(previous / "manifest.json"));  // the previous checkpoint is intact
 
-  // Export of the (good) checkpoint root refuses the corrupt newest only when asked for it.
+  // Asked for the corrupt step directly: refused, naming the file and offering the previous one.
+  Result direct = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --resume " + newest.string());
+  CHECK(direct.code == 2);
+  CHECK(direct.out.find("rank-00001.safetensors") != std::string::npos);
+  CHECK(direct.out.find(previous.filename().string()) != std::string::npos);
   Result ex = sh(kBin + " export " + newest.string() + " --out " + (d / "m.safetensors"));
   CHECK(ex.code == 2);
   CHECK(ex.out.find("rank-00001.safetensors") != std::string::npos);
+  Result ok = sh(kBin + " export " + previous.string() + " --out " + (d / "m.safetensors"));
+  CHECK(ok.code == 0);
 }
 
 TEST_CASE("rehearsal from the command line: --emulate-world-size runs rank 0 of a larger plan alone") {
