@@ -73,7 +73,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   StepProgram prog = emit_step_program(pi);
   Prediction p;
   p.params = in.graph->total_params();
-  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node);
+  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, in.hardware->device_kind == "cuda");
   p.usable_bytes = in.hardware->usable_device_memory.value;
   p.fits = p.memory.device_total <= p.usable_bytes;
   p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;

@@ -19,10 +19,10 @@ double rounded(double bytes, double rounding) {
 
 }  // namespace
 
-MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node) {
+MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda) {
   MemoryResult r;
   MemoryBreakdown cur{};
-  const double round_to = rt.allocation_rounding.value;
+  const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
   for (const MemEvent& e : p.persistent) cur[idx(e.category)] += rounded(e.bytes, round_to);
   auto total = [](const MemoryBreakdown& b) {
     double t = 0;
@@ -56,13 +56,14 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   // Fragmentation: blocks freed within the step stay cached and are not always reusable for differently
   // sized requests; modelled as a fraction of the step's dynamic (non-persistent) memory at the peak.
   double dynamic = std::max(0.0, r.peak_allocated - persistent_total);
-  double frag = rt.fragmentation_fraction * dynamic;
+  double frag = cuda ? rt.fragmentation_fraction * dynamic : 0.0;
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;
-  double nccl = rt.nccl_memory_per_communicator.value * p.communicators;
+  double nccl = cuda ? rt.nccl_memory_per_communicator.value * p.communicators : 0.0;
   r.breakdown[idx(MemoryCategory::Nccl)] = nccl;
-  r.breakdown[idx(MemoryCategory::Workspace)] += rt.context_memory.value;
-  r.device_total = r.reserved_peak + nccl + rt.context_memory.value;
+  const double context = cuda ? rt.context_memory.value : 0.0;
+  r.breakdown[idx(MemoryCategory::Workspace)] += context;
+  r.device_total = r.reserved_peak + nccl + context;
   r.host_bytes_per_node = (p.host_bytes_per_rank + p.pinned_bytes_per_rank) * static_cast<double>(ranks_per_node);
   return r;
 }

@@ -32,7 +32,10 @@ struct MemoryResult {
   std::vector<MemorySample> samples;  // allocated bytes after each op's issue (for the trace counter)
 };
 
-MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node);
+// `cuda`: the device has a CUDA context, NCCL buffers and a caching allocator (fragmentation). On CPU
+// (Gloo, the plain allocator that fsdp-run's counting wrapper measures) none of the three exists.
+MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node,
+                         bool cuda = true);
 
 }  // namespace fsdp
 

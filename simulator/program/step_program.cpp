@@ -85,6 +85,9 @@ struct Emitter {
   bool zero_layout = false;
   double sb = 0;  // bytes per element of the stored parameters / gradients
   double gb = 0;
+  // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
+  // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
+  std::vector<double> train_p, frozen_p, frozen_bpe;
   std::vector<double> act_bytes;   // per unit, saved activations of one micro-batch
   std::vector<double> fwd_flops;   // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;  // per unit
@@ -137,6 +140,39 @@ struct Emitter {
     WrapPolicy wrap = s.wrap;
     if (!sharded) wrap = WrapPolicy{WrapKind::Layer, 1, 0};  // compute granularity for replicated strategies
     prog.units = build_wrap_units(g, wrap);
+    // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
+    // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
+    // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
+    // 4 + 0.127 bits per parameter; embeddings and norms stay in the compute dtype.
+    constexpr double kQLoraBytesPerParam = (4.0 + 0.127) / 8.0;
+    double layer_lora = 0, layer_linear = 0;
+    if (!g.layers().empty()) {
+      for (ModuleId leaf : g.leaves_under(g.layers().front())) {
+        const ModuleNode& n = g.node(leaf);
+        if (n.kind != ModuleKind::Linear) continue;
+        layer_linear += static_cast<double>(n.in_features * n.out_features);
+        for (const auto& t : s.lora.target_modules)
+          if (t == n.short_name) layer_lora += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
+      }
+    }
+    for (const auto& u : prog.units) {
+      const double nl = static_cast<double>(u.num_layers());
+      const double params = static_cast<double>(u.params);
+      if (s.method == Method::Full) {
+        train_p.push_back(params);
+        frozen_p.push_back(0.0);
+        frozen_bpe.push_back(pb);
+        continue;
+      }
+      train_p.push_back(layer_lora * nl);
+      frozen_p.push_back(params);
+      if (s.method == Method::QLora && params > 0) {
+        double quantised = layer_linear * nl;
+        frozen_bpe.push_back((quantised * kQLoraBytesPerParam + (params - quantised) * pb) / params);
+      } else {
+        frozen_bpe.push_back(pb);
+      }
+    }
     // GEMM and attention shapes for the compute cost model.
     const ModelSpec& ms = g.spec();
     const int64_t toks = s.micro_batch * s.seq_len;
@@ -231,6 +267,23 @@ struct Emitter {
   double logits_elems() const { return tokens * static_cast<double>(g.spec().vocab_size); }
   double logprob_bytes() const { return tensor_bytes(TensorClass::LogProbs, q); }
 
+  double train(int ui) const { return train_p[static_cast<size_t>(ui)]; }
+  // Bytes of a unit's gathered (unsharded) parameters in compute form.
+  double gathered_bytes(int ui) const {
+    const size_t i = static_cast<size_t>(ui);
+    return padded(train_p[i]) * pb + padded(frozen_p[i]) * frozen_bpe[i];
+  }
+  // Bytes of this rank's stored shard of a unit.
+  double shard_bytes(int ui, double train_bytes_per_elem) const {
+    const size_t i = static_cast<size_t>(ui);
+    return shard(train_p[i]) * train_bytes_per_elem + shard(frozen_p[i]) * frozen_bpe[i];
+  }
+  double total_train() const {
+    double t = 0;
+    for (double v : train_p) t += v;
+    return t;
+  }
+
   // Gradient storage allocated so far in the step (freed by the optimizer).
   double allocated_grads() const {
     double total = 0;
@@ -258,15 +311,12 @@ void Emitter::emit_sharded() {
   const bool hsdp = s.kind == StrategyKind::Hsdp;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
-  double shard_params_elems = 0;
-  for (const auto& u : prog.units) shard_params_elems += shard(static_cast<double>(u.params));
   if (!offload_params) {
-    if (s.offload == Offload::Optimizer) {
-      // ZeRO-Offload keeps the compute-dtype parameter shard on the GPU; masters live on the host.
-      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * pb});
-    } else {
-      prog.persistent.push_back({MemoryCategory::ShardedParams, shard_params_elems * sb});
-    }
+    // ZeRO-Offload keeps the compute-dtype parameter shard on the GPU; masters live on the host.
+    const double bpe = s.offload == Offload::Optimizer ? pb : sb;
+    double bytes = 0;
+    for (int ui = 0; ui < n; ++ui) bytes += shard_bytes(ui, bpe);
+    prog.persistent.push_back({MemoryCategory::ShardedParams, bytes});
   }
   std::vector<int> last_rs(static_cast<size_t>(n), -1);
   for (int rep = 0; rep < Kemit; ++rep) {
@@ -276,8 +326,7 @@ void Emitter::emit_sharded() {
     std::vector<bool> regathered(static_cast<size_t>(n), false);  // gathered again for backward
     auto gather = [&](int ui, bool backward) {
       if (backward) regathered[static_cast<size_t>(ui)] = true;
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      double full = padded(static_cast<double>(u.params));
+      const double full_bytes = gathered_bytes(ui);
       Op op;
       op.kind = OpKind::Gather;
       op.stream = Stream::AllGather;
@@ -286,14 +335,14 @@ void Emitter::emit_sharded() {
       op.what = backward ? "bwd all-gather" : "fwd all-gather";
       op.collective = CollectiveKind::AllGather;
       op.group = GroupKind::Shard;
-      op.comm_bytes = full * pb;
-      if (offload_params) op.copy_bytes = shard(static_cast<double>(u.params)) * mb;
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, full * pb});
+      op.comm_bytes = full_bytes;
+      if (offload_params) op.copy_bytes = shard_bytes(ui, mb);
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, full_bytes});
       // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
-      double staging = mixed && !zero_layout ? shard(static_cast<double>(u.params)) * pb : 0.0;
+      double staging = mixed && !zero_layout ? shard(train(ui)) * pb : 0.0;
       // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
       // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
-      if (rt.allgather_copy_out) staging += full * pb;
+      if (rt.allgather_copy_out) staging += full_bytes;
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
         op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
@@ -302,14 +351,13 @@ void Emitter::emit_sharded() {
       gather_op[static_cast<size_t>(ui)] = push(op);
     };
     auto reshard = [&](int ui) {
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       Op op;
       op.kind = OpKind::Reshard;
       op.stream = Stream::Compute;
       op.unit = ui;
       op.micro_batch = mbi;
       op.what = "free";
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, -padded(static_cast<double>(u.params)) * pb});
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
       gathered[static_cast<size_t>(ui)] = false;
       push(op);
     };
@@ -342,7 +390,7 @@ void Emitter::emit_sharded() {
       f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
-      if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * padded(static_cast<double>(u.params)) * pb;
+      if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
       push(f);
       if (!keep_after_forward(ui)) reshard(ui);
     }
@@ -385,7 +433,8 @@ void Emitter::emit_sharded() {
         int nxt = order[oi + static_cast<size_t>(ahead)];
         if (!gathered[static_cast<size_t>(nxt)]) gather(nxt, true);
       }
-      double full = padded(static_cast<double>(u.params));
+      const double full = padded(train(ui));  // gradient elements of the unit
+      const double full_bytes = gathered_bytes(ui);
       Op b;
       b.kind = OpKind::Backward;
       b.unit = ui;
@@ -395,7 +444,9 @@ void Emitter::emit_sharded() {
       double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
       b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
       b.layers = static_cast<double>(u.num_layers());
-      b.gemm_passes = 2.0 + recompute;
+      // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
+      // are rank-r and negligible).
+      b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
       b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
       b.attn_bwd_passes = 1;
       // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
@@ -408,10 +459,9 @@ void Emitter::emit_sharded() {
       // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
       b.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) *
                             (2.0 + (s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0));
-      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)])
-        b.elementwise_bytes += 2.0 * full * pb;
+      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
       b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
-      b.on_complete.push_back({MemoryCategory::UnshardedParams, -full * pb});
+      b.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       int bop = push(b);
       gathered[static_cast<size_t>(ui)] = false;
       // Reduce-scatter the unit's gradients in the reduce dtype; the shard accumulates into the fp32
@@ -429,7 +479,7 @@ void Emitter::emit_sharded() {
       double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       r.on_issue.push_back({MemoryCategory::UnshardedGrads, -full * pb});
-      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(static_cast<double>(u.params)) * gb});
+      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(train(ui)) * gb});
       r.on_complete.push_back({MemoryCategory::CommBuffers, -rs_input});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
@@ -441,7 +491,7 @@ void Emitter::emit_sharded() {
         a.what = "replica all-reduce";
         a.collective = CollectiveKind::AllReduce;
         a.group = GroupKind::Replica;
-        a.comm_bytes = shard(static_cast<double>(u.params)) * rb;
+        a.comm_bytes = shard(train(ui)) * rb;
         a.deps.push_back(rop);
         rop = push(a);
       }
@@ -455,10 +505,12 @@ void Emitter::emit_replicated() {
   const int n = static_cast<int>(prog.units.size());
   const int K = static_cast<int>(s.grad_accum);
   const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
-  const double P = static_cast<double>(g.total_params());
+  const double P = total_train();
   const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
-  prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb});
+  double frozen_bytes = 0;
+  for (int ui = 0; ui < n; ++ui) frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
+  prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
   // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
   // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.
   bool buckets = s.kind == StrategyKind::Ddp;
@@ -486,7 +538,7 @@ void Emitter::emit_replicated() {
       f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed).
-      double cast = casts ? static_cast<double>(u.params) * pb : 0.0;
+      double cast = casts ? train(ui) * pb : 0.0;
       if (cast > 0 && s.act_ckpt == ActCkpt::None) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
       f.transient_bytes = forward_transient(u) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
       f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
@@ -517,7 +569,7 @@ void Emitter::emit_replicated() {
     order.push_back(0);
     for (int ui : order) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      double p = static_cast<double>(u.params);
+      double p = train(ui);
       Op b;
       b.kind = OpKind::Backward;
       b.unit = ui;
@@ -526,7 +578,9 @@ void Emitter::emit_replicated() {
       double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
       b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
       b.layers = static_cast<double>(u.num_layers());
-      b.gemm_passes = 2.0 + recompute;
+      // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
+      // are rank-r and negligible).
+      b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
       b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
       b.attn_bwd_passes = 1;
       b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
@@ -576,7 +630,7 @@ void Emitter::emit_replicated() {
 }
 
 void Emitter::emit_optimizer() {
-  const double P = static_cast<double>(g.total_params());
+  const double P = total_train();
   const double opt_elems = shards_optimizer(s.kind) ? shard(P) : P;
   const double states = s.optimizer == Optimizer::AdamW ? 2.0 : 1.0;  // exp_avg + exp_avg_sq, or momentum
   const bool host_opt = s.offload != Offload::None;
@@ -672,9 +726,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // Parameter offload: parameter shards and gradients live on the host too (FSDP CPUOffload).
   if (s.offload == Offload::Params) {
     double shard_p = 0;
-    for (const auto& u : e.prog.units) shard_p += e.shard(static_cast<double>(u.params));
-    e.prog.host_bytes_per_rank += shard_p * e.mb;
-    e.prog.pinned_bytes_per_rank += shard_p * e.pb;
+    for (int ui = 0; ui < static_cast<int>(e.prog.units.size()); ++ui) shard_p += e.shard_bytes(ui, e.mb);
+    e.prog.host_bytes_per_rank += shard_p;
+    e.prog.pinned_bytes_per_rank += shard_p * e.pb / e.mb;
   }
   // Communicators: the default (world) group, plus shard and replica groups for HSDP.
   e.prog.communicators = lay.world > 1 ? (s.kind == StrategyKind::Hsdp ? 3 : 1) : 0;

@@ -236,3 +236,40 @@ TEST_CASE("the peak is reported with its phase and the breakdown sums to the pea
   CHECK(r.reserved_peak >= r.peak_allocated);
   CHECK(r.device_total >= r.reserved_peak);
 }
+
+TEST_CASE("LoRA and QLoRA: frozen base without grads or optimizer state, adapters trainable") {
+  ModuleGraph g(zoo("llama2-7b"));
+  RuntimeProfile rt = runtime("fsdp-run");
+  const ModelSpec& m = g.spec();
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.method = Method::Lora;
+  s.lora.rank = 16;
+  s.lora.target_modules = {"q_proj", "v_proj"};
+  const double N = 8;
+  // Adapters on q and v: r * (in + out) each, per layer (Hu et al. 2021, arXiv 2106.09685 sec. 4).
+  const double lora = static_cast<double>(m.num_layers) * 16.0 *
+                      static_cast<double>((m.hidden_size + m.q_dim()) + (m.hidden_size + m.kv_dim()));
+  StepProgram lp = program(g, s, rt, 1, 8);
+  MemoryBreakdown states = model_state_bytes(lp);
+  CHECK(cat(states, MemoryCategory::OptimizerStates) == doctest::Approx(8.0 * lora / N).epsilon(1e-3));
+  CHECK(cat(states, MemoryCategory::ShardedGrads) == doctest::Approx(4.0 * lora / N).epsilon(1e-3));
+  // The frozen base is stored in the compute dtype (bf16), plus the fp32 adapter shards.
+  const double P = static_cast<double>(g.total_params());
+  CHECK(cat(states, MemoryCategory::ShardedParams) == doctest::Approx((2.0 * P + 4.0 * lora) / N).epsilon(1e-3));
+  // QLoRA: the decoder linears in 4.127-bit NF4 (Dettmers et al. 2023 sec. 3) shrink the base ~3.5x.
+  s.method = Method::QLora;
+  StepProgram qp = program(g, s, rt, 1, 8);
+  double q_params = cat(model_state_bytes(qp), MemoryCategory::ShardedParams);
+  CHECK(q_params < cat(states, MemoryCategory::ShardedParams) / 3.0);
+  CHECK(q_params > cat(states, MemoryCategory::ShardedParams) / 4.0);
+  // Backward of a frozen base computes input gradients only: less GEMM work than full fine-tuning.
+  Strategy full = s;
+  full.method = Method::Full;
+  double lora_passes = 0, full_passes = 0;
+  for (const Op& op : qp.ops)
+    if (op.kind == OpKind::Backward) lora_passes += op.gemm_passes * op.layers;
+  for (const Op& op : program(g, full, rt, 1, 8).ops)
+    if (op.kind == OpKind::Backward) full_passes += op.gemm_passes * op.layers;
+  CHECK(lora_passes == doctest::Approx(full_passes / 2.0));
+}

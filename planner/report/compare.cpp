@@ -1,0 +1,103 @@
+#include "report/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "core/units.hpp"
+#include "memory/memory_category.hpp"
+
+namespace fsdp {
+
+namespace {
+
+const nlohmann::json& need(const nlohmann::json& j, const char* key, const std::string& path) {
+  if (!j.is_object() || !j.contains(key)) throw InputError(path + ": not an fsdp-run report: missing key '" + key + "'");
+  return j.at(key);
+}
+
+double number(const nlohmann::json& j, const char* key, const std::string& path) {
+  const auto& v = need(j, key, path);
+  if (!v.is_number()) throw InputError(path + ": key '" + std::string(key) + "' is not a number");
+  return v.get<double>();
+}
+
+}  // namespace
+
+Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, const nlohmann::json& report,
+                               const std::string& path) {
+  Comparison c;
+  const auto& mem = need(report, "memory", path);
+  const auto& bd = need(mem, "breakdown", path);
+  for (size_t i = 0; i < kNumMemoryCategories; ++i) {
+    std::string name(kMemoryCategoryNames[i]);
+    auto it = pred.memory_breakdown.find(name);
+    double p = it == pred.memory_breakdown.end() ? 0.0 : it->second;
+    bool has = bd.contains(name);
+    double m = has ? bd.at(name).get<double>() : 0.0;
+    if (p == 0 && !has) continue;
+    c.memory.push_back(ComparisonRow{name, "bytes", p, m, has});
+  }
+  c.memory.push_back(ComparisonRow{"peak allocated", "bytes", pred.peak_bytes, number(mem, "peak_bytes", path), true});
+  const auto& steps = need(report, "steps", path);
+  if (!steps.is_array()) throw InputError(path + ": key 'steps' is not a list");
+  std::vector<double> times;
+  for (size_t i = 1; i < steps.size(); ++i) times.push_back(number(steps[i], "time_s", path));  // step 1 warms up
+  if (times.empty() && !steps.empty()) times.push_back(number(steps[0], "time_s", path));
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    double median = times[times.size() / 2];
+    if (times.size() % 2 == 0) median = 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    c.time.push_back(ComparisonRow{"step time (median)", "s", pred.step_s, median, true});
+    double tokens = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+    c.time.push_back(ComparisonRow{"tokens/s per GPU", "tokens/s", pred.tokens_per_s_per_gpu, tokens / median, true});
+  }
+  return c;
+}
+
+std::string format_comparison(const Comparison& c) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-22s %14s %14s %9s\n", "memory (GiB)", "predicted", "measured", "error");
+  o << line;
+  for (const auto& r : c.memory) {
+    if (r.has_measured) {
+      std::snprintf(line, sizeof line, "%-22s %14.3f %14.3f %+8.1f%%\n", r.name.c_str(), r.predicted / kGiB,
+                    r.measured / kGiB, r.error() * 100);
+    } else {
+      std::snprintf(line, sizeof line, "%-22s %14.3f %14s %9s\n", r.name.c_str(), r.predicted / kGiB, "(not measured)",
+                    "");
+    }
+    o << line;
+  }
+  if (!c.time.empty()) {
+    std::snprintf(line, sizeof line, "\n%-22s %14s %14s %9s\n", "time", "predicted", "measured", "error");
+    o << line;
+    for (const auto& r : c.time) {
+      std::snprintf(line, sizeof line, "%-22s %14.4f %14.4f %+8.1f%%\n", r.name.c_str(), r.predicted, r.measured,
+                    r.error() * 100);
+      o << line;
+    }
+  }
+  return o.str();
+}
+
+nlohmann::json comparison_json(const Comparison& c) {
+  auto rows = [](const std::vector<ComparisonRow>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& r : v) {
+      nlohmann::json e{{"name", r.name}, {"unit", r.unit}, {"predicted", r.predicted}};
+      if (r.has_measured) {
+        e["measured"] = r.measured;
+        e["error"] = r.error();
+      }
+      a.push_back(e);
+    }
+    return a;
+  };
+  return nlohmann::json{{"memory", rows(c.memory)}, {"time", rows(c.time)}};
+}
+
+}  // namespace fsdp
