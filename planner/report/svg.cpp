@@ -16,7 +16,7 @@ std::string escape(std::string_view s) {
       case '&':
         out += "&amp;";
         break;
-      case '~':
+      case '<':
         out += "&lt;";
         break;
       case '>':
