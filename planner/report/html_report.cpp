@@ -410,12 +410,12 @@ std::string timeline_svg(const StepProgram& program, const Prediction& p, double
   if (p.memory.peak_allocated > 0) {
     double py = y(p.memory.peak_allocated);
     g.line(x0, py, x1, py, "#5e3f94", 1, "2 3", "peak");
-    g.text(x1 - 4, py - 4, "peak allocated " + gib(p.memory.peak_allocated, "%.1f") + " GiB", "end", "lbl");
+    g.text(x1 - 4, py - 4, "peak allocated " + gib(p.memory.peak_allocated, "%.1f") + " GiB", "end", "lbl halo");
   }
   if (usable_on_scale) {
     double uy = y(usable_bytes);
     g.line(x0, uy, x1, uy, "#c0392b", 2, "", "capacity");
-    g.text(x1 - 4, uy - 4, "usable " + gib(usable_bytes, "%.0f") + " GiB", "end", "lbl bad");
+    g.text(x1 - 4, uy - 4, "usable " + gib(usable_bytes, "%.0f") + " GiB", "end", "lbl bad halo");
   } else if (usable_bytes > 0) {
     g.text(x1 - 4, mem_top - 10, "usable " + gib(usable_bytes, "%.0f") + " GiB is off this scale", "end", "axis");
   }
@@ -427,7 +427,7 @@ std::string timeline_svg(const StepProgram& program, const Prediction& p, double
 // Scatter: every evaluated candidate, peak memory against tokens/s/GPU.
 
 std::string scatter_svg(const SearchResult& r, const Strategy* chosen, double usable_bytes) {
-  constexpr double kLeft = 74, kRight = 200, kTop = 16, kBottom = 52, kHeight = 440;
+  constexpr double kLeft = 74, kRight = 200, kTop = 30, kBottom = 52, kHeight = 450;
   const double x0 = kLeft, x1 = kChartWidth - kRight, y0 = kTop, y1 = kHeight - kBottom;
   double mem_lo = 0, mem_hi = 0, tps_hi = 0;
   bool any = false;
@@ -470,7 +470,7 @@ std::string scatter_svg(const SearchResult& r, const Strategy* chosen, double us
   const double limit = r.budget_bytes > 0 ? r.budget_bytes : usable_bytes;
   if (limit > 0 && x(limit) < x1) {
     g.rect(x(limit), y0, x1 - x(limit), y1 - y0, "#fbecea", "", "nofit");
-    g.text(x1 - 6, y0 + 14, "does not fit \u2192", "end", "lbl bad");
+    if (x1 - x(limit) > 120) g.text(x1 - 6, y0 + 14, "does not fit \u2192", "end", "lbl bad");
   }
   for (double t : xticks) {
     g.line(x(t * kGiB), y0, x(t * kGiB), y1, "#ececec", 1, "", "grid");
@@ -523,7 +523,7 @@ std::string scatter_svg(const SearchResult& r, const Strategy* chosen, double us
   g.close_group();
   if (usable_bytes > 0 && x(usable_bytes) <= x1) {
     g.line(x(usable_bytes), y0, x(usable_bytes), y1, "#c0392b", 2, "", "capacity");
-    g.text(x(usable_bytes) + 5, y0 + 14, "usable " + gib(usable_bytes, "%.0f") + " GiB", "start", "lbl bad");
+    g.text(x(usable_bytes), y0 - 8, "usable " + gib(usable_bytes, "%.0f") + " GiB", "middle", "lbl bad");
   }
   if (r.budget_bytes > 0 && r.budget_bytes < usable_bytes)
     g.line(x(r.budget_bytes), y0, x(r.budget_bytes), y1, "#c0392b", 1.5, "5 4", "budget");
@@ -532,7 +532,7 @@ std::string scatter_svg(const SearchResult& r, const Strategy* chosen, double us
     g.circle(cx, cy, 9, "none", "#111111", "chosen: " + tooltip(*chosen_c), "chosen-mark");
     double lx = cx - 60, ly = std::max(y0 + 12, cy - 26);
     g.line(cx - 7, cy - 7, lx + 44, ly + 4, "#111111", 1);
-    g.text(lx + 40, ly, "chosen", "end", "lbl-b");
+    g.text(lx + 40, ly, "chosen", "end", "lbl-b halo");
   }
   g.line(x0, y1, x1, y1, "#888888", 1);
   g.line(x0, y0, x0, y1, "#888888", 1);
@@ -596,6 +596,7 @@ svg.chart text { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-seri
 svg .lbl { font-size: 12px; fill: #30333a; }
 svg .lbl-b { font-size: 12px; fill: #111; font-weight: 700; }
 svg .val { font-size: 12px; fill: #30333a; }
+svg .val, svg .halo { paint-order: stroke; stroke: #fff; stroke-width: 3px; stroke-linejoin: round; }
 svg .grp { font-size: 12px; fill: #6b6f78; font-weight: 700; text-transform: uppercase; letter-spacing: .04em; }
 svg .axis { font-size: 11px; fill: #6b6f78; }
 svg .bad { fill: #c0392b; }

@@ -10,7 +10,9 @@ NUL-terminated JSON), Python standard library only. For each page it checks that
   - no element reaches outside the page horizontally;
 and it saves a full-page screenshot (PNG) per page into the artefact directory.
 
-usage: check_report.py --chromium PATH --out DIR PAGE.html:chart-id,chart-id [...]
+usage: check_report.py --chromium PATH --out DIR [--docs-screenshot PNG] PAGE.html:chart-id,chart-id [...]
+  --docs-screenshot: also save the first page from its top to the end of its #tradeoff section (the
+  README's docs/report.png).
 exit 0: all pages pass; 1: a check failed (each failure printed); 2: Chromium could not be driven.
 """
 import argparse
@@ -153,7 +155,7 @@ PROBE = r"""
 """
 
 
-def check_page(b, path, expected, out_dir):
+def check_page(b, path, expected, out_dir, docs_png=None):
     failures = []
     url = "file://" + os.path.abspath(path)
     target = b.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -202,6 +204,14 @@ def check_page(b, path, expected, out_dir):
     shot = os.path.join(out_dir, os.path.splitext(os.path.basename(path))[0] + ".png")
     with open(shot, "wb") as f:
         f.write(png)
+    if docs_png:
+        box = json.loads(b.send("Runtime.evaluate", {"expression": "JSON.stringify(document.getElementById("
+                                                     "'tradeoff').getBoundingClientRect())", "returnByValue": True},
+                                session=session)["result"]["value"])
+        clip = {"x": 0, "y": 0, "width": WIDTH, "height": box["bottom"] + 12, "scale": 1}
+        data = b.send("Page.captureScreenshot", {"format": "png", "clip": clip}, session=session)["data"]
+        with open(docs_png, "wb") as f:
+            f.write(base64.b64decode(data))
     # One screenshot per section too (legible at full size).
     for sid in probe["sections"]:
         box = b.send("Runtime.evaluate", {"expression": "JSON.stringify(document.getElementById(%s)"
@@ -224,6 +234,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--chromium", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--docs-screenshot", default=None)
     ap.add_argument("pages", nargs="+", help="PAGE.html:chart-id,chart-id")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -237,9 +248,10 @@ def main():
             return 2
         failed = False
         try:
-            for spec in a.pages:
+            for i, spec in enumerate(a.pages):
                 path, _, charts = spec.partition(":")
-                failures, shot, summary = check_page(b, path, [c for c in charts.split(",") if c], a.out)
+                failures, shot, summary = check_page(b, path, [c for c in charts.split(",") if c], a.out,
+                                                     a.docs_screenshot if i == 0 else None)
                 for f in failures:
                     print("FAIL %s: %s" % (path, f))
                 if not failures:
