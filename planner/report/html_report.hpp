@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "planfile/plan_file.hpp"
+#include "report/compare.hpp"
 #include "search/plan_search.hpp"
 
 namespace fsdp {
@@ -53,5 +55,13 @@ std::string scatter_svg(const SearchResult& search, const Strategy* chosen, doub
 std::string render_html_report(const HtmlReportInput& in);
 // Writes the page; throws InputError naming --html when the file cannot be written.
 void write_html_report(const std::string& path, const HtmlReportInput& in);
+
+// `fsdp-plan compare plan.yaml report.json --html FILE`: predicted against measured, per memory category
+// (a pair of bars per category with the error), and the time rows, on one self-contained page.
+std::string comparison_chart_svg(const Comparison& c);
+std::string render_comparison_html(const PlanFile& plan, const Comparison& c, const std::string& plan_path,
+                                   const std::string& report_path);
+void write_comparison_html(const std::string& path, const PlanFile& plan, const Comparison& c,
+                           const std::string& plan_path, const std::string& report_path);
 
 }  // namespace fsdp

@@ -472,3 +472,43 @@ TEST_CASE("cli: fsdp-plan --html and fsdp-plan show plan.yaml --html write the p
   CHECK(bad.err.find("--html") != std::string::npos);
   for (const char* suffix : {".yaml", ".html", "-show.html"}) std::remove((base + suffix).c_str());
 }
+
+TEST_CASE("comparison page: a predicted and a measured bar per category, the error of each, text escaped") {
+  Comparison c;
+  c.memory.push_back({"sharded_params", "bytes", 10 * kGiB, 8 * kGiB, true});
+  c.memory.push_back({"activations", "bytes", 20 * kGiB, 21 * kGiB, true});
+  c.memory.push_back({"fragmentation", "bytes", 5 * kGiB, 0, false});
+  c.memory.push_back({"peak allocated", "bytes", 35 * kGiB, 30 * kGiB, true});
+  c.time.push_back({"step time (median)", "s", 1.5, 1.6, true});
+  std::string svg = comparison_chart_svg(c);
+  CHECK(balance_error(svg) == "");
+  auto pred = rects_of_class(svg, "pred");
+  auto meas = rects_of_class(svg, "meas");
+  REQUIRE(pred.size() == 4);
+  REQUIRE(meas.size() == 3);  // fragmentation was not measured
+  const double px_per_gib = pred[0].w / 10;
+  CHECK(pred[1].w == doctest::Approx(20 * px_per_gib).epsilon(0.01));
+  CHECK(meas[0].w == doctest::Approx(8 * px_per_gib).epsilon(0.01));
+  CHECK(meas[2].w == doctest::Approx(30 * px_per_gib).epsilon(0.01));
+  CHECK(pred[0].fill == "#4a90d9");                // the category's colour, as in the plan report
+  CHECK(svg.find("+25.0%") != std::string::npos);  // (10 - 8) / 8
+  CHECK(svg.find("-4.8%") != std::string::npos);   // (20 - 21) / 21
+  CHECK(svg.find("not measured") != std::string::npos);
+
+  const Fixture& f = fixture();
+  PlanFile plan;
+  plan.model_name = "llama2-7b";
+  plan.model = f.model;
+  plan.cluster.hardware = "a100-80gb";
+  plan.cluster.nodes = 1;
+  plan.cluster.gpus_per_node = 8;
+  plan.strategy = f.result.ranked.front().strategy;
+  std::string page = render_comparison_html(plan, c, "runs/<plan>.yaml", "runs/a&b.json");
+  CHECK(page.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(balance_error(page) == "");
+  CHECK(page.find("default-src 'none'") != std::string::npos);
+  CHECK(page.find("runs/&lt;plan&gt;.yaml") != std::string::npos);
+  CHECK(page.find("runs/a&amp;b.json") != std::string::npos);
+  CHECK(count(element(page, "table", "compare-memory-table"), "<tr>") == c.memory.size() + 1);
+  CHECK(element(page, "table", "compare-time-table").find("-6.3%") != std::string::npos);  // (1.5 - 1.6) / 1.6
+}
