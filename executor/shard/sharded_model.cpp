@@ -19,6 +19,7 @@
 #include "core/units.hpp"
 #include "dist/comm.hpp"
 #include "model/transformer.hpp"
+#include "train/host_adam.hpp"
 #include "train/mem_tracker.hpp"
 
 namespace fsdp::exec {
@@ -76,6 +77,7 @@ struct Unit {
   int64_t shard_offset = 0;  // start of this rank's shard in the padded flat index space
 
   at::Tensor master;   // fp32: shard [S] when params are sharded, else the full replica [padded]
+  at::Tensor dev_params;  // optimizer offload: the device copy of the shard in compute dtype (master is on the host)
   at::Tensor compute;  // compute dtype [padded]; storage freed while resharded unless persistent
   bool compute_persistent = false;
   UState state = UState::Sharded;
@@ -99,6 +101,7 @@ struct ShardedModel::Impl {
   std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
   int world = 1;
   bool params_sharded = false, grads_sharded = false, optim_sharded = false;
+  bool offload = false;  // optimizer offload: master shards and optimizer states on the host
   at::ScalarType compute_dtype = at::kFloat, reduce_dtype = at::kFloat;
   bool sync = true;
   std::vector<Pending> pending;
@@ -124,7 +127,7 @@ struct ShardedModel::Impl {
       alloc_storage(u.compute, bytes);
     }
     if (params_sharded) {
-      at::Tensor src = u.master.scalar_type() == compute_dtype ? u.master : u.master.to(compute_dtype);
+      at::Tensor src = offload ? u.dev_params : u.master.scalar_type() == compute_dtype ? u.master : u.master.to(compute_dtype);
       u.gather = shard_group->all_gather(src, u.compute);
       u.state = UState::Gathering;
     } else {
@@ -378,6 +381,10 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
   if (strategy.master_dtype != DType::Fp32)
     throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
                      std::string(to_string(strategy.master_dtype)));
+  m.offload = strategy.offload == Offload::Optimizer;
+  if (m.offload && !m.params_sharded)
+    throw InputError(std::string("optimizer offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
+                     to_string(strategy.kind));
   if (strategy.method != Method::Full)
     throw InputError(std::string("fsdp-run does not implement method ") + to_string(strategy.method) + " yet");
 
@@ -481,8 +488,13 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     u.info.shard = u.info.padded / Ws;
     u.shard_offset = static_cast<int64_t>(shard_rank) * u.info.shard;
     const int64_t master_numel = m.params_sharded ? u.info.shard : u.info.padded;
-    MemTracker::instance().tag(MemoryCategory::ShardedParams, master_numel * 4);
-    u.master = at::zeros({master_numel}, fopt);
+    // With optimizer offload the fp32 master and the optimizer states live on the host
+    // (pinned on CUDA, for asynchronous copies); the device keeps the compute-dtype shard.
+    const auto host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(m.device.is_cuda());
+    const auto sopt = m.offload ? host : fopt;
+    MemTracker::instance().tag(m.offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
+                               master_numel * 4);
+    u.master = at::zeros({master_numel}, sopt);
     // Deterministic init: every rank builds each full parameter and keeps its part.
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       const int pid = u.param_ids[i];
@@ -492,6 +504,11 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       const int64_t mhi = mlo + master_numel;
       const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
       if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(full.narrow(0, a - lo, b - a));
+    }
+    if (m.offload) {
+      MemTracker::instance().tag(MemoryCategory::ShardedParams,
+                                 master_numel * static_cast<int64_t>(c10::elementSize(m.compute_dtype)));
+      u.dev_params = u.master.to(fopt.dtype(m.compute_dtype), /*non_blocking=*/false, /*copy=*/true);
     }
     u.compute_persistent = !m.params_sharded && m.compute_dtype == at::kFloat;
     if (u.compute_persistent) {
@@ -512,11 +529,11 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
     if (strategy.optimizer == Optimizer::AdamW) {
       MemTracker::instance().tag(MemoryCategory::OptimizerStates, 2 * owned * 4);
-      u.exp_avg = at::zeros({owned}, fopt);
-      u.exp_avg_sq = at::zeros({owned}, fopt);
+      u.exp_avg = at::zeros({owned}, sopt);
+      u.exp_avg_sq = at::zeros({owned}, sopt);
     } else {
       MemTracker::instance().tag(MemoryCategory::OptimizerStates, owned * 4);
-      u.momentum = at::zeros({owned}, fopt);
+      u.momentum = at::zeros({owned}, sopt);
     }
     u.anchor = at::zeros({}, fopt).requires_grad_(true);
     m.infos.push_back(u.info);
@@ -529,7 +546,9 @@ ShardedModel::~ShardedModel() {
     Unit& u = *up;
     impl_->reshard(u);
     const int64_t master_numel = u.master.numel();
-    MemTracker::instance().tag(MemoryCategory::ShardedParams, -master_numel * 4);
+    MemTracker::instance().tag(impl_->offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
+                               -master_numel * 4);
+    if (u.dev_params.defined()) MemTracker::instance().tag(MemoryCategory::ShardedParams, -nbytes(u.dev_params));
     if (u.grad_shard.defined()) MemTracker::instance().tag(MemoryCategory::ShardedGrads, -nbytes(u.grad_shard));
     if (u.grad_full.defined()) MemTracker::instance().tag(MemoryCategory::UnshardedGrads, -nbytes(u.grad_full));
     MemTracker::instance().tag(MemoryCategory::OptimizerStates,
@@ -652,6 +671,20 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     Unit& u = *up;
     at::Tensor p = m.owned_param(u);
     at::Tensor g = m.owned_grad(u);
+    if (m.offload) {
+      // Gradient shard copied down to the host, host step, updated shard copied up.
+      at::Tensor gh = g.device().is_cpu() ? g : g.to(at::kCPU);
+      if (c.kind == Optimizer::AdamW) {
+        host_adamw_step(p, gh, u.exp_avg, u.exp_avg_sq, {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, step});
+      } else {
+        at::Tensor d = c.weight_decay != 0 ? gh + c.weight_decay * p : gh;
+        if (step == 1) u.momentum.copy_(d);
+        else u.momentum.mul_(c.momentum).add_(d);
+        p.add_(u.momentum, -c.lr);
+      }
+      u.dev_params.copy_(p);
+      continue;
+    }
     if (c.kind == Optimizer::AdamW) {
       // torch.optim.AdamW (_single_tensor_adamw in torch/optim/adamw.py; Loshchilov &
       // Hutter 2019, arXiv:1711.05101): decoupled decay, bias-corrected moments.
@@ -691,8 +724,9 @@ std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
     Unit& u = *up;
     at::Tensor full = u.master;
     if (m.params_sharded) {
-      full = at::empty({u.info.padded}, u.master.options());
-      m.shard_group->all_gather(u.master, full).wait();
+      at::Tensor src = u.master.to(m.device);
+      full = at::empty({u.info.padded}, src.options());
+      m.shard_group->all_gather(src, full).wait();
     }
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
@@ -723,6 +757,7 @@ void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& para
       if (a < b)
         u.master.narrow(0, a - mlo, b - a).copy_(it->second.reshape({-1}).narrow(0, a - lo, b - a));
     }
+    if (u.dev_params.defined()) u.dev_params.copy_(u.master);
   }
 }
 
@@ -747,6 +782,8 @@ void ShardedModel::load_local_state(const std::map<std::string, at::Tensor>& sta
     if (it->second.numel() != dst.numel()) throw InputError("checkpoint: tensor " + name + " has the wrong size");
     dst.copy_(it->second.reshape(dst.sizes()));
   }
+  for (auto& up : impl_->units)
+    if (up->dev_params.defined()) up->dev_params.copy_(up->master);
 }
 
 const std::vector<UnitInfo>& ShardedModel::units() const { return impl_->infos; }

@@ -77,7 +77,10 @@ TEST_CASE("rehearsal: the emulated rank's peak equals rank 0's peak in the real 
   cfg.steps = 2;
   for (StrategyKind kind : {StrategyKind::Fsdp, StrategyKind::Zero2, StrategyKind::Ddp}) {
     PlanFile p = small_plan(kind, "layer", W, 1);
-    const RunResult real = run_plan(p, comm, cfg);
+    Trainer t(p, cfg, comm);
+    const RunResult real = t.run(nullptr);
+    int64_t largest = 0;
+    for (const auto& u : t.model().units()) largest = std::max(largest, u.padded);
     if (comm.rank() == 0) {
       auto emu = Comm::emulate(W);
       const RunResult fake = run_plan(p, *emu, cfg);
@@ -86,9 +89,10 @@ TEST_CASE("rehearsal: the emulated rank's peak equals rank 0's peak in the real 
       const double r0 = static_cast<double>(real.peak_bytes_per_rank[0]);
       const double e = static_cast<double>(fake.peak_bytes);
       MESSAGE(std::string(to_string(kind)) << " world " << W << ": real rank-0 peak " << r0 << " B, emulated " << e << " B");
-      // Byte for byte: the rehearsal allocates what the Gloo path allocates, and the adapter
-      // releases the backend's buffers deterministically at wait().
-      CHECK(e == r0);
+      // The rehearsal allocates what the Gloo path allocates and the adapter releases the
+      // backend's buffers at wait(); what remains is when Gloo's worker thread allocates its
+      // gather buffer (at issue in the rehearsal, a little later for real): one unit, fp32.
+      CHECK(std::abs(e - r0) <= 4.0 * static_cast<double>(largest));
     }
     comm.world().barrier();
   }

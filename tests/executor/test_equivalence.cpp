@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist_env.hpp"
 #include "shard/sharded_model.hpp"
@@ -119,6 +120,35 @@ TEST_CASE("equivalence: GPT-2-style model, odd unit sizes padded at every world 
   for (StrategyKind kind : {StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Fsdp, StrategyKind::Hsdp}) {
     PlanFile p = small_plan(kind, "layer", W, 2, small_gpt_model());
     check_same(train(p, comm), ref, std::string("gpt-style ") + to_string(kind));
+  }
+}
+
+TEST_CASE("optimizer offload (host AdamW) gives the same results as no offload; SGD too") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  for (StrategyKind kind : {StrategyKind::Fsdp, StrategyKind::Zero3, StrategyKind::Hsdp}) {
+    PlanFile p = small_plan(kind, "every:2", W);
+    p.strategy.offload = Offload::Optimizer;
+    Outcome o = train(p, comm);
+    check_same(o, reference(W), std::string("offload ") + to_string(kind));
+    // The fp32 masters are accounted on the host side, the compute shard on the device side.
+    CHECK(o.result.breakdown[static_cast<std::size_t>(MemoryCategory::MasterParams)] > 0);
+  }
+  PlanFile ddp = small_plan(StrategyKind::Ddp, "layer", W);
+  ddp.strategy.offload = Offload::Optimizer;
+  CHECK_THROWS_AS(train(ddp, comm), InputError);
+
+  auto solo = Comm::emulate(1);
+  PlanFile rs = small_plan(StrategyKind::NoShard, "layer", 1, 2 * W);
+  rs.strategy.optimizer = Optimizer::Sgd;
+  rs.training.lr = 0.05;
+  const Outcome ref = train(rs, *solo);
+  for (Offload off : {Offload::None, Offload::Optimizer}) {
+    PlanFile p = small_plan(StrategyKind::Fsdp, "layer", W);
+    p.strategy.optimizer = Optimizer::Sgd;
+    p.strategy.offload = off;
+    p.training.lr = 0.05;
+    check_same(train(p, comm), ref, std::string("sgd offload ") + to_string(off));
   }
 }
 
