@@ -22,6 +22,10 @@ if [[ -z "$chromium" ]]; then
     chromium="$(command -v chromium || command -v chromium-browser || true)"
   fi
 fi
+if [[ -n "${CHROMIUM:-}" && ! -x "$CHROMIUM" ]]; then
+  echo "FAIL browser_report: CHROMIUM=$CHROMIUM is not an executable" >&2
+  exit 1
+fi
 if [[ -z "$chromium" || ! -x "$chromium" ]]; then
   echo "SKIP browser_report: Chromium is not installed, so the HTML report was not checked in a browser" \
        "(Debian: apt-get install -y --no-install-recommends chromium)"
