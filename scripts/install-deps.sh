@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libyaml-cpp-dev libboost-graph-dev nlohmann-json3-dev doctest-dev libbenchmark-dev)
 if [[ "${FSDP_DEPS_MINIMAL:-0}" != 1 ]]; then
-  pkgs+=(libtorch-dev libgloo-dev libeigen3-dev clang libclang-rt-14-dev chromium)
+  pkgs+=(libtorch-dev libgloo-dev libeigen3-dev clang libclang-rt-14-dev chromium python3 fonts-dejavu-core)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -6,12 +6,13 @@
 #include "core/errors.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/compare.hpp"
+#include "report/html_report.hpp"
 #include "simulate.hpp"
 
 namespace fsdp {
 
 int run_compare(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root"}, {"--json"});
+  Args args(argv, {"--config-root", "--html"}, {"--json"});
   if (args.positional().size() != 2) throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json]");
   const std::string plan_path = args.positional()[0], report_path = args.positional()[1];
   PlanFile plan = read_plan_file(plan_path);
@@ -43,6 +44,7 @@ int run_compare(const std::vector<std::string>& argv) {
     throw InputError(report_path + ": not valid JSON: " + e.what());
   }
   Comparison c = compare_plan_report(pred, plan.strategy, report, report_path);
+  if (auto html = args.get("--html")) write_comparison_html(*html, plan, c, plan_path, report_path);
   if (args.has("--json")) {
     std::cout << comparison_json(c).dump(2) << "\n";
   } else {

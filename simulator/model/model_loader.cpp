@@ -37,9 +37,8 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     bad("moe", "sizes must be at most 2^31");
   if (m.num_heads % m.num_kv_heads != 0)
     bad("num_kv_heads", std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
-  if (m.hidden_size % m.num_heads != 0 && m.head_dim * m.num_heads != m.hidden_size)
-    bad("num_heads", std::to_string(m.num_heads) + " does not divide hidden_size " + std::to_string(m.hidden_size) +
-                         " and head_dim * num_heads differs from it");
+  // With an explicit head_dim, attention works on num_heads * head_dim (which may differ from hidden_size,
+  // as in Gemma); readers that derive head_dim (config.json without head_dim) require heads to divide hidden.
   if (m.head_dim <= 0) bad("head_dim", "must be positive");
   if (m.position_embedding == PositionEmbedding::Rope && m.head_dim % 2 != 0)
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));

@@ -333,6 +333,15 @@ void Emitter::emit_sharded() {
       op.unit = ui;
       op.micro_batch = mbi;
       op.what = backward ? "bwd all-gather" : "fwd all-gather";
+      // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
+      // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
+      // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
+      // current unit's pre-forward/pre-backward hook).
+      for (size_t k = prog.ops.size(); k-- > 0;)
+        if (prog.ops[k].stream == Stream::Compute && prog.ops[k].kind != OpKind::Reshard) {
+          op.deps.push_back(static_cast<int>(k));
+          break;
+        }
       op.collective = CollectiveKind::AllGather;
       op.group = GroupKind::Shard;
       op.comm_bytes = full_bytes;
