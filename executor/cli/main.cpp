@@ -141,7 +141,6 @@ int main(int argc, char** argv) {
                                                      : " (from the " + env.source + " environment)"));
       comm = Comm::connect(env, co);
     }
-    if (plan.cluster.device == "cpu") MemTracker::instance().install_cpu();
     Trainer trainer(plan, args.cfg, *comm);
     MemTracker::instance().reset_peak();
     RunResult r = trainer.run(&std::cout);

@@ -2,7 +2,7 @@
 // All LibTorch-version and backend differences of the executor live in this file.
 #include "dist/comm.hpp"
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -444,6 +444,13 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const CommOptions& opts)
     impl->world = std::make_shared<LocalGroup>(1);
     return std::unique_ptr<Comm>(new Comm(std::move(impl)));
   }
+  if (env.world_size == 1) {  // one CUDA rank: an in-process store, no port needed
+    impl->store = c10::make_intrusive<c10d::HashStore>();
+    bool direct = false;
+    auto pg = make_backend(impl->store, 0, 1, env, opts, direct);
+    impl->world = std::make_shared<C10dGroup>(pg, 0, 1, "world", direct, impl.get());
+    return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+  }
   c10d::TCPStoreOptions so;
   so.port = static_cast<std::uint16_t>(env.master_port);
   so.isServer = env.rank == 0;
@@ -476,6 +483,7 @@ std::unique_ptr<Comm> Comm::emulate(int world_size, bool mimic_gloo) {
 
 int Comm::rank() const { return impl_->world->rank(); }
 int Comm::size() const { return impl_->world->size(); }
+int Comm::local_rank() const { return impl_->env.local_rank; }
 Group& Comm::world() { return *impl_->world; }
 
 std::shared_ptr<Group> Comm::subgroup(const std::string& tag, const std::vector<int>& members) {
@@ -503,7 +511,7 @@ void Comm::set_progress(int64_t step, const char* phase) {
 }
 
 void Comm::publish_error(const std::string& message) {
-  if (!impl_->store) return;
+  if (!impl_->store || impl_->env.world_size == 1) return;
   try {
     auto client = impl_->new_client(std::chrono::milliseconds(2000));
     client->set("error/" + std::to_string(impl_->env.rank), std::vector<uint8_t>(message.begin(), message.end()));

@@ -102,6 +102,7 @@ class Comm {
 
   int rank() const;
   int size() const;
+  int local_rank() const;
   Group& world();
   // The group of ranks {first, first+stride, ...} of `count` members containing this rank.
   // Every member must call it with the same arguments (creation is collective among members).

@@ -9,6 +9,7 @@
 
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
+#include "dist/device.hpp"
 #include "io/checkpoint.hpp"
 #include "io/data.hpp"
 #include "shard/sharded_model.hpp"
@@ -47,12 +48,7 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
                      std::to_string(plan.cluster.nodes) + " nodes x " + std::to_string(plan.cluster.gpus_per_node) +
                      " per node) but this launch has world size " + std::to_string(comm.size()));
   t.world = comm.size();
-  if (plan.cluster.device == "cuda") {
-    const char* lr = std::getenv("LOCAL_RANK");
-    t.device = std::string("cuda:") + (lr ? lr : "0");
-  } else if (plan.cluster.device != "cpu") {
-    throw InputError("plan cluster.device must be cpu or cuda, not '" + plan.cluster.device + "'");
-  }
+  t.device = select_device(plan.cluster.device, comm.local_rank());
   const Strategy& s = plan.strategy;
   if (s.offload == Offload::Params)
     throw InputError("fsdp-run does not implement offload: params yet (plan offload: none or optimizer)");
