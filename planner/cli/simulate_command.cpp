@@ -25,6 +25,20 @@ std::string config_root_from(const std::vector<std::string>& argv) {
   return FSDP_SOURCE_ROOT;
 }
 
+namespace {
+
+// The outputs of `simulate`: --trace, then JSON or the readable breakdown.
+void print_simulation(const Args& args, const SimulationContext& ctx, const StepProgram& program, const Prediction& p) {
+  if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
+  if (args.has("--json")) {
+    std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
+  } else {
+    std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
+  }
+}
+
+}  // namespace
+
 int run_simulate(const std::vector<std::string>& argv) {
   std::set<std::string> values{"--model", "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
                                "--runtime", "--trace", "--config-root", "--plan"};
@@ -53,13 +67,7 @@ int run_simulate(const std::vector<std::string>& argv) {
     SimulationInput in{&graph, &hw, &rt, cluster, plan.strategy};
     StepProgram program;
     Prediction p = simulate(in, &program);
-    SimulationContext ctx{&plan.model, &hw, &rt, cluster, plan.strategy};
-    if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
-    if (args.has("--json")) {
-      std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
-    } else {
-      std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
-    }
+    print_simulation(args, SimulationContext{&plan.model, &hw, &rt, cluster, plan.strategy}, program, p);
     return 0;
   }
   auto model_name = args.get("--model");
@@ -92,13 +100,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   SimulationInput in{&graph, &hw, &rt, cluster, s};
   StepProgram program;
   Prediction p = simulate(in, &program);
-  SimulationContext ctx{&model, &hw, &rt, cluster, s};
-  if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
-  if (args.has("--json")) {
-    std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
-  } else {
-    std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
-  }
+  print_simulation(args, SimulationContext{&model, &hw, &rt, cluster, s}, program, p);
   return 0;
 }
 

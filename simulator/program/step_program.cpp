@@ -296,6 +296,85 @@ struct Emitter {
     return total;
   }
 
+  // ---- ops shared by both families ----
+
+  // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
+  Op forward_op(int ui, int mbi) const {
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+    Op f;
+    f.kind = OpKind::Forward;
+    f.unit = ui;
+    f.micro_batch = mbi;
+    f.what = "forward";
+    f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
+    f.attention_flops = attn_flops[static_cast<size_t>(ui)];
+    f.layers = static_cast<double>(u.num_layers());
+    f.gemm_passes = 1;
+    f.attn_fwd_passes = 1;
+    f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
+    f.transient_bytes = forward_transient(u);
+    f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
+    return f;
+  }
+
+  // A unit's backward compute (recomputation included); frees the unit's activations when done.
+  Op backward_op(int ui, int mbi) const {
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+    Op b;
+    b.kind = OpKind::Backward;
+    b.unit = ui;
+    b.micro_batch = mbi;
+    b.what = "backward";
+    // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
+    const double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
+    b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+    b.layers = static_cast<double>(u.num_layers());
+    // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
+    // are rank-r and negligible).
+    b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
+    b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
+    b.attn_bwd_passes = 1;
+    // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
+    // and full checkpointing also recompute the attention forward.
+    b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
+    b.transient_bytes = backward_transient(static_cast<size_t>(ui));
+    // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
+    // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
+    b.elementwise_bytes =
+        tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) * (2.0 + recompute);
+    b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
+    return b;
+  }
+
+  // The head's GEMM and the loss, forward then backward: logits in the compute dtype, an fp32 copy when
+  // the runtime upcasts, the log-probabilities kept for backward; in backward d(logprobs) and d(logits)
+  // in the log-prob dtype, then the cast back to the compute dtype.
+  void push_loss_ops(int mbi) {
+    const double logits = logits_elems() * pb;
+    const double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
+    const double logprobs = logits_elems() * logprob_bytes();
+    Op l;
+    l.kind = OpKind::Loss;
+    l.what = "head+loss forward";
+    l.micro_batch = mbi;
+    l.unit = 0;
+    l.transient_bytes = logits + upcast;
+    l.on_issue.push_back({MemoryCategory::Activations, logprobs});
+    l.elementwise_bytes = logits + upcast + logprobs;
+    l.head_passes = 1;
+    push(l);
+    Op lb;
+    lb.kind = OpKind::LossBackward;
+    lb.what = "loss backward";
+    lb.micro_batch = mbi;
+    lb.unit = 0;
+    lb.transient_bytes = logprobs * 2.0 + (rt.logits_upcast_fp32 ? logits : 0.0);
+    lb.on_complete.push_back({MemoryCategory::Activations, -logprobs});
+    lb.elementwise_bytes = lb.transient_bytes + logprobs;
+    lb.head_passes = 2;
+    push(lb);
+  }
+
   // ---- the two families -------------------------------------------------------------------------
 
   void emit_sharded();
@@ -382,61 +461,21 @@ void Emitter::emit_sharded() {
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
       for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
         if (!gathered[static_cast<size_t>(ui + ahead)]) gather(ui + ahead, false);
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      Op f;
-      f.kind = OpKind::Forward;
-      f.unit = ui;
-      f.micro_batch = mbi;
-      f.what = "forward";
-      f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
-      f.attention_flops = attn_flops[static_cast<size_t>(ui)];
-      f.layers = static_cast<double>(u.num_layers());
-      f.gemm_passes = 1;
-      f.attn_fwd_passes = 1;
+      Op f = forward_op(ui, mbi);
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
-      f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
-      f.transient_bytes = forward_transient(u);
-      f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
       push(f);
       if (!keep_after_forward(ui)) reshard(ui);
     }
-    // ---- loss ----
-    {
-      Op l;
-      l.kind = OpKind::Loss;
-      l.what = "head+loss forward";
-      l.micro_batch = mbi;
-      l.unit = 0;
-      // logits in the compute dtype, (fp32 copy), then log-probabilities kept for backward.
-      double logits = logits_elems() * pb;
-      double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
-      l.transient_bytes = logits + upcast;
-      l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
-      l.elementwise_bytes = logits + upcast + logits_elems() * logprob_bytes();
-      l.head_passes = 1;
-      push(l);
-      Op lb;
-      lb.kind = OpKind::LossBackward;
-      lb.what = "loss backward";
-      lb.micro_batch = mbi;
-      lb.unit = 0;
-      // d(logprobs) and d(logits) in the log-prob dtype, then the cast back to the compute dtype.
-      lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
-      lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
-      lb.elementwise_bytes = lb.transient_bytes + logits_elems() * logprob_bytes();
-      lb.head_passes = 2;
-      push(lb);
-    }
+    push_loss_ops(mbi);
     // ---- backward (reverse unit order; the root's embedding backward comes last) ----
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
     order.push_back(0);
     for (size_t oi = 0; oi < order.size(); ++oi) {
       int ui = order[oi];
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, true);
       for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
         int nxt = order[oi + static_cast<size_t>(ahead)];
@@ -444,32 +483,10 @@ void Emitter::emit_sharded() {
       }
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
-      Op b;
-      b.kind = OpKind::Backward;
-      b.unit = ui;
-      b.micro_batch = mbi;
-      b.what = "backward";
-      // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
-      double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
-      b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
-      b.layers = static_cast<double>(u.num_layers());
-      // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
-      // are rank-r and negligible).
-      b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
-      b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
-      b.attn_bwd_passes = 1;
-      // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
-      // and full checkpointing also recompute the attention forward.
-      b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
+      Op b = backward_op(ui, mbi);
       b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
-      b.transient_bytes = backward_transient(static_cast<size_t>(ui));
-      // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
-      // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
-      b.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) *
-                            (2.0 + (s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0));
       if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
-      b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
       b.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       int bop = push(b);
       gathered[static_cast<size_t>(ui)] = false;
@@ -533,70 +550,23 @@ void Emitter::emit_replicated() {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
     for (int ui = 0; ui < n; ++ui) {
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      Op f;
-      f.kind = OpKind::Forward;
-      f.unit = ui;
-      f.micro_batch = mbi;
-      f.what = "forward";
-      f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
-      f.attention_flops = attn_flops[static_cast<size_t>(ui)];
-      f.layers = static_cast<double>(u.num_layers());
-      f.gemm_passes = 1;
-      f.attn_fwd_passes = 1;
-      f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
+      Op f = forward_op(ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed).
       double cast = casts ? train(ui) * pb : 0.0;
       if (cast > 0 && s.act_ckpt == ActCkpt::None) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
-      f.transient_bytes = forward_transient(u) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
-      f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
+      if (s.act_ckpt != ActCkpt::None) f.transient_bytes += cast;
       push(f);
     }
-    Op l;
-    l.kind = OpKind::Loss;
-    l.what = "head+loss forward";
-    l.micro_batch = mbi;
-    double logits = logits_elems() * pb;
-    double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
-    l.transient_bytes = logits + upcast;
-    l.on_issue.push_back({MemoryCategory::Activations, logits_elems() * logprob_bytes()});
-    l.elementwise_bytes = logits + upcast + logits_elems() * logprob_bytes();
-    l.head_passes = 1;
-    push(l);
-    Op lb;
-    lb.kind = OpKind::LossBackward;
-    lb.what = "loss backward";
-    lb.micro_batch = mbi;
-    lb.transient_bytes = logits_elems() * logprob_bytes() * 2.0 + (rt.logits_upcast_fp32 ? logits_elems() * pb : 0.0);
-    lb.on_complete.push_back({MemoryCategory::Activations, -logits_elems() * logprob_bytes()});
-    lb.elementwise_bytes = lb.transient_bytes + logits_elems() * logprob_bytes();
-    lb.head_passes = 2;
-    push(lb);
+    push_loss_ops(mbi);
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
     order.push_back(0);
     for (int ui : order) {
-      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       double p = train(ui);
-      Op b;
-      b.kind = OpKind::Backward;
-      b.unit = ui;
-      b.micro_batch = mbi;
-      b.what = "backward";
-      double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
-      b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
-      b.layers = static_cast<double>(u.num_layers());
-      // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
-      // are rank-r and negligible).
-      b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
-      b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
-      b.attn_bwd_passes = 1;
-      b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
+      Op b = backward_op(ui, mbi);
       double cast = casts ? p * pb : 0.0;
-      b.transient_bytes = backward_transient(static_cast<size_t>(ui)) + (s.act_ckpt != ActCkpt::None ? cast : 0.0);
-      b.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) *
-                            (2.0 + (s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0));
+      if (s.act_ckpt != ActCkpt::None) b.transient_bytes += cast;
       // Gradients accumulate into .grad in the parameter dtype (fp32), allocated on the first micro-batch.
       if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
@@ -607,7 +577,6 @@ void Emitter::emit_replicated() {
       } else if (s.kind == StrategyKind::Zero2) {
         b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
       }
-      b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
       if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
       int bop = push(b);
       if (!sync) continue;
