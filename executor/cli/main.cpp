@@ -48,16 +48,20 @@ struct Args {
 int64_t to_int(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < 0) throw fsdp::InputError(flag + " expects a non-negative integer, got '" + v + "'");
+  if (v.empty() || *end != '\0' || x < 0)
+    throw fsdp::InputError(flag + " expects a non-negative integer, got '" + v + "'");
   return x;
 }
 
 int run_export(const std::vector<std::string>& a) {
   std::string ckpt, out;
   for (std::size_t i = 1; i < a.size(); ++i) {
-    if (a[i] == "--out" && i + 1 < a.size()) out = a[++i];
-    else if (ckpt.empty() && a[i].rfind("--", 0) != 0) ckpt = a[i];
-    else throw fsdp::InputError("export: unexpected argument '" + a[i] + "'");
+    if (a[i] == "--out" && i + 1 < a.size())
+      out = a[++i];
+    else if (ckpt.empty() && a[i].rfind("--", 0) != 0)
+      ckpt = a[i];
+    else
+      throw fsdp::InputError("export: unexpected argument '" + a[i] + "'");
   }
   if (ckpt.empty() || out.empty()) throw fsdp::InputError("export needs CHECKPOINT and --out FILE");
   const int64_t n = fsdp::exec::export_checkpoint(ckpt, out);
@@ -91,29 +95,46 @@ int main(int argc, char** argv) {
         continue;  // not passed to the children
       }
       child.push_back(f);
-      if (f == "--steps") args.cfg.steps = to_int(f, child.emplace_back(value()));
-      else if (f == "--seed") args.cfg.seed = static_cast<uint64_t>(to_int(f, child.emplace_back(value())));
-      else if (f == "--report") args.report = child.emplace_back(value());
-      else if (f == "--log-every") args.cfg.log_every = to_int(f, child.emplace_back(value()));
-      else if (f == "--timeout") args.timeout_s = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--emulate-world-size") args.cfg.emulate_world_size = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--data") args.cfg.data = child.emplace_back(value());
-      else if (f == "--data-dtype") args.cfg.data_dtype = child.emplace_back(value());
-      else if (f == "--checkpoint-dir") args.cfg.checkpoint_dir = child.emplace_back(value());
-      else if (f == "--checkpoint-every") args.cfg.checkpoint_every = to_int(f, child.emplace_back(value()));
-      else if (f == "--keep-checkpoints") args.cfg.keep_checkpoints = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--resume") args.cfg.resume_dir = child.emplace_back(value());
-      else if (f == "--init-from") args.cfg.init_from = child.emplace_back(value());
-      else if (f.rfind("--", 0) == 0) throw fsdp::InputError("unknown option " + f + "\n" + kUsage);
-      else if (args.plan.empty()) args.plan = f;
-      else throw fsdp::InputError("unexpected argument '" + f + "' (one plan file only)");
+      if (f == "--steps")
+        args.cfg.steps = to_int(f, child.emplace_back(value()));
+      else if (f == "--seed")
+        args.cfg.seed = static_cast<uint64_t>(to_int(f, child.emplace_back(value())));
+      else if (f == "--report")
+        args.report = child.emplace_back(value());
+      else if (f == "--log-every")
+        args.cfg.log_every = to_int(f, child.emplace_back(value()));
+      else if (f == "--timeout")
+        args.timeout_s = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--emulate-world-size")
+        args.cfg.emulate_world_size = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--data")
+        args.cfg.data = child.emplace_back(value());
+      else if (f == "--data-dtype")
+        args.cfg.data_dtype = child.emplace_back(value());
+      else if (f == "--checkpoint-dir")
+        args.cfg.checkpoint_dir = child.emplace_back(value());
+      else if (f == "--checkpoint-every")
+        args.cfg.checkpoint_every = to_int(f, child.emplace_back(value()));
+      else if (f == "--keep-checkpoints")
+        args.cfg.keep_checkpoints = static_cast<int>(to_int(f, child.emplace_back(value())));
+      else if (f == "--resume")
+        args.cfg.resume_dir = child.emplace_back(value());
+      else if (f == "--init-from")
+        args.cfg.init_from = child.emplace_back(value());
+      else if (f.rfind("--", 0) == 0)
+        throw fsdp::InputError("unknown option " + f + "\n" + kUsage);
+      else if (args.plan.empty())
+        args.plan = f;
+      else
+        throw fsdp::InputError("unexpected argument '" + f + "' (one plan file only)");
     }
     if (args.plan.empty()) throw fsdp::InputError(std::string("no plan file given\n") + kUsage);
     args.cfg.plan_path = args.plan;
     const fsdp::PlanFile plan = fsdp::read_plan_file(args.plan);
 
     if (args.nproc > 0 && std::getenv("RANK") == nullptr) {
-      if (args.cfg.emulate_world_size > 0) throw fsdp::InputError("--emulate-world-size runs one process; drop --nproc-per-node");
+      if (args.cfg.emulate_world_size > 0)
+        throw fsdp::InputError("--emulate-world-size runs one process; drop --nproc-per-node");
       if (plan.cluster.world_size() != args.nproc)
         throw fsdp::InputError("the plan is for world size " + std::to_string(plan.cluster.world_size()) +
                                " but --nproc-per-node " + std::to_string(args.nproc) + " starts " +
@@ -137,8 +158,9 @@ int main(int argc, char** argv) {
       if (env.world_size != plan.cluster.world_size())
         throw fsdp::InputError("the plan is for world size " + std::to_string(plan.cluster.world_size()) +
                                " but this launch has world size " + std::to_string(env.world_size) +
-                               (env.source == "none" ? " (no RANK/WORLD_SIZE or Slurm environment; use --nproc-per-node)"
-                                                     : " (from the " + env.source + " environment)"));
+                               (env.source == "none"
+                                    ? " (no RANK/WORLD_SIZE or Slurm environment; use --nproc-per-node)"
+                                    : " (from the " + env.source + " environment)"));
       comm = Comm::connect(env, co);
     }
     Trainer trainer(plan, args.cfg, *comm);

@@ -2,19 +2,18 @@
 // All LibTorch-version and backend differences of the executor live in this file.
 #include "dist/comm.hpp"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
-
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/errors.hpp"
 
@@ -70,9 +69,7 @@ std::string first_slurm_host(const std::string& list) {
   return host;
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
-}
+bool is_loopback(const std::string& addr) { return addr == "127.0.0.1" || addr == "localhost" || addr == "::1"; }
 
 // ---------------------------------------------------------------------------
 // Local group: rank 0 of `size` ranks with no peers. World size 1 is exact;
@@ -208,7 +205,8 @@ struct Comm::Impl {
     }
     auto read_counters = [&] {
       std::vector<int64_t> c(static_cast<std::size_t>(env.world_size), 0);
-      for (int r = 0; r < env.world_size; ++r) c[static_cast<std::size_t>(r)] = client->add("hb/" + std::to_string(r), 0);
+      for (int r = 0; r < env.world_size; ++r)
+        c[static_cast<std::size_t>(r)] = client->add("hb/" + std::to_string(r), 0);
       return c;
     };
     try {
@@ -304,9 +302,8 @@ class C10dGroup final : public Group {
       return Handle([this, work]() mutable { wait(work); });
     }
     // Fallback: all-reduce the whole buffer, keep our slice (moves size x the bytes).
-    at::Tensor buf = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble
-                         ? full.clone()
-                         : full.to(at::kFloat);
+    at::Tensor buf =
+        full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? full.clone() : full.to(at::kFloat);
     if (!(full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble)) upcast_happened_ = true;
     std::vector<at::Tensor> v{buf};
     auto work = guard([&] { return pg_->allreduce(v); });

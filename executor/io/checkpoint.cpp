@@ -1,10 +1,8 @@
 #include "io/checkpoint.hpp"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
@@ -181,7 +180,8 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     m["units"] = units;
     json files = json::array();
     for (int r = 0; r < comm.size(); ++r)
-      files.push_back({{"rank", r}, {"file", rank_file(r)}, {"checksum", hex(static_cast<uint64_t>(all[r].item<int64_t>()))}});
+      files.push_back(
+          {{"rank", r}, {"file", rank_file(r)}, {"checksum", hex(static_cast<uint64_t>(all[r].item<int64_t>()))}});
     m["files"] = files;
     write_text_atomic(partial / "manifest.json", m.dump(1));
     fsync_path(partial);
@@ -242,11 +242,10 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   (void)plan;
 
   const ShardLayout lay = model.layout();
-  const bool same = m.at("world_size").get<int>() == comm.size() &&
-                    m.at("params_sharded").get<bool>() == lay.params_sharded &&
-                    m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
-                    m.at("shard_group_size").get<int>() == lay.shard_group_size &&
-                    !(comm.world().is_local() && comm.size() > 1);
+  const bool same =
+      m.at("world_size").get<int>() == comm.size() && m.at("params_sharded").get<bool>() == lay.params_sharded &&
+      m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
+      m.at("shard_group_size").get<int>() == lay.shard_group_size && !(comm.world().is_local() && comm.size() > 1);
   std::map<std::string, at::Tensor> state;
   std::map<int, std::unique_ptr<SafetensorsFile>> files;
   if (same) {
@@ -333,7 +332,8 @@ std::map<std::string, at::Tensor> load_safetensors_weights(const std::string& pa
   std::map<std::string, at::Tensor> out;
   for (const auto& f : paths) {
     open_files.push_back(std::make_unique<SafetensorsFile>(f));
-    for (const auto& [k, v] : open_files.back()->tensors()) out[k] = v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
+    for (const auto& [k, v] : open_files.back()->tensors())
+      out[k] = v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
   }
   (void)model;
   return out;

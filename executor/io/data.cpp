@@ -1,12 +1,11 @@
 #include "io/data.hpp"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cstring>
 
@@ -29,8 +28,8 @@ class SyntheticData final : public DataSource {
   at::Tensor rows(int64_t step, int64_t first, int64_t count) override {
     at::Tensor out = at::empty({count, seq_ + 1}, at::kLong);
     for (int64_t i = 0; i < count; ++i) {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(mix(mix(seed_, static_cast<uint64_t>(step)),
-                                                              static_cast<uint64_t>(first + i)));
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(
+          mix(mix(seed_, static_cast<uint64_t>(step)), static_cast<uint64_t>(first + i)));
       out[i].copy_(at::randint(vocab_, {seq_ + 1}, gen, at::kLong));
     }
     return out;
@@ -56,8 +55,8 @@ class TokenFile final : public DataSource {
                        std::to_string(elem_) + " (uint" + std::to_string(8 * elem_) + " token ids)");
     tokens_ = bytes_ / elem_;
     if (tokens_ < seq_ + 2)
-      throw InputError(path + ": holds " + std::to_string(tokens_) + " tokens, fewer than seq_len + 2 = " +
-                       std::to_string(seq_ + 2));
+      throw InputError(path + ": holds " + std::to_string(tokens_) +
+                       " tokens, fewer than seq_len + 2 = " + std::to_string(seq_ + 2));
     map_ = ::mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ, MAP_SHARED, fd_, 0);
     if (map_ == MAP_FAILED) throw InputError(path + ": mmap failed: " + std::strerror(errno));
   }
@@ -106,9 +105,12 @@ std::unique_ptr<DataSource> open_data(const std::string& spec, const std::string
                                       uint64_t seed) {
   if (spec == "synthetic") return std::make_unique<SyntheticData>(vocab, seq, seed);
   int elem = 0;
-  if (dtype == "uint16") elem = 2;
-  else if (dtype == "uint32") elem = 4;
-  else throw InputError("--data-dtype must be uint16 or uint32, not '" + dtype + "'");
+  if (dtype == "uint16")
+    elem = 2;
+  else if (dtype == "uint32")
+    elem = 4;
+  else
+    throw InputError("--data-dtype must be uint16 or uint32, not '" + dtype + "'");
   return std::make_unique<TokenFile>(spec, elem, vocab, seq, seed);
 }
 

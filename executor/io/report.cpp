@@ -31,7 +31,10 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
   if (r.resumed_from > 0) j["resumed_from_step"] = r.resumed_from;
   json steps = json::array();
   for (const auto& s : r.steps) {
-    json e = {{"step", s.step}, {"loss", s.loss}, {"time_s", s.time_s}, {"tokens_per_s", s.tokens_per_s},
+    json e = {{"step", s.step},
+              {"loss", s.loss},
+              {"time_s", s.time_s},
+              {"tokens_per_s", s.tokens_per_s},
               {"grad_norm", s.grad_norm}};
     if (s.skipped) e["skipped"] = true;
     steps.push_back(e);
@@ -44,14 +47,14 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
                  {"peak_bytes_per_rank", r.peak_bytes_per_rank},
                  {"breakdown", bd},
                  {"measured_with", plan.cluster.device == "cuda" ? "CUDA caching allocator statistics (allocated)"
-                                                                  : "counting wrapper of the c10 CPU allocator"},
+                                                                 : "counting wrapper of the c10 CPU allocator"},
                  {"breakdown_note",
                   "tagged executor buffers at the peak; the untagged rest is activations (during forward/backward) "
                   "or transient"}};
-  j["comm"] = {{"backend", r.backend},
-               {"communicated_in_fp32", r.comm_upcast},
-               {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32"
-                                      : ""}};
+  j["comm"] = {
+      {"backend", r.backend},
+      {"communicated_in_fp32", r.comm_upcast},
+      {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32" : ""}};
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   if (plan.prediction) {
     const auto& p = *plan.prediction;

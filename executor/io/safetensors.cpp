@@ -1,16 +1,15 @@
 #include "io/safetensors.hpp"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -83,7 +82,8 @@ uint64_t write_safetensors(const std::string& path, const std::map<std::string, 
   for (const auto& [name, t0] : tensors) {
     at::Tensor t = t0.detach().cpu().contiguous();
     const uint64_t n = static_cast<uint64_t>(t.numel()) * t.element_size();
-    header[name] = {{"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {off, off + n}}};
+    header[name] = {
+        {"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {off, off + n}}};
     off += n;
     data.push_back(t);
   }

@@ -8,8 +8,8 @@
 #include "shard/sharded_model.hpp"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -76,9 +76,9 @@ struct Unit {
   bool root = false;
   int64_t shard_offset = 0;  // start of this rank's shard in the padded flat index space
 
-  at::Tensor master;   // fp32: shard [S] when params are sharded, else the full replica [padded]
+  at::Tensor master;      // fp32: shard [S] when params are sharded, else the full replica [padded]
   at::Tensor dev_params;  // optimizer offload: the device copy of the shard in compute dtype (master is on the host)
-  at::Tensor compute;  // compute dtype [padded]; storage freed while resharded unless persistent
+  at::Tensor compute;     // compute dtype [padded]; storage freed while resharded unless persistent
   bool compute_persistent = false;
   UState state = UState::Sharded;
   Handle gather;
@@ -127,7 +127,9 @@ struct ShardedModel::Impl {
       alloc_storage(u.compute, bytes);
     }
     if (params_sharded) {
-      at::Tensor src = offload ? u.dev_params : u.master.scalar_type() == compute_dtype ? u.master : u.master.to(compute_dtype);
+      at::Tensor src = offload                                   ? u.dev_params
+                       : u.master.scalar_type() == compute_dtype ? u.master
+                                                                 : u.master.to(compute_dtype);
       u.gather = shard_group->all_gather(src, u.compute);
       u.state = UState::Gathering;
     } else {
@@ -146,8 +148,7 @@ struct ShardedModel::Impl {
     if (u.state == UState::Sharded || u.compute_persistent) return;
     if (u.state == UState::Gathering) u.gather.wait();
     free_storage(u.compute);
-    mem().tag(MemoryCategory::UnshardedParams,
-              -u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype)));
+    mem().tag(MemoryCategory::UnshardedParams, -u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype)));
     u.state = UState::Sharded;
   }
 
@@ -159,7 +160,8 @@ struct ShardedModel::Impl {
       const ParamDef& d = defs[static_cast<std::size_t>(u.param_ids[i])];
       std::vector<int64_t> strides(d.shape.size(), 1);
       for (int k = static_cast<int>(d.shape.size()) - 2; k >= 0; --k)
-        strides[static_cast<std::size_t>(k)] = strides[static_cast<std::size_t>(k) + 1] * d.shape[static_cast<std::size_t>(k) + 1];
+        strides[static_cast<std::size_t>(k)] =
+            strides[static_cast<std::size_t>(k) + 1] * d.shape[static_cast<std::size_t>(k) + 1];
       at::Tensor t = at::empty({0}, u.compute.options());
       t.set_(u.compute.storage(), u.compute.storage_offset() + u.offsets[i], d.shape, strides);
       out.push_back(t);
@@ -216,8 +218,10 @@ struct ShardedModel::Impl {
       if (i >= grads.size() || !grads[i].defined()) continue;
       flat.narrow(0, u.offsets[i], grads[i].numel()).copy_(grads[i].reshape({-1}));
     }
-    if (params_sharded) reshard(u);
-    else if (!u.compute_persistent) reshard(u);
+    if (params_sharded)
+      reshard(u);
+    else if (!u.compute_persistent)
+      reshard(u);
 
     if (!grads_sharded) {
       u.grad_full.add_(flat);
@@ -383,8 +387,9 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
                      std::string(to_string(strategy.master_dtype)));
   m.offload = strategy.offload == Offload::Optimizer;
   if (m.offload && !m.params_sharded)
-    throw InputError(std::string("optimizer offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
-                     to_string(strategy.kind));
+    throw InputError(
+        std::string("optimizer offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
+        to_string(strategy.kind));
   if (strategy.method != Method::Full)
     throw InputError(std::string("fsdp-run does not implement method ") + to_string(strategy.method) + " yet");
 
@@ -678,8 +683,10 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
         host_adamw_step(p, gh, u.exp_avg, u.exp_avg_sq, {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, step});
       } else {
         at::Tensor d = c.weight_decay != 0 ? gh + c.weight_decay * p : gh;
-        if (step == 1) u.momentum.copy_(d);
-        else u.momentum.mul_(c.momentum).add_(d);
+        if (step == 1)
+          u.momentum.copy_(d);
+        else
+          u.momentum.mul_(c.momentum).add_(d);
         p.add_(u.momentum, -c.lr);
       }
       u.dev_params.copy_(p);
@@ -698,8 +705,10 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     } else {
       // torch.optim.SGD with momentum, dampening 0: d = g + wd*p; buf = m*buf + d; p -= lr*buf.
       at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
-      if (step == 1) u.momentum.copy_(d);
-      else u.momentum.mul_(c.momentum).add_(d);
+      if (step == 1)
+        u.momentum.copy_(d);
+      else
+        u.momentum.mul_(c.momentum).add_(d);
       p.add_(u.momentum, -c.lr);
     }
     if (m.optim_sharded && !m.params_sharded) {
@@ -754,8 +763,7 @@ void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& para
       // memory-mapped source is read only where this rank needs it.
       const int64_t lo = u.offsets[i], hi = lo + d.numel();
       const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
-      if (a < b)
-        u.master.narrow(0, a - mlo, b - a).copy_(it->second.reshape({-1}).narrow(0, a - lo, b - a));
+      if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(it->second.reshape({-1}).narrow(0, a - lo, b - a));
     }
     if (u.dev_params.defined()) u.dev_params.copy_(u.master);
   }

@@ -32,13 +32,13 @@ struct OptimizerConfig {
 };
 
 struct UnitInfo {
-  std::string name;       // "root", "layers.0-1", ...
-  int64_t numel = 0;      // real parameters
-  int64_t padded = 0;     // numel rounded up to a multiple of the shard-group size
-  int64_t shard = 0;      // padded / shard-group size
+  std::string name;    // "root", "layers.0-1", ...
+  int64_t numel = 0;   // real parameters
+  int64_t padded = 0;  // numel rounded up to a multiple of the shard-group size
+  int64_t shard = 0;   // padded / shard-group size
   std::vector<std::string> params;
-  std::vector<int64_t> offsets;               // of each parameter in the flat buffer
-  std::vector<std::vector<int64_t>> shapes;   // of each parameter
+  std::vector<int64_t> offsets;              // of each parameter in the flat buffer
+  std::vector<std::vector<int64_t>> shapes;  // of each parameter
 };
 
 // How this rank's persistent tensors relate to the flat buffers (for checkpoints).
@@ -53,8 +53,7 @@ class ShardedModel {
  public:
   // Builds the units from the wrap policy, initialises parameters deterministically
   // from `seed` (identical on every world size) and keeps this rank's part.
-  ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device,
-               uint64_t seed);
+  ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device, uint64_t seed);
   ~ShardedModel();
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;

@@ -186,7 +186,8 @@ RunResult Trainer::run(std::ostream* log) {
       best = r;
     }
   }
-  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) res.breakdown[i] = all[best][static_cast<int64_t>(i) + 1].item<int64_t>();
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i)
+    res.breakdown[i] = all[best][static_cast<int64_t>(i) + 1].item<int64_t>();
   res.comm_upcast = t.model->comm_upcast();
   res.backend = t.comm.world().is_local() ? t.comm.world().name() : (t.device == "cpu" ? "gloo" : "nccl");
   res.loss_scale = s.param_dtype == DType::Fp16 ? t.loss_scale : 0;

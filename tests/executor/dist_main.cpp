@@ -7,10 +7,10 @@
 #include <doctest/doctest.h>
 // clang-format on
 
-#include <cstdlib>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   int nproc = 0;
   std::vector<std::string> child{args[0]};
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--nproc" && i + 1 < args.size()) nproc = std::atoi(args[++i].c_str());
-    else child.push_back(args[i]);
+    if (args[i] == "--nproc" && i + 1 < args.size())
+      nproc = std::atoi(args[++i].c_str());
+    else
+      child.push_back(args[i]);
   }
   if (nproc > 0 && std::getenv("RANK") == nullptr) {
     LaunchOptions lo;

@@ -1,6 +1,4 @@
 // fsdp-run end to end: launch paths, refusals, a killed or hung rank, checkpoints.
-#include "test_common.hpp"
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "dist/launcher.hpp"
+#include "test_common.hpp"
 
 namespace fsdp::exec::test {
 namespace fs = std::filesystem;
@@ -248,8 +247,9 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
 
   const std::string ck = d / "ck";
   const int port = pick_free_port();
-  std::vector<std::string> args{plan, "--steps", "100000", "--checkpoint-dir", ck, "--checkpoint-every", "2",
-                                "--keep-checkpoints", "3", "--timeout", "20"};
+  std::vector<std::string> args{
+      plan, "--steps",   "100000", "--checkpoint-dir", ck, "--checkpoint-every", "2", "--keep-checkpoints",
+      "3",  "--timeout", "20"};
   pid_t r0 = spawn_rank(0, 2, port, args, d / "r0.log"), r1 = spawn_rank(1, 2, port, args, d / "r1.log");
   REQUIRE(wait_for_text(d / "r0.log", "step 5", std::chrono::seconds(120)));
   ::kill(r0, SIGKILL);
@@ -269,10 +269,12 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
   REQUIRE(res.code == 0);
   json jr = json::parse(slurp(d / "res.json"));
   const int64_t from = jr.at("resumed_from_step").get<int64_t>();
-  CHECK(newest.filename().string() == "step-" + std::string(8 - std::to_string(from).size(), '0') + std::to_string(from));
+  CHECK(newest.filename().string() ==
+        "step-" + std::string(8 - std::to_string(from).size(), '0') + std::to_string(from));
   auto lr = losses(d / "res.json");
   REQUIRE(static_cast<int64_t>(lr.size()) == 8 - from);
-  for (std::size_t i = 0; i < lr.size(); ++i) CHECK(lr[i] == doctest::Approx(lf[static_cast<std::size_t>(from) + i]).epsilon(1e-6));
+  for (std::size_t i = 0; i < lr.size(); ++i)
+    CHECK(lr[i] == doctest::Approx(lf[static_cast<std::size_t>(from) + i]).epsilon(1e-6));
 
   // Flip a byte in the newest step's rank-1 shard: the resume names it and falls back.
   const std::string shard = (newest / "rank-00001.safetensors").string();
@@ -283,7 +285,8 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
     f.seekp(-3, std::ios::end);
     f.put(static_cast<char>(c ^ 0x5a));
   }
-  Result again = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --resume " + ck + " --report " + (d / "again.json"));
+  Result again =
+      sh(kBin + " --nproc-per-node 2 " + plan + " --steps 8 --resume " + ck + " --report " + (d / "again.json"));
   INFO(again.out);
   CHECK(again.code == 0);
   CHECK(again.out.find("rank-00001.safetensors") != std::string::npos);

@@ -1,7 +1,5 @@
 // Multi-rank feature tests: measured memory against the sharding prediction, the
 // rehearsal mode, sharded checkpoints (resume, reshard, export, init-from).
-#include "test_common.hpp"
-
 #include <cstdlib>
 #include <filesystem>
 
@@ -10,6 +8,7 @@
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "shard/sharded_model.hpp"
+#include "test_common.hpp"
 #include "train/mem_tracker.hpp"
 #include "train/trainer.hpp"
 
@@ -55,8 +54,8 @@ TEST_CASE("memory: a sharded run's measured peak is below the unsharded one by w
   // reduce-scatter staging and Gloo's gather buffer (4 bytes each).
   const double transient = 4.0 * static_cast<double>(root + 2 * largest + 3 * largest);
   const double saved = static_cast<double>(a.peak_bytes - b.peak_bytes);
-  MESSAGE("world " << W << ": unsharded peak " << a.peak_bytes << " B, fsdp peak " << b.peak_bytes
-                   << " B, saved " << saved << " B, predicted model-state saving " << predicted << " B");
+  MESSAGE("world " << W << ": unsharded peak " << a.peak_bytes << " B, fsdp peak " << b.peak_bytes << " B, saved "
+                   << saved << " B, predicted model-state saving " << predicted << " B");
   if (W == 1) {
     CHECK(std::abs(saved) <= transient);
   } else {
@@ -91,7 +90,8 @@ TEST_CASE("rehearsal: the emulated rank's peak equals rank 0's peak in the real 
       REQUIRE(fake.peak_bytes_per_rank.size() == 1);
       const double r0 = static_cast<double>(real.peak_bytes_per_rank[0]);
       const double e = static_cast<double>(fake.peak_bytes);
-      MESSAGE(std::string(to_string(kind)) << " world " << W << ": real rank-0 peak " << r0 << " B, emulated " << e << " B");
+      MESSAGE(std::string(to_string(kind))
+              << " world " << W << ": real rank-0 peak " << r0 << " B, emulated " << e << " B");
       // The rehearsal allocates what the Gloo path allocates and the adapter releases the
       // backend's buffers at wait(); what remains is when Gloo's worker thread allocates its
       // gather buffer (at issue in the rehearsal, a little later for real): one unit, fp32.

@@ -1,14 +1,13 @@
 // Issue 5 "Equivalence": every strategy x wrap on this launch's world size trains
 // like one unsharded process on the same global batch (5 AdamW steps, fp32):
 // the same loss trajectory, gradient norms and gathered parameters within 1e-5.
-#include "test_common.hpp"
-
 #include <memory>
 
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist_env.hpp"
 #include "shard/sharded_model.hpp"
+#include "test_common.hpp"
 #include "train/trainer.hpp"
 
 namespace fsdp::exec::test {

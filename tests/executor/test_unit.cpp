@@ -1,12 +1,10 @@
 // Single-process tests of the executor's pieces.
-#include "test_common.hpp"
+#include <c10/core/CPUAllocator.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <c10/core/CPUAllocator.h>
 
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
@@ -14,6 +12,7 @@
 #include "io/safetensors.hpp"
 #include "model/model_loader.hpp"
 #include "model/transformer.hpp"
+#include "test_common.hpp"
 #include "train/mem_tracker.hpp"
 
 namespace fsdp::exec::test {
@@ -159,9 +158,9 @@ TEST_CASE("data: rows are addressed by (step, global row); token files are check
 
 TEST_CASE("rendezvous environment: torchrun and Slurm variables") {
   auto clear = [] {
-    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                          "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-                          "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"})
+    for (const char* v :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+          "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"})
       ::unsetenv(v);
   };
   clear();
