@@ -178,6 +178,12 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
       units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard}, {"params", ps}});
     }
     m["units"] = units;
+    if (const UnitInfo* a = model.adapters()) {
+      json ps = json::array();
+      for (std::size_t i = 0; i < a->params.size(); ++i)
+        ps.push_back({{"name", a->params[i]}, {"shape", a->shapes[i]}, {"offset", a->offsets[i]}});
+      m["adapters"] = {{"numel", a->numel}, {"params", ps}, {"tensor", "adapters.params"}, {"replicated", true}};
+    }
     json files = json::array();
     for (int r = 0; r < comm.size(); ++r)
       files.push_back(
@@ -255,6 +261,14 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   } else {
     // Reshard: rebuild each unit's full flat tensors and cut this rank's part.
     for (auto& [name, dst] : model.local_state()) {
+      if (name.rfind("adapters.", 0) == 0) {  // replicated on every rank: rank 0's copy
+        auto& f0 = files[0];
+        if (!f0) f0 = std::make_unique<SafetensorsFile>((use / rank_file(0)).string());
+        auto it = f0->tensors().find(name);
+        if (it == f0->tensors().end()) throw InputError((use / rank_file(0)).string() + ": missing tensor " + name);
+        state[name] = it->second;
+        continue;
+      }
       const auto dot = name.find('.');
       const int u = std::stoi(name.substr(4, dot - 4));
       const std::string st = name.substr(dot + 1);
@@ -294,6 +308,16 @@ int64_t export_checkpoint(const std::string& ckpt, const std::string& out) {
       int64_t n = 1;
       for (auto s : shape) n *= s;
       params[p.at("name").get<std::string>()] = full.narrow(0, p.at("offset").get<int64_t>(), n).view(shape).clone();
+    }
+  }
+  if (m.contains("adapters")) {  // LoRA adapters saved alongside, under their PEFT-style names
+    files[0] = files[0] ? std::move(files[0]) : std::make_unique<SafetensorsFile>((dir / rank_file(0)).string());
+    const at::Tensor flat = files[0]->tensors().at("adapters.params").reshape({-1});
+    for (const auto& p : m.at("adapters").at("params")) {
+      std::vector<int64_t> shape = p.at("shape").get<std::vector<int64_t>>();
+      int64_t n = 1;
+      for (auto s : shape) n *= s;
+      params[p.at("name").get<std::string>()] = flat.narrow(0, p.at("offset").get<int64_t>(), n).view(shape).clone();
     }
   }
   write_safetensors(out, params, {{"format", "pt"}, {"source", "fsdp-run export of " + dir.string()}});

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -68,6 +69,29 @@ std::vector<ParamDef> model_param_defs(const ModelSpec& s) {
   return d;
 }
 
+std::vector<ParamDef> lora_param_defs(const ModelSpec& s, int64_t rank, const std::vector<std::string>& targets) {
+  static const std::vector<std::string> kKnown{"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"};
+  for (const auto& t : targets)
+    if (std::find(kKnown.begin(), kKnown.end(), t) == kKnown.end())
+      throw InputError("lora_targets: unknown module '" + t +
+                       "' (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  if (targets.empty()) throw InputError("method lora needs lora_targets");
+  if (rank <= 0) throw InputError("method lora needs lora_rank > 0");
+  std::vector<ParamDef> out;
+  for (const auto& d : model_param_defs(s)) {
+    if (d.layer < 0 || d.shape.size() != 2) continue;
+    const auto dot = d.name.rfind(".weight");
+    const std::string module = d.name.substr(0, dot);
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    if (std::find(targets.begin(), targets.end(), leaf) == targets.end()) continue;
+    // A: [r, in] Kaiming-uniform-like, B: [out, r] zeros, so training starts at the base model (PEFT's init).
+    out.push_back({module + ".lora_A.weight", {rank, d.shape[1]}, ParamInit::LoraA, d.layer});
+    out.push_back({module + ".lora_B.weight", {d.shape[0], rank}, ParamInit::Zeros, d.layer});
+  }
+  return out;
+}
+
 at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
   // Hugging Face PretrainedConfig.initializer_range default (LlamaConfig: 0.02).
   constexpr double kInitStd = 0.02;
@@ -77,6 +101,7 @@ at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
     case ParamInit::Zeros:
       return at::zeros(def.shape, at::kFloat);
     case ParamInit::Normal:
+    case ParamInit::LoraA:
       break;
   }
   // splitmix64-style mixing of (seed, index) so neighbouring seeds give unrelated streams.
@@ -85,6 +110,11 @@ at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(z);
+  if (def.init == ParamInit::LoraA) {
+    // PEFT: kaiming_uniform_(a=sqrt(5)) on [r, in] = U(-1/sqrt(in), 1/sqrt(in)).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(def.shape[1]));
+    return at::empty(def.shape, at::kFloat).uniform_(-bound, bound, gen);
+  }
   return at::normal(0.0, kInitStd, def.shape, gen, at::TensorOptions().dtype(at::kFloat));
 }
 
@@ -112,9 +142,14 @@ at::Tensor norm(const ModelSpec& s, const ParamMap& p, const std::string& prefix
   return w * (xf * r).to(x.scalar_type());
 }
 
+// y = x W^T + b, plus the LoRA update x A^T B^T when the module has adapters (Hu et al.
+// 2021, arXiv:2106.09685; scaling alpha/r = 1, see lora_param_defs).
 at::Tensor linear(const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
   const at::Tensor* b = find(p, prefix + ".bias");
-  return at::linear(x, get(p, prefix + ".weight"), b ? *b : at::Tensor());
+  at::Tensor y = at::linear(x, get(p, prefix + ".weight"), b ? *b : at::Tensor());
+  const at::Tensor* A = find(p, prefix + ".lora_A.weight");
+  if (A != nullptr) y = y + at::linear(at::linear(x, *A), get(p, prefix + ".lora_B.weight"));
+  return y;
 }
 
 at::Tensor act(const ModelSpec& s, const at::Tensor& x) {

@@ -18,7 +18,7 @@
 
 namespace fsdp::exec {
 
-enum class ParamInit { Normal, Ones, Zeros };
+enum class ParamInit { Normal, Ones, Zeros, LoraA };
 
 struct ParamDef {
   std::string name;
@@ -30,6 +30,11 @@ struct ParamDef {
 
 // All parameters in a fixed canonical order: embeddings, layers 0..L-1, final norm, head.
 std::vector<ParamDef> model_param_defs(const ModelSpec& spec);
+
+// LoRA adapters (method: lora): for every 2-D weight of the decoder layers whose module
+// name (q_proj, ..., down_proj) is in `targets`, "<module>.lora_A.weight" [r, in] and
+// "<module>.lora_B.weight" [out, r]. The plan has no lora_alpha: scaling alpha/r is 1.
+std::vector<ParamDef> lora_param_defs(const ModelSpec& spec, int64_t rank, const std::vector<std::string>& targets);
 
 // InputError for what the executor cannot run yet (MoE, dropout).
 void check_model_supported(const ModelSpec& spec);

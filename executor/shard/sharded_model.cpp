@@ -102,6 +102,13 @@ struct ShardedModel::Impl {
   int world = 1;
   bool params_sharded = false, grads_sharded = false, optim_sharded = false;
   bool offload = false;  // optimizer offload: master shards and optimizer states on the host
+  // LoRA (method: lora): the base is frozen (no gradients, no optimizer states); the
+  // adapters are one small replicated flat leaf, reduced like DDP and updated by AdamW.
+  bool frozen = false;
+  std::vector<ParamDef> adapter_defs;
+  std::vector<int64_t> adapter_offsets;
+  UnitInfo adapter_info;
+  at::Tensor adapters, ad_exp_avg, ad_exp_avg_sq, ad_momentum;
   at::ScalarType compute_dtype = at::kFloat, reduce_dtype = at::kFloat;
   bool sync = true;
   std::vector<Pending> pending;
@@ -171,6 +178,10 @@ struct ShardedModel::Impl {
 
   // ---- backward hooks ----
   void pre_backward(Unit& u) {
+    // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
+    // has finished its backward once the gradient reaches this unit's output.
+    if (frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
+      reshard(*units[static_cast<std::size_t>(u.index) + 1]);
     wait_unsharded(u);
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
@@ -390,8 +401,10 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     throw InputError(
         std::string("optimizer offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
         to_string(strategy.kind));
-  if (strategy.method != Method::Full)
-    throw InputError(std::string("fsdp-run does not implement method ") + to_string(strategy.method) + " yet");
+  if (strategy.method == Method::QLora)
+    throw InputError("fsdp-run does not implement method qlora (4-bit base weights) yet; use lora");
+  m.frozen = strategy.method == Method::Lora;
+  if (m.frozen && m.offload) throw InputError("method lora with optimizer offload is not supported");
 
   // Mesh: the shard group and, for HSDP, the replica group.
   const int W = m.world;
@@ -524,7 +537,9 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       free_storage(u.compute);
       u.state = UState::Sharded;
     }
-    if (m.grads_sharded) {
+    if (m.frozen) {
+      // no gradient buffers nor optimizer states for a frozen base
+    } else if (m.grads_sharded) {
       MemTracker::instance().tag(MemoryCategory::ShardedGrads, u.info.shard * 4);
       u.grad_shard = at::zeros({u.info.shard}, fopt);
     } else {
@@ -532,7 +547,9 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       u.grad_full = at::zeros({u.info.padded}, fopt);
     }
     const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
-    if (strategy.optimizer == Optimizer::AdamW) {
+    if (m.frozen) {
+      // frozen
+    } else if (strategy.optimizer == Optimizer::AdamW) {
       MemTracker::instance().tag(MemoryCategory::OptimizerStates, 2 * owned * 4);
       u.exp_avg = at::zeros({owned}, sopt);
       u.exp_avg_sq = at::zeros({owned}, sopt);
@@ -543,10 +560,47 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     u.anchor = at::zeros({}, fopt).requires_grad_(true);
     m.infos.push_back(u.info);
   }
+  if (m.frozen) {
+    m.adapter_defs = lora_param_defs(spec, strategy.lora.rank, strategy.lora.target_modules);
+    int64_t n = 0;
+    m.adapter_info.name = "adapters";
+    for (const auto& d : m.adapter_defs) {
+      m.adapter_offsets.push_back(n);
+      m.adapter_info.params.push_back(d.name);
+      m.adapter_info.offsets.push_back(n);
+      m.adapter_info.shapes.push_back(d.shape);
+      n += d.numel();
+    }
+    m.adapter_info.numel = m.adapter_info.padded = m.adapter_info.shard = n;
+    MemTracker::instance().tag(MemoryCategory::ShardedParams, 4 * n);
+    MemTracker::instance().tag(MemoryCategory::UnshardedGrads, 4 * n);
+    MemTracker::instance().tag(MemoryCategory::OptimizerStates, (strategy.optimizer == Optimizer::AdamW ? 8 : 4) * n);
+    m.adapters = at::zeros({n}, fopt);
+    const int64_t base_index = static_cast<int64_t>(m.defs.size());
+    for (std::size_t i = 0; i < m.adapter_defs.size(); ++i)
+      m.adapters.narrow(0, m.adapter_offsets[i], m.adapter_defs[i].numel())
+          .copy_(init_param(m.adapter_defs[i], base_index + static_cast<int64_t>(i), seed).reshape({-1}));
+    m.adapters.requires_grad_(true);
+    m.adapters.mutable_grad() = at::zeros({n}, fopt);
+    if (strategy.optimizer == Optimizer::AdamW) {
+      m.ad_exp_avg = at::zeros({n}, fopt);
+      m.ad_exp_avg_sq = at::zeros({n}, fopt);
+    } else {
+      m.ad_momentum = at::zeros({n}, fopt);
+    }
+  }
 }
 
 ShardedModel::~ShardedModel() {
   if (!impl_) return;
+  if (impl_->frozen) {
+    const int64_t n = impl_->adapters.numel();
+    MemTracker::instance().tag(MemoryCategory::ShardedParams, -4 * n);
+    MemTracker::instance().tag(MemoryCategory::UnshardedGrads, -4 * n);
+    MemTracker::instance().tag(
+        MemoryCategory::OptimizerStates,
+        -(nbytes(impl_->ad_exp_avg) + nbytes(impl_->ad_exp_avg_sq) + nbytes(impl_->ad_momentum)));
+  }
   for (auto& up : impl_->units) {
     Unit& u = *up;
     impl_->reshard(u);
@@ -566,9 +620,16 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
   at::Tensor tokens = tokens_in.to(m.device), targets = targets_in.to(m.device);
   auto params_of = [&](Unit& u) {
     m.wait_unsharded(u);
-    variable_list views = UnitParamsFn::apply(u.anchor, reinterpret_cast<int64_t>(&u));
+    variable_list views = m.frozen ? m.make_views(u) : UnitParamsFn::apply(u.anchor, reinterpret_cast<int64_t>(&u));
     ParamMap p;
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) p[u.info.params[i]] = views[i];
+    if (m.frozen) {  // this unit's adapters: autograd views of the adapter leaf
+      for (std::size_t i = 0; i < m.adapter_defs.size(); ++i) {
+        const ParamDef& d = m.adapter_defs[i];
+        if (std::find(u.layers.begin(), u.layers.end(), d.layer) == u.layers.end()) continue;
+        p[d.name] = m.adapters.narrow(0, m.adapter_offsets[i], d.numel()).view(d.shape);
+      }
+    }
     // Forward prefetch: start gathering the next units now.
     for (int64_t k = 1; k <= m.strategy.forward_prefetch; ++k) {
       const std::size_t j = static_cast<std::size_t>(u.index + k);
@@ -625,6 +686,13 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   loss.backward();
   m.flush_bucket();
   m.wait_pending();
+  if (m.frozen) {
+    for (auto& up : m.units) m.reshard(*up);
+    if (!sync) return;
+    if (!m.comm.world().is_local()) m.comm.world().all_reduce_sum(m.adapters.mutable_grad()).wait();
+    m.adapters.mutable_grad().mul_(1.0 / static_cast<double>(m.world));
+    return;
+  }
   if (!sync) return;
   const double inv_world = 1.0 / static_cast<double>(m.world);
   for (auto& up : m.units) {
@@ -641,26 +709,39 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
 double ShardedModel::clip_grad_norm(double max_norm) {
   Impl& m = *impl_;
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m.device));
-  for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
-  if (m.optim_sharded) m.shard_group->all_reduce_sum(sq).wait();
+  if (m.frozen) {
+    sq += m.adapters.grad().to(at::kDouble).pow(2).sum();
+  } else {
+    for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
+    if (m.optim_sharded) m.shard_group->all_reduce_sum(sq).wait();
+  }
   const double norm = std::sqrt(sq.item<double>());
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied when < 1.
   constexpr double kClipEps = 1e-6;
   if (max_norm > 0) {
     const double coef = max_norm / (norm + kClipEps);
-    if (coef < 1.0)
-      for (auto& up : m.units) m.owned_grad(*up).mul_(coef);
+    if (coef < 1.0) {
+      if (m.frozen)
+        m.adapters.mutable_grad().mul_(coef);
+      else
+        for (auto& up : m.units) m.owned_grad(*up).mul_(coef);
+    }
   }
   return norm;
 }
 
 void ShardedModel::scale_grads(double k) {
+  if (impl_->frozen) {
+    impl_->adapters.mutable_grad().mul_(k);
+    return;
+  }
   for (auto& up : impl_->units) impl_->owned_grad(*up).mul_(k);
 }
 
 bool ShardedModel::grads_nonfinite() {
   Impl& m = *impl_;
   at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(m.device));
+  if (m.frozen) return at::logical_not(at::isfinite(m.adapters.grad())).any().item<bool>();
   for (auto& up : m.units) {
     at::Tensor g = m.owned_grad(*up);
     bad += at::logical_not(at::isfinite(g)).any().to(at::kFloat);
@@ -672,6 +753,27 @@ bool ShardedModel::grads_nonfinite() {
 void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
   Impl& m = *impl_;
   at::NoGradGuard ng;
+  if (m.frozen) {  // LoRA: only the adapters train
+    at::Tensor p = m.adapters;
+    const at::Tensor& g = m.adapters.grad();
+    if (c.kind == Optimizer::AdamW) {
+      p.mul_(1.0 - c.lr * c.weight_decay);
+      m.ad_exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+      m.ad_exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+      const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
+      const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
+      at::Tensor denom = (m.ad_exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
+      p.addcdiv_(m.ad_exp_avg, denom, -c.lr / bc1);
+    } else {
+      at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
+      if (step == 1)
+        m.ad_momentum.copy_(d);
+      else
+        m.ad_momentum.mul_(c.momentum).add_(d);
+      p.add_(m.ad_momentum, -c.lr);
+    }
+    return;
+  }
   for (auto& up : m.units) {
     Unit& u = *up;
     at::Tensor p = m.owned_param(u);
@@ -720,6 +822,7 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
 }
 
 void ShardedModel::zero_grad() {
+  if (impl_->frozen) impl_->adapters.mutable_grad().zero_();
   for (auto& up : impl_->units) {
     if (up->grad_shard.defined()) up->grad_shard.zero_();
     if (up->grad_full.defined()) up->grad_full.zero_();
@@ -742,6 +845,12 @@ std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
       out[d.name] = full.narrow(0, u.offsets[i], d.numel()).view(d.shape).clone().cpu();
     }
   }
+  for (std::size_t i = 0; i < m.adapter_defs.size(); ++i)
+    out[m.adapter_defs[i].name] = m.adapters.detach()
+                                      .narrow(0, m.adapter_offsets[i], m.adapter_defs[i].numel())
+                                      .view(m.adapter_defs[i].shape)
+                                      .clone()
+                                      .cpu();
   return out;
 }
 
@@ -767,6 +876,11 @@ void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& para
     }
     if (u.dev_params.defined()) u.dev_params.copy_(u.master);
   }
+  for (std::size_t i = 0; i < m.adapter_defs.size(); ++i) {  // base-only weights keep the adapters' init
+    auto it = params.find(m.adapter_defs[i].name);
+    if (it != params.end())
+      m.adapters.detach().narrow(0, m.adapter_offsets[i], m.adapter_defs[i].numel()).copy_(it->second.reshape({-1}));
+  }
 }
 
 std::map<std::string, at::Tensor> ShardedModel::local_state() {
@@ -778,6 +892,12 @@ std::map<std::string, at::Tensor> ShardedModel::local_state() {
     if (u.exp_avg.defined()) s[p + "exp_avg"] = u.exp_avg;
     if (u.exp_avg_sq.defined()) s[p + "exp_avg_sq"] = u.exp_avg_sq;
     if (u.momentum.defined()) s[p + "momentum"] = u.momentum;
+  }
+  if (impl_->frozen) {  // replicated: every rank saves the same
+    s["adapters.params"] = impl_->adapters.detach();
+    if (impl_->ad_exp_avg.defined()) s["adapters.exp_avg"] = impl_->ad_exp_avg;
+    if (impl_->ad_exp_avg_sq.defined()) s["adapters.exp_avg_sq"] = impl_->ad_exp_avg_sq;
+    if (impl_->ad_momentum.defined()) s["adapters.momentum"] = impl_->ad_momentum;
   }
   return s;
 }
@@ -795,6 +915,8 @@ void ShardedModel::load_local_state(const std::map<std::string, at::Tensor>& sta
 }
 
 const std::vector<UnitInfo>& ShardedModel::units() const { return impl_->infos; }
+
+const UnitInfo* ShardedModel::adapters() const { return impl_->frozen ? &impl_->adapter_info : nullptr; }
 
 ShardLayout ShardedModel::layout() const {
   ShardLayout l;

@@ -83,6 +83,8 @@ class ShardedModel {
   void load_local_state(const std::map<std::string, at::Tensor>& state);
 
   const std::vector<UnitInfo>& units() const;
+  // LoRA adapters (one replicated flat buffer, "adapters.params" in local_state); null without LoRA.
+  const UnitInfo* adapters() const;
   ShardLayout layout() const;
   int64_t num_params() const;
   // True when a collective had to run in fp32 because the backend lacks the dtype.
