@@ -101,7 +101,8 @@ struct ShardedModel::Impl {
   std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
   int world = 1;
   bool params_sharded = false, grads_sharded = false, optim_sharded = false;
-  bool offload = false;  // optimizer offload: master shards and optimizer states on the host
+  bool offload = false;         // optimizer (or params) offload: master shards and optimizer states on the host
+  bool offload_params = false;  // params offload: no device copy; shards copied in before each all-gather
   // LoRA (method: lora): the base is frozen (no gradients, no optimizer states); the
   // adapters are one small replicated flat leaf, reduced like DDP and updated by AdamW.
   bool frozen = false;
@@ -134,7 +135,9 @@ struct ShardedModel::Impl {
       alloc_storage(u.compute, bytes);
     }
     if (params_sharded) {
-      at::Tensor src = offload                                   ? u.dev_params
+      // Params offload: the host shard is copied in (and cast) right before the all-gather.
+      at::Tensor src = offload_params                            ? u.master.to(device, compute_dtype)
+                       : offload                                 ? u.dev_params
                        : u.master.scalar_type() == compute_dtype ? u.master
                                                                  : u.master.to(compute_dtype);
       u.gather = shard_group->all_gather(src, u.compute);
@@ -396,15 +399,15 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
   if (strategy.master_dtype != DType::Fp32)
     throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
                      std::string(to_string(strategy.master_dtype)));
-  m.offload = strategy.offload == Offload::Optimizer;
+  m.offload = strategy.offload != Offload::None;
+  m.offload_params = strategy.offload == Offload::Params;
   if (m.offload && !m.params_sharded)
-    throw InputError(
-        std::string("optimizer offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
-        to_string(strategy.kind));
+    throw InputError(std::string("offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
+                     to_string(strategy.kind));
   if (strategy.method == Method::QLora)
     throw InputError("fsdp-run does not implement method qlora (4-bit base weights) yet; use lora");
   m.frozen = strategy.method == Method::Lora;
-  if (m.frozen && m.offload) throw InputError("method lora with optimizer offload is not supported");
+  if (m.frozen && m.offload) throw InputError("method lora with offload is not supported");
 
   // Mesh: the shard group and, for HSDP, the replica group.
   const int W = m.world;
@@ -523,7 +526,7 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
       if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(full.narrow(0, a - lo, b - a));
     }
-    if (m.offload) {
+    if (m.offload && !m.offload_params) {
       MemTracker::instance().tag(MemoryCategory::ShardedParams,
                                  master_numel * static_cast<int64_t>(c10::elementSize(m.compute_dtype)));
       u.dev_params = u.master.to(fopt.dtype(m.compute_dtype), /*non_blocking=*/false, /*copy=*/true);
@@ -791,7 +794,7 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
           u.momentum.mul_(c.momentum).add_(d);
         p.add_(u.momentum, -c.lr);
       }
-      u.dev_params.copy_(p);
+      if (u.dev_params.defined()) u.dev_params.copy_(p);
       continue;
     }
     if (c.kind == Optimizer::AdamW) {

@@ -50,8 +50,6 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   t.world = comm.size();
   t.device = select_device(plan.cluster.device, comm.local_rank());
   const Strategy& s = plan.strategy;
-  if (s.offload == Offload::Params)
-    throw InputError("fsdp-run does not implement offload: params yet (plan offload: none or optimizer)");
   if (s.param_dtype == DType::Fp16 && t.device == "cpu")
     throw InputError("fp16 compute is not supported on CPU by this LibTorch (no Half matmul); plan bf16 or fp32");
   if (s.micro_batch < 1 || s.seq_len < 1 || s.grad_accum < 1)

@@ -178,4 +178,44 @@ TEST_CASE("checkpoints: resume continues exactly, reshards to another world size
   }
 }
 
+TEST_CASE("checkpoints with LoRA: resume continues exactly, export saves the adapters under their names") {
+  namespace fs = std::filesystem;
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  const std::string dir = shared_tmp("lora");
+  if (comm.rank() == 0) fs::remove_all(dir);
+  comm.world().barrier();
+  PlanFile p = small_plan(StrategyKind::Fsdp, "layer", W);
+  p.strategy.method = Method::Lora;
+  p.strategy.lora.rank = 2;
+  p.strategy.lora.target_modules = {"q_proj", "o_proj"};
+  RunConfig full;
+  full.steps = 4;
+  const RunResult uninterrupted = run_plan(p, comm, full);
+  RunConfig first = full;
+  first.steps = 2;
+  first.checkpoint_dir = dir;
+  first.checkpoint_every = 2;
+  run_plan(p, comm, first);
+  RunConfig resume = full;
+  resume.resume_dir = dir;
+  const RunResult resumed = run_plan(p, comm, resume);
+  REQUIRE(resumed.steps.size() == 2);
+  for (int i = 0; i < 2; ++i)
+    CHECK(resumed.steps[static_cast<std::size_t>(i)].loss ==
+          doctest::Approx(uninterrupted.steps[static_cast<std::size_t>(2 + i)].loss).epsilon(1e-6));
+  if (comm.rank() == 0) {
+    const std::string out = dir + ".safetensors";
+    export_checkpoint(dir, out);
+    SafetensorsFile f(out);
+    int adapters = 0;
+    for (const auto& [name, t] : f.tensors()) adapters += name.find(".lora_") != std::string::npos;
+    CHECK(adapters == 2 * 2 * 3);  // A and B, 2 modules, 3 layers
+    CHECK(f.tensors().count("model.layers.1.self_attn.o_proj.lora_B.weight") == 1);
+    fs::remove(out);
+    fs::remove_all(dir);
+  }
+  comm.world().barrier();
+}
+
 }  // namespace fsdp::exec::test

@@ -127,12 +127,17 @@ TEST_CASE("optimizer offload (host AdamW) gives the same results as no offload; 
   Comm& comm = *g_comm;
   const int W = comm.size();
   for (StrategyKind kind : {StrategyKind::Fsdp, StrategyKind::Zero3, StrategyKind::Hsdp}) {
-    PlanFile p = small_plan(kind, "every:2", W);
-    p.strategy.offload = Offload::Optimizer;
-    Outcome o = train(p, comm);
-    check_same(o, reference(W), std::string("offload ") + to_string(kind));
-    // The fp32 masters are accounted on the host side, the compute shard on the device side.
-    CHECK(o.result.breakdown[static_cast<std::size_t>(MemoryCategory::MasterParams)] > 0);
+    for (Offload off : {Offload::Optimizer, Offload::Params}) {
+      PlanFile p = small_plan(kind, "every:2", W);
+      p.strategy.offload = off;
+      Outcome o = train(p, comm);
+      check_same(o, reference(W), std::string("offload ") + to_string(off) + " " + to_string(kind));
+      // The fp32 masters are accounted on the host side (and, for optimizer offload, the
+      // compute shard on the device side).
+      CHECK(o.result.breakdown[static_cast<std::size_t>(MemoryCategory::MasterParams)] > 0);
+      CHECK((o.result.breakdown[static_cast<std::size_t>(MemoryCategory::ShardedParams)] > 0) ==
+            (off == Offload::Optimizer));
+    }
   }
   PlanFile ddp = small_plan(StrategyKind::Ddp, "layer", W);
   ddp.strategy.offload = Offload::Optimizer;
