@@ -311,6 +311,28 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
   CHECK(ok.code == 0);
 }
 
+TEST_CASE("data: a uint16 token file trains end to end on 2 ranks; the report names it") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Zero2, "layer", 2));
+  const std::string tokens = d / "tokens.bin";
+  {
+    std::ofstream o(tokens, std::ios::binary);
+    for (int i = 0; i < 5000; ++i) {
+      const uint16_t id = static_cast<uint16_t>((i * 7919) % 251);
+      o.write(reinterpret_cast<const char*>(&id), 2);
+    }
+  }
+  Result r = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 3 --data " + tokens + " --report " + (d / "t.json"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  json j = json::parse(slurp(d / "t.json"));
+  CHECK(j.at("data") == tokens);
+  CHECK(j.at("steps").size() == 3);
+  Result bad = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 1 --data " + tokens + " --data-dtype uint32");
+  CHECK(bad.code == 2);
+  CHECK(bad.out.find("beyond the model's vocabulary") != std::string::npos);
+}
+
 TEST_CASE("rehearsal from the command line: --emulate-world-size runs rank 0 of a larger plan alone") {
   TmpDir d;
   const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 8));
