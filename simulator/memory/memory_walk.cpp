@@ -75,16 +75,24 @@ namespace fsdp {
 MemoryBreakdown model_state_bytes(const StepProgram& p) {
   MemoryBreakdown b{};
   for (const MemEvent& e : p.persistent) b[static_cast<size_t>(e.category)] += e.bytes;
-  // Gradient storage: the largest amount of sharded (kept) gradient alive during the walk.
-  double grads = 0, max_grads = 0;
+  // Gradient storage the step allocates: the most sharded gradient alive at once, and the full
+  // (unsharded) gradients still alive when the optimizer (or the copy to the host) starts.
+  double sharded = 0, max_sharded = 0, unsharded = 0, unsharded_at_step = 0;
   for (const Op& op : p.ops) {
-    for (const MemEvent& e : op.on_issue)
-      if (e.category == MemoryCategory::ShardedGrads) grads += e.bytes;
-    max_grads = std::max(max_grads, grads);
-    for (const MemEvent& e : op.on_complete)
-      if (e.category == MemoryCategory::ShardedGrads) grads += e.bytes;
+    for (const MemEvent& e : op.on_issue) {
+      if (e.category == MemoryCategory::ShardedGrads) sharded += e.bytes;
+      if (e.category == MemoryCategory::UnshardedGrads) unsharded += e.bytes;
+    }
+    max_sharded = std::max(max_sharded, sharded);
+    if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::CopyToHost)
+      unsharded_at_step = std::max(unsharded_at_step, unsharded);
+    for (const MemEvent& e : op.on_complete) {
+      if (e.category == MemoryCategory::ShardedGrads) sharded += e.bytes;
+      if (e.category == MemoryCategory::UnshardedGrads) unsharded += e.bytes;
+    }
   }
-  b[static_cast<size_t>(MemoryCategory::ShardedGrads)] += max_grads;
+  b[static_cast<size_t>(MemoryCategory::ShardedGrads)] += max_sharded;
+  b[static_cast<size_t>(MemoryCategory::UnshardedGrads)] += unsharded_at_step;
   return b;
 }
 

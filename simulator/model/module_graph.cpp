@@ -41,6 +41,8 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.norm_fp32_internal ? 4.0 : tensor_bytes(TensorClass::Residual, q);
     case TensorClass::NormInternal: return q.norm_fp32_internal ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::LogProbs: return q.logits_upcast_fp32 ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::SoftmaxOut: return q.softmax_fp32 ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::SoftmaxCast: return q.softmax_fp32 && q.compute != DType::Fp32 ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -192,7 +194,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.
   core.saved.push_back(SavedTensor{p + ".attn.k_expanded", qd, false, TensorClass::Compute, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v_expanded", qd, false, TensorClass::Compute, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::Compute, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
   if (m.dropout) {
     core.saved.push_back(SavedTensor{p + ".attn.dropout.mask", heads, true, TensorClass::Byte, true, true});
     core.saved.push_back(SavedTensor{p + ".attn.dropout.out", heads, true, TensorClass::Compute, true, true});

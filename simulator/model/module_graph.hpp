@@ -50,6 +50,8 @@ enum class TensorClass {
   NormInput,     // a norm's saved input: residual dtype, or fp32 when the runtime's norm upcasts first
   NormInternal,  // the normalised pre-weight tensor some runtimes keep (compute dtype), else nothing
   LogProbs,      // the loss's log-probabilities: fp32 when logits are upcast, else the compute dtype
+  SoftmaxOut,    // eager attention's softmax output: fp32 when the runtime's softmax runs in fp32
+  SoftmaxCast,   // its cast back to the compute dtype (only when that differs from fp32)
 };
 
 // A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
@@ -94,6 +96,7 @@ struct ActivationQuery {
   bool autocast_fp32_residual = false;  // DDP-style autocast over fp32 params: residual stream in fp32
   bool norm_fp32_internal = false;      // runtime's norm upcasts to fp32 and keeps the fp32 input (HF RMSNorm)
   bool logits_upcast_fp32 = false;      // runtime's loss upcasts logits to fp32
+  bool softmax_fp32 = false;            // runtime's eager softmax runs in fp32 and is cast back
 };
 
 class ModuleGraph {

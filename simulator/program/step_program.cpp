@@ -58,7 +58,8 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   // not autocast to lower precision).
   bool replicated = !shards_params(s.kind);
   q.autocast_fp32_residual = replicated && s.param_dtype != DType::Fp32 && s.master_dtype == DType::Fp32;
-  q.norm_fp32_internal = rt.norm_saves_fp32_input && s.param_dtype != DType::Fp32;
+  q.norm_fp32_internal = rt.norm_saves_fp32_input;
+  q.softmax_fp32 = rt.eager_softmax_fp32;
   q.logits_upcast_fp32 = rt.logits_upcast_fp32;
   return q;
 }
@@ -201,6 +202,11 @@ struct Emitter {
     for (const auto& u : prog.units) {
       const double nl = static_cast<double>(u.num_layers());
       double act = layer_act * nl, mm = layer_mm * nl, at = layer_at * nl, rec = nl > 0 ? layer_rec : 0.0;
+      if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit && nl > 0) {
+        // One region per unit: only the unit's input is kept, and backward rematerialises all its layers.
+        act = layer_act;
+        rec = layer_rec * nl;
+      }
       if (u.is_root) {
         // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
         for (ModuleId c : g.children(g.root())) {
@@ -208,7 +214,8 @@ struct Emitter {
           if (k == ModuleKind::LayerStack) continue;
           if (k == ModuleKind::Loss) continue;
           flops_of(c, mm, at);
-          if (k != ModuleKind::Head) act += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+          // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
+          act += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
         }
       }
       act_bytes.push_back(act);
@@ -284,16 +291,34 @@ struct Emitter {
     return t;
   }
 
-  // Gradient storage allocated so far in the step (freed by the optimizer).
-  double allocated_grads() const {
+  // Gradient storage of a category still alive after the ops emitted so far (what the optimizer frees).
+  double allocated_grads(MemoryCategory cat) const {
     double total = 0;
     for (const Op& op : prog.ops) {
       for (const MemEvent& e : op.on_issue)
-        if (e.category == MemoryCategory::ShardedGrads) total += e.bytes;
+        if (e.category == cat) total += e.bytes;
       for (const MemEvent& e : op.on_complete)
-        if (e.category == MemoryCategory::ShardedGrads) total += e.bytes;
+        if (e.category == cat) total += e.bytes;
     }
     return total;
+  }
+
+  // The gradient storage kept until the optimizer step: allocated in the step (set_to_none=True
+  // semantics, PyTorch's default since 2.0), or once for the whole run by runtimes that zero it in place.
+  void keep_grads(Op& op, MemoryCategory cat, double bytes) {
+    if (rt.grads_persist) {
+      prog.persistent.push_back({cat, bytes});
+    } else {
+      op.on_issue.push_back({cat, bytes});
+    }
+  }
+
+  // Frees, when the optimizer is done with them, the gradients the step allocated.
+  void free_grads(Op& op) {
+    for (MemoryCategory cat : {MemoryCategory::ShardedGrads, MemoryCategory::UnshardedGrads}) {
+      double g = allocated_grads(cat);
+      if (g > 0) op.on_complete.push_back({cat, -g});
+    }
   }
 
   // ---- ops shared by both families ----
@@ -505,7 +530,7 @@ void Emitter::emit_sharded() {
       double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       r.on_issue.push_back({MemoryCategory::UnshardedGrads, -full * pb});
-      if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(train(ui)) * gb});
+      if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
       r.on_complete.push_back({MemoryCategory::CommBuffers, -rs_input});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
@@ -542,7 +567,7 @@ void Emitter::emit_replicated() {
   bool buckets = s.kind == StrategyKind::Ddp;
   if (buckets) {
     // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
-    MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::ShardedGrads : MemoryCategory::CommBuffers;
+    MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::UnshardedGrads : MemoryCategory::CommBuffers;
     prog.persistent.push_back({cat, P * mb});
   }
   const bool casts = mixed && !zero_layout && rt.autocast_caches_weight_casts;
@@ -567,12 +592,13 @@ void Emitter::emit_replicated() {
       Op b = backward_op(ui, mbi);
       double cast = casts ? p * pb : 0.0;
       if (s.act_ckpt != ActCkpt::None) b.transient_bytes += cast;
-      // Gradients accumulate into .grad in the parameter dtype (fp32), allocated on the first micro-batch.
+      // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps
+      // only a partition and holds the full gradient of a bucket until it is reduced.
       if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
           b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
         } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
-          b.on_issue.push_back({MemoryCategory::ShardedGrads, p * gb});
+          keep_grads(b, MemoryCategory::UnshardedGrads, p * gb);
         }
       } else if (s.kind == StrategyKind::Zero2) {
         b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
@@ -593,7 +619,7 @@ void Emitter::emit_replicated() {
         r.collective = CollectiveKind::ReduceScatter;
         r.comm_bytes = p * rb;
         r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * gb});
-        if (mbi == 0) r.on_issue.push_back({MemoryCategory::ShardedGrads, shard(p) * gb});
+        if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(p) * gb);
       } else {
         r.kind = OpKind::AllReduce;
         r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
@@ -628,8 +654,7 @@ void Emitter::emit_optimizer() {
     // Memory traffic: read param, grad, states; write param and states (AdamW: 4 reads + 3 writes).
     o.elementwise_bytes = opt_elems * mb * (s.optimizer == Optimizer::AdamW ? 7.0 : 4.0);
     // Gradients are dropped after the step (zero_grad(set_to_none=True)).
-    double grads = allocated_grads();
-    if (grads > 0) o.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
+    free_grads(o);
     o.after_all_comm = true;
     push(o);
     if (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) {
@@ -656,8 +681,7 @@ void Emitter::emit_optimizer() {
   d.copy_bytes = grad_elems * rb;
   d.after_all_comm = true;
   d.deps.push_back(static_cast<int>(prog.ops.size()) - 1);  // the last backward
-  double grads = allocated_grads();
-  if (grads > 0) d.on_complete.push_back({MemoryCategory::ShardedGrads, -grads});
+  free_grads(d);
   int dop = push(d);
   Op h;
   h.kind = OpKind::HostOptimizerStep;

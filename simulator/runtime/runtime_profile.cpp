@@ -35,6 +35,8 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   ConfigMap mod = map.get_map("modules");
   r.norm_saves_fp32_input = mod.get_bool("norm_saves_fp32_input");
   r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
+  r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
+  r.eager_softmax_fp32 = mod.get_bool("eager_softmax_fp32");
   mod.finish();
   ConfigMap sh = map.get_map("sharding");
   r.allgather_copy_out = sh.get_bool("allgather_copy_out");
@@ -42,6 +44,7 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.grads_in_reduce_dtype_before_reduce = sh.get_bool("reduce_dtype_copy_of_grads");
   r.ddp_gradient_as_bucket_view = sh.get_bool("ddp_gradient_as_bucket_view");
   r.autocast_caches_weight_casts = sh.get_bool("autocast_keeps_weight_casts");
+  r.grads_persist = sh.get_bool("grads_persist");
   sh.finish();
   map.finish();
   return r;

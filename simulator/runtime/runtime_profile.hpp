@@ -23,11 +23,16 @@ struct RuntimeProfile {
   // --- module behaviour ---
   bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
   bool logits_upcast_fp32 = false;     // the loss casts logits to fp32 before log_softmax
+  // Full activation checkpointing regions: each decoder layer (Hugging Face gradient_checkpointing), or
+  // each wrap unit (fsdp-run: one region per unit, whatever its number of layers).
+  bool checkpoint_per_unit = false;
   bool allgather_copy_out = false;     // all-gather output is copied out into per-parameter tensors
   bool root_reshard_after_forward = true;  // the root unit frees its params after forward
   bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
   bool ddp_gradient_as_bucket_view = false;          // DDP grads are views into its buckets (no extra copy)
   bool autocast_caches_weight_casts = true;          // autocast keeps low-precision weight casts for backward
+  bool grads_persist = false;  // gradient buffers live for the whole run (zeroed in place), not per step
+  bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
 };
 
 RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);
