@@ -89,6 +89,7 @@ struct Emitter {
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
   std::vector<double> train_p, frozen_p, frozen_bpe;
+  double layer_train = 0;  // trainable parameters of one decoder layer
   std::vector<double> act_bytes;   // per unit, saved activations of one micro-batch
   std::vector<double> fwd_flops;   // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;  // per unit
@@ -156,6 +157,9 @@ struct Emitter {
           if (t == n.short_name) layer_lora += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
       }
     }
+    layer_train = s.method == Method::Full
+                      ? (g.layers().empty() ? 0.0 : static_cast<double>(g.params_under(g.layers().front())))
+                      : layer_lora;
     for (const auto& u : prog.units) {
       const double nl = static_cast<double>(u.num_layers());
       const double params = static_cast<double>(u.params);
@@ -510,12 +514,57 @@ void Emitter::emit_sharded() {
       const double full_bytes = gathered_bytes(ui);
       Op b = backward_op(ui, mbi);
       b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
-      b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
       if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
-      b.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
-      int bop = push(b);
+      const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      const int64_t nl = u.num_layers();
+      int bop = -1;
+      if (nl <= 1) {
+        b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
+        bop = push(b);
+      } else {
+        // A unit of several layers: autograd walks its layers in reverse, allocating each layer's
+        // parameter gradients and releasing its activations as it goes, so the unit's gradients and
+        // activations are never all alive at once. One op per layer; the unit's own non-layer
+        // parameters (root: embeddings, norm, head) get their gradients with the first.
+        const double own = full - layer_train * static_cast<double>(nl);  // non-layer params and padding
+        const double k = 1.0 / static_cast<double>(nl);
+        const double act_total = act_bytes[static_cast<size_t>(ui)];
+        const double rec = recompute_bytes[static_cast<size_t>(ui)];
+        for (int64_t i = 0; i < nl; ++i) {
+          Op part = b;
+          part.matmul_flops *= k;
+          part.attention_flops *= k;
+          part.elementwise_bytes *= k;
+          part.layers = 1;
+          part.on_issue = {};
+          part.on_complete = {};
+          part.on_issue.push_back({MemoryCategory::UnshardedGrads, (layer_train + (i == 0 ? own : 0.0)) * pb});
+          part.on_complete.push_back({MemoryCategory::Activations, -act_total * k});
+          // A unit-wide checkpoint region is recomputed whole, then consumed layer by layer.
+          if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit)
+            part.transient_bytes = backward_transient(static_cast<size_t>(ui)) - rec * static_cast<double>(i) * k;
+          if (i > 0) part.deps = {};
+          bop = push(part);
+        }
+      }
       gathered[static_cast<size_t>(ui)] = false;
-      // Reduce-scatter the unit's gradients in the reduce dtype; the shard accumulates into the fp32
+      // Post-backward (on the compute stream, once the unit's gradients are complete): the gradients are
+      // copied into the reduce-scatter input in the reduce dtype while the unsharded parameters and the
+      // per-parameter gradients are still alive (FSDP2 foreach_reduce's copy-in; fsdp-run's flat buffer),
+      // then the parameters are resharded and the per-parameter gradients released.
+      const double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
+      Op post;
+      post.kind = OpKind::Reshard;
+      post.unit = ui;
+      post.micro_batch = mbi;
+      post.what = "post-backward";
+      post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
+      post.elementwise_bytes = rs_input > 0 ? full * pb + rs_input : 0.0;
+      post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
+      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      post.deps.push_back(bop);
+      int pop = push(post);
+      // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
       Op r;
       r.kind = OpKind::ReduceScatter;
@@ -526,12 +575,13 @@ void Emitter::emit_sharded() {
       r.collective = CollectiveKind::ReduceScatter;
       r.group = GroupKind::Shard;
       r.comm_bytes = full * rb;
-      r.deps.push_back(bop);
-      double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
-      r.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
-      r.on_issue.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      r.deps.push_back(pop);
+      const double rs_output = shard(train(ui)) * rb;
+      r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
       if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
-      r.on_complete.push_back({MemoryCategory::CommBuffers, -rs_input});
+      r.on_complete.push_back({MemoryCategory::CommBuffers, -(rs_input + rs_output)});
+      // Without a copy the per-parameter gradients are the reduce-scatter input, released when it ends.
+      if (rs_input == 0) r.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
         Op a;
