@@ -24,6 +24,9 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   MemoryBreakdown cur{};
   const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
   for (const MemEvent& e : p.persistent) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  // On a CPU run the "host" and the device are the same memory: offloaded state counts too.
+  if (!cuda)
+    for (const MemEvent& e : p.host_persistent) cur[idx(e.category)] += e.bytes;
   auto total = [](const MemoryBreakdown& b) {
     double t = 0;
     for (double v : b) t += v;
@@ -33,8 +36,20 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   r.peak_allocated = persistent_total;
   r.breakdown = cur;
   r.peak_phase = "before the step";
+  // Gradient reductions run asynchronously: what a reduce-scatter or all-reduce releases when it
+  // completes is released only after the compute op issued next has run (FSDP keeps one reduction in
+  // flight and waits for it at the next post-backward), so its buffers coexist with that compute.
+  // All-gathers are waited for before their unit's compute (and their staging is copied out then),
+  // so their completion applies in issue order.
+  std::vector<const Op*> pending;
+  auto flush_pending = [&] {
+    for (const Op* o : pending)
+      for (const MemEvent& e : o->on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    pending.clear();
+  };
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
+    if (op.after_all_comm) flush_pending();  // the optimizer waits for every reduction
     for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
@@ -46,8 +61,15 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
       r.peak_op = static_cast<int>(i);
       r.peak_op = static_cast<int>(i);
     }
+    if (op.stream == Stream::ReduceScatter) {
+      pending.push_back(&op);
+      continue;
+    }
     for (const MemEvent& e : op.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    // A reduction issued just before this compute op stays pending until the next one.
+    if (op.stream == Stream::Compute && op.kind != OpKind::Reshard) flush_pending();
   }
+  flush_pending();
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
     r.peak_phase = op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";

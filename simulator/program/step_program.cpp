@@ -723,6 +723,8 @@ void Emitter::emit_optimizer() {
   // Offloaded optimizer (ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): fp32 masters, states and a
   // gradient copy live in (pinned) host memory; gradients go down, updated parameters come back up.
   prog.host_bytes_per_rank += opt_elems * (states + 1.0 + 1.0) * 4.0;  // states + master + fp32 grad
+  prog.host_persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * 4.0});
+  prog.host_persistent.push_back({MemoryCategory::MasterParams, opt_elems * 4.0});
   prog.pinned_bytes_per_rank += grad_elems * rb;
   Op d;
   d.kind = OpKind::CopyToHost;
@@ -780,6 +782,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
     double shard_p = 0;
     for (int ui = 0; ui < static_cast<int>(e.prog.units.size()); ++ui) shard_p += e.shard_bytes(ui, e.mb);
     e.prog.host_bytes_per_rank += shard_p;
+    e.prog.host_persistent.push_back({MemoryCategory::ShardedParams, shard_p});
     e.prog.pinned_bytes_per_rank += shard_p * e.pb / e.mb;
   }
   // Communicators: the default (world) group, plus shard and replica groups for HSDP.

@@ -113,6 +113,7 @@ struct StepProgram {
   std::vector<WrapUnit> units;
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;
+  std::vector<MemEvent> host_persistent;  // offloaded state in host memory (the device itself on CPU runs)
   double host_bytes_per_rank = 0;    // host-resident state for offload (pinned buffers included)
   double pinned_bytes_per_rank = 0;
   int communicators = 0;             // NCCL communicators this rank holds
