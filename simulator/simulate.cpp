@@ -70,6 +70,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   pi.cluster = in.cluster;
   pi.strategy = in.strategy;
   pi.runtime = in.runtime;
+  // Gloo (the CPU backend) in LibTorch 1.13 has no bf16/fp16 collectives (DEVELOPERS.md).
+  pi.fp32_collectives_only = in.hardware->device_kind == "cpu";
   StepProgram prog = emit_step_program(pi);
   Prediction p;
   p.params = in.graph->total_params();

@@ -139,7 +139,16 @@ int run_plan(const std::vector<std::string>& argv) {
     cluster.nodes = args.get_int_or("--nodes", 1);
     if (cluster.nodes <= 0) throw InputError("--nodes: must be at least 1 (or 'auto'), got " + nodes_arg);
   }
-  validate_strategy(base, model, Cluster{1, 1});
+  {
+    // The knobs themselves (the HSDP group is checked against each searched world size).
+    Strategy check = base;
+    check.hsdp_group = 0;
+    if (check.kind == StrategyKind::Hsdp) check.kind = StrategyKind::Fsdp;
+    validate_strategy(check, model, auto_nodes ? Cluster{1, gpn} : cluster);
+    if (!auto_nodes && req.pins.hsdp_group && cluster.world_size() % *req.pins.hsdp_group != 0)
+      throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
+                       std::to_string(cluster.world_size()));
+  }
 
   SearchResult result;
   if (auto_nodes) {

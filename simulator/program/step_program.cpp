@@ -95,6 +95,8 @@ struct Emitter {
   std::vector<double> attn_flops;  // per unit
   std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
 
+  bool fp32_collectives = false;
+
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
   int push(Op op) {
@@ -133,7 +135,8 @@ struct Emitter {
     rb = dtype_bytes(s.reduce_dtype);
     sharded = shards_params(s.kind);
     mixed = s.param_dtype != s.master_dtype;
-    zero_layout = mixed && (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
+    zero_layout = mixed && rt.zero_low_precision_params &&
+                  (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
     sb = zero_layout ? pb : mb;
     // ZeRO-1/2 keep the gradient (partition) in the low precision and convert it to fp32 for the step;
     // ZeRO-3 reduce-scatters straight into the gradient partition in the reduce dtype (DeepSpeed
@@ -460,6 +463,9 @@ void Emitter::emit_sharded() {
       // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
       // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
       if (rt.allgather_copy_out) staging += full_bytes;
+      // Without low-precision collectives the gather runs in fp32: an fp32 input shard and an fp32
+      // output, cast afterwards into the compute-dtype parameters.
+      if (fp32_collectives && pb < 4.0) staging += shard(train(ui)) * (4.0 - pb) + padded(train(ui)) * 4.0;
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
         op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
@@ -757,6 +763,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
   FSDP_ASSERT(in.graph && in.runtime, "emit_step_program needs a graph and a runtime");
   const Strategy& s = in.strategy;
   Emitter e(*in.graph, s, *in.runtime);
+  e.fp32_collectives = in.fp32_collectives_only;
   StepLayout& lay = e.prog.layout;
   lay.world = in.cluster.world_size();
   if (s.kind == StrategyKind::Hsdp) {

@@ -124,6 +124,9 @@ struct ProgramInput {
   Cluster cluster;
   Strategy strategy;
   const RuntimeProfile* runtime = nullptr;
+  // The backend has no low-precision collectives (Gloo in LibTorch 1.13 rejects bf16): they run through
+  // fp32 staging buffers (executor/dist/comm.cpp).
+  bool fp32_collectives_only = false;
 };
 
 StepProgram emit_step_program(const ProgramInput& in);

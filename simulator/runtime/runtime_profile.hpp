@@ -31,6 +31,9 @@ struct RuntimeProfile {
   bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
   bool ddp_gradient_as_bucket_view = false;          // DDP grads are views into its buckets (no extra copy)
   bool autocast_caches_weight_casts = true;          // autocast keeps low-precision weight casts for backward
+  // ZeRO stages keep parameters and gradients in the low precision with an fp32 master partition
+  // (DeepSpeed, the ZeRO paper), rather than fp32 parameters cast for compute (PyTorch, fsdp-run).
+  bool zero_low_precision_params = false;
   bool grads_persist = false;  // gradient buffers live for the whole run (zeroed in place), not per step
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
 };

@@ -57,7 +57,7 @@ TEST_CASE("ZeRO paper worked example: 7.5B params, 64 GPUs, mixed-precision Adam
   //   P_os+g+p (ZeRO-3): (2 + 2 + K) Psi / N    = 120e9 / 64           = 1.9 GB
   // The simulator's model states per parameter must give exactly these coefficients.
   ModuleGraph g(gpt_like(4096, 36, 32));
-  RuntimeProfile rt = runtime("pytorch");
+  RuntimeProfile rt = runtime("deepspeed");
   const double P = static_cast<double>(g.total_params());
   const double N = 64;
   const double psi = 7.5e9;
@@ -86,7 +86,7 @@ TEST_CASE("DeepSpeed estimators: ZeRO-3 4*largest_layer + 18*P/N, ZeRO-2 2*P + 1
   // deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (offload none, after
   // PR #5099): gpu = 2 * total_params + 18 * total_params / total_gpus.
   ModuleGraph g(zoo("llama2-7b"));
-  RuntimeProfile rt = runtime("pytorch");
+  RuntimeProfile rt = runtime("deepspeed");
   const double P = static_cast<double>(g.total_params());
   const double N = 16;
   StepProgram z3 = program(g, zero_strategy(StrategyKind::Zero3, DType::Fp32), rt, 2, 8);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Accuracy gate (issue M6): every plan of tests/accuracy/grid.txt runs through fsdp-run on CPU, and its
+# measured peak allocated memory (max over ranks) is compared with fsdp-plan's prediction for the same
+# plan (runtime fsdp-run, hardware cpu). Prints the table; fails when any |error| exceeds the tolerance.
+#   run_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR]
+set -euo pipefail
+plan_bin=$1 run_bin=$2 tol=${3:-3} out=${4:-$(mktemp -d)}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+model=$root/tests/data/models/acc-small.yaml
+mkdir -p "$out"
+rows=$out/rows.tsv
+: >"$rows"
+i=0
+while read -r strategy world wrap ckpt dtype accum offload group; do
+  [[ -z "$strategy" || "$strategy" == \#* ]] && continue
+  i=$((i + 1))
+  plan=$out/plan$i.yaml
+  extra=()
+  [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
+  "$plan_bin" --model "$model" --hw cpu --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
+    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch 2 --seq 64 --grad-accum "$accum" \
+    --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json >"$out/pred$i.json" 2>"$out/plan$i.err" ||
+    { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; exit 1; }
+  "$run_bin" --nproc-per-node "$world" "$plan" --steps 2 --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
+    { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; exit 1; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" "$offload" \
+    "$group" >>"$rows"
+done <"$root/tests/accuracy/grid.txt"
+python3 - "$out" "$tol" <<'PY'
+import json, sys
+out, tol = sys.argv[1], float(sys.argv[2])
+rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
+print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt", "dtype",
+      "accum", "offload", "pred MiB", "meas MiB", "error"))
+worst, failed = 0.0, 0
+for r in rows:
+    i = r[0]
+    pred = json.load(open(f"{out}/pred{i}.json"))["chosen"]["memory"]["peak_bytes"]
+    meas = json.load(open(f"{out}/report{i}.json"))["memory"]["peak_bytes"]
+    err = (pred - meas) / meas * 100
+    worst = max(worst, abs(err))
+    bad = abs(err) > tol
+    failed += bad
+    print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10.3f %10.3f %+6.1f%%%s" % (i, r[1], r[2], r[3], r[4], r[5], r[6],
+          r[7], pred / 2**20, meas / 2**20, err, "  <-- over %.0f%%" % tol if bad else ""))
+print("%d plans, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), worst, failed, tol))
+print("%d passed, %d failed" % (len(rows) - failed, failed))
+sys.exit(1 if failed else 0)
+PY
