@@ -606,7 +606,12 @@ ShardedModel::~ShardedModel() {
   }
   for (auto& up : impl_->units) {
     Unit& u = *up;
-    impl_->reshard(u);
+    // May run while an exception unwinds (a failed collective): a prefetch still in flight
+    // must not throw out of the destructor (std::terminate).
+    try {
+      impl_->reshard(u);
+    } catch (...) {
+    }
     const int64_t master_numel = u.master.numel();
     MemTracker::instance().tag(impl_->offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
                                -master_numel * 4);
