@@ -413,8 +413,11 @@ DistEnv read_dist_env() {
     if (f_proc && f_ntasks) {
       e.source = "slurm";
       e.local_rank = env_int("SLURM_LOCALID", 0, f);
-      // SLURM_NTASKS_PER_NODE is set with --ntasks-per-node; else assume one node.
-      e.local_world_size = env_int("SLURM_NTASKS_PER_NODE", e.world_size, f);
+      // SLURM_NTASKS_PER_NODE is set with --ntasks-per-node, possibly as "4(x2)"; else assume one node.
+      const std::string per_node = env_str("SLURM_NTASKS_PER_NODE", "");
+      e.local_world_size = per_node.empty() || !std::isdigit(static_cast<unsigned char>(per_node[0]))
+                               ? e.world_size
+                               : std::atoi(per_node.c_str());
       std::string nodes = env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", "127.0.0.1"));
       e.master_addr = env_str("MASTER_ADDR", first_slurm_host(nodes));
       e.master_port = env_int("MASTER_PORT", 29500, f);

@@ -85,7 +85,7 @@ TEST_CASE("equivalence: every strategy x wrap against one unsharded process") {
   }
 }
 
-TEST_CASE("equivalence: no reshard after forward, prefetch off, tiny DDP buckets, tied embeddings") {
+TEST_CASE("equivalence: no reshard after forward, prefetch off, size wrap, small DDP buckets, tied embeddings") {
   Comm& comm = *g_comm;
   const int W = comm.size();
   {
@@ -94,6 +94,11 @@ TEST_CASE("equivalence: no reshard after forward, prefetch off, tiny DDP buckets
     p.strategy.forward_prefetch = 0;
     p.strategy.backward_prefetch = 0;
     check_same(train(p, comm), reference(W), "fsdp without reshard/prefetch");
+  }
+  for (StrategyKind kind : {StrategyKind::Fsdp, StrategyKind::Zero2}) {
+    // size-based wrap: a unit closes once it holds >= 50000 parameters (two layers here).
+    PlanFile p = small_plan(kind, "size:50000", W);
+    check_same(train(p, comm), reference(W), std::string("wrap size:50000 ") + to_string(kind));
   }
   {
     PlanFile p = small_plan(StrategyKind::Ddp, "layer", W);

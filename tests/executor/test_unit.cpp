@@ -183,7 +183,7 @@ TEST_CASE("rendezvous environment: torchrun and Slurm variables") {
   ::setenv("SLURM_PROCID", "5", 1);
   ::setenv("SLURM_NTASKS", "16", 1);
   ::setenv("SLURM_LOCALID", "1", 1);
-  ::setenv("SLURM_NTASKS_PER_NODE", "4", 1);
+  ::setenv("SLURM_NTASKS_PER_NODE", "4(x4)", 1);
   ::setenv("SLURM_JOB_NODELIST", "gpu[012-015]", 1);
   e = read_dist_env();
   CHECK(e.rank == 5);
