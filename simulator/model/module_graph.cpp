@@ -116,6 +116,18 @@ ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::
   return n;
 }
 
+// The MLP's activation function (with the gating multiply for gated MLPs), `f` elements per token.
+ModuleNode activation(const std::string& mlp, int64_t layer, double f, int64_t ffn) {
+  ModuleNode act;
+  act.name = mlp + ".act_fn";
+  act.short_name = "act_fn";
+  act.kind = ModuleKind::Activation;
+  act.layer = layer;
+  act.flops_per_token = kActFlopsPerElem * f;
+  act.output_elems_per_token = ffn;
+  return act;
+}
+
 ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, bool attention_internal) {
   ModuleNode n;
   n.name = name;
@@ -230,17 +242,11 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
                                          TensorClass::Compute));
       ModuleId up = add(parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
                                        TensorClass::Compute));
-      ModuleNode act;
-      act.name = mp + ".act_fn";
-      act.short_name = "act_fn";
-      act.kind = ModuleKind::Activation;
-      act.layer = i;
-      act.flops_per_token = kActFlopsPerElem * f;
+      ModuleNode act = activation(mp, i, f, ffn);
       // SiLU saves its input (the gate output); the gating multiply saves both operands.
       act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
       act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::Compute});
       act.saved.push_back(SavedTensor{mp + ".up.out", f, false, TensorClass::Compute});
-      act.output_elems_per_token = ffn;
       ModuleId a = add(parent, act);
       feeds(gate, a);
       feeds(up, a);
@@ -253,14 +259,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     } else {
       ModuleId fc1 = add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, in_id,
                                         TensorClass::Compute));
-      ModuleNode act;
-      act.name = mp + ".act_fn";
-      act.short_name = "act_fn";
-      act.kind = ModuleKind::Activation;
-      act.layer = i;
-      act.flops_per_token = kActFlopsPerElem * f;
+      ModuleNode act = activation(mp, i, f, ffn);
       act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
-      act.output_elems_per_token = ffn;
       ModuleId a = add(parent, act);
       feeds(fc1, a);
       ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",

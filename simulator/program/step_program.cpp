@@ -330,6 +330,21 @@ struct Emitter {
 
   // ---- ops shared by both families ----
 
+  // A collective on a communication stream.
+  Op collective_op(OpKind kind, Stream stream, const char* what, CollectiveKind c, GroupKind group, double bytes,
+                   int ui, int mbi) const {
+    Op op;
+    op.kind = kind;
+    op.stream = stream;
+    op.unit = ui;
+    op.micro_batch = mbi;
+    op.what = what;
+    op.collective = c;
+    op.group = group;
+    op.comm_bytes = bytes;
+    return op;
+  }
+
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
   Op forward_op(int ui, int mbi) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -438,12 +453,8 @@ void Emitter::emit_sharded() {
     auto gather = [&](int ui, bool backward) {
       if (backward) regathered[static_cast<size_t>(ui)] = true;
       const double full_bytes = gathered_bytes(ui);
-      Op op;
-      op.kind = OpKind::Gather;
-      op.stream = Stream::AllGather;
-      op.unit = ui;
-      op.micro_batch = mbi;
-      op.what = backward ? "bwd all-gather" : "fwd all-gather";
+      Op op = collective_op(OpKind::Gather, Stream::AllGather, backward ? "bwd all-gather" : "fwd all-gather",
+                            CollectiveKind::AllGather, GroupKind::Shard, full_bytes, ui, mbi);
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -453,9 +464,6 @@ void Emitter::emit_sharded() {
           op.deps.push_back(static_cast<int>(k));
           break;
         }
-      op.collective = CollectiveKind::AllGather;
-      op.group = GroupKind::Shard;
-      op.comm_bytes = full_bytes;
       if (offload_params) op.copy_bytes = shard_bytes(ui, mb);
       op.on_issue.push_back({MemoryCategory::UnshardedParams, full_bytes});
       // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
@@ -572,15 +580,8 @@ void Emitter::emit_sharded() {
       int pop = push(post);
       // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-      Op r;
-      r.kind = OpKind::ReduceScatter;
-      r.stream = Stream::ReduceScatter;
-      r.unit = ui;
-      r.micro_batch = mbi;
-      r.what = "reduce-scatter";
-      r.collective = CollectiveKind::ReduceScatter;
-      r.group = GroupKind::Shard;
-      r.comm_bytes = full * rb;
+      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, "reduce-scatter", CollectiveKind::ReduceScatter,
+                           GroupKind::Shard, full * rb, ui, mbi);
       r.deps.push_back(pop);
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
@@ -590,15 +591,8 @@ void Emitter::emit_sharded() {
       if (rs_input == 0) r.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
-        Op a;
-        a.kind = OpKind::AllReduce;
-        a.stream = Stream::ReduceScatter;
-        a.unit = ui;
-        a.micro_batch = mbi;
-        a.what = "replica all-reduce";
-        a.collective = CollectiveKind::AllReduce;
-        a.group = GroupKind::Replica;
-        a.comm_bytes = shard(train(ui)) * rb;
+        Op a = collective_op(OpKind::AllReduce, Stream::ReduceScatter, "replica all-reduce", CollectiveKind::AllReduce,
+                             GroupKind::Replica, shard(train(ui)) * rb, ui, mbi);
         a.deps.push_back(rop);
         rop = push(a);
       }
