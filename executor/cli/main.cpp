@@ -166,6 +166,16 @@ int main(int argc, char** argv) {
     Trainer trainer(plan, args.cfg, *comm);
     MemTracker::instance().reset_peak();
     RunResult r = trainer.run(&std::cout);
+    if (comm->rank() == 0) {
+      constexpr double kMiB = 1024.0 * 1024.0;
+      std::printf("fsdp-run: %s%d ranks, measured peak %.1f MiB (max over ranks)",
+                  r.emulated ? "rehearsal of rank 0 of " : "", r.world_size, static_cast<double>(r.peak_bytes) / kMiB);
+      if (plan.prediction && plan.prediction->peak_bytes > 0)
+        std::printf(", predicted %.1f MiB (measured/predicted %.3f)", plan.prediction->peak_bytes / kMiB,
+                    static_cast<double>(r.peak_bytes) / plan.prediction->peak_bytes);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
     if (comm->rank() == 0 && !args.report.empty()) {
       std::ofstream out(args.report);
       if (!out) throw fsdp::InputError(args.report + ": cannot write the report");
