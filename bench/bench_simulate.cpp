@@ -29,7 +29,8 @@ void BM_SimulateLlama3_70b_64Gpus(benchmark::State& state) {
   s.grad_accum = 16;
   fsdp::SimulationInput in{&f.graph, &f.hw, &f.rt, fsdp::Cluster{8, 8}, s};
   for (auto _ : state) benchmark::DoNotOptimize(fsdp::simulate(in));
-  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["configs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SimulateLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
 
@@ -41,7 +42,8 @@ void BM_TimelineLlama3_70b_64Gpus(benchmark::State& state) {
   fsdp::ProgramInput pi{&f.graph, fsdp::Cluster{8, 8}, s, &f.rt};
   fsdp::StepProgram prog = fsdp::emit_step_program(pi);
   for (auto _ : state) benchmark::DoNotOptimize(fsdp::run_timeline(prog, f.hw, fsdp::Cluster{8, 8}, s));
-  state.counters["steps_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["steps_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_TimelineLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
 

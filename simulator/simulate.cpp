@@ -21,8 +21,8 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
   if (s.seq_len <= 0) bad("--seq", "must be at least 1");
   if (s.grad_accum <= 0) bad("--grad-accum", "must be at least 1");
   if (s.seq_len > m.max_positions && m.position_embedding == PositionEmbedding::Learned)
-    bad("--seq", std::to_string(s.seq_len) + " exceeds the model's learned positions (" +
-                     std::to_string(m.max_positions) + ")");
+    bad("--seq",
+        std::to_string(s.seq_len) + " exceeds the model's learned positions (" + std::to_string(m.max_positions) + ")");
   if (s.forward_prefetch < 0 || s.backward_prefetch < 0) bad("--prefetch", "must not be negative");
   const int64_t world = c.world_size();
   if (s.kind == StrategyKind::Hsdp) {
@@ -33,14 +33,15 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--hsdp-group", "only meaningful with --strategy hsdp");
   }
   if (s.wrap.kind == WrapKind::EveryK && s.wrap.every_k > m.num_layers)
-    bad("--wrap", "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " +
-                      std::to_string(m.num_layers) + " layers");
+    bad("--wrap",
+        "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " + std::to_string(m.num_layers) + " layers");
   if ((s.param_dtype == DType::Fp32) != (s.master_dtype == DType::Fp32) && s.master_dtype != DType::Fp32)
     bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
   if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
   if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
   if (s.offload != Offload::None && (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::NoShard))
-    bad("--offload", std::string(to_string(s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
+    bad("--offload",
+        std::string(to_string(s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
   if (s.offload == Offload::Params && !shards_params(s.kind))
     bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
@@ -57,9 +58,11 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len) {
     // Only experts_per_token of num_experts experts run per token.
     double gate = m.gated_mlp ? 3.0 : 2.0;
     double expert = gate * static_cast<double>(m.hidden_size * m.moe->expert_ffn_size);
-    dense -= static_cast<double>(m.num_layers) * expert * static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
+    dense -=
+        static_cast<double>(m.num_layers) * expert * static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
   }
-  double attention = 6.0 * static_cast<double>(m.num_layers) * static_cast<double>(seq_len) * static_cast<double>(m.q_dim());
+  double attention =
+      6.0 * static_cast<double>(m.num_layers) * static_cast<double>(seq_len) * static_cast<double>(m.q_dim());
   return 6.0 * dense + attention;
 }
 

@@ -33,11 +33,11 @@ struct Infeasible {
 struct Prediction {
   MemoryResult memory;
   TimelineResult time;
-  bool fits = false;            // device_total within the GPU's usable memory
-  bool host_fits = true;        // offload state within host RAM
+  bool fits = false;      // device_total within the GPU's usable memory
+  bool host_fits = true;  // offload state within host RAM
   double usable_bytes = 0;
   int64_t params = 0;
-  double tokens_per_step = 0;   // global
+  double tokens_per_step = 0;  // global
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double model_flops_per_token = 0;  // 6N + attention (see README "MFU")

@@ -55,7 +55,8 @@ int64_t Args::get_int_or(const std::string& flag, int64_t fallback) const {
   if (!v) return fallback;
   int64_t out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (ec != std::errc() || p != v->data() + v->size()) throw InputError(flag + ": expected an integer, got '" + *v + "'");
+  if (ec != std::errc() || p != v->data() + v->size())
+    throw InputError(flag + ": expected an integer, got '" + *v + "'");
   return out;
 }
 

@@ -13,7 +13,8 @@ namespace fsdp {
 
 int run_compare(const std::vector<std::string>& argv) {
   Args args(argv, {"--config-root", "--html"}, {"--json"});
-  if (args.positional().size() != 2) throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json]");
+  if (args.positional().size() != 2)
+    throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json]");
   const std::string plan_path = args.positional()[0], report_path = args.positional()[1];
   PlanFile plan = read_plan_file(plan_path);
   PlanPrediction pred;

@@ -53,22 +53,22 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 int run_plan(const std::vector<std::string>& argv) {
-  std::set<std::string> values{"--model",  "--hw",         "--nodes",       "--gpus-per-node", "--gpus",
-                               "--runtime", "--objective", "--tokens",      "--memory-headroom", "--top",
-                               "--out",     "--trace",     "--config-root", "--global-batch-tokens",
-                               "--max-micro-batch"};
+  std::set<std::string> values{
+      "--model",   "--hw",        "--nodes",       "--gpus-per-node",       "--gpus",
+      "--runtime", "--objective", "--tokens",      "--memory-headroom",     "--top",
+      "--out",     "--trace",     "--config-root", "--global-batch-tokens", "--max-micro-batch"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   values.insert("--html");
   Args args(argv, values, {"--json", "--help", "--no-out"});
   if (args.has("--help")) {
-    std::cout
-        << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
-           "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
-           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
-           "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch B ...]\n"
-           "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
-           "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
-           "       fsdp-plan --list-models | --list-hardware\n";
+    std::cout << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
+                 "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
+                 "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
+                 "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
+                 "B ...]\n"
+                 "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
+                 "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
+                 "       fsdp-plan --list-models | --list-hardware\n";
     return 0;
   }
   if (!args.positional().empty()) throw InputError("unexpected argument '" + args.positional()[0] + "'");
@@ -80,10 +80,11 @@ int run_plan(const std::vector<std::string>& argv) {
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
   Strategy base;
   base.seq_len = kDefaultSeq;
-  if (!args.has("--seq") && model.position_embedding == PositionEmbedding::Learned && model.max_positions < kDefaultSeq) {
+  if (!args.has("--seq") && model.position_embedding == PositionEmbedding::Learned &&
+      model.max_positions < kDefaultSeq) {
     base.seq_len = model.max_positions;
-    std::cerr << "note: " << model.name << " has " << model.max_positions
-              << " learned positions; planning with --seq " << model.max_positions << "\n";
+    std::cerr << "note: " << model.name << " has " << model.max_positions << " learned positions; planning with --seq "
+              << model.max_positions << "\n";
   }
   apply_strategy_flags(args, base);
   SearchRequest req;
@@ -245,7 +246,8 @@ int run_plan(const std::vector<std::string>& argv) {
     pp.exposed_comm_s = p.time.exposed_comm_s;
     pp.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
     plan.prediction = pp;
-    plan.fsdp_run_command = "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);
+    plan.fsdp_run_command =
+        "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);
     plan.torchrun_command = "torchrun --nnodes " + std::to_string(cluster.nodes) + " --nproc-per-node " +
                             std::to_string(cluster.gpus_per_node) + " --no-python fsdp-run " + shell_quote(out);
     write_plan_file(plan, out);
@@ -291,7 +293,8 @@ int run_show(const std::vector<std::string>& argv) {
   if (args.has("--json")) {
     nlohmann::json j;
     j["model"] = plan.model_name;
-    j["cluster"] = {{"hardware", plan.cluster.hardware}, {"nodes", plan.cluster.nodes},
+    j["cluster"] = {{"hardware", plan.cluster.hardware},
+                    {"nodes", plan.cluster.nodes},
                     {"gpus_per_node", plan.cluster.gpus_per_node}};
     j["config"] = strategy_to_json(plan.strategy);
     std::cout << j.dump(2) << "\n";
@@ -301,15 +304,16 @@ int run_show(const std::vector<std::string>& argv) {
   std::cout << "plan " << args.positional()[0] << " (schema v" << plan.version << ")\n"
             << "  model    " << plan.model_name << " (" << plan.model.num_layers << " layers, hidden "
             << plan.model.hidden_size << ")\n"
-            << "  cluster  " << plan.cluster.nodes << " x " << plan.cluster.gpus_per_node << " " << plan.cluster.hardware
-            << " (" << plan.cluster.device << "), runtime " << plan.runtime << "\n"
+            << "  cluster  " << plan.cluster.nodes << " x " << plan.cluster.gpus_per_node << " "
+            << plan.cluster.hardware << " (" << plan.cluster.device << "), runtime " << plan.runtime << "\n"
             << "  plan     " << one_line_strategy(s) << "\n"
-            << "  training " << to_string(s.optimizer) << " lr " << plan.training.lr << ", clip " << plan.training.grad_clip
-            << "\n";
+            << "  training " << to_string(s.optimizer) << " lr " << plan.training.lr << ", clip "
+            << plan.training.grad_clip << "\n";
   if (plan.prediction) {
     const PlanPrediction& p = *plan.prediction;
-    std::cout << "  predicted peak " << format_gib(p.peak_bytes) << " GiB allocated, " << format_gib(p.reserved_peak_bytes)
-              << " GiB reserved; step " << p.step_s << " s, " << p.tokens_per_s_per_gpu << " tokens/s/GPU\n";
+    std::cout << "  predicted peak " << format_gib(p.peak_bytes) << " GiB allocated, "
+              << format_gib(p.reserved_peak_bytes) << " GiB reserved; step " << p.step_s << " s, "
+              << p.tokens_per_s_per_gpu << " tokens/s/GPU\n";
     for (const auto& [k, v] : p.memory_breakdown)
       if (v > 0) std::cout << "    " << k << " " << format_gib(v) << " GiB\n";
   }

@@ -40,7 +40,7 @@ void print_simulation(const Args& args, const SimulationContext& ctx, const Step
 }  // namespace
 
 int run_simulate(const std::vector<std::string>& argv) {
-  std::set<std::string> values{"--model", "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
+  std::set<std::string> values{"--model",   "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
                                "--runtime", "--trace", "--config-root", "--plan"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   Args args(argv, values, {"--json", "--help"});

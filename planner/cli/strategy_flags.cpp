@@ -5,11 +5,26 @@
 namespace fsdp {
 
 const std::set<std::string>& strategy_value_flags() {
-  static const std::set<std::string> flags{
-      "--strategy",      "--hsdp-group",   "--wrap",         "--reshard-after-forward", "--act-ckpt",
-      "--offload",       "--param-dtype",  "--reduce-dtype", "--master-dtype",          "--micro-batch",
-      "--seq",           "--grad-accum",   "--optimizer",    "--method",                "--lora-rank",
-      "--lora-targets",  "--attention",    "--forward-prefetch", "--backward-prefetch", "--ddp-bucket-mb"};
+  static const std::set<std::string> flags{"--strategy",
+                                           "--hsdp-group",
+                                           "--wrap",
+                                           "--reshard-after-forward",
+                                           "--act-ckpt",
+                                           "--offload",
+                                           "--param-dtype",
+                                           "--reduce-dtype",
+                                           "--master-dtype",
+                                           "--micro-batch",
+                                           "--seq",
+                                           "--grad-accum",
+                                           "--optimizer",
+                                           "--method",
+                                           "--lora-rank",
+                                           "--lora-targets",
+                                           "--attention",
+                                           "--forward-prefetch",
+                                           "--backward-prefetch",
+                                           "--ddp-bucket-mb"};
   return flags;
 }
 
@@ -31,7 +46,8 @@ int64_t positive(const Args& a, const std::string& flag, int64_t fallback) {
 }  // namespace
 
 void apply_strategy_flags(const Args& a, Strategy& s) {
-  enum_flag(a, "--strategy", parse_strategy_kind, s.kind, "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");
+  enum_flag(a, "--strategy", parse_strategy_kind, s.kind,
+            "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");
   s.hsdp_group = a.get_int_or("--hsdp-group", s.hsdp_group);
   if (auto v = a.get("--wrap"))
     if (!parse_wrap(*v, s.wrap)) throw InputError("--wrap: '" + *v + "' is not one of: layer, every:K, size:N, model");

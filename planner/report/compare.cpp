@@ -14,7 +14,8 @@ namespace fsdp {
 namespace {
 
 const nlohmann::json& need(const nlohmann::json& j, const char* key, const std::string& path) {
-  if (!j.is_object() || !j.contains(key)) throw InputError(path + ": not an fsdp-run report: missing key '" + key + "'");
+  if (!j.is_object() || !j.contains(key))
+    throw InputError(path + ": not an fsdp-run report: missing key '" + key + "'");
   return j.at(key);
 }
 

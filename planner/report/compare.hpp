@@ -10,8 +10,8 @@
 namespace fsdp {
 
 struct ComparisonRow {
-  std::string name;      // memory category, "peak allocated", "step time", ...
-  std::string unit;      // "bytes" or "s" or "tokens/s"
+  std::string name;  // memory category, "peak allocated", "step time", ...
+  std::string unit;  // "bytes" or "s" or "tokens/s"
   double predicted = 0;
   double measured = 0;
   bool has_measured = true;

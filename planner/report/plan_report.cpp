@@ -38,14 +38,18 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
     auto cat = [&](MemoryCategory k) { return fmt("%.0f", b[static_cast<size_t>(k)] / kGiB); };
     o << name << ": does not fit; the smallest (" << one_line_strategy(v.best->strategy) << ") needs "
       << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU: params " << cat(MemoryCategory::ShardedParams)
-      << ", grads " << fmt("%.0f", (b[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
-                                     b[static_cast<size_t>(MemoryCategory::UnshardedGrads)]) / kGiB)
+      << ", grads "
+      << fmt("%.0f", (b[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
+                      b[static_cast<size_t>(MemoryCategory::UnshardedGrads)]) /
+                         kGiB)
       << ", optimizer " << cat(MemoryCategory::OptimizerStates) << ", activations " << cat(MemoryCategory::Activations)
-      << ", other " << fmt("%.0f", (p.memory.device_total - b[static_cast<size_t>(MemoryCategory::ShardedParams)] -
-                                    b[static_cast<size_t>(MemoryCategory::ShardedGrads)] -
-                                    b[static_cast<size_t>(MemoryCategory::UnshardedGrads)] -
-                                    b[static_cast<size_t>(MemoryCategory::OptimizerStates)] -
-                                    b[static_cast<size_t>(MemoryCategory::Activations)]) / kGiB)
+      << ", other "
+      << fmt("%.0f", (p.memory.device_total - b[static_cast<size_t>(MemoryCategory::ShardedParams)] -
+                      b[static_cast<size_t>(MemoryCategory::ShardedGrads)] -
+                      b[static_cast<size_t>(MemoryCategory::UnshardedGrads)] -
+                      b[static_cast<size_t>(MemoryCategory::OptimizerStates)] -
+                      b[static_cast<size_t>(MemoryCategory::Activations)]) /
+                         kGiB)
       << " > " << fmt("%.0f", p.usable_bytes / kGiB) << " GiB";
     if (!p.host_fits && p.fits) o << " (" << v.reason << ")";
   } else {
@@ -62,16 +66,17 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const char* reset = color ? "\033[0m" : "";
   std::ostringstream o;
   const ModelSpec& m = *ctx.model;
-  o << bold << "model   " << reset << m.name << ": " << fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB)
-    << " params, " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads " << m.num_heads << "/"
-    << m.num_kv_heads << ", vocab " << m.vocab_size << "\n";
+  o << bold << "model   " << reset << m.name << ": "
+    << fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB) << " params, " << m.num_layers
+    << " layers, hidden " << m.hidden_size << ", heads " << m.num_heads << "/" << m.num_kv_heads << ", vocab "
+    << m.vocab_size << "\n";
   o << bold << "cluster " << reset << ctx.cluster.nodes << " node(s) x " << ctx.cluster.gpus_per_node << " "
     << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name
     << "; objective " << ctx.objective << "\n";
   o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
-    << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget "
-    << format_gib(r.budget_bytes) << " GiB per GPU" << reset << "\n\n";
+    << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget " << format_gib(r.budget_bytes)
+    << " GiB per GPU" << reset << "\n\n";
   if (r.ranked.empty()) {
     o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
     for (const auto& [name, v] : r.families) o << "  " << family_line(name, v) << "\n";
@@ -93,16 +98,19 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
     double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;
-    std::snprintf(line, sizeof line, "  %s%-3zu %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
+    std::snprintf(line, sizeof line,
+                  "  %s%-3zu %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
                   i == 0 ? green : "", i + 1, kind.c_str(), wrap_name(s).c_str(),
                   shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-", to_string(s.act_ckpt),
                   to_string(s.offload), dt.c_str(), mbacc.c_str(), format_gib(p.memory.device_total).c_str(), headroom,
-                  p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100.0 : 0.0, p.time.step_s,
-                  p.mfu * 100.0, p.tokens_per_s_per_gpu, i == 0 ? reset : "");
+                  p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100.0 : 0.0, p.time.step_s, p.mfu * 100.0,
+                  p.tokens_per_s_per_gpu, i == 0 ? reset : "");
     o << line;
   }
-  o << dim << "  (peak = device total incl. fragmentation, NCCL and context; exposed = communication not hidden"
-       " behind compute, share of the step)" << reset << "\n\n";
+  o << dim
+    << "  (peak = device total incl. fragmentation, NCCL and context; exposed = communication not hidden"
+       " behind compute, share of the step)"
+    << reset << "\n\n";
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
@@ -132,7 +140,10 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     }
   }
   j["families"] = fam;
-  j["search"] = {{"evaluated", r.evaluated}, {"feasible", r.feasible}, {"pruned", r.pruned}, {"seconds", r.seconds},
+  j["search"] = {{"evaluated", r.evaluated},
+                 {"feasible", r.feasible},
+                 {"pruned", r.pruned},
+                 {"seconds", r.seconds},
                  {"budget_bytes", r.budget_bytes}};
   return j;
 }

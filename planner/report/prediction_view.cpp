@@ -56,8 +56,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   mem["host_bytes_per_node"] = p.memory.host_bytes_per_node;
   mem["host_fits"] = p.host_fits;
   nlohmann::json bd = nlohmann::json::object();
-  for (size_t i = 0; i < kNumMemoryCategories; ++i)
-    bd[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
+  for (size_t i = 0; i < kNumMemoryCategories; ++i) bd[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
   mem["breakdown"] = bd;
   j["memory"] = mem;
   nlohmann::json t;
@@ -96,9 +95,10 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
   std::snprintf(line, sizeof line, "%.2fB", static_cast<double>(p.params) / kGB);
   o << bold << "model    " << reset << ctx.model->name << " (" << line << " params, " << ctx.model->num_layers
     << " layers, hidden " << ctx.model->hidden_size << ")\n";
-  o << bold << "cluster  " << reset << ctx.cluster.nodes << " x " << ctx.cluster.gpus_per_node << " " << ctx.hardware->name
-    << " (" << ctx.cluster.world_size() << " GPUs, " << format_gib(ctx.hardware->usable_device_memory.value)
-    << " GiB usable each), runtime " << ctx.runtime->name << "\n";
+  o << bold << "cluster  " << reset << ctx.cluster.nodes << " x " << ctx.cluster.gpus_per_node << " "
+    << ctx.hardware->name << " (" << ctx.cluster.world_size() << " GPUs, "
+    << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each), runtime " << ctx.runtime->name
+    << "\n";
   o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n\n";
   o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";
   for (size_t i = 0; i < kNumMemoryCategories; ++i) {

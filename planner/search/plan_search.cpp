@@ -12,9 +12,12 @@ namespace fsdp {
 
 double objective_score(const Candidate& c, Objective o) {
   switch (o) {
-    case Objective::Throughput: return c.prediction.tokens_per_s_per_gpu > 0 ? -c.prediction.tokens_per_s_per_gpu : 0;
-    case Objective::Memory: return c.prediction.memory.device_total;
-    case Objective::Cost: return c.gpu_hours;
+    case Objective::Throughput:
+      return c.prediction.tokens_per_s_per_gpu > 0 ? -c.prediction.tokens_per_s_per_gpu : 0;
+    case Objective::Memory:
+      return c.prediction.memory.device_total;
+    case Objective::Cost:
+      return c.gpu_hours;
   }
   return 0;
 }
@@ -31,14 +34,30 @@ std::vector<T> pinned_or(const std::optional<T>& pin, std::vector<T> all) {
 int simplicity_rank(const Strategy& s) {
   int base = 0;
   switch (s.kind) {
-    case StrategyKind::Ddp: base = 0; break;
-    case StrategyKind::NoShard: base = 1; break;
-    case StrategyKind::Zero1: base = 2; break;
-    case StrategyKind::Zero2: base = 3; break;
-    case StrategyKind::FsdpGradOp: base = 4; break;
-    case StrategyKind::Fsdp: base = 5; break;
-    case StrategyKind::Zero3: base = 6; break;
-    case StrategyKind::Hsdp: base = 7; break;
+    case StrategyKind::Ddp:
+      base = 0;
+      break;
+    case StrategyKind::NoShard:
+      base = 1;
+      break;
+    case StrategyKind::Zero1:
+      base = 2;
+      break;
+    case StrategyKind::Zero2:
+      base = 3;
+      break;
+    case StrategyKind::FsdpGradOp:
+      base = 4;
+      break;
+    case StrategyKind::Fsdp:
+      base = 5;
+      break;
+    case StrategyKind::Zero3:
+      base = 6;
+      break;
+    case StrategyKind::Hsdp:
+      base = 7;
+      break;
   }
   return base * 4 + (s.offload == Offload::None ? 0 : s.offload == Offload::Optimizer ? 1 : 2);
 }
@@ -68,9 +87,9 @@ SearchResult search_plans(const SearchRequest& req) {
   res.budget_bytes = budget;
   const ModelSpec& m = req.graph->spec();
 
-  std::vector<StrategyKind> kinds = pinned_or(req.pins.strategy,
-      {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Fsdp,
-       StrategyKind::Zero3, StrategyKind::FsdpGradOp, StrategyKind::Hsdp});
+  std::vector<StrategyKind> kinds = pinned_or(
+      req.pins.strategy, {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2,
+                          StrategyKind::Fsdp, StrategyKind::Zero3, StrategyKind::FsdpGradOp, StrategyKind::Hsdp});
   std::vector<WrapPolicy> wraps;
   if (req.pins.wrap) {
     wraps = {*req.pins.wrap};
@@ -138,7 +157,8 @@ SearchResult search_plans(const SearchRequest& req) {
     }
     std::vector<WrapPolicy> kind_wraps = sharded ? wraps : std::vector<WrapPolicy>{WrapPolicy{WrapKind::Layer, 1, 0}};
     std::vector<bool> reshards{true};
-    if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp) reshards = {true, false};
+    if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp)
+      reshards = {true, false};
     if (kind == StrategyKind::FsdpGradOp) reshards = {false};
     if (req.pins.reshard_after_forward) reshards = {*req.pins.reshard_after_forward};
     for (int64_t group : groups)
@@ -168,8 +188,9 @@ SearchResult search_plans(const SearchRequest& req) {
                   s.reduce_dtype = dt.reduce;
                   s.micro_batch = mb;
                   double per_step = static_cast<double>(mb * s.seq_len * world);
-                  s.grad_accum = req.pins.grad_accum ? *req.pins.grad_accum
-                                                     : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step));
+                  s.grad_accum = req.pins.grad_accum
+                                     ? *req.pins.grad_accum
+                                     : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step));
                   if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
                       per_step > req.global_batch_tokens * 1.5) {
                     ++res.pruned;  // overshoots the global batch: not the batch the user asked for
@@ -189,14 +210,15 @@ SearchResult search_plans(const SearchRequest& req) {
                     c.feasible = false;
                     double states = persistent_bytes(prog);
                     c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
-                                          gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " + gib_text(budget) +
-                                          " GiB budget";
+                                          gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " +
+                                          gib_text(budget) + " GiB budget";
                     // Proven: larger micro-batches only add memory.
                     stop_micro = true;
                   } else if (!p.host_fits) {
                     c.feasible = false;
-                    c.infeasible_reason = "needs " + gib_text(p.memory.host_bytes_per_node) + " GiB of host RAM per node > " +
-                                          gib_text(req.hardware->host_memory.value) + " GiB";
+                    c.infeasible_reason = "needs " + gib_text(p.memory.host_bytes_per_node) +
+                                          " GiB of host RAM per node > " + gib_text(req.hardware->host_memory.value) +
+                                          " GiB";
                   } else {
                     c.feasible = true;
                     ++res.feasible;
@@ -217,8 +239,7 @@ SearchResult search_plans(const SearchRequest& req) {
   std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     double sa = objective_score(a, req.objective), sb = objective_score(b, req.objective);
     constexpr double kTieFraction = 1e-3;
-    if (std::fabs(sa - sb) > kTieFraction * std::max(std::fabs(sa), std::fabs(sb)))
-      return sa < sb;
+    if (std::fabs(sa - sb) > kTieFraction * std::max(std::fabs(sa), std::fabs(sb))) return sa < sb;
     return a.prediction.memory.device_total < b.prediction.memory.device_total;
   });
   // Near-ties go to the simpler strategy: within kNearTie of the best throughput, a plan with fewer
@@ -235,8 +256,9 @@ SearchResult search_plans(const SearchRequest& req) {
       if (c.prediction.tokens_per_s_per_gpu < best * (1.0 - kNearTie)) break;
       if (simplicity_rank(c.strategy) < simplicity_rank(res.ranked[pick].strategy)) pick = i;
     }
-    if (pick != 0) std::rotate(res.ranked.begin(), res.ranked.begin() + static_cast<long>(pick),
-                               res.ranked.begin() + static_cast<long>(pick) + 1);
+    if (pick != 0)
+      std::rotate(res.ranked.begin(), res.ranked.begin() + static_cast<long>(pick),
+                  res.ranked.begin() + static_cast<long>(pick) + 1);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

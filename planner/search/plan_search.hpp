@@ -39,12 +39,12 @@ struct SearchRequest {
   const HardwareProfile* hardware = nullptr;
   const RuntimeProfile* runtime = nullptr;
   Cluster cluster;
-  Strategy base;                     // seq, optimizer, method, attention, prefetch: not searched
+  Strategy base;  // seq, optimizer, method, attention, prefetch: not searched
   SearchPins pins;
-  double global_batch_tokens = 0;    // target tokens per optimizer step
-  double memory_headroom = 0.05;     // fraction of usable memory kept free
+  double global_batch_tokens = 0;  // target tokens per optimizer step
+  double memory_headroom = 0.05;   // fraction of usable memory kept free
   Objective objective = Objective::Throughput;
-  double train_tokens = 0;           // for Objective::Cost
+  double train_tokens = 0;  // for Objective::Cost
   int64_t max_micro_batch = 64;
 };
 
@@ -58,14 +58,14 @@ struct Candidate {
 
 struct FamilyVerdict {
   bool feasible = false;
-  std::optional<Candidate> best;     // best feasible, or the smallest-memory infeasible one
-  std::string reason;                // why none fits (with numbers)
+  std::optional<Candidate> best;  // best feasible, or the smallest-memory infeasible one
+  std::string reason;             // why none fits (with numbers)
   double needed_bytes = 0;
 };
 
 struct SearchResult {
-  std::vector<Candidate> ranked;     // feasible candidates, best first
-  std::vector<Candidate> evaluated_sample;  // every evaluated candidate (feasible or not), for scatter plots
+  std::vector<Candidate> ranked;                  // feasible candidates, best first
+  std::vector<Candidate> evaluated_sample;        // every evaluated candidate (feasible or not), for scatter plots
   std::map<std::string, FamilyVerdict> families;  // strategy name -> verdict
   int64_t evaluated = 0;
   int64_t feasible = 0;

@@ -19,7 +19,7 @@ class InputError : public std::runtime_error {
 
 }  // namespace fsdp
 
-#define FSDP_ASSERT(cond, msg)                                        \
-  do {                                                                \
+#define FSDP_ASSERT(cond, msg)                                               \
+  do {                                                                       \
     if (!(cond)) ::fsdp::assertion_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

@@ -52,7 +52,7 @@ struct HardwareProfile {
   BytesPerSecond host_memory_bandwidth{0};
   FlopsPerSecond host_flops_per_core{0};  // peak fp32 FLOP/s of one host CPU core
   // Collectives
-  Seconds collective_base_latency{0};  // fixed cost of launching one collective (NCCL's baseLat)
+  Seconds collective_base_latency{0};       // fixed cost of launching one collective (NCCL's baseLat)
   double compute_slowdown_during_comm = 0;  // fraction of compute throughput lost while collectives run
 
   FlopsPerSecond peak_flops(DType) const;

@@ -29,8 +29,9 @@ enum class MemoryCategory : int {
 inline constexpr std::size_t kNumMemoryCategories = static_cast<std::size_t>(MemoryCategory::kCount);
 
 inline constexpr std::array<std::string_view, kNumMemoryCategories> kMemoryCategoryNames{
-    "sharded_params", "unsharded_params", "master_params", "unsharded_grads", "sharded_grads", "optimizer_states",
-    "activations",    "transient",        "comm_buffers",  "nccl",            "workspace",     "fragmentation"};
+    "sharded_params",   "unsharded_params", "master_params", "unsharded_grads", "sharded_grads",
+    "optimizer_states", "activations",      "transient",     "comm_buffers",    "nccl",
+    "workspace",        "fragmentation"};
 
 constexpr std::string_view to_string(MemoryCategory c) { return kMemoryCategoryNames[static_cast<std::size_t>(c)]; }
 

@@ -17,16 +17,16 @@ namespace fsdp {
 using MemoryBreakdown = std::array<double, kNumMemoryCategories>;
 
 struct MemorySample {
-  int op = -1;         // op index the sample was taken in
+  int op = -1;  // op index the sample was taken in
   double allocated = 0;
 };
 
 struct MemoryResult {
-  double peak_allocated = 0;        // max over the walk of allocator-managed bytes (torch max_memory_allocated)
-  double reserved_peak = 0;         // peak_allocated + fragmentation (torch max_memory_reserved)
-  double device_total = 0;          // reserved + CUDA context/workspace + NCCL: what must fit on the GPU
-  MemoryBreakdown breakdown{};      // category -> bytes at the peak (fragmentation, nccl, workspace included)
-  std::string peak_phase;           // e.g. "backward layers.31 (micro-batch 1)"
+  double peak_allocated = 0;    // max over the walk of allocator-managed bytes (torch max_memory_allocated)
+  double reserved_peak = 0;     // peak_allocated + fragmentation (torch max_memory_reserved)
+  double device_total = 0;      // reserved + CUDA context/workspace + NCCL: what must fit on the GPU
+  MemoryBreakdown breakdown{};  // category -> bytes at the peak (fragmentation, nccl, workspace included)
+  std::string peak_phase;       // e.g. "backward layers.31 (micro-batch 1)"
   int peak_op = -1;
   double host_bytes_per_node = 0;
   std::vector<MemorySample> samples;  // allocated bytes after each op's issue (for the trace counter)

@@ -12,9 +12,12 @@ namespace fsdp {
 const char* to_string(NormType n) { return n == NormType::RmsNorm ? "rmsnorm" : "layernorm"; }
 const char* to_string(ActivationFn a) {
   switch (a) {
-    case ActivationFn::Silu: return "silu";
-    case ActivationFn::Gelu: return "gelu";
-    case ActivationFn::GeluTanh: return "gelu_tanh";
+    case ActivationFn::Silu:
+      return "silu";
+    case ActivationFn::Gelu:
+      return "gelu";
+    case ActivationFn::GeluTanh:
+      return "gelu_tanh";
   }
   return "?";
 }
@@ -27,10 +30,10 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.family != "decoder") bad("family", "'" + m.family + "' is not supported (only 'decoder')");
   // Sizes beyond 2^31 are typos, and they would overflow the module graph's products.
   constexpr int64_t kMaxSize = int64_t{1} << 31;
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"hidden_size", m.hidden_size}, {"num_layers", m.num_layers},     {"num_heads", m.num_heads},
-      {"num_kv_heads", m.num_kv_heads}, {"head_dim", m.head_dim},     {"ffn_size", m.ffn_size},
-      {"vocab_size", m.vocab_size},   {"max_positions", m.max_positions}};
+  const std::pair<const char*, int64_t> sizes[] = {{"hidden_size", m.hidden_size}, {"num_layers", m.num_layers},
+                                                   {"num_heads", m.num_heads},     {"num_kv_heads", m.num_kv_heads},
+                                                   {"head_dim", m.head_dim},       {"ffn_size", m.ffn_size},
+                                                   {"vocab_size", m.vocab_size},   {"max_positions", m.max_positions}};
   for (const auto& [key, v] : sizes)
     if (v <= 0 || v > kMaxSize) bad(key, "must be within 1 .. 2^31, got " + std::to_string(v));
   if (m.moe && (m.moe->num_experts > kMaxSize || m.moe->expert_ffn_size > kMaxSize || m.moe->shared_experts > kMaxSize))
@@ -44,8 +47,8 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));
   if (m.moe) {
     if (m.moe->experts_per_token > m.moe->num_experts)
-      bad("moe.experts_per_token", std::to_string(m.moe->experts_per_token) + " exceeds num_experts " +
-                                       std::to_string(m.moe->num_experts));
+      bad("moe.experts_per_token",
+          std::to_string(m.moe->experts_per_token) + " exceeds num_experts " + std::to_string(m.moe->num_experts));
   }
 }
 
@@ -66,8 +69,8 @@ ModelSpec parse_model_map(ConfigMap& map) {
   m.tied_embeddings = map.get_bool("tied_embeddings");
   m.norm = map.get_enum("norm", {"rmsnorm", "layernorm"}) == "rmsnorm" ? NormType::RmsNorm : NormType::LayerNorm;
   m.norm_eps = map.get_positive_double("norm_eps");
-  m.position_embedding =
-      map.get_enum("position_embedding", {"rope", "learned"}) == "rope" ? PositionEmbedding::Rope : PositionEmbedding::Learned;
+  m.position_embedding = map.get_enum("position_embedding", {"rope", "learned"}) == "rope" ? PositionEmbedding::Rope
+                                                                                           : PositionEmbedding::Learned;
   if (m.position_embedding == PositionEmbedding::Rope) {
     m.rope_theta = map.get_positive_double("rope_theta");
   } else if (map.has("rope_theta")) {
@@ -93,8 +96,7 @@ ModelSpec parse_model_map(ConfigMap& map) {
   if (m.num_heads % m.num_kv_heads != 0)
     map.fail("num_kv_heads",
              std::to_string(m.num_kv_heads) + " does not divide num_heads " + std::to_string(m.num_heads));
-  if (m.moe && m.moe->experts_per_token > m.moe->num_experts)
-    map.fail("moe", "experts_per_token exceeds num_experts");
+  if (m.moe && m.moe->experts_per_token > m.moe->num_experts) map.fail("moe", "experts_per_token exceeds num_experts");
   validate_model(m, map.source());
   return m;
 }
@@ -135,7 +137,9 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
 
 namespace {
 
-std::string models_dir(const std::string& root) { return (std::filesystem::path(root) / "configs" / "models").string(); }
+std::string models_dir(const std::string& root) {
+  return (std::filesystem::path(root) / "configs" / "models").string();
+}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -185,8 +189,8 @@ ModelSpec load_model(const std::string& name_or_path, const std::string& config_
   }
   std::vector<ZooEntry> zoo = list_zoo(config_root);
   for (const auto& z : zoo) {
-    bool match = z.name == name_or_path ||
-                 std::find(z.aliases.begin(), z.aliases.end(), name_or_path) != z.aliases.end();
+    bool match =
+        z.name == name_or_path || std::find(z.aliases.begin(), z.aliases.end(), name_or_path) != z.aliases.end();
     if (match) {
       ConfigMap map = ConfigMap::load_file(z.path);
       return parse_model_map(map);

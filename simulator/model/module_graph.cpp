@@ -9,40 +9,66 @@ namespace fsdp {
 
 const char* to_string(ModuleKind k) {
   switch (k) {
-    case ModuleKind::Model: return "model";
-    case ModuleKind::Embedding: return "embedding";
-    case ModuleKind::PositionEmbedding: return "position_embedding";
-    case ModuleKind::LayerStack: return "layers";
-    case ModuleKind::DecoderLayer: return "decoder_layer";
-    case ModuleKind::Attention: return "attention";
-    case ModuleKind::Mlp: return "mlp";
-    case ModuleKind::Moe: return "moe";
-    case ModuleKind::Norm: return "norm";
-    case ModuleKind::Linear: return "linear";
-    case ModuleKind::Rotary: return "rotary";
-    case ModuleKind::AttentionCore: return "attention_core";
-    case ModuleKind::Activation: return "activation";
-    case ModuleKind::Dropout: return "dropout";
-    case ModuleKind::Router: return "router";
-    case ModuleKind::Head: return "head";
-    case ModuleKind::Loss: return "loss";
+    case ModuleKind::Model:
+      return "model";
+    case ModuleKind::Embedding:
+      return "embedding";
+    case ModuleKind::PositionEmbedding:
+      return "position_embedding";
+    case ModuleKind::LayerStack:
+      return "layers";
+    case ModuleKind::DecoderLayer:
+      return "decoder_layer";
+    case ModuleKind::Attention:
+      return "attention";
+    case ModuleKind::Mlp:
+      return "mlp";
+    case ModuleKind::Moe:
+      return "moe";
+    case ModuleKind::Norm:
+      return "norm";
+    case ModuleKind::Linear:
+      return "linear";
+    case ModuleKind::Rotary:
+      return "rotary";
+    case ModuleKind::AttentionCore:
+      return "attention_core";
+    case ModuleKind::Activation:
+      return "activation";
+    case ModuleKind::Dropout:
+      return "dropout";
+    case ModuleKind::Router:
+      return "router";
+    case ModuleKind::Head:
+      return "head";
+    case ModuleKind::Loss:
+      return "loss";
   }
   return "?";
 }
 
 double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
   switch (cls) {
-    case TensorClass::Compute: return dtype_bytes(q.compute);
-    case TensorClass::Residual: return q.autocast_fp32_residual ? 4.0 : dtype_bytes(q.compute);
-    case TensorClass::Fp32: return 4.0;
-    case TensorClass::Byte: return 1.0;
-    case TensorClass::Index: return 8.0;
+    case TensorClass::Compute:
+      return dtype_bytes(q.compute);
+    case TensorClass::Residual:
+      return q.autocast_fp32_residual ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::Fp32:
+      return 4.0;
+    case TensorClass::Byte:
+      return 1.0;
+    case TensorClass::Index:
+      return 8.0;
     case TensorClass::NormInput:
       return q.norm_fp32_internal ? 4.0 : tensor_bytes(TensorClass::Residual, q);
-    case TensorClass::NormInternal: return q.norm_fp32_internal ? dtype_bytes(q.compute) : 0.0;
-    case TensorClass::LogProbs: return q.logits_upcast_fp32 ? 4.0 : dtype_bytes(q.compute);
-    case TensorClass::SoftmaxOut: return q.softmax_fp32 ? 4.0 : dtype_bytes(q.compute);
-    case TensorClass::SoftmaxCast: return q.softmax_fp32 && q.compute != DType::Fp32 ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::NormInternal:
+      return q.norm_fp32_internal ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::LogProbs:
+      return q.logits_upcast_fp32 ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::SoftmaxOut:
+      return q.softmax_fp32 ? 4.0 : dtype_bytes(q.compute);
+    case TensorClass::SoftmaxCast:
+      return q.softmax_fp32 && q.compute != DType::Fp32 ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -110,8 +136,8 @@ ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::
   n.saved.push_back(SavedTensor{name + ".stats", ln ? 2.0 : 1.0, false, TensorClass::Fp32});
   // Hugging Face LlamaRMSNorm computes in fp32 and multiplies the weight by the normalised tensor cast back
   // to the input dtype (transformers/models/llama/modeling_llama.py), so autograd also keeps that tensor.
-  n.saved.push_back(SavedTensor{name + ".normalized", static_cast<double>(m.hidden_size), false,
-                                TensorClass::NormInternal});
+  n.saved.push_back(
+      SavedTensor{name + ".normalized", static_cast<double>(m.hidden_size), false, TensorClass::NormInternal});
   n.output_elems_per_token = m.hidden_size;
   return n;
 }
@@ -240,8 +266,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     if (m.gated_mlp) {
       ModuleId gate = add(parent, linear(mp + ".gate_proj", "gate_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
                                          TensorClass::Compute));
-      ModuleId up = add(parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
-                                       TensorClass::Compute));
+      ModuleId up = add(
+          parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id, TensorClass::Compute));
       ModuleNode act = activation(mp, i, f, ffn);
       // SiLU saves its input (the gate output); the gating multiply saves both operands.
       act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
@@ -257,8 +283,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
       for (ModuleId x : {gate, up, down}) g_[x].saved[0].elems_per_token *= token_fraction;
       for (ModuleId x : {gate, up, down}) g_[x].flops_per_token *= token_fraction;
     } else {
-      ModuleId fc1 = add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, in_id,
-                                        TensorClass::Compute));
+      ModuleId fc1 =
+          add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, in_id, TensorClass::Compute));
       ModuleNode act = activation(mp, i, f, ffn);
       act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
       ModuleId a = add(parent, act);
@@ -304,8 +330,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     router.flops_per_token = 2.0 * h * static_cast<double>(moe.num_experts);
     router.saved.push_back(SavedTensor{n2_out, h, false, TensorClass::Compute});
     // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
-    router.saved.push_back(SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false,
-                                       TensorClass::Fp32});
+    router.saved.push_back(
+        SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false, TensorClass::Fp32});
     router.output_elems_per_token = moe.num_experts;
     ModuleId r = add(block, router);
     feeds(n2, r);

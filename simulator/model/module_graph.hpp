@@ -24,9 +24,9 @@ enum class ModuleKind {
   PositionEmbedding,  // learned positions (GPT-2)
   LayerStack,         // the ModuleList of decoder layers
   DecoderLayer,
-  Attention,      // self_attn container
-  Mlp,            // mlp container (dense)
-  Moe,            // MoE block container
+  Attention,  // self_attn container
+  Mlp,        // mlp container (dense)
+  Moe,        // MoE block container
   Norm,
   Linear,
   Rotary,         // rotary position embedding applied to q and k
@@ -34,19 +34,19 @@ enum class ModuleKind {
   Activation,     // SiLU / GELU (and the gating multiply for gated MLPs)
   Dropout,
   Router,
-  Head,           // lm_head (a Linear whose output is the logits)
-  Loss,           // causal-LM cross entropy
+  Head,  // lm_head (a Linear whose output is the logits)
+  Loss,  // causal-LM cross entropy
 };
 
 const char* to_string(ModuleKind);
 
 // What dtype a tensor has at run time.
 enum class TensorClass {
-  Compute,   // the compute dtype (param_dtype)
-  Residual,  // the residual stream: compute dtype, or fp32 under autocast over fp32 params (DDP)
-  Fp32,      // always fp32 (norm statistics, attention log-sum-exp, softmax stats)
-  Byte,      // dropout masks (torch.bool, 1 byte)
-  Index,     // token ids (int64)
+  Compute,       // the compute dtype (param_dtype)
+  Residual,      // the residual stream: compute dtype, or fp32 under autocast over fp32 params (DDP)
+  Fp32,          // always fp32 (norm statistics, attention log-sum-exp, softmax stats)
+  Byte,          // dropout masks (torch.bool, 1 byte)
+  Index,         // token ids (int64)
   NormInput,     // a norm's saved input: residual dtype, or fp32 when the runtime's norm upcasts first
   NormInternal,  // the normalised pre-weight tensor some runtimes keep (compute dtype), else nothing
   LogProbs,      // the loss's log-probabilities: fp32 when logits are upcast, else the compute dtype
@@ -57,7 +57,7 @@ enum class TensorClass {
 // A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
 // with the sequence length once more (eager attention scores: heads x seq per token).
 struct SavedTensor {
-  std::string id;  // unique within the model: the same tensor saved by two ops counts once
+  std::string id;              // unique within the model: the same tensor saved by two ops counts once
   double elems_per_token = 0;  // fractional for MoE experts (each sees k/E of the tokens on average)
   bool per_seq = false;
   TensorClass cls = TensorClass::Compute;
@@ -69,10 +69,10 @@ struct SavedTensor {
 struct ModuleNode {
   std::string name;  // dotted path, e.g. "layers.3.self_attn.q_proj"
   ModuleKind kind = ModuleKind::Model;
-  int64_t layer = -1;        // decoder layer index, -1 outside the stack
-  int64_t params = 0;        // parameters owned directly by this module (not its children)
-  double flops_per_token = 0;          // forward FLOPs per token, sequence-independent part
-  double flops_per_token_per_seq = 0;  // forward FLOPs per token that scale with the sequence (attention)
+  int64_t layer = -1;                         // decoder layer index, -1 outside the stack
+  int64_t params = 0;                         // parameters owned directly by this module (not its children)
+  double flops_per_token = 0;                 // forward FLOPs per token, sequence-independent part
+  double flops_per_token_per_seq = 0;         // forward FLOPs per token that scale with the sequence (attention)
   int64_t in_features = 0, out_features = 0;  // Linear / Head shapes (for GEMM cost)
   bool lora_target = false;                   // a Linear that LoRA may adapt
   std::string short_name;                     // q_proj, k_proj, ... (matches Hugging Face names)

@@ -9,13 +9,20 @@ namespace fsdp {
 
 const char* to_string(Stream s) {
   switch (s) {
-    case Stream::Compute: return "compute";
-    case Stream::AllGather: return "all-gather";
-    case Stream::ReduceScatter: return "reduce";
-    case Stream::HostToDevice: return "h2d";
-    case Stream::DeviceToHost: return "d2h";
-    case Stream::Host: return "host";
-    case Stream::kCount: break;
+    case Stream::Compute:
+      return "compute";
+    case Stream::AllGather:
+      return "all-gather";
+    case Stream::ReduceScatter:
+      return "reduce";
+    case Stream::HostToDevice:
+      return "h2d";
+    case Stream::DeviceToHost:
+      return "d2h";
+    case Stream::Host:
+      return "host";
+    case Stream::kCount:
+      break;
   }
   return "?";
 }
@@ -31,19 +38,32 @@ std::string op_label(const StepProgram& p, const Op& op) {
 
 const char* to_string(OpKind k) {
   switch (k) {
-    case OpKind::Gather: return "gather";
-    case OpKind::Forward: return "forward";
-    case OpKind::Reshard: return "reshard";
-    case OpKind::Loss: return "loss";
-    case OpKind::LossBackward: return "loss-backward";
-    case OpKind::Backward: return "backward";
-    case OpKind::ReduceScatter: return "reduce-scatter";
-    case OpKind::AllReduce: return "all-reduce";
-    case OpKind::ParamAllGather: return "param-all-gather";
-    case OpKind::CopyToHost: return "copy-to-host";
-    case OpKind::CopyToDevice: return "copy-to-device";
-    case OpKind::OptimizerStep: return "optimizer-step";
-    case OpKind::HostOptimizerStep: return "host-optimizer-step";
+    case OpKind::Gather:
+      return "gather";
+    case OpKind::Forward:
+      return "forward";
+    case OpKind::Reshard:
+      return "reshard";
+    case OpKind::Loss:
+      return "loss";
+    case OpKind::LossBackward:
+      return "loss-backward";
+    case OpKind::Backward:
+      return "backward";
+    case OpKind::ReduceScatter:
+      return "reduce-scatter";
+    case OpKind::AllReduce:
+      return "all-reduce";
+    case OpKind::ParamAllGather:
+      return "param-all-gather";
+    case OpKind::CopyToHost:
+      return "copy-to-host";
+    case OpKind::CopyToDevice:
+      return "copy-to-device";
+    case OpKind::OptimizerStep:
+      return "optimizer-step";
+    case OpKind::HostOptimizerStep:
+      return "host-optimizer-step";
   }
   return "?";
 }
@@ -89,10 +109,10 @@ struct Emitter {
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
   std::vector<double> train_p, frozen_p, frozen_bpe;
-  double layer_train = 0;  // trainable parameters of one decoder layer
-  std::vector<double> act_bytes;   // per unit, saved activations of one micro-batch
-  std::vector<double> fwd_flops;   // per unit, matmul FLOPs per micro-batch
-  std::vector<double> attn_flops;  // per unit
+  double layer_train = 0;               // trainable parameters of one decoder layer
+  std::vector<double> act_bytes;        // per unit, saved activations of one micro-batch
+  std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
+  std::vector<double> attn_flops;       // per unit
   std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
 
   bool fp32_collectives = false;
@@ -188,7 +208,8 @@ struct Emitter {
       for (ModuleId leaf : g.leaves_under(g.layers().front())) {
         const ModuleNode& n = g.node(leaf);
         if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
-        double weight = n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+        double weight =
+            n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
         prog.layer_gemms.push_back(GemmShape{toks, n.out_features, n.in_features, weight});
       }
     }
@@ -273,7 +294,8 @@ struct Emitter {
     const WrapUnit& u = prog.units[ui];
     if (u.num_layers() == 0) return 0;
     const ModelSpec& m = g.spec();
-    double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token) : static_cast<double>(m.ffn_size);
+    double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
+                       : static_cast<double>(m.ffn_size);
     double grads = tokens * pb * (2.0 * static_cast<double>(m.hidden_size) + (m.gated_mlp ? 3.0 : 2.0) * ffn);
     return grads + recompute_bytes[ui];
   }
@@ -580,8 +602,8 @@ void Emitter::emit_sharded() {
       int pop = push(post);
       // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, "reduce-scatter", CollectiveKind::ReduceScatter,
-                           GroupKind::Shard, full * rb, ui, mbi);
+      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, "reduce-scatter",
+                           CollectiveKind::ReduceScatter, GroupKind::Shard, full * rb, ui, mbi);
       r.deps.push_back(pop);
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
@@ -610,7 +632,8 @@ void Emitter::emit_replicated() {
   const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
   double frozen_bytes = 0;
-  for (int ui = 0; ui < n; ++ui) frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
+  for (int ui = 0; ui < n; ++ui)
+    frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
   prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
   // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
   // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.

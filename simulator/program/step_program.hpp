@@ -20,18 +20,18 @@ enum class Stream { Compute, AllGather, ReduceScatter, HostToDevice, DeviceToHos
 const char* to_string(Stream);
 
 enum class OpKind {
-  Gather,         // all-gather a unit's parameters (or copy them in from the host first)
-  Forward,        // a unit's forward compute
-  Reshard,        // free a unit's unsharded parameters
-  Loss,           // head output -> loss
-  LossBackward,   // loss backward (logit gradients)
-  Backward,       // a unit's backward compute (recompute included)
-  ReduceScatter,  // a unit's (or bucket's) gradient reduce-scatter
-  AllReduce,      // gradient all-reduce (DDP buckets, HSDP replicas, no-shard)
-  ParamAllGather, // ZeRO-1/2: gather updated parameter shards after the step
-  CopyToHost,     // gradients to the host (offload)
-  CopyToDevice,   // parameters to the device (offload)
-  OptimizerStep,  // device optimizer
+  Gather,             // all-gather a unit's parameters (or copy them in from the host first)
+  Forward,            // a unit's forward compute
+  Reshard,            // free a unit's unsharded parameters
+  Loss,               // head output -> loss
+  LossBackward,       // loss backward (logit gradients)
+  Backward,           // a unit's backward compute (recompute included)
+  ReduceScatter,      // a unit's (or bucket's) gradient reduce-scatter
+  AllReduce,          // gradient all-reduce (DDP buckets, HSDP replicas, no-shard)
+  ParamAllGather,     // ZeRO-1/2: gather updated parameter shards after the step
+  CopyToHost,         // gradients to the host (offload)
+  CopyToDevice,       // parameters to the device (offload)
+  OptimizerStep,      // device optimizer
   HostOptimizerStep,  // host optimizer (offload)
 };
 const char* to_string(OpKind);
@@ -61,9 +61,9 @@ struct InlineList {
 struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
-  int unit = -1;        // index into StepProgram::units
-  int micro_batch = 0;  // 0-based
-  const char* what = "";  // label prefix; the full label is op_label(program, op)
+  int unit = -1;                        // index into StepProgram::units
+  int micro_batch = 0;                  // 0-based
+  const char* what = "";                // label prefix; the full label is op_label(program, op)
   InlineList<MemEvent, 4> on_issue;     // applied when the op is issued (CPU order)
   double transient_bytes = 0;           // live only while the op runs (Transient category)
   InlineList<MemEvent, 3> on_complete;  // applied when it completes
@@ -84,8 +84,8 @@ struct Op {
   double comm_bytes = 0;  // full buffer size of the collective
   double copy_bytes = 0;  // host<->device
   double host_optimizer_params = 0;
-  InlineList<int, 2> deps;        // ops that must complete before this one starts
-  bool after_all_comm = false;    // also waits for every earlier non-compute op (optimizer barrier)
+  InlineList<int, 2> deps;      // ops that must complete before this one starts
+  bool after_all_comm = false;  // also waits for every earlier non-compute op (optimizer barrier)
 };
 
 struct StepLayout;
@@ -94,8 +94,8 @@ std::string op_label(const StepProgram& p, const Op& op);
 
 struct StepLayout {
   int64_t world = 1;
-  int64_t shard_size = 1;   // ranks a parameter/gradient/optimizer shard is split over
-  int64_t replicas = 1;     // world / shard_size
+  int64_t shard_size = 1;  // ranks a parameter/gradient/optimizer shard is split over
+  int64_t replicas = 1;    // world / shard_size
   int64_t tokens_per_micro_batch = 0;
   int64_t micro_batches_emitted = 1;  // min(grad_accum, 3): first, one representative middle, last
 };
@@ -114,9 +114,9 @@ struct StepProgram {
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;
   std::vector<MemEvent> host_persistent;  // offloaded state in host memory (the device itself on CPU runs)
-  double host_bytes_per_rank = 0;    // host-resident state for offload (pinned buffers included)
+  double host_bytes_per_rank = 0;         // host-resident state for offload (pinned buffers included)
   double pinned_bytes_per_rank = 0;
-  int communicators = 0;             // NCCL communicators this rank holds
+  int communicators = 0;  // NCCL communicators this rank holds
 };
 
 struct ProgramInput {

@@ -13,9 +13,9 @@
 namespace fsdp {
 
 struct WrapUnit {
-  std::string name;              // "root", "layers.3", "layers.0-1", "layers"
+  std::string name;  // "root", "layers.3", "layers.0-1", "layers"
   bool is_root = false;
-  int64_t first_layer = -1;      // decoder layers [first_layer, last_layer] (inclusive), -1 for root
+  int64_t first_layer = -1;  // decoder layers [first_layer, last_layer] (inclusive), -1 for root
   int64_t last_layer = -1;
   int64_t params = 0;
   std::vector<ModuleId> modules;  // top modules of the unit

@@ -18,7 +18,7 @@ struct RuntimeProfile {
   // a step (activations, unsharded params/grads, transients): blocks freed out of order stay cached.
   double fragmentation_fraction = 0;
   // --- fixed costs outside the allocator's statistics ---
-  Bytes context_memory{0};               // CUDA context + kernels + cuBLAS/cuDNN handles (workspace category)
+  Bytes context_memory{0};                // CUDA context + kernels + cuBLAS/cuDNN handles (workspace category)
   Bytes nccl_memory_per_communicator{0};  // NCCL channel buffers (nccl category)
   // --- module behaviour ---
   bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
@@ -26,15 +26,15 @@ struct RuntimeProfile {
   // Full activation checkpointing regions: each decoder layer (Hugging Face gradient_checkpointing), or
   // each wrap unit (fsdp-run: one region per unit, whatever its number of layers).
   bool checkpoint_per_unit = false;
-  bool allgather_copy_out = false;     // all-gather output is copied out into per-parameter tensors
-  bool root_reshard_after_forward = true;  // the root unit frees its params after forward
+  bool allgather_copy_out = false;                  // all-gather output is copied out into per-parameter tensors
+  bool root_reshard_after_forward = true;           // the root unit frees its params after forward
   bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
-  bool ddp_gradient_as_bucket_view = false;          // DDP grads are views into its buckets (no extra copy)
-  bool autocast_caches_weight_casts = true;          // autocast keeps low-precision weight casts for backward
+  bool ddp_gradient_as_bucket_view = false;         // DDP grads are views into its buckets (no extra copy)
+  bool autocast_caches_weight_casts = true;         // autocast keeps low-precision weight casts for backward
   // ZeRO stages keep parameters and gradients in the low precision with an fp32 master partition
   // (DeepSpeed, the ZeRO paper), rather than fp32 parameters cast for compute (PyTorch, fsdp-run).
   bool zero_low_precision_params = false;
-  bool grads_persist = false;  // gradient buffers live for the whole run (zeroed in place), not per step
+  bool grads_persist = false;       // gradient buffers live for the whole run (zeroed in place), not per step
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
 };
 

@@ -81,10 +81,14 @@ const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
 
 std::string to_string(const WrapPolicy& w) {
   switch (w.kind) {
-    case WrapKind::Layer: return "layer";
-    case WrapKind::EveryK: return "every:" + std::to_string(w.every_k);
-    case WrapKind::Size: return "size:" + std::to_string(w.min_params);
-    case WrapKind::Model: return "model";
+    case WrapKind::Layer:
+      return "layer";
+    case WrapKind::EveryK:
+      return "every:" + std::to_string(w.every_k);
+    case WrapKind::Size:
+      return "size:" + std::to_string(w.min_params);
+    case WrapKind::Model:
+      return "model";
   }
   return "?";
 }
@@ -120,9 +124,11 @@ bool parse_wrap(const std::string& s, WrapPolicy& w) {
 
 int dtype_bytes(DType d) {
   switch (d) {
-    case DType::Fp32: return 4;
+    case DType::Fp32:
+      return 4;
     case DType::Bf16:
-    case DType::Fp16: return 2;
+    case DType::Fp16:
+      return 2;
   }
   return 4;
 }

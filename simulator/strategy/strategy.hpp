@@ -29,8 +29,8 @@ enum class AttentionImpl { Flash, Sdpa, Eager };
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::Layer;
-  int64_t every_k = 1;        // for EveryK
-  int64_t min_params = 0;     // for Size (like size_based_auto_wrap_policy's min_num_params)
+  int64_t every_k = 1;     // for EveryK
+  int64_t min_params = 0;  // for Size (like size_based_auto_wrap_policy's min_num_params)
 };
 
 struct LoraSpec {

@@ -15,21 +15,27 @@ namespace {
 CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p, const Cluster& c) {
   const int gpn = static_cast<int>(c.gpus_per_node);
   switch (k) {
-    case GroupKind::Shard: return contiguous_group(hw, gpn, static_cast<int>(p.layout.shard_size));
+    case GroupKind::Shard:
+      return contiguous_group(hw, gpn, static_cast<int>(p.layout.shard_size));
     case GroupKind::Replica:
       return strided_group(hw, gpn, static_cast<int>(p.layout.shard_size), static_cast<int>(p.layout.replicas));
-    case GroupKind::World: return contiguous_group(hw, gpn, static_cast<int>(p.layout.world));
+    case GroupKind::World:
+      return contiguous_group(hw, gpn, static_cast<int>(p.layout.world));
   }
   return CommGroup{};
 }
 
 Collective to_collective(CollectiveKind k) {
   switch (k) {
-    case CollectiveKind::AllGather: return Collective::AllGather;
-    case CollectiveKind::ReduceScatter: return Collective::ReduceScatter;
-    case CollectiveKind::AllReduce: return Collective::AllReduce;
+    case CollectiveKind::AllGather:
+      return Collective::AllGather;
+    case CollectiveKind::ReduceScatter:
+      return Collective::ReduceScatter;
+    case CollectiveKind::AllReduce:
+      return Collective::AllReduce;
     case CollectiveKind::Broadcast:
-    case CollectiveKind::None: break;
+    case CollectiveKind::None:
+      break;
   }
   return Collective::Broadcast;
 }
@@ -41,8 +47,7 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 
 }  // namespace
 
-double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c,
-                   const Strategy& s) {
+double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
   const DType dt = s.param_dtype;
   double t = 0;
   if (op.layers > 0 && op.gemm_passes > 0) {

@@ -37,14 +37,17 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
         if (op.kind == OpKind::OptimizerStep) r.optimizer_s += dur;
         break;
       case Stream::AllGather:
-      case Stream::ReduceScatter: r.comm_s += dur; break;
+      case Stream::ReduceScatter:
+        r.comm_s += dur;
+        break;
       case Stream::HostToDevice:
       case Stream::DeviceToHost:
       case Stream::Host:
         r.offload_s += dur;
         if (op.kind == OpKind::HostOptimizerStep) r.optimizer_s += dur;
         break;
-      case Stream::kCount: break;
+      case Stream::kCount:
+        break;
     }
   }
   double end = 0;
@@ -71,7 +74,8 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     double o = 0;
     auto it = std::lower_bound(merged.begin(), merged.end(), std::make_pair(a, a),
                                [](const auto& x, const auto& y) { return x.second < y.first; });
-    for (; it != merged.end() && it->first < b; ++it) o += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
+    for (; it != merged.end() && it->first < b; ++it)
+      o += std::max(0.0, std::min(b, it->second) - std::max(a, it->first));
     return o;
   };
   double overlapped = 0, overlapped_mid = 0;

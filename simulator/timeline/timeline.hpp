@@ -19,18 +19,17 @@ struct OpTiming {
 
 struct TimelineResult {
   double step_s = 0;
-  double compute_s = 0;        // busy time of the compute stream
-  double comm_s = 0;           // total collective time
-  double exposed_comm_s = 0;   // compute-stream idle time waiting on communication
-  double offload_s = 0;        // host<->device copies + host optimizer
+  double compute_s = 0;       // busy time of the compute stream
+  double comm_s = 0;          // total collective time
+  double exposed_comm_s = 0;  // compute-stream idle time waiting on communication
+  double offload_s = 0;       // host<->device copies + host optimizer
   double exposed_offload_s = 0;
   double optimizer_s = 0;
-  double contention_s = 0;     // compute slowed by collectives running beside it (in compute_s)
-  std::vector<OpTiming> ops;   // per op of the program
+  double contention_s = 0;    // compute slowed by collectives running beside it (in compute_s)
+  std::vector<OpTiming> ops;  // per op of the program
 };
 
-double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c,
-                   const Strategy& s);
+double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s);
 
 TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s);
 

@@ -52,9 +52,10 @@ TEST_CASE("torchtitan FSDP2 on 64 A100-80GB: published tokens/s per GPU") {
   for (const Row& r : rows) {
     Prediction p = predict(r.model, "a100-80gb", 8, 8, r.ck, r.mb, r.seq, "pytorch");
     double err = (p.tokens_per_s_per_gpu - r.published) / r.published;
-    std::printf("torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%)\n",
-                r.model, static_cast<long long>(r.mb), static_cast<long long>(r.seq), to_string(r.ck), r.published,
-                p.tokens_per_s_per_gpu, err * 100);
+    std::printf(
+        "torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%)\n",
+        r.model, static_cast<long long>(r.mb), static_cast<long long>(r.seq), to_string(r.ck), r.published,
+        p.tokens_per_s_per_gpu, err * 100);
     CAPTURE(r.model);
     CHECK(std::fabs(err) <= 0.35);
   }
@@ -86,16 +87,17 @@ TEST_CASE("H200 calibration rows: the compute-only step time") {
     if (j["strategy"] != "fsdp") continue;
     std::string model = j["model"];
     if (model == "llama-1b") model = std::string(FSDP_TEST_DATA) + "/models/llama-1b.yaml";
-    Prediction p = predict(model, "h200-141gb", 1, j["world"].get<int64_t>(),
-                           j["act_ckpt"].get<bool>() ? ActCkpt::Full : ActCkpt::None, j["micro_batch"], j["seq"],
-                           "pytorch");
+    Prediction p =
+        predict(model, "h200-141gb", 1, j["world"].get<int64_t>(),
+                j["act_ckpt"].get<bool>() ? ActCkpt::Full : ActCkpt::None, j["micro_batch"], j["seq"], "pytorch");
     double measured = j["step_s"].back().get<double>();
     double predicted = p.time.compute_s - p.time.contention_s;
     double err = (predicted - measured) / measured;
     std::printf("H200 %-10s world %lld mb %lld seq %lld ckpt %d: measured %.3f s, predicted compute %.3f s (%+.1f%%)\n",
                 j["model"].get<std::string>().c_str(), static_cast<long long>(j["world"].get<int64_t>()),
-                static_cast<long long>(j["micro_batch"].get<int64_t>()), static_cast<long long>(j["seq"].get<int64_t>()),
-                j["act_ckpt"].get<bool>() ? 1 : 0, measured, predicted, err * 100);
+                static_cast<long long>(j["micro_batch"].get<int64_t>()),
+                static_cast<long long>(j["seq"].get<int64_t>()), j["act_ckpt"].get<bool>() ? 1 : 0, measured, predicted,
+                err * 100);
     CAPTURE(line);
     CHECK(std::fabs(err) <= 0.35);
   }

@@ -28,8 +28,8 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line);
     std::string model = j["model"];
-    ModelSpec spec = model == "llama-1b" ? load_model(std::string(FSDP_TEST_DATA) + "/models/llama-1b.yaml", root())
-                                          : zoo(model);
+    ModelSpec spec =
+        model == "llama-1b" ? load_model(std::string(FSDP_TEST_DATA) + "/models/llama-1b.yaml", root()) : zoo(model);
     ModuleGraph g(spec);
     REQUIRE(g.total_params() == j["params"].get<int64_t>());
     Strategy s;
@@ -52,9 +52,8 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
     double er = (r.reserved_peak - measured_reserved) / measured_reserved;
     std::printf("%-10s %-6s %5lld %3lld %5lld %4s | %8.2f %8.2f %+5.1f%% | %8.2f %8.2f %+5.1f%%\n", model.c_str(),
                 strat.c_str(), static_cast<long long>(world), static_cast<long long>(s.micro_batch),
-                static_cast<long long>(s.seq_len), s.act_ckpt == ActCkpt::Full ? "full" : "none",
-                measured_alloc / kGiB, r.peak_allocated / kGiB, ea * 100, measured_reserved / kGiB,
-                r.reserved_peak / kGiB, er * 100);
+                static_cast<long long>(s.seq_len), s.act_ckpt == ActCkpt::Full ? "full" : "none", measured_alloc / kGiB,
+                r.peak_allocated / kGiB, ea * 100, measured_reserved / kGiB, r.reserved_peak / kGiB, er * 100);
     CAPTURE(line);
     CHECK(std::fabs(ea) <= 0.06);
     CHECK(std::fabs(er) <= 0.30);
