@@ -678,6 +678,19 @@ void Emitter::emit_replicated() {
       }
       if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
       int bop = push(b);
+      if (rt.replicated_grads_via_flat_copy) {
+        // The runtime gathers the unit's per-parameter gradients (compute dtype) into a flat buffer before
+        // accumulating it into the kept gradient: both copies live for a moment after the backward.
+        Op post;
+        post.kind = OpKind::Reshard;
+        post.unit = ui;
+        post.micro_batch = mbi;
+        post.what = "post-backward";
+        post.transient_bytes = 2.0 * p * pb;
+        post.elementwise_bytes = 3.0 * p * pb;
+        post.deps.push_back(bop);
+        bop = push(post);
+      }
       if (!sync) continue;
       Op r;
       r.stream = Stream::ReduceScatter;

@@ -45,6 +45,7 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.ddp_gradient_as_bucket_view = sh.get_bool("ddp_gradient_as_bucket_view");
   r.autocast_caches_weight_casts = sh.get_bool("autocast_keeps_weight_casts");
   r.grads_persist = sh.get_bool("grads_persist");
+  r.replicated_grads_via_flat_copy = sh.get_bool("replicated_grads_via_flat_copy");
   r.zero_low_precision_params = sh.get_bool("zero_low_precision_params");
   sh.finish();
   map.finish();

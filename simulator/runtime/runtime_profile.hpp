@@ -34,7 +34,8 @@ struct RuntimeProfile {
   // ZeRO stages keep parameters and gradients in the low precision with an fp32 master partition
   // (DeepSpeed, the ZeRO paper), rather than fp32 parameters cast for compute (PyTorch, fsdp-run).
   bool zero_low_precision_params = false;
-  bool grads_persist = false;       // gradient buffers live for the whole run (zeroed in place), not per step
+  bool grads_persist = false;
+  bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer       // gradient buffers live for the whole run (zeroed in place), not per step
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
 };
 
