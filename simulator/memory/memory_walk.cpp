@@ -106,7 +106,7 @@ MemoryBreakdown model_state_bytes(const StepProgram& p) {
       if (e.category == MemoryCategory::UnshardedGrads) unsharded += e.bytes;
     }
     max_sharded = std::max(max_sharded, sharded);
-    if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::CopyToHost)
+    if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::HostOptimizerStep)
       unsharded_at_step = std::max(unsharded_at_step, unsharded);
     for (const MemEvent& e : op.on_complete) {
       if (e.category == MemoryCategory::ShardedGrads) sharded += e.bytes;

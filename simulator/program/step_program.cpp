@@ -116,6 +116,7 @@ struct Emitter {
   std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
 
   bool fp32_collectives = false;
+  bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
@@ -619,6 +620,20 @@ void Emitter::emit_sharded() {
         rop = push(a);
       }
       last_rs[static_cast<size_t>(ui)] = rop;
+      if (s.offload != Offload::None && mbi == K - 1) {
+        // ZeRO-Offload copies each gradient partition to the host as soon as it is reduced, overlapping
+        // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2).
+        Op d;
+        d.kind = OpKind::CopyToHost;
+        d.stream = Stream::DeviceToHost;
+        d.unit = ui;
+        d.micro_batch = mbi;
+        d.what = "gradients to host";
+        d.copy_bytes = shard(train(ui)) * rb;
+        d.deps.push_back(rop);
+        push(d);
+        grads_copied_per_unit = true;
+      }
     }
   }
   emit_optimizer();
@@ -762,21 +777,23 @@ void Emitter::emit_optimizer() {
   prog.host_persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * 4.0});
   prog.host_persistent.push_back({MemoryCategory::MasterParams, opt_elems * 4.0});
   prog.pinned_bytes_per_rank += grad_elems * rb;
-  Op d;
-  d.kind = OpKind::CopyToHost;
-  d.stream = Stream::DeviceToHost;
-  d.what = "gradients to host";
-  d.copy_bytes = grad_elems * rb;
-  d.after_all_comm = true;
-  d.deps.push_back(static_cast<int>(prog.ops.size()) - 1);  // the last backward
-  free_grads(d);
-  int dop = push(d);
+  if (!grads_copied_per_unit) {
+    Op d;
+    d.kind = OpKind::CopyToHost;
+    d.stream = Stream::DeviceToHost;
+    d.what = "gradients to host";
+    d.copy_bytes = grad_elems * rb;
+    d.after_all_comm = true;
+    d.deps.push_back(static_cast<int>(prog.ops.size()) - 1);  // the last backward
+    push(d);
+  }
   Op h;
   h.kind = OpKind::HostOptimizerStep;
   h.stream = Stream::Host;
   h.what = "host optimizer step";
   h.host_optimizer_params = opt_elems;
-  h.deps.push_back(dop);
+  h.after_all_comm = true;  // every gradient copy has landed
+  free_grads(h);
   int hop = push(h);
   Op u;
   u.kind = OpKind::CopyToDevice;
