@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # README command 2 (and .ci/run): install what is missing, build everything, run every test:
-# the doctest suites and executor runs through ctest, then the parser fuzzers for a minute.
+# the parser fuzzers for a minute, then the doctest suites, executor runs, accuracy grid and browser
+# test through ctest (whose summary closes the output).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 scripts/install-deps.sh
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build -j2
-ctest --test-dir build --output-on-failure -j2 --timeout 900
 FSDP_FUZZ_TOTAL=60 fuzz/run.sh 15
+ctest --test-dir build --output-on-failure -j2 --timeout 900
