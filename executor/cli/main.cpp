@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/calibrate.hpp"
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist/launcher.hpp"
@@ -21,6 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: fsdp-run [--nproc-per-node N] PLAN [options]\n"
     "       fsdp-run export CHECKPOINT --out FILE.safetensors\n"
+    "       fsdp-run calibrate --out FILE.yaml [--nproc-per-node N] [--base PROFILE] [--quick]\n"
     "options:\n"
     "  --steps N               total steps to reach (default 10; counted from the start on --resume)\n"
     "  --seed S                initialisation and data seed (default 0)\n"
@@ -77,6 +79,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Comm> comm;
   try {
     if (!a.empty() && a[0] == "export") return run_export(a);
+    if (!a.empty() && a[0] == "calibrate") return run_calibrate(a, argv[0]);
     Args args;
     std::vector<std::string> child{argv[0]};
     for (std::size_t i = 0; i < a.size(); ++i) {

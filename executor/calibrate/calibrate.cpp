@@ -1,0 +1,742 @@
+// `fsdp-run calibrate`: measurements (LibTorch), the fits (calibrate/fit.hpp) and the profile
+// (calibrate/profile_yaml.hpp). What is measured where, and why: docs/calibrate.md.
+#include "calibrate/calibrate.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "calibrate/fit.hpp"
+#include "calibrate/profile_yaml.hpp"
+#include "comm/collective_cost.hpp"
+#include "comm/comm_group.hpp"
+#include "compute/compute_cost.hpp"
+#include "core/errors.hpp"
+#include "dist/comm.hpp"
+#include "dist/device.hpp"
+#include "dist/launcher.hpp"
+#include "hardware/hardware_profile.hpp"
+#include "model/transformer.hpp"
+#include "train/host_adam.hpp"
+
+#if defined(FSDP_EXEC_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace fsdp::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using cal::CollKind;
+using cal::CollSample;
+
+constexpr const char* kUsage =
+    "usage: fsdp-run calibrate --out FILE.yaml [--nproc-per-node N] [--base PROFILE] [--quick]\n"
+    "options:\n"
+    "  --out FILE.yaml      the hardware profile to write (loads with fsdp-plan --hw FILE.yaml)\n"
+    "  --nproc-per-node N   local ranks: collectives are measured over them (default 1: none)\n"
+    "  --base PROFILE       name or .yaml path of the profile whose unmeasurable fields are kept\n"
+    "                       (peak FLOP/s, NICs, cores...; default cpu on CPU, required on CUDA)\n"
+    "  --name NAME          the profile's name (default: the file name without .yaml)\n"
+    "  --device cpu|cuda    what to calibrate (default cuda when this build and machine have it)\n"
+    "  --quick              fewer and smaller shapes (seconds instead of minutes)\n"
+    "  --timeout SEC        collective / rendezvous timeout (default 300)\n"
+    "  --config-root DIR    where hwprofiles/ lives (default $FSDP_CONFIG_ROOT or the source tree)\n";
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct Options {
+  std::string out, base, name, device, config_root;
+  bool quick = false;
+  int nproc = 0;
+  int timeout_s = 300;
+};
+
+int to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < 1 || x > 4096)
+    throw InputError("calibrate: " + flag + " expects a positive integer, got '" + v + "'");
+  return static_cast<int>(x);
+}
+
+std::string fmt(const char* f, double a) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+std::string today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&t));
+  return buf;
+}
+
+// /proc/meminfo field in bytes (kB in the file); 0 when absent.
+double meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  std::string k, unit;
+  double v = 0;
+  while (in >> k >> v) {
+    std::getline(in, unit);
+    if (k == key + ":") return v * 1024.0;
+  }
+  return 0;
+}
+
+struct GemmSample {
+  int64_t m, n, k;
+  double seconds;  // mean over the three orientations of a linear layer (forward, input grad, weight grad)
+  double flops() const { return 2.0 * double(m) * double(n) * double(k); }
+};
+
+struct AttnSample {
+  AttentionShape shape;
+  double fwd_s, bwd_s;
+};
+
+class Calibrator {
+ public:
+  Calibrator(const Options& o, Comm& comm, std::string device)
+      : opt_(o), comm_(comm), device_(std::move(device)), cuda_(device_ != "cpu") {
+    f32_ = at::TensorOptions().dtype(at::kFloat).device(device_);
+  }
+
+  int run(const DistEnv& env);
+
+ private:
+  bool root() const { return comm_.rank() == 0; }
+  void progress(const std::string& s) const {
+    if (root()) std::cerr << "calibrate: " << s << "\n" << std::flush;
+  }
+  void sync() const {
+#if defined(FSDP_EXEC_CUDA)
+    if (cuda_) c10::cuda::device_synchronize();
+#endif
+  }
+  // Median of repeated timings: one warm-up call, then at least 3 calls and until a time budget is spent.
+  double time_op(const std::function<void()>& f) const {
+    f();
+    sync();
+    std::vector<double> ts;
+    const double budget = opt_.quick ? 0.03 : 0.25;
+    const auto start = Clock::now();
+    while (ts.size() < 3 || (ts.size() < 50 && seconds_since(start) < budget)) {
+      const auto t0 = Clock::now();
+      f();
+      sync();
+      ts.push_back(seconds_since(t0));
+    }
+    return cal::median(ts);
+  }
+  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+  // Rank 0's decision, shared, so that every rank runs the same shapes at the same time.
+  bool agree(bool v) {
+    if (comm_.size() == 1) return v;
+    at::Tensor t = at::full({1}, v ? 1.0f : 0.0f, f32_);
+    comm_.world().broadcast(t, 0);
+    return t.item<float>() > 0.5f;
+  }
+
+  double memory_bandwidth(const at::TensorOptions& o, int64_t elems);
+  void gemms();
+  void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int max_steps);
+  void attention();
+  void host();
+  void collectives(const DistEnv& env);
+  void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
+  std::string write_profile(const DistEnv& env);
+
+  Options opt_;
+  Comm& comm_;
+  std::string device_;
+  bool cuda_;
+  at::TensorOptions f32_;
+  // Measurements (rank 0's are the ones written).
+  double mem_total_ = 0, mem_available_ = 0;
+  double device_total_ = 0;
+  double device_bw_ = 0, host_bw_ = 0, h2d_ = 0, d2h_ = 0;
+  double adam_params_per_s_ = 0;
+  int64_t adam_params_ = 0;
+  std::vector<GemmSample> fp32_, bf16_, fp16_;
+  std::string fp16_missing_;
+  std::vector<AttnSample> attn_;
+  std::vector<CollSample> intra_, inter_;
+  int intra_size_ = 0, inter_size_ = 0;
+};
+
+double Calibrator::memory_bandwidth(const at::TensorOptions& o, int64_t elems) {
+  // STREAM's triad-like add (a = b + c): 3 x 4 bytes per element moved (McCalpin, STREAM benchmark).
+  at::Tensor a = at::empty({elems}, o), b = at::rand({elems}, o), c = at::rand({elems}, o);
+  const double t = time_op([&] { at::add_out(a, b, c); });
+  return 3.0 * 4.0 * double(elems) / t;
+}
+
+void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int max_steps) {
+  // Squares, then linear-layer shapes (tokens x 3h x h and tokens x h x 3h): each shape timed as the three
+  // GEMMs of a linear layer, y = x W^T, dx = dy W, dW = dy^T x (the simulator prices all three at the same
+  // FLOP count with one curve, so their mean is what the curve must reproduce).
+  std::vector<std::array<int64_t, 3>> squares, rects;
+  for (int64_t n = 32; n <= 4096; n *= 2) squares.push_back({n, n, n});
+  for (int64_t h = 128; h <= 4096; h *= 2) {
+    rects.push_back({512, 3 * h, h});
+    rects.push_back({512, h, 3 * h});
+  }
+  const double cap = opt_.quick ? 0.02 : 0.4;  // stop a series when one call takes longer than this
+  const auto o = f32_.dtype(dt);
+  for (const auto* series : {&squares, &rects}) {
+    int steps = 0;
+    for (const auto& s : *series) {
+      if (steps++ >= max_steps) break;
+      const int64_t m = s[0], n = s[1], k = s[2];
+      at::Tensor x = at::randn({m, k}, f32_).to(o), w = at::randn({n, k}, f32_).to(o),
+                 dy = at::randn({m, n}, f32_).to(o);
+      const double tf = time_op([&] { (void)at::mm(x, w.t()); });
+      const double td = time_op([&] { (void)at::mm(dy, w); });
+      const double tw = time_op([&] { (void)at::mm(dy.t(), x); });
+      GemmSample g{m, n, k, (tf + td + tw) / 3};
+      out.push_back(g);
+      progress(std::string(c10::toString(dt)) + " GEMM " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+               std::to_string(k) + ": " + fmt("%.2f GFLOP/s", g.flops() / g.seconds / 1e9));
+      if (agree(std::max({tf, td, tw}) > cap)) break;
+    }
+  }
+}
+
+void Calibrator::gemms() {
+  gemm_dtype(at::kFloat, fp32_, 99);
+  gemm_dtype(at::kBFloat16, bf16_, opt_.quick ? 3 : 6);
+  // fp16 GEMMs are not implemented on CPU in LibTorch 1.13 ("addmm_impl_cpu_" not implemented for 'Half').
+  bool ok = true;
+  try {
+    at::Tensor a = at::ones({8, 8}, f32_.dtype(at::kHalf));
+    (void)at::mm(a, a);
+  } catch (const std::exception& e) {
+    ok = false;
+    fp16_missing_ = "fp16 GEMM unavailable on " + device_ + " in LibTorch " + TORCH_VERSION;
+  }
+  if (agree(ok)) gemm_dtype(at::kHalf, fp16_, opt_.quick ? 3 : 6);
+}
+
+void Calibrator::attention() {
+  // The executor's attention (attention_core, executor/model/transformer.hpp), forward and backward,
+  // batch 1, 8 heads of 64, fp32, growing sequence length.
+  const double cap = opt_.quick ? 0.02 : 0.4;
+  for (int64_t T = 64; T <= 8192; T *= 2) {
+    AttentionShape a;
+    a.batch = 1;
+    a.seq_len = T;
+    a.heads = a.kv_heads = 8;
+    a.head_dim = 64;
+    a.causal = true;
+    at::Tensor q = at::randn({a.batch, a.heads, T, a.head_dim}, f32_), k = at::randn_like(q), v = at::randn_like(q);
+    const double fwd = time_op([&] { (void)attention_core(q, k, v, /*eager=*/true); });
+    at::Tensor qg = q.clone().requires_grad_(true), kg = k.clone().requires_grad_(true),
+               vg = v.clone().requires_grad_(true);
+    at::Tensor go = at::randn_like(q);
+    const double both = time_op([&] {
+      at::Tensor o = attention_core(qg, kg, vg, true);
+      torch::autograd::backward({o}, {go});
+    });
+    const double bwd = std::max(both - fwd, 0.05 * both);
+    attn_.push_back({a, fwd, bwd});
+    progress("attention seq " + std::to_string(T) + ": forward " + fmt("%.3f ms", fwd * 1e3) + ", backward " +
+             fmt("%.3f ms", bwd * 1e3));
+    if (agree(both > cap || (opt_.quick && T >= 256))) break;
+  }
+}
+
+void Calibrator::host() {
+  // Node-wide quantities: local rank 0 measures them alone while the node's other ranks wait.
+  comm_.world().barrier();
+  if (comm_.local_rank() == 0) {
+    const at::TensorOptions h = at::TensorOptions().dtype(at::kFloat);
+    host_bw_ = memory_bandwidth(h, opt_.quick ? (16 << 20) / 4 : (256 << 20) / 4);
+    progress("host memory bandwidth: " + fmt("%.2f GB/s", host_bw_ / 1e9));
+    adam_params_ = opt_.quick ? (4 << 20) : (32 << 20);
+    at::Tensor p = at::randn({adam_params_}, h), g = at::randn({adam_params_}, h), m = at::zeros({adam_params_}, h),
+               v = at::zeros({adam_params_}, h);
+    AdamHyper hy{1e-3, 0.9, 0.999, 1e-8, 0.01, 1};
+    const double t = time_op([&] {
+      host_adamw_step(p, g, m, v, hy);
+      ++hy.step;
+    });
+    adam_params_per_s_ = double(adam_params_) / t;
+    progress("host AdamW: " + fmt("%.3g params/s", adam_params_per_s_));
+  }
+  comm_.world().barrier();
+#if defined(FSDP_EXEC_CUDA)
+  if (cuda_) {
+    const int64_t elems = (opt_.quick ? (64 << 20) : (256 << 20)) / 4;
+    at::Tensor hbuf = at::empty({elems}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+    at::Tensor dbuf = at::empty({elems}, f32_);
+    h2d_ = 4.0 * double(elems) / time_op([&] { dbuf.copy_(hbuf); });
+    d2h_ = 4.0 * double(elems) / time_op([&] { hbuf.copy_(dbuf); });
+    progress("host->device " + fmt("%.2f GB/s", h2d_ / 1e9) + ", device->host " + fmt("%.2f GB/s", d2h_ / 1e9));
+  }
+#endif
+}
+
+void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std::string& what) {
+  std::vector<double> sizes;
+  const double top = opt_.quick ? 4 * kMiB : (cuda_ ? 256 * kMiB : 64 * kMiB);
+  for (double s = opt_.quick ? 64 * 1024 : 16 * 1024; s <= top; s *= 4) sizes.push_back(s);
+  const int reps = opt_.quick ? 3 : 5;
+  const int n = g.size();
+  for (double bytes : sizes) {
+    const int64_t shard = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4) / n);
+    const int64_t full = shard * n;
+    at::Tensor fullb = at::rand({full}, f32_), shardb = at::rand({shard}, f32_);
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce}) {
+      auto op = [&] {
+        Handle h = k == CollKind::AllGather       ? g.all_gather(shardb, fullb)
+                   : k == CollKind::ReduceScatter ? g.reduce_scatter_sum(fullb, shardb)
+                                                  : g.all_reduce_sum(fullb);
+        h.wait();
+        sync();
+      };
+      std::vector<double> ts;
+      for (int r = 0; r <= reps; ++r) {
+        g.barrier();
+        const auto t0 = Clock::now();
+        op();
+        if (r > 0) ts.push_back(seconds_since(t0));  // r == 0: warm-up
+      }
+      CollSample s{k, n, 4.0 * double(full), cal::median(ts)};
+      out.push_back(s);
+      progress(what + " " + cal::coll_name(k) + " " + fmt("%.0f KiB", s.bytes / 1024) + " over " + std::to_string(n) +
+               ": " + fmt("%.3f ms", s.seconds * 1e3) + " (busbw " +
+               fmt("%.3f GB/s", cal::busbw_factor(k, n) * s.bytes / s.seconds / 1e9) + ")");
+    }
+  }
+}
+
+void Calibrator::collectives(const DistEnv& env) {
+  const int lws = env.local_world_size, nodes = comm_.size() / std::max(1, lws);
+  if (nodes * lws != comm_.size()) throw InputError("calibrate: world size is not nodes x local world size");
+  const int node = comm_.rank() / lws;
+  if (lws > 1) {
+    std::vector<int> members;
+    for (int i = 0; i < lws; ++i) members.push_back(node * lws + i);
+    auto g = comm_.subgroup("cal-intra", members);
+    intra_size_ = lws;
+    measure_group(*g, intra_, "intra-node");
+  }
+  if (nodes > 1) {
+    std::vector<int> members;
+    for (int i = 0; i < nodes; ++i) members.push_back(i * lws + comm_.local_rank());
+    auto g = comm_.subgroup("cal-inter", members);
+    inter_size_ = nodes;
+    measure_group(*g, inter_, "inter-node");
+  }
+}
+
+int Calibrator::run(const DistEnv& env) {
+  const auto start = Clock::now();
+  progress(std::to_string(comm_.size()) + " rank(s) on " + device_ + (opt_.quick ? ", quick" : ""));
+  mem_total_ = meminfo_bytes("MemTotal");
+  mem_available_ = meminfo_bytes("MemAvailable");
+#if defined(FSDP_EXEC_CUDA)
+  if (cuda_) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) throw std::runtime_error("cudaMemGetInfo failed");
+    device_total_ = double(total_b);
+  }
+#endif
+  device_bw_ = memory_bandwidth(f32_, (opt_.quick ? (16 << 20) : (256 << 20)) / 4);
+  progress("device memory bandwidth: " + fmt("%.2f GB/s", device_bw_ / 1e9));
+  gemms();
+  attention();
+  host();
+  collectives(env);
+  comm_.world().barrier();
+  int rc = 0;
+  if (root()) {
+    std::cout << write_profile(env);
+    std::cout << "calibrate: done in " << fmt("%.1f s", seconds_since(start)) << ", wrote " << opt_.out << "\n";
+  }
+  comm_.world().barrier();
+  return rc;
+}
+
+// Simulator times of the samples under a profile, and their relative errors.
+struct Residuals {
+  std::vector<double> rel;
+  double rms() const {
+    double s = 0;
+    for (double r : rel) s += r * r;
+    return rel.empty() ? 0 : std::sqrt(s / double(rel.size()));
+  }
+  double worst() const {
+    double w = 0;
+    for (double r : rel) w = std::max(w, std::abs(r));
+    return w;
+  }
+};
+
+std::string pct(double r) { return fmt("%+.1f%%", 100 * r); }
+
+std::string Calibrator::write_profile(const DistEnv& env) {
+  std::ostringstream rep;  // the report printed on stdout
+  const std::string date = today();
+  const std::string by = "measured by fsdp-run calibrate on " + date + ", ";
+  const std::string base_name = opt_.base.empty() ? "cpu" : opt_.base;
+  const HardwareProfile base = load_hardware(base_name, opt_.config_root);
+  const std::string from_base = "from --base " + base.source + " (not measured by fsdp-run calibrate)";
+  HardwareProfile hw = base;
+  cal::ProfileNotes notes;
+  auto& N = notes.note;
+  hw.name = opt_.name;
+  hw.source = opt_.out;
+  hw.device_kind = cuda_ ? "cuda" : "cpu";
+  N["name"] = "written by fsdp-run calibrate on " + date + " (docs/calibrate.md); schema: docs/hardware.md";
+  N["device_kind"] = by + "the device the ranks ran on (" + device_ + ")";
+  notes.header = {"Hardware profile written by `fsdp-run calibrate" + std::string(opt_.quick ? " --quick" : "") +
+                      "` on " + date + ": " + std::to_string(comm_.size()) + " rank(s), " +
+                      std::to_string(env.local_world_size) + " per node, LibTorch " + TORCH_VERSION + ".",
+                  "Per-device numbers were measured on every local rank at once (rank 0's are written); node-wide",
+                  "numbers (host bandwidth, host AdamW) by local rank 0 alone. Fields calibrate cannot measure",
+                  "come from the base profile " + base.source + " and say so."};
+
+  // --- Memory ---
+  if (cuda_) {
+    hw.usable_device_memory = Bytes(device_total_);
+    hw.device_memory = Bytes(std::max(base.device_memory.value, device_total_));
+    N["device.memory"] = hw.device_memory.value > base.device_memory.value
+                             ? by + "cudaMemGetInfo total (above the base profile's memory)"
+                             : from_base;
+    N["device.usable_memory"] = by + "cudaMemGetInfo total of device " + std::to_string(comm_.local_rank());
+  } else {
+    if (!(mem_total_ > 0 && mem_available_ > 0)) throw std::runtime_error("calibrate: /proc/meminfo unreadable");
+    hw.device_memory = Bytes(mem_total_);
+    hw.usable_device_memory = Bytes(std::min(mem_available_, mem_total_));
+    N["device.memory"] =
+        by + fmt("/proc/meminfo MemTotal (%.2f GiB): the CPU \"device\" is host RAM", mem_total_ / kMiB / 1024);
+    N["device.usable_memory"] =
+        by + fmt("/proc/meminfo MemAvailable (%.2f GiB) while calibrate ran; every rank shares it",
+                 mem_available_ / kMiB / 1024);
+  }
+  if (mem_total_ > 0) {
+    hw.host_memory = Bytes(mem_total_);
+    N["node.host_memory"] = by + "/proc/meminfo MemTotal";
+  } else {
+    N["node.host_memory"] = from_base;
+  }
+
+  // --- Memory bandwidths ---
+  hw.memory_bandwidth = BytesPerSecond(device_bw_);
+  N["device.memory_bandwidth"] = by + "a = b + c over 3 x " + fmt("%.0f MiB", (opt_.quick ? 16.0 : 256.0)) +
+                                 " fp32 arrays on " + device_ +
+                                 " (STREAM-triad-like, 12 bytes per element), every local rank at once";
+  if (host_bw_ > 0) {
+    hw.host_memory_bandwidth = BytesPerSecond(host_bw_);
+    N["node.host_memory_bandwidth"] = by + "a = b + c over host fp32 arrays, local rank 0 alone (all its threads)";
+  } else {
+    N["node.host_memory_bandwidth"] = from_base;
+  }
+  if (cuda_) {
+    hw.host_to_device = BytesPerSecond(0.5 * (h2d_ + d2h_));
+    N["node.host_to_device"] = by + "mean of pinned host->device " + fmt("%.2f GB/s", h2d_ / 1e9) +
+                               " and device->host " + fmt("%.2f GB/s", d2h_ / 1e9) + " copies, every GPU at once";
+  } else {
+    hw.host_to_device = BytesPerSecond(device_bw_);
+    N["node.host_to_device"] = by +
+                               "no copy on CPU runs: \"device\" memory is host memory, so the device memory "
+                               "bandwidth above is used";
+  }
+
+  // --- GEMMs: efficiency = achieved / peak, by FLOPs per call ---
+  double best = 0;
+  for (const auto& g : fp32_) best = std::max(best, g.flops() / g.seconds);
+  if (best > hw.peak_flops_fp32.value) {
+    hw.peak_flops_fp32 = FlopsPerSecond(best);
+    N["device.peak_flops.fp32"] = by + "the best fp32 GEMM rate (it exceeded the base profile's peak)";
+  } else {
+    N["device.peak_flops.fp32"] = from_base + "; the matmul curve below is relative to it";
+  }
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& g : fp32_) pts.emplace_back(g.flops(), g.flops() / g.seconds / hw.peak_flops_fp32.value);
+  cal::Curve mm = cal::make_efficiency_curve(pts);
+  hw.matmul_efficiency = EfficiencyCurve{mm.x, mm.e};
+  {
+    std::string rates;
+    for (const auto& g : fp32_)
+      rates += (rates.empty() ? "" : ", ") + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
+               std::to_string(g.k) + fmt(" %.3g", g.flops() / g.seconds / 1e9);
+    N["device.matmul_efficiency"] =
+        by +
+        "fp32 at::mm, each shape as the 3 GEMMs of a linear layer\n(x W^T, dy W, dy^T x), mean time; "
+        "GFLOP/s m x n x k: " +
+        rates + "\nefficiency = rate / peak fp32; points within 1% of FLOPs merged" +
+        (mm.lowered ? fmt("; %.0f point(s) lowered to the loader's monotone-time limit", mm.lowered) : "");
+  }
+  rep << "calibrate: fp32 GEMM best " << fmt("%.3f GFLOP/s", best / 1e9) << " (" << fp32_.size() << " shapes)\n";
+
+  // bf16 / fp16: the curve is shared by all dtypes (docs/hardware.md), so each dtype's peak is fitted by
+  // least squares: t_i = F_i / (peak x e(F_i)), one unknown 1/peak.
+  auto fit_peak = [&](const std::vector<GemmSample>& v, const char* what, FlopsPerSecond& peak,
+                      const std::string& key) {
+    if (v.empty()) return false;
+    std::vector<std::vector<double>> rows;
+    std::vector<double> y;
+    for (const auto& g : v) {
+      rows.push_back({g.flops() / hw.matmul_efficiency.at(g.flops())});
+      y.push_back(g.seconds);
+    }
+    cal::LsqResult r = cal::nonneg_relative_lsq(rows, y);
+    if (!(r.coef[0] > 0)) return false;
+    peak = FlopsPerSecond(1.0 / r.coef[0]);
+    N[key] = by + what + " at::mm over " + std::to_string(v.size()) +
+             " shapes: least-squares peak with the fp32 curve's\nefficiencies (time = FLOPs / (peak x efficiency)); "
+             "an effective rate, residuals rms " +
+             pct(r.rms_rel) + ", worst " + pct(r.max_abs_rel);
+    rep << "calibrate: " << what << " GEMM effective peak " << fmt("%.3f GFLOP/s", peak.value / 1e9)
+        << ", residual rms " << pct(r.rms_rel) << "\n";
+    return true;
+  };
+  if (!fit_peak(bf16_, "bf16", hw.peak_flops_bf16, "device.peak_flops.bf16")) N["device.peak_flops.bf16"] = from_base;
+  if (!fit_peak(fp16_, "fp16", hw.peak_flops_fp16, "device.peak_flops.fp16")) {
+    if (!bf16_.empty()) {
+      hw.peak_flops_fp16 = hw.peak_flops_bf16;
+      N["device.peak_flops.fp16"] = "taken at the measured bf16 rate: " + fp16_missing_;
+    } else {
+      N["device.peak_flops.fp16"] = from_base;
+    }
+  }
+
+  // --- Attention ---
+  {
+    std::vector<std::pair<double, double>> fw, bw;
+    std::string times;
+    for (const auto& a : attn_) {
+      const double ff = attention_forward_flops(a.shape).value, bf = attention_backward_flops(a.shape).value;
+      fw.emplace_back(ff, ff / a.fwd_s / hw.peak_flops_fp32.value);
+      bw.emplace_back(bf, bf / a.bwd_s / hw.peak_flops_fp32.value);
+      times += (times.empty() ? "" : ", ") + std::to_string(a.shape.seq_len) + fmt(": %.3g", a.fwd_s * 1e3) +
+               fmt("/%.3g", a.bwd_s * 1e3);
+    }
+    cal::Curve cf = cal::make_efficiency_curve(fw), cb = cal::make_efficiency_curve(bw);
+    hw.attention_efficiency = EfficiencyCurve{cf.x, cf.e};
+    hw.attention_backward_efficiency = EfficiencyCurve{cb.x, cb.e};
+    const std::string what =
+        "the executor's attention_core (eager: QK^T, fp32 softmax with causal mask, PV), batch 1,\n8 heads x 64, "
+        "fp32; FLOPs by the simulator's convention (causal: half of 4 b s^2 h d; backward 2.5x);\n"
+        "ms forward/backward by sequence: " +
+        times;
+    N["device.attention_forward_efficiency"] = by + what;
+    N["device.attention_backward_efficiency"] = by + "as the forward curve; backward = (forward + backward) - forward";
+  }
+
+  // --- Host AdamW -> cpu_peak_flops_per_core ---
+  if (adam_params_per_s_ > 0) {
+    // host_optimizer_step_time (simulator/compute/compute_cost.cpp), one rank on the node:
+    // max(bytes / host bandwidth, 16 FLOPs x params / (cores x FLOP/s per core)).
+    const double bpp = optimizer_bytes_per_param(Optimizer::AdamW, DType::Fp32, DType::Fp32).value;
+    const double fpp = optimizer_flops_per_param(Optimizer::AdamW);
+    const double mem_rate = hw.host_memory_bandwidth.value / bpp;  // params/s the memory bound allows
+    const std::string m = fmt("host AdamW (executor/train/host_adam.cpp) %.4g params/s", adam_params_per_s_) +
+                          fmt(" over %.0f M fp32 params", double(adam_params_) / 1e6);
+    if (adam_params_per_s_ < mem_rate) {
+      hw.host_flops_per_core = FlopsPerSecond(fpp * adam_params_per_s_ / hw.cpu_cores);
+      N["node.cpu_peak_flops_per_core"] =
+          by + m + ";\nset so that the simulator's compute bound (" + fmt("%.0f", fpp) +
+          " FLOPs per param over cpu_cores cores) reproduces it:\nan effective AdamW rate, not the core's peak";
+    } else {
+      N["node.cpu_peak_flops_per_core"] =
+          from_base + ";\n" + m + " is within the memory bound (" + fmt("%.4g params/s", mem_rate) + ")";
+    }
+    rep << "calibrate: " << m << "\n";
+  } else {
+    N["node.cpu_peak_flops_per_core"] = from_base;
+  }
+
+  // --- Collectives ---
+  auto tier_from = [&](const cal::RingFit& f, LinkTier& t, double scale) {
+    t.bandwidth = BytesPerSecond(f.bandwidth_Bps * scale);
+    t.latency = Seconds(f.step_latency_s);
+    EfficiencyCurve c;
+    for (const auto& [x, e] : f.bus_efficiency) {
+      c.x.push_back(x);
+      c.efficiency.push_back(e);
+    }
+    t.bus_efficiency = c;
+  };
+  auto describe = [&](const cal::RingFit& f, const std::vector<CollSample>& v) {
+    std::string s =
+        fmt("ring fit t = base + steps x latency + factor x S / busbw over %.0f timings", double(v.size())) +
+        fmt(" (3 collectives, %.0f sizes): ", double(v.size()) / 3) + fmt("base %.1f us", f.base_latency_s * 1e6) +
+        fmt(", per step %.1f us", f.step_latency_s * 1e6) + fmt(", line busbw %.3f GB/s", f.line_bandwidth_Bps / 1e9) +
+        ", line residual rms " + pct(f.line.rms_rel) + ", worst " + pct(f.line.max_abs_rel);
+    return s;
+  };
+  if (!intra_.empty()) {
+    cal::RingFit f = cal::fit_ring(intra_);
+    tier_from(f, hw.intra_node, 1.0);
+    hw.collective_base_latency = Seconds(f.base_latency_s);
+    N["node.intra_node"] = by + std::to_string(intra_size_) + " local ranks through executor/dist/comm.hpp (" +
+                           (cuda_ ? "NCCL" : "Gloo") + "), fp32 buffers;\n" + describe(f, intra_) +
+                           ";\nbus efficiency: per size after the latency terms, isotonic, plateau = bandwidth";
+    N["collectives.base_latency"] = by + "the intra-node ring fit's constant term";
+    rep << "calibrate: intra-node " << describe(f, intra_) << "\n";
+  } else {
+    N["node.intra_node"] = from_base + ": one local rank, no intra-node collective to time";
+    N["collectives.base_latency"] = from_base;
+  }
+  if (!inter_.empty()) {
+    cal::RingFit f = cal::fit_ring(inter_);
+    // One rank per node: busbw = nics_per_node x NIC bandwidth / gpus_per_node x efficiency (docs/hardware.md,
+    // ring_bus_bandwidth), so one NIC's bandwidth = busbw x gpus_per_node / nics_per_node.
+    tier_from(f, hw.inter_node, double(hw.gpus_per_node) / double(hw.nics_per_node));
+    N["node.inter_node"] = by + std::to_string(inter_size_) + " nodes, one rank each;\n" + describe(f, inter_) +
+                           ";\nNIC bandwidth = fitted busbw x gpus_per_node / nics_per_node (ring_bus_bandwidth)";
+    rep << "calibrate: inter-node " << describe(f, inter_) << "\n";
+  } else {
+    N["node.inter_node"] = from_base + ": launched on one node";
+  }
+  const std::string keep = from_base;
+  for (const char* k :
+       {"node.gpus_per_node", "node.nics_per_node", "node.cpu_cores", "collectives.compute_slowdown_during_comm"})
+    N[k] = keep;
+  for (const std::string& k : cal::profile_note_keys())
+    FSDP_ASSERT(N.count(k) == 1, "calibrate: no note for a profile field");
+
+  // --- Write, reload through the strict loader, and report residuals through the simulator's cost model ---
+  const std::string text = cal::hardware_profile_yaml(hw, notes);
+  {
+    std::ofstream out(opt_.out);
+    if (!out) throw InputError("calibrate: cannot write " + opt_.out);
+    out << text;
+    if (!out.flush()) throw InputError("calibrate: cannot write " + opt_.out);
+  }
+  const HardwareProfile back = load_hardware(opt_.out, opt_.config_root);
+  Residuals rg, ra, rb;
+  for (const auto& g : fp32_) rg.rel.push_back(matmul_time(back, g.m, g.n, g.k, DType::Fp32).value / g.seconds - 1);
+  for (const auto& a : attn_) {
+    ra.rel.push_back(attention_forward_time(back, a.shape, DType::Fp32).value / a.fwd_s - 1);
+    rb.rel.push_back(attention_backward_time(back, a.shape, DType::Fp32).value / a.bwd_s - 1);
+  }
+  rep << "calibrate: residuals of the written profile (simulator time / measured - 1), rms and worst:\n";
+  rep << "  fp32 GEMM       " << pct(rg.rms()) << " " << pct(rg.worst()) << " (" << rg.rel.size() << " shapes)\n";
+  rep << "  attention fwd   " << pct(ra.rms()) << " " << pct(ra.worst()) << "\n";
+  rep << "  attention bwd   " << pct(rb.rms()) << " " << pct(rb.worst()) << "\n";
+  auto coll_resid = [&](const std::vector<CollSample>& v, bool inter) {
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce}) {
+      Residuals r;
+      for (const auto& s : v) {
+        if (s.kind != k) continue;
+        const Collective c = k == CollKind::AllGather       ? Collective::AllGather
+                             : k == CollKind::ReduceScatter ? Collective::ReduceScatter
+                                                            : Collective::AllReduce;
+        const CommGroup grp = inter ? make_group(back, s.group, 1) : make_group(back, s.group, s.group);
+        r.rel.push_back(collective_time(back, c, Bytes(s.bytes), grp).value / s.seconds - 1);
+      }
+      rep << "  " << (inter ? "inter " : "intra ") << cal::coll_name(k)
+          << std::string(15 - std::strlen(cal::coll_name(k)), ' ') << pct(r.rms()) << " " << pct(r.worst()) << "\n";
+    }
+  };
+  if (!intra_.empty()) coll_resid(intra_, false);
+  if (!inter_.empty()) coll_resid(inter_, true);
+  return rep.str();
+}
+
+}  // namespace
+
+int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
+  Options opt;
+  std::vector<std::string> child{argv0};
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string& f = a[i];
+    if (i == 0 && f == "calibrate") {
+      child.push_back(f);
+      continue;
+    }
+    auto value = [&]() -> std::string {
+      if (i + 1 >= a.size()) throw InputError("calibrate: " + f + " needs a value");
+      return a[++i];
+    };
+    if (f == "--help" || f == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (f == "--nproc-per-node") {
+      opt.nproc = to_int(f, value());
+      continue;  // not passed to the children
+    }
+    child.push_back(f);
+    if (f == "--out")
+      opt.out = child.emplace_back(value());
+    else if (f == "--base")
+      opt.base = child.emplace_back(value());
+    else if (f == "--name")
+      opt.name = child.emplace_back(value());
+    else if (f == "--device")
+      opt.device = child.emplace_back(value());
+    else if (f == "--config-root")
+      opt.config_root = child.emplace_back(value());
+    else if (f == "--timeout")
+      opt.timeout_s = to_int(f, child.emplace_back(value()));
+    else if (f == "--quick")
+      opt.quick = true;
+    else
+      throw InputError("calibrate: unexpected argument '" + f + "'\n" + kUsage);
+  }
+  if (opt.out.empty()) throw InputError(std::string("calibrate: --out FILE.yaml is required\n") + kUsage);
+  if (opt.out.size() < 6 || opt.out.compare(opt.out.size() - 5, 5, ".yaml") != 0)
+    throw InputError("calibrate: --out must name a .yaml file (fsdp-plan --hw reads a path ending in .yaml)");
+  if (opt.name.empty()) opt.name = std::filesystem::path(opt.out).stem().string();
+  if (opt.config_root.empty()) {
+    const char* env = std::getenv("FSDP_CONFIG_ROOT");
+    opt.config_root = env != nullptr && *env != '\0' ? env : FSDP_SOURCE_ROOT;
+  }
+  if (opt.device.empty()) {
+#if defined(FSDP_EXEC_CUDA)
+    opt.device = c10::cuda::device_count() > 0 ? "cuda" : "cpu";
+#else
+    opt.device = "cpu";
+#endif
+  }
+  if (opt.device != "cpu" && opt.device != "cuda") throw InputError("calibrate: --device must be cpu or cuda");
+  if (opt.device == "cuda" && opt.base.empty())
+    throw InputError("calibrate: --base PROFILE is required on CUDA (peak FLOP/s, NICs and cores come from it)");
+  // Fail before measuring when the base does not load or the output cannot be written.
+  (void)load_hardware(opt.base.empty() ? "cpu" : opt.base, opt.config_root);
+  {
+    const auto parent = std::filesystem::path(opt.out).parent_path();
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw InputError("calibrate: --out " + opt.out + ": no such directory " + parent.string());
+  }
+
+  if (opt.nproc > 0 && std::getenv("RANK") == nullptr) {
+    LaunchOptions lo;
+    lo.nproc = opt.nproc;
+    lo.grace = std::chrono::milliseconds(1000LL * opt.timeout_s + 30000);
+    return launch_local(lo, child);
+  }
+  DistEnv env = read_dist_env();
+  const std::string device = select_device(opt.device, env.local_rank);
+  CommOptions co;
+  co.device = opt.device;
+  co.timeout = std::chrono::milliseconds(1000LL * opt.timeout_s);
+  std::unique_ptr<Comm> comm = Comm::connect(env, co);
+  Calibrator c(opt, *comm, device);
+  return c.run(env);
+}
+
+}  // namespace fsdp::exec

@@ -1,0 +1,209 @@
+// Least-squares fits of the calibration (docs/calibrate.md). Eigen is used here only, so that the
+// header stays free of it.
+#include "calibrate/fit.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/errors.hpp"
+
+namespace fsdp::exec::cal {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
+  if (rows.size() != y.size() || rows.empty())
+    throw InputError("least squares: rows and measurements differ in number");
+  const std::size_t cols = rows.front().size();
+  if (cols == 0 || cols > 4) throw InputError("least squares: 1 to 4 columns expected");
+  if (rows.size() < cols) throw InputError("least squares: fewer samples than unknowns");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].size() != cols) throw InputError("least squares: rows of different lengths");
+    if (!(y[i] > 0) || !std::isfinite(y[i])) throw InputError("least squares: measurements must be positive");
+  }
+  // Relative residuals: divide row i and its target by y_i, so the target becomes 1.
+  const Eigen::Index n = static_cast<Eigen::Index>(rows.size());
+  Eigen::MatrixXd A(n, static_cast<Eigen::Index>(cols));
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < cols; ++j)
+      A(i, static_cast<Eigen::Index>(j)) = rows[static_cast<std::size_t>(i)][j] / y[static_cast<std::size_t>(i)];
+  const Eigen::VectorXd ones = Eigen::VectorXd::Ones(n);
+
+  double best_err = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd best = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(cols));
+  // Every non-empty subset of columns (the active set of x >= 0 is one of them); larger subsets first so
+  // that, on ties (collinear columns), the earlier, larger subset wins.
+  for (unsigned mask = (1u << cols) - 1; mask >= 1; --mask) {
+    std::vector<Eigen::Index> use;
+    for (std::size_t j = 0; j < cols; ++j)
+      if (mask & (1u << j)) use.push_back(static_cast<Eigen::Index>(j));
+    Eigen::MatrixXd S(n, static_cast<Eigen::Index>(use.size()));
+    for (std::size_t c = 0; c < use.size(); ++c) S.col(static_cast<Eigen::Index>(c)) = A.col(use[c]);
+    Eigen::VectorXd xs = S.colPivHouseholderQr().solve(ones);
+    bool feasible = xs.allFinite();
+    for (Eigen::Index c = 0; feasible && c < xs.size(); ++c) feasible = xs(c) >= 0;
+    if (feasible) {
+      Eigen::VectorXd x = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(cols));
+      for (std::size_t c = 0; c < use.size(); ++c) x(use[c]) = xs(static_cast<Eigen::Index>(c));
+      const double err = (A * x - ones).squaredNorm();
+      if (err < best_err * (1 - 1e-12)) {
+        best_err = err;
+        best = x;
+      }
+    }
+    if (mask == 1) break;
+  }
+  LsqResult r;
+  r.coef.assign(best.data(), best.data() + best.size());
+  const Eigen::VectorXd res = A * best - ones;
+  double ss = 0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    r.rel_residuals.push_back(res(i));
+    ss += res(i) * res(i);
+    r.max_abs_rel = std::max(r.max_abs_rel, std::abs(res(i)));
+  }
+  r.rms_rel = std::sqrt(ss / static_cast<double>(n));
+  return r;
+}
+
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  if (bytes.size() != seconds.size()) throw InputError("alpha-beta fit: sizes and times differ in number");
+  std::vector<std::vector<double>> rows;
+  for (double b : bytes) rows.push_back({1.0, b});
+  AlphaBeta ab;
+  ab.fit = nonneg_relative_lsq(rows, seconds);
+  ab.alpha_s = ab.fit.coef[0];
+  ab.beta_Bps = ab.fit.coef[1] > 0 ? 1.0 / ab.fit.coef[1] : 0.0;
+  return ab;
+}
+
+const char* coll_name(CollKind k) {
+  switch (k) {
+    case CollKind::AllGather:
+      return "all-gather";
+    case CollKind::ReduceScatter:
+      return "reduce-scatter";
+    case CollKind::AllReduce:
+      return "all-reduce";
+  }
+  return "?";
+}
+
+int ring_steps(CollKind k, int n) { return k == CollKind::AllReduce ? 2 * (n - 1) : n - 1; }
+
+double busbw_factor(CollKind k, int n) {
+  const double f = static_cast<double>(n - 1) / static_cast<double>(n);
+  return k == CollKind::AllReduce ? 2 * f : f;
+}
+
+std::vector<double> isotonic_non_decreasing(const std::vector<double>& y, const std::vector<double>& w) {
+  FSDP_ASSERT(y.size() == w.size(), "isotonic: sizes differ");
+  struct Block {
+    double sum_wy, sum_w;
+    std::size_t count;
+    double mean() const { return sum_wy / sum_w; }
+  };
+  std::vector<Block> blocks;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    blocks.push_back({w[i] * y[i], w[i], 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].mean() > blocks.back().mean()) {
+      Block b = blocks.back();
+      blocks.pop_back();
+      blocks.back().sum_wy += b.sum_wy;
+      blocks.back().sum_w += b.sum_w;
+      blocks.back().count += b.count;
+    }
+  }
+  std::vector<double> out;
+  for (const Block& b : blocks) out.insert(out.end(), b.count, b.mean());
+  return out;
+}
+
+Curve make_efficiency_curve(std::vector<std::pair<double, double>> points) {
+  std::sort(points.begin(), points.end());
+  Curve c;
+  std::vector<int> counts;
+  for (const auto& [x, e] : points) {
+    if (!(x > 0) || !std::isfinite(x) || !std::isfinite(e)) continue;
+    if (!c.x.empty() && x <= c.x.back() * 1.01) {
+      const double k = counts.back();
+      c.e.back() = (c.e.back() * k + e) / (k + 1);
+      ++counts.back();
+      continue;
+    }
+    c.x.push_back(x);
+    c.e.push_back(e);
+    counts.push_back(1);
+  }
+  for (double& e : c.e) e = std::clamp(e, 1e-6, 1.0);
+  // The loader's rule (simulator/hardware/hardware_profile.cpp, read_curve): the rise per doubling of x
+  // must not exceed ln(2) x the previous efficiency. A small margin keeps the rule after the printed
+  // values are rounded to six significant digits.
+  for (std::size_t i = 1; i < c.x.size(); ++i) {
+    const double allowed = c.e[i - 1] * (1 + std::log(2.0) * std::log2(c.x[i] / c.x[i - 1]) * (1 - 1e-4));
+    if (c.e[i] > allowed) {
+      c.e[i] = allowed;
+      ++c.lowered;
+    }
+  }
+  return c;
+}
+
+RingFit fit_ring(const std::vector<CollSample>& samples) {
+  if (samples.size() < 2) throw InputError("collective fit: at least two timings needed");
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  for (const CollSample& s : samples) {
+    if (s.group < 2) throw InputError("collective fit: a group of one rank has no collective cost");
+    rows.push_back({1.0, static_cast<double>(ring_steps(s.kind, s.group)), busbw_factor(s.kind, s.group) * s.bytes});
+    y.push_back(s.seconds);
+  }
+  RingFit f;
+  f.line = nonneg_relative_lsq(rows, y);
+  f.base_latency_s = f.line.coef[0];
+  f.step_latency_s = f.line.coef[1];
+  if (!(f.line.coef[2] > 0))
+    throw InputError("collective fit: the timings do not grow with the message size (no bandwidth term)");
+  f.line_bandwidth_Bps = 1.0 / f.line.coef[2];
+
+  // Bus bandwidth each size needs, after the latency terms (mean over collectives at that size).
+  std::map<double, std::pair<double, int>> need;  // bytes -> (sum of needed busbw, count)
+  for (const CollSample& s : samples) {
+    const double lat = f.base_latency_s + f.step_latency_s * ring_steps(s.kind, s.group);
+    if (s.seconds < 2 * lat) continue;  // latency-dominated: says little about the bandwidth
+    auto& [sum, cnt] = need[s.bytes];
+    sum += busbw_factor(s.kind, s.group) * s.bytes / (s.seconds - lat);
+    ++cnt;
+  }
+  if (need.empty()) {
+    double largest = 0;
+    for (const CollSample& s : samples) largest = std::max(largest, s.bytes);
+    f.bandwidth_Bps = f.line_bandwidth_Bps;
+    f.bus_efficiency = {{largest, 1.0}};
+    return f;
+  }
+  std::vector<double> xs, eff, w;
+  for (const auto& [bytes, sc] : need) {
+    xs.push_back(bytes);
+    eff.push_back(sc.first / sc.second / f.line_bandwidth_Bps);
+    w.push_back(sc.second);
+  }
+  eff = isotonic_non_decreasing(eff, w);
+  const double top = *std::max_element(eff.begin(), eff.end());
+  f.bandwidth_Bps = f.line_bandwidth_Bps * top;
+  std::vector<std::pair<double, double>> pts;
+  for (std::size_t i = 0; i < xs.size(); ++i) pts.emplace_back(xs[i], eff[i] / top);
+  Curve c = make_efficiency_curve(pts);
+  for (std::size_t i = 0; i < c.x.size(); ++i) f.bus_efficiency.emplace_back(c.x[i], c.e[i]);
+  return f;
+}
+
+}  // namespace fsdp::exec::cal

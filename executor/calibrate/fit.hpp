@@ -1,0 +1,82 @@
+// The least-squares fits of `fsdp-run calibrate` (issue 7), LibTorch-free (Eigen inside fit.cpp only):
+// alpha-beta lines for collectives, the ring model of docs/hardware.md fitted jointly over collectives and
+// group sizes, and efficiency curves that the hardware-profile loader accepts. See docs/calibrate.md.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdp::exec::cal {
+
+struct LsqResult {
+  std::vector<double> coef;           // one per column; 0 for a column the non-negativity dropped
+  std::vector<double> rel_residuals;  // (model - measured) / measured, per row
+  double rms_rel = 0;                 // root mean square of rel_residuals
+  double max_abs_rel = 0;
+};
+
+// Minimises sum_i ((A_i . x - y_i) / y_i)^2 subject to x >= 0 (relative residuals: measured times span
+// decades, so each sample counts by its relative error). Solved with Eigen's column-pivoting QR for every
+// subset of columns (active-set enumeration, at most 4 columns) and the best feasible subset kept.
+// rows: the design matrix A, one vector per sample; y: positive measurements. Throws InputError when the
+// sizes disagree, a y is not positive, or there are fewer samples than columns.
+LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, const std::vector<double>& y);
+
+// t = alpha + bytes / beta (Hockney's alpha-beta model).
+struct AlphaBeta {
+  double alpha_s = 0;
+  double beta_Bps = 0;  // 0 when the fit found no bandwidth term
+  LsqResult fit;
+};
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+enum class CollKind { AllGather, ReduceScatter, AllReduce };
+const char* coll_name(CollKind k);
+
+struct CollSample {
+  CollKind kind = CollKind::AllReduce;
+  int group = 2;       // ranks in the group
+  double bytes = 0;    // nccl-tests buffer size S: all-gather output, reduce-scatter input, all-reduce buffer
+  double seconds = 0;  // measured time of one collective
+};
+
+// Ring steps and nccl-tests bus-bandwidth factor of docs/hardware.md ("Collective model"):
+// all-gather / reduce-scatter N-1 steps, factor (N-1)/N; all-reduce 2(N-1) steps, factor 2(N-1)/N.
+int ring_steps(CollKind k, int n);
+double busbw_factor(CollKind k, int n);
+
+// The single-tier ring model of docs/hardware.md fitted to samples:
+//   t = base_latency + steps * step_latency + factor * S / (bandwidth * bus_efficiency(S)).
+// First the line t = base + steps * lat + factor * S / B (non-negative least squares), then the bus
+// efficiency each size needs to reproduce its mean measured time after the latency terms, the way
+// hwprofiles/tools/derive_bus_efficiency.py derives the shipped curves: sizes whose time is under
+// twice the latency terms are left out, the per-size efficiencies are made non-decreasing (isotonic
+// regression), normalised so the largest is 1 (bandwidth = the plateau) and made loader-valid.
+struct RingFit {
+  double base_latency_s = 0;
+  double step_latency_s = 0;
+  double bandwidth_Bps = 0;                               // plateau bus bandwidth
+  std::vector<std::pair<double, double>> bus_efficiency;  // (message bytes, efficiency)
+  LsqResult line;                                         // the linear fit (before the efficiency curve)
+  double line_bandwidth_Bps = 0;
+};
+RingFit fit_ring(const std::vector<CollSample>& samples);
+
+// Points (x, efficiency) -> a curve docs/hardware.md's loader accepts: sorted by x, points within 1%
+// of each other's x merged (mean efficiency), efficiencies clamped into [1e-6, 1], and a point that
+// rises faster than the loader allows (more than ln 2 x the previous efficiency per doubling of x:
+// more work would take less time) lowered to the largest allowed value. `lowered` counts those.
+struct Curve {
+  std::vector<double> x, e;
+  int lowered = 0;
+};
+Curve make_efficiency_curve(std::vector<std::pair<double, double>> points);
+
+// Pool-adjacent-violators: the weighted least-squares non-decreasing sequence closest to y.
+std::vector<double> isotonic_non_decreasing(const std::vector<double>& y, const std::vector<double>& w);
+
+// Robust summary of repeated timings.
+double median(std::vector<double> v);
+
+}  // namespace fsdp::exec::cal

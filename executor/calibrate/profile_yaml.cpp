@@ -1,0 +1,138 @@
+// hwprofiles/*.yaml writer (docs/hardware.md schema; the strict reader is
+// simulator/hardware/hardware_profile.cpp).
+#include "calibrate/profile_yaml.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace fsdp::exec::cal {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+
+class Writer {
+ public:
+  explicit Writer(const ProfileNotes& n) : notes_(n) {}
+  void comment(int indent, const std::string& key) {
+    auto it = notes_.note.find(key);
+    if (it == notes_.note.end()) return;
+    std::istringstream lines(it->second);
+    std::string line;
+    while (std::getline(lines, line))
+      out_ << std::string(static_cast<std::size_t>(indent), ' ') << "# " << line << "\n";
+  }
+  void field(int indent, const std::string& key, const std::string& name, const std::string& value) {
+    comment(indent, key);
+    out_ << std::string(static_cast<std::size_t>(indent), ' ') << name << ": " << value << "\n";
+  }
+  void open(int indent, const std::string& key, const std::string& name) {
+    comment(indent, key);
+    out_ << std::string(static_cast<std::size_t>(indent), ' ') << name << ":\n";
+  }
+  void curve(int indent, const std::string& key, const std::string& name, const std::string& xkey,
+             const EfficiencyCurve& c, bool bytes) {
+    open(indent, key, name);
+    for (std::size_t i = 0; i < c.x.size(); ++i)
+      out_ << std::string(static_cast<std::size_t>(indent + 2), ' ') << "- {" << xkey << ": "
+           << (bytes ? quoted(fmt("%.0f B", c.x[i])) : fmt("%.6e", c.x[i]))
+           << ", efficiency: " << fmt("%.6g", c.efficiency[i]) << "}\n";
+  }
+  std::ostringstream& out() { return out_; }
+
+ private:
+  const ProfileNotes& notes_;
+  std::ostringstream out_;
+};
+
+std::string bytes(Bytes b) { return quoted(fmt("%.0f B", b.value)); }
+std::string bw(BytesPerSecond b) { return quoted(fmt("%.6g GB/s", b.value / 1e9)); }
+std::string dur(Seconds s) { return quoted(fmt("%.6g us", s.value * 1e6)); }
+std::string flops(FlopsPerSecond f) { return quoted(fmt("%.6g GFLOP/s", f.value / 1e9)); }
+
+void tier(Writer& w, const std::string& key, const std::string& name, const LinkTier& t) {
+  w.open(2, key, name);
+  w.field(4, key + ".bandwidth", "bandwidth", bw(t.bandwidth));
+  w.field(4, key + ".latency", "latency", dur(t.latency));
+  w.curve(4, key + ".bus_efficiency", "bus_efficiency", "message", t.bus_efficiency, true);
+}
+
+}  // namespace
+
+const std::vector<std::string>& profile_note_keys() {
+  static const std::vector<std::string> keys{
+      "name",
+      "device_kind",
+      "device.memory",
+      "device.usable_memory",
+      "device.peak_flops.fp32",
+      "device.peak_flops.bf16",
+      "device.peak_flops.fp16",
+      "device.memory_bandwidth",
+      "device.matmul_efficiency",
+      "device.attention_forward_efficiency",
+      "device.attention_backward_efficiency",
+      "node.gpus_per_node",
+      "node.intra_node",
+      "node.nics_per_node",
+      "node.inter_node",
+      "node.host_to_device",
+      "node.host_memory",
+      "node.cpu_cores",
+      "node.host_memory_bandwidth",
+      "node.cpu_peak_flops_per_core",
+      "collectives.base_latency",
+      "collectives.compute_slowdown_during_comm",
+  };
+  return keys;
+}
+
+std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes& notes) {
+  Writer w(notes);
+  for (const std::string& h : notes.header) w.out() << "# " << h << "\n";
+  w.field(0, "name", "name", quoted(hw.name));
+  w.field(0, "device_kind", "device_kind", hw.device_kind);
+  w.open(0, "device", "device");
+  w.field(2, "device.memory", "memory", bytes(hw.device_memory));
+  w.field(2, "device.usable_memory", "usable_memory", bytes(hw.usable_device_memory));
+  w.open(2, "device.peak_flops", "peak_flops");
+  w.field(4, "device.peak_flops.fp32", "fp32", flops(hw.peak_flops_fp32));
+  w.field(4, "device.peak_flops.bf16", "bf16", flops(hw.peak_flops_bf16));
+  w.field(4, "device.peak_flops.fp16", "fp16", flops(hw.peak_flops_fp16));
+  w.field(2, "device.memory_bandwidth", "memory_bandwidth", bw(hw.memory_bandwidth));
+  w.curve(2, "device.matmul_efficiency", "matmul_efficiency", "gemm_flops", hw.matmul_efficiency, false);
+  w.curve(2, "device.attention_forward_efficiency", "attention_forward_efficiency", "attention_flops",
+          hw.attention_efficiency, false);
+  w.curve(2, "device.attention_backward_efficiency", "attention_backward_efficiency", "attention_flops",
+          hw.attention_backward_efficiency, false);
+  w.open(0, "node", "node");
+  w.field(2, "node.gpus_per_node", "gpus_per_node", std::to_string(hw.gpus_per_node));
+  tier(w, "node.intra_node", "intra_node", hw.intra_node);
+  w.field(2, "node.nics_per_node", "nics_per_node", std::to_string(hw.nics_per_node));
+  tier(w, "node.inter_node", "inter_node", hw.inter_node);
+  w.field(2, "node.host_to_device", "host_to_device", bw(hw.host_to_device));
+  w.field(2, "node.host_memory", "host_memory", bytes(hw.host_memory));
+  w.field(2, "node.cpu_cores", "cpu_cores", std::to_string(hw.cpu_cores));
+  w.field(2, "node.host_memory_bandwidth", "host_memory_bandwidth", bw(hw.host_memory_bandwidth));
+  w.field(2, "node.cpu_peak_flops_per_core", "cpu_peak_flops_per_core", flops(hw.host_flops_per_core));
+  w.open(0, "collectives", "collectives");
+  w.field(2, "collectives.base_latency", "base_latency", dur(hw.collective_base_latency));
+  w.field(2, "collectives.compute_slowdown_during_comm", "compute_slowdown_during_comm",
+          fmt("%.6g", hw.compute_slowdown_during_comm));
+  return w.out().str();
+}
+
+}  // namespace fsdp::exec::cal

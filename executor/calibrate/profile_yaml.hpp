@@ -1,0 +1,26 @@
+// Writes a HardwareProfile as hwprofiles/*.yaml text (schema: docs/hardware.md), every field preceded by
+// its comment (where the number came from). LibTorch-free; the output loads with load_hardware.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hardware/hardware_profile.hpp"
+
+namespace fsdp::exec::cal {
+
+struct ProfileNotes {
+  std::vector<std::string> header;  // comment lines at the top of the file
+  // Comment per field, by dotted key: "device.memory", "device.peak_flops.bf16", "node.intra_node",
+  // "collectives.base_latency", ... A note may hold several lines ('\n').
+  std::map<std::string, std::string> note;
+};
+
+std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes& notes);
+
+// The keys a complete profile has notes for (every field of the schema); the calibration checks that
+// each one got a note.
+const std::vector<std::string>& profile_note_keys();
+
+}  // namespace fsdp::exec::cal
