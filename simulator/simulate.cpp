@@ -46,7 +46,7 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
 
-double model_flops_per_token(const ModuleGraph& g, int64_t seq_len) {
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base) {
   const ModelSpec& m = g.spec();
   // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)
   // weight: 6 * (N - embedding) + 6 * head (tied: the embedding matrix acts as the head).
@@ -87,7 +87,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   double tokens_per_rank = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
   p.tokens_per_step = tokens_per_rank * static_cast<double>(in.cluster.world_size());
   p.tokens_per_s_per_gpu = p.time.step_s > 0 ? tokens_per_rank / p.time.step_s : 0.0;
-  p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len);
+  p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
   double peak = in.hardware->peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;
   if (program_out) *program_out = std::move(prog);

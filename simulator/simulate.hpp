@@ -52,7 +52,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullpt
 
 // Model FLOPs per token used for MFU: 6N (forward + backward GEMMs over all N parameters, Kaplan et al.
 // 2020 / PaLM arXiv 2204.02311 App. B) plus causal attention 6 * L * s * d_q (12 * L * s * d_q halved by
-// the causal mask), independent of recomputation.
-double model_flops_per_token(const ModuleGraph& g, int64_t seq_len);
+// the causal mask), independent of recomputation; 4N instead of 6N for a frozen (LoRA) base.
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base = false);
 
 }  // namespace fsdp
