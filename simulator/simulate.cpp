@@ -63,7 +63,8 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   }
   double attention =
       6.0 * static_cast<double>(m.num_layers) * static_cast<double>(seq_len) * static_cast<double>(m.q_dim());
-  return 6.0 * dense + attention;
+  // A frozen base (LoRA) needs no weight gradients: forward 2N + input gradients 2N.
+  return (frozen_base ? 4.0 : 6.0) * dense + attention;
 }
 
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
