@@ -485,7 +485,7 @@ std::string Calibrator::write_profile(const DistEnv& env) {
         "fp32 at::mm, each shape as the 3 GEMMs of a linear layer\n(x W^T, dy W, dy^T x), mean time; "
         "GFLOP/s m x n x k: " +
         rates + "\nefficiency = rate / peak fp32; points within 1% of FLOPs merged" +
-        (mm.lowered ? fmt("; %.0f point(s) lowered to the loader's monotone-time limit", mm.lowered) : "");
+        (mm.raised ? fmt("; %.0f point(s) raised to the loader's monotone-time limit", mm.raised) : "");
   }
   rep << "calibrate: fp32 GEMM best " << fmt("%.3f GFLOP/s", best / 1e9) << " (" << fp32_.size() << " shapes)\n";
 
@@ -583,7 +583,8 @@ std::string Calibrator::write_profile(const DistEnv& env) {
         fmt("ring fit t = base + steps x latency + factor x S / busbw over %.0f timings", double(v.size())) +
         fmt(" (3 collectives, %.0f sizes): ", double(v.size()) / 3) + fmt("base %.1f us", f.base_latency_s * 1e6) +
         fmt(", per step %.1f us", f.step_latency_s * 1e6) + fmt(", line busbw %.3f GB/s", f.line_bandwidth_Bps / 1e9) +
-        ", line residual rms " + pct(f.line.rms_rel) + ", worst " + pct(f.line.max_abs_rel);
+        ", line residual rms " + pct(f.line.rms_rel) + ", worst " + pct(f.line.max_abs_rel) +
+        (f.outliers ? fmt(", %.0f outlier timing(s) left out", f.outliers) : "");
     return s;
   };
   if (!intra_.empty()) {

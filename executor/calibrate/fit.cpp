@@ -145,17 +145,20 @@ Curve make_efficiency_curve(std::vector<std::pair<double, double>> points) {
   }
   for (double& e : c.e) e = std::clamp(e, 1e-6, 1.0);
   // The loader's rule (simulator/hardware/hardware_profile.cpp, read_curve): the rise per doubling of x
-  // must not exceed ln(2) x the previous efficiency. A small margin keeps the rule after the printed
-  // values are rounded to six significant digits.
-  for (std::size_t i = 1; i < c.x.size(); ++i) {
-    const double allowed = c.e[i - 1] * (1 + std::log(2.0) * std::log2(c.x[i] / c.x[i - 1]) * (1 - 1e-4));
-    if (c.e[i] > allowed) {
-      c.e[i] = allowed;
-      ++c.lowered;
+  // must not exceed ln(2) x the previous efficiency. Enforced from the largest x down, raising the earlier
+  // point where needed: the plateau of large calls (which dominate time) stays as measured, and only small
+  // calls become faster than measured. A small margin keeps the rule after printing six digits.
+  for (std::size_t i = c.x.size(); i-- > 1;) {
+    const double floor = c.e[i] / (1 + std::log(2.0) * std::log2(c.x[i] / c.x[i - 1]) * (1 - 1e-4));
+    if (c.e[i - 1] < floor) {
+      c.e[i - 1] = floor;
+      ++c.raised;
     }
   }
   return c;
 }
+
+RingFit finish_ring(RingFit f, const std::vector<CollSample>& samples);
 
 RingFit fit_ring(const std::vector<CollSample>& samples) {
   if (samples.size() < 2) throw InputError("collective fit: at least two timings needed");
@@ -168,9 +171,38 @@ RingFit fit_ring(const std::vector<CollSample>& samples) {
   }
   RingFit f;
   f.line = nonneg_relative_lsq(rows, y);
+  // Trimmed least squares: timings more than 3x the median relative residual off the line (and more than
+  // 25% off) are outliers for the line (a stalled TCP exchange, a preempted rank); refit once without them.
+  {
+    std::vector<double> a;
+    for (double r : f.line.rel_residuals) a.push_back(std::abs(r));
+    const double cut = std::max(0.25, 3 * median(a));
+    std::vector<std::vector<double>> rows2;
+    std::vector<double> y2;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (std::abs(f.line.rel_residuals[i]) <= cut) {
+        rows2.push_back(rows[i]);
+        y2.push_back(y[i]);
+      }
+    f.outliers = static_cast<int>(rows.size() - rows2.size());
+    if (f.outliers > 0 && rows2.size() >= 3)
+      f.line = nonneg_relative_lsq(rows2, y2);
+    else
+      f.outliers = 0;
+  }
+  // The bus-efficiency curve below uses every timing, outliers included: a size that is really slow
+  // (not a one-off) shows in its own point, while the latency and bandwidth come from the trimmed line.
+  return finish_ring(f, samples);
+}
+
+RingFit finish_ring(RingFit f, const std::vector<CollSample>& samples) {
   f.base_latency_s = f.line.coef[0];
   f.step_latency_s = f.line.coef[1];
-  if (!(f.line.coef[2] > 0))
+  // A bandwidth term that explains under 1% of any timing is no bandwidth term (rounding, not data).
+  double share = 0;
+  for (const CollSample& s : samples)
+    share = std::max(share, f.line.coef[2] * busbw_factor(s.kind, s.group) * s.bytes / s.seconds);
+  if (!(f.line.coef[2] > 0) || share < 0.01)
     throw InputError("collective fit: the timings do not grow with the message size (no bandwidth term)");
   f.line_bandwidth_Bps = 1.0 / f.line.coef[2];
 

@@ -60,16 +60,18 @@ struct RingFit {
   std::vector<std::pair<double, double>> bus_efficiency;  // (message bytes, efficiency)
   LsqResult line;                                         // the linear fit (before the efficiency curve)
   double line_bandwidth_Bps = 0;
+  int outliers = 0;  // timings left out of the line fit (trimmed least squares, see fit.cpp)
 };
 RingFit fit_ring(const std::vector<CollSample>& samples);
 
 // Points (x, efficiency) -> a curve docs/hardware.md's loader accepts: sorted by x, points within 1%
-// of each other's x merged (mean efficiency), efficiencies clamped into [1e-6, 1], and a point that
-// rises faster than the loader allows (more than ln 2 x the previous efficiency per doubling of x:
-// more work would take less time) lowered to the largest allowed value. `lowered` counts those.
+// of each other's x merged (mean efficiency), efficiencies clamped into [1e-6, 1], and where a point
+// rises faster than the loader allows (more than ln 2 x the previous efficiency per doubling of x: more
+// work would take less time) the previous point raised to the smallest allowed value, working from the
+// largest x down (the plateau stays as measured). `raised` counts those.
 struct Curve {
   std::vector<double> x, e;
-  int lowered = 0;
+  int raised = 0;
 };
 Curve make_efficiency_curve(std::vector<std::pair<double, double>> points);
 

@@ -1,0 +1,276 @@
+// fsdp-run calibrate (issue 7): the least-squares fits, the profile writer against the strict loader,
+// and a --quick run of the binary on 2 local ranks.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "test_common.hpp"
+// (test_common.hpp first: torch headers before doctest)
+#include "calibrate/fit.hpp"
+#include "calibrate/profile_yaml.hpp"
+#include "comm/collective_cost.hpp"
+#include "comm/comm_group.hpp"
+#include "core/errors.hpp"
+#include "hardware/hardware_profile.hpp"
+
+namespace fsdp::exec::test {
+namespace fs = std::filesystem;
+using namespace fsdp::exec::cal;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+struct TmpDir {
+  fs::path path;
+  TmpDir() {
+    path = fs::temp_directory_path() / ("exec_cal_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TmpDir() { fs::remove_all(path); }
+  std::string operator/(const std::string& n) const { return (path / n).string(); }
+};
+
+double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+// Deterministic +-1% "noise" that does not average out trivially.
+double wobble(int i) { return 1.0 + 0.01 * std::sin(1.7 * i + 0.3); }
+
+}  // namespace
+
+TEST_CASE("alpha-beta fit recovers alpha and beta from synthetic timings") {
+  const double alpha = 50e-6, beta = 2e9;
+  std::vector<double> bytes, t;
+  for (int i = 0; i < 12; ++i) {
+    bytes.push_back(4096.0 * std::pow(2.0, i));
+    t.push_back((alpha + bytes.back() / beta) * wobble(i));
+  }
+  AlphaBeta ab = fit_alpha_beta(bytes, t);
+  CHECK(rel(ab.alpha_s, alpha) < 0.05);
+  CHECK(rel(ab.beta_Bps, beta) < 0.02);
+  CHECK(ab.fit.max_abs_rel < 0.02);
+  CHECK(ab.fit.rms_rel > 0);  // the wobble is seen as residual
+
+  SUBCASE("exact data: exact fit") {
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = alpha + bytes[i] / beta;
+    ab = fit_alpha_beta(bytes, t);
+    CHECK(rel(ab.alpha_s, alpha) < 1e-9);
+    CHECK(rel(ab.beta_Bps, beta) < 1e-9);
+    CHECK(ab.fit.max_abs_rel < 1e-9);
+  }
+  SUBCASE("a negative intercept is not fitted: alpha stays >= 0") {
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      bytes[i] = 8e6 * std::pow(2.0, static_cast<double>(i));
+      t[i] = -1e-3 + bytes[i] / beta;  // all positive; the unconstrained intercept would be -1 ms
+    }
+    ab = fit_alpha_beta(bytes, t);
+    CHECK(ab.alpha_s == 0);
+    CHECK(ab.beta_Bps > 0);
+  }
+}
+
+TEST_CASE("least squares refuses malformed input") {
+  CHECK_THROWS_AS(nonneg_relative_lsq({{1.0, 2.0}}, {1.0}), InputError);         // fewer samples than unknowns
+  CHECK_THROWS_AS(nonneg_relative_lsq({{1.0}, {2.0}}, {1.0, 0.0}), InputError);  // non-positive measurement
+  CHECK_THROWS_AS(nonneg_relative_lsq({{1.0}, {2.0, 3.0}}, {1.0, 2.0}), InputError);
+  CHECK_THROWS_AS(fit_alpha_beta({1.0, 2.0}, {1.0}), InputError);
+}
+
+TEST_CASE("ring fit recovers base latency, step latency and bandwidth over collectives and group sizes") {
+  const double base = 20e-6, step = 7e-6, bw = 5e9;
+  std::vector<CollSample> v;
+  for (int n : {2, 4})
+    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce})
+      for (double s = 16384; s <= 64 << 20; s *= 4)
+        v.push_back({k, n, s, base + ring_steps(k, n) * step + busbw_factor(k, n) * s / bw});
+  RingFit f = fit_ring(v);
+  CHECK(rel(f.base_latency_s, base) < 1e-6);
+  CHECK(rel(f.step_latency_s, step) < 1e-6);
+  CHECK(rel(f.bandwidth_Bps, bw) < 1e-6);
+  CHECK(f.line.max_abs_rel < 1e-9);
+  for (const auto& [x, e] : f.bus_efficiency) CHECK(e == doctest::Approx(1.0).epsilon(1e-6));
+
+  SUBCASE("a slower small-message regime becomes a rising bus-efficiency curve, plateau 1") {
+    for (auto& s : v)
+      if (s.bytes < 1 << 20) s.seconds *= 1.5;
+    f = fit_ring(v);
+    REQUIRE(f.bus_efficiency.size() >= 2);
+    CHECK(f.bus_efficiency.front().second < 1.0);
+    CHECK(f.bus_efficiency.back().second == doctest::Approx(1.0));
+    for (std::size_t i = 1; i < f.bus_efficiency.size(); ++i)
+      CHECK(f.bus_efficiency[i].second >= f.bus_efficiency[i - 1].second);
+  }
+  SUBCASE("timings that do not grow with size are refused") {
+    for (auto& s : v) s.seconds = 1e-3;
+    CHECK_THROWS_AS(fit_ring(v), InputError);
+  }
+}
+
+TEST_CASE("efficiency curves: sorted, merged, clamped and never rising faster than the loader allows") {
+  Curve c = make_efficiency_curve({{1e9, 0.5}, {1e6, 0.2}, {1.005e6, 0.3}, {1e7, 2.0}});
+  REQUIRE(c.x.size() == 3);
+  CHECK(c.x[0] == 1e6);
+  CHECK(c.e[1] == 1.0);  // clamped
+  CHECK(c.e[2] == 0.5);
+  // 1e6 -> 1e7 is 3.32 doublings: the loader needs e(1e6) >= 1 / (1 + ln2 x 3.32) = 0.303, so the merged
+  // 0.25 (mean of 0.2 and 0.3, x within 1%) is raised; the plateau stays as measured.
+  CHECK(c.e[0] == doctest::Approx(1.0 / (1 + std::log(2.0) * std::log2(10.0))).epsilon(1e-3));
+  CHECK(c.raised == 1);
+  for (std::size_t i = 1; i < c.x.size(); ++i)
+    CHECK((c.e[i] - c.e[i - 1]) / std::log2(c.x[i] / c.x[i - 1]) <= std::log(2.0) * c.e[i - 1]);
+  c = make_efficiency_curve({{1e6, 0.2}, {1.005e6, 0.3}, {1e7, 0.3}});
+  REQUIRE(c.x.size() == 2);
+  CHECK(c.e[0] == doctest::Approx(0.25));
+  CHECK(c.raised == 0);
+  const std::vector<double> iso = isotonic_non_decreasing({1, 3, 2, 4}, {1, 1, 1, 1});
+  CHECK(iso == std::vector<double>{1, 2.5, 2.5, 4});
+  CHECK(median({3, 1, 2}) == 2);
+  CHECK(median({4, 1, 2, 3}) == 2.5);
+}
+
+TEST_CASE("a written profile loads with load_hardware and round-trips") {
+  TmpDir d;
+  HardwareProfile hw = load_hardware("cpu", FSDP_SOURCE_ROOT);
+  hw.name = "round trip";
+  hw.usable_device_memory = Bytes(12345678901.0);
+  hw.peak_flops_bf16 = FlopsPerSecond(6.933e12);
+  hw.memory_bandwidth = BytesPerSecond(30.1243e9);
+  Curve mm = make_efficiency_curve({{6.5536e4, 0.031}, {5.24e5, 0.2}, {4.2e6, 0.03}, {2.7e8, 0.025}});
+  hw.matmul_efficiency = EfficiencyCurve{mm.x, mm.e};
+  hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
+  hw.intra_node.latency = Seconds(3.5e-6);
+  hw.intra_node.bus_efficiency = EfficiencyCurve{{262144, 4194304}, {0.4, 1.0}};
+  hw.host_flops_per_core = FlopsPerSecond(2.43479e9);
+  hw.collective_base_latency = Seconds(308.19e-6);
+  ProfileNotes notes;
+  notes.header = {"test"};
+  for (const auto& k : profile_note_keys()) notes.note[k] = "note for " + k + "\nsecond line";
+  const std::string path = d / "rt.yaml";
+  std::ofstream(path) << hardware_profile_yaml(hw, notes);
+  const HardwareProfile back = load_hardware(path, FSDP_SOURCE_ROOT);
+  CHECK(back.name == hw.name);
+  CHECK(back.device_kind == hw.device_kind);
+  CHECK(rel(back.device_memory.value, hw.device_memory.value) < 1e-9);  // written in whole bytes
+  CHECK(back.usable_device_memory.value == hw.usable_device_memory.value);
+  CHECK(rel(back.peak_flops_fp32.value, hw.peak_flops_fp32.value) < 1e-5);
+  CHECK(rel(back.peak_flops_bf16.value, hw.peak_flops_bf16.value) < 1e-5);
+  CHECK(rel(back.memory_bandwidth.value, hw.memory_bandwidth.value) < 1e-5);
+  REQUIRE(back.matmul_efficiency.x.size() == hw.matmul_efficiency.x.size());
+  for (std::size_t i = 0; i < back.matmul_efficiency.x.size(); ++i) {
+    CHECK(rel(back.matmul_efficiency.x[i], hw.matmul_efficiency.x[i]) < 1e-6);
+    CHECK(rel(back.matmul_efficiency.efficiency[i], hw.matmul_efficiency.efficiency[i]) < 1e-5);
+  }
+  CHECK(rel(back.intra_node.bandwidth.value, hw.intra_node.bandwidth.value) < 1e-5);
+  CHECK(rel(back.intra_node.latency.value, hw.intra_node.latency.value) < 1e-5);
+  CHECK(back.intra_node.bus_efficiency.x == hw.intra_node.bus_efficiency.x);
+  CHECK(back.gpus_per_node == hw.gpus_per_node);
+  CHECK(back.nics_per_node == hw.nics_per_node);
+  CHECK(back.cpu_cores == hw.cpu_cores);
+  CHECK(rel(back.host_flops_per_core.value, hw.host_flops_per_core.value) < 1e-5);
+  CHECK(rel(back.collective_base_latency.value, hw.collective_base_latency.value) < 1e-5);
+  CHECK(back.compute_slowdown_during_comm == hw.compute_slowdown_during_comm);
+  // Same times through the simulator's cost model.
+  const CommGroup g = make_group(back, 2, 2);
+  CHECK(rel(collective_time(back, Collective::AllGather, Bytes(1 << 20), g).value,
+            collective_time(hw, Collective::AllGather, Bytes(1 << 20), g).value) < 1e-5);
+  // Every note is in the file, as comments.
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (const auto& k : profile_note_keys()) CHECK(ss.str().find("# note for " + k + "\n") != std::string::npos);
+}
+
+#ifdef FSDP_RUN_BIN
+TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, measured profile") {
+  TmpDir d;
+  const std::string out = d / "quick-cal.yaml";
+  Result r = sh(std::string(FSDP_RUN_BIN) + " calibrate --quick --nproc-per-node 2 --out " + out);
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("calibrate: intra-node all-gather") != std::string::npos);  // progress on stderr
+  CHECK(r.out.find("residuals of the written profile") != std::string::npos);
+  const HardwareProfile hw = load_hardware(out, FSDP_SOURCE_ROOT);
+  CHECK(hw.name == "quick-cal");
+  CHECK(hw.device_kind == "cpu");
+  // Best measured fp32 GEMM rate = peak x the curve's largest efficiency: positive, and below what this
+  // many hardware threads could do at 5 GHz with two 512-bit FMA pipes (64 fp32 FLOPs per cycle).
+  double best_eff = 0;
+  for (double e : hw.matmul_efficiency.efficiency) best_eff = std::max(best_eff, e);
+  const double rate = hw.peak_flops_fp32.value * best_eff;
+  const double bound = std::max(1u, std::thread::hardware_concurrency()) * 5e9 * 64;
+  CHECK(rate > 0);
+  CHECK(rate < bound);
+  CHECK(hw.intra_node.bandwidth.value > 0);
+  CHECK(hw.usable_device_memory.value > 0);
+  CHECK(hw.usable_device_memory.value <= hw.device_memory.value);
+  // Every field is commented: measured (with the date) or taken from the base profile.
+  std::ifstream in(out);
+  std::string line;
+  bool prev_comment = false;
+  std::map<std::size_t, bool> block_commented;  // indentation of an open block -> it had a comment
+  int fields = 0, measured = 0;
+  while (std::getline(in, line)) {
+    const std::size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos) continue;
+    if (line[indent] == '#') {
+      prev_comment = true;
+      if (line.find("measured by fsdp-run calibrate on ") != std::string::npos) ++measured;
+      continue;
+    }
+    if (line.compare(indent, 3, "- {") == 0) continue;  // a curve point: its block carries the comment
+    const bool parent = indent >= 2 && block_commented[indent - 2];
+    if (line.back() == ':') {
+      block_commented[indent] = prev_comment || parent;
+    } else {
+      ++fields;
+      INFO(line);
+      CHECK((prev_comment || parent));
+    }
+    prev_comment = false;
+  }
+  CHECK(fields >= 18);
+  CHECK(measured >= 10);
+}
+
+TEST_CASE("fsdp-run calibrate refuses bad input with exit code 2") {
+  TmpDir d;
+  const std::string bin = FSDP_RUN_BIN;
+  Result r = sh(bin + " calibrate --quick");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--out") != std::string::npos);
+  r = sh(bin + " calibrate --out " + d / "x.txt");
+  CHECK(r.code == 2);
+  r = sh(bin + " calibrate --out " + d / "x.yaml --base no-such-profile");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("no-such-profile") != std::string::npos);
+  r = sh(bin + " calibrate --out " + d / "x.yaml --nproc-per-node 0");
+  CHECK(r.code == 2);
+  r = sh(bin + " calibrate --out " + d / "missing-dir/x.yaml");
+  CHECK(r.code == 2);
+  CHECK_FALSE(fs::exists(d / "x.yaml"));
+}
+#endif
+
+}  // namespace fsdp::exec::test
