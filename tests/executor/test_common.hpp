@@ -7,13 +7,33 @@
 #include <doctest/doctest.h>
 // clang-format on
 
+#include <sys/wait.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <string>
 
 #include "planfile/plan_file.hpp"
 
 namespace fsdp::exec::test {
+
+// The outcome of a shell command line: exit code and stdout + stderr together.
+struct ShellResult {
+  int code = -1;
+  std::string out;
+};
+
+inline ShellResult sh(const std::string& cmd) {
+  ShellResult r;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
 
 // A very small Llama-shaped model (RMSNorm, RoPE, SwiGLU, grouped-query attention with
 // 3 query heads sharing 1 kv head). Unit sizes are 2 mod 4 (hidden 66, ffn 91, vocab 251),
