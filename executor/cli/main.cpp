@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "dist/launcher.hpp"
 #include "io/checkpoint.hpp"
 #include "planfile/plan_file.hpp"
+#include "report/compare.hpp"
 #include "train/mem_tracker.hpp"
 #include "train/trainer.hpp"
 
@@ -177,6 +179,12 @@ int main(int argc, char** argv) {
         std::printf(", predicted %.1f MiB (measured/predicted %.3f)", plan.prediction->peak_bytes / kMiB,
                     static_cast<double>(r.peak_bytes) / plan.prediction->peak_bytes);
       std::printf("\n");
+      if (plan.prediction && !r.steps.empty()) {
+        // The same side-by-side table as `fsdp-plan compare plan.yaml report.json` (issue M6).
+        auto measured = nlohmann::json::parse(report_json(plan, args.cfg, r));
+        fsdp::Comparison c = fsdp::compare_plan_report(*plan.prediction, plan.strategy, measured, "this run");
+        std::printf("\npredicted (plan) vs measured (this run):\n%s", fsdp::format_comparison(c).c_str());
+      }
       std::fflush(stdout);
     }
     if (comm->rank() == 0 && !args.report.empty()) {

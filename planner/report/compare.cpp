@@ -61,14 +61,20 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
 std::string format_comparison(const Comparison& c) {
   std::ostringstream o;
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %14s %14s %9s\n", "memory (GiB)", "predicted", "measured", "error");
+  // GiB for real models, MiB for the small ones CPU runs use.
+  double peak = 0;
+  for (const auto& r : c.memory) peak = std::max(peak, std::max(r.predicted, r.measured));
+  const bool mib = peak < kGiB;
+  const double unit = mib ? kMiB : kGiB;
+  std::snprintf(line, sizeof line, "%-22s %14s %14s %9s\n", mib ? "memory (MiB)" : "memory (GiB)", "predicted",
+                "measured", "error");
   o << line;
   for (const auto& r : c.memory) {
     if (r.has_measured) {
-      std::snprintf(line, sizeof line, "%-22s %14.3f %14.3f %+8.1f%%\n", r.name.c_str(), r.predicted / kGiB,
-                    r.measured / kGiB, r.error() * 100);
+      std::snprintf(line, sizeof line, "%-22s %14.3f %14.3f %+8.1f%%\n", r.name.c_str(), r.predicted / unit,
+                    r.measured / unit, r.error() * 100);
     } else {
-      std::snprintf(line, sizeof line, "%-22s %14.3f %14s %9s\n", r.name.c_str(), r.predicted / kGiB, "(not measured)",
+      std::snprintf(line, sizeof line, "%-22s %14.3f %14s %9s\n", r.name.c_str(), r.predicted / unit, "(not measured)",
                     "");
     }
     o << line;

@@ -150,3 +150,41 @@ TEST_CASE("--trace writes a Chrome trace: one track per stream, one slice per op
   CHECK(last_end <= step_us * (1 + 1e-9));
   std::remove(path.c_str());
 }
+
+TEST_CASE("compare: predicted vs measured per category, step time from the median, bad reports refused") {
+  const std::string base = "/tmp/fsdp_cmp_" + std::to_string(::getpid());
+  REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --strategy fsdp --micro-batch 2 --seq 64 --grad-accum 1 --out " +
+                  base + ".yaml")
+              .code == 0);
+  PlanFile plan = read_plan_file(base + ".yaml");
+  REQUIRE(plan.prediction.has_value());
+  const double pred_peak = plan.prediction->peak_bytes;
+  nlohmann::json report;
+  report["memory"]["peak_bytes"] = pred_peak * 1.10;  // measured 10% above the prediction
+  report["memory"]["breakdown"]["optimizer_states"] = plan.prediction->memory_breakdown.at("optimizer_states");
+  report["steps"] = nlohmann::json::array({{{"time_s", 9.0}}, {{"time_s", 2.0}}, {{"time_s", 1.0}}, {{"time_s", 3.0}}});
+  std::ofstream(base + ".json") << report.dump();
+  auto r = run_cli("compare " + base + ".yaml " + base + ".json --json");
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  bool saw_peak = false, saw_opt = false;
+  for (const auto& row : j["memory"]) {
+    if (row["name"] == "peak allocated") {
+      saw_peak = true;
+      CHECK(row["error"].get<double>() == doctest::Approx(1.0 / 1.1 - 1.0));
+    }
+    if (row["name"] == "optimizer_states") {
+      saw_opt = true;
+      CHECK(row["error"].get<double>() == doctest::Approx(0.0));
+    }
+  }
+  CHECK(saw_peak);
+  CHECK(saw_opt);
+  // Steps after the first: 2, 1, 3 -> median 2 s.
+  CHECK(j["time"][0]["measured"].get<double>() == doctest::Approx(2.0));
+  std::ofstream(base + ".bad.json") << "{\"steps\": []}";
+  auto bad = run_cli("compare " + base + ".yaml " + base + ".bad.json");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("missing key 'memory'") != std::string::npos);
+  for (const char* ext : {".yaml", ".json", ".bad.json"}) std::remove((base + ext).c_str());
+}
