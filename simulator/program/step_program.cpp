@@ -298,6 +298,11 @@ struct Emitter {
     double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
                        : static_cast<double>(m.ffn_size);
     double grads = tokens * pb * (2.0 * static_cast<double>(m.hidden_size) + (m.gated_mlp ? 3.0 : 2.0) * ffn);
+    // Eager attention's backward materialises the gradients of the probabilities and of the scores
+    // (heads x seq per token each, in the softmax's dtype); fused kernels recompute them in tiles.
+    if (s.attention == AttentionImpl::Eager)
+      grads += 2.0 * tokens * static_cast<double>(m.num_heads) * static_cast<double>(s.seq_len) *
+               tensor_bytes(TensorClass::SoftmaxOut, q);
     return grads + recompute_bytes[ui];
   }
 
