@@ -4,6 +4,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 FSDP_DEPS_MINIMAL=1 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DFSDP_BUILD_EXECUTOR=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_BENCH=OFF >/dev/null
-cmake --build build -j2 --target fsdp-plan
-./build/planner/fsdp-plan --model 70b --nodes 8 "$@"
+cmake -S . -B build-plan -G Ninja -DFSDP_BUILD_EXECUTOR=OFF -DFSDP_BUILD_TESTS=OFF -DFSDP_BUILD_BENCH=OFF >/dev/null
+cmake --build build-plan -j2 --target fsdp-plan
+./build-plan/planner/fsdp-plan --model 70b --nodes 8 "$@"

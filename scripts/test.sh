@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja >/dev/null
+cmake -S . -B build -G Ninja -DFSDP_BUILD_EXECUTOR=ON -DFSDP_BUILD_TESTS=ON >/dev/null
 cmake --build build -j2
 FSDP_FUZZ_TOTAL=60 fuzz/run.sh 15
 ctest --test-dir build --output-on-failure -j2 --timeout 900
