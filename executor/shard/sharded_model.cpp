@@ -758,6 +758,33 @@ bool ShardedModel::grads_nonfinite() {
   return bad.item<float>() > 0;
 }
 
+namespace {
+
+// torch.optim.AdamW (_single_tensor_adamw in torch/optim/adamw.py; Loshchilov & Hutter 2019,
+// arXiv:1711.05101): decoupled decay, bias-corrected moments. In place on p and the states.
+void adamw_update(at::Tensor& p, const at::Tensor& g, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                  const OptimizerConfig& c, int64_t step) {
+  p.mul_(1.0 - c.lr * c.weight_decay);
+  exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
+  exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
+  const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
+  at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
+  p.addcdiv_(exp_avg, denom, -c.lr / bc1);
+}
+
+// torch.optim.SGD with momentum, dampening 0: d = g + wd*p; buf = m*buf + d; p -= lr*buf.
+void sgd_update(at::Tensor& p, const at::Tensor& g, at::Tensor& momentum, const OptimizerConfig& c, int64_t step) {
+  at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
+  if (step == 1)
+    momentum.copy_(d);
+  else
+    momentum.mul_(c.momentum).add_(d);
+  p.add_(momentum, -c.lr);
+}
+
+}  // namespace
+
 void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
   Impl& m = *impl_;
   at::NoGradGuard ng;
@@ -765,20 +792,9 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     at::Tensor p = m.adapters;
     const at::Tensor& g = m.adapters.grad();
     if (c.kind == Optimizer::AdamW) {
-      p.mul_(1.0 - c.lr * c.weight_decay);
-      m.ad_exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
-      m.ad_exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
-      const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
-      const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
-      at::Tensor denom = (m.ad_exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
-      p.addcdiv_(m.ad_exp_avg, denom, -c.lr / bc1);
+      adamw_update(p, g, m.ad_exp_avg, m.ad_exp_avg_sq, c, step);
     } else {
-      at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
-      if (step == 1)
-        m.ad_momentum.copy_(d);
-      else
-        m.ad_momentum.mul_(c.momentum).add_(d);
-      p.add_(m.ad_momentum, -c.lr);
+      sgd_update(p, g, m.ad_momentum, c, step);
     }
     return;
   }
@@ -792,34 +808,15 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
       if (c.kind == Optimizer::AdamW) {
         host_adamw_step(p, gh, u.exp_avg, u.exp_avg_sq, {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, step});
       } else {
-        at::Tensor d = c.weight_decay != 0 ? gh + c.weight_decay * p : gh;
-        if (step == 1)
-          u.momentum.copy_(d);
-        else
-          u.momentum.mul_(c.momentum).add_(d);
-        p.add_(u.momentum, -c.lr);
+        sgd_update(p, gh, u.momentum, c, step);
       }
       if (u.dev_params.defined()) u.dev_params.copy_(p);
       continue;
     }
     if (c.kind == Optimizer::AdamW) {
-      // torch.optim.AdamW (_single_tensor_adamw in torch/optim/adamw.py; Loshchilov &
-      // Hutter 2019, arXiv:1711.05101): decoupled decay, bias-corrected moments.
-      p.mul_(1.0 - c.lr * c.weight_decay);
-      u.exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
-      u.exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
-      const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
-      const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
-      at::Tensor denom = (u.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
-      p.addcdiv_(u.exp_avg, denom, -c.lr / bc1);
+      adamw_update(p, g, u.exp_avg, u.exp_avg_sq, c, step);
     } else {
-      // torch.optim.SGD with momentum, dampening 0: d = g + wd*p; buf = m*buf + d; p -= lr*buf.
-      at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
-      if (step == 1)
-        u.momentum.copy_(d);
-      else
-        u.momentum.mul_(c.momentum).add_(d);
-      p.add_(u.momentum, -c.lr);
+      sgd_update(p, g, u.momentum, c, step);
     }
     if (m.optim_sharded && !m.params_sharded) {
       // ZeRO-1/2: every rank updated its slice of the replica; gather the others'.
