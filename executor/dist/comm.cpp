@@ -95,10 +95,13 @@ class LocalGroup final : public Group {
     check_sizes(shard, full);
     at::Tensor in, out, flat;
     if (mimic_) {
+      // As C10dGroup on Gloo: a low-precision shard is staged in fp32, the gather lands in a buffer of
+      // the wire dtype when it differs from full's, and Gloo gathers into a flat buffer of its own.
       const bool up = low_precision(shard);
       in = up ? shard.to(at::kFloat) : at::Tensor();
-      out = up ? at::empty({full.numel()}, full.options().dtype(at::kFloat)) : at::Tensor();
-      flat = at::empty({full.numel()}, full.options().dtype(up ? at::kFloat : full.scalar_type()));
+      const at::ScalarType wire = up ? at::kFloat : shard.scalar_type();
+      out = wire != full.scalar_type() ? at::empty({full.numel()}, full.options().dtype(wire)) : at::Tensor();
+      flat = at::empty({full.numel()}, full.options().dtype(wire));
     }
     // Rehearsal: the absent ranks' shards are stood in for by copies of ours, so the
     // numbers stay finite; only the allocations matter.
@@ -112,7 +115,7 @@ class LocalGroup final : public Group {
       shard.reshape(-1).copy_(full.narrow(0, 0, shard.numel()));
       return {};
     }
-    at::Tensor buf = low_precision(full) ? full.to(at::kFloat) : full.clone();
+    at::Tensor buf = low_precision(full) ? full.to(at::kFloat) : full;
     return Handle([buf, shard]() mutable {
       shard.reshape(-1).copy_(buf.narrow(0, 0, shard.numel()));
       buf = at::Tensor();
@@ -277,11 +280,15 @@ class C10dGroup final : public Group {
   Handle all_gather(at::Tensor shard, at::Tensor full) override {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather: full must be size x shard");
     if (direct_) {
-      auto work = guard([&] { return pg_->_allgather_base(full, shard); });
-      return Handle([this, work]() mutable { wait(work); });
+      at::Tensor in = shard.scalar_type() == full.scalar_type() ? shard : shard.to(full.scalar_type());
+      auto work = guard([&] { return pg_->_allgather_base(full, in); });
+      return Handle([this, work, in]() mutable { wait(work); });
     }
+    // Gloo: a low-precision shard is staged in fp32; a wider shard than `full` (an fp32 master shard
+    // gathered into compute-dtype parameters) goes over the wire as it is and is cast once at the end.
     at::Tensor in = staged(shard.reshape(-1));
-    at::Tensor out = in.is_same(shard) || in.scalar_type() == full.scalar_type()
+    if (in.scalar_type() != full.scalar_type()) upcast_happened_ = true;  // wider on the wire than with NCCL
+    at::Tensor out = in.scalar_type() == full.scalar_type()
                          ? full
                          : at::empty({full.numel()}, full.options().dtype(in.scalar_type()));
     std::vector<at::Tensor> outs;
@@ -301,10 +308,11 @@ class C10dGroup final : public Group {
       auto work = guard([&] { return pg_->_reduce_scatter_base(shard, full); });
       return Handle([this, work]() mutable { wait(work); });
     }
-    // Fallback: all-reduce the whole buffer, keep our slice (moves size x the bytes).
-    at::Tensor buf =
-        full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble ? full.clone() : full.to(at::kFloat);
-    if (!(full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble)) upcast_happened_ = true;
+    // Fallback: all-reduce the whole buffer in place (it is scratch), keep our slice (moves size x the
+    // bytes); a low-precision buffer is staged in fp32.
+    const bool wide = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble;
+    at::Tensor buf = wide ? full : full.to(at::kFloat);
+    if (!wide) upcast_happened_ = true;
     std::vector<at::Tensor> v{buf};
     auto work = guard([&] { return pg_->allreduce(v); });
     return Handle([this, work, buf, shard]() mutable {

@@ -54,9 +54,12 @@ class Group {
 
   // In-place sum over the group.
   virtual Handle all_reduce_sum(at::Tensor t) = 0;
-  // full.numel() == shard.numel() * size(); rank r's shard lands at [r*n, (r+1)*n).
+  // full.numel() == shard.numel() * size(); rank r's shard lands at [r*n, (r+1)*n). The shard may be
+  // in a wider dtype than `full` (an fp32 master shard gathered into compute-dtype parameters): it is
+  // cast before the collective where the backend has full's dtype, after it where it stages in fp32.
   virtual Handle all_gather(at::Tensor shard, at::Tensor full) = 0;
-  // shard = sum over ranks of full[rank*n:(rank+1)*n].
+  // shard = sum over ranks of full[rank*n:(rank+1)*n]. `full` is scratch: its contents are undefined
+  // afterwards (without a native reduce-scatter, fp32 buffers are all-reduced in place, no extra copy).
   virtual Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) = 0;
   virtual void broadcast(at::Tensor t, int root) = 0;
   virtual void barrier() = 0;

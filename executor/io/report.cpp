@@ -45,6 +45,7 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
     if (r.breakdown[i] != 0) bd[std::string(kMemoryCategoryNames[i])] = r.breakdown[i];
   j["memory"] = {{"peak_bytes", r.peak_bytes},
                  {"peak_bytes_per_rank", r.peak_bytes_per_rank},
+                 {"peak_phase", r.peak_phase},
                  {"breakdown", bd},
                  {"measured_with", plan.cluster.device == "cuda" ? "CUDA caching allocator statistics (allocated)"
                                                                  : "counting wrapper of the c10 CPU allocator"},

@@ -117,6 +117,12 @@ struct ShardedModel::Impl {
   int64_t bucket_bytes = 0;
   // Closures used by CheckpointFn's backward; alive from a forward to the next one.
   std::vector<std::shared_ptr<void>> keepalive;
+  int micro_batch = 0;  // 1-based within the step, for the memory phase labels
+
+  // The memory tracker's phase label, in the simulator's peak_phase words.
+  void phase(const char* what, const Unit& u) {
+    mem().set_phase(std::string(what) + " " + u.info.name + " (micro-batch " + std::to_string(micro_batch) + ")");
+  }
 
   Impl(const ModelSpec& s, const Strategy& st, Comm& c) : spec(s), strategy(st), comm(c) {}
 
@@ -135,11 +141,9 @@ struct ShardedModel::Impl {
       alloc_storage(u.compute, bytes);
     }
     if (params_sharded) {
-      // Params offload: the host shard is copied in (and cast) right before the all-gather.
-      at::Tensor src = offload_params                            ? u.master.to(device, compute_dtype)
-                       : offload                                 ? u.dev_params
-                       : u.master.scalar_type() == compute_dtype ? u.master
-                                                                 : u.master.to(compute_dtype);
+      // Params offload: the host shard is copied in (and cast) right before the all-gather. The fp32
+      // master shard is handed over as it is: the group casts it (Group::all_gather).
+      at::Tensor src = offload_params ? u.master.to(device, compute_dtype) : offload ? u.dev_params : u.master;
       u.gather = shard_group->all_gather(src, u.compute);
       u.state = UState::Gathering;
     } else {
@@ -185,6 +189,7 @@ struct ShardedModel::Impl {
     // has finished its backward once the gradient reaches this unit's output.
     if (frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
       reshard(*units[static_cast<std::size_t>(u.index) + 1]);
+    phase("backward", u);
     wait_unsharded(u);
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
@@ -225,6 +230,15 @@ struct ShardedModel::Impl {
   }
 
   void post_backward(Unit& u, const variable_list& grads) {
+    phase("post-backward", u);
+    // Autograd goes on with the unit before this one in forward order (the root last).
+    struct NextPhase {
+      Impl* m;
+      const Unit& u;
+      ~NextPhase() {
+        if (u.index > 0) m->phase("backward", *m->units[static_cast<std::size_t>(u.index) - 1]);
+      }
+    } next{this, u};
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
     mem().tag(MemoryCategory::UnshardedGrads, flat_bytes);
     at::Tensor flat = at::zeros({u.info.padded}, u.compute.options());
@@ -626,7 +640,9 @@ ShardedModel::~ShardedModel() {
 at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Tensor& targets_in) {
   Impl& m = *impl_;
   at::Tensor tokens = tokens_in.to(m.device), targets = targets_in.to(m.device);
+  ++m.micro_batch;
   auto params_of = [&](Unit& u) {
+    m.phase("forward", u);
     m.wait_unsharded(u);
     variable_list views = m.frozen ? m.make_views(u) : UnitParamsFn::apply(u.anchor, reinterpret_cast<int64_t>(&u));
     ParamMap p;
@@ -685,15 +701,18 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     if (m.params_sharded) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
     if (m.reshard_after_forward(u)) m.reshard(u);
   }
+  m.phase("forward", root);
   return head_loss(spec, rp, x, targets);
 }
 
 void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
+  m.phase("backward", *m.units[0]);
   loss.backward();
   m.flush_bucket();
   m.wait_pending();
+  if (sync) m.micro_batch = 0;
   if (m.frozen) {
     for (auto& up : m.units) m.reshard(*up);
     if (!sync) return;

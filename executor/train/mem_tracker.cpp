@@ -95,6 +95,17 @@ void MemTracker::snapshot_locked(int64_t cur) {
   peak_ = cur;
   for (std::size_t i = 0; i < kNumMemoryCategories; ++i) peak_tags_[i] = tags_[i].load();
   peak_in_compute_ = in_compute_.load();
+  peak_phase_ = phase_;
+}
+
+void MemTracker::set_phase(const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  phase_ = &*phases_.insert(phase).first;
+}
+
+std::string MemTracker::peak_phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_phase_ != nullptr ? *peak_phase_ : std::string();
 }
 
 void MemTracker::on_alloc(int64_t n) {

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "memory/memory_category.hpp"
 
@@ -34,6 +36,10 @@ class MemTracker {
   void tag(MemoryCategory c, int64_t delta_bytes);
   // True while forward/backward run (the untagged rest counts as activations).
   void set_in_compute(bool v) { in_compute_.store(v); }
+  // What the executor is doing ("forward layers.2 (micro-batch 1)", "optimizer step"), in
+  // the simulator's peak_phase vocabulary; the phase at the recorded peak is reported.
+  void set_phase(const std::string& phase);
+  std::string peak_phase() const;
   // Category bytes at the recorded peak; untagged bytes are in activations or transient.
   std::array<int64_t, kNumMemoryCategories> peak_breakdown() const;
 
@@ -51,6 +57,9 @@ class MemTracker {
   std::array<std::atomic<int64_t>, kNumMemoryCategories> tags_{};
   std::array<int64_t, kNumMemoryCategories> peak_tags_{};
   bool peak_in_compute_ = false;
+  std::set<std::string> phases_;  // interned: nodes are stable, the snapshot keeps a pointer
+  const std::string* phase_ = nullptr;
+  const std::string* peak_phase_ = nullptr;
   std::atomic<bool> in_compute_{false};
 };
 

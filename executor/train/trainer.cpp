@@ -109,6 +109,7 @@ RunResult Trainer::run(std::ostream* log) {
       mem.set_in_compute(false);
     }
     t.comm.set_progress(step, "optimizer");
+    mem.set_phase("optimizer step");
     StepStat st;
     st.step = step;
     bool skip = false;
@@ -186,6 +187,7 @@ RunResult Trainer::run(std::ostream* log) {
   }
   for (std::size_t i = 0; i < kNumMemoryCategories; ++i)
     res.breakdown[i] = all[best][static_cast<int64_t>(i) + 1].item<int64_t>();
+  res.peak_phase = mem.peak_phase();
   res.comm_upcast = t.model->comm_upcast();
   res.backend = t.comm.world().is_local() ? t.comm.world().name() : (t.device == "cpu" ? "gloo" : "nccl");
   res.loss_scale = s.param_dtype == DType::Fp16 ? t.loss_scale : 0;

@@ -46,6 +46,7 @@ struct RunResult {
   bool emulated = false;
   int64_t peak_bytes = 0;  // max over ranks
   std::vector<int64_t> peak_bytes_per_rank;
+  std::string peak_phase;                                 // rank 0's phase at its peak (MemTracker::set_phase)
   std::array<int64_t, kNumMemoryCategories> breakdown{};  // of the rank with the highest peak
   bool comm_upcast = false;
   std::string backend;

@@ -10,6 +10,7 @@
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
+#include "report/memory_timeline.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
 #include "simulate.hpp"
@@ -30,6 +31,7 @@ namespace {
 // The outputs of `simulate`: --trace, then JSON or the readable breakdown.
 void print_simulation(const Args& args, const SimulationContext& ctx, const StepProgram& program, const Prediction& p) {
   if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
+  if (args.has("--memory-timeline")) std::cout << format_memory_timeline(program, p.memory);
   if (args.has("--json")) {
     std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
   } else {
@@ -43,18 +45,20 @@ int run_simulate(const std::vector<std::string>& argv) {
   std::set<std::string> values{"--model",   "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
                                "--runtime", "--trace", "--config-root", "--plan"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
-  Args args(argv, values, {"--json", "--help"});
+  Args args(argv, values, {"--json", "--memory-timeline", "--help"});
   if (args.has("--help")) {
     std::cout << "usage: fsdp-plan simulate --model M [--hw H] [--nodes N --gpus-per-node G | --gpus N]\n"
                  "         [--strategy S] [--hsdp-group G] [--wrap W] [--reshard-after-forward true|false]\n"
                  "         [--act-ckpt A] [--offload O] [--param-dtype D] [--reduce-dtype D] [--micro-batch B]\n"
-                 "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n";
+                 "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n"
+                 "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n";
     return 0;
   }
   if (!args.positional().empty()) throw InputError("simulate: unexpected argument '" + args.positional()[0] + "'");
   const std::string root = config_root_from(argv);
   if (auto plan_path = args.get("--plan")) {
-    // Re-simulate a plan file: everything comes from the file; only --json and --trace may be added.
+    // Re-simulate a plan file: everything comes from the file; only --json, --trace and --memory-timeline
+    // may be added.
     for (const auto& f : values)
       if (f != "--plan" && f != "--trace" && f != "--config-root" && args.has(f))
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");

@@ -50,6 +50,9 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     if (op.after_all_comm) flush_pending();  // the optimizer waits for every reduction
+    // The end of a micro-batch's backward waits for its reductions (FSDP2's root post-backward final
+    // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
+    if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
     for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);

@@ -109,11 +109,20 @@ struct Emitter {
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
   std::vector<double> train_p, frozen_p, frozen_bpe;
-  double layer_train = 0;               // trainable parameters of one decoder layer
+  double layer_train = 0;  // trainable parameters of one decoder layer
+  // Trainable parameters of the lm_head and the final norm: autograd produces their gradients in the
+  // loss backward, long before the root unit's post-backward (the embedding's come last).
+  double head_train = 0;
+  // The head's gradients are separate per-parameter tensors until the root's post-backward (FSDP2
+  // unsharded .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
+  bool head_grads_separate = false;
   std::vector<double> act_bytes;        // per unit, saved activations of one micro-batch
   std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;       // per unit
   std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
+  // One decoder layer's MLP (or MoE block): its saved activations and its trainable parameters, and
+  // those of its output projection (down_proj), whose weight gradient autograd produces first.
+  double mlp_saved = 0, mlp_train = 0, mlp_out_train = 0;
 
   bool fp32_collectives = false;
   bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
@@ -184,6 +193,12 @@ struct Emitter {
     layer_train = s.method == Method::Full
                       ? (g.layers().empty() ? 0.0 : static_cast<double>(g.params_under(g.layers().front())))
                       : layer_lora;
+    if (s.method == Method::Full)
+      for (ModuleId c : g.children(g.root())) {
+        const ModuleKind k = g.node(c).kind;
+        if (k == ModuleKind::Head || k == ModuleKind::Norm) head_train += static_cast<double>(g.params_under(c));
+      }
+    head_grads_separate = sharded || rt.replicated_grads_via_flat_copy;
     for (const auto& u : prog.units) {
       const double nl = static_cast<double>(u.num_layers());
       const double params = static_cast<double>(u.params);
@@ -227,6 +242,15 @@ struct Emitter {
       layer_act = layer_saved(l0);
       flops_of(l0, layer_mm, layer_at);
       layer_rec = tokens * g.saved_bytes_per_token(l0, q, ActCkpt::None);
+      for (ModuleId c : g.children(l0)) {
+        const ModuleKind k = g.node(c).kind;
+        if (k != ModuleKind::Mlp && k != ModuleKind::Moe) continue;
+        mlp_saved += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+        if (s.method != Method::Full) continue;
+        mlp_train += static_cast<double>(g.params_under(c));
+        for (ModuleId leaf : g.leaves_under(c))
+          if (g.node(leaf).short_name == "down_proj") mlp_out_train += static_cast<double>(g.node(leaf).params);
+      }
     }
     for (const auto& u : prog.units) {
       const double nl = static_cast<double>(u.num_layers());
@@ -287,23 +311,33 @@ struct Emitter {
     return 2.0 * tokens * static_cast<double>(g.spec().hidden_size) * tensor_bytes(TensorClass::Residual, q);
   }
 
-  // Working memory of one layer's backward: the incoming and outgoing activation gradients (hidden size)
-  // plus, at the MLP, the gradients of its intermediate tensors (3 ffn-wide for a gated MLP: d(prod),
-  // d(act) and d(up) are live together; 2 for a plain MLP), in the compute dtype. A fully checkpointed
-  // layer first rematerialises its activations.
+  // Working memory of one layer's backward, beyond the activations already counted: the larger of its
+  // two stages, as autograd walks the layer in reverse (each node frees its saved tensors when it has
+  // run, torch/csrc/autograd/engine.cpp: saved variables are released after the node's apply).
+  //  - MLP stage (first): the incoming and outgoing activation gradients (hidden size), the gradients of
+  //    the MLP's intermediate tensors (3 ffn-wide for a gated MLP: d(prod), d(act) and d(up) are live
+  //    together; 2 for a plain MLP), and the first weight gradient, down_proj's.
+  //  - attention stage: the MLP's saved tensors are released and its weight gradients are complete;
+  //    the hidden-size gradients, the q/k/v gradients and, for eager attention, the gradients of the
+  //    probabilities and of the scores (heads x seq per token each, in the softmax's dtype; fused
+  //    kernels recompute them in tiles).
+  // A fully checkpointed layer first rematerialises its activations (recompute_bytes). The layer's
+  // weight gradients are allocated when the op completes (the ops' on_complete), so the stages count
+  // only those produced before their peak.
   double backward_transient(size_t ui) const {
     const WrapUnit& u = prog.units[ui];
     if (u.num_layers() == 0) return 0;
     const ModelSpec& m = g.spec();
+    const double h = static_cast<double>(m.hidden_size);
     double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
                        : static_cast<double>(m.ffn_size);
-    double grads = tokens * pb * (2.0 * static_cast<double>(m.hidden_size) + (m.gated_mlp ? 3.0 : 2.0) * ffn);
-    // Eager attention's backward materialises the gradients of the probabilities and of the scores
-    // (heads x seq per token each, in the softmax's dtype); fused kernels recompute them in tiles.
+    const double mlp_stage = tokens * pb * (2.0 * h + (m.gated_mlp ? 3.0 : 2.0) * ffn) + mlp_out_train * pb;
+    double attn_stage =
+        tokens * pb * (2.0 * h + static_cast<double>(m.q_dim() + 2 * m.kv_dim())) + mlp_train * pb - mlp_saved;
     if (s.attention == AttentionImpl::Eager)
-      grads += 2.0 * tokens * static_cast<double>(m.num_heads) * static_cast<double>(s.seq_len) *
-               tensor_bytes(TensorClass::SoftmaxOut, q);
-    return grads + recompute_bytes[ui];
+      attn_stage += 2.0 * tokens * static_cast<double>(m.num_heads) * static_cast<double>(s.seq_len) *
+                    tensor_bytes(TensorClass::SoftmaxOut, q);
+    return std::max(mlp_stage, attn_stage) + recompute_bytes[ui];
   }
 
   double logits_elems() const { return tokens * static_cast<double>(g.spec().vocab_size); }
@@ -424,9 +458,19 @@ struct Emitter {
   // The head's GEMM and the loss, forward then backward: logits in the compute dtype, an fp32 copy when
   // the runtime upcasts, the log-probabilities kept for backward; in backward d(logprobs) and d(logits)
   // in the log-prob dtype, then the cast back to the compute dtype.
+  // Bytes of the head's gradients allocated in the loss backward; the root's own backward allocates the
+  // rest of its gradients with the same element size.
+  double head_grad_bytes() const {
+    if (!head_grads_separate) return 0.0;
+    return head_train * (!sharded && s.kind == StrategyKind::Zero2 ? gb : pb);
+  }
+
   void push_loss_ops(int mbi) {
     const double logits = logits_elems() * pb;
-    const double upcast = rt.logits_upcast_fp32 ? logits_elems() * 4.0 : 0.0;
+    // The upcast (HF modeling_llama.py `logits.float()`; executor head_loss `.to(kFloat)`) copies only
+    // when the logits are not already fp32.
+    const bool upcasts = rt.logits_upcast_fp32 && pb < 4.0;
+    const double upcast = upcasts ? logits_elems() * 4.0 : 0.0;
     const double logprobs = logits_elems() * logprob_bytes();
     Op l;
     l.kind = OpKind::Loss;
@@ -443,7 +487,8 @@ struct Emitter {
     lb.what = "loss backward";
     lb.micro_batch = mbi;
     lb.unit = 0;
-    lb.transient_bytes = logprobs * 2.0 + (rt.logits_upcast_fp32 ? logits : 0.0);
+    lb.transient_bytes = logprobs * 2.0 + (upcasts ? logits : 0.0);
+    lb.on_issue.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
     lb.on_complete.push_back({MemoryCategory::Activations, -logprobs});
     lb.elementwise_bytes = lb.transient_bytes + logprobs;
     lb.head_passes = 2;
@@ -495,13 +540,22 @@ void Emitter::emit_sharded() {
       if (offload_params) op.copy_bytes = shard_bytes(ui, mb);
       op.on_issue.push_back({MemoryCategory::UnshardedParams, full_bytes});
       // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
-      double staging = mixed && !zero_layout ? shard(train(ui)) * pb : 0.0;
+      double staging = mixed && !zero_layout && !fp32_collectives ? shard(train(ui)) * pb : 0.0;
       // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
       // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
       if (rt.allgather_copy_out) staging += full_bytes;
-      // Without low-precision collectives the gather runs in fp32: an fp32 input shard and an fp32
-      // output, cast afterwards into the compute-dtype parameters.
-      if (fp32_collectives && pb < 4.0) staging += shard(train(ui)) * (4.0 - pb) + padded(train(ui)) * 4.0;
+      if (fp32_collectives && prog.layout.shard_size > 1) {
+        // Without low-precision collectives (Gloo, executor/dist/comm.cpp) the fp32 master shard goes over
+        // the wire as it is; a compute-dtype shard (offload) is staged in fp32 first. The gather lands in an
+        // fp32 buffer, cast afterwards into the compute-dtype parameters, and Gloo's list all-gather
+        // gathers into a flat buffer of its own first (ProcessGroupGloo.cpp AsyncAllgatherWork:
+        // newLikeFlat(outputs), then copied out).
+        const double elems = padded(train(ui)), shard_elems = shard(train(ui));
+        if (offload_params) staging += shard_elems * pb;
+        if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;
+        if (pb < 4.0) staging += elems * 4.0;
+        staging += elems * 4.0;
+      }
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
         op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
@@ -560,14 +614,16 @@ void Emitter::emit_sharded() {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       const int64_t nl = u.num_layers();
       int bop = -1;
+      const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
       if (nl <= 1) {
-        b.on_issue.push_back({MemoryCategory::UnshardedGrads, full * pb});
+        b.on_complete.push_back({MemoryCategory::UnshardedGrads, full * pb - head});
         bop = push(b);
       } else {
         // A unit of several layers: autograd walks its layers in reverse, allocating each layer's
         // parameter gradients and releasing its activations as it goes, so the unit's gradients and
         // activations are never all alive at once. One op per layer; the unit's own non-layer
-        // parameters (root: embeddings, norm, head) get their gradients with the first.
+        // parameters (root: the embeddings; the head's came in the loss backward) get their gradients
+        // after the last, when the embedding backward runs.
         const double own = full - layer_train * static_cast<double>(nl);  // non-layer params and padding
         const double k = 1.0 / static_cast<double>(nl);
         const double act_total = act_bytes[static_cast<size_t>(ui)];
@@ -580,8 +636,9 @@ void Emitter::emit_sharded() {
           part.layers = 1;
           part.on_issue = {};
           part.on_complete = {};
-          part.on_issue.push_back({MemoryCategory::UnshardedGrads, (layer_train + (i == 0 ? own : 0.0)) * pb});
+          part.on_complete.push_back({MemoryCategory::UnshardedGrads, layer_train * pb});
           part.on_complete.push_back({MemoryCategory::Activations, -act_total * k});
+          if (i == nl - 1) part.on_complete.push_back({MemoryCategory::UnshardedGrads, own * pb - head});
           // A unit-wide checkpoint region is recomputed whole, then consumed layer by layer.
           if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit)
             part.transient_bytes = backward_transient(static_cast<size_t>(ui)) - rec * static_cast<double>(i) * k;
@@ -687,17 +744,22 @@ void Emitter::emit_replicated() {
       if (s.act_ckpt != ActCkpt::None) b.transient_bytes += cast;
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps
       // only a partition and holds the full gradient of a bucket until it is reduced.
+      const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
       if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
-          b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
+          b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
         } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
           keep_grads(b, MemoryCategory::UnshardedGrads, p * gb);
         }
       } else if (s.kind == StrategyKind::Zero2) {
-        b.on_issue.push_back({MemoryCategory::UnshardedGrads, p * gb});
+        b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
       if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
       int bop = push(b);
+      // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
+      // alive until the reduction is waited for, at the next unit's post-backward
+      // (executor/shard/sharded_model.cpp post_backward), like FSDP's sharded gradients.
+      const bool zero2_flat = s.kind == StrategyKind::Zero2 && rt.replicated_grads_via_flat_copy && sync;
       if (rt.replicated_grads_via_flat_copy) {
         // The runtime gathers the unit's per-parameter gradients (compute dtype) into a flat buffer before
         // accumulating it into the kept gradient: both copies live for a moment after the backward.
@@ -706,8 +768,15 @@ void Emitter::emit_replicated() {
         post.unit = ui;
         post.micro_batch = mbi;
         post.what = "post-backward";
-        post.transient_bytes = 2.0 * p * pb;
-        post.elementwise_bytes = 3.0 * p * pb;
+        if (zero2_flat) {
+          post.on_issue.push_back({MemoryCategory::CommBuffers, p * rb});
+          post.on_complete.push_back({MemoryCategory::UnshardedGrads, -p * gb});
+          post.elementwise_bytes = 2.0 * p * pb;
+        } else {
+          post.transient_bytes = 2.0 * p * pb - head;
+          post.elementwise_bytes = 3.0 * p * pb;
+          post.on_complete.push_back({MemoryCategory::UnshardedGrads, -head});
+        }
         post.deps.push_back(bop);
         bop = push(post);
       }
@@ -724,7 +793,12 @@ void Emitter::emit_replicated() {
         r.what = "reduce-scatter";
         r.collective = CollectiveKind::ReduceScatter;
         r.comm_bytes = p * rb;
-        r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * gb});
+        if (zero2_flat) {
+          r.on_issue.push_back({MemoryCategory::CommBuffers, shard(p) * rb});
+          r.on_complete.push_back({MemoryCategory::CommBuffers, -(p + shard(p)) * rb});
+        } else {
+          r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * gb});
+        }
         if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(p) * gb);
       } else {
         r.kind = OpKind::AllReduce;

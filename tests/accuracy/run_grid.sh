@@ -31,18 +31,20 @@ import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
 print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt", "dtype",
-      "accum", "offload", "pred MiB", "meas MiB", "error"))
+      "accum", "offload", "pred MiB", "meas MiB", "error") + " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
 worst, failed = 0.0, 0
 for r in rows:
     i = r[0]
-    pred = json.load(open(f"{out}/pred{i}.json"))["chosen"]["memory"]["peak_bytes"]
-    meas = json.load(open(f"{out}/report{i}.json"))["memory"]["peak_bytes"]
+    pm = json.load(open(f"{out}/pred{i}.json"))["chosen"]["memory"]
+    mm = json.load(open(f"{out}/report{i}.json"))["memory"]
+    pred, meas = pm["peak_bytes"], mm["peak_bytes"]
     err = (pred - meas) / meas * 100
     worst = max(worst, abs(err))
     bad = abs(err) > tol
     failed += bad
-    print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10.3f %10.3f %+6.1f%%%s" % (i, r[1], r[2], r[3], r[4], r[5], r[6],
-          r[7], pred / 2**20, meas / 2**20, err, "  <-- over %.0f%%" % tol if bad else ""))
+    print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[1], r[2], r[3], r[4],
+          r[5], r[6], r[7], pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
+          "  <-- over %.0f%%" % tol if bad else ""))
 print("%d plans, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), worst, failed, tol))
 print("%d passed, %d failed" % (len(rows) - failed, failed))
 sys.exit(1 if failed else 0)

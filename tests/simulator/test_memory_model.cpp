@@ -95,12 +95,17 @@ TEST_CASE("DeepSpeed estimators: ZeRO-3 4*largest_layer + 18*P/N, ZeRO-2 2*P + 1
   int64_t largest = 0;
   for (const auto& u : z3.units) largest = std::max(largest, u.params);
   double unit_bytes = 0;
+  // The unit's unsharded grads: allocated by its backward (and, for the root, the head's in the loss
+  // backward) in the first micro-batch.
   for (const Op& op : z3.ops) {
-    if (op.kind != OpKind::Backward || z3.units[static_cast<size_t>(op.unit)].params != largest) continue;
-    for (const MemEvent& e : op.on_issue) unit_bytes += e.bytes;  // the unit's unsharded grads
-    unit_bytes *= 2.0;                                            // + the same size of unsharded params
-    break;
+    if (op.micro_batch != 0 || (op.kind != OpKind::Backward && op.kind != OpKind::LossBackward)) continue;
+    if (op.unit < 0 || z3.units[static_cast<size_t>(op.unit)].params != largest) continue;
+    for (const MemEvent& e : op.on_issue)
+      if (e.category == MemoryCategory::UnshardedGrads && e.bytes > 0) unit_bytes += e.bytes;
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::UnshardedGrads && e.bytes > 0) unit_bytes += e.bytes;
   }
+  unit_bytes *= 2.0;  // + the same size of unsharded params
   CHECK(unit_bytes == doctest::Approx(4.0 * static_cast<double>(largest)).epsilon(1e-3));
 
   StepProgram z2 = program(g, zero_strategy(StrategyKind::Zero2, DType::Fp32), rt, 2, 8);
