@@ -240,7 +240,10 @@ struct ShardedModel::Impl {
       }
     } next{this, u};
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
-    mem().tag(MemoryCategory::UnshardedGrads, flat_bytes);
+    // The flat copy is the reduce-scatter input when gradients are sharded (FSDP2's foreach_reduce input,
+    // a comm buffer in the simulator's words), else a momentary copy accumulated into grad_full.
+    const MemoryCategory flat_cat = grads_sharded ? MemoryCategory::CommBuffers : MemoryCategory::Transient;
+    mem().tag(flat_cat, flat_bytes);
     at::Tensor flat = at::zeros({u.info.padded}, u.compute.options());
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       if (i >= grads.size() || !grads[i].defined()) continue;
@@ -254,7 +257,7 @@ struct ShardedModel::Impl {
     if (!grads_sharded) {
       u.grad_full.add_(flat);
       flat = at::Tensor();
-      mem().tag(MemoryCategory::UnshardedGrads, -flat_bytes);
+      mem().tag(flat_cat, -flat_bytes);
       if (!sync) return;
       if (strategy.kind == StrategyKind::NoShard) {
         pending.push_back({comm.world().all_reduce_sum(u.grad_full), nullptr});
@@ -282,7 +285,7 @@ struct ShardedModel::Impl {
                          red = at::Tensor();
                          flat = at::Tensor();
                          out = at::Tensor();
-                         mem().tag(MemoryCategory::UnshardedGrads, -flat_bytes);
+                         mem().tag(MemoryCategory::CommBuffers, -flat_bytes);
                          mem().tag(MemoryCategory::CommBuffers, -out_bytes);
                        }});
   }

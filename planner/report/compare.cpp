@@ -32,15 +32,34 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
   Comparison c;
   const auto& mem = need(report, "memory", path);
   const auto& bd = need(mem, "breakdown", path);
+  auto predicted = [&](MemoryCategory cat) {
+    auto it = pred.memory_breakdown.find(std::string(to_string(cat)));
+    return it == pred.memory_breakdown.end() ? 0.0 : it->second;
+  };
+  auto measured = [&](MemoryCategory cat) {
+    const std::string name(to_string(cat));
+    if (!bd.contains(name)) return 0.0;
+    if (!bd.at(name).is_number()) throw InputError(path + ": memory.breakdown." + name + " is not a number");
+    return bd.at(name).get<double>();
+  };
   for (size_t i = 0; i < kNumMemoryCategories; ++i) {
-    std::string name(kMemoryCategoryNames[i]);
-    auto it = pred.memory_breakdown.find(name);
-    double p = it == pred.memory_breakdown.end() ? 0.0 : it->second;
-    bool has = bd.contains(name);
-    double m = has ? bd.at(name).get<double>() : 0.0;
+    const auto cat = static_cast<MemoryCategory>(i);
+    if (cat == MemoryCategory::Activations || cat == MemoryCategory::Transient) continue;
+    const std::string name(kMemoryCategoryNames[i]);
+    const double p = predicted(cat);
+    const bool has = bd.contains(name);
     if (p == 0 && !has) continue;
-    c.memory.push_back(ComparisonRow{name, "bytes", p, m, has});
+    c.memory.push_back(ComparisonRow{name, "bytes", p, measured(cat), has});
   }
+  // A run measures the buffers the executor owns; what autograd holds at the peak (saved activations,
+  // backward temporaries, logits) is one untagged rest, which fsdp-run files under activations during
+  // forward/backward and under transient elsewhere: the two are compared as one row.
+  const double pa = predicted(MemoryCategory::Activations) + predicted(MemoryCategory::Transient);
+  const bool has_rest = bd.contains("activations") || bd.contains("transient");
+  if (pa > 0 || has_rest)
+    c.memory.push_back(ComparisonRow{"activations + transient", "bytes", pa,
+                                     measured(MemoryCategory::Activations) + measured(MemoryCategory::Transient),
+                                     has_rest});
   c.memory.push_back(ComparisonRow{"peak allocated", "bytes", pred.peak_bytes, number(mem, "peak_bytes", path), true});
   const auto& steps = need(report, "steps", path);
   if (!steps.is_array()) throw InputError(path + ": key 'steps' is not a list");
@@ -66,24 +85,24 @@ std::string format_comparison(const Comparison& c) {
   for (const auto& r : c.memory) peak = std::max(peak, std::max(r.predicted, r.measured));
   const bool mib = peak < kGiB;
   const double unit = mib ? kMiB : kGiB;
-  std::snprintf(line, sizeof line, "%-22s %14s %14s %9s\n", mib ? "memory (MiB)" : "memory (GiB)", "predicted",
+  std::snprintf(line, sizeof line, "%-24s %14s %14s %9s\n", mib ? "memory (MiB)" : "memory (GiB)", "predicted",
                 "measured", "error");
   o << line;
   for (const auto& r : c.memory) {
     if (r.has_measured) {
-      std::snprintf(line, sizeof line, "%-22s %14.3f %14.3f %+8.1f%%\n", r.name.c_str(), r.predicted / unit,
+      std::snprintf(line, sizeof line, "%-24s %14.3f %14.3f %+8.1f%%\n", r.name.c_str(), r.predicted / unit,
                     r.measured / unit, r.error() * 100);
     } else {
-      std::snprintf(line, sizeof line, "%-22s %14.3f %14s %9s\n", r.name.c_str(), r.predicted / unit, "(not measured)",
+      std::snprintf(line, sizeof line, "%-24s %14.3f %14s %9s\n", r.name.c_str(), r.predicted / unit, "(not measured)",
                     "");
     }
     o << line;
   }
   if (!c.time.empty()) {
-    std::snprintf(line, sizeof line, "\n%-22s %14s %14s %9s\n", "time", "predicted", "measured", "error");
+    std::snprintf(line, sizeof line, "\n%-24s %14s %14s %9s\n", "time", "predicted", "measured", "error");
     o << line;
     for (const auto& r : c.time) {
-      std::snprintf(line, sizeof line, "%-22s %14.4f %14.4f %+8.1f%%\n", r.name.c_str(), r.predicted, r.measured,
+      std::snprintf(line, sizeof line, "%-24s %14.4f %14.4f %+8.1f%%\n", r.name.c_str(), r.predicted, r.measured,
                     r.error() * 100);
       o << line;
     }

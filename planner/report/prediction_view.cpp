@@ -101,21 +101,30 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
     << "\n";
   o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n\n";
   o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";
+  // MiB for the small models of CPU runs, whose peaks would read 0.00 GiB.
+  const bool mib = p.memory.device_total < kGiB;
+  const double unit = mib ? kMiB : kGiB;
+  const char* uname = mib ? "MiB" : "GiB";
+  auto amount = [&](double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", bytes / unit);
+    return std::string(b);
+  };
   for (size_t i = 0; i < kNumMemoryCategories; ++i) {
     double v = p.memory.breakdown[i];
     if (v <= 0) continue;
-    std::snprintf(line, sizeof line, "  %-18s %9s GiB\n", std::string(kMemoryCategoryNames[i]).c_str(),
-                  format_gib(v).c_str());
+    std::snprintf(line, sizeof line, "  %-18s %9s %s\n", std::string(kMemoryCategoryNames[i]).c_str(),
+                  amount(v).c_str(), uname);
     o << line;
   }
-  std::snprintf(line, sizeof line, "  %-18s %9s GiB   (torch max_memory_allocated)\n", "peak allocated",
-                format_gib(p.memory.peak_allocated).c_str());
+  std::snprintf(line, sizeof line, "  %-18s %9s %s   (torch max_memory_allocated)\n", "peak allocated",
+                amount(p.memory.peak_allocated).c_str(), uname);
   o << line;
-  std::snprintf(line, sizeof line, "  %-18s %9s GiB   (max_memory_reserved)\n", "peak reserved",
-                format_gib(p.memory.reserved_peak).c_str());
+  std::snprintf(line, sizeof line, "  %-18s %9s %s   (max_memory_reserved)\n", "peak reserved",
+                amount(p.memory.reserved_peak).c_str(), uname);
   o << line;
-  std::snprintf(line, sizeof line, "  %-18s %9s GiB of %s GiB usable -> ", "device total",
-                format_gib(p.memory.device_total).c_str(), format_gib(p.usable_bytes).c_str());
+  std::snprintf(line, sizeof line, "  %-18s %9s %s of %s GiB usable -> ", "device total",
+                amount(p.memory.device_total).c_str(), uname, format_gib(p.usable_bytes).c_str());
   o << line << (p.fits ? green : red) << (p.fits ? "fits" : "does NOT fit") << reset << "\n";
   if (p.memory.host_bytes_per_node > 0)
     o << "  host RAM per node " << format_gib(p.memory.host_bytes_per_node) << " GiB"

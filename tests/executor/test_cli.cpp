@@ -121,6 +121,10 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   CHECK(a.at("memory").at("peak_bytes").get<int64_t>() == std::max(per_rank[0], per_rank[1]));
   CHECK(a.at("memory").at("breakdown").contains("sharded_params"));
   CHECK(a.at("memory").at("breakdown").contains("activations"));
+  // Where the peak was reached, in the simulator's peak_phase words ("backward layers.1 (micro-batch 1)").
+  const std::string phase = a.at("memory").at("peak_phase").get<std::string>();
+  CHECK((phase.rfind("forward ", 0) == 0 || phase.rfind("backward ", 0) == 0 || phase.rfind("post-backward ", 0) == 0 ||
+         phase == "optimizer step"));
 
   const int port = pick_free_port();
   std::vector<std::string> args{plan, "--steps", "3", "--report", d / "b.json"};

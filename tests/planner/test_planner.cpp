@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "cli_runner.hpp"
 #include "core/errors.hpp"
@@ -162,16 +164,26 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   nlohmann::json report;
   report["memory"]["peak_bytes"] = pred_peak * 1.10;  // measured 10% above the prediction
   report["memory"]["breakdown"]["optimizer_states"] = plan.prediction->memory_breakdown.at("optimizer_states");
+  // The run's untagged rest, filed under activations: compared with predicted activations + transient.
+  const double rest =
+      plan.prediction->memory_breakdown.at("activations") + plan.prediction->memory_breakdown.at("transient");
+  REQUIRE(rest > 0);
+  report["memory"]["breakdown"]["activations"] = rest * 1.25;
   report["steps"] = nlohmann::json::array({{{"time_s", 9.0}}, {{"time_s", 2.0}}, {{"time_s", 1.0}}, {{"time_s", 3.0}}});
   std::ofstream(base + ".json") << report.dump();
   auto r = run_cli("compare " + base + ".yaml " + base + ".json --json");
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
-  bool saw_peak = false, saw_opt = false;
+  bool saw_peak = false, saw_opt = false, saw_rest = false;
   for (const auto& row : j["memory"]) {
     if (row["name"] == "peak allocated") {
       saw_peak = true;
       CHECK(row["error"].get<double>() == doctest::Approx(1.0 / 1.1 - 1.0));
+    }
+    CHECK(row["name"] != "activations");  // never compared alone: the run cannot tell it from transient
+    if (row["name"] == "activations + transient") {
+      saw_rest = true;
+      CHECK(row["error"].get<double>() == doctest::Approx(1.0 / 1.25 - 1.0));
     }
     if (row["name"] == "optimizer_states") {
       saw_opt = true;
@@ -180,6 +192,7 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   }
   CHECK(saw_peak);
   CHECK(saw_opt);
+  CHECK(saw_rest);
   // Steps after the first: 2, 1, 3 -> median 2 s.
   CHECK(j["time"][0]["measured"].get<double>() == doctest::Approx(2.0));
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
@@ -187,4 +200,34 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(bad.code == 2);
   CHECK(bad.err.find("missing key 'memory'") != std::string::npos);
   for (const char* ext : {".yaml", ".json", ".bad.json"}) std::remove((base + ext).c_str());
+}
+
+TEST_CASE("simulate --memory-timeline: the walk op by op, its peak marked and equal to the reported peak") {
+  auto j = run_cli(
+      "simulate --model tiny --gpus 2 --hw cpu --strategy fsdp --act-ckpt full --micro-batch 2 --seq 64 "
+      "--grad-accum 2 --json");
+  REQUIRE(j.code == 0);
+  const auto mem = nlohmann::json::parse(j.out).at("memory");
+  auto r = run_cli(
+      "simulate --model tiny --gpus 2 --hw cpu --strategy fsdp --act-ckpt full --micro-batch 2 --seq 64 "
+      "--grad-accum 2 --memory-timeline");
+  REQUIRE(r.code == 0);
+  std::istringstream in(r.out);
+  std::string line, marked;
+  int ops = 0, stars = 0;
+  while (std::getline(in, line)) {
+    if (line.find("(micro-batch ") == std::string::npos || line.rfind("peak ", 0) == 0) continue;
+    ++ops;
+    if (line.find(" * ") != std::string::npos) {
+      ++stars;
+      marked = line;
+    }
+  }
+  CHECK(ops > 20);  // gathers, forwards, loss, backwards, reductions of two micro-batches, optimizer
+  REQUIRE(stars == 1);
+  const std::string phase = mem.at("peak_phase").get<std::string>();
+  CHECK(marked.find(phase) != std::string::npos);
+  char peak[64];
+  std::snprintf(peak, sizeof peak, "peak %.3f MiB", mem.at("peak_bytes").get<double>() / (1024.0 * 1024.0));
+  CHECK(r.out.find(peak) != std::string::npos);
 }
