@@ -110,6 +110,7 @@ struct ShardedModel::Impl {
   std::vector<int64_t> adapter_offsets;
   UnitInfo adapter_info;
   at::Tensor adapters, ad_exp_avg, ad_exp_avg_sq, ad_momentum;
+  at::Tensor grads_flat;  // replicated gradients: every unit's grad_full is a view into it
   at::ScalarType compute_dtype = at::kFloat, reduce_dtype = at::kFloat;
   bool sync = true;
   std::vector<Pending> pending;
@@ -207,24 +208,16 @@ struct ShardedModel::Impl {
     pending.clear();
   }
 
+  // The bucket's units are consecutive in backward order, hence a contiguous slice of grads_flat.
   void flush_bucket() {
     if (bucket.empty()) return;
-    std::vector<at::Tensor> parts;
-    for (Unit* u : bucket) parts.push_back(u->grad_full);
-    at::Tensor buf = at::cat(parts);
-    const int64_t bytes = nbytes(buf);
-    mem().tag(MemoryCategory::CommBuffers, bytes);
-    Handle h = comm.world().all_reduce_sum(buf);
-    std::vector<Unit*> members = bucket;
-    pending.push_back({std::move(h), [this, members, buf, bytes]() mutable {
-                         int64_t off = 0;
-                         for (Unit* u : members) {
-                           u->grad_full.copy_(buf.narrow(0, off, u->info.padded));
-                           off += u->info.padded;
-                         }
-                         buf = at::Tensor();
-                         mem().tag(MemoryCategory::CommBuffers, -bytes);
-                       }});
+    const int64_t start = bucket.front()->grad_full.storage_offset() - grads_flat.storage_offset();
+    int64_t len = 0;
+    for (Unit* u : bucket) len += u->info.padded;
+    FSDP_ASSERT(bucket.back()->grad_full.storage_offset() - grads_flat.storage_offset() + bucket.back()->info.padded ==
+                    start + len,
+                "a DDP bucket is not contiguous in the gradient buffer");
+    pending.push_back({comm.world().all_reduce_sum(grads_flat.narrow(0, start, len)), nullptr});
     bucket.clear();
     bucket_bytes = 0;
   }
@@ -563,8 +556,7 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       MemTracker::instance().tag(MemoryCategory::ShardedGrads, u.info.shard * 4);
       u.grad_shard = at::zeros({u.info.shard}, fopt);
     } else {
-      MemTracker::instance().tag(MemoryCategory::UnshardedGrads, u.info.padded * 4);
-      u.grad_full = at::zeros({u.info.padded}, fopt);
+      MemTracker::instance().tag(MemoryCategory::UnshardedGrads, u.info.padded * 4);  // a view, below
     }
     const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
     if (m.frozen) {
@@ -579,6 +571,19 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     }
     u.anchor = at::zeros({}, fopt).requires_grad_(true);
     m.infos.push_back(u.info);
+  }
+  if (!m.frozen && !m.grads_sharded) {
+    // Replicated gradients: one flat buffer, the units laid out in backward order (the root last), each
+    // unit's grad_full a view into it, so that a DDP bucket of consecutive units is a contiguous slice
+    // all-reduced in place (DDP's gradient_as_bucket_view, torch/nn/parallel/distributed.py).
+    int64_t total = 0;
+    for (auto& up : m.units) total += up->info.padded;
+    m.grads_flat = at::zeros({total}, fopt);
+    int64_t off = 0;
+    for (auto it = m.units.rbegin(); it != m.units.rend(); ++it) {
+      (*it)->grad_full = m.grads_flat.narrow(0, off, (*it)->info.padded);
+      off += (*it)->info.padded;
+    }
   }
   if (m.frozen) {
     m.adapter_defs = lora_param_defs(spec, strategy.lora.rank, strategy.lora.target_modules);

@@ -260,6 +260,9 @@ struct Emitter {
         act = layer_act;
         rec = layer_rec * nl;
       }
+      // Selective recomputation rematerialises only what the attention core did not save: the
+      // difference between the layer's saved tensors without and with it (Korthikanti et al. 2022).
+      if (s.act_ckpt == ActCkpt::Selective && nl > 0) rec = std::max(0.0, layer_rec - layer_act);
       if (u.is_root) {
         // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
         for (ModuleId c : g.children(g.root())) {
@@ -910,12 +913,13 @@ StepProgram emit_step_program(const ProgramInput& in) {
   } else {
     e.emit_replicated();
   }
-  // Parameter offload: parameter shards and gradients live on the host too (FSDP CPUOffload).
+  // Parameter offload: the parameter shards live on the host, where the optimizer updates them in place
+  // (FSDP CPUOffload: the fp32 sharded parameters are the optimizer's, torch/distributed/fsdp/
+  // _fully_shard/_fsdp_param.py offload_to_cpu), so they are the master copy emit_optimizer already
+  // placed on the host; the copy in to the device stages through a pinned compute-dtype buffer.
   if (s.offload == Offload::Params) {
     double shard_p = 0;
     for (int ui = 0; ui < static_cast<int>(e.prog.units.size()); ++ui) shard_p += e.shard_bytes(ui, e.mb);
-    e.prog.host_bytes_per_rank += shard_p;
-    e.prog.host_persistent.push_back({MemoryCategory::ShardedParams, shard_p});
     e.prog.pinned_bytes_per_rank += shard_p * e.pb / e.mb;
   }
   // Communicators: the default (world) group, plus shard and replica groups for HSDP.
