@@ -114,8 +114,13 @@ struct AttnSample {
 
 class Calibrator {
  public:
-  Calibrator(const Options& o, Comm& comm, std::string device)
-      : opt_(o), comm_(comm), device_(std::move(device)), cuda_(device_ != "cpu") {
+  Calibrator(const Options& o, Comm& comm, std::string device, int threads)
+      : opt_(o),
+        comm_(comm),
+        device_(std::move(device)),
+        cuda_(device_ != "cpu"),
+        threads_(threads),
+        cpus_(available_cpus()) {
     f32_ = at::TensorOptions().dtype(at::kFloat).device(device_);
   }
 
@@ -157,8 +162,8 @@ class Calibrator {
 
   double memory_bandwidth(const at::TensorOptions& o, int64_t elems);
   void gemms();
-  void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int max_steps);
-  void attention();
+  void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out);
+  void attention(at::ScalarType dt, std::vector<AttnSample>& out);
   void host();
   void collectives(const DistEnv& env);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
@@ -177,7 +182,9 @@ class Calibrator {
   int64_t adam_params_ = 0;
   std::vector<GemmSample> fp32_, bf16_, fp16_;
   std::string fp16_missing_;
-  std::vector<AttnSample> attn_;
+  std::vector<AttnSample> attn_, attn_bf16_;
+  int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
+  int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
   int intra_size_ = 0, inter_size_ = 0;
 };
@@ -189,7 +196,7 @@ double Calibrator::memory_bandwidth(const at::TensorOptions& o, int64_t elems) {
   return 3.0 * 4.0 * double(elems) / t;
 }
 
-void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int max_steps) {
+void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out) {
   // Squares, then linear-layer shapes (tokens x 3h x h and tokens x h x 3h): each shape timed as the three
   // GEMMs of a linear layer, y = x W^T, dx = dy W, dW = dy^T x (the simulator prices all three at the same
   // FLOP count with one curve, so their mean is what the curve must reproduce).
@@ -202,9 +209,7 @@ void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int
   const double cap = opt_.quick ? 0.02 : 0.4;  // stop a series when one call takes longer than this
   const auto o = f32_.dtype(dt);
   for (const auto* series : {&squares, &rects}) {
-    int steps = 0;
     for (const auto& s : *series) {
-      if (steps++ >= max_steps) break;
       const int64_t m = s[0], n = s[1], k = s[2];
       at::Tensor x = at::randn({m, k}, f32_).to(o), w = at::randn({n, k}, f32_).to(o),
                  dy = at::randn({m, n}, f32_).to(o);
@@ -221,8 +226,8 @@ void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out, int
 }
 
 void Calibrator::gemms() {
-  gemm_dtype(at::kFloat, fp32_, 99);
-  gemm_dtype(at::kBFloat16, bf16_, opt_.quick ? 3 : 6);
+  gemm_dtype(at::kFloat, fp32_);
+  gemm_dtype(at::kBFloat16, bf16_);
   // fp16 GEMMs are not implemented on CPU in LibTorch 1.13 ("addmm_impl_cpu_" not implemented for 'Half').
   bool ok = true;
   try {
@@ -232,21 +237,24 @@ void Calibrator::gemms() {
     ok = false;
     fp16_missing_ = "fp16 GEMM unavailable on " + device_ + " in LibTorch " + TORCH_VERSION;
   }
-  if (agree(ok)) gemm_dtype(at::kHalf, fp16_, opt_.quick ? 3 : 6);
+  if (agree(ok)) gemm_dtype(at::kHalf, fp16_);
 }
 
-void Calibrator::attention() {
+void Calibrator::attention(at::ScalarType dt, std::vector<AttnSample>& out) {
   // The executor's attention (attention_core, executor/model/transformer.hpp), forward and backward,
-  // batch 1, 8 heads of 64, fp32, growing sequence length.
+  // batch 1, 8 heads of 64, in the compute dtype `dt`, growing sequence length from 16 (small calls are
+  // dominated by the core's fixed cost: mask, softmax, casts).
   const double cap = opt_.quick ? 0.02 : 0.4;
-  for (int64_t T = 64; T <= 8192; T *= 2) {
+  const auto o = f32_.dtype(dt);
+  for (int64_t T = 16; T <= 8192; T *= 2) {
     AttentionShape a;
     a.batch = 1;
     a.seq_len = T;
     a.heads = a.kv_heads = 8;
     a.head_dim = 64;
     a.causal = true;
-    at::Tensor q = at::randn({a.batch, a.heads, T, a.head_dim}, f32_), k = at::randn_like(q), v = at::randn_like(q);
+    at::Tensor q = at::randn({a.batch, a.heads, T, a.head_dim}, f32_).to(o), k = at::randn_like(q),
+               v = at::randn_like(q);
     const double fwd = time_op([&] { (void)attention_core(q, k, v, /*eager=*/true); });
     at::Tensor qg = q.clone().requires_grad_(true), kg = k.clone().requires_grad_(true),
                vg = v.clone().requires_grad_(true);
@@ -256,9 +264,9 @@ void Calibrator::attention() {
       torch::autograd::backward({o}, {go});
     });
     const double bwd = std::max(both - fwd, 0.05 * both);
-    attn_.push_back({a, fwd, bwd});
-    progress("attention seq " + std::to_string(T) + ": forward " + fmt("%.3f ms", fwd * 1e3) + ", backward " +
-             fmt("%.3f ms", bwd * 1e3));
+    out.push_back({a, fwd, bwd});
+    progress(std::string(c10::toString(dt)) + " attention seq " + std::to_string(T) + ": forward " +
+             fmt("%.3f ms", fwd * 1e3) + ", backward " + fmt("%.3f ms", bwd * 1e3));
     if (agree(both > cap || (opt_.quick && T >= 256))) break;
   }
 }
@@ -350,7 +358,8 @@ void Calibrator::collectives(const DistEnv& env) {
 
 int Calibrator::run(const DistEnv& env) {
   const auto start = Clock::now();
-  progress(std::to_string(comm_.size()) + " rank(s) on " + device_ + (opt_.quick ? ", quick" : ""));
+  progress(std::to_string(comm_.size()) + " rank(s) on " + device_ + (opt_.quick ? ", quick" : "") + ", " +
+           std::to_string(threads_) + " intra-op thread(s) per rank, " + std::to_string(cpus_) + " CPUs");
   mem_total_ = meminfo_bytes("MemTotal");
   mem_available_ = meminfo_bytes("MemAvailable");
 #if defined(FSDP_EXEC_CUDA)
@@ -363,7 +372,8 @@ int Calibrator::run(const DistEnv& env) {
   device_bw_ = memory_bandwidth(f32_, (opt_.quick ? (16 << 20) : (256 << 20)) / 4);
   progress("device memory bandwidth: " + fmt("%.2f GB/s", device_bw_ / 1e9));
   gemms();
-  attention();
+  attention(at::kFloat, attn_);
+  attention(at::kBFloat16, attn_bf16_);
   host();
   collectives(env);
   comm_.world().barrier();
@@ -462,86 +472,100 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                                "bandwidth above is used";
   }
 
-  // --- GEMMs: efficiency = achieved / peak, by FLOPs per call ---
-  double best = 0;
-  for (const auto& g : fp32_) best = std::max(best, g.flops() / g.seconds);
-  if (best > hw.peak_flops_fp32.value) {
-    hw.peak_flops_fp32 = FlopsPerSecond(best);
-    N["device.peak_flops.fp32"] = by + "the best fp32 GEMM rate (it exceeded the base profile's peak)";
-  } else {
-    N["device.peak_flops.fp32"] = from_base + "; the matmul curve below is relative to it";
-  }
-  std::vector<std::pair<double, double>> pts;
-  for (const auto& g : fp32_) pts.emplace_back(g.flops(), g.flops() / g.seconds / hw.peak_flops_fp32.value);
-  cal::Curve mm = cal::make_efficiency_curve(pts);
-  hw.matmul_efficiency = EfficiencyCurve{mm.x, mm.e};
-  {
+  // --- GEMMs: per dtype, efficiency = achieved / the dtype's peak, by FLOPs per call ---
+  // Each dtype gets its own curve (docs/hardware.md): on CPUs LibTorch runs fp32 GEMMs in the BLAS it was
+  // built with and bf16 GEMMs in oneDNN, whose rates differ by up to 40x and scale differently with size.
+  auto gemm_curve = [&](const std::vector<GemmSample>& v, const std::string& what, FlopsPerSecond& peak,
+                        const std::string& peak_key, const std::string& curve_key) {
+    double best = 0;
+    for (const auto& g : v) best = std::max(best, g.flops() / g.seconds);
+    if (best > peak.value) {
+      peak = FlopsPerSecond(best);
+      N[peak_key] = by + "the best " + what + " GEMM rate (it exceeded the base profile's peak)";
+    } else {
+      N[peak_key] = from_base + "; the " + what + " matmul curve is relative to it";
+    }
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& g : v) pts.emplace_back(g.flops(), g.flops() / g.seconds / peak.value);
+    cal::Curve mm = cal::make_efficiency_curve(pts);
     std::string rates;
-    for (const auto& g : fp32_)
+    for (const auto& g : v)
       rates += (rates.empty() ? "" : ", ") + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" +
                std::to_string(g.k) + fmt(" %.3g", g.flops() / g.seconds / 1e9);
-    N["device.matmul_efficiency"] =
-        by +
-        "fp32 at::mm, each shape as the 3 GEMMs of a linear layer\n(x W^T, dy W, dy^T x), mean time; "
-        "GFLOP/s m x n x k: " +
-        rates + "\nefficiency = rate / peak fp32; points within 1% of FLOPs merged" +
-        (mm.raised ? fmt("; %.0f point(s) raised to the loader's monotone-time limit", mm.raised) : "");
-  }
-  rep << "calibrate: fp32 GEMM best " << fmt("%.3f GFLOP/s", best / 1e9) << " (" << fp32_.size() << " shapes)\n";
-
-  // bf16 / fp16: the curve is shared by all dtypes (docs/hardware.md), so each dtype's peak is fitted by
-  // least squares: t_i = F_i / (peak x e(F_i)), one unknown 1/peak.
-  auto fit_peak = [&](const std::vector<GemmSample>& v, const char* what, FlopsPerSecond& peak,
-                      const std::string& key) {
-    if (v.empty()) return false;
-    std::vector<std::vector<double>> rows;
-    std::vector<double> y;
-    for (const auto& g : v) {
-      rows.push_back({g.flops() / hw.matmul_efficiency.at(g.flops())});
-      y.push_back(g.seconds);
-    }
-    cal::LsqResult r = cal::nonneg_relative_lsq(rows, y);
-    if (!(r.coef[0] > 0)) return false;
-    peak = FlopsPerSecond(1.0 / r.coef[0]);
-    N[key] = by + what + " at::mm over " + std::to_string(v.size()) +
-             " shapes: least-squares peak with the fp32 curve's\nefficiencies (time = FLOPs / (peak x efficiency)); "
-             "an effective rate, residuals rms " +
-             pct(r.rms_rel) + ", worst " + pct(r.max_abs_rel);
-    rep << "calibrate: " << what << " GEMM effective peak " << fmt("%.3f GFLOP/s", peak.value / 1e9)
-        << ", residual rms " << pct(r.rms_rel) << "\n";
-    return true;
+    N[curve_key] = by + what +
+                   " at::mm, each shape as the 3 GEMMs of a linear layer\n(x W^T, dy W, dy^T x), mean time; "
+                   "GFLOP/s m x n x k: " +
+                   rates + "\nefficiency = rate / peak " + what + "; points within 1% of FLOPs merged" +
+                   (mm.raised ? fmt("; %.0f point(s) raised to the loader's monotone-time limit", mm.raised) : "");
+    rep << "calibrate: " << what << " GEMM best " << fmt("%.3f GFLOP/s", best / 1e9) << " (" << v.size()
+        << " shapes)\n";
+    return EfficiencyCurve{mm.x, mm.e};
   };
-  if (!fit_peak(bf16_, "bf16", hw.peak_flops_bf16, "device.peak_flops.bf16")) N["device.peak_flops.bf16"] = from_base;
-  if (!fit_peak(fp16_, "fp16", hw.peak_flops_fp16, "device.peak_flops.fp16")) {
-    if (!bf16_.empty()) {
-      hw.peak_flops_fp16 = hw.peak_flops_bf16;
-      N["device.peak_flops.fp16"] = "taken at the measured bf16 rate: " + fp16_missing_;
-    } else {
-      N["device.peak_flops.fp16"] = from_base;
-    }
+  hw.matmul_efficiency =
+      gemm_curve(fp32_, "fp32", hw.peak_flops_fp32, "device.peak_flops.fp32", "device.matmul_efficiency");
+  N["device.matmul_efficiency"] += "\n(the curve of every dtype without a curve of its own)";
+  if (!bf16_.empty())
+    hw.matmul_efficiency_bf16 =
+        gemm_curve(bf16_, "bf16", hw.peak_flops_bf16, "device.peak_flops.bf16", "device.matmul_efficiency_bf16");
+  if (!fp16_.empty()) {
+    hw.matmul_efficiency_fp16 =
+        gemm_curve(fp16_, "fp16", hw.peak_flops_fp16, "device.peak_flops.fp16", "device.matmul_efficiency_fp16");
+  } else if (!bf16_.empty()) {
+    // Half GEMMs do not exist here (LibTorch 1.13 CPU): an fp16 plan cannot run, so fp16 is priced as bf16.
+    hw.peak_flops_fp16 = hw.peak_flops_bf16;
+    hw.matmul_efficiency_fp16 = hw.matmul_efficiency_bf16;
+    N["device.peak_flops.fp16"] = "taken at the measured bf16 rate: " + fp16_missing_;
+    N["device.matmul_efficiency_fp16"] = "the bf16 curve: " + fp16_missing_;
+  } else {
+    N["device.peak_flops.fp16"] = from_base;
   }
 
-  // --- Attention ---
-  {
+  // --- Attention, per dtype: efficiency relative to the dtype's peak ---
+  auto attention_curves = [&](const std::vector<AttnSample>& v, const std::string& what, FlopsPerSecond peak,
+                              const std::string& suffix, EfficiencyCurve& fwd, EfficiencyCurve& bwd) {
     std::vector<std::pair<double, double>> fw, bw;
     std::string times;
-    for (const auto& a : attn_) {
+    for (const auto& a : v) {
       const double ff = attention_forward_flops(a.shape).value, bf = attention_backward_flops(a.shape).value;
-      fw.emplace_back(ff, ff / a.fwd_s / hw.peak_flops_fp32.value);
-      bw.emplace_back(bf, bf / a.bwd_s / hw.peak_flops_fp32.value);
+      fw.emplace_back(ff, ff / a.fwd_s / peak.value);
+      bw.emplace_back(bf, bf / a.bwd_s / peak.value);
       times += (times.empty() ? "" : ", ") + std::to_string(a.shape.seq_len) + fmt(": %.3g", a.fwd_s * 1e3) +
                fmt("/%.3g", a.bwd_s * 1e3);
     }
     cal::Curve cf = cal::make_efficiency_curve(fw), cb = cal::make_efficiency_curve(bw);
-    hw.attention_efficiency = EfficiencyCurve{cf.x, cf.e};
-    hw.attention_backward_efficiency = EfficiencyCurve{cb.x, cb.e};
-    const std::string what =
-        "the executor's attention_core (eager: QK^T, fp32 softmax with causal mask, PV), batch 1,\n8 heads x 64, "
-        "fp32; FLOPs by the simulator's convention (causal: half of 4 b s^2 h d; backward 2.5x);\n"
-        "ms forward/backward by sequence: " +
-        times;
-    N["device.attention_forward_efficiency"] = by + what;
-    N["device.attention_backward_efficiency"] = by + "as the forward curve; backward = (forward + backward) - forward";
+    fwd = EfficiencyCurve{cf.x, cf.e};
+    bwd = EfficiencyCurve{cb.x, cb.e};
+    N["device.attention_forward_efficiency" + suffix] =
+        by +
+        "the executor's attention_core (eager: QK^T, fp32 softmax with causal mask, PV), batch 1,\n8 heads x 64, " +
+        what + "; FLOPs by the simulator's convention (causal: half of 4 b s^2 h d; backward 2.5x);\n" +
+        "efficiency relative to peak " + what + "; ms forward/backward by sequence: " + times;
+    N["device.attention_backward_efficiency" + suffix] =
+        by + "as the forward curve; backward = (forward + backward) - forward";
+  };
+  attention_curves(attn_, "fp32", hw.peak_flops_fp32, "", hw.attention_efficiency, hw.attention_backward_efficiency);
+  if (!attn_bf16_.empty()) {
+    attention_curves(attn_bf16_, "bf16", hw.peak_flops_bf16, "_bf16", hw.attention_efficiency_bf16,
+                     hw.attention_backward_efficiency_bf16);
+    if (fp16_.empty()) {
+      // fp16 priced as bf16 (above): the bf16 curves relative to the same peak.
+      hw.attention_efficiency_fp16 = hw.attention_efficiency_bf16;
+      hw.attention_backward_efficiency_fp16 = hw.attention_backward_efficiency_bf16;
+      N["device.attention_forward_efficiency_fp16"] = "the bf16 curve: " + fp16_missing_;
+      N["device.attention_backward_efficiency_fp16"] = "the bf16 curve: " + fp16_missing_;
+    }
+  }
+
+  // --- CPU: the cores the node has and the cores each rank computed on ---
+  if (!cuda_) {
+    hw.cpu_cores = cpus_;
+    N["node.cpu_cores"] = by + "the CPUs this process may run on (sched_getaffinity)";
+    hw.device_cores = cpu_cores_per_rank(cpus_, env.local_world_size);
+    if (threads_ < hw.device_cores) hw.device_cores = threads_;  // OMP_NUM_THREADS asked for fewer
+    N["device.cores"] = by + std::to_string(env.local_world_size) + " local rank(s) on " + std::to_string(cpus_) +
+                        " CPUs, " + std::to_string(threads_) +
+                        " intra-op thread(s) each (executor/dist/device.hpp):\nthe cores each rank "
+                        "computed on while the device rates above were measured";
   }
 
   // --- Host AdamW -> cpu_peak_flops_per_core ---
@@ -612,11 +636,11 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     N["node.inter_node"] = from_base + ": launched on one node";
   }
   const std::string keep = from_base;
-  for (const char* k :
-       {"node.gpus_per_node", "node.nics_per_node", "node.cpu_cores", "collectives.compute_slowdown_during_comm"})
+  for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})
     N[k] = keep;
-  for (const std::string& k : cal::profile_note_keys())
-    FSDP_ASSERT(N.count(k) == 1, "calibrate: no note for a profile field");
+  if (cuda_) N["node.cpu_cores"] = keep;
+  for (const std::string& k : cal::profile_note_keys(hw))
+    FSDP_ASSERT(N.count(k) == 1, "calibrate: no note for profile field " + k);
 
   // --- Write, reload through the strict loader, and report residuals through the simulator's cost model ---
   const std::string text = cal::hardware_profile_yaml(hw, notes);
@@ -627,16 +651,29 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     if (!out.flush()) throw InputError("calibrate: cannot write " + opt_.out);
   }
   const HardwareProfile back = load_hardware(opt_.out, opt_.config_root);
-  Residuals rg, ra, rb;
-  for (const auto& g : fp32_) rg.rel.push_back(matmul_time(back, g.m, g.n, g.k, DType::Fp32).value / g.seconds - 1);
-  for (const auto& a : attn_) {
-    ra.rel.push_back(attention_forward_time(back, a.shape, DType::Fp32).value / a.fwd_s - 1);
-    rb.rel.push_back(attention_backward_time(back, a.shape, DType::Fp32).value / a.bwd_s - 1);
-  }
   rep << "calibrate: residuals of the written profile (simulator time / measured - 1), rms and worst:\n";
-  rep << "  fp32 GEMM       " << pct(rg.rms()) << " " << pct(rg.worst()) << " (" << rg.rel.size() << " shapes)\n";
-  rep << "  attention fwd   " << pct(ra.rms()) << " " << pct(ra.worst()) << "\n";
-  rep << "  attention bwd   " << pct(rb.rms()) << " " << pct(rb.worst()) << "\n";
+  auto gemm_resid = [&](const std::vector<GemmSample>& v, DType d, const char* what) {
+    if (v.empty()) return;
+    Residuals r;
+    for (const auto& g : v) r.rel.push_back(matmul_time(back, g.m, g.n, g.k, d).value / g.seconds - 1);
+    rep << "  " << what << " GEMM       " << pct(r.rms()) << " " << pct(r.worst()) << " (" << r.rel.size()
+        << " shapes)\n";
+  };
+  auto attn_resid = [&](const std::vector<AttnSample>& v, DType d, const char* what) {
+    if (v.empty()) return;
+    Residuals ra, rb;
+    for (const auto& a : v) {
+      ra.rel.push_back(attention_forward_time(back, a.shape, d).value / a.fwd_s - 1);
+      rb.rel.push_back(attention_backward_time(back, a.shape, d).value / a.bwd_s - 1);
+    }
+    rep << "  " << what << " attention fwd " << pct(ra.rms()) << " " << pct(ra.worst()) << "\n";
+    rep << "  " << what << " attention bwd " << pct(rb.rms()) << " " << pct(rb.worst()) << "\n";
+  };
+  gemm_resid(fp32_, DType::Fp32, "fp32");
+  gemm_resid(bf16_, DType::Bf16, "bf16");
+  gemm_resid(fp16_, DType::Fp16, "fp16");
+  attn_resid(attn_, DType::Fp32, "fp32");
+  attn_resid(attn_bf16_, DType::Bf16, "bf16");
   auto coll_resid = [&](const std::vector<CollSample>& v, bool inter) {
     for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce}) {
       Residuals r;
@@ -736,7 +773,8 @@ int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
   co.device = opt.device;
   co.timeout = std::chrono::milliseconds(1000LL * opt.timeout_s);
   std::unique_ptr<Comm> comm = Comm::connect(env, co);
-  Calibrator c(opt, *comm, device);
+  const int threads = configure_cpu_threads(env.local_world_size);
+  Calibrator c(opt, *comm, device, threads);
   return c.run(env);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 namespace fsdp::exec::cal {
 
@@ -70,10 +71,20 @@ void tier(Writer& w, const std::string& key, const std::string& name, const Link
   w.curve(4, key + ".bus_efficiency", "bus_efficiency", "message", t.bus_efficiency, true);
 }
 
+// The optional per-dtype curves, by key under device (docs/hardware.md), in file order.
+std::vector<std::pair<std::string, const EfficiencyCurve*>> optional_curves(const HardwareProfile& hw) {
+  return {{"matmul_efficiency_bf16", &hw.matmul_efficiency_bf16},
+          {"matmul_efficiency_fp16", &hw.matmul_efficiency_fp16},
+          {"attention_forward_efficiency_bf16", &hw.attention_efficiency_bf16},
+          {"attention_forward_efficiency_fp16", &hw.attention_efficiency_fp16},
+          {"attention_backward_efficiency_bf16", &hw.attention_backward_efficiency_bf16},
+          {"attention_backward_efficiency_fp16", &hw.attention_backward_efficiency_fp16}};
+}
+
 }  // namespace
 
-const std::vector<std::string>& profile_note_keys() {
-  static const std::vector<std::string> keys{
+std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
+  std::vector<std::string> keys{
       "name",
       "device_kind",
       "device.memory",
@@ -85,18 +96,15 @@ const std::vector<std::string>& profile_note_keys() {
       "device.matmul_efficiency",
       "device.attention_forward_efficiency",
       "device.attention_backward_efficiency",
-      "node.gpus_per_node",
-      "node.intra_node",
-      "node.nics_per_node",
-      "node.inter_node",
-      "node.host_to_device",
-      "node.host_memory",
-      "node.cpu_cores",
-      "node.host_memory_bandwidth",
-      "node.cpu_peak_flops_per_core",
-      "collectives.base_latency",
-      "collectives.compute_slowdown_during_comm",
   };
+  for (const auto& [key, curve] : optional_curves(hw))
+    if (!curve->empty()) keys.push_back("device." + key);
+  if (hw.device_cores > 0) keys.push_back("device.cores");
+  for (const char* k :
+       {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
+        "node.host_memory", "node.cpu_cores", "node.host_memory_bandwidth", "node.cpu_peak_flops_per_core",
+        "collectives.base_latency", "collectives.compute_slowdown_during_comm"})
+    keys.emplace_back(k);
   return keys;
 }
 
@@ -118,6 +126,10 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
           hw.attention_efficiency, false);
   w.curve(2, "device.attention_backward_efficiency", "attention_backward_efficiency", "attention_flops",
           hw.attention_backward_efficiency, false);
+  for (const auto& [key, curve] : optional_curves(hw))
+    if (!curve->empty())
+      w.curve(2, "device." + key, key, key.rfind("matmul", 0) == 0 ? "gemm_flops" : "attention_flops", *curve, false);
+  if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   w.open(0, "node", "node");
   w.field(2, "node.gpus_per_node", "gpus_per_node", std::to_string(hw.gpus_per_node));
   tier(w, "node.intra_node", "intra_node", hw.intra_node);

@@ -19,8 +19,8 @@ struct ProfileNotes {
 
 std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes& notes);
 
-// The keys a complete profile has notes for (every field of the schema); the calibration checks that
-// each one got a note.
-const std::vector<std::string>& profile_note_keys();
+// The keys hardware_profile_yaml writes for `hw` (every required field of the schema, plus the optional
+// per-dtype curves and device.cores the profile has); the calibration checks that each one got a note.
+std::vector<std::string> profile_note_keys(const HardwareProfile& hw);
 
 }  // namespace fsdp::exec::cal

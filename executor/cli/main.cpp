@@ -12,6 +12,7 @@
 #include "calibrate/calibrate.hpp"
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
+#include "dist/device.hpp"
 #include "dist/launcher.hpp"
 #include "io/checkpoint.hpp"
 #include "planfile/plan_file.hpp"
@@ -157,6 +158,7 @@ int main(int argc, char** argv) {
       if (args.cfg.emulate_world_size != plan.cluster.world_size())
         throw fsdp::InputError("--emulate-world-size " + std::to_string(args.cfg.emulate_world_size) +
                                " does not match the plan's world size " + std::to_string(plan.cluster.world_size()));
+      configure_cpu_threads(1);  // one process
       comm = Comm::emulate(args.cfg.emulate_world_size, plan.cluster.device == "cpu");
     } else {
       DistEnv env = read_dist_env();
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
                                (env.source == "none"
                                     ? " (no RANK/WORLD_SIZE or Slurm environment; use --nproc-per-node)"
                                     : " (from the " + env.source + " environment)"));
+      configure_cpu_threads(env.local_world_size);
       comm = Comm::connect(env, co);
     }
     Trainer trainer(plan, args.cfg, *comm);

@@ -1,5 +1,11 @@
 #include "dist/device.hpp"
 
+#include <ATen/Parallel.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+
 #include "core/errors.hpp"
 #include "train/mem_tracker.hpp"
 
@@ -27,6 +33,21 @@ std::string select_device(const std::string& plan_device, int local_rank) {
   (void)local_rank;
   throw InputError("the plan asks for device cuda, but this fsdp-run was built against a CPU-only LibTorch");
 #endif
+}
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+int configure_cpu_threads(int local_world_size) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env != nullptr && *env != '\0') return at::get_num_threads();
+  const int threads = std::max(1, available_cpus() / std::max(1, local_world_size));
+  at::set_num_threads(threads);
+  return threads;
 }
 
 }  // namespace fsdp::exec

@@ -12,4 +12,14 @@ namespace fsdp::exec {
 // plan_device: "cpu" or "cuda". InputError when this build cannot serve it.
 std::string select_device(const std::string& plan_device, int local_rank);
 
+// Intra-op threads of this rank (at::set_num_threads): ranks of a node split the CPUs the process may
+// run on (sched_getaffinity), floor(cpus / local ranks) each and at least one, so that local ranks do not
+// oversubscribe the cores: torchrun's intent when it sets OMP_NUM_THREADS=1 for nproc_per_node > 1
+// (torch/distributed/run.py). An OMP_NUM_THREADS in the environment wins. The simulator models the same
+// split (cpu_cores_per_rank, simulator/hardware/hardware_profile.hpp). Returns the thread count in use.
+int configure_cpu_threads(int local_world_size);
+
+// CPUs this process may run on (sched_getaffinity; at least 1).
+int available_cpus();
+
 }  // namespace fsdp::exec

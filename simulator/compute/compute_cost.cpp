@@ -31,7 +31,7 @@ Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype) {
 Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype) {
   if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
   Flops f = matmul_flops(m, n, k);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.matmul_efficiency.at(f.value);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.matmul_curve(dtype).at(f.value);
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
 }
 
@@ -66,14 +66,14 @@ Bytes attention_backward_bytes(const AttentionShape& a, DType dtype) {
 Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   Flops f = attention_forward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_efficiency.at(f.value);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_forward_curve(dtype).at(f.value);
   return roofline(hw, f, rate, attention_forward_bytes(a, dtype));
 }
 
 Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   Flops f = attention_backward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_backward_efficiency.at(f.value);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_backward_curve(dtype).at(f.value);
   return roofline(hw, f, rate, attention_backward_bytes(a, dtype));
 }
 

@@ -1,6 +1,6 @@
 // Roofline compute costs on one device: time = max(FLOPs / achieved FLOP rate, bytes / memory
-// bandwidth), with the achieved rate = peak(dtype) x the profile's efficiency curve at the call's
-// FLOP count. Formulas and sources: docs/hardware.md.
+// bandwidth), with the achieved rate = peak(dtype) x the profile's efficiency curve of that dtype at the
+// call's FLOP count. Formulas and sources: docs/hardware.md.
 #pragma once
 
 #include <cstdint>

@@ -35,6 +35,41 @@ FlopsPerSecond HardwareProfile::peak_flops(DType d) const {
 
 namespace {
 
+const EfficiencyCurve& pick(const EfficiencyCurve& shared, const EfficiencyCurve& bf16, const EfficiencyCurve& fp16,
+                            DType d) {
+  if (d == DType::Bf16 && !bf16.empty()) return bf16;
+  if (d == DType::Fp16 && !fp16.empty()) return fp16;
+  return shared;
+}
+
+}  // namespace
+
+const EfficiencyCurve& HardwareProfile::matmul_curve(DType d) const {
+  return pick(matmul_efficiency, matmul_efficiency_bf16, matmul_efficiency_fp16, d);
+}
+const EfficiencyCurve& HardwareProfile::attention_forward_curve(DType d) const {
+  return pick(attention_efficiency, attention_efficiency_bf16, attention_efficiency_fp16, d);
+}
+const EfficiencyCurve& HardwareProfile::attention_backward_curve(DType d) const {
+  return pick(attention_backward_efficiency, attention_backward_efficiency_bf16, attention_backward_efficiency_fp16, d);
+}
+
+double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
+  const double cores = std::max(1, cpu_cores), ranks = std::max(1, ranks_per_node);
+  // torchrun sets OMP_NUM_THREADS=1 per worker when nproc_per_node > 1 (torch/distributed/run.py); fsdp-run
+  // gives each local rank floor(cores / ranks) threads (executor/dist/device.cpp). A rank cannot use more
+  // threads than it runs, and when ranks outnumber cores the scheduler shares the cores out: cores / ranks.
+  return ranks <= cores ? std::floor(cores / ranks) : cores / ranks;
+}
+
+double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node) {
+  if (hw.device_kind != "cpu") return 1.0;
+  const double measured = hw.device_cores > 0 ? hw.device_cores : double(std::max(1, hw.cpu_cores));
+  return std::max(1.0, measured / cpu_cores_per_rank(hw.cpu_cores, ranks_per_node));
+}
+
+namespace {
+
 enum class CurveX { Bytes, Number };
 
 // A curve is a list of {<x_key>: value, efficiency: e} maps. x_key names the unit of x:
@@ -139,6 +174,20 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.attention_efficiency = read_curve(dev, "attention_forward_efficiency", "attention_flops", CurveX::Number);
   hw.attention_backward_efficiency =
       read_curve(dev, "attention_backward_efficiency", "attention_flops", CurveX::Number);
+  // Optional per-dtype curves (docs/hardware.md): absent, the dtype uses the shared curve.
+  auto optional_curve = [&](const std::string& key, const std::string& x_key) {
+    return dev.has(key) ? read_curve(dev, key, x_key, CurveX::Number) : EfficiencyCurve{};
+  };
+  hw.matmul_efficiency_bf16 = optional_curve("matmul_efficiency_bf16", "gemm_flops");
+  hw.matmul_efficiency_fp16 = optional_curve("matmul_efficiency_fp16", "gemm_flops");
+  hw.attention_efficiency_bf16 = optional_curve("attention_forward_efficiency_bf16", "attention_flops");
+  hw.attention_efficiency_fp16 = optional_curve("attention_forward_efficiency_fp16", "attention_flops");
+  hw.attention_backward_efficiency_bf16 = optional_curve("attention_backward_efficiency_bf16", "attention_flops");
+  hw.attention_backward_efficiency_fp16 = optional_curve("attention_backward_efficiency_fp16", "attention_flops");
+  if (dev.has("cores")) {
+    if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");
+    hw.device_cores = dev.get_positive_double("cores");
+  }
   dev.finish();
 
   ConfigMap node = map.get_map("node");
@@ -149,6 +198,8 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.host_to_device = node.get_bandwidth("host_to_device");
   hw.host_memory = positive_bytes(node, "host_memory");
   hw.cpu_cores = positive_int(node, "cpu_cores");
+  if (hw.device_cores > hw.cpu_cores)
+    dev.fail("cores", "exceeds node.cpu_cores (" + std::to_string(hw.cpu_cores) + ")");
   hw.host_memory_bandwidth = node.get_bandwidth("host_memory_bandwidth");
   hw.host_flops_per_core = node.get_flops_rate("cpu_peak_flops_per_core");
   node.finish();

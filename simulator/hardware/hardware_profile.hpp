@@ -18,6 +18,7 @@ struct EfficiencyCurve {
   std::vector<double> x;
   std::vector<double> efficiency;
   double at(double value) const;
+  bool empty() const { return x.empty(); }
 };
 
 struct LinkTier {
@@ -41,6 +42,14 @@ struct HardwareProfile {
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)
   EfficiencyCurve attention_backward_efficiency;  // by attention FLOPs per call (backward kernel)
+  // Optional curves of one compute dtype (`matmul_efficiency_bf16`, ...): empty means the dtype uses the
+  // curve above. CPUs need them: LibTorch runs fp32 and bf16 GEMMs in different libraries (BLAS, oneDNN).
+  EfficiencyCurve matmul_efficiency_bf16, matmul_efficiency_fp16;
+  EfficiencyCurve attention_efficiency_bf16, attention_efficiency_fp16;
+  EfficiencyCurve attention_backward_efficiency_bf16, attention_backward_efficiency_fp16;
+  // CPU devices: the cores one rank computed on when the device's rates were measured (`device.cores`;
+  // absent: the whole node, cpu_cores). Ranks that get fewer cores run slower (cpu_compute_slowdown).
+  double device_cores = 0;
   // Node
   int gpus_per_node = 0;
   LinkTier intra_node;  // NVLink/NVSwitch or PCIe
@@ -56,7 +65,21 @@ struct HardwareProfile {
   double compute_slowdown_during_comm = 0;  // fraction of compute throughput lost while collectives run
 
   FlopsPerSecond peak_flops(DType) const;
+  // The dtype's own curve when the profile has one, else the shared one.
+  const EfficiencyCurve& matmul_curve(DType) const;
+  const EfficiencyCurve& attention_forward_curve(DType) const;
+  const EfficiencyCurve& attention_backward_curve(DType) const;
 };
+
+// Cores one rank computes on when `ranks_per_node` ranks share a CPU node of `cpu_cores` cores, with
+// fsdp-run's thread policy (executor/dist/device.hpp, as torchrun's OMP_NUM_THREADS): floor(cores / ranks)
+// intra-op threads each, at least one; more ranks than cores are time-sliced by the OS, cores / ranks each.
+double cpu_cores_per_rank(int cpu_cores, int ranks_per_node);
+
+// Factor (>= 1) by which a rank's compute is slower than the profile's measured rates: 1 on GPUs; on a
+// CPU device, device_cores / cpu_cores_per_rank when the rank gets fewer cores than the rates were
+// measured with (more cores than measured are not credited: how an op scales with threads is not measured).
+double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node);
 
 // Strict parse; InputError names file, line and key.
 HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root);

@@ -48,12 +48,12 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 }  // namespace
 
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
-  const DType dt = s.param_dtype;
-  double t = 0;
+  const DType dt = s.param_dtype;  // the compute dtype: parameters are cast to it for forward and backward
+  double compute = 0;
   if (op.layers > 0 && op.gemm_passes > 0) {
     double layer = 0;
     for (const GemmShape& g : p.layer_gemms) layer += gemm_time(hw, g, dt);
-    t += op.layers * op.gemm_passes * layer;
+    compute += op.layers * op.gemm_passes * layer;
   }
   if (op.layers > 0 && (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0)) {
     AttentionShape a;
@@ -63,11 +63,13 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     a.kv_heads = p.attn_kv_heads;
     a.head_dim = p.attn_head_dim;
     a.causal = true;
-    t += op.layers * (op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
-                      op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
+    compute += op.layers * (op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
+                            op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
   }
-  if (op.head_passes > 0) t += op.head_passes * gemm_time(hw, p.head_gemm, dt);
-  if (op.elementwise_bytes > 0) t += memory_bound_time(hw, Bytes(op.elementwise_bytes)).value;
+  if (op.head_passes > 0) compute += op.head_passes * gemm_time(hw, p.head_gemm, dt);
+  if (op.elementwise_bytes > 0) compute += memory_bound_time(hw, Bytes(op.elementwise_bytes)).value;
+  // On a CPU device the rank's kernels run on its share of the node's cores (hardware_profile.hpp).
+  double t = compute > 0 ? compute * cpu_compute_slowdown(hw, static_cast<int>(c.gpus_per_node)) : 0.0;
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0)
     t += collective_time(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c)).value;
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;

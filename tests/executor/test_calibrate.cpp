@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -145,6 +146,12 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.memory_bandwidth = BytesPerSecond(30.1243e9);
   Curve mm = make_efficiency_curve({{6.5536e4, 0.031}, {5.24e5, 0.2}, {4.2e6, 0.03}, {2.7e8, 0.025}});
   hw.matmul_efficiency = EfficiencyCurve{mm.x, mm.e};
+  // The optional per-dtype curves and the CPU device's cores are written only when present.
+  Curve bf = make_efficiency_curve({{6.5536e4, 0.02}, {4.2e6, 0.5}, {2.7e8, 1.0}});
+  hw.matmul_efficiency_bf16 = EfficiencyCurve{bf.x, bf.e};
+  hw.attention_efficiency_bf16 = EfficiencyCurve{{1e6, 1e8}, {0.1, 0.15}};
+  hw.attention_backward_efficiency_bf16 = EfficiencyCurve{{2.5e6}, {0.07}};
+  hw.device_cores = 0.5;
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
   hw.intra_node.latency = Seconds(3.5e-6);
   hw.intra_node.bus_efficiency = EfficiencyCurve{{262144, 4194304}, {0.4, 1.0}};
@@ -152,7 +159,11 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.collective_base_latency = Seconds(308.19e-6);
   ProfileNotes notes;
   notes.header = {"test"};
-  for (const auto& k : profile_note_keys()) notes.note[k] = "note for " + k + "\nsecond line";
+  const std::vector<std::string> keys = profile_note_keys(hw);
+  CHECK(std::find(keys.begin(), keys.end(), "device.matmul_efficiency_bf16") != keys.end());
+  CHECK(std::find(keys.begin(), keys.end(), "device.matmul_efficiency_fp16") == keys.end());  // absent: not written
+  CHECK(std::find(keys.begin(), keys.end(), "device.cores") != keys.end());
+  for (const auto& k : keys) notes.note[k] = "note for " + k + "\nsecond line";
   const std::string path = d / "rt.yaml";
   std::ofstream(path) << hardware_profile_yaml(hw, notes);
   const HardwareProfile back = load_hardware(path, FSDP_SOURCE_ROOT);
@@ -168,6 +179,20 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
     CHECK(rel(back.matmul_efficiency.x[i], hw.matmul_efficiency.x[i]) < 1e-6);
     CHECK(rel(back.matmul_efficiency.efficiency[i], hw.matmul_efficiency.efficiency[i]) < 1e-5);
   }
+  auto same_curve = [](const EfficiencyCurve& a, const EfficiencyCurve& b) {
+    REQUIRE(a.x.size() == b.x.size());
+    for (std::size_t i = 0; i < a.x.size(); ++i) {
+      CHECK(rel(a.x[i], b.x[i]) < 1e-6);
+      CHECK(rel(a.efficiency[i], b.efficiency[i]) < 1e-5);
+    }
+  };
+  same_curve(back.matmul_efficiency_bf16, hw.matmul_efficiency_bf16);
+  same_curve(back.attention_efficiency_bf16, hw.attention_efficiency_bf16);
+  same_curve(back.attention_backward_efficiency_bf16, hw.attention_backward_efficiency_bf16);
+  CHECK(back.matmul_efficiency_fp16.empty());
+  CHECK(&back.matmul_curve(DType::Fp16) == &back.matmul_efficiency);  // no fp16 curve: the shared one
+  CHECK(&back.matmul_curve(DType::Bf16) == &back.matmul_efficiency_bf16);
+  CHECK(back.device_cores == hw.device_cores);
   CHECK(rel(back.intra_node.bandwidth.value, hw.intra_node.bandwidth.value) < 1e-5);
   CHECK(rel(back.intra_node.latency.value, hw.intra_node.latency.value) < 1e-5);
   CHECK(back.intra_node.bus_efficiency.x == hw.intra_node.bus_efficiency.x);
@@ -185,7 +210,7 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
-  for (const auto& k : profile_note_keys()) CHECK(ss.str().find("# note for " + k + "\n") != std::string::npos);
+  for (const auto& k : keys) CHECK(ss.str().find("# note for " + k + "\n") != std::string::npos);
 }
 
 #ifdef FSDP_RUN_BIN

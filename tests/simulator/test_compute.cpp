@@ -93,15 +93,58 @@ TEST_CASE("matmul roofline: compute-bound GEMMs at peak x efficiency, skinny one
   CHECK(matmul_time(hw, 0, 10, 10, DType::Bf16).value == 0);
 }
 
+TEST_CASE("a dtype's own curves replace the shared ones for that dtype only") {
+  HardwareProfile hw = synthetic_device();
+  const double f = 2.0 * 8192.0 * 8192.0 * 8192.0;  // compute bound, above the last point of every curve
+  const double shared = matmul_time(hw, 8192, 8192, 8192, DType::Bf16).value;
+  CHECK(shared == doctest::Approx(f / (0.8 * 1000 * kTera)));
+  hw.matmul_efficiency_bf16 = EfficiencyCurve{{1e9}, {0.2}};
+  CHECK(matmul_time(hw, 8192, 8192, 8192, DType::Bf16).value == doctest::Approx(f / (0.2 * 1000 * kTera)));
+  CHECK(matmul_time(hw, 8192, 8192, 8192, DType::Fp16).value == doctest::Approx(shared));  // fp16: no own curve
+  CHECK(matmul_time(hw, 8192, 8192, 8192, DType::Fp32).value == doctest::Approx(f / (0.8 * 50 * kTera)));
+  AttentionShape a{1, 8192, 32, 8, 128, true};
+  const double af = attention_forward_flops(a).value;
+  hw.attention_efficiency_bf16 = EfficiencyCurve{{1e9}, {0.1}};
+  hw.attention_backward_efficiency_fp16 = EfficiencyCurve{{1e9}, {0.05}};
+  CHECK(attention_forward_time(hw, a, DType::Bf16).value == doctest::Approx(af / (0.1 * 1000 * kTera)));
+  CHECK(attention_forward_time(hw, a, DType::Fp16).value == doctest::Approx(af / (0.5 * 1000 * kTera)));
+  CHECK(attention_backward_time(hw, a, DType::Bf16).value == doctest::Approx(2.5 * af / (0.25 * 1000 * kTera)));
+  CHECK(attention_backward_time(hw, a, DType::Fp16).value == doctest::Approx(2.5 * af / (0.05 * 1000 * kTera)));
+}
+
+TEST_CASE("ranks sharing a CPU node's cores: cores per rank and the compute slowdown") {
+  // fsdp-run's thread policy: floor(cores / ranks) threads each; more ranks than cores are time-sliced.
+  CHECK(cpu_cores_per_rank(2, 1) == 2);
+  CHECK(cpu_cores_per_rank(2, 2) == 1);
+  CHECK(cpu_cores_per_rank(2, 4) == doctest::Approx(0.5));
+  CHECK(cpu_cores_per_rank(16, 3) == 5);  // 5 threads each, one core idle
+  CHECK(cpu_cores_per_rank(0, 0) == 1);   // degenerate input is clamped, never a division by zero
+  HardwareProfile hw = synthetic_device();
+  hw.cpu_cores = 2;
+  CHECK(cpu_compute_slowdown(hw, 4) == 1);  // a GPU does not share its compute with other ranks
+  hw.device_kind = "cpu";
+  hw.device_cores = 1;                      // rates measured on one core per rank (2 ranks on the 2 cores)
+  CHECK(cpu_compute_slowdown(hw, 1) == 1);  // more cores than measured are not credited
+  CHECK(cpu_compute_slowdown(hw, 2) == 1);
+  CHECK(cpu_compute_slowdown(hw, 4) == doctest::Approx(2.0));
+  CHECK(cpu_compute_slowdown(hw, 8) == doctest::Approx(4.0));
+  hw.device_cores = 0;  // absent: the rates are the whole node's
+  CHECK(cpu_compute_slowdown(hw, 1) == 1);
+  CHECK(cpu_compute_slowdown(hw, 2) == doctest::Approx(2.0));
+}
+
 TEST_CASE("bigger GEMMs never take less time on the shipped profiles") {
   for (const auto& name : list_hardware(kRoot)) {
     CAPTURE(name);
     HardwareProfile hw = load_hardware(name, kRoot);
     double prev = 0;
-    for (int64_t n = 16; n <= 32768; n *= 2) {
-      double t = matmul_time(hw, n, n, n, DType::Bf16).value;
-      CHECK(t > prev);
-      prev = t;
+    for (DType d : {DType::Fp32, DType::Bf16, DType::Fp16}) {
+      prev = 0;
+      for (int64_t n = 16; n <= 32768; n *= 2) {
+        double t = matmul_time(hw, n, n, n, d).value;
+        CHECK(t > prev);
+        prev = t;
+      }
     }
   }
 }

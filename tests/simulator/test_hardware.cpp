@@ -115,6 +115,49 @@ TEST_CASE("a path ending in .yaml is read directly") {
   CHECK(hw.source == path);
 }
 
+TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the shared curve serves") {
+  const std::string cpu = read_text(kRoot + "/hwprofiles/cpu.yaml");
+  HardwareProfile plain = load_hardware(write_temp_profile(cpu, "cpu_plain"), kRoot);
+  CHECK(plain.matmul_efficiency_bf16.empty());
+  CHECK(&plain.matmul_curve(DType::Bf16) == &plain.matmul_efficiency);
+  CHECK(&plain.attention_backward_curve(DType::Fp16) == &plain.attention_backward_efficiency);
+  CHECK(plain.device_cores == 2);  // Eigen's rates on both cores
+  HardwareProfile whole =
+      load_hardware(write_temp_profile(replace_once(cpu, "  cores: 2\n", ""), "cpu_nocores"), kRoot);
+  CHECK(whole.device_cores == 0);  // absent: the whole node (cpu_compute_slowdown)
+  const std::string extra =
+      "  matmul_efficiency_bf16:\n    - {gemm_flops: 1.0e6, efficiency: 0.2}\n    - {gemm_flops: 1.0e8, efficiency: "
+      "0.9}\n"
+      "  attention_forward_efficiency_fp16:\n    - {attention_flops: 1.0e6, efficiency: 0.3}\n";
+  const std::string with =
+      replace_once(replace_once(cpu, "  cores: 2\n", "  cores: 1\n"), "node:\n", extra + "node:\n");
+  HardwareProfile hw = load_hardware(write_temp_profile(with, "cpu_dtype"), kRoot);
+  REQUIRE(hw.matmul_efficiency_bf16.x.size() == 2);
+  CHECK(hw.matmul_curve(DType::Bf16).at(1e8) == doctest::Approx(0.9));
+  CHECK(&hw.matmul_curve(DType::Fp16) == &hw.matmul_efficiency);
+  CHECK(hw.attention_forward_curve(DType::Fp16).at(1) == doctest::Approx(0.3));
+  CHECK(&hw.attention_forward_curve(DType::Bf16) == &hw.attention_efficiency);
+  CHECK(hw.device_cores == 1);
+
+  // The optional curves are read as strictly as the required ones.
+  std::string m =
+      load_error(replace_once(with, "{gemm_flops: 1.0e8, efficiency: 0.9}", "{gemm_flops: 1.0e5, efficiency: 0.9}"),
+                 "cpu_unsorted");
+  CHECK(contains(m, "device.matmul_efficiency_bf16[1].gemm_flops"));
+  m = load_error(replace_once(with, "matmul_efficiency_bf16:", "matmul_efficiency_bf17:"), "cpu_typo");
+  CHECK(contains(m, "unknown key 'device.matmul_efficiency_bf17'"));
+  m = load_error(replace_once(with, "  cores: 1\n", "  cores: 3\n"), "cpu_cores_high");
+  CHECK(contains(m, "device.cores"));
+  CHECK(contains(m, "exceeds node.cpu_cores"));
+  m = load_error(replace_once(with, "  cores: 1\n", "  cores: 0\n"), "cpu_cores_zero");
+  CHECK(contains(m, "device.cores"));
+  // A GPU is not a number of cores.
+  const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
+  m = load_error(replace_once(a100, "node:\n", "  cores: 1\nnode:\n"), "gpu_cores");
+  CHECK(contains(m, "device.cores"));
+  CHECK(contains(m, "cpu device"));
+}
+
 TEST_CASE("EfficiencyCurve interpolates in log2(x) and clamps at both ends") {
   EfficiencyCurve c{{1e6, 4e6, 16e6}, {0.5, 0.7, 0.8}};
   CHECK(c.at(1e6) == doctest::Approx(0.5));
