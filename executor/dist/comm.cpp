@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/errors.hpp"
+#include "train/mem_tracker.hpp"
 
 #if defined(FSDP_EXEC_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -71,6 +72,38 @@ std::string first_slurm_host(const std::string& list) {
 
 bool is_loopback(const std::string& addr) { return addr == "127.0.0.1" || addr == "localhost" || addr == "::1"; }
 
+// The adapter's own buffers (fp32 staging of low-precision data, a wider gather output, Gloo's flat
+// all-gather buffer) are comm_buffers in the memory report while a collective holds them. Tagged before
+// they are allocated, released with the handle's waiter (after the wait, or when it is dropped).
+class StagingTag {
+ public:
+  explicit StagingTag(int64_t bytes) : bytes_(bytes) {
+    if (bytes_ != 0) MemTracker::instance().tag(MemoryCategory::CommBuffers, bytes_);
+  }
+  ~StagingTag() {
+    if (bytes_ != 0) MemTracker::instance().tag(MemoryCategory::CommBuffers, -bytes_);
+  }
+  StagingTag(const StagingTag&) = delete;
+  StagingTag& operator=(const StagingTag&) = delete;
+
+ private:
+  int64_t bytes_;
+};
+std::shared_ptr<StagingTag> staging_tag(int64_t bytes) { return std::make_shared<StagingTag>(bytes); }
+
+bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+// Bytes a Gloo all-gather of `shard` into `full` allocates besides them: the fp32 staging of a
+// low-precision shard, an output in the wire dtype when it is not full's, and Gloo's own flat output
+// (ProcessGroupGloo.cpp AsyncAllgatherWork: newLikeFlat(outputs)).
+int64_t gloo_gather_staging(const at::Tensor& shard, const at::Tensor& full) {
+  const bool up = low_precision(shard);
+  const at::ScalarType wire = up ? at::kFloat : shard.scalar_type();
+  const int64_t wire_size = static_cast<int64_t>(c10::elementSize(wire));
+  return (up ? shard.numel() * 4 : 0) + (wire != full.scalar_type() ? full.numel() * wire_size : 0) +
+         full.numel() * wire_size;
+}
+
 // ---------------------------------------------------------------------------
 // Local group: rank 0 of `size` ranks with no peers. World size 1 is exact;
 // size > 1 is the rehearsal mode, where the other ranks' contributions are
@@ -88,13 +121,16 @@ class LocalGroup final : public Group {
   bool is_local() const override { return true; }
   Handle all_reduce_sum(at::Tensor t) override {
     if (!mimic_) return {};
+    auto tag = staging_tag(low_precision(t) ? t.numel() * 4 : 0);
     at::Tensor staged = low_precision(t) ? t.to(at::kFloat) : at::Tensor();
-    return Handle([staged]() mutable { staged = at::Tensor(); });
+    return Handle([staged, tag]() mutable { staged = at::Tensor(); });
   }
   Handle all_gather(at::Tensor shard, at::Tensor full) override {
     check_sizes(shard, full);
     at::Tensor in, out, flat;
+    std::shared_ptr<StagingTag> tag;
     if (mimic_) {
+      tag = staging_tag(gloo_gather_staging(shard, full));
       // As C10dGroup on Gloo: a low-precision shard is staged in fp32, the gather lands in a buffer of
       // the wire dtype when it differs from full's, and Gloo gathers into a flat buffer of its own.
       const bool up = low_precision(shard);
@@ -107,7 +143,7 @@ class LocalGroup final : public Group {
     // numbers stay finite; only the allocations matter.
     full.view({size_, shard.numel()}).copy_(shard.reshape({1, -1}).expand({size_, shard.numel()}));
     if (!mimic_) return {};
-    return Handle([in, out, flat]() mutable { in = out = flat = at::Tensor(); });
+    return Handle([in, out, flat, tag]() mutable { in = out = flat = at::Tensor(); });
   }
   Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
     check_sizes(shard, full);
@@ -115,8 +151,9 @@ class LocalGroup final : public Group {
       shard.reshape(-1).copy_(full.narrow(0, 0, shard.numel()));
       return {};
     }
+    auto tag = staging_tag(low_precision(full) ? full.numel() * 4 : 0);
     at::Tensor buf = low_precision(full) ? full.to(at::kFloat) : full;
-    return Handle([buf, shard]() mutable {
+    return Handle([buf, shard, tag]() mutable {
       shard.reshape(-1).copy_(buf.narrow(0, 0, shard.numel()));
       buf = at::Tensor();
     });
@@ -125,9 +162,6 @@ class LocalGroup final : public Group {
   void barrier() override {}
 
  private:
-  static bool low_precision(const at::Tensor& t) {
-    return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
-  }
   void check_sizes(const at::Tensor& shard, const at::Tensor& full) const {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather/reduce_scatter: full must be size x shard");
   }
@@ -268,10 +302,11 @@ class C10dGroup final : public Group {
   bool is_local() const override { return false; }
 
   Handle all_reduce_sum(at::Tensor t) override {
+    auto tag = staging_tag(!direct_ && low_precision(t) ? t.numel() * 4 : 0);
     at::Tensor buf = staged(t);
     std::vector<at::Tensor> v{buf};
     auto work = guard([&] { return pg_->allreduce(v); });
-    return Handle([this, work, buf, t]() mutable {
+    return Handle([this, work, buf, t, tag]() mutable {
       wait(work);
       if (!buf.is_same(t)) t.copy_(buf);
     });
@@ -280,10 +315,13 @@ class C10dGroup final : public Group {
   Handle all_gather(at::Tensor shard, at::Tensor full) override {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather: full must be size x shard");
     if (direct_) {
-      at::Tensor in = shard.scalar_type() == full.scalar_type() ? shard : shard.to(full.scalar_type());
+      const bool cast = shard.scalar_type() != full.scalar_type();
+      auto tag = staging_tag(cast ? shard.numel() * static_cast<int64_t>(full.element_size()) : 0);
+      at::Tensor in = cast ? shard.to(full.scalar_type()) : shard;
       auto work = guard([&] { return pg_->_allgather_base(full, in); });
-      return Handle([this, work, in]() mutable { wait(work); });
+      return Handle([this, work, in, tag]() mutable { wait(work); });
     }
+    auto tag = staging_tag(gloo_gather_staging(shard, full));
     // Gloo: a low-precision shard is staged in fp32; a wider shard than `full` (an fp32 master shard
     // gathered into compute-dtype parameters) goes over the wire as it is and is cast once at the end.
     at::Tensor in = staged(shard.reshape(-1));
@@ -296,7 +334,7 @@ class C10dGroup final : public Group {
     std::vector<std::vector<at::Tensor>> outputs{outs};
     std::vector<at::Tensor> inputs{in.contiguous()};
     auto work = guard([&] { return pg_->allgather(outputs, inputs); });
-    return Handle([this, work, out, full, outputs, inputs]() mutable {
+    return Handle([this, work, out, full, outputs, inputs, tag]() mutable {
       wait(work);
       if (!out.is_same(full)) full.copy_(out);
     });
@@ -311,11 +349,12 @@ class C10dGroup final : public Group {
     // Fallback: all-reduce the whole buffer in place (it is scratch), keep our slice (moves size x the
     // bytes); a low-precision buffer is staged in fp32.
     const bool wide = full.scalar_type() == at::kFloat || full.scalar_type() == at::kDouble;
+    auto tag = staging_tag(wide ? 0 : full.numel() * 4);
     at::Tensor buf = wide ? full : full.to(at::kFloat);
     if (!wide) upcast_happened_ = true;
     std::vector<at::Tensor> v{buf};
     auto work = guard([&] { return pg_->allreduce(v); });
-    return Handle([this, work, buf, shard]() mutable {
+    return Handle([this, work, buf, shard, tag]() mutable {
       wait(work);
       shard.reshape(-1).copy_(buf.narrow(0, rank_ * shard.numel(), shard.numel()));
     });
@@ -340,7 +379,7 @@ class C10dGroup final : public Group {
   // Gloo (no direct path) cannot reduce bf16/fp16: stage in fp32.
   at::Tensor staged(at::Tensor t) {
     if (direct_) return t;
-    if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf) {
+    if (low_precision(t)) {
       upcast_happened_ = true;
       return t.to(at::kFloat);
     }

@@ -224,14 +224,21 @@ struct ShardedModel::Impl {
 
   void post_backward(Unit& u, const variable_list& grads) {
     phase("post-backward", u);
-    // Autograd goes on with the unit before this one in forward order (the root last).
-    struct NextPhase {
+    // The unit's per-parameter gradients, handed over by autograd, are unsharded gradients until
+    // autograd releases them when this hook returns.
+    int64_t inflight = 0;
+    for (const auto& g : grads) inflight += nbytes(g);
+    mem().tag(MemoryCategory::UnshardedGrads, inflight);
+    // On return: autograd goes on with the unit before this one in forward order (the root last).
+    struct OnReturn {
       Impl* m;
       const Unit& u;
-      ~NextPhase() {
+      int64_t inflight;
+      ~OnReturn() {
+        m->mem().tag(MemoryCategory::UnshardedGrads, -inflight);
         if (u.index > 0) m->phase("backward", *m->units[static_cast<std::size_t>(u.index) - 1]);
       }
-    } next{this, u};
+    } on_return{this, u, inflight};
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
     // The flat copy is the reduce-scatter input when gradients are sharded (FSDP2's foreach_reduce input,
     // a comm buffer in the simulator's words), else a momentary copy accumulated into grad_full.
