@@ -119,11 +119,11 @@ struct ShardedModel::Impl {
   // Closures used by CheckpointFn's backward; alive from a forward to the next one.
   std::vector<std::shared_ptr<void>> keepalive;
   int micro_batch = 0;  // 1-based within the step, for the memory phase labels
+  bool in_backward = false;
 
   // The memory tracker's phase label, in the simulator's peak_phase words.
-  void phase(const char* what, const Unit& u) {
-    mem().set_phase(std::string(what) + " " + u.info.name + " (micro-batch " + std::to_string(micro_batch) + ")");
-  }
+  void phase(const char* what, const Unit& u) { phase(std::string(what) + " " + u.info.name); }
+  void phase(const std::string& what) { mem().set_phase(what + " (micro-batch " + std::to_string(micro_batch) + ")"); }
 
   Impl(const ModelSpec& s, const Strategy& st, Comm& c) : spec(s), strategy(st), comm(c) {}
 
@@ -136,6 +136,15 @@ struct ShardedModel::Impl {
   // ---- unshard / reshard ----
   void unshard_async(Unit& u) {
     if (u.state != UState::Sharded) return;
+    // Named like the simulator's gather op while it is issued (the staging is allocated now), then the
+    // phase goes back to the compute that issued it.
+    const std::string issuing = mem().phase();
+    phase(in_backward ? "bwd all-gather" : "fwd all-gather", u);
+    struct Restore {
+      MemTracker& t;
+      const std::string& p;
+      ~Restore() { t.set_phase(p); }
+    } restore{mem(), issuing};
     if (!u.compute_persistent) {
       const int64_t bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
       mem().tag(MemoryCategory::UnshardedParams, bytes);
@@ -186,11 +195,12 @@ struct ShardedModel::Impl {
 
   // ---- backward hooks ----
   void pre_backward(Unit& u) {
+    phase("backward", u);
+    if (!params_sharded) return;  // replicas: the hook only names the phase
     // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
     // has finished its backward once the gradient reaches this unit's output.
     if (frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
       reshard(*units[static_cast<std::size_t>(u.index) + 1]);
-    phase("backward", u);
     wait_unsharded(u);
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
@@ -713,17 +723,22 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);
     x = run_layers(u, x, p);
-    if (m.params_sharded) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
+    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
     if (m.reshard_after_forward(u)) m.reshard(u);
   }
-  m.phase("forward", root);
+  m.phase("head+loss forward");
   return head_loss(spec, rp, x, targets);
 }
 
 void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
-  m.phase("backward", *m.units[0]);
+  m.phase("loss backward");
+  m.in_backward = true;
+  struct EndBackward {
+    bool& flag;
+    ~EndBackward() { flag = false; }
+  } end_backward{m.in_backward};
   loss.backward();
   m.flush_bucket();
   m.wait_pending();

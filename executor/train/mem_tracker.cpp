@@ -103,6 +103,11 @@ void MemTracker::set_phase(const std::string& phase) {
   phase_ = &*phases_.insert(phase).first;
 }
 
+std::string MemTracker::phase() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_ != nullptr ? *phase_ : std::string();
+}
+
 std::string MemTracker::peak_phase() const {
   std::lock_guard<std::mutex> lock(mu_);
   return peak_phase_ != nullptr ? *peak_phase_ : std::string();

@@ -40,6 +40,7 @@ class MemTracker {
   // the simulator's peak_phase vocabulary; the phase at the recorded peak is reported.
   void set_phase(const std::string& phase);
   std::string peak_phase() const;
+  std::string phase() const;
   // Category bytes at the recorded peak; untagged bytes are in activations or transient.
   std::array<int64_t, kNumMemoryCategories> peak_breakdown() const;
 

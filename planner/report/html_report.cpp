@@ -369,8 +369,7 @@ std::string timeline_svg(const StepProgram& program, const Prediction& p, double
     const Op& op = program.ops[i];
     double dur = timing[i].end - timing[i].start;
     if (!(dur > 0)) continue;
-    std::string tip = op_label(program, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")\n" +
-                      time_text(dur) + " at " + time_text(timing[i].start);
+    std::string tip = op_phase(program, op) + "\n" + time_text(dur) + " at " + time_text(timing[i].start);
     if (op.comm_bytes > 0) tip += "\n" + bytes_text(op.comm_bytes) + " " + to_string(op.kind);
     if (op.copy_bytes > 0) tip += "\n" + bytes_text(op.copy_bytes) + " copied";
     if (op.matmul_flops > 0) tip += "\n" + fmt("%.3g", op.matmul_flops + op.attention_flops) + " FLOPs";

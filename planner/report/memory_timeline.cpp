@@ -33,7 +33,7 @@ std::string format_memory_timeline(const StepProgram& p, const MemoryResult& m) 
   out += line;
   for (const MemorySample& s : m.samples) {
     const Op& op = p.ops[static_cast<size_t>(s.op)];
-    const std::string phase = op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
+    const std::string phase = op_phase(p, op);
     std::snprintf(line, sizeof line, "%5d  %-44s %-14s %10.3f %12.3f%s  %s\n", s.op, phase.c_str(),
                   to_string(op.stream), op.transient_bytes / kMiB, s.allocated / kMiB, s.op == m.peak_op ? " *" : "  ",
                   events(op.on_issue, op.on_complete).c_str());

@@ -75,7 +75,7 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   flush_pending();
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
-    r.peak_phase = op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
+    r.peak_phase = op_phase(p, op);
   }
   for (double& v : r.breakdown) v = std::max(0.0, v);
   // Fragmentation: blocks freed within the step stay cached and are not always reusable for differently

@@ -36,6 +36,13 @@ std::string op_label(const StepProgram& p, const Op& op) {
   return l;
 }
 
+std::string op_phase(const StepProgram& p, const Op& op) {
+  // The optimizer and what follows it belong to the step, not to a micro-batch.
+  if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::HostOptimizerStep || op.kind == OpKind::ParamAllGather)
+    return op_label(p, op);
+  return op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
+}
+
 const char* to_string(OpKind k) {
   switch (k) {
     case OpKind::Gather:

@@ -91,6 +91,9 @@ struct Op {
 struct StepLayout;
 struct StepProgram;
 std::string op_label(const StepProgram& p, const Op& op);
+// The label and, for the ops of a micro-batch, "(micro-batch k)": the words of peak_phase, which
+// fsdp-run's report uses too.
+std::string op_phase(const StepProgram& p, const Op& op);
 
 struct StepLayout {
   int64_t world = 1;

@@ -55,6 +55,20 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
                 static_cast<long long>(s.seq_len), s.act_ckpt == ActCkpt::Full ? "full" : "none", measured_alloc / kGiB,
                 r.peak_allocated / kGiB, ea * 100, measured_reserved / kGiB, r.reserved_peak / kGiB, er * 100);
     CAPTURE(line);
+    // Per category where the measurement isolates one: memory right after the model is wrapped is the
+    // parameters (FSDP2: the fp32 shard; DDP: the replica) and, for DDP, the gradient buckets it
+    // allocates at construction (reducer.cpp initialize_buckets), plus small buffers (rotary tables).
+    double params_pred = 0;
+    for (const MemEvent& e : p.persistent)
+      if (e.category == MemoryCategory::ShardedParams || e.category == MemoryCategory::UnshardedGrads ||
+          e.category == MemoryCategory::CommBuffers)
+        params_pred += e.bytes;
+    const double params_meas = j["mem_after_init_GiB"].get<double>() * kGiB;
+    std::printf(
+        "%-10s %-6s after init (sharded_params, DDP buckets): measured %.3f GiB, predicted %.3f GiB (%+.1f%%)\n",
+        model.c_str(), strat.c_str(), params_meas / kGiB, params_pred / kGiB,
+        (params_pred - params_meas) / params_meas * 100);
+    CHECK(params_pred == doctest::Approx(params_meas).epsilon(0.02));
     CHECK(std::fabs(ea) <= 0.06);
     CHECK(std::fabs(er) <= 0.30);
     worst_alloc = std::max(worst_alloc, std::fabs(ea));
