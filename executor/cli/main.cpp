@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
     if (args.plan.empty()) throw fsdp::InputError(std::string("no plan file given\n") + kUsage);
     args.cfg.plan_path = args.plan;
     const fsdp::PlanFile plan = fsdp::read_plan_file(args.plan);
+    check_plan_runnable(plan);
 
     if (args.nproc > 0 && std::getenv("RANK") == nullptr) {
       if (args.cfg.emulate_world_size > 0)

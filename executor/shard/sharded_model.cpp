@@ -414,7 +414,6 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
                            uint64_t seed)
     : impl_(std::make_unique<Impl>(spec, strategy, comm)) {
   Impl& m = *impl_;
-  check_model_supported(spec);
   m.device = at::Device(device);
   m.defs = model_param_defs(spec);
   m.world = comm.size();
@@ -423,26 +422,16 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
   m.optim_sharded = shards_optimizer(strategy.kind);
   m.compute_dtype = to_scalar(strategy.param_dtype);
   m.reduce_dtype = to_scalar(strategy.reduce_dtype);
-  if (strategy.master_dtype != DType::Fp32)
-    throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
-                     std::string(to_string(strategy.master_dtype)));
+  check_supported(spec, strategy, m.world);
   m.offload = strategy.offload != Offload::None;
   m.offload_params = strategy.offload == Offload::Params;
-  if (m.offload && !m.params_sharded)
-    throw InputError(std::string("offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
-                     to_string(strategy.kind));
-  if (strategy.method == Method::QLora)
-    throw InputError("fsdp-run does not implement method qlora (4-bit base weights) yet; use lora");
   m.frozen = strategy.method == Method::Lora;
-  if (m.frozen && m.offload) throw InputError("method lora with offload is not supported");
 
   // Mesh: the shard group and, for HSDP, the replica group.
   const int W = m.world;
   const int r = comm.rank();
   if (strategy.kind == StrategyKind::Hsdp) {
     const int G = static_cast<int>(strategy.hsdp_group);
-    if (G <= 0 || W % G != 0)
-      throw InputError("hsdp_group " + std::to_string(G) + " must divide the world size " + std::to_string(W));
     std::vector<int> shard_members, replica_members;
     for (int i = 0; i < G; ++i) shard_members.push_back((r / G) * G + i);
     for (int i = r % G; i < W; i += G) replica_members.push_back(i);
@@ -630,6 +619,25 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     } else {
       m.ad_momentum = at::zeros({n}, fopt);
     }
+  }
+}
+
+void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strategy, int world) {
+  check_model_supported(spec);
+  if (strategy.master_dtype != DType::Fp32)
+    throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
+                     std::string(to_string(strategy.master_dtype)));
+  if (strategy.offload != Offload::None && !shards_params(strategy.kind))
+    throw InputError(std::string("offload is implemented for zero3, fsdp, fsdp-grad-op and hsdp; the plan asks for ") +
+                     to_string(strategy.kind));
+  if (strategy.method == Method::QLora)
+    throw InputError("fsdp-run does not implement method qlora (4-bit base weights) yet; use lora");
+  if (strategy.method == Method::Lora && strategy.offload != Offload::None)
+    throw InputError("method lora with offload is not supported");
+  if (strategy.kind == StrategyKind::Hsdp) {
+    const int64_t G = strategy.hsdp_group;
+    if (G <= 0 || world % G != 0)
+      throw InputError("hsdp_group " + std::to_string(G) + " must divide the world size " + std::to_string(world));
   }
 }
 

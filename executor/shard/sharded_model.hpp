@@ -55,6 +55,8 @@ class ShardedModel {
   // from `seed` (identical on every world size) and keeps this rank's part.
   ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device, uint64_t seed);
   ~ShardedModel();
+  // InputError for a model or strategy fsdp-run cannot run (checked before any rank starts too).
+  static void check_supported(const ModelSpec& spec, const Strategy& strategy, int world);
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
 

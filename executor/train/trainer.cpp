@@ -39,6 +39,17 @@ struct Trainer::Impl {
   Impl(const PlanFile& p, const RunConfig& c, Comm& cm) : plan(p), cfg(c), comm(cm) {}
 };
 
+void check_plan_runnable(const PlanFile& plan) {
+  const Strategy& s = plan.strategy;
+  if (s.param_dtype == DType::Fp16 && plan.cluster.device == "cpu")
+    throw InputError("fp16 compute is not supported on CPU by this LibTorch (no Half matmul); plan bf16 or fp32");
+  if (s.micro_batch < 1 || s.seq_len < 1 || s.grad_accum < 1)
+    throw InputError("plan strategy: micro_batch, seq_len and grad_accum must be >= 1");
+  if (s.seq_len > plan.model.max_positions && plan.model.position_embedding == PositionEmbedding::Learned)
+    throw InputError("plan strategy.seq_len exceeds the model's max_positions");
+  ShardedModel::check_supported(plan.model, s, static_cast<int>(plan.cluster.world_size()));
+}
+
 Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
     : impl_(std::make_unique<Impl>(plan, cfg, comm)) {
   Impl& t = *impl_;
@@ -50,12 +61,7 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   t.world = comm.size();
   t.device = select_device(plan.cluster.device, comm.local_rank());
   const Strategy& s = plan.strategy;
-  if (s.param_dtype == DType::Fp16 && t.device == "cpu")
-    throw InputError("fp16 compute is not supported on CPU by this LibTorch (no Half matmul); plan bf16 or fp32");
-  if (s.micro_batch < 1 || s.seq_len < 1 || s.grad_accum < 1)
-    throw InputError("plan strategy: micro_batch, seq_len and grad_accum must be >= 1");
-  if (s.seq_len > plan.model.max_positions && plan.model.position_embedding == PositionEmbedding::Learned)
-    throw InputError("plan strategy.seq_len exceeds the model's max_positions");
+  check_plan_runnable(plan);
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
   t.model = std::make_unique<ShardedModel>(plan.model, s, comm, t.device, cfg.seed);
   t.data = open_data(cfg.data, cfg.data_dtype, plan.model.vocab_size, s.seq_len, cfg.seed);

@@ -55,6 +55,10 @@ struct RunResult {
   int64_t resumed_from = 0;
 };
 
+// InputError naming what fsdp-run cannot run in this plan (model, strategy, dtype on this device):
+// the launcher checks it once before starting ranks, and every rank again.
+void check_plan_runnable(const PlanFile& plan);
+
 class Trainer {
  public:
   // Validates the plan against this launch (world size, device); InputError if it cannot run.

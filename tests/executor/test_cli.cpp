@@ -174,6 +174,16 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   r = sh(kBin + " " + write_plan(d, moe, "moe.yaml"));
   CHECK(r.code == 2);
   CHECK(r.out.find("MoE") != std::string::npos);
+  // A plan fsdp-run cannot run is refused once, by the launcher, before any rank starts.
+  PlanFile offload = small_plan(StrategyKind::Zero1, "layer", 2);
+  offload.strategy.offload = Offload::Optimizer;
+  r = sh(kBin + " --nproc-per-node 2 " + write_plan(d, offload, "z1offload.yaml") + " --steps 1");
+  CHECK(r.code == 2);
+  const std::string msg = "offload is implemented for zero3";
+  const auto first = r.out.find(msg);
+  REQUIRE(first != std::string::npos);
+  CHECK(r.out.find(msg, first + 1) == std::string::npos);
+  CHECK(r.out.find("rank") == std::string::npos);  // no rank was started, none failed
 }
 
 TEST_CASE("robustness: a killed rank makes the others exit naming it, in bounded time") {
