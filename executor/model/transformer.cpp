@@ -166,19 +166,26 @@ at::Tensor act(const ModelSpec& s, const at::Tensor& x) {
 
 // Rotary embedding (Su et al. 2021, arXiv:2104.09864) in the rotate_half layout of
 // Hugging Face modeling_llama.py: x*cos + rotate_half(x)*sin, inv_freq = theta^(-2i/d).
-at::Tensor apply_rope(const ModelSpec& s, const at::Tensor& x /*[B, h, T, d]*/) {
-  const int64_t T = x.size(2), d = x.size(3);
-  auto fopt = at::TensorOptions().dtype(at::kFloat).device(x.device());
-  at::Tensor inv = at::pow(s.rope_theta, -at::arange(0, d, 2, fopt) / static_cast<double>(d));
-  at::Tensor freqs = at::outer(at::arange(0, T, fopt), inv);  // [T, d/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);               // [T, d]
-  at::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+at::Tensor apply_rope(const ModelSpec& s, const at::Tensor& x /*[B, h, T, d]*/, const ForwardOptions& opts) {
+  const int64_t d = x.size(3);
+  at::Tensor cos = opts.rope_cos, sin = opts.rope_sin;
+  if (!cos.defined()) rope_tables(s, x.size(2), x, cos, sin);
   at::Tensor x1 = x.narrow(-1, 0, d / 2), x2 = x.narrow(-1, d / 2, d / 2);
   at::Tensor rot = at::cat({-x2, x1}, -1);
   return x * cos + rot * sin;
 }
 
 }  // namespace
+
+void rope_tables(const ModelSpec& s, int64_t T, const at::Tensor& like, at::Tensor& cos, at::Tensor& sin) {
+  const int64_t d = s.head_dim;
+  auto fopt = at::TensorOptions().dtype(at::kFloat).device(like.device());
+  at::Tensor inv = at::pow(s.rope_theta, -at::arange(0, d, 2, fopt) / static_cast<double>(d));
+  at::Tensor freqs = at::outer(at::arange(0, T, fopt), inv);  // [T, d/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);               // [T, d]
+  cos = emb.cos().to(like.scalar_type());
+  sin = emb.sin().to(like.scalar_type());
+}
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool eager) {
 #if TORCH_VERSION_MAJOR >= 2
@@ -214,8 +221,8 @@ at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const
   at::Tensor k = linear(p, pre + "self_attn.k_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
   at::Tensor v = linear(p, pre + "self_attn.v_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
   if (s.position_embedding == PositionEmbedding::Rope) {
-    q = apply_rope(s, q);
-    k = apply_rope(s, k);
+    q = apply_rope(s, q, opts);
+    k = apply_rope(s, k, opts);
   }
   if (nkv != nh) {  // grouped-query attention: each kv head serves nh/nkv query heads
     k = k.repeat_interleave(nh / nkv, 1);

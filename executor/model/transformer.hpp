@@ -55,7 +55,13 @@ using AttentionCore = std::function<at::Tensor(const at::Tensor&, const at::Tens
 struct ForwardOptions {
   AttentionImpl attention = AttentionImpl::Sdpa;
   AttentionCore core;  // empty: attention_core() directly
+  // Rotary tables [T, head_dim] in the compute dtype, computed once per forward and shared by every
+  // layer (as Hugging Face's LlamaModel passes position_embeddings); undefined: computed per layer.
+  at::Tensor rope_cos, rope_sin;
 };
+
+// The rotary cos/sin tables for positions 0..T-1 (rope models only).
+void rope_tables(const ModelSpec& spec, int64_t T, const at::Tensor& like, at::Tensor& cos, at::Tensor& sin);
 
 // softmax(QK^T/sqrt(d) + causal mask) V with fp32 softmax; the fused kernel
 // (at::scaled_dot_product_attention, LibTorch >= 2.0) unless `eager`.

@@ -702,6 +702,11 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
       return CoreCheckpointFn::apply(q, k, v, eager);
     };
   const ModelSpec& spec = m.spec;
+  if (spec.position_embedding == PositionEmbedding::Rope) {
+    // Once per forward, in the compute dtype, shared by every layer.
+    at::Tensor like = at::empty({0}, at::TensorOptions().dtype(m.compute_dtype).device(m.device));
+    rope_tables(spec, tokens.size(1), like, fo.rope_cos, fo.rope_sin);
+  }
   m.keepalive.clear();
   auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
     auto runner = std::make_shared<LayersRunner>([&spec, &u, fo](const at::Tensor& xin, const ParamMap& pm) {

@@ -63,6 +63,8 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.norm_fp32_internal ? 4.0 : tensor_bytes(TensorClass::Residual, q);
     case TensorClass::NormInternal:
       return q.norm_fp32_internal ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::NormSquared:
+      return q.norm_mean_keeps_input ? tensor_bytes(TensorClass::NormInput, q) : 0.0;
     case TensorClass::LogProbs:
       return q.logits_upcast_fp32 ? 4.0 : dtype_bytes(q.compute);
     case TensorClass::SoftmaxOut:
@@ -138,6 +140,10 @@ ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::
   // to the input dtype (transformers/models/llama/modeling_llama.py), so autograd also keeps that tensor.
   n.saved.push_back(
       SavedTensor{name + ".normalized", static_cast<double>(m.hidden_size), false, TensorClass::NormInternal});
+  // RMSNorm's variance x.pow(2).mean(-1): some runtimes' mean keeps the squared tensor (NormSquared).
+  if (!ln)
+    n.saved.push_back(
+        SavedTensor{name + ".squared", static_cast<double>(m.hidden_size), false, TensorClass::NormSquared});
   n.output_elems_per_token = m.hidden_size;
   return n;
 }

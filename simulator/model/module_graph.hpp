@@ -49,6 +49,7 @@ enum class TensorClass {
   Index,         // token ids (int64)
   NormInput,     // a norm's saved input: residual dtype, or fp32 when the runtime's norm upcasts first
   NormInternal,  // the normalised pre-weight tensor some runtimes keep (compute dtype), else nothing
+  NormSquared,   // an RMSNorm's x^2, kept where the runtime's mean keeps its input (norm dtype), else nothing
   LogProbs,      // the loss's log-probabilities: fp32 when logits are upcast, else the compute dtype
   SoftmaxOut,    // eager attention's softmax output: fp32 when the runtime's softmax runs in fp32
   SoftmaxCast,   // its cast back to the compute dtype (only when that differs from fp32)
@@ -97,6 +98,7 @@ struct ActivationQuery {
   bool norm_fp32_internal = false;      // runtime's norm upcasts to fp32 and keeps the fp32 input (HF RMSNorm)
   bool logits_upcast_fp32 = false;      // runtime's loss upcasts logits to fp32
   bool softmax_fp32 = false;            // runtime's eager softmax runs in fp32 and is cast back
+  bool norm_mean_keeps_input = false;   // runtime's mean(x^2) in RMSNorm keeps x^2 for backward
 };
 
 class ModuleGraph {

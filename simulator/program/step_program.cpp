@@ -88,6 +88,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.norm_fp32_internal = rt.norm_saves_fp32_input;
   q.softmax_fp32 = rt.eager_softmax_fp32;
   q.logits_upcast_fp32 = rt.logits_upcast_fp32;
+  q.norm_mean_keeps_input = rt.norm_mean_keeps_input;
   return q;
 }
 
@@ -130,6 +131,9 @@ struct Emitter {
   // One decoder layer's MLP (or MoE block): its saved activations and its trainable parameters, and
   // those of its output projection (down_proj), whose weight gradient autograd produces first.
   double mlp_saved = 0, mlp_train = 0, mlp_out_train = 0;
+  // The root's activations on the head side (the final norm's and the head's saved inputs): released by
+  // the loss backward, which runs their backward; the embedding side waits for the root's backward.
+  double head_act = 0;
 
   bool fp32_collectives = false;
   bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
@@ -278,7 +282,9 @@ struct Emitter {
           if (k == ModuleKind::Loss) continue;
           flops_of(c, mm, at);
           // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
-          act += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+          const double saved = tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+          act += saved;
+          if (k == ModuleKind::Norm || k == ModuleKind::Head) head_act += saved;
         }
       }
       act_bytes.push_back(act);
@@ -324,9 +330,11 @@ struct Emitter {
   // Working memory of one layer's backward, beyond the activations already counted: the larger of its
   // two stages, as autograd walks the layer in reverse (each node frees its saved tensors when it has
   // run, torch/csrc/autograd/engine.cpp: saved variables are released after the node's apply).
-  //  - MLP stage (first): the incoming and outgoing activation gradients (hidden size), the gradients of
-  //    the MLP's intermediate tensors (3 ffn-wide for a gated MLP: d(prod), d(act) and d(up) are live
-  //    together; 2 for a plain MLP), and the first weight gradient, down_proj's.
+  //  - MLP stage (first): the incoming activation gradient (hidden size), the gradients of the MLP's
+  //    intermediate tensors (gated: d(prod), d(act) and d(up) live together, while down_proj's saved
+  //    input, the product, has been released: 2 ffn-wide net; plain: d(act) with the activation's output
+  //    released, d(pre): 1 net), and the first weight gradient, down_proj's (measured on fsdp-run's
+  //    allocation trace of a checkpointed layer's backward: tests/accuracy/README.md).
   //  - attention stage: the MLP's saved tensors are released and its weight gradients are complete;
   //    the hidden-size gradients, the q/k/v gradients and, for eager attention, the gradients of the
   //    probabilities and of the scores (heads x seq per token each, in the softmax's dtype; fused
@@ -341,7 +349,7 @@ struct Emitter {
     const double h = static_cast<double>(m.hidden_size);
     double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
                        : static_cast<double>(m.ffn_size);
-    const double mlp_stage = tokens * pb * (2.0 * h + (m.gated_mlp ? 3.0 : 2.0) * ffn) + mlp_out_train * pb;
+    const double mlp_stage = tokens * pb * (h + (m.gated_mlp ? 2.0 : 1.0) * ffn) + mlp_out_train * pb;
     double attn_stage =
         tokens * pb * (2.0 * h + static_cast<double>(m.q_dim() + 2 * m.kv_dim())) + mlp_train * pb - mlp_saved;
     if (s.attention == AttentionImpl::Eager)
@@ -461,7 +469,8 @@ struct Emitter {
     // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
     b.elementwise_bytes =
         tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) * (2.0 + recompute);
-    b.on_complete.push_back({MemoryCategory::Activations, -act_bytes[static_cast<size_t>(ui)]});
+    b.on_complete.push_back(
+        {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
     return b;
   }
 
@@ -487,7 +496,10 @@ struct Emitter {
     l.what = "head+loss forward";
     l.micro_batch = mbi;
     l.unit = 0;
-    l.transient_bytes = logits + upcast;
+    // A caller that keeps the logits (Hugging Face returns them in CausalLMOutputWithPast) holds them
+    // through the loss and its backward; otherwise the compute-dtype logits are gone once upcast
+    // (fsdp-run's head_loss), and the peak is the fp32 logits beside the log-probabilities.
+    l.transient_bytes = rt.logits_kept_by_caller ? logits + upcast : (upcasts ? upcast : logits);
     l.on_issue.push_back({MemoryCategory::Activations, logprobs});
     l.elementwise_bytes = logits + upcast + logprobs;
     l.head_passes = 1;
@@ -497,9 +509,12 @@ struct Emitter {
     lb.what = "loss backward";
     lb.micro_batch = mbi;
     lb.unit = 0;
-    lb.transient_bytes = logprobs * 2.0 + (upcasts ? logits : 0.0);
-    lb.on_issue.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
-    lb.on_complete.push_back({MemoryCategory::Activations, -logprobs});
+    // The gradients of the log-probabilities and of the (fp32) logits, beside the saved log-probabilities.
+    lb.transient_bytes = logprobs * 2.0 + (rt.logits_kept_by_caller ? logits : 0.0);
+    lb.on_complete.push_back({MemoryCategory::Activations, -(logprobs + head_act)});
+    // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
+    // (the peak of this op) are released.
+    lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
     lb.elementwise_bytes = lb.transient_bytes + logprobs;
     lb.head_passes = 2;
     push(lb);
@@ -636,7 +651,7 @@ void Emitter::emit_sharded() {
         // after the last, when the embedding backward runs.
         const double own = full - layer_train * static_cast<double>(nl);  // non-layer params and padding
         const double k = 1.0 / static_cast<double>(nl);
-        const double act_total = act_bytes[static_cast<size_t>(ui)];
+        const double act_total = act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0);
         const double rec = recompute_bytes[static_cast<size_t>(ui)];
         for (int64_t i = 0; i < nl; ++i) {
           Op part = b;

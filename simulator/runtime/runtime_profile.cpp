@@ -35,8 +35,10 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   ConfigMap mod = map.get_map("modules");
   r.norm_saves_fp32_input = mod.get_bool("norm_saves_fp32_input");
   r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
+  r.logits_kept_by_caller = mod.get_bool("logits_kept_by_caller");
   r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
   r.eager_softmax_fp32 = mod.get_bool("eager_softmax_fp32");
+  r.norm_mean_keeps_input = mod.get_bool("norm_mean_keeps_input");
   mod.finish();
   ConfigMap sh = map.get_map("sharding");
   r.allgather_copy_out = sh.get_bool("allgather_copy_out");

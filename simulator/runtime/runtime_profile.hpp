@@ -23,6 +23,7 @@ struct RuntimeProfile {
   // --- module behaviour ---
   bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
   bool logits_upcast_fp32 = false;     // the loss casts logits to fp32 before log_softmax
+  bool logits_kept_by_caller = false;  // the model returns its logits, alive through the loss backward
   // Full activation checkpointing regions: each decoder layer (Hugging Face gradient_checkpointing), or
   // each wrap unit (fsdp-run: one region per unit, whatever its number of layers).
   bool checkpoint_per_unit = false;
@@ -34,9 +35,12 @@ struct RuntimeProfile {
   // ZeRO stages keep parameters and gradients in the low precision with an fp32 master partition
   // (DeepSpeed, the ZeRO paper), rather than fp32 parameters cast for compute (PyTorch, fsdp-run).
   bool zero_low_precision_params = false;
-  bool grads_persist = false;
-  bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer       // gradient buffers live for the whole run (zeroed in place), not per step
+  bool grads_persist = false;  // gradient buffers live for the whole run (zeroed in place), not per step
+  bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
+  // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
+  // backward saves self; 2.x saves only sizes and numel).
+  bool norm_mean_keeps_input = false;
 };
 
 RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);
