@@ -39,16 +39,38 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   // Gradient reductions run asynchronously: what a reduce-scatter or all-reduce releases when it
   // completes is released only after the compute op issued next has run (FSDP keeps one reduction in
   // flight and waits for it at the next post-backward), so its buffers coexist with that compute.
-  // All-gathers are waited for before their unit's compute (and their staging is copied out then),
-  // so their completion applies in issue order.
+  // An all-gather is waited for (and its staging copied out and released) right before the first
+  // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
+  // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   std::vector<const Op*> pending;
+  std::vector<int> gathers_open;
+  auto complete = [&](const Op& o) {
+    for (const MemEvent& e : o.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  };
   auto flush_pending = [&] {
-    for (const Op* o : pending)
-      for (const MemEvent& e : o->on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    for (const Op* o : pending) complete(*o);
     pending.clear();
+  };
+  auto wait_gathers_of = [&](const Op& consumer) {
+    for (int d : consumer.deps) {
+      auto it = std::find(gathers_open.begin(), gathers_open.end(), d);
+      if (it == gathers_open.end()) continue;
+      complete(p.ops[static_cast<size_t>(d)]);
+      gathers_open.erase(it);
+    }
   };
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
+    if (op.stream == Stream::Compute) wait_gathers_of(op);
+    if (op.kind == OpKind::Gather) {
+      // A prefetch is issued from the next compute op's pre-forward (pre-backward) hook, after that op
+      // has waited for its own unit's gather.
+      for (size_t k = i + 1; k < p.ops.size(); ++k)
+        if (p.ops[k].stream == Stream::Compute && p.ops[k].kind != OpKind::Reshard) {
+          wait_gathers_of(p.ops[k]);
+          break;
+        }
+    }
     if (op.after_all_comm) flush_pending();  // the optimizer waits for every reduction
     // The end of a micro-batch's backward waits for its reductions (FSDP2's root post-backward final
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
@@ -68,11 +90,16 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
       pending.push_back(&op);
       continue;
     }
+    if (op.kind == OpKind::Gather) {
+      gathers_open.push_back(static_cast<int>(i));
+      continue;
+    }
     for (const MemEvent& e : op.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
     // A reduction issued just before this compute op stays pending until the next one.
     if (op.stream == Stream::Compute && op.kind != OpKind::Reshard) flush_pending();
   }
   flush_pending();
+  for (int g : gathers_open) complete(p.ops[static_cast<size_t>(g)]);
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
     r.peak_phase = op_phase(p, op);

@@ -324,7 +324,20 @@ struct Emitter {
   // (two hidden-size tensors in the residual dtype), the usual transient of a pre-norm block.
   double forward_transient(const WrapUnit& u) const {
     if (u.num_layers() == 0) return 0;
-    return 2.0 * tokens * static_cast<double>(g.spec().hidden_size) * tensor_bytes(TensorClass::Residual, q);
+    const ModelSpec& m = g.spec();
+    const double h = static_cast<double>(m.hidden_size);
+    const double residual = 2.0 * tokens * h * tensor_bytes(TensorClass::Residual, q);
+    if (s.act_ckpt != ActCkpt::Full || !rt.checkpointed_forward_keeps_layer_tensors) return residual;
+    // A checkpointed layer runs without autograd, but a runtime whose layer keeps its intermediate
+    // tensors in locals until it returns (fsdp-run's layer_forward, C++ temporaries living to the end of
+    // their statement) peaks at the MLP product with the normed input, q, the repeated k and v and the
+    // attention output (q width each), the residual sum and the post-attention norm's output, and the
+    // gate, activation, up and product tensors (ffn wide; plain MLP: up and activation).
+    const double f = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
+                           : static_cast<double>(m.ffn_size);
+    const double locals =
+        tokens * pb * (3.0 * h + 4.0 * static_cast<double>(m.q_dim()) + (m.gated_mlp ? 4.0 : 2.0) * f);
+    return std::max(residual, locals);
   }
 
   // Working memory of one layer's backward, beyond the activations already counted: the larger of its
@@ -572,14 +585,14 @@ void Emitter::emit_sharded() {
       if (fp32_collectives && prog.layout.shard_size > 1) {
         // Without low-precision collectives (Gloo, executor/dist/comm.cpp) the fp32 master shard goes over
         // the wire as it is; a compute-dtype shard (offload) is staged in fp32 first. The gather lands in an
-        // fp32 buffer, cast afterwards into the compute-dtype parameters, and Gloo's list all-gather
-        // gathers into a flat buffer of its own first (ProcessGroupGloo.cpp AsyncAllgatherWork:
-        // newLikeFlat(outputs), then copied out).
+        // fp32 buffer, cast into the compute-dtype parameters when it is waited for. Gloo's list
+        // all-gather gathers into a flat buffer of its own, released when the collective ends
+        // (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs), copied out): transient.
         const double elems = padded(train(ui)), shard_elems = shard(train(ui));
         if (offload_params) staging += shard_elems * pb;
         if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;
         if (pb < 4.0) staging += elems * 4.0;
-        staging += elems * 4.0;
+        op.transient_bytes += elems * 4.0;
       }
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});

@@ -37,6 +37,7 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
   r.logits_kept_by_caller = mod.get_bool("logits_kept_by_caller");
   r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
+  r.checkpointed_forward_keeps_layer_tensors = mod.get_bool("checkpointed_forward_keeps_layer_tensors");
   r.eager_softmax_fp32 = mod.get_bool("eager_softmax_fp32");
   r.norm_mean_keeps_input = mod.get_bool("norm_mean_keeps_input");
   mod.finish();

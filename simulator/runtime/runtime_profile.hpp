@@ -27,6 +27,8 @@ struct RuntimeProfile {
   // Full activation checkpointing regions: each decoder layer (Hugging Face gradient_checkpointing), or
   // each wrap unit (fsdp-run: one region per unit, whatever its number of layers).
   bool checkpoint_per_unit = false;
+  // A checkpointed (no-autograd) layer forward keeps its intermediate tensors until the layer returns.
+  bool checkpointed_forward_keeps_layer_tensors = false;
   bool allgather_copy_out = false;                  // all-gather output is copied out into per-parameter tensors
   bool root_reshard_after_forward = true;           // the root unit frees its params after forward
   bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
