@@ -11,27 +11,28 @@ mkdir -p "$out"
 rows=$out/rows.tsv
 : >"$rows"
 i=0
-while read -r strategy world wrap ckpt dtype accum offload group; do
+while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
   [[ -z "$strategy" || "$strategy" == \#* ]] && continue
+  mb=${mb:-2} seq=${seq:-64}
   i=$((i + 1))
   plan=$out/plan$i.yaml
   extra=()
   [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
   "$plan_bin" --model "$model" --hw cpu --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
-    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch 2 --seq 64 --grad-accum "$accum" \
+    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" --grad-accum "$accum" \
     --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json >"$out/pred$i.json" 2>"$out/plan$i.err" ||
     { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; exit 1; }
   "$run_bin" --nproc-per-node "$world" "$plan" --steps 2 --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
     { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" "$offload" \
-    "$group" >>"$rows"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
+    "$offload" "$group" "$mb" "$seq" >>"$rows"
 done <"$root/tests/accuracy/grid.txt"
 python3 - "$out" "$tol" <<'PY'
 import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
-print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt", "dtype",
-      "accum", "offload", "pred MiB", "meas MiB", "error") + " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
+print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt", "dtype",
+      "accum", "offload", "mb*seq", "pred MiB", "meas MiB", "error") + " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
 worst, failed = 0.0, 0
 for r in rows:
     i = r[0]
@@ -42,8 +43,8 @@ for r in rows:
     worst = max(worst, abs(err))
     bad = abs(err) > tol
     failed += bad
-    print("%-3s %-13s %5s %-6s %-5s %-5s %5s %-9s | %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[1], r[2], r[3], r[4],
-          r[5], r[6], r[7], pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
+    print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[1], r[2], r[3],
+          r[4], r[5], r[6], r[7], r[9] + "x" + r[10], pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
           "  <-- over %.0f%%" % tol if bad else ""))
 # Per category, as `fsdp-plan compare` pairs them: the executor's tagged buffers by name, and the untagged rest
 # (activations during forward/backward, transient elsewhere) against predicted activations + transient.
