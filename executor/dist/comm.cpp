@@ -72,36 +72,43 @@ std::string first_slurm_host(const std::string& list) {
 
 bool is_loopback(const std::string& addr) { return addr == "127.0.0.1" || addr == "localhost" || addr == "::1"; }
 
-// The adapter's own buffers (fp32 staging of low-precision data, a wider gather output, Gloo's flat
-// all-gather buffer) are comm_buffers in the memory report while a collective holds them. Tagged before
-// they are allocated, released with the handle's waiter (after the wait, or when it is dropped).
+// The adapter's own buffers (fp32 staging of low-precision data, a wider gather output) are comm_buffers in
+// the memory report while a collective holds them; Gloo's flat all-gather buffer, released inside the
+// collective, is transient. Tagged before they are allocated, released with the handle's waiter (after the
+// wait, or when it is dropped).
 class StagingTag {
  public:
-  explicit StagingTag(int64_t bytes) : bytes_(bytes) {
-    if (bytes_ != 0) MemTracker::instance().tag(MemoryCategory::CommBuffers, bytes_);
+  StagingTag(int64_t bytes, MemoryCategory category) : bytes_(bytes), category_(category) {
+    if (bytes_ != 0) MemTracker::instance().tag(category_, bytes_);
   }
   ~StagingTag() {
-    if (bytes_ != 0) MemTracker::instance().tag(MemoryCategory::CommBuffers, -bytes_);
+    if (bytes_ != 0) MemTracker::instance().tag(category_, -bytes_);
   }
   StagingTag(const StagingTag&) = delete;
   StagingTag& operator=(const StagingTag&) = delete;
 
  private:
   int64_t bytes_;
+  MemoryCategory category_;
 };
-std::shared_ptr<StagingTag> staging_tag(int64_t bytes) { return std::make_shared<StagingTag>(bytes); }
+std::shared_ptr<StagingTag> staging_tag(int64_t bytes, MemoryCategory category = MemoryCategory::CommBuffers) {
+  return std::make_shared<StagingTag>(bytes, category);
+}
 
 bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
 
-// Bytes a Gloo all-gather of `shard` into `full` allocates besides them: the fp32 staging of a
-// low-precision shard, an output in the wire dtype when it is not full's, and Gloo's own flat output
-// (ProcessGroupGloo.cpp AsyncAllgatherWork: newLikeFlat(outputs)).
-int64_t gloo_gather_staging(const at::Tensor& shard, const at::Tensor& full) {
+// What a Gloo all-gather of `shard` into `full` allocates besides them, tagged: the fp32 staging of a
+// low-precision shard and an output in the wire dtype when it is not full's (held until the wait), and
+// Gloo's own flat output (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs)).
+struct GatherTags {
+  std::shared_ptr<StagingTag> held, flat;
+};
+GatherTags gloo_gather_tags(const at::Tensor& shard, const at::Tensor& full) {
   const bool up = low_precision(shard);
   const at::ScalarType wire = up ? at::kFloat : shard.scalar_type();
   const int64_t wire_size = static_cast<int64_t>(c10::elementSize(wire));
-  return (up ? shard.numel() * 4 : 0) + (wire != full.scalar_type() ? full.numel() * wire_size : 0) +
-         full.numel() * wire_size;
+  return {staging_tag((up ? shard.numel() * 4 : 0) + (wire != full.scalar_type() ? full.numel() * wire_size : 0)),
+          staging_tag(full.numel() * wire_size, MemoryCategory::Transient)};
 }
 
 // ---------------------------------------------------------------------------
@@ -128,9 +135,9 @@ class LocalGroup final : public Group {
   Handle all_gather(at::Tensor shard, at::Tensor full) override {
     check_sizes(shard, full);
     at::Tensor in, out, flat;
-    std::shared_ptr<StagingTag> tag;
+    GatherTags tag;
     if (mimic_) {
-      tag = staging_tag(gloo_gather_staging(shard, full));
+      tag = gloo_gather_tags(shard, full);
       // As C10dGroup on Gloo: a low-precision shard is staged in fp32, the gather lands in a buffer of
       // the wire dtype when it differs from full's, and Gloo gathers into a flat buffer of its own.
       const bool up = low_precision(shard);
@@ -321,7 +328,7 @@ class C10dGroup final : public Group {
       auto work = guard([&] { return pg_->_allgather_base(full, in); });
       return Handle([this, work, in, tag]() mutable { wait(work); });
     }
-    auto tag = staging_tag(gloo_gather_staging(shard, full));
+    GatherTags tag = gloo_gather_tags(shard, full);
     // Gloo: a low-precision shard is staged in fp32; a wider shard than `full` (an fp32 master shard
     // gathered into compute-dtype parameters) goes over the wire as it is and is cast once at the end.
     at::Tensor in = staged(shard.reshape(-1));
