@@ -35,13 +35,22 @@ class Handle {
     if (waiter_) {
       auto w = std::move(waiter_);
       waiter_ = nullptr;
+      const auto t0 = std::chrono::steady_clock::now();
       w();
+      blocked_ns_ +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     }
   }
   bool pending() const { return static_cast<bool>(waiter_); }
+  // Time this thread spent blocked in wait() (exposed communication), since the start; the difference
+  // over a step is the step's exposed communication.
+  static double blocked_seconds() {
+    return std::chrono::duration<double>(std::chrono::nanoseconds(blocked_ns_)).count();
+  }
 
  private:
   std::function<void()> waiter_;
+  static inline thread_local int64_t blocked_ns_ = 0;
 };
 
 class Group {

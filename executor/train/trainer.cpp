@@ -102,6 +102,7 @@ RunResult Trainer::run(std::ostream* log) {
 
   for (int64_t step = t.start_step + 1; step <= t.cfg.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
+    const double waited0 = Handle::blocked_seconds();
     t.comm.set_progress(step, "forward/backward");
     double loss_sum = 0;
     for (int64_t k = 0; k < K; ++k) {
@@ -144,6 +145,7 @@ RunResult Trainer::run(std::ostream* log) {
     st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(t.comm.size()));
     auto t1 = std::chrono::steady_clock::now();
     st.time_s = std::chrono::duration<double>(t1 - t0).count();
+    st.comm_wait_s = Handle::blocked_seconds() - waited0;
     st.tokens_per_s = static_cast<double>(W * K * b * T) / st.time_s;
     res.steps.push_back(st);
     if (log && rank == 0 && (step % std::max<int64_t>(1, t.cfg.log_every) == 0 || step == t.cfg.steps)) {

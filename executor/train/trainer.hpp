@@ -37,7 +37,8 @@ struct StepStat {
   double time_s = 0;
   double tokens_per_s = 0;
   double grad_norm = 0;
-  bool skipped = false;  // fp16 overflow: step skipped, loss scale lowered
+  double comm_wait_s = 0;  // blocked waiting for collectives (exposed communication)
+  bool skipped = false;    // fp16 overflow: step skipped, loss scale lowered
 };
 
 struct RunResult {

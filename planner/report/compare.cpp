@@ -63,14 +63,26 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
   c.memory.push_back(ComparisonRow{"peak allocated", "bytes", pred.peak_bytes, number(mem, "peak_bytes", path), true});
   const auto& steps = need(report, "steps", path);
   if (!steps.is_array()) throw InputError(path + ": key 'steps' is not a list");
-  std::vector<double> times;
-  for (size_t i = 1; i < steps.size(); ++i) times.push_back(number(steps[i], "time_s", path));  // step 1 warms up
-  if (times.empty() && !steps.empty()) times.push_back(number(steps[0], "time_s", path));
-  if (!times.empty()) {
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
-    if (times.size() % 2 == 0) median = 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+  // Medians over the steps after the first (which warms up), or the only step.
+  auto median_of = [&](auto value) {
+    std::vector<double> v;
+    for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) v.push_back(value(steps[i]));
+    std::sort(v.begin(), v.end());
+    if (v.empty()) return 0.0;
+    return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  if (!steps.empty()) {
+    const double median = median_of([&](const nlohmann::json& st) { return number(st, "time_s", path); });
     c.time.push_back(ComparisonRow{"step time (median)", "s", pred.step_s, median, true});
+    // The run's exposed communication is the time it blocked waiting for collectives; the rest of the
+    // step is compute (kernels, copies, the optimizer), as the simulator splits it.
+    if (steps[0].contains("comm_wait_s")) {
+      const double wait = median_of([&](const nlohmann::json& st) { return number(st, "comm_wait_s", path); });
+      const double compute = median_of(
+          [&](const nlohmann::json& st) { return number(st, "time_s", path) - number(st, "comm_wait_s", path); });
+      c.time.push_back(ComparisonRow{"compute (median)", "s", pred.compute_s, compute, true});
+      c.time.push_back(ComparisonRow{"exposed comm (median)", "s", pred.exposed_comm_s, wait, true});
+    }
     double tokens = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
     c.time.push_back(ComparisonRow{"tokens/s per GPU", "tokens/s", pred.tokens_per_s_per_gpu, tokens / median, true});
   }

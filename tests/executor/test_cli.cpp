@@ -116,6 +116,10 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   json a = json::parse(slurp(d / "a.json"));
   CHECK(a.at("world_size") == 2);
   CHECK(a.at("steps").size() == 3);
+  for (const auto& st : a.at("steps")) {  // exposed communication: part of the step, never more
+    CHECK(st.at("comm_wait_s").get<double>() >= 0.0);
+    CHECK(st.at("comm_wait_s").get<double>() <= st.at("time_s").get<double>());
+  }
   auto per_rank = a.at("memory").at("peak_bytes_per_rank").get<std::vector<int64_t>>();
   REQUIRE(per_rank.size() == 2);
   CHECK(a.at("memory").at("peak_bytes").get<int64_t>() == std::max(per_rank[0], per_rank[1]));

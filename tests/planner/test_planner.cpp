@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -155,9 +156,11 @@ TEST_CASE("--trace writes a Chrome trace: one track per stream, one slice per op
 
 TEST_CASE("compare: predicted vs measured per category, step time from the median, bad reports refused") {
   const std::string base = "/tmp/fsdp_cmp_" + std::to_string(::getpid());
-  REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --strategy fsdp --micro-batch 2 --seq 64 --grad-accum 1 --out " +
-                  base + ".yaml")
-              .code == 0);
+  REQUIRE(
+      run_cli(
+          "--model tiny --gpus 2 --hw cpu --strategy fsdp --wrap layer --micro-batch 2 --seq 64 --grad-accum 1 --out " +
+          base + ".yaml")
+          .code == 0);
   PlanFile plan = read_plan_file(base + ".yaml");
   REQUIRE(plan.prediction.has_value());
   const double pred_peak = plan.prediction->peak_bytes;
@@ -193,8 +196,23 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(saw_peak);
   CHECK(saw_opt);
   CHECK(saw_rest);
-  // Steps after the first: 2, 1, 3 -> median 2 s.
+  // Steps after the first: 2, 1, 3 -> median 2 s. No comm_wait_s in the steps: no compute/comm rows.
   CHECK(j["time"][0]["measured"].get<double>() == doctest::Approx(2.0));
+  CHECK(j["time"].size() == 2);
+  // With the time blocked on collectives: exposed comm is its median, compute the median of the rest.
+  report["steps"] = nlohmann::json::array({{{"time_s", 9.0}, {"comm_wait_s", 5.0}},
+                                           {{"time_s", 2.0}, {"comm_wait_s", 0.5}},
+                                           {{"time_s", 1.0}, {"comm_wait_s", 0.25}},
+                                           {{"time_s", 3.0}, {"comm_wait_s", 2.5}}});
+  std::ofstream(base + ".json") << report.dump();
+  auto t = run_cli("compare " + base + ".yaml " + base + ".json --json");
+  REQUIRE(t.code == 0);
+  auto jt = nlohmann::json::parse(t.out);
+  std::map<std::string, double> measured;
+  for (const auto& row : jt["time"]) measured[row["name"].get<std::string>()] = row["measured"].get<double>();
+  CHECK(measured.at("exposed comm (median)") == doctest::Approx(0.5));  // 0.5, 0.25, 2.5
+  CHECK(measured.at("compute (median)") == doctest::Approx(0.75));      // 1.5, 0.75, 0.5
+  CHECK(measured.at("step time (median)") == doctest::Approx(2.0));
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
   auto bad = run_cli("compare " + base + ".yaml " + base + ".bad.json");
   CHECK(bad.code == 2);
