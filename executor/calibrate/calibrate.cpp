@@ -26,11 +26,13 @@
 #include "comm/collective_cost.hpp"
 #include "comm/comm_group.hpp"
 #include "compute/compute_cost.hpp"
+#include "core/config_map.hpp"
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist/device.hpp"
 #include "dist/launcher.hpp"
 #include "hardware/hardware_profile.hpp"
+#include "model/model_loader.hpp"
 #include "model/transformer.hpp"
 #include "train/host_adam.hpp"
 
@@ -136,20 +138,21 @@ class Calibrator {
     if (cuda_) c10::cuda::device_synchronize();
 #endif
   }
-  // Median of repeated timings: one warm-up call, then at least 3 calls and until a time budget is spent.
+  // Lower quartile of repeated timings (cal::lower_quartile): one warm-up call, then at least 4 calls and
+  // until a time budget is spent.
   double time_op(const std::function<void()>& f) const {
     f();
     sync();
     std::vector<double> ts;
-    const double budget = opt_.quick ? 0.03 : 0.25;
+    const double budget = opt_.quick ? 0.06 : 0.25;
     const auto start = Clock::now();
-    while (ts.size() < 3 || (ts.size() < 50 && seconds_since(start) < budget)) {
+    while (ts.size() < 4 || (ts.size() < 50 && seconds_since(start) < budget)) {
       const auto t0 = Clock::now();
       f();
       sync();
       ts.push_back(seconds_since(t0));
     }
-    return cal::median(ts);
+    return cal::lower_quartile(ts);
   }
   static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
   // Rank 0's decision, shared, so that every rank runs the same shapes at the same time.
@@ -164,6 +167,7 @@ class Calibrator {
   void gemms();
   void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out);
   void attention(at::ScalarType dt, std::vector<AttnSample>& out);
+  void host_overhead(at::ScalarType dt, HostOverhead& out, std::string& note);
   void host();
   void collectives(const DistEnv& env);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
@@ -183,6 +187,8 @@ class Calibrator {
   std::vector<GemmSample> fp32_, bf16_, fp16_;
   std::string fp16_missing_;
   std::vector<AttnSample> attn_, attn_bf16_;
+  HostOverhead overhead_fp32_, overhead_bf16_;
+  std::string overhead_note_fp32_, overhead_note_bf16_;
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
@@ -271,6 +277,109 @@ void Calibrator::attention(at::ScalarType dt, std::vector<AttnSample>& out) {
   }
 }
 
+// The probe of host_overhead: a decoder layer of the zoo's Llama shape (RMSNorm, RoPE, grouped-query
+// attention, SwiGLU; configs/models/README.md), so narrow that its arithmetic is negligible.
+constexpr const char* kProbeModel = R"(name: calibrate-probe
+family: decoder
+hidden_size: 32
+num_layers: 4
+num_heads: 2
+num_kv_heads: 1
+head_dim: 16
+ffn_size: 32
+gated_mlp: true
+activation: silu
+vocab_size: 64
+tied_embeddings: false
+norm: rmsnorm
+norm_eps: 1.0e-5
+position_embedding: rope
+rope_theta: 10000
+max_positions: 64
+qkv_bias: false
+attn_out_bias: false
+mlp_bias: false
+dropout: false
+)";
+
+void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, std::string& note) {
+  // The executor's own forward and backward (executor/model/transformer.hpp: embed_forward, layer_forward,
+  // head_loss, autograd) of the probe with 0 and 4 layers, batch 1 x sequence 32; per layer = the difference
+  // / 4, the head = the 0-layer run. From each, the time of its GEMMs and attention core, timed alone at the
+  // same shapes, is taken away: the simulator prices those with the curves above. What remains is the host
+  // time of everything else (dispatch, autograd, norms, rotary, casts, residual adds, activations).
+  ConfigMap map = ConfigMap::load_string(kProbeModel, "calibrate probe");
+  const ModelSpec spec = parse_model_map(map);
+  const int64_t T = 32, H = spec.hidden_size, F = spec.ffn_size, V = spec.vocab_size;
+  const int64_t nh = spec.num_heads, nkv = spec.num_kv_heads, hd = spec.head_dim;
+  const auto o = f32_.dtype(dt);
+  const std::vector<ParamDef> defs = model_param_defs(spec);
+  ParamMap params;
+  for (std::size_t i = 0; i < defs.size(); ++i)
+    params[defs[i].name] = init_param(defs[i], static_cast<int64_t>(i), 0).to(o).requires_grad_(true);
+  at::Tensor tokens = at::randint(0, V, {1, T + 1}, f32_.dtype(at::kLong));
+  const at::Tensor in = tokens.narrow(1, 0, T).contiguous(), target = tokens.narrow(1, 1, T).contiguous();
+  ForwardOptions fo;
+  fo.attention = AttentionImpl::Eager;
+  auto forward = [&](int layers) {
+    at::Tensor h = embed_forward(spec, params, in);
+    for (int l = 0; l < layers; ++l) h = layer_forward(spec, params, l, h, fo);
+    return head_loss(spec, params, h, target);
+  };
+  auto backward = [&](const at::Tensor& loss) {
+    torch::autograd::backward({loss});
+    for (auto& [name, t] : params) t.mutable_grad() = at::Tensor();
+  };
+  // A longer budget than the kernels: these are differences of small times.
+  auto timed = [&](const std::function<void()>& f) {
+    f();
+    std::vector<double> ts;
+    const auto start = Clock::now();
+    while (ts.size() < 9 || (ts.size() < 200 && seconds_since(start) < (opt_.quick ? 0.3 : 1.0))) {
+      const auto t0 = Clock::now();
+      f();
+      sync();
+      ts.push_back(seconds_since(t0));
+    }
+    return cal::lower_quartile(ts);
+  };
+  const double f0 = timed([&] { (void)forward(0); }), f4 = timed([&] { (void)forward(4); });
+  const double b0 = timed([&] { backward(forward(0)); }), b4 = timed([&] { backward(forward(4)); });
+  // The layer's GEMMs (x W^T forward; dy W and dy^T x backward) and its attention core, alone.
+  double gemm_f = 0, gemm_b = 0;
+  auto linear = [&](int64_t outf, int64_t inf, double& fwd, double& bwd) {
+    at::Tensor x = at::randn({T, inf}, f32_).to(o), w = at::randn({outf, inf}, f32_).to(o),
+               dy = at::randn({T, outf}, f32_).to(o);
+    fwd += timed([&] { (void)at::mm(x, w.t()); });
+    bwd += timed([&] { (void)at::mm(dy, w); }) + timed([&] { (void)at::mm(dy.t(), x); });
+  };
+  for (auto [outf, inf] :
+       {std::pair<int64_t, int64_t>{nh * hd, H}, {nkv * hd, H}, {nkv * hd, H}, {H, nh * hd}, {F, H}, {F, H}, {H, F}})
+    linear(outf, inf, gemm_f, gemm_b);
+  double head_f = 0, head_b = 0;
+  linear(V, H, head_f, head_b);
+  at::Tensor q = at::randn({1, nh, T, hd}, f32_).to(o).requires_grad_(true), k = at::randn_like(q).requires_grad_(true),
+             v = at::randn_like(q).requires_grad_(true);
+  at::Tensor go = at::randn_like(q);
+  const double attn_f = timed([&] { (void)attention_core(q, k, v, true); });
+  const double attn_fb = timed([&] {
+    at::Tensor a = attention_core(q, k, v, true);
+    torch::autograd::backward({a}, {go});
+    q.mutable_grad() = k.mutable_grad() = v.mutable_grad() = at::Tensor();
+  });
+  const double layer_f = (f4 - f0) / 4, layer_b = (b4 - b0) / 4 - layer_f;
+  out.layer_forward = Seconds(std::max(0.0, layer_f - gemm_f - attn_f));
+  out.layer_backward = Seconds(std::max(0.0, layer_b - gemm_b - (attn_fb - attn_f)));
+  out.head_forward = Seconds(std::max(0.0, f0 - head_f));
+  out.head_backward = Seconds(std::max(0.0, b0 - f0 - head_b));
+  auto us = [](double t) { return fmt("%.0f us", t * 1e6); };
+  note = std::string(c10::toString(dt)) + ": layer forward " + us(layer_f) + " - GEMMs " + us(gemm_f) +
+         " - attention " + us(attn_f) + ", backward " + us(layer_b) + " - " + us(gemm_b) + " - " +
+         us(attn_fb - attn_f) + "; embedding+head+loss forward " + us(f0) + " - " + us(head_f) + ", backward " +
+         us(b0 - f0) + " - " + us(head_b);
+  progress("host overhead " + note);
+}
+
 void Calibrator::host() {
   // Node-wide quantities: local rank 0 measures them alone while the node's other ranks wait.
   comm_.world().barrier();
@@ -305,8 +414,11 @@ void Calibrator::host() {
 void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std::string& what) {
   std::vector<double> sizes;
   const double top = opt_.quick ? 4 * kMiB : (cuda_ ? 256 * kMiB : 64 * kMiB);
-  for (double s = opt_.quick ? 64 * 1024 : 16 * 1024; s <= top; s *= 4) sizes.push_back(s);
-  const int reps = opt_.quick ? 3 : 5;
+  for (double s = opt_.quick ? 64 * 1024 : 16 * 1024; s <= top; s *= 2) sizes.push_back(s);
+  // The statistic is the mean: a training step pays the sum of its collectives, and on a loaded or virtual
+  // machine single collectives are bimodal (a fast mode, and one that waits a scheduler quantum for a thread
+  // to run), so a median flips between modes. The slowest timing is left out (a one-off stall).
+  const int reps = opt_.quick ? 25 : 40;
   const int n = g.size();
   for (double bytes : sizes) {
     const int64_t shard = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4) / n);
@@ -327,7 +439,11 @@ void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std
         op();
         if (r > 0) ts.push_back(seconds_since(t0));  // r == 0: warm-up
       }
-      CollSample s{k, n, 4.0 * double(full), cal::median(ts)};
+      std::sort(ts.begin(), ts.end());
+      ts.pop_back();
+      double mean = 0;
+      for (double t : ts) mean += t / double(ts.size());
+      CollSample s{k, n, 4.0 * double(full), mean};
       out.push_back(s);
       progress(what + " " + cal::coll_name(k) + " " + fmt("%.0f KiB", s.bytes / 1024) + " over " + std::to_string(n) +
                ": " + fmt("%.3f ms", s.seconds * 1e3) + " (busbw " +
@@ -374,6 +490,8 @@ int Calibrator::run(const DistEnv& env) {
   gemms();
   attention(at::kFloat, attn_);
   attention(at::kBFloat16, attn_bf16_);
+  host_overhead(at::kFloat, overhead_fp32_, overhead_note_fp32_);
+  host_overhead(at::kBFloat16, overhead_bf16_, overhead_note_bf16_);
   host();
   collectives(env);
   comm_.world().barrier();
@@ -556,6 +674,18 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     }
   }
 
+  // --- Host overhead of the executor's eager layer, per dtype ---
+  hw.host_overhead_fp32 = overhead_fp32_;
+  hw.host_overhead_bf16 = overhead_bf16_;
+  hw.host_overhead_fp16 = HostOverhead{};  // fp16: the bf16 entry's rules (fp32's) apply; none measured
+  N["device.host_overhead"] =
+      by +
+      "the executor's forward/backward (embed_forward, layer_forward, head_loss, autograd) of a Llama-shaped\n"
+      "probe (hidden 32, 2 heads x 16, 1 kv head, ffn 32, vocab 64; batch 1 x sequence 32) with 0 and 4 layers,\n"
+      "less its GEMMs and attention core timed alone (the curves above price those): the host time per pass\n"
+      "of everything else. " +
+      overhead_note_fp32_ + ";\n" + overhead_note_bf16_;
+
   // --- CPU: the cores the node has and the cores each rank computed on ---
   if (!cuda_) {
     hw.cpu_cores = cpus_;
@@ -601,6 +731,19 @@ std::string Calibrator::write_profile(const DistEnv& env) {
       c.efficiency.push_back(e);
     }
     t.bus_efficiency = c;
+    // One curve per collective (the same derivation per collective; docs/hardware.md bus_efficiency_<kind>).
+    auto own = [&](CollKind k, EfficiencyCurve& dst) {
+      auto it = f.by_kind.find(k);
+      dst = EfficiencyCurve{};
+      if (it == f.by_kind.end()) return;
+      for (const auto& [x, e] : it->second) {
+        dst.x.push_back(x);
+        dst.efficiency.push_back(e);
+      }
+    };
+    own(CollKind::AllGather, t.bus_efficiency_all_gather);
+    own(CollKind::ReduceScatter, t.bus_efficiency_reduce_scatter);
+    own(CollKind::AllReduce, t.bus_efficiency_all_reduce);
   };
   auto describe = [&](const cal::RingFit& f, const std::vector<CollSample>& v) {
     std::string s =
@@ -608,16 +751,21 @@ std::string Calibrator::write_profile(const DistEnv& env) {
         fmt(" (3 collectives, %.0f sizes): ", double(v.size()) / 3) + fmt("base %.1f us", f.base_latency_s * 1e6) +
         fmt(", per step %.1f us", f.step_latency_s * 1e6) + fmt(", line busbw %.3f GB/s", f.line_bandwidth_Bps / 1e9) +
         ", line residual rms " + pct(f.line.rms_rel) + ", worst " + pct(f.line.max_abs_rel) +
-        (f.outliers ? fmt(", %.0f outlier timing(s) left out", f.outliers) : "");
+        (f.outliers ? fmt(", %.0f outlier timing(s) left out", f.outliers) : "") +
+        (f.latency_scale < 1
+             ? fmt(", latency terms scaled by %.3g to the collectives' own fixed costs", f.latency_scale)
+             : "");
     return s;
   };
   if (!intra_.empty()) {
     cal::RingFit f = cal::fit_ring(intra_);
     tier_from(f, hw.intra_node, 1.0);
     hw.collective_base_latency = Seconds(f.base_latency_s);
-    N["node.intra_node"] = by + std::to_string(intra_size_) + " local ranks through executor/dist/comm.hpp (" +
-                           (cuda_ ? "NCCL" : "Gloo") + "), fp32 buffers;\n" + describe(f, intra_) +
-                           ";\nbus efficiency: per size after the latency terms, isotonic, plateau = bandwidth";
+    N["node.intra_node"] =
+        by + std::to_string(intra_size_) + " local ranks through executor/dist/comm.hpp (" + (cuda_ ? "NCCL" : "Gloo") +
+        "), fp32 buffers;\n" + describe(f, intra_) +
+        ";\nbus efficiency: per size after the latency terms, isotonic, plateau = bandwidth;\n"
+        "bus_efficiency_<collective>: the same per collective (mean of timed calls less the slowest)";
     N["collectives.base_latency"] = by + "the intra-node ring fit's constant term";
     rep << "calibrate: intra-node " << describe(f, intra_) << "\n";
   } else {

@@ -19,6 +19,16 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double lower_quartile(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Linear interpolation between order statistics (the usual "type 7" quantile).
+  const double pos = 0.25 * static_cast<double>(v.size() - 1);
+  const std::size_t i = static_cast<std::size_t>(pos);
+  const double w = pos - static_cast<double>(i);
+  return i + 1 < v.size() ? v[i] * (1 - w) + v[i + 1] * w : v[i];
+}
+
 LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
   if (rows.size() != y.size() || rows.empty())
     throw InputError("least squares: rows and measurements differ in number");
@@ -205,36 +215,111 @@ RingFit finish_ring(RingFit f, const std::vector<CollSample>& samples) {
   if (!(f.line.coef[2] > 0) || share < 0.01)
     throw InputError("collective fit: the timings do not grow with the message size (no bandwidth term)");
   f.line_bandwidth_Bps = 1.0 / f.line.coef[2];
+  // Per (collective, group size), a line t = a + c S over its sizes (relative non-negative least squares)
+  // smooths the per-size noise of single timings, and its intercept a is that collective's own fixed cost.
+  std::map<std::pair<CollKind, int>, std::pair<double, double>> own_line;  // -> (a, c)
+  {
+    std::map<std::pair<CollKind, int>, std::vector<const CollSample*>> by;
+    for (const CollSample& s : samples) by[{s.kind, s.group}].push_back(&s);
+    for (const auto& [key, v] : by) {
+      std::vector<std::vector<double>> rows;
+      std::vector<double> y;
+      double lo = v.front()->bytes, hi = lo;
+      for (const CollSample* s : v) {
+        rows.push_back({1.0, s->bytes});
+        y.push_back(s->seconds);
+        lo = std::min(lo, s->bytes);
+        hi = std::max(hi, s->bytes);
+      }
+      if (hi <= lo) continue;  // one size: no line
+      const LsqResult r = nonneg_relative_lsq(rows, y);
+      if (r.coef[1] > 0) own_line[key] = {r.coef[0], r.coef[1]};
+    }
+  }
+  // The latency terms may not exceed any collective's own fixed cost (or half a timing where it has no
+  // line): a transport whose collectives do not share the ring's latency structure (Gloo) otherwise gets
+  // latency terms that alone are slower than its fast collectives. Both terms are scaled down together.
+  auto smoothed = [&](const CollSample& s) {
+    auto it = own_line.find({s.kind, s.group});
+    return it == own_line.end() ? s.seconds : it->second.first + it->second.second * s.bytes;
+  };
+  {
+    double scale = 1;
+    for (const CollSample& s : samples) {
+      const double lat = f.base_latency_s + f.step_latency_s * ring_steps(s.kind, s.group);
+      auto it = own_line.find({s.kind, s.group});
+      const double bound = it == own_line.end() ? 0.5 * s.seconds : it->second.first;
+      if (lat > bound) scale = std::min(scale, bound / lat);
+    }
+    f.base_latency_s *= scale;
+    f.step_latency_s *= scale;
+    f.latency_scale = scale;
+  }
 
-  // Bus bandwidth each size needs, after the latency terms (mean over collectives at that size).
-  std::map<double, std::pair<double, int>> need;  // bytes -> (sum of needed busbw, count)
+  // Bus bandwidth each size needs, after the latency terms: mean over all collectives at that size (the
+  // shared curve, from the measured times), and per collective (from its line).
+  using Need = std::map<double, std::pair<double, int>>;  // bytes -> (sum of needed busbw, count)
+  Need all;
+  std::map<CollKind, Need> kind;
   for (const CollSample& s : samples) {
     const double lat = f.base_latency_s + f.step_latency_s * ring_steps(s.kind, s.group);
-    if (s.seconds < 2 * lat) continue;  // latency-dominated: says little about the bandwidth
-    auto& [sum, cnt] = need[s.bytes];
-    sum += busbw_factor(s.kind, s.group) * s.bytes / (s.seconds - lat);
-    ++cnt;
+    const double fac = busbw_factor(s.kind, s.group) * s.bytes;
+    auto add = [](Need& n, double bytes, double busbw) {
+      auto& [sum, cnt] = n[bytes];
+      sum += busbw;
+      ++cnt;
+    };
+    // Shared curve: latency-dominated timings say little about the bandwidth and are left out.
+    if (s.seconds >= 2 * lat) add(all, s.bytes, fac / (s.seconds - lat));
+    // Own curve: the collective's line exceeds the latency terms by its bandwidth term at every size.
+    const double t_own = smoothed(s);
+    if (t_own > lat) add(kind[s.kind], s.bytes, fac / (t_own - lat));
   }
-  if (need.empty()) {
+  if (all.empty() && kind.empty()) {
     double largest = 0;
     for (const CollSample& s : samples) largest = std::max(largest, s.bytes);
     f.bandwidth_Bps = f.line_bandwidth_Bps;
     f.bus_efficiency = {{largest, 1.0}};
     return f;
   }
-  std::vector<double> xs, eff, w;
-  for (const auto& [bytes, sc] : need) {
-    xs.push_back(bytes);
-    eff.push_back(sc.first / sc.second / f.line_bandwidth_Bps);
-    w.push_back(sc.second);
-  }
-  eff = isotonic_non_decreasing(eff, w);
-  const double top = *std::max_element(eff.begin(), eff.end());
+  // Efficiency relative to the line's bandwidth, made non-decreasing with size (isotonic).
+  auto relative = [&](const Need& n) {
+    std::vector<double> xs, eff, w;
+    for (const auto& [bytes, sc] : n) {
+      xs.push_back(bytes);
+      eff.push_back(sc.first / sc.second / f.line_bandwidth_Bps);
+      w.push_back(sc.second);
+    }
+    eff = isotonic_non_decreasing(eff, w);
+    std::vector<std::pair<double, double>> pts;
+    for (std::size_t i = 0; i < xs.size(); ++i) pts.emplace_back(xs[i], eff[i]);
+    return pts;
+  };
+  const auto shared = relative(all);
+  std::map<CollKind, std::vector<std::pair<double, double>>> own;
+  if (kind.size() > 1)
+    for (const auto& [k, n] : kind) own[k] = relative(n);
+  // The tier's bandwidth is the highest plateau; every curve is relative to it.
+  double top = 0;
+  for (const auto& [x, e] : shared) top = std::max(top, e);
+  for (const auto& [k, pts] : own)
+    for (const auto& [x, e] : pts) top = std::max(top, e);
   f.bandwidth_Bps = f.line_bandwidth_Bps * top;
-  std::vector<std::pair<double, double>> pts;
-  for (std::size_t i = 0; i < xs.size(); ++i) pts.emplace_back(xs[i], eff[i] / top);
-  Curve c = make_efficiency_curve(pts);
-  for (std::size_t i = 0; i < c.x.size(); ++i) f.bus_efficiency.emplace_back(c.x[i], c.e[i]);
+  auto to_curve = [&](const std::vector<std::pair<double, double>>& pts) {
+    std::vector<std::pair<double, double>> scaled;
+    for (const auto& [x, e] : pts) scaled.emplace_back(x, e / top);
+    Curve c = make_efficiency_curve(scaled);
+    std::vector<std::pair<double, double>> out;
+    for (std::size_t i = 0; i < c.x.size(); ++i) out.emplace_back(c.x[i], c.e[i]);
+    return out;
+  };
+  f.bus_efficiency = to_curve(shared);
+  if (f.bus_efficiency.empty()) {  // every timing latency-dominated: the plateau at the largest size
+    double largest = 0;
+    for (const CollSample& s : samples) largest = std::max(largest, s.bytes);
+    f.bus_efficiency = {{largest, 1.0}};
+  }
+  for (const auto& [k, pts] : own) f.by_kind[k] = to_curve(pts);
   return f;
 }
 

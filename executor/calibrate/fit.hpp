@@ -3,6 +3,7 @@
 // group sizes, and efficiency curves that the hardware-profile loader accepts. See docs/calibrate.md.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,19 +49,26 @@ double busbw_factor(CollKind k, int n);
 
 // The single-tier ring model of docs/hardware.md fitted to samples:
 //   t = base_latency + steps * step_latency + factor * S / (bandwidth * bus_efficiency(S)).
-// First the line t = base + steps * lat + factor * S / B (non-negative least squares), then the bus
-// efficiency each size needs to reproduce its mean measured time after the latency terms, the way
-// hwprofiles/tools/derive_bus_efficiency.py derives the shipped curves: sizes whose time is under
-// twice the latency terms are left out, the per-size efficiencies are made non-decreasing (isotonic
-// regression), normalised so the largest is 1 (bandwidth = the plateau) and made loader-valid.
+// First the line t = base + steps * lat + factor * S / B (non-negative least squares), its latency terms
+// scaled down where they exceed a collective's own fixed cost (the intercept of a line t = a + c S fitted
+// per collective and group size), then the bus efficiency each size needs to reproduce its mean measured
+// time after the latency terms (per collective: its line's time), much as
+// hwprofiles/tools/derive_bus_efficiency.py derives the shipped curves: the per-size efficiencies are made
+// non-decreasing (isotonic regression), normalised so the largest is 1 (bandwidth = the plateau) and made
+// loader-valid.
+// The same per-size derivation is also made for each collective alone (`by_kind`, relative to the same
+// bandwidth, which is then the highest plateau of any of them): transports whose collectives do not keep
+// the ring's cost ratios (Gloo) get one curve per collective (docs/hardware.md, bus_efficiency_<kind>).
 struct RingFit {
   double base_latency_s = 0;
   double step_latency_s = 0;
-  double bandwidth_Bps = 0;                               // plateau bus bandwidth
-  std::vector<std::pair<double, double>> bus_efficiency;  // (message bytes, efficiency)
-  LsqResult line;                                         // the linear fit (before the efficiency curve)
+  double bandwidth_Bps = 0;                                            // plateau bus bandwidth
+  std::vector<std::pair<double, double>> bus_efficiency;               // (message bytes, efficiency)
+  std::map<CollKind, std::vector<std::pair<double, double>>> by_kind;  // a collective's own curve
+  LsqResult line;                                                      // the linear fit (before the efficiency curve)
   double line_bandwidth_Bps = 0;
-  int outliers = 0;  // timings left out of the line fit (trimmed least squares, see fit.cpp)
+  int outliers = 0;          // timings left out of the line fit (trimmed least squares, see fit.cpp)
+  double latency_scale = 1;  // < 1: the line's latency terms were scaled down to the collectives' own
 };
 RingFit fit_ring(const std::vector<CollSample>& samples);
 
@@ -78,7 +86,11 @@ Curve make_efficiency_curve(std::vector<std::pair<double, double>> points);
 // Pool-adjacent-violators: the weighted least-squares non-decreasing sequence closest to y.
 std::vector<double> isotonic_non_decreasing(const std::vector<double>& y, const std::vector<double>& w);
 
-// Robust summary of repeated timings.
+// Robust summaries of repeated timings.
 double median(std::vector<double> v);
+// The lower quartile: for a kernel whose cost is fixed, interference from other processes only adds time,
+// so a low quantile estimates the kernel's own cost (Python's timeit documentation makes the same argument
+// for the minimum) while staying clear of the single luckiest run.
+double lower_quartile(std::vector<double> v);
 
 }  // namespace fsdp::exec::cal

@@ -69,6 +69,11 @@ void tier(Writer& w, const std::string& key, const std::string& name, const Link
   w.field(4, key + ".bandwidth", "bandwidth", bw(t.bandwidth));
   w.field(4, key + ".latency", "latency", dur(t.latency));
   w.curve(4, key + ".bus_efficiency", "bus_efficiency", "message", t.bus_efficiency, true);
+  for (const auto& [name, curve] :
+       {std::pair<const char*, const EfficiencyCurve*>{"bus_efficiency_all_gather", &t.bus_efficiency_all_gather},
+        {"bus_efficiency_reduce_scatter", &t.bus_efficiency_reduce_scatter},
+        {"bus_efficiency_all_reduce", &t.bus_efficiency_all_reduce}})
+    if (!curve->empty()) w.curve(4, key + "." + name, name, "message", *curve, true);
 }
 
 // The optional per-dtype curves, by key under device (docs/hardware.md), in file order.
@@ -99,6 +104,8 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   };
   for (const auto& [key, curve] : optional_curves(hw))
     if (!curve->empty()) keys.push_back("device." + key);
+  if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty())
+    keys.push_back("device.host_overhead");
   if (hw.device_cores > 0) keys.push_back("device.cores");
   for (const char* k :
        {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
@@ -129,6 +136,16 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   for (const auto& [key, curve] : optional_curves(hw))
     if (!curve->empty())
       w.curve(2, "device." + key, key, key.rfind("matmul", 0) == 0 ? "gemm_flops" : "attention_flops", *curve, false);
+  if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty()) {
+    w.open(2, "device.host_overhead", "host_overhead");
+    for (const auto& [name, h] : {std::pair<const char*, const HostOverhead*>{"fp32", &hw.host_overhead_fp32},
+                                  {"bf16", &hw.host_overhead_bf16},
+                                  {"fp16", &hw.host_overhead_fp16}})
+      if (!h->empty())
+        w.out() << "    " << name << ": {layer_forward: " << dur(h->layer_forward)
+                << ", layer_backward: " << dur(h->layer_backward) << ", head_forward: " << dur(h->head_forward)
+                << ", head_backward: " << dur(h->head_backward) << "}\n";
+  }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   w.open(0, "node", "node");
   w.field(2, "node.gpus_per_node", "gpus_per_node", std::to_string(hw.gpus_per_node));

@@ -65,7 +65,25 @@ const char* to_string(Collective c) {
 
 const char* to_string(CollectiveAlgorithm a) { return a == CollectiveAlgorithm::Ring ? "ring" : "tree"; }
 
-BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message) {
+const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, Collective kind) {
+  const EfficiencyCurve* own = nullptr;
+  switch (kind) {
+    case Collective::AllGather:
+      own = &t.bus_efficiency_all_gather;
+      break;
+    case Collective::ReduceScatter:
+      own = &t.bus_efficiency_reduce_scatter;
+      break;
+    case Collective::AllReduce:
+      own = &t.bus_efficiency_all_reduce;
+      break;
+    case Collective::Broadcast:
+      break;
+  }
+  return own != nullptr && !own->empty() ? *own : t.bus_efficiency;
+}
+
+BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message, Collective kind) {
   double s = message.value;
   bool uses_intra = g.ranks_per_node > 1;
   bool uses_inter = g.nodes() > 1;
@@ -73,7 +91,7 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g,
   bool have = false;
   if (uses_intra) {
     require_positive(hw, hw.intra_node.bandwidth, "intra_node.bandwidth");
-    bw = hw.intra_node.bandwidth.value * hw.intra_node.bus_efficiency.at(s);
+    bw = hw.intra_node.bandwidth.value * tier_bus_efficiency(hw.intra_node, kind).at(s);
     have = true;
   }
   if (uses_inter) {
@@ -83,7 +101,7 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g,
     // node's NICs. Every GPU of a node runs its own data-parallel collective at the same time
     // (SPMD), so each GPU owns nics_per_node / gpus_per_node of the NIC bandwidth.
     double nic_share = hw.nics_per_node * hw.inter_node.bandwidth.value / hw.gpus_per_node;
-    double net = g.ranks_per_node * nic_share * hw.inter_node.bus_efficiency.at(s);
+    double net = g.ranks_per_node * nic_share * tier_bus_efficiency(hw.inter_node, kind).at(s);
     bw = have ? std::min(bw, net) : net;
     have = true;
   }
@@ -99,7 +117,7 @@ CollectiveCost ring_cost(const HardwareProfile& hw, Collective kind, Bytes buffe
   // tuning.cc: latency = baseLat + (nsteps - nInterSteps) * intraLat + nInterSteps * interLat.
   c.latency = hw.collective_base_latency + hw.intra_node.latency * double(st.total - st.inter) +
               hw.inter_node.latency * double(st.inter);
-  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes);
+  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes, kind);
   c.transfer = Bytes(ring_bytes_factor(kind, g.size) * buffer_bytes.value) / c.bus_bandwidth;
   c.time = c.latency + c.transfer;
   return c;
@@ -114,7 +132,7 @@ CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes
   int depth = g.nodes() > 1 ? static_cast<int>(std::ceil(std::log2(double(g.nodes())))) : 0;
   c.latency = hw.collective_base_latency +
               (hw.intra_node.latency * double(g.ranks_per_node - 1) + hw.inter_node.latency * double(depth)) * 2.0;
-  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes) * kTreeBusBandwidthFactor;
+  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes, Collective::AllReduce) * kTreeBusBandwidthFactor;
   c.transfer = buffer_bytes / (c.bus_bandwidth * kTreeAlgorithmRatio);
   c.time = c.latency + c.transfer;
   return c;

@@ -34,7 +34,12 @@ struct CollectiveCost {
 // Achieved bus bandwidth of a ring over `group` for a buffer of `message` bytes: the slower of the
 // intra-node tier (when more than one member shares a node) and, for groups spanning nodes, the
 // NIC bandwidth available to the members of one node (rail-aligned rings, one channel per NIC).
-BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& group, Bytes message);
+// Each tier's efficiency is the collective's own curve when the profile has one (bus_efficiency_<kind>).
+BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& group, Bytes message,
+                                  Collective kind = Collective::AllReduce);
+
+// The tier's bus-efficiency curve for `kind`: its own when present, else the shared bus_efficiency.
+const EfficiencyCurve& tier_bus_efficiency(const LinkTier& tier, Collective kind);
 
 // One algorithm, priced as NCCL's tuning model does (src/graph/tuning.cc). Tree exists only for
 // all-reduce (as in NCCL); asking for another collective is a bug.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 
 #include "core/config_map.hpp"
 #include "core/errors.hpp"
@@ -52,6 +53,12 @@ const EfficiencyCurve& HardwareProfile::attention_forward_curve(DType d) const {
 }
 const EfficiencyCurve& HardwareProfile::attention_backward_curve(DType d) const {
   return pick(attention_backward_efficiency, attention_backward_efficiency_bf16, attention_backward_efficiency_fp16, d);
+}
+
+const HostOverhead& HardwareProfile::host_overhead(DType d) const {
+  if (d == DType::Bf16 && !host_overhead_bf16.empty()) return host_overhead_bf16;
+  if (d == DType::Fp16 && !host_overhead_fp16.empty()) return host_overhead_fp16;
+  return host_overhead_fp32;
 }
 
 double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
@@ -123,6 +130,13 @@ LinkTier read_tier(ConfigMap& parent, const std::string& key) {
   tier.bandwidth = t.get_bandwidth("bandwidth");
   tier.latency = t.get_duration("latency");
   tier.bus_efficiency = read_curve(t, "bus_efficiency", "message", CurveX::Bytes);
+  // Optional per-collective curves (docs/hardware.md): absent, the collective uses bus_efficiency.
+  auto optional_curve = [&](const std::string& k) {
+    return t.has(k) ? read_curve(t, k, "message", CurveX::Bytes) : EfficiencyCurve{};
+  };
+  tier.bus_efficiency_all_gather = optional_curve("bus_efficiency_all_gather");
+  tier.bus_efficiency_reduce_scatter = optional_curve("bus_efficiency_reduce_scatter");
+  tier.bus_efficiency_all_reduce = optional_curve("bus_efficiency_all_reduce");
   t.finish();
   return tier;
 }
@@ -184,6 +198,21 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.attention_efficiency_fp16 = optional_curve("attention_forward_efficiency_fp16", "attention_flops");
   hw.attention_backward_efficiency_bf16 = optional_curve("attention_backward_efficiency_bf16", "attention_flops");
   hw.attention_backward_efficiency_fp16 = optional_curve("attention_backward_efficiency_fp16", "attention_flops");
+  if (dev.has("host_overhead")) {
+    ConfigMap ho = dev.get_map("host_overhead");
+    for (auto [key, dst] : {std::pair<const char*, HostOverhead*>{"fp32", &hw.host_overhead_fp32},
+                            {"bf16", &hw.host_overhead_bf16},
+                            {"fp16", &hw.host_overhead_fp16}}) {
+      if (!ho.has(key)) continue;
+      ConfigMap e = ho.get_map(key);
+      dst->layer_forward = e.get_duration("layer_forward");
+      dst->layer_backward = e.get_duration("layer_backward");
+      dst->head_forward = e.get_duration("head_forward");
+      dst->head_backward = e.get_duration("head_backward");
+      e.finish();
+    }
+    ho.finish();
+  }
   if (dev.has("cores")) {
     if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");
     hw.device_cores = dev.get_positive_double("cores");

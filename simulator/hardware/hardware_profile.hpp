@@ -26,6 +26,22 @@ struct LinkTier {
   Seconds latency{0};           // per-hop latency (alpha)
   // Achieved bus bandwidth as a fraction of `bandwidth`, by message size in bytes.
   EfficiencyCurve bus_efficiency;
+  // Optional curves of one collective (`bus_efficiency_all_gather`, ...): empty means `bus_efficiency`. A
+  // transport whose collectives do not keep the ring's cost ratios needs them (Gloo on CPUs: its all-reduce
+  // costs several all-gathers of the same buffer, and fsdp-run's reduce-scatter on Gloo is an all-reduce).
+  EfficiencyCurve bus_efficiency_all_gather, bus_efficiency_reduce_scatter, bus_efficiency_all_reduce;
+};
+
+// Host time of an eager runtime's operators that the kernel costs do not account for (ATen dispatch, output
+// allocation, autograd graph recording and backward-node evaluation, the many small norm/rotary/residual
+// ops), per pass of one decoder layer and of the embedding + head + loss. A CPU pays it serially; GPU
+// launches run ahead of the device and hide it (absent: 0).
+struct HostOverhead {
+  Seconds layer_forward{0}, layer_backward{0};  // one decoder layer
+  Seconds head_forward{0}, head_backward{0};    // embedding, final norm, head and loss
+  bool empty() const {
+    return layer_forward.value == 0 && layer_backward.value == 0 && head_forward.value == 0 && head_backward.value == 0;
+  }
 };
 
 struct HardwareProfile {
@@ -50,6 +66,8 @@ struct HardwareProfile {
   // CPU devices: the cores one rank computed on when the device's rates were measured (`device.cores`;
   // absent: the whole node, cpu_cores). Ranks that get fewer cores run slower (cpu_compute_slowdown).
   double device_cores = 0;
+  // `device.host_overhead.<dtype>` (optional): see HostOverhead. A dtype without an entry uses fp32's.
+  HostOverhead host_overhead_fp32, host_overhead_bf16, host_overhead_fp16;
   // Node
   int gpus_per_node = 0;
   LinkTier intra_node;  // NVLink/NVSwitch or PCIe
@@ -69,6 +87,7 @@ struct HardwareProfile {
   const EfficiencyCurve& matmul_curve(DType) const;
   const EfficiencyCurve& attention_forward_curve(DType) const;
   const EfficiencyCurve& attention_backward_curve(DType) const;
+  const HostOverhead& host_overhead(DType) const;
 };
 
 // Cores one rank computes on when `ranks_per_node` ranks share a CPU node of `cpu_cores` cores, with

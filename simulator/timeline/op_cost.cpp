@@ -68,10 +68,22 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   }
   if (op.head_passes > 0) compute += op.head_passes * gemm_time(hw, p.head_gemm, dt);
   if (op.elementwise_bytes > 0) compute += memory_bound_time(hw, Bytes(op.elementwise_bytes)).value;
-  // On a CPU device the rank's kernels run on its share of the node's cores (hardware_profile.hpp).
-  double t = compute > 0 ? compute * cpu_compute_slowdown(hw, static_cast<int>(c.gpus_per_node)) : 0.0;
+  // The eager runtime's per-pass host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate):
+  // a decoder layer's forward, its backward (plus the recomputed forward under full checkpointing), and the
+  // embedding + head + loss around the Loss ops.
+  const HostOverhead& ho = hw.host_overhead(dt);
+  if (op.kind == OpKind::Forward && op.layers > 0) compute += op.layers * ho.layer_forward.value;
+  if (op.kind == OpKind::Backward && op.layers > 0)
+    compute += op.layers * (ho.layer_backward.value + (s.act_ckpt == ActCkpt::Full ? ho.layer_forward.value : 0.0));
+  if (op.kind == OpKind::Loss) compute += ho.head_forward.value;
+  if (op.kind == OpKind::LossBackward) compute += ho.head_backward.value;
+  // On a CPU device the rank's kernels, and its Gloo transport thread, run on its share of the node's cores
+  // (hardware_profile.hpp): both were measured with device.cores per rank.
+  const double share = cpu_compute_slowdown(hw, static_cast<int>(c.gpus_per_node));
+  double t = compute * share;
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0)
-    t += collective_time(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c)).value;
+    t += share *
+         collective_time(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c)).value;
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
   if (op.host_optimizer_params > 0)
     t += host_optimizer_step_time(hw, static_cast<int64_t>(op.host_optimizer_params), s.optimizer, s.master_dtype,

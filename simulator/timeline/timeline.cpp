@@ -16,11 +16,17 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   std::array<double, kStreams> stream_free{};
   // Ops are issued in program order (the CPU issue order); each stream is a FIFO, so scheduling in
   // program order with "start = max(stream free, deps done)" is an exact event simulation of in-order streams.
+  // A CPU device has no engines of its own for communication and copies: a rank's intra-op threads occupy all
+  // of its cores (executor/dist/device.hpp), and its Gloo transport thread, copies and host optimizer run on
+  // the same cores. So on a cpu device every op of the rank runs on one in-order resource: nothing overlaps
+  // (measured: docs/calibrate.md, "Time").
+  const bool one_resource = hw.device_kind == "cpu";
   double compute_busy = 0;
   double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    double ready = stream_free[static_cast<size_t>(op.stream)];
+    const size_t resource = static_cast<size_t>(one_resource ? Stream::Compute : op.stream);
+    double ready = stream_free[resource];
     if (op.after_all_comm) ready = std::max(ready, comm_done);
     for (int d : op.deps) {
       FSDP_ASSERT(d >= 0 && static_cast<size_t>(d) < i, "dependencies point backwards in program order");
@@ -29,7 +35,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     double dur = op_duration(op, p, hw, c, s);
     FSDP_ASSERT(dur >= 0, "negative op duration");
     r.ops[i] = OpTiming{ready, ready + dur};
-    stream_free[static_cast<size_t>(op.stream)] = ready + dur;
+    stream_free[resource] = ready + dur;
     if (op.stream != Stream::Compute) comm_done = std::max(comm_done, ready + dur);
     switch (op.stream) {
       case Stream::Compute:

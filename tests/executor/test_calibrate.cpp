@@ -115,6 +115,68 @@ TEST_CASE("ring fit recovers base latency, step latency and bandwidth over colle
   }
 }
 
+TEST_CASE("collectives that do not keep the ring's cost ratios get one curve each (Gloo-like timings)") {
+  // Gloo on 2 CPU ranks (docs/calibrate.md): all-reduce costs far more than the ring's 2x an all-gather, and
+  // fsdp-run's reduce-scatter on Gloo is an all-reduce. Lines t = a + S / B per collective, 1% noise.
+  struct Line {
+    CollKind k;
+    double a, B;
+  };
+  const Line lines[] = {{CollKind::AllGather, 300e-6, 1.2e9},
+                        {CollKind::ReduceScatter, 900e-6, 0.9e9},
+                        {CollKind::AllReduce, 500e-6, 1.0e9}};
+  std::vector<CollSample> v;
+  int i = 0;
+  for (const Line& l : lines)
+    for (double s = 64 * 1024; s <= 4 << 20; s *= 2) v.push_back({l.k, 2, s, (l.a + s / l.B) * wobble(i++)});
+  const RingFit f = fit_ring(v);
+  REQUIRE(f.by_kind.size() == 3);
+  auto profile = [&](bool own) {
+    HardwareProfile hw = load_hardware("cpu", FSDP_SOURCE_ROOT);
+    hw.collective_base_latency = Seconds(f.base_latency_s);
+    hw.intra_node.latency = Seconds(f.step_latency_s);
+    hw.intra_node.bandwidth = BytesPerSecond(f.bandwidth_Bps);
+    auto curve = [](const std::vector<std::pair<double, double>>& pts) {
+      EfficiencyCurve c;
+      for (const auto& [x, e] : pts) {
+        c.x.push_back(x);
+        c.efficiency.push_back(e);
+      }
+      return c;
+    };
+    hw.intra_node.bus_efficiency = curve(f.bus_efficiency);
+    if (own) {
+      hw.intra_node.bus_efficiency_all_gather = curve(f.by_kind.at(CollKind::AllGather));
+      hw.intra_node.bus_efficiency_reduce_scatter = curve(f.by_kind.at(CollKind::ReduceScatter));
+      hw.intra_node.bus_efficiency_all_reduce = curve(f.by_kind.at(CollKind::AllReduce));
+    }
+    return hw;
+  };
+  auto worst = [&](const HardwareProfile& hw) {
+    double w = 0;
+    for (const CollSample& s : v) {
+      const Collective c = s.kind == CollKind::AllGather       ? Collective::AllGather
+                           : s.kind == CollKind::ReduceScatter ? Collective::ReduceScatter
+                                                               : Collective::AllReduce;
+      w = std::max(w, rel(collective_time(hw, c, Bytes(s.bytes), make_group(hw, 2, 2)).value, s.seconds));
+    }
+    return w;
+  };
+  const double with_own = worst(profile(true)), shared_only = worst(profile(false));
+  INFO("worst relative error: own curves " << with_own << ", shared curve only " << shared_only);
+  CHECK(with_own < 0.1);
+  CHECK(shared_only > 0.3);  // one ring-shaped curve cannot price these collectives
+  // Every curve is loader-valid: efficiencies in (0, 1], the plateau (the bandwidth) reached by one of them.
+  double top = 0;
+  for (const auto& [k, pts] : f.by_kind)
+    for (const auto& [x, e] : pts) {
+      CHECK(e > 0);
+      CHECK(e <= 1);
+      top = std::max(top, e);
+    }
+  CHECK(top == doctest::Approx(1.0));
+}
+
 TEST_CASE("efficiency curves: sorted, merged, clamped and never rising faster than the loader allows") {
   Curve c = make_efficiency_curve({{1e9, 0.5}, {1e6, 0.2}, {1.005e6, 0.3}, {1e7, 2.0}});
   REQUIRE(c.x.size() == 3);
@@ -135,6 +197,9 @@ TEST_CASE("efficiency curves: sorted, merged, clamped and never rising faster th
   CHECK(iso == std::vector<double>{1, 2.5, 2.5, 4});
   CHECK(median({3, 1, 2}) == 2);
   CHECK(median({4, 1, 2, 3}) == 2.5);
+  CHECK(lower_quartile({4, 1, 3, 2}) == doctest::Approx(1.75));  // position 0.75 between 1 and 2
+  CHECK(lower_quartile({9, 1, 5, 3, 7}) == 3);
+  CHECK(lower_quartile({5}) == 5);
 }
 
 TEST_CASE("a written profile loads with load_hardware and round-trips") {

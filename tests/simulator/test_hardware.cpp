@@ -151,6 +151,35 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
   CHECK(contains(m, "exceeds node.cpu_cores"));
   m = load_error(replace_once(with, "  cores: 1\n", "  cores: 0\n"), "cpu_cores_zero");
   CHECK(contains(m, "device.cores"));
+  // Host overhead per dtype (a dtype without an entry uses fp32's) and per-collective bus efficiency.
+  const std::string more = replace_once(
+      replace_once(with, "  cores: 1\n",
+                   "  cores: 1\n  host_overhead:\n"
+                   "    fp32: {layer_forward: \"200 us\", layer_backward: \"300 us\", head_forward: \"40 us\", "
+                   "head_backward: \"90 us\"}\n"
+                   "    bf16: {layer_forward: \"250 us\", layer_backward: \"350 us\", head_forward: \"50 us\", "
+                   "head_backward: \"120 us\"}\n"),
+      "      - {message: \"4 MiB\", efficiency: 1.0}\n  nics_per_node",
+      "      - {message: \"4 MiB\", efficiency: 1.0}\n    bus_efficiency_all_reduce:\n"
+      "      - {message: \"1 MiB\", efficiency: 0.25}\n  nics_per_node");
+  HardwareProfile ho = load_hardware(write_temp_profile(more, "cpu_overhead"), kRoot);
+  CHECK(ho.host_overhead(DType::Fp32).layer_backward.value == doctest::Approx(300e-6));
+  CHECK(ho.host_overhead(DType::Bf16).head_backward.value == doctest::Approx(120e-6));
+  CHECK(ho.host_overhead(DType::Fp16).layer_forward.value == doctest::Approx(200e-6));  // fp32's entry
+  REQUIRE(ho.intra_node.bus_efficiency_all_reduce.x.size() == 1);
+  CHECK(ho.intra_node.bus_efficiency_all_reduce.efficiency[0] == doctest::Approx(0.25));
+  CHECK(ho.intra_node.bus_efficiency_all_gather.empty());
+  CHECK(plain.host_overhead(DType::Bf16).empty());  // absent: no overhead (GPUs hide it)
+  m = load_error(replace_once(more, "    bf16: {", "    int8: {"), "cpu_overhead_dtype");
+  CHECK(contains(m, "unknown key 'device.host_overhead.int8'"));
+  m = load_error(replace_once(more, "head_forward: \"40 us\"", "head_forward: \"40\""), "cpu_overhead_unit");
+  CHECK(contains(m, "device.host_overhead.fp32.head_forward"));
+  m = load_error(replace_once(more, "layer_forward: \"250 us\", ", ""), "cpu_overhead_missing");
+  CHECK(contains(m, "device.host_overhead.bf16.layer_forward"));
+  m = load_error(replace_once(more, "{message: \"1 MiB\", efficiency: 0.25}", "{message: \"1 MiB\", efficiency: 1.5}"),
+                 "cpu_coll_eff");
+  CHECK(contains(m, "node.intra_node.bus_efficiency_all_reduce[0].efficiency"));
+
   // A GPU is not a number of cores.
   const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
   m = load_error(replace_once(a100, "node:\n", "  cores: 1\nnode:\n"), "gpu_cores");
