@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Step-time accuracy gate (issue M6 "Time"): `fsdp-run calibrate` measures this machine's CPU, then every
+# plan of tests/accuracy/grid.txt is planned against that profile exactly as run_grid.sh plans it (but
+# --hw <the calibrated profile>), run through fsdp-run, and its measured step time (median of steps 2..N:
+# step 1 warms up) is compared with fsdp-plan's predicted step time (chosen.time.step_s of --json).
+# Prints the table; fails when any |error| exceeds the tolerance. tests/accuracy/README.md, "Step time on CPU".
+#   run_time_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR]
+# Environment: FSDP_TIME_STEPS (steps per run, default 8), FSDP_TIME_CALIBRATE (extra calibrate flags,
+# default --quick), FSDP_TIME_ROWS (space-separated grid rows to run, default all).
+set -euo pipefail
+plan_bin=$1 run_bin=$2 tol=${3:-15} out=${4:-$(mktemp -d)}
+steps=${FSDP_TIME_STEPS:-8}
+cal_flags=${FSDP_TIME_CALIBRATE---quick}
+only=${FSDP_TIME_ROWS:-}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+model=$root/tests/data/models/acc-small.yaml
+[[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 3 ]] || { echo "FSDP_TIME_STEPS must be an integer >= 3, got '$steps'"; exit 2; }
+mkdir -p "$out"
+start=$SECONDS
+# One calibration rank per CPU: each rank measures what it gets when the node is full (executor/dist/device.hpp
+# gives every rank floor(CPUs / ranks) threads); the simulator scales to other rank counts (device.cores).
+cpus=$(nproc)
+hw=$out/cpu-cal.yaml
+# shellcheck disable=SC2086
+"$run_bin" calibrate $cal_flags --nproc-per-node "$cpus" --out "$hw" >"$out/calibrate.log" 2>&1 ||
+  { echo "fsdp-run calibrate failed:"; tail -20 "$out/calibrate.log"; exit 1; }
+echo "calibrated $hw on $cpus CPUs in $((SECONDS - start)) s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+rows=$out/rows.tsv
+: >"$rows"
+i=0
+while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
+  [[ -z "$strategy" || "$strategy" == \#* ]] && continue
+  mb=${mb:-2} seq=${seq:-64}
+  i=$((i + 1))
+  if [[ -n "$only" && " $only " != *" $i "* ]]; then continue; fi
+  plan=$out/plan$i.yaml
+  extra=()
+  [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
+  "$plan_bin" --model "$model" --hw "$hw" --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
+    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" --grad-accum "$accum" \
+    --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json >"$out/pred$i.json" 2>"$out/plan$i.err" ||
+    { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; exit 1; }
+  "$run_bin" --nproc-per-node "$world" "$plan" --steps "$steps" --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
+    { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; exit 1; }
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
+    "$offload" "$group" "$mb" "$seq" >>"$rows"
+done <"$root/tests/accuracy/grid.txt"
+python3 - "$out" "$tol" "$((SECONDS - start))" <<'PY'
+import json, statistics, sys
+out, tol, secs = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
+print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9s %9s %7s | %s" % ("#", "strategy", "world", "wrap", "ckpt",
+      "dtype", "accum", "offload", "mbxseq", "pred ms", "meas ms", "error", "measured steps 2.. (ms)"))
+worst, failed = 0.0, 0
+for r in rows:
+    i = r[0]
+    pred = json.load(open(f"{out}/pred{i}.json"))["chosen"]["time"]["step_s"]
+    steps = [s["time_s"] for s in json.load(open(f"{out}/report{i}.json"))["steps"]]
+    meas = statistics.median(steps[1:])  # step 1 warms up (allocations, first collectives)
+    err = (pred - meas) / meas * 100
+    worst = max(worst, abs(err))
+    bad = abs(err) > tol
+    failed += bad
+    print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9.1f %9.1f %+6.1f%% | %s%s" % (i, r[1], r[2], r[3], r[4],
+          r[5], r[6], r[7], r[9] + "x" + r[10], pred * 1e3, meas * 1e3, err,
+          " ".join("%.0f" % (t * 1e3) for t in steps[1:]), "  <-- over %.0f%%" % tol if bad else ""))
+print("%d plans in %s s, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), secs, worst, failed, tol))
+print("%d passed, %d failed" % (len(rows) - failed, failed))
+sys.exit(1 if failed else 0)
+PY
