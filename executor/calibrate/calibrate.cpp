@@ -144,7 +144,7 @@ class Calibrator {
     f();
     sync();
     std::vector<double> ts;
-    const double budget = opt_.quick ? 0.06 : 0.25;
+    const double budget = opt_.quick ? 0.15 : 0.25;
     const auto start = Clock::now();
     while (ts.size() < 4 || (ts.size() < 50 && seconds_since(start) < budget)) {
       const auto t0 = Clock::now();

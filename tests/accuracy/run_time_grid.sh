@@ -4,11 +4,13 @@
 # --hw <the calibrated profile>), run through fsdp-run, and its measured step time (median of steps 2..N:
 # step 1 warms up) is compared with fsdp-plan's predicted step time (chosen.time.step_s of --json).
 # Prints the table; fails when any |error| exceeds the tolerance. tests/accuracy/README.md, "Step time on CPU".
-#   run_time_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR]
+#   run_time_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR] [BF16_TOLERANCE_PERCENT]
+# TOLERANCE_PERCENT (default 15) applies to every plan, or to the fp32 ones when BF16_TOLERANCE_PERCENT is
+# given for the plans that compute in bf16 (the README says why they need their own gate for now).
 # Environment: FSDP_TIME_STEPS (steps per run, default 8), FSDP_TIME_CALIBRATE (extra calibrate flags,
 # default --quick), FSDP_TIME_ROWS (space-separated grid rows to run, default all).
 set -euo pipefail
-plan_bin=$1 run_bin=$2 tol=${3:-15} out=${4:-$(mktemp -d)}
+plan_bin=$1 run_bin=$2 tol=${3:-15} out=${4:-$(mktemp -d)} tol_bf16=${5:-${3:-15}}
 steps=${FSDP_TIME_STEPS:-8}
 cal_flags=${FSDP_TIME_CALIBRATE---quick}
 only=${FSDP_TIME_ROWS:-}
@@ -17,6 +19,21 @@ model=$root/tests/data/models/acc-small.yaml
 [[ "$steps" =~ ^[0-9]+$ && "$steps" -ge 3 ]] || { echo "FSDP_TIME_STEPS must be an integer >= 3, got '$steps'"; exit 2; }
 mkdir -p "$out"
 start=$SECONDS
+# A timing check measures whatever else runs: wait (up to 5 minutes) until the CPUs are at least 90% idle over
+# 3 consecutive seconds before calibrating, and say how idle they were.
+idle_pct() {
+  local a b
+  a=($(awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat))
+  sleep 1
+  b=($(awk '/^cpu /{print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat))
+  echo $((100 * (b[0] - a[0]) / (b[1] - a[1] + 1)))
+}
+quiet=0 idle=0
+while ((quiet < 3 && SECONDS - start < 300)); do
+  idle=$(idle_pct)
+  if ((idle >= 90)); then quiet=$((quiet + 1)); else quiet=0; fi
+done
+((quiet >= 3)) || echo "warning: the CPUs were not idle (last second ${idle}% idle); timings will be disturbed"
 # One calibration rank per CPU: each rank measures what it gets when the node is full (executor/dist/device.hpp
 # gives every rank floor(CPUs / ranks) threads); the simulator scales to other rank counts (device.cores).
 cpus=$(nproc)
@@ -45,13 +62,13 @@ while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
     "$offload" "$group" "$mb" "$seq" >>"$rows"
 done <"$root/tests/accuracy/grid.txt"
-python3 - "$out" "$tol" "$((SECONDS - start))" <<'PY'
+python3 - "$out" "$tol" "$tol_bf16" "$((SECONDS - start))" <<'PY'
 import json, statistics, sys
-out, tol, secs = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+out, tol_all, tol_bf16, secs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
 print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9s %9s %7s | %s" % ("#", "strategy", "world", "wrap", "ckpt",
       "dtype", "accum", "offload", "mbxseq", "pred ms", "meas ms", "error", "measured steps 2.. (ms)"))
-worst, failed = 0.0, 0
+worst, failed, errs = 0.0, 0, {}
 for r in rows:
     i = r[0]
     pred = json.load(open(f"{out}/pred{i}.json"))["chosen"]["time"]["step_s"]
@@ -59,12 +76,17 @@ for r in rows:
     meas = statistics.median(steps[1:])  # step 1 warms up (allocations, first collectives)
     err = (pred - meas) / meas * 100
     worst = max(worst, abs(err))
+    errs[i] = err
+    tol = tol_bf16 if r[5] == "bf16" else tol_all
     bad = abs(err) > tol
     failed += bad
     print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9.1f %9.1f %+6.1f%% | %s%s" % (i, r[1], r[2], r[3], r[4],
           r[5], r[6], r[7], r[9] + "x" + r[10], pred * 1e3, meas * 1e3, err,
           " ".join("%.0f" % (t * 1e3) for t in steps[1:]), "  <-- over %.0f%%" % tol if bad else ""))
-print("%d plans in %s s, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), secs, worst, failed, tol))
+within15 = sum(1 for r in rows if abs(errs[r[0]]) <= 15)
+gate = "%.0f%%" % tol_all if tol_bf16 == tol_all else "%.0f%% (fp32), %.0f%% (bf16)" % (tol_all, tol_bf16)
+print("%d plans in %s s, worst |error| %.1f%%, %d within 15%%, %d over the tolerance %s" % (len(rows), secs, worst,
+      within15, failed, gate))
 print("%d passed, %d failed" % (len(rows) - failed, failed))
 sys.exit(1 if failed else 0)
 PY
