@@ -8,25 +8,9 @@ plan_bin=$1 run_bin=$2 tol=${3:-3} out=${4:-$(mktemp -d)}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 model=$root/tests/data/models/acc-small.yaml
 mkdir -p "$out"
-rows=$out/rows.tsv
-: >"$rows"
-i=0
-while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
-  [[ -z "$strategy" || "$strategy" == \#* ]] && continue
-  mb=${mb:-2} seq=${seq:-64}
-  i=$((i + 1))
-  plan=$out/plan$i.yaml
-  extra=()
-  [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
-  "$plan_bin" --model "$model" --hw cpu --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
-    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" --grad-accum "$accum" \
-    --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json >"$out/pred$i.json" 2>"$out/plan$i.err" ||
-    { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; exit 1; }
-  "$run_bin" --nproc-per-node "$world" "$plan" --steps 2 --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
-    { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
-    "$offload" "$group" "$mb" "$seq" >>"$rows"
-done <"$root/tests/accuracy/grid.txt"
+# shellcheck source=grid_rows.sh
+source "$root/tests/accuracy/grid_rows.sh"
+run_grid_rows cpu 2 || exit 1
 python3 - "$out" "$tol" <<'PY'
 import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])

@@ -42,26 +42,9 @@ hw=$out/cpu-cal.yaml
 "$run_bin" calibrate $cal_flags --nproc-per-node "$cpus" --out "$hw" >"$out/calibrate.log" 2>&1 ||
   { echo "fsdp-run calibrate failed:"; tail -20 "$out/calibrate.log"; exit 1; }
 echo "calibrated $hw on $cpus CPUs in $((SECONDS - start)) s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-rows=$out/rows.tsv
-: >"$rows"
-i=0
-while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
-  [[ -z "$strategy" || "$strategy" == \#* ]] && continue
-  mb=${mb:-2} seq=${seq:-64}
-  i=$((i + 1))
-  if [[ -n "$only" && " $only " != *" $i "* ]]; then continue; fi
-  plan=$out/plan$i.yaml
-  extra=()
-  [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
-  "$plan_bin" --model "$model" --hw "$hw" --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
-    --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" --grad-accum "$accum" \
-    --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json >"$out/pred$i.json" 2>"$out/plan$i.err" ||
-    { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; exit 1; }
-  "$run_bin" --nproc-per-node "$world" "$plan" --steps "$steps" --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
-    { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; exit 1; }
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
-    "$offload" "$group" "$mb" "$seq" >>"$rows"
-done <"$root/tests/accuracy/grid.txt"
+# shellcheck source=grid_rows.sh
+source "$root/tests/accuracy/grid_rows.sh"
+run_grid_rows "$hw" "$steps" "$only" || exit 1
 python3 - "$out" "$tol" "$tol_bf16" "$((SECONDS - start))" <<'PY'
 import json, statistics, sys
 out, tol_all, tol_bf16, secs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
