@@ -84,7 +84,6 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
       r.peak_allocated = t;
       r.breakdown = during;
       r.peak_op = static_cast<int>(i);
-      r.peak_op = static_cast<int>(i);
     }
     if (op.stream == Stream::ReduceScatter) {
       pending.push_back(&op);

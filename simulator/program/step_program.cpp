@@ -121,9 +121,6 @@ struct Emitter {
   // Trainable parameters of the lm_head and the final norm: autograd produces their gradients in the
   // loss backward, long before the root unit's post-backward (the embedding's come last).
   double head_train = 0;
-  // The head's gradients are separate per-parameter tensors until the root's post-backward (FSDP2
-  // unsharded .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
-  bool head_grads_separate = false;
   std::vector<double> act_bytes;        // per unit, saved activations of one micro-batch
   std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;       // per unit
@@ -209,7 +206,6 @@ struct Emitter {
         const ModuleKind k = g.node(c).kind;
         if (k == ModuleKind::Head || k == ModuleKind::Norm) head_train += static_cast<double>(g.params_under(c));
       }
-    head_grads_separate = sharded || rt.replicated_grads_via_flat_copy;
     for (const auto& u : prog.units) {
       const double nl = static_cast<double>(u.num_layers());
       const double params = static_cast<double>(u.params);
@@ -493,7 +489,9 @@ struct Emitter {
   // Bytes of the head's gradients allocated in the loss backward; the root's own backward allocates the
   // rest of its gradients with the same element size.
   double head_grad_bytes() const {
-    if (!head_grads_separate) return 0.0;
+    // Only where they are separate per-parameter tensors until the root's post-backward (FSDP2 unsharded
+    // .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
+    if (!sharded && !rt.replicated_grads_via_flat_copy) return 0.0;
     return head_train * (!sharded && s.kind == StrategyKind::Zero2 ? gb : pb);
   }
 
