@@ -103,9 +103,14 @@ bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat1
 struct GatherTags {
   std::shared_ptr<StagingTag> held, flat;
 };
+// The dtype a Gloo gather moves: fp32 for a low-precision shard (staged), else the shard's own.
+at::ScalarType gloo_wire_dtype(const at::Tensor& shard) {
+  return low_precision(shard) ? at::kFloat : shard.scalar_type();
+}
+
 GatherTags gloo_gather_tags(const at::Tensor& shard, const at::Tensor& full) {
   const bool up = low_precision(shard);
-  const at::ScalarType wire = up ? at::kFloat : shard.scalar_type();
+  const at::ScalarType wire = gloo_wire_dtype(shard);
   const int64_t wire_size = static_cast<int64_t>(c10::elementSize(wire));
   return {staging_tag((up ? shard.numel() * 4 : 0) + (wire != full.scalar_type() ? full.numel() * wire_size : 0)),
           staging_tag(full.numel() * wire_size, MemoryCategory::Transient)};
@@ -140,9 +145,8 @@ class LocalGroup final : public Group {
       tag = gloo_gather_tags(shard, full);
       // As C10dGroup on Gloo: a low-precision shard is staged in fp32, the gather lands in a buffer of
       // the wire dtype when it differs from full's, and Gloo gathers into a flat buffer of its own.
-      const bool up = low_precision(shard);
-      in = up ? shard.to(at::kFloat) : at::Tensor();
-      const at::ScalarType wire = up ? at::kFloat : shard.scalar_type();
+      const at::ScalarType wire = gloo_wire_dtype(shard);
+      in = wire != shard.scalar_type() ? shard.to(wire) : at::Tensor();
       out = wire != full.scalar_type() ? at::empty({full.numel()}, full.options().dtype(wire)) : at::Tensor();
       flat = at::empty({full.numel()}, full.options().dtype(wire));
     }
