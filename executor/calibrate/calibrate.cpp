@@ -33,7 +33,11 @@
 #include "dist/launcher.hpp"
 #include "hardware/hardware_profile.hpp"
 #include "model/model_loader.hpp"
+#include "model/module_graph.hpp"
 #include "model/transformer.hpp"
+#include "program/step_program.hpp"
+#include "runtime/runtime_profile.hpp"
+#include "train/device_optimizer.hpp"
 #include "train/host_adam.hpp"
 
 #if defined(FSDP_EXEC_CUDA)
@@ -114,6 +118,31 @@ struct AttnSample {
   double fwd_s, bwd_s;
 };
 
+// The probes of host_overhead and elementwise_bandwidth: decoder layers of the zoo's Llama shape (RMSNorm,
+// RoPE, grouped-query attention, SwiGLU; configs/models/README.md). The first is so narrow that its
+// arithmetic is negligible (the per-pass host time); the others widen the tokens, the hidden size, the FFN
+// and the vocabulary apart so that the elementwise bytes the simulator counts for each pass vary
+// independently of each other.
+struct ProbeShape {
+  int64_t tokens, hidden, heads, kv_heads, head_dim, ffn, vocab;
+  int layers;  // layers of the long run; per layer = (long - 0-layer run) / layers
+};
+constexpr std::array<ProbeShape, 4> kProbeShapes{{{32, 32, 2, 1, 16, 32, 64, 4},
+                                                  {96, 160, 5, 1, 32, 432, 768, 2},
+                                                  {256, 64, 4, 2, 16, 128, 256, 2},
+                                                  {64, 256, 8, 4, 32, 640, 2048, 2}}};
+
+std::string probe_model_yaml(const ProbeShape& p) {
+  std::ostringstream y;
+  y << "name: calibrate-probe\nfamily: decoder\nhidden_size: " << p.hidden << "\nnum_layers: " << p.layers
+    << "\nnum_heads: " << p.heads << "\nnum_kv_heads: " << p.kv_heads << "\nhead_dim: " << p.head_dim
+    << "\nffn_size: " << p.ffn << "\ngated_mlp: true\nactivation: silu\nvocab_size: " << p.vocab
+    << "\ntied_embeddings: false\nnorm: rmsnorm\nnorm_eps: 1.0e-5\nposition_embedding: rope\n"
+       "rope_theta: 10000\nmax_positions: "
+    << p.tokens << "\nqkv_bias: false\nattn_out_bias: false\nmlp_bias: false\ndropout: false\n";
+  return y.str();
+}
+
 class Calibrator {
  public:
   Calibrator(const Options& o, Comm& comm, std::string device, int threads)
@@ -167,7 +196,9 @@ class Calibrator {
   void gemms();
   void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out);
   void attention(at::ScalarType dt, std::vector<AttnSample>& out);
-  void host_overhead(at::ScalarType dt, HostOverhead& out, std::string& note);
+  std::array<double, 4> probe_pass_times(const ProbeShape& shape, at::ScalarType dt, std::string& note);
+  void host_overhead(at::ScalarType dt, HostOverhead& out, BytesPerSecond& elementwise, std::string& note);
+  double optimizer_bandwidth(const RuntimeProfile& rt, std::string& note);
   void host();
   void collectives(const DistEnv& env);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
@@ -188,6 +219,8 @@ class Calibrator {
   std::string fp16_missing_;
   std::vector<AttnSample> attn_, attn_bf16_;
   HostOverhead overhead_fp32_, overhead_bf16_;
+  BytesPerSecond elementwise_fp32_{0}, elementwise_bf16_{0};
+  std::string note_elementwise_fp32_;
   std::string overhead_note_fp32_, overhead_note_bf16_;
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
@@ -277,40 +310,46 @@ void Calibrator::attention(at::ScalarType dt, std::vector<AttnSample>& out) {
   }
 }
 
-// The probe of host_overhead: a decoder layer of the zoo's Llama shape (RMSNorm, RoPE, grouped-query
-// attention, SwiGLU; configs/models/README.md), so narrow that its arithmetic is negligible.
-constexpr const char* kProbeModel = R"(name: calibrate-probe
-family: decoder
-hidden_size: 32
-num_layers: 4
-num_heads: 2
-num_kv_heads: 1
-head_dim: 16
-ffn_size: 32
-gated_mlp: true
-activation: silu
-vocab_size: 64
-tied_embeddings: false
-norm: rmsnorm
-norm_eps: 1.0e-5
-position_embedding: rope
-rope_theta: 10000
-max_positions: 64
-qkv_bias: false
-attn_out_bias: false
-mlp_bias: false
-dropout: false
-)";
+// The passes host_overhead prices (HostOverhead's four fields, in this order).
+constexpr std::array<const char*, 4> kPasses{"layer forward", "layer backward", "head forward", "head backward"};
 
-void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, std::string& note) {
+// The elementwise bytes the simulator charges each pass of the probe (simulator/program/step_program.cpp:
+// one layer's forward and backward, the head + loss forward and backward), for fsdp-run's runtime profile
+// at batch 1 x `tokens`: the same accounting the predictions will use.
+std::array<double, 4> simulated_elementwise_bytes(const ModelSpec& spec, DType dt, int64_t tokens,
+                                                  const RuntimeProfile& rt) {
+  const ModuleGraph graph(spec);
+  ProgramInput in;
+  in.graph = &graph;
+  in.runtime = &rt;
+  in.strategy.kind = StrategyKind::Ddp;
+  in.strategy.param_dtype = dt;
+  in.strategy.micro_batch = 1;
+  in.strategy.seq_len = tokens;
+  in.strategy.attention = AttentionImpl::Eager;
+  const StepProgram prog = emit_step_program(in);
+  std::array<double, 4> bytes{0, 0, 0, 0};
+  for (const Op& op : prog.ops) {
+    if (op.kind == OpKind::Forward && op.layers > 0) bytes[0] += op.elementwise_bytes / op.layers;
+    if (op.kind == OpKind::Backward && op.layers > 0) bytes[1] += op.elementwise_bytes / op.layers;
+    if (op.kind == OpKind::Loss) bytes[2] += op.elementwise_bytes;
+    if (op.kind == OpKind::LossBackward) bytes[3] += op.elementwise_bytes;
+  }
+  // The probe has one layer per unit: the sums above are of its `layers` identical layers.
+  bytes[0] /= static_cast<double>(spec.num_layers);
+  bytes[1] /= static_cast<double>(spec.num_layers);
+  return bytes;
+}
+
+std::array<double, 4> Calibrator::probe_pass_times(const ProbeShape& shape, at::ScalarType dt, std::string& note) {
   // The executor's own forward and backward (executor/model/transformer.hpp: embed_forward, layer_forward,
-  // head_loss, autograd) of the probe with 0 and 4 layers, batch 1 x sequence 32; per layer = the difference
-  // / 4, the head = the 0-layer run. From each, the time of its GEMMs and attention core, timed alone at the
-  // same shapes, is taken away: the simulator prices those with the curves above. What remains is the host
-  // time of everything else (dispatch, autograd, norms, rotary, casts, residual adds, activations).
-  ConfigMap map = ConfigMap::load_string(kProbeModel, "calibrate probe");
+  // head_loss, autograd) of the probe with 0 and `layers` layers, batch 1; per layer = the difference /
+  // layers, the head = the 0-layer run. From each, the time of its GEMMs and attention core, timed alone at
+  // the same shapes, is taken away: the simulator prices those with the curves above. What remains is the
+  // host time of everything else (dispatch, autograd, norms, rotary, casts, residual adds, activations).
+  ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate probe");
   const ModelSpec spec = parse_model_map(map);
-  const int64_t T = 32, H = spec.hidden_size, F = spec.ffn_size, V = spec.vocab_size;
+  const int64_t T = shape.tokens, H = spec.hidden_size, F = spec.ffn_size, V = spec.vocab_size;
   const int64_t nh = spec.num_heads, nkv = spec.num_kv_heads, hd = spec.head_dim;
   const auto o = f32_.dtype(dt);
   const std::vector<ParamDef> defs = model_param_defs(spec);
@@ -335,7 +374,7 @@ void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, std::string
     f();
     std::vector<double> ts;
     const auto start = Clock::now();
-    while (ts.size() < 9 || (ts.size() < 200 && seconds_since(start) < (opt_.quick ? 0.3 : 1.0))) {
+    while (ts.size() < 3 || (ts.size() < 200 && seconds_since(start) < (opt_.quick ? 0.3 : 1.0))) {
       const auto t0 = Clock::now();
       f();
       sync();
@@ -343,8 +382,9 @@ void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, std::string
     }
     return cal::lower_quartile(ts);
   };
-  const double f0 = timed([&] { (void)forward(0); }), f4 = timed([&] { (void)forward(4); });
-  const double b0 = timed([&] { backward(forward(0)); }), b4 = timed([&] { backward(forward(4)); });
+  const int L = shape.layers;
+  const double f0 = timed([&] { (void)forward(0); }), fL = timed([&] { (void)forward(L); });
+  const double b0 = timed([&] { backward(forward(0)); }), bL = timed([&] { backward(forward(L)); });
   // The layer's GEMMs (x W^T forward; dy W and dy^T x backward) and its attention core, alone.
   double gemm_f = 0, gemm_b = 0;
   auto linear = [&](int64_t outf, int64_t inf, double& fwd, double& bwd) {
@@ -367,17 +407,88 @@ void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, std::string
     torch::autograd::backward({a}, {go});
     q.mutable_grad() = k.mutable_grad() = v.mutable_grad() = at::Tensor();
   });
-  const double layer_f = (f4 - f0) / 4, layer_b = (b4 - b0) / 4 - layer_f;
-  out.layer_forward = Seconds(std::max(0.0, layer_f - gemm_f - attn_f));
-  out.layer_backward = Seconds(std::max(0.0, layer_b - gemm_b - (attn_fb - attn_f)));
-  out.head_forward = Seconds(std::max(0.0, f0 - head_f));
-  out.head_backward = Seconds(std::max(0.0, b0 - f0 - head_b));
+  const double layer_f = (fL - f0) / L, layer_b = (bL - b0) / L - layer_f;
   auto us = [](double t) { return fmt("%.0f us", t * 1e6); };
-  note = std::string(c10::toString(dt)) + ": layer forward " + us(layer_f) + " - GEMMs " + us(gemm_f) +
-         " - attention " + us(attn_f) + ", backward " + us(layer_b) + " - " + us(gemm_b) + " - " +
-         us(attn_fb - attn_f) + "; embedding+head+loss forward " + us(f0) + " - " + us(head_f) + ", backward " +
-         us(b0 - f0) + " - " + us(head_b);
-  progress("host overhead " + note);
+  note = "tokens " + std::to_string(T) + ", hidden " + std::to_string(H) + ", ffn " + std::to_string(F) + ", vocab " +
+         std::to_string(V) + ": layer forward " + us(layer_f) + " - GEMMs " + us(gemm_f) + " - attention " +
+         us(attn_f) + ", backward " + us(layer_b) + " - " + us(gemm_b) + " - " + us(attn_fb - attn_f) +
+         "; embedding+head+loss forward " + us(f0) + " - " + us(head_f) + ", backward " + us(b0 - f0) + " - " +
+         us(head_b);
+  return {layer_f - gemm_f - attn_f, layer_b - gemm_b - (attn_fb - attn_f), f0 - head_f, b0 - f0 - head_b};
+}
+
+double Calibrator::optimizer_bandwidth(const RuntimeProfile& rt, std::string& note) {
+  // The executor's on-device AdamW step (train/device_optimizer.hpp) as a step runs it: one call per wrap
+  // unit, over units of a small model's per-rank shard size, each unit's buffers cold in the caches when its
+  // turn comes (the set of units is larger than a core's L2), at the bytes the runtime profile says it moves.
+  constexpr int64_t kUnitElems = 128 * 1024, kUnits = 8;
+  std::vector<std::array<at::Tensor, 4>> units;
+  for (int64_t u = 0; u < kUnits; ++u)
+    units.push_back({at::randn({kUnitElems}, f32_), at::randn({kUnitElems}, f32_), at::zeros({kUnitElems}, f32_),
+                     at::zeros({kUnitElems}, f32_)});
+  OptimizerConfig c;
+  c.weight_decay = 0.1;
+  int64_t step = 0;
+  const double t = time_op([&] {
+    ++step;
+    for (auto& [p, g, m, v] : units) adamw_update(p, g, m, v, c, step);
+  });
+  const double params = double(kUnitElems * kUnits);
+  const double bw = rt.adamw_bytes_per_param * params / t;
+  note = "fp32 from the executor's AdamW step (train/device_optimizer.cpp) over " + std::to_string(kUnits) +
+         " units of " + std::to_string(kUnitElems) + " fp32 parameters: " + fmt("%.1f us", t * 1e6) + " for " +
+         fmt("%.0f", rt.adamw_bytes_per_param) + " B each (" + rt.source + " training_loop.adamw_bytes_per_param)";
+  return bw;
+}
+
+void Calibrator::host_overhead(at::ScalarType dt, HostOverhead& out, BytesPerSecond& elementwise, std::string& note) {
+  const DType sim_dt = dt == at::kBFloat16 ? DType::Bf16 : DType::Fp32;
+  const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
+  // Each pass's non-GEMM time at every probe shape, fitted (relative least squares, x >= 0) as
+  //   time(pass, shape) = host(pass) + elementwise_bytes(pass, shape) / elementwise_bandwidth:
+  // a fixed host time per pass and one rate for the bytes the simulator counts. In fp32 the probes' GEMMs
+  // take 90% of a layer at the wider shapes, and the difference left is too uncertain to fit a rate from:
+  // the fp32 rate is the optimizer's, measured directly (fp32 elementwise work is mostly the optimizer's,
+  // in bf16 plans too), and only the fixed times are fitted.
+  const bool fit_rate = dt != at::kFloat;
+  std::string rate_note;
+  const double fixed_bw = fit_rate ? 0.0 : optimizer_bandwidth(rt, rate_note);
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  std::vector<std::string> shape_notes;
+  // --quick leaves out the widest probe (its fp32 GEMMs take seconds); three shapes still over-determine
+  // the five unknowns (12 pass times).
+  const std::size_t shapes = opt_.quick ? kProbeShapes.size() - 1 : kProbeShapes.size();
+  for (std::size_t si = 0; si < shapes; ++si) {
+    const ProbeShape& shape = kProbeShapes[si];
+    std::string sn;
+    const std::array<double, 4> t = probe_pass_times(shape, dt, sn);
+    ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate probe");
+    const std::array<double, 4> bytes = simulated_elementwise_bytes(parse_model_map(map), sim_dt, shape.tokens, rt);
+    for (std::size_t k = 0; k < kPasses.size(); ++k) {
+      const double rest = fit_rate ? t[k] : t[k] - bytes[k] / fixed_bw;
+      if (!(rest > 0)) continue;  // the GEMMs timed alone (and the bytes) took as long: nothing to fit
+      std::vector<double> row(kPasses.size() + (fit_rate ? 1 : 0), 0.0);
+      row[k] = 1.0;
+      if (fit_rate) row.back() = bytes[k];
+      rows.push_back(row);
+      y.push_back(rest);
+    }
+    shape_notes.push_back(sn);
+    progress("host overhead " + std::string(c10::toString(dt)) + ", " + sn);
+  }
+  const cal::LsqResult fit = cal::nonneg_relative_lsq(rows, y);
+  out.layer_forward = Seconds(fit.coef[0]);
+  out.layer_backward = Seconds(fit.coef[1]);
+  out.head_forward = Seconds(fit.coef[2]);
+  out.head_backward = Seconds(fit.coef[3]);
+  elementwise = BytesPerSecond(fit_rate ? (fit.coef[4] > 0 ? 1.0 / fit.coef[4] : 0.0) : fixed_bw);
+  if (!fit_rate) note_elementwise_fp32_ = rate_note;
+  std::string shapes_note;
+  for (const auto& sn : shape_notes) shapes_note += (shapes_note.empty() ? "" : "; ") + sn;
+  note = std::string(c10::toString(dt)) + " (non-GEMM time per pass at each probe shape: " + shapes_note +
+         "; fit residual rms " + fmt("%.1f%%", 100 * fit.rms_rel) + ", worst " + fmt("%.1f%%", 100 * fit.max_abs_rel) +
+         ")";
 }
 
 void Calibrator::host() {
@@ -490,8 +601,8 @@ int Calibrator::run(const DistEnv& env) {
   gemms();
   attention(at::kFloat, attn_);
   attention(at::kBFloat16, attn_bf16_);
-  host_overhead(at::kFloat, overhead_fp32_, overhead_note_fp32_);
-  host_overhead(at::kBFloat16, overhead_bf16_, overhead_note_bf16_);
+  host_overhead(at::kFloat, overhead_fp32_, elementwise_fp32_, overhead_note_fp32_);
+  host_overhead(at::kBFloat16, overhead_bf16_, elementwise_bf16_, overhead_note_bf16_);
   host();
   collectives(env);
   comm_.world().barrier();
@@ -674,17 +785,24 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     }
   }
 
-  // --- Host overhead of the executor's eager layer, per dtype ---
+  // --- Host overhead and elementwise bandwidth of the executor's eager layer, per dtype ---
   hw.host_overhead_fp32 = overhead_fp32_;
   hw.host_overhead_bf16 = overhead_bf16_;
   hw.host_overhead_fp16 = HostOverhead{};  // fp16: the bf16 entry's rules (fp32's) apply; none measured
-  N["device.host_overhead"] =
-      by +
-      "the executor's forward/backward (embed_forward, layer_forward, head_loss, autograd) of a Llama-shaped\n"
-      "probe (hidden 32, 2 heads x 16, 1 kv head, ffn 32, vocab 64; batch 1 x sequence 32) with 0 and 4 layers,\n"
-      "less its GEMMs and attention core timed alone (the curves above price those): the host time per pass\n"
-      "of everything else. " +
-      overhead_note_fp32_ + ";\n" + overhead_note_bf16_;
+  hw.elementwise_bandwidth_fp32 = elementwise_fp32_;
+  hw.elementwise_bandwidth_bf16 = elementwise_bf16_;
+  hw.elementwise_bandwidth_fp16 = BytesPerSecond(0);
+  const std::string probe_how =
+      "the executor's forward/backward (embed_forward, layer_forward, head_loss, autograd) of Llama-shaped\n"
+      "probes (batch 1; tokens, hidden, ffn and vocab below) with 0 and 2-4 layers, less their GEMMs and\n"
+      "attention core timed alone (the curves above price those), fitted per dtype as a fixed host time per\n"
+      "pass plus the elementwise bytes the simulator counts for that pass / one elementwise bandwidth\n"
+      "(relative least squares; fp32 at its measured rate). ";
+  N["device.host_overhead"] = by + probe_how + overhead_note_fp32_ + ";\n" + overhead_note_bf16_;
+  N["device.elementwise_bandwidth"] =
+      by + note_elementwise_fp32_ + ";\nbf16 " +
+      (hw.elementwise_bandwidth_bf16.value > 0 ? "the bandwidth term of the host_overhead fit (see there)"
+                                               : "absent: the host_overhead fit found no bytes term");
 
   // --- CPU: the cores the node has and the cores each rank computed on ---
   if (!cuda_) {

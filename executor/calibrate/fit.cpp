@@ -33,7 +33,7 @@ LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, cons
   if (rows.size() != y.size() || rows.empty())
     throw InputError("least squares: rows and measurements differ in number");
   const std::size_t cols = rows.front().size();
-  if (cols == 0 || cols > 4) throw InputError("least squares: 1 to 4 columns expected");
+  if (cols == 0 || cols > 6) throw InputError("least squares: 1 to 6 columns expected");
   if (rows.size() < cols) throw InputError("least squares: fewer samples than unknowns");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].size() != cols) throw InputError("least squares: rows of different lengths");

@@ -19,7 +19,7 @@ struct LsqResult {
 
 // Minimises sum_i ((A_i . x - y_i) / y_i)^2 subject to x >= 0 (relative residuals: measured times span
 // decades, so each sample counts by its relative error). Solved with Eigen's column-pivoting QR for every
-// subset of columns (active-set enumeration, at most 4 columns) and the best feasible subset kept.
+// subset of columns (active-set enumeration, at most 6 columns) and the best feasible subset kept.
 // rows: the design matrix A, one vector per sample; y: positive measurements. Throws InputError when the
 // sizes disagree, a y is not positive, or there are fewer samples than columns.
 LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, const std::vector<double>& y);

@@ -86,6 +86,11 @@ std::vector<std::pair<std::string, const EfficiencyCurve*>> optional_curves(cons
           {"attention_backward_efficiency_fp16", &hw.attention_backward_efficiency_fp16}};
 }
 
+bool has_elementwise_bandwidth(const HardwareProfile& hw) {
+  return hw.elementwise_bandwidth_fp32.value > 0 || hw.elementwise_bandwidth_bf16.value > 0 ||
+         hw.elementwise_bandwidth_fp16.value > 0;
+}
+
 }  // namespace
 
 std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
@@ -106,6 +111,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
     if (!curve->empty()) keys.push_back("device." + key);
   if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty())
     keys.push_back("device.host_overhead");
+  if (has_elementwise_bandwidth(hw)) keys.push_back("device.elementwise_bandwidth");
   if (hw.device_cores > 0) keys.push_back("device.cores");
   for (const char* k :
        {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
@@ -145,6 +151,13 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
         w.out() << "    " << name << ": {layer_forward: " << dur(h->layer_forward)
                 << ", layer_backward: " << dur(h->layer_backward) << ", head_forward: " << dur(h->head_forward)
                 << ", head_backward: " << dur(h->head_backward) << "}\n";
+  }
+  if (has_elementwise_bandwidth(hw)) {
+    w.open(2, "device.elementwise_bandwidth", "elementwise_bandwidth");
+    for (const auto& [name, b] : {std::pair<const char*, BytesPerSecond>{"fp32", hw.elementwise_bandwidth_fp32},
+                                  {"bf16", hw.elementwise_bandwidth_bf16},
+                                  {"fp16", hw.elementwise_bandwidth_fp16}})
+      if (b.value > 0) w.out() << "    " << name << ": " << bw(b) << "\n";
   }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   w.open(0, "node", "node");

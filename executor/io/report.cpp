@@ -35,6 +35,7 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
               {"loss", s.loss},
               {"time_s", s.time_s},
               {"comm_wait_s", s.comm_wait_s},
+              {"optimizer_phase_s", s.optimizer_phase_s},
               {"tokens_per_s", s.tokens_per_s},
               {"grad_norm", s.grad_norm}};
     if (s.skipped) e["skipped"] = true;

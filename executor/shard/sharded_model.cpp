@@ -820,33 +820,6 @@ bool ShardedModel::grads_nonfinite() {
   return bad.item<float>() > 0;
 }
 
-namespace {
-
-// torch.optim.AdamW (_single_tensor_adamw in torch/optim/adamw.py; Loshchilov & Hutter 2019,
-// arXiv:1711.05101): decoupled decay, bias-corrected moments. In place on p and the states.
-void adamw_update(at::Tensor& p, const at::Tensor& g, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                  const OptimizerConfig& c, int64_t step) {
-  p.mul_(1.0 - c.lr * c.weight_decay);
-  exp_avg.mul_(c.beta1).add_(g, 1.0 - c.beta1);
-  exp_avg_sq.mul_(c.beta2).addcmul_(g, g, 1.0 - c.beta2);
-  const double bc1 = 1.0 - std::pow(c.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(c.beta2, static_cast<double>(step));
-  at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(c.eps);
-  p.addcdiv_(exp_avg, denom, -c.lr / bc1);
-}
-
-// torch.optim.SGD with momentum, dampening 0: d = g + wd*p; buf = m*buf + d; p -= lr*buf.
-void sgd_update(at::Tensor& p, const at::Tensor& g, at::Tensor& momentum, const OptimizerConfig& c, int64_t step) {
-  at::Tensor d = c.weight_decay != 0 ? g + c.weight_decay * p : g;
-  if (step == 1)
-    momentum.copy_(d);
-  else
-    momentum.mul_(c.momentum).add_(d);
-  p.add_(momentum, -c.lr);
-}
-
-}  // namespace
-
 void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
   Impl& m = *impl_;
   at::NoGradGuard ng;

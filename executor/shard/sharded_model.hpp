@@ -16,20 +16,11 @@
 
 #include "model/model_spec.hpp"
 #include "strategy/strategy.hpp"
+#include "train/device_optimizer.hpp"
 
 namespace fsdp::exec {
 
 class Comm;
-
-struct OptimizerConfig {
-  Optimizer kind = Optimizer::AdamW;
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  double momentum = 0.9;
-};
 
 struct UnitInfo {
   std::string name;    // "root", "layers.0-1", ...

@@ -115,6 +115,7 @@ RunResult Trainer::run(std::ostream* log) {
       t.model->backward(loss * (t.loss_scale / static_cast<double>(K)), k == K - 1);
       mem.set_in_compute(false);
     }
+    const auto t_opt = std::chrono::steady_clock::now();
     t.comm.set_progress(step, "optimizer");
     mem.set_phase("optimizer step");
     StepStat st;
@@ -146,6 +147,7 @@ RunResult Trainer::run(std::ostream* log) {
     auto t1 = std::chrono::steady_clock::now();
     st.time_s = std::chrono::duration<double>(t1 - t0).count();
     st.comm_wait_s = Handle::blocked_seconds() - waited0;
+    st.optimizer_phase_s = std::chrono::duration<double>(t1 - t_opt).count();
     st.tokens_per_s = static_cast<double>(W * K * b * T) / st.time_s;
     res.steps.push_back(st);
     if (log && rank == 0 && (step % std::max<int64_t>(1, t.cfg.log_every) == 0 || step == t.cfg.steps)) {

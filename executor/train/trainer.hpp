@@ -38,7 +38,10 @@ struct StepStat {
   double tokens_per_s = 0;
   double grad_norm = 0;
   double comm_wait_s = 0;  // blocked waiting for collectives (exposed communication)
-  bool skipped = false;    // fp16 overflow: step skipped, loss scale lowered
+  // From the last backward's return to the step's end: gradient clipping (its norm and all-reduce), the
+  // optimizer, zero_grad and the loss all-reduce (the simulator's optimizer phase).
+  double optimizer_phase_s = 0;
+  bool skipped = false;  // fp16 overflow: step skipped, loss scale lowered
 };
 
 struct RunResult {

@@ -244,6 +244,7 @@ int run_plan(const std::vector<std::string>& argv) {
     pp.step_s = p.time.step_s;
     pp.compute_s = p.time.compute_s;
     pp.exposed_comm_s = p.time.exposed_comm_s;
+    pp.optimizer_phase_s = p.time.optimizer_phase_s;
     pp.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
     plan.prediction = pp;
     plan.fsdp_run_command =

@@ -39,6 +39,7 @@ struct PlanPrediction {
   double step_s = 0;
   double compute_s = 0;
   double exposed_comm_s = 0;
+  double optimizer_phase_s = 0;  // TimelineResult::optimizer_phase_s
   double tokens_per_s_per_gpu = 0;
 };
 

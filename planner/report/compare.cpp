@@ -83,6 +83,11 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
       c.time.push_back(ComparisonRow{"compute (median)", "s", pred.compute_s, compute, true});
       c.time.push_back(ComparisonRow{"exposed comm (median)", "s", pred.exposed_comm_s, wait, true});
     }
+    // After the last backward: gradient norm, optimizer, the step's scalar all-reduces.
+    if (steps[0].contains("optimizer_phase_s")) {
+      const double phase = median_of([&](const nlohmann::json& st) { return number(st, "optimizer_phase_s", path); });
+      c.time.push_back(ComparisonRow{"optimizer phase (median)", "s", pred.optimizer_phase_s, phase, true});
+    }
     double tokens = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
     c.time.push_back(ComparisonRow{"tokens/s per GPU", "tokens/s", pred.tokens_per_s_per_gpu, tokens / median, true});
   }

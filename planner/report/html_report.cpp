@@ -74,6 +74,10 @@ const char* kind_color(OpKind k) {
       return "#b5b5b5";
     case OpKind::Reshard:
       return "#cccccc";
+    case OpKind::GradNorm:
+      return "#5f8f3a";
+    case OpKind::ScalarAllReduce:
+      return "#c77fd6";
   }
   return "#999999";
 }

@@ -67,6 +67,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   t["offload_s"] = p.time.offload_s;
   t["exposed_offload_s"] = p.time.exposed_offload_s;
   t["optimizer_s"] = p.time.optimizer_s;
+  t["optimizer_phase_s"] = p.time.optimizer_phase_s;
   j["time"] = t;
   j["throughput"] = {{"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}, {"tokens_per_step", p.tokens_per_step}};
   j["mfu"] = p.mfu;

@@ -77,10 +77,10 @@ Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape&
   return roofline(hw, f, rate, attention_backward_bytes(a, dtype));
 }
 
-Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved) {
+Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved, DType compute_dtype) {
   if (bytes_moved.value <= 0) return Seconds(0);
   require_positive(hw, hw.memory_bandwidth.value, "device.memory_bandwidth");
-  return bytes_moved / hw.memory_bandwidth;
+  return bytes_moved / hw.elementwise_bandwidth(compute_dtype);
 }
 
 Bytes optimizer_bytes_per_param(Optimizer opt, DType state_dtype, DType grad_dtype) {
@@ -113,7 +113,7 @@ double optimizer_flops_per_param(Optimizer opt) {
 Seconds gpu_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,
                                 DType grad_dtype) {
   if (params <= 0) return Seconds(0);
-  return memory_bound_time(hw, optimizer_bytes_per_param(opt, state_dtype, grad_dtype) * double(params));
+  return memory_bound_time(hw, optimizer_bytes_per_param(opt, state_dtype, grad_dtype) * double(params), state_dtype);
 }
 
 Seconds host_optimizer_step_time(const HardwareProfile& hw, int64_t params, Optimizer opt, DType state_dtype,

@@ -36,8 +36,10 @@ Bytes attention_backward_bytes(const AttentionShape& a, DType dtype);
 Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
 Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
 
-// --- Memory-bound kernels (elementwise, norms, casts, copies): bytes read + written / HBM bandwidth ---
-Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved);
+// --- Memory-bound kernels (elementwise, norms, casts, copies): bytes read + written / the device's
+// elementwise bandwidth for the dtype they compute in (HardwareProfile::elementwise_bandwidth: HBM on a GPU,
+// a calibrated rate on a CPU) ---
+Seconds memory_bound_time(const HardwareProfile& hw, Bytes bytes_moved, DType compute_dtype);
 
 // --- Optimizer step over `params` parameters held in `state_dtype` (master params and states),
 // with gradients in `grad_dtype`. Bytes and FLOPs per parameter follow the update rules in

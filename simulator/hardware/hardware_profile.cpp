@@ -61,6 +61,13 @@ const HostOverhead& HardwareProfile::host_overhead(DType d) const {
   return host_overhead_fp32;
 }
 
+BytesPerSecond HardwareProfile::elementwise_bandwidth(DType d) const {
+  if (d == DType::Bf16 && elementwise_bandwidth_bf16.value > 0) return elementwise_bandwidth_bf16;
+  if (d == DType::Fp16 && elementwise_bandwidth_fp16.value > 0) return elementwise_bandwidth_fp16;
+  if (elementwise_bandwidth_fp32.value > 0) return elementwise_bandwidth_fp32;
+  return memory_bandwidth;
+}
+
 double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
   const double cores = std::max(1, cpu_cores), ranks = std::max(1, ranks_per_node);
   // torchrun sets OMP_NUM_THREADS=1 per worker when nproc_per_node > 1 (torch/distributed/run.py); fsdp-run
@@ -212,6 +219,14 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
       e.finish();
     }
     ho.finish();
+  }
+  if (dev.has("elementwise_bandwidth")) {
+    ConfigMap eb = dev.get_map("elementwise_bandwidth");
+    for (auto [key, dst] : {std::pair<const char*, BytesPerSecond*>{"fp32", &hw.elementwise_bandwidth_fp32},
+                            {"bf16", &hw.elementwise_bandwidth_bf16},
+                            {"fp16", &hw.elementwise_bandwidth_fp16}})
+      if (eb.has(key)) *dst = eb.get_bandwidth(key);
+    eb.finish();
   }
   if (dev.has("cores")) {
     if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");

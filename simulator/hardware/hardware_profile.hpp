@@ -68,6 +68,11 @@ struct HardwareProfile {
   double device_cores = 0;
   // `device.host_overhead.<dtype>` (optional): see HostOverhead. A dtype without an entry uses fp32's.
   HostOverhead host_overhead_fp32, host_overhead_bf16, host_overhead_fp16;
+  // `device.elementwise_bandwidth.<dtype>` (optional): the rate at which the eager runtime's memory-bound
+  // kernels (norms, activations, rotary, casts, copies, the optimizer) move bytes when they compute in that
+  // dtype; 0 (absent): memory_bandwidth. A CPU needs it: its bf16 elementwise kernels convert every element
+  // and run far below the memory's bandwidth (fsdp-run calibrate measures it, docs/calibrate.md).
+  BytesPerSecond elementwise_bandwidth_fp32{0}, elementwise_bandwidth_bf16{0}, elementwise_bandwidth_fp16{0};
   // Node
   int gpus_per_node = 0;
   LinkTier intra_node;  // NVLink/NVSwitch or PCIe
@@ -88,6 +93,8 @@ struct HardwareProfile {
   const EfficiencyCurve& attention_forward_curve(DType) const;
   const EfficiencyCurve& attention_backward_curve(DType) const;
   const HostOverhead& host_overhead(DType) const;
+  // The dtype's elementwise bandwidth, else fp32's, else memory_bandwidth.
+  BytesPerSecond elementwise_bandwidth(DType) const;
 };
 
 // Cores one rank computes on when `ranks_per_node` ranks share a CPU node of `cpu_cores` cores, with

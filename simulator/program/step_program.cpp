@@ -31,14 +31,16 @@ std::string op_label(const StepProgram& p, const Op& op) {
   std::string l = op.what;
   if (op.unit >= 0 && static_cast<size_t>(op.unit) < p.units.size() &&
       (op.kind == OpKind::Gather || op.kind == OpKind::Forward || op.kind == OpKind::Backward ||
-       op.kind == OpKind::Reshard || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce))
+       op.kind == OpKind::Reshard || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce ||
+       op.kind == OpKind::ParamAllGather))
     l += " " + p.units[static_cast<size_t>(op.unit)].name;
   return l;
 }
 
 std::string op_phase(const StepProgram& p, const Op& op) {
   // The optimizer and what follows it belong to the step, not to a micro-batch.
-  if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::HostOptimizerStep || op.kind == OpKind::ParamAllGather)
+  if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::HostOptimizerStep || op.kind == OpKind::ParamAllGather ||
+      op.kind == OpKind::GradNorm || op.kind == OpKind::ScalarAllReduce)
     return op_label(p, op);
   return op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
 }
@@ -71,6 +73,10 @@ const char* to_string(OpKind k) {
       return "optimizer-step";
     case OpKind::HostOptimizerStep:
       return "host-optimizer-step";
+    case OpKind::GradNorm:
+      return "grad-norm";
+    case OpKind::ScalarAllReduce:
+      return "scalar-all-reduce";
   }
   return "?";
 }
@@ -93,6 +99,9 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
 }
 
 namespace {
+
+// The training loop's scalar collectives carry one fp64 value (executor clip_grad_norm and the loss).
+constexpr double kScalarBytes = 8.0;
 
 double ceil_div(double a, double b) { return std::ceil(a / b); }
 
@@ -536,6 +545,7 @@ struct Emitter {
   void emit_sharded();
   void emit_replicated();
   void emit_optimizer();
+  void emit_optimizer_step();
 };
 
 void Emitter::emit_sharded() {
@@ -757,8 +767,15 @@ void Emitter::emit_replicated() {
     prog.persistent.push_back({cat, P * mb});
   }
   const bool casts = mixed && !zero_layout && rt.autocast_caches_weight_casts;
+  // DDP and ZeRO-1 reduce gradients in buckets: units' gradients join the open bucket in backward order, and
+  // it is all-reduced once it holds bucket_cap_mb (torch/nn/parallel/distributed.py, bucket_cap_mb = 25;
+  // executor/shard/sharded_model.cpp post_backward), the last one when backward ends. (PyTorch's first bucket
+  // is capped at 1 MiB, _DEFAULT_FIRST_BUCKET_BYTES; not modelled: it only splits the first, earliest bucket.)
+  const bool bucketed = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1;
+  const double bucket_cap = static_cast<double>(s.ddp_bucket_mb) * kMiB;
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
+    double bucket_bytes = 0;
     const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
     for (int ui = 0; ui < n; ++ui) {
       Op f = forward_op(ui, mbi);
@@ -817,6 +834,10 @@ void Emitter::emit_replicated() {
         bop = push(post);
       }
       if (!sync) continue;
+      if (bucketed) {
+        bucket_bytes += p * rb;
+        if (bucket_bytes < bucket_cap && ui != order.back()) continue;
+      }
       Op r;
       r.stream = Stream::ReduceScatter;
       r.unit = ui;
@@ -840,7 +861,8 @@ void Emitter::emit_replicated() {
         r.kind = OpKind::AllReduce;
         r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
         r.collective = CollectiveKind::AllReduce;
-        r.comm_bytes = p * rb;
+        r.comm_bytes = bucketed ? bucket_bytes : p * rb;
+        bucket_bytes = 0;
       }
       r.group = GroupKind::World;
       push(r);
@@ -849,7 +871,40 @@ void Emitter::emit_replicated() {
   emit_optimizer();
 }
 
+// The step after the last backward: the training loop's gradient passes and norm (with the all-reduce of
+// the partial norms when the optimizer is sharded), the optimizer, and the loss all-reduce
+// (RuntimeProfile, section training_loop).
 void Emitter::emit_optimizer() {
+  const double P = total_train();
+  const double owned = shards_optimizer(s.kind) ? shard(P) : P;  // the gradient elements the optimizer updates
+  const double held = shards_grads(s.kind) ? shard(P) : P;       // the gradient elements the rank keeps
+  const double grad_bytes = owned * rt.grad_norm_bytes_per_grad + held * rt.grad_pass_bytes_per_grad;
+  if (grad_bytes > 0) {
+    Op n;
+    n.kind = OpKind::GradNorm;
+    n.what = "gradient norm";
+    n.elementwise_bytes = grad_bytes;
+    n.after_all_comm = true;  // every gradient reduction has landed
+    push(n);
+    if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
+      // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
+      Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, "gradient-norm all-reduce",
+                           CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, -1, 0);
+      a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
+      push(a);
+    }
+  }
+  emit_optimizer_step();
+  if (rt.loss_all_reduce && prog.layout.world > 1) {
+    Op l = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, "loss all-reduce", CollectiveKind::AllReduce,
+                         GroupKind::World, kScalarBytes, -1, 0);
+    l.after_all_comm = true;
+    l.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
+    push(l);
+  }
+}
+
+void Emitter::emit_optimizer_step() {
   const double P = total_train();
   const double opt_elems = shards_optimizer(s.kind) ? shard(P) : P;
   const double states = s.optimizer == Optimizer::AdamW ? 2.0 : 1.0;  // exp_avg + exp_avg_sq, or momentum
@@ -867,22 +922,34 @@ void Emitter::emit_optimizer() {
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
     // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
     if (zero_layout) o.transient_bytes = s.kind == StrategyKind::Zero3 ? 0.0 : opt_elems * mb;
-    // Memory traffic: read param, grad, states; write param and states (AdamW: 4 reads + 3 writes).
-    o.elementwise_bytes = opt_elems * mb * (s.optimizer == Optimizer::AdamW ? 7.0 : 4.0);
+    // Memory traffic as the runtime's optimizer moves it (training_loop.adamw_bytes_per_param: 28 B when
+    // fused, 4 reads + 3 writes of fp32), given for fp32 masters and states: scaled to the master dtype.
+    o.elementwise_bytes =
+        opt_elems * (mb / 4.0) * (s.optimizer == Optimizer::AdamW ? rt.adamw_bytes_per_param : rt.sgd_bytes_per_param);
+    // The step waits for the gradient norm's all-reduce (clipping scales the gradients it reads).
+    if (!prog.ops.empty() && prog.ops.back().kind == OpKind::ScalarAllReduce)
+      o.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
     // Gradients are dropped after the step (zero_grad(set_to_none=True)).
     free_grads(o);
     o.after_all_comm = true;
     push(o);
     if (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) {
-      Op a;
-      a.kind = OpKind::ParamAllGather;
-      a.stream = Stream::AllGather;
-      a.what = "all-gather updated parameters";
-      a.collective = CollectiveKind::AllGather;
-      a.group = GroupKind::World;
-      a.comm_bytes = P * sb;
-      a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
-      push(a);
+      // Every rank updated its slice of the replica; the others' slices are gathered: in one collective, or
+      // one per wrap unit (RuntimeProfile::zero_param_gather_per_unit).
+      const int opt_op = static_cast<int>(prog.ops.size()) - 1;
+      const int units = rt.zero_param_gather_per_unit ? static_cast<int>(prog.units.size()) : 1;
+      for (int ui = 0; ui < units; ++ui) {
+        Op a;
+        a.kind = OpKind::ParamAllGather;
+        a.stream = Stream::AllGather;
+        a.what = "all-gather updated parameters";
+        a.collective = CollectiveKind::AllGather;
+        a.group = GroupKind::World;
+        a.unit = rt.zero_param_gather_per_unit ? ui : -1;
+        a.comm_bytes = (rt.zero_param_gather_per_unit ? train(ui) : P) * sb;
+        a.deps.push_back(opt_op);
+        push(a);
+      }
     }
     return;
   }

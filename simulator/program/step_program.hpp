@@ -33,6 +33,8 @@ enum class OpKind {
   CopyToDevice,       // parameters to the device (offload)
   OptimizerStep,      // device optimizer
   HostOptimizerStep,  // host optimizer (offload)
+  GradNorm,           // the training loop's whole-gradient passes before the step (norm and clip, averaging)
+  ScalarAllReduce,    // one scalar summed over a group (the gradient norm's partial sums, the step's loss)
 };
 const char* to_string(OpKind);
 

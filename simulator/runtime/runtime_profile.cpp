@@ -50,7 +50,20 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.grads_persist = sh.get_bool("grads_persist");
   r.replicated_grads_via_flat_copy = sh.get_bool("replicated_grads_via_flat_copy");
   r.zero_low_precision_params = sh.get_bool("zero_low_precision_params");
+  r.zero_param_gather_per_unit = sh.get_bool("zero_param_gather_per_unit");
   sh.finish();
+  ConfigMap loop = map.get_map("training_loop");
+  auto non_negative = [&](const char* key) {
+    const double v = loop.get_double(key);
+    if (!(v >= 0)) loop.fail(key, "must be a non-negative number of bytes");
+    return v;
+  };
+  r.adamw_bytes_per_param = non_negative("adamw_bytes_per_param");
+  r.sgd_bytes_per_param = non_negative("sgd_bytes_per_param");
+  r.grad_norm_bytes_per_grad = non_negative("grad_norm_bytes_per_grad");
+  r.grad_pass_bytes_per_grad = non_negative("grad_pass_bytes_per_grad");
+  r.loss_all_reduce = loop.get_bool("loss_all_reduce");
+  loop.finish();
   map.finish();
   return r;
 }

@@ -39,10 +39,26 @@ struct RuntimeProfile {
   bool zero_low_precision_params = false;
   bool grads_persist = false;  // gradient buffers live for the whole run (zeroed in place), not per step
   bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer
+  // ZeRO-1/2 gather the updated parameter slices with one all-gather per wrap unit, not one for the model.
+  bool zero_param_gather_per_unit = false;
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
   // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
   // backward saves self; 2.x saves only sizes and numel).
   bool norm_mean_keeps_input = false;
+  // --- the training loop around forward and backward (section training_loop) ---
+  // Bytes the optimizer step moves per trained parameter with fp32 masters and states (scaled for other
+  // master dtypes): 28 for a fused AdamW (read p, g, m, v; write p, m, v), more when it runs as separate
+  // elementwise kernels, each reading and writing whole tensors.
+  double adamw_bytes_per_param = 0;
+  double sgd_bytes_per_param = 0;
+  // Bytes moved per gradient element the rank owns to compute the global gradient norm and clip by it
+  // (clip_grad_norm_); 0: the loop computes no norm. Nonzero and the optimizer sharded: the partial norms
+  // are summed by one scalar all-reduce over the shard group before the step.
+  double grad_norm_bytes_per_grad = 0;
+  // Bytes moved per gradient element the rank holds by other whole-gradient passes of the step (averaging
+  // over the world after the reduction, zeroing in place for the next step).
+  double grad_pass_bytes_per_grad = 0;
+  bool loss_all_reduce = false;  // the step's loss is all-reduced over the world (one scalar) every step
 };
 
 RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);

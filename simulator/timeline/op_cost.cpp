@@ -67,7 +67,11 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
                             op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
   }
   if (op.head_passes > 0) compute += op.head_passes * gemm_time(hw, p.head_gemm, dt);
-  if (op.elementwise_bytes > 0) compute += memory_bound_time(hw, Bytes(op.elementwise_bytes)).value;
+  // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
+  // the gradients they read); everything else in the compute dtype.
+  const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;
+  if (op.elementwise_bytes > 0)
+    compute += memory_bound_time(hw, Bytes(op.elementwise_bytes), master_side ? s.master_dtype : dt).value;
   // The eager runtime's per-pass host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate):
   // a decoder layer's forward, its backward (plus the recomputed forward under full checkpointing), and the
   // embedding + head + loss around the Loss ops.

@@ -40,7 +40,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     switch (op.stream) {
       case Stream::Compute:
         compute_busy += dur;
-        if (op.kind == OpKind::OptimizerStep) r.optimizer_s += dur;
+        if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm) r.optimizer_s += dur;
         break;
       case Stream::AllGather:
       case Stream::ReduceScatter:
@@ -58,6 +58,11 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   }
   double end = 0;
   for (const auto& t : r.ops) end = std::max(end, t.end);
+  // The optimizer phase starts at the first op that waits for every collective (the step's barrier).
+  double before_barrier = 0;
+  for (size_t i = 0; i < p.ops.size() && !p.ops[i].after_all_comm; ++i)
+    before_barrier = std::max(before_barrier, r.ops[i].end);
+  r.optimizer_phase_s = end - before_barrier;
   // Collectives occupy SMs (one CTA per NCCL channel), so compute overlapped with communication runs
   // slower by the profile's compute_slowdown_during_comm; first order: the overlapped compute time
   // stretches the step by that fraction (Calculon models the same effect as a network's

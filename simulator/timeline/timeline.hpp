@@ -24,7 +24,11 @@ struct TimelineResult {
   double exposed_comm_s = 0;  // compute-stream idle time waiting on communication
   double offload_s = 0;       // host<->device copies + host optimizer
   double exposed_offload_s = 0;
-  double optimizer_s = 0;
+  double optimizer_s = 0;  // the optimizer step and the gradient norm before it
+  // From the end of the last micro-batch's work (its backward and gradient reductions) to the end of the
+  // step: gradient norm, scalar all-reduces, optimizer, parameter all-gathers (fsdp-run's report measures
+  // the same span as steps[].optimizer_phase_s).
+  double optimizer_phase_s = 0;
   double contention_s = 0;    // compute slowed by collectives running beside it (in compute_s)
   std::vector<OpTiming> ops;  // per op of the program
 };

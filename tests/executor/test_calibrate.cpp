@@ -78,6 +78,30 @@ TEST_CASE("alpha-beta fit recovers alpha and beta from synthetic timings") {
   }
 }
 
+TEST_CASE("least squares recovers a fixed time per pass and one rate for the bytes (the host-overhead fit's form)") {
+  // time(pass k, shape) = host_k + bytes(k, shape) / bandwidth, four passes, three shapes, 2% wobble.
+  const std::vector<double> host{250e-6, 350e-6, 40e-6, 120e-6};
+  const double bw = 7.5e9;
+  std::vector<std::vector<double>> rows;
+  std::vector<double> y;
+  int i = 0;
+  for (double scale : {0.05, 1.0, 2.5})
+    for (std::size_t k = 0; k < host.size(); ++k) {
+      std::vector<double> row(5, 0.0);
+      row[k] = 1.0;
+      row[4] = scale * 1e6 * (1.0 + static_cast<double>(k));  // bytes differ by pass and shape
+      rows.push_back(row);
+      y.push_back((host[k] + row[4] / bw) * wobble(i++));
+    }
+  const LsqResult fit = nonneg_relative_lsq(rows, y);
+  REQUIRE(fit.coef.size() == 5);
+  for (std::size_t k = 0; k < host.size(); ++k) CHECK(rel(fit.coef[k], host[k]) < 0.1);
+  CHECK(rel(1.0 / fit.coef[4], bw) < 0.05);
+  CHECK(fit.max_abs_rel < 0.03);
+  std::vector<std::vector<double>> seven(7, std::vector<double>(7, 1.0));
+  CHECK_THROWS_AS(nonneg_relative_lsq(seven, std::vector<double>(7, 1.0)), InputError);  // at most 6 unknowns
+}
+
 TEST_CASE("least squares refuses malformed input") {
   CHECK_THROWS_AS(nonneg_relative_lsq({{1.0, 2.0}}, {1.0}), InputError);         // fewer samples than unknowns
   CHECK_THROWS_AS(nonneg_relative_lsq({{1.0}, {2.0}}, {1.0, 0.0}), InputError);  // non-positive measurement
@@ -217,6 +241,8 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.attention_efficiency_bf16 = EfficiencyCurve{{1e6, 1e8}, {0.1, 0.15}};
   hw.attention_backward_efficiency_bf16 = EfficiencyCurve{{2.5e6}, {0.07}};
   hw.device_cores = 0.5;
+  hw.elementwise_bandwidth_bf16 = BytesPerSecond(7.46902e9);
+  hw.host_overhead_bf16 = HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6)};
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
   hw.intra_node.latency = Seconds(3.5e-6);
   hw.intra_node.bus_efficiency = EfficiencyCurve{{262144, 4194304}, {0.4, 1.0}};
@@ -258,6 +284,12 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(&back.matmul_curve(DType::Fp16) == &back.matmul_efficiency);  // no fp16 curve: the shared one
   CHECK(&back.matmul_curve(DType::Bf16) == &back.matmul_efficiency_bf16);
   CHECK(back.device_cores == hw.device_cores);
+  // Only the dtypes with an elementwise rate are written; the others fall back (fp32 to memory_bandwidth).
+  CHECK(std::find(keys.begin(), keys.end(), "device.elementwise_bandwidth") != keys.end());
+  CHECK(rel(back.elementwise_bandwidth_bf16.value, hw.elementwise_bandwidth_bf16.value) < 1e-5);
+  CHECK(back.elementwise_bandwidth_fp32.value == 0);
+  CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
+  CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
   CHECK(rel(back.intra_node.bandwidth.value, hw.intra_node.bandwidth.value) < 1e-5);
   CHECK(rel(back.intra_node.latency.value, hw.intra_node.latency.value) < 1e-5);
   CHECK(back.intra_node.bus_efficiency.x == hw.intra_node.bus_efficiency.x);
@@ -299,6 +331,10 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   CHECK(rate > 0);
   CHECK(rate < bound);
   CHECK(hw.intra_node.bandwidth.value > 0);
+  // The fp32 elementwise rate is the executor's AdamW step, timed directly: always there.
+  CHECK(hw.elementwise_bandwidth_fp32.value > 0);
+  CHECK(!hw.host_overhead_bf16.empty());
+  CHECK(r.out.find("calibrate: host overhead BFloat16, tokens 96") != std::string::npos);
   CHECK(hw.usable_device_memory.value > 0);
   CHECK(hw.usable_device_memory.value <= hw.device_memory.value);
   // Every field is commented: measured (with the date) or taken from the base profile.

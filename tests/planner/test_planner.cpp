@@ -200,10 +200,10 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(j["time"][0]["measured"].get<double>() == doctest::Approx(2.0));
   CHECK(j["time"].size() == 2);
   // With the time blocked on collectives: exposed comm is its median, compute the median of the rest.
-  report["steps"] = nlohmann::json::array({{{"time_s", 9.0}, {"comm_wait_s", 5.0}},
-                                           {{"time_s", 2.0}, {"comm_wait_s", 0.5}},
-                                           {{"time_s", 1.0}, {"comm_wait_s", 0.25}},
-                                           {{"time_s", 3.0}, {"comm_wait_s", 2.5}}});
+  report["steps"] = nlohmann::json::array({{{"time_s", 9.0}, {"comm_wait_s", 5.0}, {"optimizer_phase_s", 4.0}},
+                                           {{"time_s", 2.0}, {"comm_wait_s", 0.5}, {"optimizer_phase_s", 0.2}},
+                                           {{"time_s", 1.0}, {"comm_wait_s", 0.25}, {"optimizer_phase_s", 0.1}},
+                                           {{"time_s", 3.0}, {"comm_wait_s", 2.5}, {"optimizer_phase_s", 0.3}}});
   std::ofstream(base + ".json") << report.dump();
   auto t = run_cli("compare " + base + ".yaml " + base + ".json --json");
   REQUIRE(t.code == 0);
@@ -213,6 +213,9 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(measured.at("exposed comm (median)") == doctest::Approx(0.5));  // 0.5, 0.25, 2.5
   CHECK(measured.at("compute (median)") == doctest::Approx(0.75));      // 1.5, 0.75, 0.5
   CHECK(measured.at("step time (median)") == doctest::Approx(2.0));
+  CHECK(measured.at("optimizer phase (median)") == doctest::Approx(0.2));  // 0.2, 0.1, 0.3
+  for (const auto& row : jt["time"])
+    if (row["name"] == "optimizer phase (median)") CHECK(row["predicted"].get<double>() > 0);
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
   auto bad = run_cli("compare " + base + ".yaml " + base + ".bad.json");
   CHECK(bad.code == 2);

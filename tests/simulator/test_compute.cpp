@@ -169,7 +169,7 @@ TEST_CASE("attention FLOPs: 4 b s^2 h d forward, halved with a causal mask, back
 
 TEST_CASE("memory-bound kernels and the GPU optimizer step") {
   HardwareProfile hw = synthetic_device();
-  CHECK(memory_bound_time(hw, Bytes(8 * kGB)).value == doctest::Approx(2e-3));
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB), DType::Bf16).value == doctest::Approx(2e-3));
   // AdamW over fp32 master params, states and grads: read p, g, m, v (16 B), write p, m, v (12 B).
   CHECK(optimizer_bytes_per_param(Optimizer::AdamW, DType::Fp32, DType::Fp32).value == 28);
   CHECK(optimizer_bytes_per_param(Optimizer::AdamW, DType::Fp32, DType::Bf16).value == 26);
@@ -177,6 +177,16 @@ TEST_CASE("memory-bound kernels and the GPU optimizer step") {
   CHECK(gpu_optimizer_step_time(hw, 1'000'000'000, Optimizer::AdamW, DType::Fp32, DType::Fp32).value ==
         doctest::Approx(28e9 / (4000 * kGB)));
   CHECK(gpu_optimizer_step_time(hw, 0, Optimizer::AdamW, DType::Fp32, DType::Fp32).value == 0);
+  // A calibrated elementwise rate replaces the memory bandwidth for its dtype; fp16 without its own falls
+  // back to fp32's, and every dtype to memory_bandwidth when there is none.
+  hw.elementwise_bandwidth_bf16 = BytesPerSecond(2 * kGB);
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB), DType::Bf16).value == doctest::Approx(4.0));
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB), DType::Fp16).value == doctest::Approx(2e-3));
+  hw.elementwise_bandwidth_fp32 = BytesPerSecond(8 * kGB);
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB), DType::Fp16).value == doctest::Approx(1.0));
+  CHECK(memory_bound_time(hw, Bytes(8 * kGB), DType::Fp32).value == doctest::Approx(1.0));
+  CHECK(gpu_optimizer_step_time(hw, 1'000'000'000, Optimizer::AdamW, DType::Fp32, DType::Fp32).value ==
+        doctest::Approx(28e9 / (8 * kGB)));
 }
 
 TEST_CASE("host optimizer: memory or compute bound, shared by the node's ranks") {

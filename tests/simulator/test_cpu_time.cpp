@@ -1,7 +1,12 @@
 // Step time on a CPU "device" (docs/hardware.md, "Ranks sharing a CPU's cores" and "Host overhead"): one
 // in-order resource per rank, compute slowed when ranks get fewer cores than the profile was measured with,
-// and the eager runtime's per-pass host overhead.
+// the eager runtime's per-pass host overhead, elementwise rates per dtype, and the training loop's own work.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "sim_fixtures.hpp"
 #include "timeline/timeline.hpp"
@@ -110,4 +115,105 @@ TEST_CASE("host overhead: per decoder layer pass, the recomputed forward, and th
       CHECK(with - without == doctest::Approx(expected).epsilon(1e-6));
     }
   }
+}
+
+namespace {
+
+std::vector<const Op*> ops_of(const StepProgram& p, OpKind k) {
+  std::vector<const Op*> out;
+  for (const Op& op : p.ops)
+    if (op.kind == k) out.push_back(&op);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the training loop around the step: gradient norm, its all-reduce, the optimizer and the loss all-reduce") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile fr = runtime("fsdp-run"), pt = runtime("pytorch");
+  const double P = static_cast<double>(g.total_params());
+  // fsdp-run, FSDP over 2 ranks: every rank owns half of the gradients and of the optimizer.
+  {
+    const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
+    const StepProgram p = program(g, s, fr, 1, 2);
+    const auto norm = ops_of(p, OpKind::GradNorm), scalar = ops_of(p, OpKind::ScalarAllReduce),
+               opt = ops_of(p, OpKind::OptimizerStep);
+    REQUIRE(norm.size() == 1);
+    REQUIRE(scalar.size() == 2);
+    REQUIRE(opt.size() == 1);
+    const double owned = std::ceil(P / 2);
+    CHECK(norm[0]->elementwise_bytes ==
+          doctest::Approx(owned * (fr.grad_norm_bytes_per_grad + fr.grad_pass_bytes_per_grad)));
+    CHECK(norm[0]->after_all_comm);
+    CHECK(opt[0]->elementwise_bytes == doctest::Approx(owned * fr.adamw_bytes_per_param));
+    // The partial norms summed over the shard group before the step, which waits for them; the loss last.
+    CHECK(std::string(scalar[0]->what) == "gradient-norm all-reduce");
+    CHECK(scalar[0]->group == GroupKind::Shard);
+    CHECK(scalar[0]->comm_bytes == 8);
+    CHECK(scalar[0] < opt[0]);
+    CHECK(std::find(opt[0]->deps.begin(), opt[0]->deps.end(), static_cast<int>(scalar[0] - p.ops.data())) !=
+          opt[0]->deps.end());
+    CHECK(std::string(scalar[1]->what) == "loss all-reduce");
+    CHECK(scalar[1]->group == GroupKind::World);
+    CHECK(scalar[1] == &p.ops.back());
+    // On a CPU rank everything is serial: the optimizer phase is the sum of the ops from the norm on.
+    HardwareProfile cpu = hardware("cpu");
+    const Cluster c{1, 2};
+    const Prediction pr = simulate(SimulationInput{&g, &cpu, &fr, c, s});
+    double tail = 0;
+    for (const Op* op = norm[0]; op <= &p.ops.back(); ++op) tail += op_duration(*op, p, cpu, c, s);
+    CHECK(pr.time.optimizer_phase_s == doctest::Approx(tail));
+    CHECK(pr.time.optimizer_phase_s < pr.time.step_s);
+  }
+  // DDP replicates the optimizer: the norm needs no all-reduce; the loss is still summed over the world.
+  {
+    Strategy s = fsdp_strategy(DType::Fp32, ActCkpt::None);
+    s.kind = StrategyKind::Ddp;
+    const StepProgram p = program(g, s, fr, 1, 2);
+    REQUIRE(ops_of(p, OpKind::GradNorm).size() == 1);
+    CHECK(ops_of(p, OpKind::GradNorm)[0]->elementwise_bytes ==
+          doctest::Approx(P * (fr.grad_norm_bytes_per_grad + fr.grad_pass_bytes_per_grad)));
+    REQUIRE(ops_of(p, OpKind::ScalarAllReduce).size() == 1);
+    CHECK(std::string(ops_of(p, OpKind::ScalarAllReduce)[0]->what) == "loss all-reduce");
+    // One rank: nothing to sum.
+    CHECK(ops_of(program(g, s, fr, 1, 1), OpKind::ScalarAllReduce).empty());
+  }
+  // PyTorch's loop (../shared/calibration): no clipping, no loss all-reduce; foreach AdamW's 84 B.
+  {
+    const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
+    const StepProgram p = program(g, s, pt, 1, 2);
+    CHECK(ops_of(p, OpKind::GradNorm).empty());
+    CHECK(ops_of(p, OpKind::ScalarAllReduce).empty());
+    REQUIRE(ops_of(p, OpKind::OptimizerStep).size() == 1);
+    CHECK(ops_of(p, OpKind::OptimizerStep)[0]->elementwise_bytes == doctest::Approx(std::ceil(P / 2) * 84.0));
+  }
+}
+
+TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the optimizer side at the master dtype's") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile rt = runtime("fsdp-run");
+  const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
+  const Cluster c{1, 1};
+  HardwareProfile hw = hardware("cpu");
+  const StepProgram p = program(g, s, rt, 1, 1);
+  const Op* fwd = nullptr;
+  const Op* opt = nullptr;
+  for (const Op& op : p.ops) {
+    if (op.kind == OpKind::Forward && op.layers > 0 && !fwd) fwd = &op;
+    if (op.kind == OpKind::OptimizerStep) opt = &op;
+  }
+  REQUIRE(fwd);
+  REQUIRE(opt);
+  const double f0 = op_duration(*fwd, p, hw, c, s), o0 = op_duration(*opt, p, hw, c, s);
+  // A bf16 rate slows the layer's elementwise kernels by exactly their bytes at the new rate; the fp32
+  // optimizer does not move.
+  HardwareProfile slow = hw;
+  slow.elementwise_bandwidth_bf16 = BytesPerSecond(hw.memory_bandwidth.value / 4);
+  const double share = cpu_compute_slowdown(hw, 1);
+  CHECK(op_duration(*fwd, p, slow, c, s) - f0 ==
+        doctest::Approx(share * fwd->elementwise_bytes * (4.0 - 1.0) / hw.memory_bandwidth.value));
+  CHECK(op_duration(*opt, p, slow, c, s) == doctest::Approx(o0));
+  slow.elementwise_bandwidth_fp32 = BytesPerSecond(hw.memory_bandwidth.value / 2);
+  CHECK(op_duration(*opt, p, slow, c, s) - o0 ==
+        doctest::Approx(share * opt->elementwise_bytes * (2.0 - 1.0) / hw.memory_bandwidth.value));
 }
