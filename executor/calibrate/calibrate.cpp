@@ -109,7 +109,8 @@ double meminfo_bytes(const std::string& key) {
 
 struct GemmSample {
   int64_t m, n, k;
-  double seconds;  // mean over the three orientations of a linear layer (forward, input grad, weight grad)
+  double seconds;        // mean over the three orientations of a linear layer (forward, input grad, weight grad)
+  double forward_share;  // the forward GEMM's (x W^T) time over that mean
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
 };
 
@@ -255,7 +256,7 @@ void Calibrator::gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out) {
       const double tf = time_op([&] { (void)at::mm(x, w.t()); });
       const double td = time_op([&] { (void)at::mm(dy, w); });
       const double tw = time_op([&] { (void)at::mm(dy.t(), x); });
-      GemmSample g{m, n, k, (tf + td + tw) / 3};
+      GemmSample g{m, n, k, (tf + td + tw) / 3, tf / ((tf + td + tw) / 3)};
       out.push_back(g);
       progress(std::string(c10::toString(dt)) + " GEMM " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                std::to_string(k) + ": " + fmt("%.2f GFLOP/s", g.flops() / g.seconds / 1e9));
@@ -748,6 +749,25 @@ std::string Calibrator::write_profile(const DistEnv& env) {
   } else {
     N["device.peak_flops.fp16"] = from_base;
   }
+
+  // --- The forward GEMM's share: per dtype, the median over the shapes of x W^T's time / the mean of three ---
+  std::string ratio_note;
+  auto forward_ratio = [&](const std::vector<GemmSample>& v, const char* what) {
+    std::vector<double> r;
+    for (const auto& g : v) r.push_back(g.forward_share);
+    const double m = cal::median(r);
+    ratio_note += std::string(ratio_note.empty() ? "" : ", ") + what + fmt(" %.3g", m) +
+                  fmt(" (%.3g", *std::min_element(r.begin(), r.end())) +
+                  fmt("-%.3g", *std::max_element(r.begin(), r.end())) + ")";
+    return m;
+  };
+  hw.matmul_forward_ratio_fp32 = forward_ratio(fp32_, "fp32");
+  if (!bf16_.empty()) hw.matmul_forward_ratio_bf16 = forward_ratio(bf16_, "bf16");
+  hw.matmul_forward_ratio_fp16 = !fp16_.empty() ? forward_ratio(fp16_, "fp16") : hw.matmul_forward_ratio_bf16;
+  N["device.matmul_forward_ratio"] = by +
+                                     "the GEMM shapes above: the forward GEMM's (x W^T) time / the mean of the "
+                                     "linear layer's three,\nmedian over the shapes (range): " +
+                                     ratio_note + (fp16_.empty() ? "; fp16 as bf16" : "");
 
   // --- Attention, per dtype: efficiency relative to the dtype's peak ---
   auto attention_curves = [&](const std::vector<AttnSample>& v, const std::string& what, FlopsPerSecond peak,

@@ -172,15 +172,31 @@ RingFit finish_ring(RingFit f, const std::vector<CollSample>& samples);
 
 RingFit fit_ring(const std::vector<CollSample>& samples) {
   if (samples.size() < 2) throw InputError("collective fit: at least two timings needed");
+  // With a single group size, a constant cost and a per-step one cannot be told apart (at 2 ranks every
+  // collective has 1 or 2 ring steps, and Gloo's all-reduce is no ring, so that difference is not the ring's):
+  // the fit leaves the constant out and the whole fixed cost goes to the ring steps, so that a larger group
+  // pays it per hop, as each hop of a ring is a blocking exchange between two processes. Where calibrate saw
+  // several group sizes the data decide.
+  bool one_size = true;
+  for (const CollSample& s : samples) one_size = one_size && s.group == samples.front().group;
+  const std::size_t first = one_size ? 1 : 0;
   std::vector<std::vector<double>> rows;
   std::vector<double> y;
   for (const CollSample& s : samples) {
     if (s.group < 2) throw InputError("collective fit: a group of one rank has no collective cost");
-    rows.push_back({1.0, static_cast<double>(ring_steps(s.kind, s.group)), busbw_factor(s.kind, s.group) * s.bytes});
+    std::vector<double> row{1.0, static_cast<double>(ring_steps(s.kind, s.group)),
+                            busbw_factor(s.kind, s.group) * s.bytes};
+    rows.push_back(std::vector<double>(row.begin() + static_cast<std::ptrdiff_t>(first), row.end()));
     y.push_back(s.seconds);
   }
+  // The line's coefficients are always (base, per step, 1 / bandwidth).
+  auto fit_line = [&](const std::vector<std::vector<double>>& r, const std::vector<double>& t) {
+    LsqResult l = nonneg_relative_lsq(r, t);
+    if (one_size) l.coef.insert(l.coef.begin(), 0.0);
+    return l;
+  };
   RingFit f;
-  f.line = nonneg_relative_lsq(rows, y);
+  f.line = fit_line(rows, y);
   // Trimmed least squares: timings more than 3x the median relative residual off the line (and more than
   // 25% off) are outliers for the line (a stalled TCP exchange, a preempted rank); refit once without them.
   {
@@ -196,7 +212,7 @@ RingFit fit_ring(const std::vector<CollSample>& samples) {
       }
     f.outliers = static_cast<int>(rows.size() - rows2.size());
     if (f.outliers > 0 && rows2.size() >= 3)
-      f.line = nonneg_relative_lsq(rows2, y2);
+      f.line = fit_line(rows2, y2);
     else
       f.outliers = 0;
   }

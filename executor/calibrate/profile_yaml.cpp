@@ -86,6 +86,10 @@ std::vector<std::pair<std::string, const EfficiencyCurve*>> optional_curves(cons
           {"attention_backward_efficiency_fp16", &hw.attention_backward_efficiency_fp16}};
 }
 
+bool has_forward_ratio(const HardwareProfile& hw) {
+  return hw.matmul_forward_ratio_fp32 > 0 || hw.matmul_forward_ratio_bf16 > 0 || hw.matmul_forward_ratio_fp16 > 0;
+}
+
 bool has_elementwise_bandwidth(const HardwareProfile& hw) {
   return hw.elementwise_bandwidth_fp32.value > 0 || hw.elementwise_bandwidth_bf16.value > 0 ||
          hw.elementwise_bandwidth_fp16.value > 0;
@@ -112,6 +116,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty())
     keys.push_back("device.host_overhead");
   if (has_elementwise_bandwidth(hw)) keys.push_back("device.elementwise_bandwidth");
+  if (has_forward_ratio(hw)) keys.push_back("device.matmul_forward_ratio");
   if (hw.device_cores > 0) keys.push_back("device.cores");
   for (const char* k :
        {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
@@ -158,6 +163,13 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
                                   {"bf16", hw.elementwise_bandwidth_bf16},
                                   {"fp16", hw.elementwise_bandwidth_fp16}})
       if (b.value > 0) w.out() << "    " << name << ": " << bw(b) << "\n";
+  }
+  if (has_forward_ratio(hw)) {
+    w.open(2, "device.matmul_forward_ratio", "matmul_forward_ratio");
+    for (const auto& [name, r] : {std::pair<const char*, double>{"fp32", hw.matmul_forward_ratio_fp32},
+                                  {"bf16", hw.matmul_forward_ratio_bf16},
+                                  {"fp16", hw.matmul_forward_ratio_fp16}})
+      if (r > 0) w.out() << "    " << name << ": " << fmt("%.4g", r) << "\n";
   }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   w.open(0, "node", "node");

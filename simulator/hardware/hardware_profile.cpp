@@ -68,6 +68,13 @@ BytesPerSecond HardwareProfile::elementwise_bandwidth(DType d) const {
   return memory_bandwidth;
 }
 
+double HardwareProfile::matmul_forward_ratio(DType d) const {
+  const double r = d == DType::Bf16   ? matmul_forward_ratio_bf16
+                   : d == DType::Fp16 ? matmul_forward_ratio_fp16
+                                      : matmul_forward_ratio_fp32;
+  return r > 0 ? r : 1.0;
+}
+
 double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
   const double cores = std::max(1, cpu_cores), ranks = std::max(1, ranks_per_node);
   // torchrun sets OMP_NUM_THREADS=1 per worker when nproc_per_node > 1 (torch/distributed/run.py); fsdp-run
@@ -227,6 +234,18 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
                             {"fp16", &hw.elementwise_bandwidth_fp16}})
       if (eb.has(key)) *dst = eb.get_bandwidth(key);
     eb.finish();
+  }
+  if (dev.has("matmul_forward_ratio")) {
+    ConfigMap fr = dev.get_map("matmul_forward_ratio");
+    for (auto [key, dst] : {std::pair<const char*, double*>{"fp32", &hw.matmul_forward_ratio_fp32},
+                            {"bf16", &hw.matmul_forward_ratio_bf16},
+                            {"fp16", &hw.matmul_forward_ratio_fp16}})
+      if (fr.has(key)) {
+        *dst = fr.get_double(key);
+        // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
+        if (!(*dst > 0 && *dst < 3)) fr.fail(key, "must be within (0, 3)");
+      }
+    fr.finish();
   }
   if (dev.has("cores")) {
     if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");

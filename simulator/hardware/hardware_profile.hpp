@@ -73,6 +73,11 @@ struct HardwareProfile {
   // dtype; 0 (absent): memory_bandwidth. A CPU needs it: its bf16 elementwise kernels convert every element
   // and run far below the memory's bandwidth (fsdp-run calibrate measures it, docs/calibrate.md).
   BytesPerSecond elementwise_bandwidth_fp32{0}, elementwise_bandwidth_bf16{0}, elementwise_bandwidth_fp16{0};
+  // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
+  // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
+  // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full
+  // checkpoint's recomputed forward pays it once more.
+  double matmul_forward_ratio_fp32 = 0, matmul_forward_ratio_bf16 = 0, matmul_forward_ratio_fp16 = 0;
   // Node
   int gpus_per_node = 0;
   LinkTier intra_node;  // NVLink/NVSwitch or PCIe
@@ -95,6 +100,8 @@ struct HardwareProfile {
   const HostOverhead& host_overhead(DType) const;
   // The dtype's elementwise bandwidth, else fp32's, else memory_bandwidth.
   BytesPerSecond elementwise_bandwidth(DType) const;
+  // The dtype's forward-GEMM ratio, else 1.
+  double matmul_forward_ratio(DType) const;
 };
 
 // Cores one rank computes on when `ranks_per_node` ranks share a CPU node of `cpu_cores` cores, with

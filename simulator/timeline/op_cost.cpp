@@ -50,10 +50,19 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
   const DType dt = s.param_dtype;  // the compute dtype: parameters are cast to it for forward and backward
   double compute = 0;
+  // The curves price the mean of a linear layer's three GEMMs; the forward one (x W^T) takes
+  // matmul_forward_ratio of that mean and the two backward ones share the rest. A backward op's passes are
+  // its two gradients (one for a frozen base) plus, under full checkpointing, the recomputed forward.
+  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
+  auto pass_weight = [&](double passes) {
+    if (op.kind != OpKind::Backward && op.kind != OpKind::LossBackward) return passes * fwd_ratio;
+    const double recomputed = op.kind == OpKind::Backward && s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
+    return recomputed * fwd_ratio + (passes - recomputed) * bwd_ratio;
+  };
   if (op.layers > 0 && op.gemm_passes > 0) {
     double layer = 0;
     for (const GemmShape& g : p.layer_gemms) layer += gemm_time(hw, g, dt);
-    compute += op.layers * op.gemm_passes * layer;
+    compute += op.layers * pass_weight(op.gemm_passes) * layer;
   }
   if (op.layers > 0 && (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0)) {
     AttentionShape a;
@@ -66,7 +75,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     compute += op.layers * (op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
                             op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
   }
-  if (op.head_passes > 0) compute += op.head_passes * gemm_time(hw, p.head_gemm, dt);
+  if (op.head_passes > 0) compute += pass_weight(op.head_passes) * gemm_time(hw, p.head_gemm, dt);
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.
   const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;
@@ -85,9 +94,15 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // (hardware_profile.hpp): both were measured with device.cores per rank.
   const double share = cpu_compute_slowdown(hw, static_cast<int>(c.gpus_per_node));
   double t = compute * share;
-  if (op.collective != CollectiveKind::None && op.comm_bytes > 0)
-    t += share *
-         collective_time(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c)).value;
+  // A collective's transfer is CPU work (copies through the transport's thread), slowed like compute when
+  // ranks share cores; its latency is the ranks handing off to each other, which waits on no busy core: in a
+  // collective every rank of the node is in it, waiting (measured: scalar all-reduces over 4 ranks on 2 cores
+  // took 1.5 ms, not the 2x of 2.6 ms).
+  if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
+    const CollectiveCost cc =
+        collective_cost(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
+    t += cc.latency.value + share * cc.transfer.value;
+  }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
   if (op.host_optimizer_params > 0)
     t += host_optimizer_step_time(hw, static_cast<int64_t>(op.host_optimizer_params), s.optimizer, s.master_dtype,

@@ -139,6 +139,26 @@ TEST_CASE("ring fit recovers base latency, step latency and bandwidth over colle
   }
 }
 
+TEST_CASE("ring fit over one group size puts the fixed cost on the ring steps") {
+  // Only 2-rank timings (a 2-CPU machine): a constant and a per-step latency cannot be told apart, so the
+  // constant is left out and larger groups pay the fixed cost per hop.
+  const double base = 300e-6, bw = 1e9;
+  std::vector<CollSample> v;
+  for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce})
+    for (double s = 64 * 1024; s <= 4 << 20; s *= 2) v.push_back({k, 2, s, base + busbw_factor(k, 2) * s / bw});
+  const RingFit f = fit_ring(v);
+  CHECK(f.base_latency_s == 0);
+  CHECK(f.step_latency_s > 0);
+  REQUIRE(f.line.coef.size() == 3);
+  CHECK(f.line.coef[0] == 0);
+  CHECK(f.line_bandwidth_Bps > 0);
+  // The same timings with a 4-rank group added: the data now separate the two terms (exact data here).
+  for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce})
+    for (double s = 64 * 1024; s <= 4 << 20; s *= 2) v.push_back({k, 4, s, base + busbw_factor(k, 4) * s / bw});
+  const RingFit g = fit_ring(v);
+  CHECK(rel(g.base_latency_s, base) < 1e-3);
+}
+
 TEST_CASE("collectives that do not keep the ring's cost ratios get one curve each (Gloo-like timings)") {
   // Gloo on 2 CPU ranks (docs/calibrate.md): all-reduce costs far more than the ring's 2x an all-gather, and
   // fsdp-run's reduce-scatter on Gloo is an all-reduce. Lines t = a + S / B per collective, 1% noise.
@@ -242,6 +262,7 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.attention_backward_efficiency_bf16 = EfficiencyCurve{{2.5e6}, {0.07}};
   hw.device_cores = 0.5;
   hw.elementwise_bandwidth_bf16 = BytesPerSecond(7.46902e9);
+  hw.matmul_forward_ratio_fp32 = 1.468;
   hw.host_overhead_bf16 = HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6)};
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
   hw.intra_node.latency = Seconds(3.5e-6);
@@ -288,6 +309,8 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(std::find(keys.begin(), keys.end(), "device.elementwise_bandwidth") != keys.end());
   CHECK(rel(back.elementwise_bandwidth_bf16.value, hw.elementwise_bandwidth_bf16.value) < 1e-5);
   CHECK(back.elementwise_bandwidth_fp32.value == 0);
+  CHECK(back.matmul_forward_ratio(DType::Fp32) == doctest::Approx(1.468));
+  CHECK(back.matmul_forward_ratio(DType::Bf16) == 1.0);
   CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
   CHECK(rel(back.intra_node.bandwidth.value, hw.intra_node.bandwidth.value) < 1e-5);
@@ -333,6 +356,9 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   CHECK(hw.intra_node.bandwidth.value > 0);
   // The fp32 elementwise rate is the executor's AdamW step, timed directly: always there.
   CHECK(hw.elementwise_bandwidth_fp32.value > 0);
+  // Every GEMM shape was timed in its three orientations: the forward one's share is measured.
+  CHECK(hw.matmul_forward_ratio_fp32 > 0);
+  CHECK(hw.matmul_forward_ratio_fp32 < 3);
   CHECK(!hw.host_overhead_bf16.empty());
   CHECK(r.out.find("calibrate: host overhead BFloat16, tokens 96") != std::string::npos);
   CHECK(hw.usable_device_memory.value > 0);

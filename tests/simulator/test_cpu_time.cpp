@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_cost.hpp"
+#include "comm/comm_group.hpp"
+#include "compute/compute_cost.hpp"
 #include "sim_fixtures.hpp"
 #include "timeline/timeline.hpp"
 
@@ -80,15 +83,28 @@ TEST_CASE("ranks beyond the cores the profile was measured with slow every op of
     ++compared;
   }
   CHECK(compared == 4);
-  // Collectives too: Gloo's thread shares the rank's cores (4-rank group priced by the same model, x2).
+  // Collectives: their transfer too (the transport's thread copies on the rank's cores), not their latency
+  // (every rank waits in the collective; nothing else competes for the cores).
+  int collectives = 0;
   for (std::size_t i = 0; i < four.ops.size(); ++i) {
     const Op& op = four.ops[i];
     if (op.collective == CollectiveKind::None || op.comm_bytes <= 0) continue;
     HardwareProfile one = hw;
     one.device_cores = 0.5;  // as if measured with 4 ranks: no slowdown
-    CHECK(op_duration(op, four, hw, Cluster{1, 4}, s) ==
-          doctest::Approx(2.0 * op_duration(op, four, one, Cluster{1, 4}, s)));
+    const CommGroup g =
+        contiguous_group(hw, 4, op.group == GroupKind::World ? 4 : static_cast<int>(four.layout.shard_size));
+    const CollectiveCost cc =
+        collective_cost(hw,
+                        op.collective == CollectiveKind::AllGather       ? Collective::AllGather
+                        : op.collective == CollectiveKind::ReduceScatter ? Collective::ReduceScatter
+                                                                         : Collective::AllReduce,
+                        Bytes(op.comm_bytes), g);
+    REQUIRE(cc.transfer.value > 0);
+    CHECK(op_duration(op, four, hw, Cluster{1, 4}, s) - op_duration(op, four, one, Cluster{1, 4}, s) ==
+          doctest::Approx(cc.transfer.value));
+    ++collectives;
   }
+  CHECK(collectives > 0);
 }
 
 TEST_CASE("host overhead: per decoder layer pass, the recomputed forward, and the head around the loss") {
@@ -216,4 +232,38 @@ TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the opt
   slow.elementwise_bandwidth_fp32 = BytesPerSecond(hw.memory_bandwidth.value / 2);
   CHECK(op_duration(*opt, p, slow, c, s) - o0 ==
         doctest::Approx(share * opt->elementwise_bytes * (2.0 - 1.0) / hw.memory_bandwidth.value));
+}
+
+TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at (3 - r) / 2, recompute at r") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile rt = runtime("fsdp-run");
+  const Cluster c{1, 1};
+  const HardwareProfile hw = hardware("cpu");
+  HardwareProfile fr = hw;
+  fr.matmul_forward_ratio_fp32 = 1.5;
+  for (ActCkpt ckpt : {ActCkpt::None, ActCkpt::Full}) {
+    const Strategy s = fsdp_strategy(DType::Fp32, ckpt);
+    const StepProgram p = program(g, s, rt, 1, 1);
+    double layer_gemms = 0;
+    for (const GemmShape& gs : p.layer_gemms) layer_gemms += matmul_time(hw, gs.m, gs.n, gs.k, DType::Fp32).value;
+    const double head = matmul_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, DType::Fp32).value;
+    int checked = 0;
+    for (const Op& op : p.ops) {
+      const double d = op_duration(op, p, fr, c, s) - op_duration(op, p, hw, c, s);
+      if (op.kind == OpKind::Forward && op.layers > 0) {
+        CHECK(d == doctest::Approx(op.layers * 0.5 * layer_gemms));
+        ++checked;
+      }
+      if (op.kind == OpKind::Backward && op.layers > 0) {
+        // Two gradient passes at 0.75 each (-0.5 together), plus +0.5 for a recomputed forward.
+        CHECK(d == doctest::Approx(op.layers * (ckpt == ActCkpt::Full ? 0.0 : -0.5) * layer_gemms));
+        ++checked;
+      }
+      if (op.kind == OpKind::Loss) CHECK(d == doctest::Approx(0.5 * head));
+      if (op.kind == OpKind::LossBackward) CHECK(d == doctest::Approx(-0.5 * head));
+    }
+    CHECK(checked == 8);
+  }
+  CHECK(hw.matmul_forward_ratio(DType::Bf16) == 1.0);  // absent: the three GEMMs alike
+  CHECK(fr.matmul_forward_ratio(DType::Bf16) == 1.0);  // fp32's ratio is fp32's alone
 }
