@@ -529,39 +529,55 @@ void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std
   for (double s = opt_.quick ? 64 * 1024 : 16 * 1024; s <= top; s *= 2) sizes.push_back(s);
   // The statistic is the mean: a training step pays the sum of its collectives, and on a loaded or virtual
   // machine single collectives are bimodal (a fast mode, and one that waits a scheduler quantum for a thread
-  // to run), so a median flips between modes. The slowest timing is left out (a one-off stall).
-  const int reps = opt_.quick ? 25 : 40;
+  // to run), so a median flips between modes. The slowest timing of each is left out (a one-off stall).
+  // The calls are made in rounds over every (size, collective), not size after size: a slow phase of the
+  // machine lasting seconds then spreads over all of them instead of inflating a few neighbouring sizes,
+  // which bent the line fit (quick calibrations of one machine gave 0.74-1.58 GB/s before).
+  const int rounds = 8, per_round = opt_.quick ? 4 : 5;
   const int n = g.size();
+  constexpr std::array<CollKind, 3> kinds{CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce};
+  struct Buffers {
+    at::Tensor full, shard;
+  };
+  std::vector<Buffers> bufs;
   for (double bytes : sizes) {
     const int64_t shard = std::max<int64_t>(1, static_cast<int64_t>(bytes / 4) / n);
-    const int64_t full = shard * n;
-    at::Tensor fullb = at::rand({full}, f32_), shardb = at::rand({shard}, f32_);
-    for (CollKind k : {CollKind::AllGather, CollKind::ReduceScatter, CollKind::AllReduce}) {
-      auto op = [&] {
-        Handle h = k == CollKind::AllGather       ? g.all_gather(shardb, fullb)
-                   : k == CollKind::ReduceScatter ? g.reduce_scatter_sum(fullb, shardb)
-                                                  : g.all_reduce_sum(fullb);
-        h.wait();
-        sync();
-      };
-      std::vector<double> ts;
-      for (int r = 0; r <= reps; ++r) {
-        g.barrier();
-        const auto t0 = Clock::now();
-        op();
-        if (r > 0) ts.push_back(seconds_since(t0));  // r == 0: warm-up
-      }
-      std::sort(ts.begin(), ts.end());
-      ts.pop_back();
-      double mean = 0;
-      for (double t : ts) mean += t / double(ts.size());
-      CollSample s{k, n, 4.0 * double(full), mean};
-      out.push_back(s);
-      progress(what + " " + cal::coll_name(k) + " " + fmt("%.0f KiB", s.bytes / 1024) + " over " + std::to_string(n) +
-               ": " + fmt("%.3f ms", s.seconds * 1e3) + " (busbw " +
-               fmt("%.3f GB/s", cal::busbw_factor(k, n) * s.bytes / s.seconds / 1e9) + ")");
-    }
+    bufs.push_back({at::rand({shard * n}, f32_), at::rand({shard}, f32_)});
   }
+  auto run = [&](CollKind k, Buffers& b) {
+    Handle h = k == CollKind::AllGather       ? g.all_gather(b.shard, b.full)
+               : k == CollKind::ReduceScatter ? g.reduce_scatter_sum(b.full, b.shard)
+                                              : g.all_reduce_sum(b.full);
+    h.wait();
+    sync();
+  };
+  std::vector<std::vector<double>> ts(sizes.size() * kinds.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (CollKind k : kinds) run(k, bufs[i]);  // warm-up: connections, buffers
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      for (std::size_t j = 0; j < kinds.size(); ++j)
+        for (int c = 0; c < per_round; ++c) {
+          g.barrier();
+          const auto t0 = Clock::now();
+          run(kinds[j], bufs[i]);
+          ts[i * kinds.size() + j].push_back(seconds_since(t0));
+        }
+    progress(what + fmt(" collectives: round %.0f", r + 1) + fmt(" of %.0f", rounds));
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (std::size_t j = 0; j < kinds.size(); ++j) {
+      std::vector<double>& v = ts[i * kinds.size() + j];
+      std::sort(v.begin(), v.end());
+      v.pop_back();
+      double mean = 0;
+      for (double t : v) mean += t / double(v.size());
+      CollSample s{kinds[j], n, 4.0 * double(bufs[i].full.numel()), mean};
+      out.push_back(s);
+      progress(what + " " + cal::coll_name(kinds[j]) + " " + fmt("%.0f KiB", s.bytes / 1024) + " over " +
+               std::to_string(n) + ": " + fmt("%.3f ms", s.seconds * 1e3) + " (busbw " +
+               fmt("%.3f GB/s", cal::busbw_factor(kinds[j], n) * s.bytes / s.seconds / 1e9) + ")");
+    }
 }
 
 void Calibrator::collectives(const DistEnv& env) {
