@@ -37,8 +37,10 @@
 #include "model/transformer.hpp"
 #include "program/step_program.hpp"
 #include "runtime/runtime_profile.hpp"
+#include "simulate.hpp"
 #include "train/device_optimizer.hpp"
 #include "train/host_adam.hpp"
+#include "train/trainer.hpp"
 
 #if defined(FSDP_EXEC_CUDA)
 #include <c10/cuda/CUDAFunctions.h>
@@ -202,6 +204,7 @@ class Calibrator {
   double optimizer_bandwidth(const RuntimeProfile& rt, std::string& note);
   void host();
   void collectives(const DistEnv& env);
+  void step_probe(const DistEnv& env);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
   std::string write_profile(const DistEnv& env);
 
@@ -226,6 +229,8 @@ class Calibrator {
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
+  // The step probe (in_step_factor): rank 0's median step with the node's collectives, and alone.
+  double probe_step_s_ = 0, probe_alone_s_ = 0;
   int intra_size_ = 0, inter_size_ = 0;
 };
 
@@ -580,6 +585,66 @@ void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std
     }
 }
 
+// The probe plan of collectives.in_step_factor: FSDP over the node's local ranks, computing in bf16, the second
+// host-overhead probe's shape (96 tokens, hidden 160, ffn 432, vocab 768) with 2 layers wrapped one per unit
+// and resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
+// all-reduces. A step of a few tens of ms: collectives are a large part of it, as in small-model steps.
+PlanFile step_probe_plan(int ranks, const std::string& device) {
+  ProbeShape shape = kProbeShapes[1];
+  shape.layers = 2;
+  ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate step probe");
+  PlanFile plan;
+  plan.model = parse_model_map(map);
+  plan.model_name = plan.model.name;
+  plan.cluster.hardware = "calibrating";
+  plan.cluster.device = device;
+  plan.cluster.nodes = 1;
+  plan.cluster.gpus_per_node = ranks;
+  plan.runtime = "fsdp-run";
+  plan.strategy.kind = StrategyKind::Fsdp;
+  plan.strategy.wrap.kind = WrapKind::Layer;
+  plan.strategy.reshard_after_forward = true;
+  plan.strategy.param_dtype = DType::Bf16;
+  plan.strategy.reduce_dtype = DType::Fp32;
+  plan.strategy.micro_batch = 1;
+  plan.strategy.seq_len = shape.tokens;
+  plan.strategy.attention = AttentionImpl::Eager;
+  return plan;
+}
+
+void Calibrator::step_probe(const DistEnv& env) {
+  // Collectives timed alone (above) run after a barrier on otherwise idle ranks; inside a step they meet ranks
+  // that arrive apart and transport threads that wait for busy cores, and on this kind of machine cost more.
+  // The probe plan runs for real over the node's ranks and then, on every rank at once, with its collectives
+  // made local (the executor's rehearsal, --emulate-world-size): the difference is what its collectives cost
+  // inside a step. write_profile divides it by what the fitted profile prices them at.
+  if (comm_.size() < 2 || comm_.size() != env.local_world_size) return;
+  const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
+  RunConfig cfg;
+  cfg.steps = opt_.quick ? 10 : 20;
+  cfg.log_every = cfg.steps + 1;
+  auto median_step = [](const RunResult& r) {
+    std::vector<double> t;
+    for (std::size_t i = 1; i < r.steps.size(); ++i) t.push_back(r.steps[i].time_s);  // step 1 warms up
+    return cal::median(t);
+  };
+  comm_.world().barrier();
+  {
+    Trainer real(plan, cfg, comm_);
+    probe_step_s_ = median_step(real.run(nullptr));
+  }
+  comm_.world().barrier();
+  {
+    std::unique_ptr<Comm> alone = Comm::emulate(comm_.size(), !cuda_);
+    Trainer rehearsal(plan, cfg, *alone);
+    probe_alone_s_ = median_step(rehearsal.run(nullptr));
+  }
+  comm_.world().barrier();
+  progress("step probe (fsdp, bf16, " + std::to_string(comm_.size()) +
+           " ranks): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step, " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+           " with local collectives");
+}
+
 void Calibrator::collectives(const DistEnv& env) {
   const int lws = env.local_world_size, nodes = comm_.size() / std::max(1, lws);
   if (nodes * lws != comm_.size()) throw InputError("calibrate: world size is not nodes x local world size");
@@ -622,6 +687,7 @@ int Calibrator::run(const DistEnv& env) {
   host_overhead(at::kBFloat16, overhead_bf16_, elementwise_bf16_, overhead_note_bf16_);
   host();
   collectives(env);
+  step_probe(env);
   comm_.world().barrier();
   int rc = 0;
   if (root()) {
@@ -936,6 +1002,27 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     rep << "calibrate: inter-node " << describe(f, inter_) << "\n";
   } else {
     N["node.inter_node"] = from_base + ": launched on one node";
+  }
+  // --- Collectives inside a step: the step probe's measured collective time / the profile's price for it ---
+  if (probe_step_s_ > 0) {
+    const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
+    const ModuleGraph graph(plan.model);
+    const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
+    hw.collective_in_step_factor = 0;
+    const Prediction pred =
+        simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy});
+    const double in_step = probe_step_s_ - probe_alone_s_;
+    const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
+                             "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +
+                             fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+                             " with local collectives;\nthis profile prices its collectives at " +
+                             fmt("%.2f ms", pred.time.comm_s * 1e3);
+    if (in_step > 0 && pred.time.comm_s > 0) {
+      hw.collective_in_step_factor = std::min(10.0, in_step / pred.time.comm_s);
+      N["collectives.in_step_factor"] =
+          by + what + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", pred.time.comm_s * 1e3);
+    }
+    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.in_step_factor()) << "\n";
   }
   const std::string keep = from_base;
   for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})

@@ -123,6 +123,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
         "node.host_memory", "node.cpu_cores", "node.host_memory_bandwidth", "node.cpu_peak_flops_per_core",
         "collectives.base_latency", "collectives.compute_slowdown_during_comm"})
     keys.emplace_back(k);
+  if (hw.collective_in_step_factor > 0) keys.push_back("collectives.in_step_factor");
   return keys;
 }
 
@@ -186,6 +187,8 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   w.field(2, "collectives.base_latency", "base_latency", dur(hw.collective_base_latency));
   w.field(2, "collectives.compute_slowdown_during_comm", "compute_slowdown_during_comm",
           fmt("%.6g", hw.compute_slowdown_during_comm));
+  if (hw.collective_in_step_factor > 0)
+    w.field(2, "collectives.in_step_factor", "in_step_factor", fmt("%.4g", hw.collective_in_step_factor));
   return w.out().str();
 }
 

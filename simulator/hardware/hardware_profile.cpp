@@ -272,6 +272,11 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
   if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
     coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
+  if (coll.has("in_step_factor")) {
+    hw.collective_in_step_factor = coll.get_double("in_step_factor");
+    if (!(hw.collective_in_step_factor > 0 && hw.collective_in_step_factor <= 10))
+      coll.fail("in_step_factor", "must be within (0, 10]");
+  }
   coll.finish();
   map.finish();
   return hw;

@@ -91,6 +91,11 @@ struct HardwareProfile {
   // Collectives
   Seconds collective_base_latency{0};       // fixed cost of launching one collective (NCCL's baseLat)
   double compute_slowdown_during_comm = 0;  // fraction of compute throughput lost while collectives run
+  // `collectives.in_step_factor` (optional; 0, absent: 1): a collective's cost inside a training step over its
+  // isolated cost, which the terms above describe (calibrated collectives run alone, after a barrier). fsdp-run
+  // calibrate measures it on a probe plan run with and without communication (docs/calibrate.md).
+  double collective_in_step_factor = 0;
+  double in_step_factor() const { return collective_in_step_factor > 0 ? collective_in_step_factor : 1.0; }
 
   FlopsPerSecond peak_flops(DType) const;
   // The dtype's own curve when the profile has one, else the shared one.

@@ -180,6 +180,26 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
                  "cpu_coll_eff");
   CHECK(contains(m, "node.intra_node.bus_efficiency_all_reduce[0].efficiency"));
 
+  // Elementwise rates and forward-GEMM ratios per dtype, and the collectives' in-step factor: optional, strict.
+  const std::string calibrated = replace_once(
+      replace_once(
+          more, "  cores: 1\n",
+          "  cores: 1\n  elementwise_bandwidth:\n    bf16: \"7.5 GB/s\"\n  matmul_forward_ratio:\n    fp32: 1.47\n"),
+      "  compute_slowdown_during_comm:", "  in_step_factor: 1.25\n  compute_slowdown_during_comm:");
+  HardwareProfile cal = load_hardware(write_temp_profile(calibrated, "cpu_calibrated"), kRoot);
+  CHECK(cal.elementwise_bandwidth(DType::Bf16).value == doctest::Approx(7.5e9));
+  CHECK(cal.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(cal.memory_bandwidth.value));
+  CHECK(cal.matmul_forward_ratio(DType::Fp32) == doctest::Approx(1.47));
+  CHECK(cal.matmul_forward_ratio(DType::Bf16) == 1.0);
+  CHECK(cal.in_step_factor() == doctest::Approx(1.25));
+  CHECK(plain.in_step_factor() == 1.0);
+  m = load_error(replace_once(calibrated, "bf16: \"7.5 GB/s\"", "bf16: \"7.5 GB\""), "cpu_ew_unit");
+  CHECK(contains(m, "device.elementwise_bandwidth.bf16"));
+  m = load_error(replace_once(calibrated, "fp32: 1.47", "fp32: 3.5"), "cpu_fwd_ratio");
+  CHECK(contains(m, "device.matmul_forward_ratio.fp32"));
+  m = load_error(replace_once(calibrated, "in_step_factor: 1.25", "in_step_factor: 0"), "cpu_in_step");
+  CHECK(contains(m, "collectives.in_step_factor"));
+
   // A GPU is not a number of cores.
   const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
   m = load_error(replace_once(a100, "node:\n", "  cores: 1\nnode:\n"), "gpu_cores");
