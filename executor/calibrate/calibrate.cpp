@@ -1009,6 +1009,21 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     const ModuleGraph graph(plan.model);
     const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
     hw.collective_in_step_factor = 0;
+    // The rehearsal's step is the probe's compute: what the profile does not price of it (the executor's
+    // machinery around each wrap unit, beyond the bytes the step program counts) is spread over its units.
+    if (!cuda_) {
+      hw.host_overhead_bf16.unit = Seconds(0);
+      StepProgram prog;
+      const Prediction bare =
+          simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy}, &prog);
+      const double units = double(prog.units.size());
+      const double rest = probe_alone_s_ - bare.time.compute_s;
+      if (rest > 0) hw.host_overhead_bf16.unit = Seconds(rest / units);
+      N["device.host_overhead"] +=
+          fmt(";\nbf16 unit: the step probe's rehearsal (%.2f ms", probe_alone_s_ * 1e3) +
+          fmt(") less the compute this profile prices for it (%.2f ms)", bare.time.compute_s * 1e3) +
+          fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
+    }
     const Prediction pred =
         simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy});
     const double in_step = probe_step_s_ - probe_alone_s_;

@@ -156,7 +156,8 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
       if (!h->empty())
         w.out() << "    " << name << ": {layer_forward: " << dur(h->layer_forward)
                 << ", layer_backward: " << dur(h->layer_backward) << ", head_forward: " << dur(h->head_forward)
-                << ", head_backward: " << dur(h->head_backward) << "}\n";
+                << ", head_backward: " << dur(h->head_backward)
+                << (h->unit.value > 0 ? ", unit: " + dur(h->unit) : std::string()) << "}\n";
   }
   if (has_elementwise_bandwidth(hw)) {
     w.open(2, "device.elementwise_bandwidth", "elementwise_bandwidth");

@@ -223,6 +223,7 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
       dst->layer_backward = e.get_duration("layer_backward");
       dst->head_forward = e.get_duration("head_forward");
       dst->head_backward = e.get_duration("head_backward");
+      if (e.has("unit")) dst->unit = e.get_duration("unit");
       e.finish();
     }
     ho.finish();

@@ -39,8 +39,12 @@ struct LinkTier {
 struct HostOverhead {
   Seconds layer_forward{0}, layer_backward{0};  // one decoder layer
   Seconds head_forward{0}, head_backward{0};    // embedding, final norm, head and loss
+  // Per wrap unit and micro-batch: the runtime's machinery around a unit (gather and reshard, views, hooks, the
+  // flat gradient copy and casts) beyond the bytes the step program prices (optional key `unit`; absent: 0).
+  Seconds unit{0};
   bool empty() const {
-    return layer_forward.value == 0 && layer_backward.value == 0 && head_forward.value == 0 && head_backward.value == 0;
+    return layer_forward.value == 0 && layer_backward.value == 0 && head_forward.value == 0 &&
+           head_backward.value == 0 && unit.value == 0;
   }
 };
 

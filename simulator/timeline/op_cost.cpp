@@ -90,6 +90,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     compute += op.layers * (ho.layer_backward.value + (s.act_ckpt == ActCkpt::Full ? ho.layer_forward.value : 0.0));
   if (op.kind == OpKind::Loss) compute += ho.head_forward.value;
   if (op.kind == OpKind::LossBackward) compute += ho.head_backward.value;
+  // The runtime's per-unit machinery, charged once per unit and micro-batch, with the unit's backward.
+  if (op.kind == OpKind::Backward) compute += ho.unit.value;
   // On a CPU device the rank's kernels, and its Gloo transport thread, run on its share of the node's cores
   // (hardware_profile.hpp): both were measured with device.cores per rank.
   const double share = cpu_compute_slowdown(hw, static_cast<int>(c.gpus_per_node));

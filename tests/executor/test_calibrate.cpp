@@ -264,7 +264,8 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.elementwise_bandwidth_bf16 = BytesPerSecond(7.46902e9);
   hw.matmul_forward_ratio_fp32 = 1.468;
   hw.collective_in_step_factor = 1.23;
-  hw.host_overhead_bf16 = HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6)};
+  hw.host_overhead_bf16 =
+      HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6), Seconds(680.6e-6)};
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
   hw.intra_node.latency = Seconds(3.5e-6);
   hw.intra_node.bus_efficiency = EfficiencyCurve{{262144, 4194304}, {0.4, 1.0}};
@@ -315,6 +316,7 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(back.in_step_factor() == doctest::Approx(1.23));
   CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
+  CHECK(rel(back.host_overhead_bf16.unit.value, hw.host_overhead_bf16.unit.value) < 1e-5);
   CHECK(rel(back.intra_node.bandwidth.value, hw.intra_node.bandwidth.value) < 1e-5);
   CHECK(rel(back.intra_node.latency.value, hw.intra_node.latency.value) < 1e-5);
   CHECK(back.intra_node.bus_efficiency.x == hw.intra_node.bus_efficiency.x);

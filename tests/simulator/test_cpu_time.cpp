@@ -289,3 +289,25 @@ TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at 
   CHECK(hw.matmul_forward_ratio(DType::Bf16) == 1.0);  // absent: the three GEMMs alike
   CHECK(fr.matmul_forward_ratio(DType::Bf16) == 1.0);  // fp32's ratio is fp32's alone
 }
+
+TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-batch, with its backward") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile rt = runtime("fsdp-run");
+  const Cluster c{1, 1};
+  const HardwareProfile base = hardware("cpu");
+  HardwareProfile hw = base;
+  hw.host_overhead_bf16.unit = Seconds(500e-6);
+  for (int64_t accum : {1, 2}) {
+    Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
+    s.grad_accum = accum;
+    StepProgram prog;
+    const double with = simulate(SimulationInput{&g, &hw, &rt, c, s}, &prog).time.step_s;
+    const double without = simulate(SimulationInput{&g, &base, &rt, c, s}).time.step_s;
+    CAPTURE(accum);
+    CHECK(with - without == doctest::Approx(500e-6 * static_cast<double>(prog.units.size() * accum)));
+    // fp32 has no unit entry: nothing changes.
+    const Strategy f = fsdp_strategy(DType::Fp32, ActCkpt::None);
+    CHECK(simulate(SimulationInput{&g, &hw, &rt, c, f}).time.step_s ==
+          doctest::Approx(simulate(SimulationInput{&g, &base, &rt, c, f}).time.step_s));
+  }
+}

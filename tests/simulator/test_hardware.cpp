@@ -158,13 +158,15 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
                    "    fp32: {layer_forward: \"200 us\", layer_backward: \"300 us\", head_forward: \"40 us\", "
                    "head_backward: \"90 us\"}\n"
                    "    bf16: {layer_forward: \"250 us\", layer_backward: \"350 us\", head_forward: \"50 us\", "
-                   "head_backward: \"120 us\"}\n"),
+                   "head_backward: \"120 us\", unit: \"600 us\"}\n"),
       "      - {message: \"4 MiB\", efficiency: 1.0}\n  nics_per_node",
       "      - {message: \"4 MiB\", efficiency: 1.0}\n    bus_efficiency_all_reduce:\n"
       "      - {message: \"1 MiB\", efficiency: 0.25}\n  nics_per_node");
   HardwareProfile ho = load_hardware(write_temp_profile(more, "cpu_overhead"), kRoot);
   CHECK(ho.host_overhead(DType::Fp32).layer_backward.value == doctest::Approx(300e-6));
   CHECK(ho.host_overhead(DType::Bf16).head_backward.value == doctest::Approx(120e-6));
+  CHECK(ho.host_overhead(DType::Bf16).unit.value == doctest::Approx(600e-6));
+  CHECK(ho.host_overhead(DType::Fp32).unit.value == 0);                                 // optional: absent, none
   CHECK(ho.host_overhead(DType::Fp16).layer_forward.value == doctest::Approx(200e-6));  // fp32's entry
   REQUIRE(ho.intra_node.bus_efficiency_all_reduce.x.size() == 1);
   CHECK(ho.intra_node.bus_efficiency_all_reduce.efficiency[0] == doctest::Approx(0.25));
