@@ -212,42 +212,39 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.attention_efficiency_fp16 = optional_curve("attention_forward_efficiency_fp16", "attention_flops");
   hw.attention_backward_efficiency_bf16 = optional_curve("attention_backward_efficiency_bf16", "attention_flops");
   hw.attention_backward_efficiency_fp16 = optional_curve("attention_backward_efficiency_fp16", "attention_flops");
-  if (dev.has("host_overhead")) {
-    ConfigMap ho = dev.get_map("host_overhead");
-    for (auto [key, dst] : {std::pair<const char*, HostOverhead*>{"fp32", &hw.host_overhead_fp32},
-                            {"bf16", &hw.host_overhead_bf16},
-                            {"fp16", &hw.host_overhead_fp16}}) {
-      if (!ho.has(key)) continue;
-      ConfigMap e = ho.get_map(key);
-      dst->layer_forward = e.get_duration("layer_forward");
-      dst->layer_backward = e.get_duration("layer_backward");
-      dst->head_forward = e.get_duration("head_forward");
-      dst->head_backward = e.get_duration("head_backward");
-      if (e.has("unit")) dst->unit = e.get_duration("unit");
-      e.finish();
-    }
-    ho.finish();
-  }
-  if (dev.has("elementwise_bandwidth")) {
-    ConfigMap eb = dev.get_map("elementwise_bandwidth");
-    for (auto [key, dst] : {std::pair<const char*, BytesPerSecond*>{"fp32", &hw.elementwise_bandwidth_fp32},
-                            {"bf16", &hw.elementwise_bandwidth_bf16},
-                            {"fp16", &hw.elementwise_bandwidth_fp16}})
-      if (eb.has(key)) *dst = eb.get_bandwidth(key);
-    eb.finish();
-  }
-  if (dev.has("matmul_forward_ratio")) {
-    ConfigMap fr = dev.get_map("matmul_forward_ratio");
-    for (auto [key, dst] : {std::pair<const char*, double*>{"fp32", &hw.matmul_forward_ratio_fp32},
-                            {"bf16", &hw.matmul_forward_ratio_bf16},
-                            {"fp16", &hw.matmul_forward_ratio_fp16}})
-      if (fr.has(key)) {
-        *dst = fr.get_double(key);
-        // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
-        if (!(*dst > 0 && *dst < 3)) fr.fail(key, "must be within (0, 3)");
-      }
-    fr.finish();
-  }
+  // Optional maps by dtype ({fp32: ..., bf16: ..., fp16: ...}, docs/hardware.md): `read` takes each entry given.
+  auto per_dtype = [&](const char* key, auto&& read) {
+    if (!dev.has(key)) return;
+    ConfigMap m = dev.get_map(key);
+    for (DType d : {DType::Fp32, DType::Bf16, DType::Fp16})
+      if (m.has(to_string(d))) read(m, to_string(d), d);
+    m.finish();
+  };
+  per_dtype("host_overhead", [&](ConfigMap& m, const char* key, DType d) {
+    HostOverhead& dst = d == DType::Bf16   ? hw.host_overhead_bf16
+                        : d == DType::Fp16 ? hw.host_overhead_fp16
+                                           : hw.host_overhead_fp32;
+    ConfigMap e = m.get_map(key);
+    dst.layer_forward = e.get_duration("layer_forward");
+    dst.layer_backward = e.get_duration("layer_backward");
+    dst.head_forward = e.get_duration("head_forward");
+    dst.head_backward = e.get_duration("head_backward");
+    if (e.has("unit")) dst.unit = e.get_duration("unit");
+    e.finish();
+  });
+  per_dtype("elementwise_bandwidth", [&](ConfigMap& m, const char* key, DType d) {
+    (d == DType::Bf16   ? hw.elementwise_bandwidth_bf16
+     : d == DType::Fp16 ? hw.elementwise_bandwidth_fp16
+                        : hw.elementwise_bandwidth_fp32) = m.get_bandwidth(key);
+  });
+  per_dtype("matmul_forward_ratio", [&](ConfigMap& m, const char* key, DType d) {
+    double& dst = d == DType::Bf16   ? hw.matmul_forward_ratio_bf16
+                  : d == DType::Fp16 ? hw.matmul_forward_ratio_fp16
+                                     : hw.matmul_forward_ratio_fp32;
+    dst = m.get_double(key);
+    // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
+    if (!(dst > 0 && dst < 3)) m.fail(key, "must be within (0, 3)");
+  });
   if (dev.has("cores")) {
     if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");
     hw.device_cores = dev.get_positive_double("cores");

@@ -256,13 +256,27 @@ TEST_CASE("collectives cost in_step_factor times their isolated price; nothing e
   CHECK(collectives > 0);
 }
 
+namespace {
+
+// One rank of acc-small under fsdp-run on the shipped cpu profile (`base`), and a copy of it to change (`hw`).
+struct OneRank {
+  ModuleGraph g{small_model()};
+  RuntimeProfile rt = runtime("fsdp-run");
+  Cluster c{1, 1};
+  HardwareProfile base = hardware("cpu");
+  HardwareProfile hw = base;
+};
+
+}  // namespace
+
 TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at (3 - r) / 2, recompute at r") {
-  ModuleGraph g(small_model());
-  const RuntimeProfile rt = runtime("fsdp-run");
-  const Cluster c{1, 1};
-  const HardwareProfile hw = hardware("cpu");
-  HardwareProfile fr = hw;
+  OneRank one;
+  const ModuleGraph& g = one.g;
+  const Cluster c = one.c;
+  const HardwareProfile& hw = one.base;
+  HardwareProfile& fr = one.hw;
   fr.matmul_forward_ratio_fp32 = 1.5;
+  const RuntimeProfile& rt = one.rt;
   for (ActCkpt ckpt : {ActCkpt::None, ActCkpt::Full}) {
     const Strategy s = fsdp_strategy(DType::Fp32, ckpt);
     const StepProgram p = program(g, s, rt, 1, 1);
@@ -291,11 +305,12 @@ TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at 
 }
 
 TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-batch, with its backward") {
-  ModuleGraph g(small_model());
-  const RuntimeProfile rt = runtime("fsdp-run");
-  const Cluster c{1, 1};
-  const HardwareProfile base = hardware("cpu");
-  HardwareProfile hw = base;
+  OneRank one;
+  const ModuleGraph& g = one.g;
+  const RuntimeProfile& rt = one.rt;
+  const Cluster c = one.c;
+  const HardwareProfile& base = one.base;
+  HardwareProfile& hw = one.hw;
   hw.host_overhead_bf16.unit = Seconds(500e-6);
   for (int64_t accum : {1, 2}) {
     Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
