@@ -590,8 +590,7 @@ void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std
 // and resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
 // all-reduces. A step of a few tens of ms: collectives are a large part of it, as in small-model steps.
 PlanFile step_probe_plan(int ranks, const std::string& device) {
-  ProbeShape shape = kProbeShapes[1];
-  shape.layers = 2;
+  const ProbeShape& shape = kProbeShapes[1];  // 2 layers
   ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate step probe");
   PlanFile plan;
   plan.model = parse_model_map(map);
@@ -1008,24 +1007,24 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
     const ModuleGraph graph(plan.model);
     const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
+    // One prediction of the probe without either term below (the per-unit time adds to compute only, so the
+    // collectives' price is the same with it).
     hw.collective_in_step_factor = 0;
+    hw.host_overhead_bf16.unit = Seconds(0);
+    StepProgram prog;
+    const Prediction pred =
+        simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy}, &prog);
     // The rehearsal's step is the probe's compute: what the profile does not price of it (the executor's
     // machinery around each wrap unit, beyond the bytes the step program counts) is spread over its units.
     if (!cuda_) {
-      hw.host_overhead_bf16.unit = Seconds(0);
-      StepProgram prog;
-      const Prediction bare =
-          simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy}, &prog);
       const double units = double(prog.units.size());
-      const double rest = probe_alone_s_ - bare.time.compute_s;
+      const double rest = probe_alone_s_ - pred.time.compute_s;
       if (rest > 0) hw.host_overhead_bf16.unit = Seconds(rest / units);
       N["device.host_overhead"] +=
           fmt(";\nbf16 unit: the step probe's rehearsal (%.2f ms", probe_alone_s_ * 1e3) +
-          fmt(") less the compute this profile prices for it (%.2f ms)", bare.time.compute_s * 1e3) +
+          fmt(") less the compute this profile prices for it (%.2f ms)", pred.time.compute_s * 1e3) +
           fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
     }
-    const Prediction pred =
-        simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy});
     const double in_step = probe_step_s_ - probe_alone_s_;
     const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
                              "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +

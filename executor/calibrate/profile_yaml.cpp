@@ -2,6 +2,7 @@
 // simulator/hardware/hardware_profile.cpp).
 #include "calibrate/profile_yaml.hpp"
 
+#include <array>
 #include <cstdio>
 #include <sstream>
 #include <utility>
@@ -86,13 +87,32 @@ std::vector<std::pair<std::string, const EfficiencyCurve*>> optional_curves(cons
           {"attention_backward_efficiency_fp16", &hw.attention_backward_efficiency_fp16}};
 }
 
-bool has_forward_ratio(const HardwareProfile& hw) {
-  return hw.matmul_forward_ratio_fp32 > 0 || hw.matmul_forward_ratio_bf16 > 0 || hw.matmul_forward_ratio_fp16 > 0;
-}
+// The optional maps by dtype under device (docs/hardware.md), in file order: each dtype's value as written
+// (fp32, bf16, fp16), empty where the profile has none; a map is written when any dtype has a value.
+struct DtypeMap {
+  std::string key;
+  std::array<std::string, 3> value;
+  bool any() const { return !value[0].empty() || !value[1].empty() || !value[2].empty(); }
+};
+constexpr std::array<const char*, 3> kDtypeNames{"fp32", "bf16", "fp16"};
 
-bool has_elementwise_bandwidth(const HardwareProfile& hw) {
-  return hw.elementwise_bandwidth_fp32.value > 0 || hw.elementwise_bandwidth_bf16.value > 0 ||
-         hw.elementwise_bandwidth_fp16.value > 0;
+std::vector<DtypeMap> dtype_maps(const HardwareProfile& hw) {
+  auto overhead = [](const HostOverhead& h) {
+    if (h.empty()) return std::string();
+    return "{layer_forward: " + dur(h.layer_forward) + ", layer_backward: " + dur(h.layer_backward) +
+           ", head_forward: " + dur(h.head_forward) + ", head_backward: " + dur(h.head_backward) +
+           (h.unit.value > 0 ? ", unit: " + dur(h.unit) : std::string()) + "}";
+  };
+  auto rate = [](BytesPerSecond b) { return b.value > 0 ? bw(b) : std::string(); };
+  auto ratio = [](double r) { return r > 0 ? fmt("%.4g", r) : std::string(); };
+  return {
+      {"host_overhead",
+       {overhead(hw.host_overhead_fp32), overhead(hw.host_overhead_bf16), overhead(hw.host_overhead_fp16)}},
+      {"elementwise_bandwidth",
+       {rate(hw.elementwise_bandwidth_fp32), rate(hw.elementwise_bandwidth_bf16), rate(hw.elementwise_bandwidth_fp16)}},
+      {"matmul_forward_ratio",
+       {ratio(hw.matmul_forward_ratio_fp32), ratio(hw.matmul_forward_ratio_bf16),
+        ratio(hw.matmul_forward_ratio_fp16)}}};
 }
 
 }  // namespace
@@ -113,10 +133,8 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   };
   for (const auto& [key, curve] : optional_curves(hw))
     if (!curve->empty()) keys.push_back("device." + key);
-  if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty())
-    keys.push_back("device.host_overhead");
-  if (has_elementwise_bandwidth(hw)) keys.push_back("device.elementwise_bandwidth");
-  if (has_forward_ratio(hw)) keys.push_back("device.matmul_forward_ratio");
+  for (const DtypeMap& m : dtype_maps(hw))
+    if (m.any()) keys.push_back("device." + m.key);
   if (hw.device_cores > 0) keys.push_back("device.cores");
   for (const char* k :
        {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
@@ -148,30 +166,11 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   for (const auto& [key, curve] : optional_curves(hw))
     if (!curve->empty())
       w.curve(2, "device." + key, key, key.rfind("matmul", 0) == 0 ? "gemm_flops" : "attention_flops", *curve, false);
-  if (!hw.host_overhead_fp32.empty() || !hw.host_overhead_bf16.empty() || !hw.host_overhead_fp16.empty()) {
-    w.open(2, "device.host_overhead", "host_overhead");
-    for (const auto& [name, h] : {std::pair<const char*, const HostOverhead*>{"fp32", &hw.host_overhead_fp32},
-                                  {"bf16", &hw.host_overhead_bf16},
-                                  {"fp16", &hw.host_overhead_fp16}})
-      if (!h->empty())
-        w.out() << "    " << name << ": {layer_forward: " << dur(h->layer_forward)
-                << ", layer_backward: " << dur(h->layer_backward) << ", head_forward: " << dur(h->head_forward)
-                << ", head_backward: " << dur(h->head_backward)
-                << (h->unit.value > 0 ? ", unit: " + dur(h->unit) : std::string()) << "}\n";
-  }
-  if (has_elementwise_bandwidth(hw)) {
-    w.open(2, "device.elementwise_bandwidth", "elementwise_bandwidth");
-    for (const auto& [name, b] : {std::pair<const char*, BytesPerSecond>{"fp32", hw.elementwise_bandwidth_fp32},
-                                  {"bf16", hw.elementwise_bandwidth_bf16},
-                                  {"fp16", hw.elementwise_bandwidth_fp16}})
-      if (b.value > 0) w.out() << "    " << name << ": " << bw(b) << "\n";
-  }
-  if (has_forward_ratio(hw)) {
-    w.open(2, "device.matmul_forward_ratio", "matmul_forward_ratio");
-    for (const auto& [name, r] : {std::pair<const char*, double>{"fp32", hw.matmul_forward_ratio_fp32},
-                                  {"bf16", hw.matmul_forward_ratio_bf16},
-                                  {"fp16", hw.matmul_forward_ratio_fp16}})
-      if (r > 0) w.out() << "    " << name << ": " << fmt("%.4g", r) << "\n";
+  for (const DtypeMap& m : dtype_maps(hw)) {
+    if (!m.any()) continue;
+    w.open(2, "device." + m.key, m.key);
+    for (std::size_t d = 0; d < kDtypeNames.size(); ++d)
+      if (!m.value[d].empty()) w.out() << "    " << kDtypeNames[d] << ": " << m.value[d] << "\n";
   }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   w.open(0, "node", "node");
