@@ -229,8 +229,9 @@ class Calibrator {
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
-  // The step probe (in_step_factor): rank 0's median step with the node's collectives, and alone.
-  double probe_step_s_ = 0, probe_alone_s_ = 0;
+  // The step probe (in_step_factor): rank 0's median step with the node's collectives (ranks polling, and on
+  // CPUs sleeping in their waits), and alone.
+  double probe_step_s_ = 0, probe_sleep_step_s_ = 0, probe_alone_s_ = 0;
   int intra_size_ = 0, inter_size_ = 0;
 };
 
@@ -619,29 +620,41 @@ void Calibrator::step_probe(const DistEnv& env) {
   // inside a step. write_profile divides it by what the fitted profile prices them at.
   if (comm_.size() < 2 || comm_.size() != env.local_world_size) return;
   const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
+  // Rounds of real and rehearsed runs alternate, and each side is the median of all its rounds' steps: a slow
+  // phase of the machine (minutes on a shared VM) then weighs on all sides alike instead of on one run of
+  // 10 steps (one run a side before: the factor moved 0.82-1.5 between calibrations). On CPUs the real run
+  // goes twice, its ranks polling for their collectives and sleeping in them (CommOptions::busy_poll): plans
+  // whose ranks outnumber the cores sleep (cpu_busy_poll), and price their collectives by the second.
+  const int rounds = opt_.quick ? 3 : 5;
   RunConfig cfg;
-  cfg.steps = opt_.quick ? 10 : 20;
+  cfg.steps = opt_.quick ? 10 : 16;
   cfg.log_every = cfg.steps + 1;
-  auto median_step = [](const RunResult& r) {
-    std::vector<double> t;
-    for (std::size_t i = 1; i < r.steps.size(); ++i) t.push_back(r.steps[i].time_s);  // step 1 warms up
-    return cal::median(t);
+  std::vector<double> polling, sleeping, alone;
+  auto run = [&](Comm& comm, std::vector<double>& to) {
+    comm_.world().barrier();
+    Trainer trainer(plan, cfg, comm);
+    const RunResult r = trainer.run(nullptr);
+    for (std::size_t i = 1; i < r.steps.size(); ++i) to.push_back(r.steps[i].time_s);  // step 1 warms up
   };
-  comm_.world().barrier();
-  {
-    Trainer real(plan, cfg, comm_);
-    probe_step_s_ = median_step(real.run(nullptr));
+  for (int round = 0; round < rounds; ++round) {
+    comm_.set_busy_poll(!cuda_);
+    run(comm_, polling);
+    if (!cuda_) {
+      comm_.set_busy_poll(false);
+      run(comm_, sleeping);
+    }
+    std::unique_ptr<Comm> local = Comm::emulate(comm_.size(), !cuda_);
+    run(*local, alone);
   }
+  comm_.set_busy_poll(cpu_busy_poll(env.local_world_size, threads_));
   comm_.world().barrier();
-  {
-    std::unique_ptr<Comm> alone = Comm::emulate(comm_.size(), !cuda_);
-    Trainer rehearsal(plan, cfg, *alone);
-    probe_alone_s_ = median_step(rehearsal.run(nullptr));
-  }
-  comm_.world().barrier();
-  progress("step probe (fsdp, bf16, " + std::to_string(comm_.size()) +
-           " ranks): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step, " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
-           " with local collectives");
+  probe_step_s_ = cal::median(polling);
+  probe_sleep_step_s_ = cuda_ ? 0.0 : cal::median(sleeping);
+  probe_alone_s_ = cal::median(alone);
+  progress("step probe (fsdp, bf16, " + std::to_string(comm_.size()) + " ranks, " + std::to_string(rounds) +
+           " rounds): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step" +
+           (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
+           fmt("%.2f ms", probe_alone_s_ * 1e3) + " with local collectives");
 }
 
 void Calibrator::collectives(const DistEnv& env) {
@@ -1010,6 +1023,7 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     // One prediction of the probe without either term below (the per-unit time adds to compute only, so the
     // collectives' price is the same with it).
     hw.collective_in_step_factor = 0;
+    hw.collective_in_step_factor_shared_cores = 0;
     hw.host_overhead_bf16.unit = Seconds(0);
     StepProgram prog;
     const Prediction pred =
@@ -1025,18 +1039,30 @@ std::string Calibrator::write_profile(const DistEnv& env) {
           fmt(") less the compute this profile prices for it (%.2f ms)", pred.time.compute_s * 1e3) +
           fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
     }
-    const double in_step = probe_step_s_ - probe_alone_s_;
     const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
                              "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +
-                             fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+                             fmt("%.2f ms", probe_step_s_ * 1e3) +
+                             (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
+                             fmt("%.2f ms", probe_alone_s_ * 1e3) +
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
-    if (in_step > 0 && pred.time.comm_s > 0) {
-      hw.collective_in_step_factor = std::min(10.0, in_step / pred.time.comm_s);
-      N["collectives.in_step_factor"] =
-          by + what + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", pred.time.comm_s * 1e3);
-    }
-    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.in_step_factor()) << "\n";
+    // factor = (real step - local step) / the collectives' price, for the polling and the sleeping runs.
+    auto factor = [&](double real_s, double& into, const char* key, const char* how) {
+      const double in_step = real_s - probe_alone_s_;
+      if (!(real_s > 0 && in_step > 0 && pred.time.comm_s > 0)) return;
+      into = std::min(10.0, in_step / pred.time.comm_s);
+      N[key] = by + what + ";\nfactor = " + how + fmt(" %.2f ms", in_step * 1e3) + " / " +
+               fmt("%.2f ms", pred.time.comm_s * 1e3);
+    };
+    factor(probe_step_s_, hw.collective_in_step_factor, "collectives.in_step_factor",
+           cuda_ ? "the collectives' time in the step" : "with the ranks polling,");
+    if (!cuda_)
+      factor(probe_sleep_step_s_, hw.collective_in_step_factor_shared_cores,
+             "collectives.in_step_factor_shared_cores", "with the ranks sleeping,");
+    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.in_step_factor(comm_.size()));
+    if (hw.collective_in_step_factor_shared_cores > 0)
+      rep << ", " << fmt("%.3g", hw.collective_in_step_factor_shared_cores) << " when ranks share cores";
+    rep << "\n";
   }
   const std::string keep = from_base;
   for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})
@@ -1175,8 +1201,9 @@ int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
   CommOptions co;
   co.device = opt.device;
   co.timeout = std::chrono::milliseconds(1000LL * opt.timeout_s);
-  std::unique_ptr<Comm> comm = Comm::connect(env, co);
   const int threads = configure_cpu_threads(env.local_world_size);
+  co.busy_poll = cpu_busy_poll(env.local_world_size, threads);
+  std::unique_ptr<Comm> comm = Comm::connect(env, co);
   Calibrator c(opt, *comm, device, threads);
   return c.run(env);
 }

@@ -142,6 +142,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
         "collectives.base_latency", "collectives.compute_slowdown_during_comm"})
     keys.emplace_back(k);
   if (hw.collective_in_step_factor > 0) keys.push_back("collectives.in_step_factor");
+  if (hw.collective_in_step_factor_shared_cores > 0) keys.push_back("collectives.in_step_factor_shared_cores");
   return keys;
 }
 
@@ -189,6 +190,9 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
           fmt("%.6g", hw.compute_slowdown_during_comm));
   if (hw.collective_in_step_factor > 0)
     w.field(2, "collectives.in_step_factor", "in_step_factor", fmt("%.4g", hw.collective_in_step_factor));
+  if (hw.collective_in_step_factor_shared_cores > 0)
+    w.field(2, "collectives.in_step_factor_shared_cores", "in_step_factor_shared_cores",
+            fmt("%.4g", hw.collective_in_step_factor_shared_cores));
   return w.out().str();
 }
 

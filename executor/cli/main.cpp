@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
                                (env.source == "none"
                                     ? " (no RANK/WORLD_SIZE or Slurm environment; use --nproc-per-node)"
                                     : " (from the " + env.source + " environment)"));
-      configure_cpu_threads(env.local_world_size);
+      co.busy_poll = cpu_busy_poll(env.local_world_size, configure_cpu_threads(env.local_world_size));
       comm = Comm::connect(env, co);
     }
     Trainer trainer(plan, args.cfg, *comm);

@@ -3,6 +3,7 @@
 #include "dist/comm.hpp"
 
 #include <ATen/ATen.h>
+#include <sched.h>
 #include <torch/version.h>
 
 #include <atomic>
@@ -405,7 +406,11 @@ class C10dGroup final : public Group {
     }
   }
   void wait(c10::intrusive_ptr<c10d::Work>& work) {
+    const bool poll = !direct_ && comm_->opts.busy_poll;
     try {
+      // Polling ends when the work completes or fails; wait() then returns or throws its error.
+      if (poll)
+        while (!work->isCompleted()) sched_yield();
       work->wait();
     } catch (const std::exception& e) {
       comm_->diagnose(e.what());
@@ -414,7 +419,13 @@ class C10dGroup final : public Group {
     // it the work's staging buffers and result tensors) just after signalling
     // completion. Wait for that, so that memory is released here, deterministically,
     // and measured peaks do not depend on thread timing. Bounded: 1 s.
-    for (int i = 0; i < 100000 && work.use_count() > 1; ++i) std::this_thread::sleep_for(std::chrono::microseconds(10));
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (work.use_count() > 1 && std::chrono::steady_clock::now() < limit) {
+      if (poll)
+        sched_yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(10));
+    }
     work.reset();
   }
 
@@ -562,6 +573,8 @@ std::shared_ptr<Group> Comm::subgroup(const std::string& tag, const std::vector<
                          direct);
   return std::make_shared<C10dGroup>(pg, my, n, tag, direct, impl_.get());
 }
+
+void Comm::set_busy_poll(bool poll) { impl_->opts.busy_poll = poll; }
 
 void Comm::set_progress(int64_t step, const char* phase) {
   std::lock_guard<std::mutex> lock(impl_->progress_mu);

@@ -100,6 +100,9 @@ struct CommOptions {
   std::string device = "cpu";                 // "cpu" (Gloo) or "cuda" (NCCL)
   std::chrono::milliseconds timeout{300000};  // collective and rendezvous timeout
   int heartbeat_ms = 500;                     // heartbeat period (failure diagnosis)
+  // CPU (Gloo) only: wait for a collective by polling its completion and yielding the core, instead of
+  // sleeping until Gloo's worker thread signals it (cpu_busy_poll, dist/device.hpp, says when).
+  bool busy_poll = false;
 };
 
 // The process groups of one job: world, plus sub-groups on demand.
@@ -121,6 +124,8 @@ class Comm {
   std::shared_ptr<Group> subgroup(const std::string& tag, const std::vector<int>& members);
   // Records where this rank is (shown in failure diagnosis of other ranks).
   void set_progress(int64_t step, const char* phase);
+  // CommOptions::busy_poll for the waits from now on (calibrate's step probe times both ways).
+  void set_busy_poll(bool poll);
   // Best-effort: publish a local error so other ranks can name it.
   void publish_error(const std::string& message);
   // Turns a low-level collective failure into a RankFailure naming the stalled ranks.

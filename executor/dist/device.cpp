@@ -50,4 +50,8 @@ int configure_cpu_threads(int local_world_size) {
   return threads;
 }
 
+bool cpu_busy_poll(int local_world_size, int threads_per_rank) {
+  return std::max(1, local_world_size) * std::max(1, threads_per_rank) <= available_cpus();
+}
+
 }  // namespace fsdp::exec

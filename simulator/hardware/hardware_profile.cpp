@@ -83,6 +83,14 @@ double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
   return ranks <= cores ? std::floor(cores / ranks) : cores / ranks;
 }
 
+bool cpu_ranks_poll(int cpu_cores, int ranks_per_node) { return ranks_per_node <= std::max(1, cpu_cores); }
+
+double HardwareProfile::in_step_factor(int ranks_per_node) const {
+  if (device_kind == "cpu" && collective_in_step_factor_shared_cores > 0 && !cpu_ranks_poll(cpu_cores, ranks_per_node))
+    return collective_in_step_factor_shared_cores;
+  return collective_in_step_factor > 0 ? collective_in_step_factor : 1.0;
+}
+
 double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node) {
   if (hw.device_kind != "cpu") return 1.0;
   const double measured = hw.device_cores > 0 ? hw.device_cores : double(std::max(1, hw.cpu_cores));
@@ -270,10 +278,11 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
   if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
     coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
-  if (coll.has("in_step_factor")) {
-    hw.collective_in_step_factor = coll.get_double("in_step_factor");
-    if (!(hw.collective_in_step_factor > 0 && hw.collective_in_step_factor <= 10))
-      coll.fail("in_step_factor", "must be within (0, 10]");
+  for (auto [key, factor] : {std::pair{"in_step_factor", &hw.collective_in_step_factor},
+                              std::pair{"in_step_factor_shared_cores", &hw.collective_in_step_factor_shared_cores}}) {
+    if (!coll.has(key)) continue;
+    *factor = coll.get_double(key);
+    if (!(*factor > 0 && *factor <= 10)) coll.fail(key, "must be within (0, 10]");
   }
   coll.finish();
   map.finish();

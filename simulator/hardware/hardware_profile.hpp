@@ -99,7 +99,12 @@ struct HardwareProfile {
   // isolated cost, which the terms above describe (calibrated collectives run alone, after a barrier). fsdp-run
   // calibrate measures it on a probe plan run with and without communication (docs/calibrate.md).
   double collective_in_step_factor = 0;
-  double in_step_factor() const { return collective_in_step_factor > 0 ? collective_in_step_factor : 1.0; }
+  // `collectives.in_step_factor_shared_cores` (optional, CPU devices; 0, absent: in_step_factor): the same when
+  // a node's ranks outnumber its cores. fsdp-run's ranks then sleep in their waits instead of polling
+  // (cpu_ranks_poll below); calibrate measures it with the probe's ranks sleeping.
+  double collective_in_step_factor_shared_cores = 0;
+  // The factor for a plan with `ranks_per_node` ranks on each node.
+  double in_step_factor(int ranks_per_node) const;
 
   FlopsPerSecond peak_flops(DType) const;
   // The dtype's own curve when the profile has one, else the shared one.
@@ -117,6 +122,10 @@ struct HardwareProfile {
 // fsdp-run's thread policy (executor/dist/device.hpp, as torchrun's OMP_NUM_THREADS): floor(cores / ranks)
 // intra-op threads each, at least one; more ranks than cores are time-sliced by the OS, cores / ranks each.
 double cpu_cores_per_rank(int cpu_cores, int ranks_per_node);
+
+// Whether fsdp-run's ranks poll for their collectives' completion (executor/dist/device.hpp cpu_busy_poll):
+// on a CPU device when a node's ranks do not outnumber its cores, so that each has a core to poll on.
+bool cpu_ranks_poll(int cpu_cores, int ranks_per_node);
 
 // Factor (>= 1) by which a rank's compute is slower than the profile's measured rates: 1 on GPUs; on a
 // CPU device, device_cores / cpu_cores_per_rank when the rank gets fewer cores than the rates were

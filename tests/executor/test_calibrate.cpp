@@ -264,6 +264,7 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.elementwise_bandwidth_bf16 = BytesPerSecond(7.46902e9);
   hw.matmul_forward_ratio_fp32 = 1.468;
   hw.collective_in_step_factor = 1.23;
+  hw.collective_in_step_factor_shared_cores = 0.91;
   hw.host_overhead_bf16 =
       HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6), Seconds(680.6e-6)};
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
@@ -313,7 +314,8 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(back.elementwise_bandwidth_fp32.value == 0);
   CHECK(back.matmul_forward_ratio(DType::Fp32) == doctest::Approx(1.468));
   CHECK(back.matmul_forward_ratio(DType::Bf16) == 1.0);
-  CHECK(back.in_step_factor() == doctest::Approx(1.23));
+  CHECK(back.collective_in_step_factor == doctest::Approx(1.23));
+  CHECK(back.collective_in_step_factor_shared_cores == doctest::Approx(0.91));
   CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.unit.value, hw.host_overhead_bf16.unit.value) < 1e-5);
@@ -364,8 +366,9 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   CHECK(hw.matmul_forward_ratio_fp32 > 0);
   CHECK(hw.matmul_forward_ratio_fp32 < 3);
   // The step probe ran over both ranks and alone: its collectives cost something inside a step.
-  CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks)") != std::string::npos);
+  CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks, 3 rounds)") != std::string::npos);
   CHECK(hw.collective_in_step_factor > 0);
+  CHECK(hw.collective_in_step_factor_shared_cores > 0);
   CHECK(!hw.host_overhead_bf16.empty());
   CHECK(r.out.find("calibrate: host overhead BFloat16, tokens 96") != std::string::npos);
   CHECK(hw.usable_device_memory.value > 0);

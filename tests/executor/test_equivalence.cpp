@@ -85,6 +85,18 @@ TEST_CASE("equivalence: every strategy x wrap against one unsharded process") {
   }
 }
 
+TEST_CASE("waits that poll (CommOptions::busy_poll) give the same training as waits that sleep") {
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  const Outcome& ref = reference(W);
+  for (StrategyKind kind : {StrategyKind::Ddp, StrategyKind::Zero2, StrategyKind::Fsdp}) {
+    comm.set_busy_poll(true);
+    Outcome polled = train(small_plan(kind, "layer", W), comm);
+    comm.set_busy_poll(false);
+    check_same(polled, ref, std::string(to_string(kind)) + " polling, world " + std::to_string(W));
+  }
+}
+
 TEST_CASE("equivalence: no reshard after forward, prefetch off, size wrap, small DDP buckets, tied embeddings") {
   Comm& comm = *g_comm;
   const int W = comm.size();

@@ -8,6 +8,8 @@
 
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
+#include "dist/device.hpp"
+#include "hardware/hardware_profile.hpp"
 #include "io/data.hpp"
 #include "io/safetensors.hpp"
 #include "model/model_loader.hpp"
@@ -154,6 +156,20 @@ TEST_CASE("data: rows are addressed by (step, global row); token files are check
   }
   CHECK_THROWS_WITH_AS(open_data(f.string(), "uint16", 100, 8, 1), doctest::Contains("not a multiple"), InputError);
   fs::remove(f);
+}
+
+TEST_CASE("CPU ranks poll in their waits when each has a core: the executor's rule is the simulator's") {
+  const int n = available_cpus();
+  CHECK(cpu_busy_poll(1, 1));
+  CHECK(cpu_busy_poll(n, 1));
+  CHECK(!cpu_busy_poll(n + 1, 1));
+  CHECK(!cpu_busy_poll(1, n + 1));
+  // With fsdp-run's thread split (floor(cpus / ranks), at least 1) the executor polls exactly when the
+  // simulator prices a plan's collectives with the polling factor.
+  for (int ranks = 1; ranks <= 2 * n + 1; ++ranks) {
+    INFO("ranks " << ranks << " on " << n << " CPUs");
+    CHECK(cpu_busy_poll(ranks, std::max(1, n / ranks)) == fsdp::cpu_ranks_poll(n, ranks));
+  }
 }
 
 TEST_CASE("rendezvous environment: torchrun and Slurm variables") {

@@ -234,26 +234,33 @@ TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the opt
         doctest::Approx(share * opt->elementwise_bytes * (2.0 - 1.0) / hw.memory_bandwidth.value));
 }
 
-TEST_CASE("collectives cost in_step_factor times their isolated price; nothing else does") {
+TEST_CASE("collectives cost in_step_factor times their isolated price (its shared-cores one when ranks outnumber "
+          "the cores); nothing else does") {
   ModuleGraph g(small_model());
   const RuntimeProfile rt = runtime("fsdp-run");
   const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
-  const Cluster c{1, 2};
   const HardwareProfile hw = hardware("cpu");
+  REQUIRE(hw.cpu_cores == 2);
   HardwareProfile in_step = hw;
   in_step.collective_in_step_factor = 1.4;
-  const StepProgram p = program(g, s, rt, 1, 2);
-  int collectives = 0;
-  for (const Op& op : p.ops) {
-    const double a = op_duration(op, p, hw, c, s), b = op_duration(op, p, in_step, c, s);
-    if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
-      CHECK(b == doctest::Approx(1.4 * a));
-      ++collectives;
-    } else {
-      CHECK(b == doctest::Approx(a));
+  in_step.collective_in_step_factor_shared_cores = 0.7;
+  for (int ranks : {2, 4}) {
+    INFO(ranks << " ranks on 2 cores");
+    const Cluster c{1, ranks};
+    const double factor = ranks == 2 ? 1.4 : 0.7;
+    const StepProgram p = program(g, s, rt, 1, ranks);
+    int collectives = 0;
+    for (const Op& op : p.ops) {
+      const double a = op_duration(op, p, hw, c, s), b = op_duration(op, p, in_step, c, s);
+      if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
+        CHECK(b == doctest::Approx(factor * a));
+        ++collectives;
+      } else {
+        CHECK(b == doctest::Approx(a));
+      }
     }
+    CHECK(collectives > 0);
   }
-  CHECK(collectives > 0);
 }
 
 namespace {

@@ -187,20 +187,32 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
       replace_once(
           more, "  cores: 1\n",
           "  cores: 1\n  elementwise_bandwidth:\n    bf16: \"7.5 GB/s\"\n  matmul_forward_ratio:\n    fp32: 1.47\n"),
-      "  compute_slowdown_during_comm:", "  in_step_factor: 1.25\n  compute_slowdown_during_comm:");
+      "  compute_slowdown_during_comm:",
+      "  in_step_factor: 1.25\n  in_step_factor_shared_cores: 1.75\n  compute_slowdown_during_comm:");
   HardwareProfile cal = load_hardware(write_temp_profile(calibrated, "cpu_calibrated"), kRoot);
   CHECK(cal.elementwise_bandwidth(DType::Bf16).value == doctest::Approx(7.5e9));
   CHECK(cal.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(cal.memory_bandwidth.value));
   CHECK(cal.matmul_forward_ratio(DType::Fp32) == doctest::Approx(1.47));
   CHECK(cal.matmul_forward_ratio(DType::Bf16) == 1.0);
-  CHECK(cal.in_step_factor() == doctest::Approx(1.25));
-  CHECK(plain.in_step_factor() == 1.0);
+  // The shared-cores factor applies when a node's ranks outnumber its cores (fsdp-run's ranks then sleep).
+  REQUIRE(cal.cpu_cores == 2);
+  CHECK(cal.in_step_factor(2) == doctest::Approx(1.25));
+  CHECK(cal.in_step_factor(3) == doctest::Approx(1.75));
+  CHECK(plain.in_step_factor(2) == 1.0);
+  CHECK(plain.in_step_factor(4) == 1.0);
+  HardwareProfile one_factor = cal;
+  one_factor.collective_in_step_factor_shared_cores = 0;
+  CHECK(one_factor.in_step_factor(4) == doctest::Approx(1.25));
   m = load_error(replace_once(calibrated, "bf16: \"7.5 GB/s\"", "bf16: \"7.5 GB\""), "cpu_ew_unit");
   CHECK(contains(m, "device.elementwise_bandwidth.bf16"));
   m = load_error(replace_once(calibrated, "fp32: 1.47", "fp32: 3.5"), "cpu_fwd_ratio");
   CHECK(contains(m, "device.matmul_forward_ratio.fp32"));
   m = load_error(replace_once(calibrated, "in_step_factor: 1.25", "in_step_factor: 0"), "cpu_in_step");
   CHECK(contains(m, "collectives.in_step_factor"));
+  m = load_error(replace_once(calibrated, "in_step_factor_shared_cores: 1.75", "in_step_factor_shared_cores: 11"),
+                 "cpu_in_step_shared");
+  CHECK(contains(m, "collectives.in_step_factor_shared_cores"));
+  CHECK(contains(m, "(0, 10]"));
 
   // A GPU is not a number of cores.
   const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
