@@ -1039,13 +1039,12 @@ std::string Calibrator::write_profile(const DistEnv& env) {
           fmt(") less the compute this profile prices for it (%.2f ms)", pred.time.compute_s * 1e3) +
           fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
     }
-    const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
-                             "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +
-                             fmt("%.2f ms", probe_step_s_ * 1e3) +
-                             (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
-                             fmt("%.2f ms", probe_alone_s_ * 1e3) +
-                             " with local collectives;\nthis profile prices its collectives at " +
-                             fmt("%.2f ms", pred.time.comm_s * 1e3);
+    const std::string what =
+        fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
+        "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " + fmt("%.2f ms", probe_step_s_ * 1e3) +
+        (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
+        fmt("%.2f ms", probe_alone_s_ * 1e3) + " with local collectives;\nthis profile prices its collectives at " +
+        fmt("%.2f ms", pred.time.comm_s * 1e3);
     // factor = (real step - local step) / the collectives' price, for the polling and the sleeping runs.
     auto factor = [&](double real_s, double& into, const char* key, const char* how) {
       const double in_step = real_s - probe_alone_s_;
@@ -1057,8 +1056,8 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     factor(probe_step_s_, hw.collective_in_step_factor, "collectives.in_step_factor",
            cuda_ ? "the collectives' time in the step" : "with the ranks polling,");
     if (!cuda_)
-      factor(probe_sleep_step_s_, hw.collective_in_step_factor_shared_cores,
-             "collectives.in_step_factor_shared_cores", "with the ranks sleeping,");
+      factor(probe_sleep_step_s_, hw.collective_in_step_factor_shared_cores, "collectives.in_step_factor_shared_cores",
+             "with the ranks sleeping,");
     rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.in_step_factor(comm_.size()));
     if (hw.collective_in_step_factor_shared_cores > 0)
       rep << ", " << fmt("%.3g", hw.collective_in_step_factor_shared_cores) << " when ranks share cores";

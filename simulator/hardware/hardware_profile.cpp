@@ -279,7 +279,7 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
     coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
   for (auto [key, factor] : {std::pair{"in_step_factor", &hw.collective_in_step_factor},
-                              std::pair{"in_step_factor_shared_cores", &hw.collective_in_step_factor_shared_cores}}) {
+                             std::pair{"in_step_factor_shared_cores", &hw.collective_in_step_factor_shared_cores}}) {
     if (!coll.has(key)) continue;
     *factor = coll.get_double(key);
     if (!(*factor > 0 && *factor <= 10)) coll.fail(key, "must be within (0, 10]");

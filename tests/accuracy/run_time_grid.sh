@@ -7,7 +7,7 @@
 #   run_time_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR] [BF16_TOLERANCE_PERCENT]
 # TOLERANCE_PERCENT (default 15) applies to every plan, or to the fp32 ones when BF16_TOLERANCE_PERCENT is
 # given for the plans that compute in bf16 (the README says why they need their own gate for now).
-# Environment: FSDP_TIME_STEPS (steps per run, default 8), FSDP_TIME_PASSES (passes over the grid, default 2:
+# Environment: FSDP_TIME_STEPS (steps per run, default 8), FSDP_TIME_PASSES (passes over the grid, default 3:
 # a plan's measured time is the median of its steps 2..N over every pass, so that a disturbance of a few seconds
 # on a shared machine, which slows every step it overlaps by up to 40%, meets one run of the plan and not all),
 # FSDP_TIME_CALIBRATE (extra calibrate flags, default --quick), FSDP_TIME_PROFILE (a profile already calibrated
@@ -15,7 +15,7 @@
 set -euo pipefail
 plan_bin=$1 run_bin=$2 tol=${3:-15} out=${4:-$(mktemp -d)} tol_bf16=${5:-${3:-15}}
 steps=${FSDP_TIME_STEPS:-8}
-passes=${FSDP_TIME_PASSES:-2}
+passes=${FSDP_TIME_PASSES:-3}
 cal_flags=${FSDP_TIME_CALIBRATE---quick}
 profile=${FSDP_TIME_PROFILE:-}
 only=${FSDP_TIME_ROWS:-}

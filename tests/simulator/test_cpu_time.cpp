@@ -234,8 +234,9 @@ TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the opt
         doctest::Approx(share * opt->elementwise_bytes * (2.0 - 1.0) / hw.memory_bandwidth.value));
 }
 
-TEST_CASE("collectives cost in_step_factor times their isolated price (its shared-cores one when ranks outnumber "
-          "the cores); nothing else does") {
+TEST_CASE(
+    "collectives cost in_step_factor times their isolated price (its shared-cores one when ranks outnumber "
+    "the cores); nothing else does") {
   ModuleGraph g(small_model());
   const RuntimeProfile rt = runtime("fsdp-run");
   const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
