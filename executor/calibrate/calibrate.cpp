@@ -3,6 +3,7 @@
 #include "calibrate/calibrate.hpp"
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
 
@@ -19,6 +20,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "calibrate/fit.hpp"
@@ -35,6 +37,7 @@
 #include "model/model_loader.hpp"
 #include "model/module_graph.hpp"
 #include "model/transformer.hpp"
+#include "planfile/plan_file.hpp"
 #include "program/step_program.hpp"
 #include "runtime/runtime_profile.hpp"
 #include "simulate.hpp"
@@ -205,6 +208,7 @@ class Calibrator {
   void host();
   void collectives(const DistEnv& env);
   void step_probe(const DistEnv& env);
+  void oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
   std::string write_profile(const DistEnv& env);
 
@@ -229,9 +233,9 @@ class Calibrator {
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
-  // The step probe (in_step_factor): rank 0's median step with the node's collectives (ranks polling, and on
-  // CPUs sleeping in their waits), and alone.
-  double probe_step_s_ = 0, probe_sleep_step_s_ = 0, probe_alone_s_ = 0;
+  // The step probe (in_step_factor): rank 0's median step with the node's collectives, and alone.
+  double probe_step_s_ = 0, probe_alone_s_ = 0;
+  double probe_shared_step_s_ = 0;  // the same plan over twice as many ranks as CPUs (CPU only)
   int intra_size_ = 0, inter_size_ = 0;
 };
 
@@ -621,40 +625,78 @@ void Calibrator::step_probe(const DistEnv& env) {
   if (comm_.size() < 2 || comm_.size() != env.local_world_size) return;
   const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
   // Rounds of real and rehearsed runs alternate, and each side is the median of all its rounds' steps: a slow
-  // phase of the machine (minutes on a shared VM) then weighs on all sides alike instead of on one run of
-  // 10 steps (one run a side before: the factor moved 0.82-1.5 between calibrations). On CPUs the real run
-  // goes twice, its ranks polling for their collectives and sleeping in them (CommOptions::busy_poll): plans
-  // whose ranks outnumber the cores sleep (cpu_busy_poll), and price their collectives by the second.
+  // phase of the machine (minutes on a shared VM) then weighs on every side alike instead of on one run of
+  // 10 steps (one run a side before: the factor moved 0.82-1.5 between calibrations). On CPUs each round also
+  // runs the probe with twice as many ranks as CPUs (rank 0 launches them; the node's calibration ranks sleep
+  // meanwhile): plans whose ranks outnumber the cores wait differently (their ranks sleep, cpu_busy_poll) and
+  // are priced by that run (collectives.in_step_factor_shared_cores).
   const int rounds = opt_.quick ? 3 : 5;
   RunConfig cfg;
   cfg.steps = opt_.quick ? 10 : 16;
   cfg.log_every = cfg.steps + 1;
-  std::vector<double> polling, sleeping, alone;
-  auto run = [&](Comm& comm, std::vector<double>& to) {
-    comm_.world().barrier();
-    Trainer trainer(plan, cfg, comm);
-    const RunResult r = trainer.run(nullptr);
+  std::vector<double> real, alone, shared;
+  auto add_steps = [](const RunResult& r, std::vector<double>& to) {
     for (std::size_t i = 1; i < r.steps.size(); ++i) to.push_back(r.steps[i].time_s);  // step 1 warms up
   };
+  const bool poll = cpu_busy_poll(env.local_world_size, threads_);
   for (int round = 0; round < rounds; ++round) {
-    comm_.set_busy_poll(!cuda_);
-    run(comm_, polling);
-    if (!cuda_) {
-      comm_.set_busy_poll(false);
-      run(comm_, sleeping);
+    comm_.world().barrier();
+    {
+      Trainer trainer(plan, cfg, comm_);
+      add_steps(trainer.run(nullptr), real);
     }
-    std::unique_ptr<Comm> local = Comm::emulate(comm_.size(), !cuda_);
-    run(*local, alone);
+    comm_.world().barrier();
+    {
+      std::unique_ptr<Comm> local = Comm::emulate(comm_.size(), !cuda_);
+      Trainer trainer(plan, cfg, *local);
+      add_steps(trainer.run(nullptr), alone);
+    }
+    if (cuda_) continue;
+    comm_.set_busy_poll(false);
+    comm_.world().barrier();
+    if (comm_.rank() == 0) oversubscribed_probe(2 * comm_.size(), cfg.steps, shared);
+    comm_.world().barrier();
+    comm_.set_busy_poll(poll);
   }
-  comm_.set_busy_poll(cpu_busy_poll(env.local_world_size, threads_));
   comm_.world().barrier();
-  probe_step_s_ = cal::median(polling);
-  probe_sleep_step_s_ = cuda_ ? 0.0 : cal::median(sleeping);
+  probe_step_s_ = cal::median(real);
   probe_alone_s_ = cal::median(alone);
+  probe_shared_step_s_ = shared.empty() ? 0.0 : cal::median(shared);
   progress("step probe (fsdp, bf16, " + std::to_string(comm_.size()) + " ranks, " + std::to_string(rounds) +
-           " rounds): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step" +
-           (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
-           fmt("%.2f ms", probe_alone_s_ * 1e3) + " with local collectives");
+           " rounds): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step, " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+           " with local collectives" +
+           (probe_shared_step_s_ > 0
+                ? fmt(", %.2f ms", probe_shared_step_s_ * 1e3) + " over " + std::to_string(2 * comm_.size()) + " ranks"
+                : std::string()));
+}
+
+void Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to) {
+  // The probe plan over `ranks` local ranks, run by this same binary as `fsdp-run plan.yaml` under its own
+  // launcher, in a scratch directory; its report's steps 2..N join `to`. A failed run leaves `to` as it was
+  // (the profile then has no shared-cores factor) and says why.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fsdp-calibrate-probe-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string plan_path = (dir / "probe.yaml").string(), report_path = (dir / "report.json").string();
+  try {
+    write_plan_file(step_probe_plan(ranks, "cpu"), plan_path);
+    LaunchOptions lo;
+    lo.nproc = ranks;
+    lo.grace = std::chrono::milliseconds(1000LL * opt_.timeout_s + 30000);
+    lo.quiet = true;
+    const int rc = launch_local(lo, {"fsdp-run", plan_path, "--steps", std::to_string(steps), "--report", report_path,
+                                     "--timeout", std::to_string(opt_.timeout_s)});
+    if (rc != 0) throw std::runtime_error("its ranks exited with code " + std::to_string(rc));
+    std::ifstream in(report_path);
+    const nlohmann::json report = nlohmann::json::parse(in);
+    const auto& st = report.at("steps");
+    for (std::size_t i = 1; i < st.size(); ++i) to.push_back(st[i].at("time_s").get<double>());
+  } catch (const std::exception& e) {
+    progress(std::string("step probe over ") + std::to_string(ranks) + " ranks failed (" + e.what() +
+             "); no shared-cores factor");
+  }
+  fs::remove_all(dir, ec);
 }
 
 void Calibrator::collectives(const DistEnv& env) {
@@ -1039,29 +1081,41 @@ std::string Calibrator::write_profile(const DistEnv& env) {
           fmt(") less the compute this profile prices for it (%.2f ms)", pred.time.compute_s * 1e3) +
           fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
     }
-    const std::string what =
-        fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
-        "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " + fmt("%.2f ms", probe_step_s_ * 1e3) +
-        (cuda_ ? "" : fmt(" (%.2f ms sleeping in waits)", probe_sleep_step_s_ * 1e3)) + ", " +
-        fmt("%.2f ms", probe_alone_s_ * 1e3) + " with local collectives;\nthis profile prices its collectives at " +
-        fmt("%.2f ms", pred.time.comm_s * 1e3);
-    // factor = (real step - local step) / the collectives' price, for the polling and the sleeping runs.
-    auto factor = [&](double real_s, double& into, const char* key, const char* how) {
-      const double in_step = real_s - probe_alone_s_;
-      if (!(real_s > 0 && in_step > 0 && pred.time.comm_s > 0)) return;
-      into = std::min(10.0, in_step / pred.time.comm_s);
-      N[key] = by + what + ";\nfactor = " + how + fmt(" %.2f ms", in_step * 1e3) + " / " +
-               fmt("%.2f ms", pred.time.comm_s * 1e3);
-    };
-    factor(probe_step_s_, hw.collective_in_step_factor, "collectives.in_step_factor",
-           cuda_ ? "the collectives' time in the step" : "with the ranks polling,");
-    if (!cuda_)
-      factor(probe_sleep_step_s_, hw.collective_in_step_factor_shared_cores, "collectives.in_step_factor_shared_cores",
-             "with the ranks sleeping,");
-    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.in_step_factor(comm_.size()));
-    if (hw.collective_in_step_factor_shared_cores > 0)
-      rep << ", " << fmt("%.3g", hw.collective_in_step_factor_shared_cores) << " when ranks share cores";
-    rep << "\n";
+    const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
+                             "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +
+                             fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+                             " with local collectives;\nthis profile prices its collectives at " +
+                             fmt("%.2f ms", pred.time.comm_s * 1e3);
+    const double in_step = probe_step_s_ - probe_alone_s_;
+    if (in_step > 0 && pred.time.comm_s > 0) {
+      hw.collective_in_step_factor = std::min(10.0, in_step / pred.time.comm_s);
+      N["collectives.in_step_factor"] =
+          by + what + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", pred.time.comm_s * 1e3);
+    }
+    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.collective_in_step_factor) << "\n";
+    // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute
+    // the profile prices for each rank there (half a core each: about 2x), the rest is its collectives.
+    if (probe_shared_step_s_ > 0) {
+      const int ranks = 2 * comm_.size();
+      const PlanFile shared = step_probe_plan(ranks, "cpu");
+      const Prediction p2 = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, shared.strategy});
+      const double local = probe_alone_s_ * p2.time.compute_s / pred.time.compute_s;
+      const double in_step2 = probe_shared_step_s_ - local;
+      const std::string what2 = fmt("the step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
+                                fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
+                                fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) +
+                                fmt(" x %.3f", p2.time.compute_s / pred.time.compute_s) +
+                                " (the compute this profile prices per rank there over that at " +
+                                std::to_string(comm_.size()) + " ranks);\nthis profile prices its collectives at " +
+                                fmt("%.2f ms", p2.time.comm_s * 1e3);
+      if (in_step2 > 0 && p2.time.comm_s > 0) {
+        hw.collective_in_step_factor_shared_cores = std::min(10.0, in_step2 / p2.time.comm_s);
+        N["collectives.in_step_factor_shared_cores"] = by + what2 + ": factor = " + fmt("%.2f ms", in_step2 * 1e3) +
+                                                       " / " + fmt("%.2f ms", p2.time.comm_s * 1e3);
+      }
+      rep << "calibrate: " << what2 << "; in-step factor "
+          << fmt("%.3g", hw.collective_in_step_factor_shared_cores) << "\n";
+    }
   }
   const std::string keep = from_base;
   for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})

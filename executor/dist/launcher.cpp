@@ -1,6 +1,7 @@
 #include "dist/launcher.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -52,29 +53,55 @@ int exit_code_of(int status) {
   return 1;
 }
 
+// This process's environment with the torchrun variables of rank `r` in place of any it had.
+std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, int r) {
+  const std::vector<std::pair<std::string, std::string>> vars{{"RANK", std::to_string(r)},
+                                                              {"WORLD_SIZE", std::to_string(opts.nproc)},
+                                                              {"LOCAL_RANK", std::to_string(r)},
+                                                              {"LOCAL_WORLD_SIZE", std::to_string(opts.nproc)},
+                                                              {"MASTER_ADDR", opts.master_addr},
+                                                              {"MASTER_PORT", std::to_string(port)}};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv(*e);
+    bool replaced = false;
+    for (const auto& [k, v] : vars) replaced = replaced || kv.compare(0, k.size() + 1, k + "=") == 0;
+    if (!replaced) env.push_back(kv);
+  }
+  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> p;
+  for (auto& s : strings) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
 }  // namespace
 
 int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv) {
   const int port = opts.master_port > 0 ? opts.master_port : pick_free_port();
   std::vector<pid_t> pids(static_cast<std::size_t>(opts.nproc), -1);
+  std::vector<std::string> args_text = argv;
+  std::vector<char*> args = pointers(args_text);
   for (int r = 0; r < opts.nproc; ++r) {
+    std::vector<std::string> env_text = rank_environment(opts, port, r);
+    std::vector<char*> env = pointers(env_text);
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
       // The child dies with the launcher (no orphaned ranks holding ports).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(opts.nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", opts.master_addr.c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv("/proc/self/exe", args.data());
-      std::fprintf(stderr, "fsdp-run: exec of rank %d failed: %s\n", r, std::strerror(errno));
-      std::_Exit(127);
+      if (opts.quiet) {
+        const int null = ::open("/dev/null", O_WRONLY);
+        if (null >= 0) ::dup2(null, STDOUT_FILENO);
+      }
+      ::execve("/proc/self/exe", args.data(), env.data());
+      static const char kFailed[] = "fsdp-run: exec of a rank failed\n";
+      [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, kFailed, sizeof kFailed - 1);
+      ::_exit(127);
     }
     pids[static_cast<std::size_t>(r)] = pid;
   }

@@ -16,9 +16,13 @@ struct LaunchOptions {
   // After the first rank fails, the others get this long to exit on their own
   // (they diagnose the failure and name the rank), then are terminated.
   std::chrono::milliseconds grace{60000};
+  // The ranks' standard output goes to /dev/null (their errors still reach stderr).
+  bool quiet = false;
 };
 
-// argv: the child's full command line (argv[0] ignored; /proc/self/exe is run).
+// argv: the child's full command line (argv[0] ignored; /proc/self/exe is run). Safe to call from a
+// multithreaded process: each rank's environment is built before fork, and the child only makes system
+// calls (prctl, open, dup2, execve) before it runs the new program.
 // Returns the exit code to use: 0 when all ranks succeed, else the first failing
 // rank's code (128 + signal for a rank killed by a signal).
 int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv);

@@ -127,8 +127,14 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   CHECK(a.at("memory").at("breakdown").contains("activations"));
   // Where the peak was reached, in the simulator's peak_phase words ("backward layers.1 (micro-batch 1)").
   const std::string phase = a.at("memory").at("peak_phase").get<std::string>();
-  CHECK((phase.rfind("forward ", 0) == 0 || phase.rfind("backward ", 0) == 0 || phase.rfind("post-backward ", 0) == 0 ||
-         phase == "optimizer step"));
+  INFO("peak phase: " << phase);
+  // Any word of that vocabulary: which one can change with the transport threads' timing (one run of this
+  // test in 26 reported none of forward, backward, post-backward and optimizer step).
+  bool known = phase == "optimizer step";
+  for (const char* p : {"forward ", "backward ", "post-backward ", "fwd all-gather ", "bwd all-gather ",
+                        "head+loss forward ", "loss backward "})
+    known = known || phase.rfind(p, 0) == 0;
+  CHECK(known);
 
   const int port = pick_free_port();
   std::vector<std::string> args{plan, "--steps", "3", "--report", d / "b.json"};
