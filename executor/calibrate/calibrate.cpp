@@ -3,9 +3,9 @@
 #include "calibrate/calibrate.hpp"
 
 #include <ATen/ATen.h>
-#include <unistd.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -208,7 +208,7 @@ class Calibrator {
   void host();
   void collectives(const DistEnv& env);
   void step_probe(const DistEnv& env);
-  void oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to);
+  bool oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
   std::string write_profile(const DistEnv& env);
 
@@ -639,6 +639,7 @@ void Calibrator::step_probe(const DistEnv& env) {
     for (std::size_t i = 1; i < r.steps.size(); ++i) to.push_back(r.steps[i].time_s);  // step 1 warms up
   };
   const bool poll = cpu_busy_poll(env.local_world_size, threads_);
+  bool shared_failed = false;  // rank 0: the over-subscribed run failed once (said why); not tried again
   for (int round = 0; round < rounds; ++round) {
     comm_.world().barrier();
     {
@@ -654,7 +655,7 @@ void Calibrator::step_probe(const DistEnv& env) {
     if (cuda_) continue;
     comm_.set_busy_poll(false);
     comm_.world().barrier();
-    if (comm_.rank() == 0) oversubscribed_probe(2 * comm_.size(), cfg.steps, shared);
+    if (comm_.rank() == 0 && !shared_failed) shared_failed = !oversubscribed_probe(2 * comm_.size(), cfg.steps, shared);
     comm_.world().barrier();
     comm_.set_busy_poll(poll);
   }
@@ -670,16 +671,18 @@ void Calibrator::step_probe(const DistEnv& env) {
                 : std::string()));
 }
 
-void Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to) {
+bool Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to) {
   // The probe plan over `ranks` local ranks, run by this same binary as `fsdp-run plan.yaml` under its own
   // launcher, in a scratch directory; its report's steps 2..N join `to`. A failed run leaves `to` as it was
-  // (the profile then has no shared-cores factor) and says why.
+  // (the profile then has no shared-cores factor when no round succeeded), says why and returns false.
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("fsdp-calibrate-probe-" + std::to_string(::getpid()));
+  fs::path dir;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  const std::string plan_path = (dir / "probe.yaml").string(), report_path = (dir / "report.json").string();
+  bool ok = true;
   try {
+    dir = fs::temp_directory_path() / ("fsdp-calibrate-probe-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string plan_path = (dir / "probe.yaml").string(), report_path = (dir / "report.json").string();
     write_plan_file(step_probe_plan(ranks, "cpu"), plan_path);
     LaunchOptions lo;
     lo.nproc = ranks;
@@ -694,9 +697,11 @@ void Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<doub
     for (std::size_t i = 1; i < st.size(); ++i) to.push_back(st[i].at("time_s").get<double>());
   } catch (const std::exception& e) {
     progress(std::string("step probe over ") + std::to_string(ranks) + " ranks failed (" + e.what() +
-             "); no shared-cores factor");
+             "); not tried again");
+    ok = false;
   }
-  fs::remove_all(dir, ec);
+  if (!dir.empty()) fs::remove_all(dir, ec);
+  return ok;
 }
 
 void Calibrator::collectives(const DistEnv& env) {
@@ -1110,11 +1115,11 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                                 fmt("%.2f ms", p2.time.comm_s * 1e3);
       if (in_step2 > 0 && p2.time.comm_s > 0) {
         hw.collective_in_step_factor_shared_cores = std::min(10.0, in_step2 / p2.time.comm_s);
-        N["collectives.in_step_factor_shared_cores"] = by + what2 + ": factor = " + fmt("%.2f ms", in_step2 * 1e3) +
-                                                       " / " + fmt("%.2f ms", p2.time.comm_s * 1e3);
+        N["collectives.in_step_factor_shared_cores"] =
+            by + what2 + ": factor = " + fmt("%.2f ms", in_step2 * 1e3) + " / " + fmt("%.2f ms", p2.time.comm_s * 1e3);
       }
-      rep << "calibrate: " << what2 << "; in-step factor "
-          << fmt("%.3g", hw.collective_in_step_factor_shared_cores) << "\n";
+      rep << "calibrate: " << what2 << "; in-step factor " << fmt("%.3g", hw.collective_in_step_factor_shared_cores)
+          << "\n";
     }
   }
   const std::string keep = from_base;

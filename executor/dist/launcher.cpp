@@ -55,12 +55,10 @@ int exit_code_of(int status) {
 
 // This process's environment with the torchrun variables of rank `r` in place of any it had.
 std::vector<std::string> rank_environment(const LaunchOptions& opts, int port, int r) {
-  const std::vector<std::pair<std::string, std::string>> vars{{"RANK", std::to_string(r)},
-                                                              {"WORLD_SIZE", std::to_string(opts.nproc)},
-                                                              {"LOCAL_RANK", std::to_string(r)},
-                                                              {"LOCAL_WORLD_SIZE", std::to_string(opts.nproc)},
-                                                              {"MASTER_ADDR", opts.master_addr},
-                                                              {"MASTER_PORT", std::to_string(port)}};
+  const std::vector<std::pair<std::string, std::string>> vars{
+      {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(opts.nproc)},
+      {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(opts.nproc)},
+      {"MASTER_ADDR", opts.master_addr}, {"MASTER_PORT", std::to_string(port)}};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv(*e);
