@@ -63,33 +63,4 @@ for ((p = 1; p <= passes; ++p)); do
   run_grid_rows "$hw" "$steps" "$only" || exit 1
 done
 out=$top
-python3 - "$out" "$tol" "$tol_bf16" "$((SECONDS - start))" "$passes" <<'PY'
-import json, statistics, sys
-out, tol_all, tol_bf16, secs, passes = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-rows = [l.rstrip("\n").split("\t") for l in open(out + "/pass1/rows.tsv")]
-print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9s %9s %7s | %s" % ("#", "strategy", "world", "wrap", "ckpt",
-      "dtype", "accum", "offload", "mbxseq", "pred ms", "meas ms", "error", "measured steps 2.. of each pass (ms)"))
-worst, failed, errs = 0.0, 0, {}
-for r in rows:
-    i = r[0]
-    pred = json.load(open(f"{out}/pass1/pred{i}.json"))["chosen"]["time"]["step_s"]
-    # Step 1 of every run warms up (allocations, first collectives); the rest of every pass count alike.
-    steps = [t for p in range(1, passes + 1)
-             for t in [s["time_s"] for s in json.load(open(f"{out}/pass{p}/report{i}.json"))["steps"]][1:]]
-    meas = statistics.median(steps)
-    err = (pred - meas) / meas * 100
-    worst = max(worst, abs(err))
-    errs[i] = err
-    tol = tol_bf16 if r[5] == "bf16" else tol_all
-    bad = abs(err) > tol
-    failed += bad
-    print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9.1f %9.1f %+6.1f%% | %s%s" % (i, r[1], r[2], r[3], r[4],
-          r[5], r[6], r[7], r[9] + "x" + r[10], pred * 1e3, meas * 1e3, err,
-          " ".join("%.0f" % (t * 1e3) for t in steps), "  <-- over %.0f%%" % tol if bad else ""))
-within15 = sum(1 for r in rows if abs(errs[r[0]]) <= 15)
-gate = "%.0f%%" % tol_all if tol_bf16 == tol_all else "%.0f%% (fp32), %.0f%% (bf16)" % (tol_all, tol_bf16)
-print("%d plans x %d passes in %s s, worst |error| %.1f%%, %d within 15%%, %d over the tolerance %s" % (len(rows),
-      passes, secs, worst, within15, failed, gate))
-print("%d passed, %d failed" % (len(rows) - failed, failed))
-sys.exit(1 if failed else 0)
-PY
+exec python3 "$root/tests/accuracy/time_table.py" "$out" "$tol" "$tol_bf16" "$((SECONDS - start))" "$passes"
