@@ -128,8 +128,8 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   // Where the peak was reached, in the simulator's peak_phase words ("backward layers.1 (micro-batch 1)").
   const std::string phase = a.at("memory").at("peak_phase").get<std::string>();
   INFO("peak phase: " << phase);
-  // Any word of that vocabulary: which one can change with the transport threads' timing (one run of this
-  // test in 26 reported none of forward, backward, post-backward and optimizer step).
+  // Any word of that vocabulary: which one can change with the transport threads' timing (in 23 runs of this
+  // test, one reported none of forward, backward, post-backward and optimizer step).
   bool known = phase == "optimizer step";
   for (const char* p : {"forward ", "backward ", "post-backward ", "fwd all-gather ", "bwd all-gather ",
                         "head+loss forward ", "loss backward "})
