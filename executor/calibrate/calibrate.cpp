@@ -1091,13 +1091,17 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                              fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
-    const double in_step = probe_step_s_ - probe_alone_s_;
-    if (in_step > 0 && pred.time.comm_s > 0) {
-      hw.collective_in_step_factor = std::min(10.0, in_step / pred.time.comm_s);
-      N["collectives.in_step_factor"] =
-          by + what + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", pred.time.comm_s * 1e3);
-    }
-    rep << "calibrate: " << what << "; in-step factor " << fmt("%.3g", hw.collective_in_step_factor) << "\n";
+    // factor = what the probe's collectives took inside its steps / what this profile prices them at; the
+    // field keeps 0 (absent) when the probe saw no cost.
+    auto set_factor = [&](double in_step, double price, const std::string& how, double& field, const char* key) {
+      if (in_step > 0 && price > 0) {
+        field = std::min(10.0, in_step / price);
+        N[key] = by + how + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", price * 1e3);
+      }
+      rep << "calibrate: " << how << "; in-step factor " << fmt("%.3g", field) << "\n";
+    };
+    set_factor(probe_step_s_ - probe_alone_s_, pred.time.comm_s, what, hw.collective_in_step_factor,
+               "collectives.in_step_factor");
     // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute
     // the profile prices for each rank there (half a core each: about 2x), the rest is its collectives.
     if (probe_shared_step_s_ > 0) {
@@ -1105,7 +1109,6 @@ std::string Calibrator::write_profile(const DistEnv& env) {
       const PlanFile shared = step_probe_plan(ranks, "cpu");
       const Prediction p2 = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, shared.strategy});
       const double local = probe_alone_s_ * p2.time.compute_s / pred.time.compute_s;
-      const double in_step2 = probe_shared_step_s_ - local;
       const std::string what2 = fmt("the step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
                                 fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
                                 fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) +
@@ -1113,13 +1116,8 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                                 " (the compute this profile prices per rank there over that at " +
                                 std::to_string(comm_.size()) + " ranks);\nthis profile prices its collectives at " +
                                 fmt("%.2f ms", p2.time.comm_s * 1e3);
-      if (in_step2 > 0 && p2.time.comm_s > 0) {
-        hw.collective_in_step_factor_shared_cores = std::min(10.0, in_step2 / p2.time.comm_s);
-        N["collectives.in_step_factor_shared_cores"] =
-            by + what2 + ": factor = " + fmt("%.2f ms", in_step2 * 1e3) + " / " + fmt("%.2f ms", p2.time.comm_s * 1e3);
-      }
-      rep << "calibrate: " << what2 << "; in-step factor " << fmt("%.3g", hw.collective_in_step_factor_shared_cores)
-          << "\n";
+      set_factor(probe_shared_step_s_ - local, p2.time.comm_s, what2, hw.collective_in_step_factor_shared_cores,
+                 "collectives.in_step_factor_shared_cores");
     }
   }
   const std::string keep = from_base;

@@ -124,7 +124,8 @@ class Comm {
   std::shared_ptr<Group> subgroup(const std::string& tag, const std::vector<int>& members);
   // Records where this rank is (shown in failure diagnosis of other ranks).
   void set_progress(int64_t step, const char* phase);
-  // CommOptions::busy_poll for the waits from now on (calibrate's step probe times both ways).
+  // CommOptions::busy_poll for the waits from now on (calibrate's ranks sleep while rank 0 runs its
+  // over-subscribed step probe).
   void set_busy_poll(bool poll);
   // Best-effort: publish a local error so other ranks can name it.
   void publish_error(const std::string& message);

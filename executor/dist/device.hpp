@@ -25,9 +25,10 @@ int available_cpus();
 // Whether a CPU rank waits for its collectives by polling (CommOptions::busy_poll): when the node's ranks,
 // `threads_per_rank` intra-op threads each, fit on its CPUs, so that a waiting rank holds only a core of its
 // own. Open MPI makes the same choice: it busy-waits unless the node is oversubscribed, and then yields
-// (its FAQ, "aggressive" and "degraded" modes, mpi_yield_when_idle). Measured on a 2-vCPU VM (FSDP, bf16,
-// 2 ranks, tests/accuracy grid row 16): 42-44 ms a step sleeping, 29-35 ms polling, as a sleeping core's
-// wakeup waits for the hypervisor; with 4 ranks on the 2 vCPUs, polling took the peers' compute time.
+// (its FAQ, "aggressive" and "degraded" modes, mpi_yield_when_idle). Measured on a 2-vCPU VM with 2 ranks
+// (bf16, tests/accuracy grid rows 16 and 30): 36-48 ms a step sleeping, 31-41 ms polling, as a sleeping
+// core's wakeup waits for the hypervisor. With 4 ranks on the 2 vCPUs polling went both ways (-17% to +12%,
+// executor/README.md), and a rank polling on a shared core takes time from the one computing there.
 bool cpu_busy_poll(int local_world_size, int threads_per_rank);
 
 }  // namespace fsdp::exec

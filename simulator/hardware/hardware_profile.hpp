@@ -101,7 +101,7 @@ struct HardwareProfile {
   double collective_in_step_factor = 0;
   // `collectives.in_step_factor_shared_cores` (optional, CPU devices; 0, absent: in_step_factor): the same when
   // a node's ranks outnumber its cores. fsdp-run's ranks then sleep in their waits instead of polling
-  // (cpu_ranks_poll below); calibrate measures it with the probe's ranks sleeping.
+  // (cpu_ranks_poll below); calibrate measures it on its step probe run over twice as many ranks as CPUs.
   double collective_in_step_factor_shared_cores = 0;
   // The factor for a plan with `ranks_per_node` ranks on each node.
   double in_step_factor(int ranks_per_node) const;

@@ -116,6 +116,12 @@ TEST_CASE("a path ending in .yaml is read directly") {
 }
 
 TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the shared curve serves") {
+  // A copy of `text` with `from` replaced by `to` is refused with a message that names each of `keys`.
+  auto check_refused = [](const std::string& text, const std::string& from, const std::string& to, const char* tag,
+                          std::initializer_list<const char*> keys) {
+    const std::string m = load_error(replace_once(text, from, to), tag);
+    for (const char* k : keys) CHECK_MESSAGE(contains(m, k), m);
+  };
   const std::string cpu = read_text(kRoot + "/hwprofiles/cpu.yaml");
   HardwareProfile plain = load_hardware(write_temp_profile(cpu, "cpu_plain"), kRoot);
   CHECK(plain.matmul_efficiency_bf16.empty());
@@ -140,17 +146,12 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
   CHECK(hw.device_cores == 1);
 
   // The optional curves are read as strictly as the required ones.
-  std::string m =
-      load_error(replace_once(with, "{gemm_flops: 1.0e8, efficiency: 0.9}", "{gemm_flops: 1.0e5, efficiency: 0.9}"),
-                 "cpu_unsorted");
-  CHECK(contains(m, "device.matmul_efficiency_bf16[1].gemm_flops"));
-  m = load_error(replace_once(with, "matmul_efficiency_bf16:", "matmul_efficiency_bf17:"), "cpu_typo");
-  CHECK(contains(m, "unknown key 'device.matmul_efficiency_bf17'"));
-  m = load_error(replace_once(with, "  cores: 1\n", "  cores: 3\n"), "cpu_cores_high");
-  CHECK(contains(m, "device.cores"));
-  CHECK(contains(m, "exceeds node.cpu_cores"));
-  m = load_error(replace_once(with, "  cores: 1\n", "  cores: 0\n"), "cpu_cores_zero");
-  CHECK(contains(m, "device.cores"));
+  check_refused(with, "{gemm_flops: 1.0e8, efficiency: 0.9}", "{gemm_flops: 1.0e5, efficiency: 0.9}", "cpu_unsorted",
+                {"device.matmul_efficiency_bf16[1].gemm_flops"});
+  check_refused(with, "matmul_efficiency_bf16:", "matmul_efficiency_bf17:", "cpu_typo",
+                {"unknown key 'device.matmul_efficiency_bf17'"});
+  check_refused(with, "  cores: 1\n", "  cores: 3\n", "cpu_cores_high", {"device.cores", "exceeds node.cpu_cores"});
+  check_refused(with, "  cores: 1\n", "  cores: 0\n", "cpu_cores_zero", {"device.cores"});
   // Host overhead per dtype (a dtype without an entry uses fp32's) and per-collective bus efficiency.
   const std::string more = replace_once(
       replace_once(with, "  cores: 1\n",
@@ -172,15 +173,13 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
   CHECK(ho.intra_node.bus_efficiency_all_reduce.efficiency[0] == doctest::Approx(0.25));
   CHECK(ho.intra_node.bus_efficiency_all_gather.empty());
   CHECK(plain.host_overhead(DType::Bf16).empty());  // absent: no overhead (GPUs hide it)
-  m = load_error(replace_once(more, "    bf16: {", "    int8: {"), "cpu_overhead_dtype");
-  CHECK(contains(m, "unknown key 'device.host_overhead.int8'"));
-  m = load_error(replace_once(more, "head_forward: \"40 us\"", "head_forward: \"40\""), "cpu_overhead_unit");
-  CHECK(contains(m, "device.host_overhead.fp32.head_forward"));
-  m = load_error(replace_once(more, "layer_forward: \"250 us\", ", ""), "cpu_overhead_missing");
-  CHECK(contains(m, "device.host_overhead.bf16.layer_forward"));
-  m = load_error(replace_once(more, "{message: \"1 MiB\", efficiency: 0.25}", "{message: \"1 MiB\", efficiency: 1.5}"),
-                 "cpu_coll_eff");
-  CHECK(contains(m, "node.intra_node.bus_efficiency_all_reduce[0].efficiency"));
+  check_refused(more, "    bf16: {", "    int8: {", "cpu_overhead_dtype", {"unknown key 'device.host_overhead.int8'"});
+  check_refused(more, "head_forward: \"40 us\"", "head_forward: \"40\"", "cpu_overhead_unit",
+                {"device.host_overhead.fp32.head_forward"});
+  check_refused(more, "layer_forward: \"250 us\", ", "", "cpu_overhead_missing",
+                {"device.host_overhead.bf16.layer_forward"});
+  check_refused(more, "{message: \"1 MiB\", efficiency: 0.25}", "{message: \"1 MiB\", efficiency: 1.5}", "cpu_coll_eff",
+                {"node.intra_node.bus_efficiency_all_reduce[0].efficiency"});
 
   // Elementwise rates and forward-GEMM ratios per dtype, and the collectives' in-step factor: optional, strict.
   const std::string calibrated = replace_once(
@@ -203,22 +202,16 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
   HardwareProfile one_factor = cal;
   one_factor.collective_in_step_factor_shared_cores = 0;
   CHECK(one_factor.in_step_factor(4) == doctest::Approx(1.25));
-  m = load_error(replace_once(calibrated, "bf16: \"7.5 GB/s\"", "bf16: \"7.5 GB\""), "cpu_ew_unit");
-  CHECK(contains(m, "device.elementwise_bandwidth.bf16"));
-  m = load_error(replace_once(calibrated, "fp32: 1.47", "fp32: 3.5"), "cpu_fwd_ratio");
-  CHECK(contains(m, "device.matmul_forward_ratio.fp32"));
-  m = load_error(replace_once(calibrated, "in_step_factor: 1.25", "in_step_factor: 0"), "cpu_in_step");
-  CHECK(contains(m, "collectives.in_step_factor"));
-  m = load_error(replace_once(calibrated, "in_step_factor_shared_cores: 1.75", "in_step_factor_shared_cores: 11"),
-                 "cpu_in_step_shared");
-  CHECK(contains(m, "collectives.in_step_factor_shared_cores"));
-  CHECK(contains(m, "(0, 10]"));
+  check_refused(calibrated, "bf16: \"7.5 GB/s\"", "bf16: \"7.5 GB\"", "cpu_ew_unit",
+                {"device.elementwise_bandwidth.bf16"});
+  check_refused(calibrated, "fp32: 1.47", "fp32: 3.5", "cpu_fwd_ratio", {"device.matmul_forward_ratio.fp32"});
+  check_refused(calibrated, "in_step_factor: 1.25", "in_step_factor: 0", "cpu_in_step", {"collectives.in_step_factor"});
+  check_refused(calibrated, "in_step_factor_shared_cores: 1.75", "in_step_factor_shared_cores: 11",
+                "cpu_in_step_shared", {"collectives.in_step_factor_shared_cores", "(0, 10]"});
 
   // A GPU is not a number of cores.
   const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
-  m = load_error(replace_once(a100, "node:\n", "  cores: 1\nnode:\n"), "gpu_cores");
-  CHECK(contains(m, "device.cores"));
-  CHECK(contains(m, "cpu device"));
+  check_refused(a100, "node:\n", "  cores: 1\nnode:\n", "gpu_cores", {"device.cores", "cpu device"});
 }
 
 TEST_CASE("EfficiencyCurve interpolates in log2(x) and clamps at both ends") {
