@@ -590,32 +590,6 @@ void Calibrator::measure_group(Group& g, std::vector<CollSample>& out, const std
     }
 }
 
-// The probe plan of collectives.in_step_factor: FSDP over the node's local ranks, computing in bf16, the second
-// host-overhead probe's shape (96 tokens, hidden 160, ffn 432, vocab 768) with 2 layers wrapped one per unit
-// and resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
-// all-reduces. A step of a few tens of ms: collectives are a large part of it, as in small-model steps.
-PlanFile step_probe_plan(int ranks, const std::string& device) {
-  const ProbeShape& shape = kProbeShapes[1];  // 2 layers
-  ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate step probe");
-  PlanFile plan;
-  plan.model = parse_model_map(map);
-  plan.model_name = plan.model.name;
-  plan.cluster.hardware = "calibrating";
-  plan.cluster.device = device;
-  plan.cluster.nodes = 1;
-  plan.cluster.gpus_per_node = ranks;
-  plan.runtime = "fsdp-run";
-  plan.strategy.kind = StrategyKind::Fsdp;
-  plan.strategy.wrap.kind = WrapKind::Layer;
-  plan.strategy.reshard_after_forward = true;
-  plan.strategy.param_dtype = DType::Bf16;
-  plan.strategy.reduce_dtype = DType::Fp32;
-  plan.strategy.micro_batch = 1;
-  plan.strategy.seq_len = shape.tokens;
-  plan.strategy.attention = AttentionImpl::Eager;
-  return plan;
-}
-
 void Calibrator::step_probe(const DistEnv& env) {
   // Collectives timed alone (above) run after a barrier on otherwise idle ranks; inside a step they meet ranks
   // that arrive apart and transport threads that wait for busy cores, and on this kind of machine cost more.
@@ -1091,6 +1065,20 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                              fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
+    // The same plan over twice as many ranks as CPUs, priced here too: both prices are this profile's without
+    // either factor (the shared-cores price with the node's factor already in it would be divided by it twice
+    // over: a 4-rank factor of 1.63 where 0.79 was measured, on a profile whose 2-rank factor was 0.48). Its
+    // compute, and the node's, are priced with the per-unit time set above, as every plan's will be.
+    const int shared_ranks = 2 * comm_.size();
+    double shared_price = 0, compute_ratio = 0;
+    if (probe_shared_step_s_ > 0) {
+      const PlanFile shared_plan = step_probe_plan(shared_ranks, "cpu");
+      const Prediction node = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, comm_.size()}, plan.strategy});
+      const Prediction shared =
+          simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, shared_ranks}, shared_plan.strategy});
+      shared_price = shared.time.comm_s;
+      compute_ratio = shared.time.compute_s / node.time.compute_s;
+    }
     // factor = what the probe's collectives took inside its steps / what this profile prices them at; the
     // field keeps 0 (absent) when the probe saw no cost.
     auto set_factor = [&](double in_step, double price, const std::string& how, double& field, const char* key) {
@@ -1102,21 +1090,17 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     };
     set_factor(probe_step_s_ - probe_alone_s_, pred.time.comm_s, what, hw.collective_in_step_factor,
                "collectives.in_step_factor");
-    // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute
-    // the profile prices for each rank there (half a core each: about 2x), the rest is its collectives.
+    // Over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute the profile
+    // prices for each rank there (half a core each: about 2x), the rest is its collectives.
     if (probe_shared_step_s_ > 0) {
-      const int ranks = 2 * comm_.size();
-      const PlanFile shared = step_probe_plan(ranks, "cpu");
-      const Prediction p2 = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, shared.strategy});
-      const double local = probe_alone_s_ * p2.time.compute_s / pred.time.compute_s;
-      const std::string what2 = fmt("the step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
-                                fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
-                                fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) +
-                                fmt(" x %.3f", p2.time.compute_s / pred.time.compute_s) +
-                                " (the compute this profile prices per rank there over that at " +
-                                std::to_string(comm_.size()) + " ranks);\nthis profile prices its collectives at " +
-                                fmt("%.2f ms", p2.time.comm_s * 1e3);
-      set_factor(probe_shared_step_s_ - local, p2.time.comm_s, what2, hw.collective_in_step_factor_shared_cores,
+      const double local = probe_alone_s_ * compute_ratio;
+      const std::string what2 =
+          fmt("the step probe over %.0f ranks", double(shared_ranks)) + " (twice the CPUs) stepped in " +
+          fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
+          fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) + fmt(" x %.3f", compute_ratio) +
+          " (the compute this profile prices per rank there over that at " + std::to_string(comm_.size()) +
+          " ranks);\nthis profile prices its collectives at " + fmt("%.2f ms", shared_price * 1e3);
+      set_factor(probe_shared_step_s_ - local, shared_price, what2, hw.collective_in_step_factor_shared_cores,
                  "collectives.in_step_factor_shared_cores");
     }
   }
@@ -1180,6 +1164,32 @@ std::string Calibrator::write_profile(const DistEnv& env) {
 }
 
 }  // namespace
+
+// The probe plan of collectives.in_step_factor: FSDP over the node's local ranks, computing in bf16, the second
+// host-overhead probe's shape (96 tokens, hidden 160, ffn 432, vocab 768) with 2 layers wrapped one per unit
+// and resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
+// all-reduces. A step of a few tens of ms: collectives are a large part of it, as in small-model steps.
+PlanFile step_probe_plan(int ranks, const std::string& device) {
+  const ProbeShape& shape = kProbeShapes[1];  // 2 layers
+  ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate step probe");
+  PlanFile plan;
+  plan.model = parse_model_map(map);
+  plan.model_name = plan.model.name;
+  plan.cluster.hardware = "calibrating";
+  plan.cluster.device = device;
+  plan.cluster.nodes = 1;
+  plan.cluster.gpus_per_node = ranks;
+  plan.runtime = "fsdp-run";
+  plan.strategy.kind = StrategyKind::Fsdp;
+  plan.strategy.wrap.kind = WrapKind::Layer;
+  plan.strategy.reshard_after_forward = true;
+  plan.strategy.param_dtype = DType::Bf16;
+  plan.strategy.reduce_dtype = DType::Fp32;
+  plan.strategy.micro_batch = 1;
+  plan.strategy.seq_len = shape.tokens;
+  plan.strategy.attention = AttentionImpl::Eager;
+  return plan;
+}
 
 int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
   Options opt;

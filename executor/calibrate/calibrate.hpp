@@ -5,10 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "planfile/plan_file.hpp"
+
 namespace fsdp::exec {
 
 // args: the command line after the program name, starting with "calibrate"; argv0: the program (for
 // --nproc-per-node, which starts N local ranks of it). Returns the exit code; InputError on bad flags.
 int run_calibrate(const std::vector<std::string>& args, const std::string& argv0);
+
+// The step probe's plan over `ranks` local ranks on `device` ("cpu" or "cuda"): the plan whose measured steps
+// give collectives.in_step_factor (over the node's ranks) and in_step_factor_shared_cores (over twice the CPUs).
+PlanFile step_probe_plan(int ranks, const std::string& device);
 
 }  // namespace fsdp::exec

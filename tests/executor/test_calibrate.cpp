@@ -14,12 +14,16 @@
 
 #include "test_common.hpp"
 // (test_common.hpp first: torch headers before doctest)
+#include "calibrate/calibrate.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/profile_yaml.hpp"
 #include "comm/collective_cost.hpp"
 #include "comm/comm_group.hpp"
 #include "core/errors.hpp"
 #include "hardware/hardware_profile.hpp"
+#include "model/module_graph.hpp"
+#include "runtime/runtime_profile.hpp"
+#include "simulate.hpp"
 
 namespace fsdp::exec::test {
 namespace fs = std::filesystem;
@@ -41,6 +45,16 @@ struct TmpDir {
 };
 
 double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+// The in-step collective time (s) an in-step factor was fitted to: its note in a written profile ends in
+// "factor = A ms / B ms" on the comment lines above `key:`. 0 when the key is absent.
+double noted_in_step_s(const std::string& profile_text, const std::string& key) {
+  const std::size_t at = profile_text.find("\n  " + key + ":");
+  if (at == std::string::npos) return 0;
+  const std::size_t f = profile_text.rfind("factor = ", at);
+  REQUIRE(f != std::string::npos);
+  return std::stod(profile_text.substr(f + 9)) * 1e-3;
+}
 
 // Deterministic +-1% "noise" that does not average out trivially.
 double wobble(int i) { return 1.0 + 0.01 * std::sin(1.7 * i + 0.3); }
@@ -369,6 +383,24 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks, 3 rounds)") != std::string::npos);
   CHECK(hw.collective_in_step_factor > 0);
   CHECK(hw.collective_in_step_factor_shared_cores > 0);
+  {
+    // Each factor reproduces what it was fitted to: the written profile prices the probe's collectives over the
+    // 2 calibrating ranks, and over the 4 of the over-subscribed run, at the in-step time measured for them (on a
+    // machine with 4 or more CPUs those 4 ranks would poll and the node's factor would price them: not checked).
+    std::ifstream f(out);
+    std::stringstream text;
+    text << f.rdbuf();
+    const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+    for (auto [ranks, key] : {std::pair{2, "in_step_factor"}, std::pair{4, "in_step_factor_shared_cores"}}) {
+      if (ranks == 4 && cpu_ranks_poll(hw.cpu_cores, 4)) continue;
+      const PlanFile probe = step_probe_plan(ranks, "cpu");
+      const ModuleGraph graph(probe.model);
+      const Prediction p = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, probe.strategy});
+      const double noted = noted_in_step_s(text.str(), key);
+      INFO(key, ": priced ", p.time.comm_s * 1e3, " ms, measured ", noted * 1e3, " ms");
+      CHECK(std::abs(p.time.comm_s - noted) <= 0.01 * noted + 1e-5);
+    }
+  }
   CHECK(!hw.host_overhead_bf16.empty());
   CHECK(r.out.find("calibrate: host overhead BFloat16, tokens 96") != std::string::npos);
   CHECK(hw.usable_device_memory.value > 0);
