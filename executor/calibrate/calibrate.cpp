@@ -1066,8 +1066,8 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
     // The same plan over twice as many ranks as CPUs, priced here too: both prices are this profile's without
-    // either factor (the shared-cores price with the node's factor already in it would be divided by it twice
-    // over: a 4-rank factor of 1.63 where 0.79 was measured, on a profile whose 2-rank factor was 0.48). Its
+    // either factor (with the node's factor in the shared-cores price, the written factor was the measured one
+    // divided by the node's: 1.63 where 0.79 was measured, on a profile whose node factor was 0.48). Its
     // compute, and the node's, are priced with the per-unit time set above, as every plan's will be.
     const int shared_ranks = 2 * comm_.size();
     double shared_price = 0, compute_ratio = 0;
