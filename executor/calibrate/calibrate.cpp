@@ -1065,20 +1065,6 @@ std::string Calibrator::write_profile(const DistEnv& env) {
                              fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
-    // The same plan over twice as many ranks as CPUs, priced here too: both prices are this profile's without
-    // either factor (with the node's factor in the shared-cores price, the written factor was the measured one
-    // divided by the node's: 1.63 where 0.79 was measured, on a profile whose node factor was 0.48). Its
-    // compute, and the node's, are priced with the per-unit time set above, as every plan's will be.
-    const int shared_ranks = 2 * comm_.size();
-    double shared_price = 0, compute_ratio = 0;
-    if (probe_shared_step_s_ > 0) {
-      const PlanFile shared_plan = step_probe_plan(shared_ranks, "cpu");
-      const Prediction node = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, comm_.size()}, plan.strategy});
-      const Prediction shared =
-          simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, shared_ranks}, shared_plan.strategy});
-      shared_price = shared.time.comm_s;
-      compute_ratio = shared.time.compute_s / node.time.compute_s;
-    }
     // factor = what the probe's collectives took inside its steps / what this profile prices them at; the
     // field keeps 0 (absent) when the probe saw no cost.
     auto set_factor = [&](double in_step, double price, const std::string& how, double& field, const char* key) {
@@ -1088,21 +1074,32 @@ std::string Calibrator::write_profile(const DistEnv& env) {
       }
       rep << "calibrate: " << how << "; in-step factor " << fmt("%.3g", field) << "\n";
     };
-    set_factor(probe_step_s_ - probe_alone_s_, pred.time.comm_s, what, hw.collective_in_step_factor,
-               "collectives.in_step_factor");
-    // Over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute the profile
-    // prices for each rank there (half a core each: about 2x), the rest is its collectives.
+    // The node's factor goes into the profile only after the shared-cores probe is priced: both prices are this
+    // profile's without either factor (with the node's factor in the shared-cores price, the written factor was
+    // the measured one divided by the node's: 1.63 where 0.79 was measured, on a profile whose node factor was
+    // 0.48).
+    double node_factor = 0;
+    set_factor(probe_step_s_ - probe_alone_s_, pred.time.comm_s, what, node_factor, "collectives.in_step_factor");
+    // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute the
+    // profile prices for each rank there over that at the node's ranks (half a core each: about 2x; both with the
+    // per-unit time set above, as every plan's will be), the rest is its collectives.
     if (probe_shared_step_s_ > 0) {
+      const int ranks = 2 * comm_.size();
+      const PlanFile shared_plan = step_probe_plan(ranks, "cpu");
+      const Prediction node = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, comm_.size()}, plan.strategy});
+      const Prediction shared = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, shared_plan.strategy});
+      const double compute_ratio = shared.time.compute_s / node.time.compute_s;
       const double local = probe_alone_s_ * compute_ratio;
       const std::string what2 =
-          fmt("the step probe over %.0f ranks", double(shared_ranks)) + " (twice the CPUs) stepped in " +
+          fmt("the step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
           fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
           fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) + fmt(" x %.3f", compute_ratio) +
           " (the compute this profile prices per rank there over that at " + std::to_string(comm_.size()) +
-          " ranks);\nthis profile prices its collectives at " + fmt("%.2f ms", shared_price * 1e3);
-      set_factor(probe_shared_step_s_ - local, shared_price, what2, hw.collective_in_step_factor_shared_cores,
+          " ranks);\nthis profile prices its collectives at " + fmt("%.2f ms", shared.time.comm_s * 1e3);
+      set_factor(probe_shared_step_s_ - local, shared.time.comm_s, what2, hw.collective_in_step_factor_shared_cores,
                  "collectives.in_step_factor_shared_cores");
     }
+    hw.collective_in_step_factor = node_factor;
   }
   const std::string keep = from_base;
   for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})
