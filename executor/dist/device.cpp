@@ -2,9 +2,13 @@
 
 #include <ATen/Parallel.h>
 #include <sched.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/errors.hpp"
 #include "train/mem_tracker.hpp"
@@ -17,6 +21,7 @@ namespace fsdp::exec {
 
 std::string select_device(const std::string& plan_device, int local_rank) {
   if (plan_device == "cpu") {
+    configure_host_allocator();
     MemTracker::instance().install_cpu();
     return "cpu";
   }
@@ -32,6 +37,25 @@ std::string select_device(const std::string& plan_device, int local_rank) {
 #else
   (void)local_rank;
   throw InputError("the plan asks for device cuda, but this fsdp-run was built against a CPU-only LibTorch");
+#endif
+}
+
+std::string configure_host_allocator() {
+#if defined(__GLIBC__)
+  static const std::string done = [] {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+        std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr)
+      return std::string("glibc malloc: as the environment sets it");
+    constexpr int kMmapThreshold = 32 << 20;  // DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (mallopt(3))
+    constexpr int kTrimThreshold = 1 << 30;
+    const bool ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 && mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
+    return std::string(ok ? "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"
+                          : "glibc malloc: mallopt refused the thresholds; its defaults");
+  }();
+  return done;
+#else
+  return "the C library's allocator, as it is";
 #endif
 }
 

@@ -2,6 +2,7 @@
 // measured memory by simulator category, and the plan's prediction next to it.
 #include <nlohmann/json.hpp>
 
+#include "dist/device.hpp"
 #include "train/trainer.hpp"
 
 namespace fsdp::exec {
@@ -58,6 +59,8 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
       {"backend", r.backend},
       {"communicated_in_fp32", r.comm_upcast},
       {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32" : ""}};
+  // The CPU allocator's policy shapes CPU step times (configure_host_allocator, dist/device.hpp).
+  if (plan.cluster.device == "cpu") j["host_allocator"] = configure_host_allocator();
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   if (plan.prediction) {
     const auto& p = *plan.prediction;

@@ -379,8 +379,13 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   // Every GEMM shape was timed in its three orientations: the forward one's share is measured.
   CHECK(hw.matmul_forward_ratio_fp32 > 0);
   CHECK(hw.matmul_forward_ratio_fp32 < 3);
-  // The step probe ran over both ranks and alone: its collectives cost something inside a step.
-  CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks, 3 rounds)") != std::string::npos);
+  // The step probe ran over both ranks and alone, in two blocks of 4 rounds (each round reported): its
+  // collectives cost something inside a step.
+  CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks, 8 rounds)") != std::string::npos);
+  for (int round = 1; round <= 8; ++round)
+    CHECK(r.out.find("calibrate: step probe round " + std::to_string(round) + ": ") != std::string::npos);
+  // The kernels were timed a second time, at the end (each shape keeps its faster timing).
+  CHECK(r.out.find("calibrate: GEMMs and attention again") != std::string::npos);
   CHECK(hw.collective_in_step_factor > 0);
   CHECK(hw.collective_in_step_factor_shared_cores > 0);
   {

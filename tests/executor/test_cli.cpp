@@ -125,6 +125,7 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   CHECK(a.at("memory").at("peak_bytes").get<int64_t>() == std::max(per_rank[0], per_rank[1]));
   CHECK(a.at("memory").at("breakdown").contains("sharded_params"));
   CHECK(a.at("memory").at("breakdown").contains("activations"));
+  CHECK(a.at("host_allocator") == "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB");
   // Where the peak was reached, in the simulator's peak_phase words ("backward layers.1 (micro-batch 1)").
   const std::string phase = a.at("memory").at("peak_phase").get<std::string>();
   INFO("peak phase: " << phase);
@@ -144,6 +145,16 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   auto la = losses(d / "a.json"), lb = losses(d / "b.json");
   REQUIRE(la.size() == lb.size());
   for (std::size_t i = 0; i < la.size(); ++i) CHECK(la[i] == lb[i]);
+}
+
+TEST_CASE("host allocator: malloc settings in the environment win, and the report says so") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
+  Result r = sh("MALLOC_TRIM_THRESHOLD_=4194304 " + kBin + " --emulate-world-size 2 " + plan + " --steps 1 --report " +
+                (d / "e.json"));
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(json::parse(slurp(d / "e.json")).at("host_allocator") == "glibc malloc: as the environment sets it");
 }
 
 TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit code 2") {

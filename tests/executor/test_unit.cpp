@@ -1,5 +1,8 @@
 // Single-process tests of the executor's pieces.
 #include <c10/core/CPUAllocator.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -171,6 +174,29 @@ TEST_CASE("CPU ranks poll in their waits when each has a core: the executor's ru
     CHECK(cpu_busy_poll(ranks, std::max(1, n / ranks)) == fsdp::cpu_ranks_poll(n, ranks));
   }
 }
+
+#if defined(__GLIBC__)
+TEST_CASE("host allocator: after configure_host_allocator, freed MiB-sized blocks are reused, not mmap'd again") {
+  // glibc's default serves a block above its mmap threshold (128 KiB at first) with fresh pages; the policy
+  // (dist/device.hpp) keeps blocks up to 32 MiB in the heap. mallinfo2's hblks counts the live mmap'd blocks.
+  const std::string what = configure_host_allocator();
+  INFO(what);
+  REQUIRE((std::getenv("GLIBC_TUNABLES") != nullptr || std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+           what == "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"));
+  if (what.find("environment") != std::string::npos) return;  // the environment's settings were kept
+  CHECK(configure_host_allocator() == what);                  // once per process
+  const std::size_t before = mallinfo2().hblks;
+  std::vector<void*> blocks;
+  for (std::size_t mib : {1, 4, 16}) blocks.push_back(std::malloc(mib << 20));
+  for (void* b : blocks) REQUIRE(b != nullptr);
+  CHECK(mallinfo2().hblks == before);
+  for (void* b : blocks) std::free(b);
+  void* big = std::malloc(64 << 20);  // above the 32 MiB threshold: still its own mapping
+  REQUIRE(big != nullptr);
+  CHECK(mallinfo2().hblks == before + 1);
+  std::free(big);
+}
+#endif
 
 TEST_CASE("rendezvous environment: torchrun and Slurm variables") {
   auto clear = [] {
