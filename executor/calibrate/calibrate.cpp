@@ -638,10 +638,11 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   // runs the probe with twice as many ranks as CPUs (rank 0 launches them; the node's calibration ranks sleep
   // meanwhile): plans whose ranks outnumber the cores wait differently (their ranks sleep, cpu_busy_poll) and
   // are priced by that run (collectives.in_step_factor_shared_cores).
-  // run() calls this twice, before and after the collectives, so that its rounds meet more than one phase of
-  // the machine. With 3 rounds of 9 steps in one block (2 s of the 4-rank probe), the factors of five calibrations of
-  // one idle machine (tests/accuracy/README.md, runs I-M) were 0.87-1.27x (2 ranks) and 0.76-1.26x (4 ranks) of the one
-  // factor that fitted the grid measured after each best; the probe's per-launch medians moved by +-25%.
+  // run() calls this twice, before and after the collectives, so that its rounds meet more than one phase
+  // of the machine. With one block of 3 rounds of 9 steps (2 s of the 4-rank probe), the factors of five
+  // calibrations of one idle machine (tests/accuracy/README.md, runs I-M) were 0.87-1.27x (2 ranks) and
+  // 0.76-1.26x (4 ranks) of the one factor that best fitted the grid measured after each; with two blocks
+  // of 4 rounds of 11 steps, 0.93-1.20x and 0.77-1.05x (runs N-S).
   RunConfig cfg;
   cfg.steps = opt_.quick ? 12 : 16;
   cfg.log_every = cfg.steps + 1;
@@ -771,9 +772,8 @@ int Calibrator::run(const DistEnv& env) {
   host_overhead(at::kFloat, overhead_fp32_, elementwise_fp32_, overhead_note_fp32_);
   host_overhead(at::kBFloat16, overhead_bf16_, elementwise_bf16_, overhead_note_bf16_);
   host();
-  // The step probe's two blocks around the collectives (step_probe), after the kernels: the small GEMMs are
-  // timed over a few milliseconds each, and the one calibration that ran a block just before them measured
-  // two of them 35% slow (32^3 and 128^3 fp32; the grid's fp32 plans came out 11-23% slow).
+  // The step probe's two blocks, around the collectives (step_probe), then the kernels' second timing: the
+  // measurements that decide the factors and the curves are each spread over the calibration's minute.
   const int probe_rounds = opt_.quick ? 4 : 5;  // per block
   step_probe(env, probe_rounds);
   collectives(env);
