@@ -642,7 +642,7 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   // of the machine. With one block of 3 rounds of 9 steps (2 s of the 4-rank probe), the factors of five
   // calibrations of one idle machine (tests/accuracy/README.md, runs I-M) were 0.87-1.27x (2 ranks) and
   // 0.76-1.26x (4 ranks) of the one factor that best fitted the grid measured after each; with two blocks
-  // of 4 rounds of 11 steps, 0.93-1.20x and 0.77-1.05x (runs N-S).
+  // of 4 rounds of 11 steps, 0.93-1.20x and 0.77-1.05x (runs N-T).
   RunConfig cfg;
   cfg.steps = opt_.quick ? 12 : 16;
   cfg.log_every = cfg.steps + 1;
