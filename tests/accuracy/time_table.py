@@ -41,4 +41,43 @@ print("%d plans x %d passes in %s s, worst |error| %.1f%%, %d within 15%%, %d ov
       passes, secs, worst, within15, failed, gate))
 print("%d passed, %d failed, %d not judged (their passes differ by more than the tolerance)" % (
       len(rows) - failed - unstable, failed, unstable))
+
+# Diagnostic (not judged): the in-step factor that would best fit this run's bf16 plans, per kind of wait, next
+# to the one calibrate measured. On CPU every collective is exposed (one in-order resource per rank), so a plan's
+# step is (step - exposed_comm) + exposed_comm x factor / calibrated factor; the best factor minimises the
+# relative squared error over the plans: sum (c (m - r) / m^2) / sum (c^2 / m^2), r = step - exposed_comm,
+# c = exposed_comm / calibrated factor, m = measured. The bf16 plans only: in fp32 plans the collectives are
+# 5-10% of the step and compute errors would steer it. If the best factor leaves every plan close while the
+# calibrated one does not, the error is the probe's measurement (calibration noise), not the model
+# (tests/accuracy/README.md, "How good is the probe's factor?").
+import os, re
+profile = out + "/cpu-cal.yaml"
+if os.path.exists(profile):
+    text = open(profile).read()
+    def field(key):
+        m = re.search(r"\n  " + key + r": ([0-9.eE+-]+)", text)
+        return float(m.group(1)) if m else 0.0
+    cores = field("cpu_cores")
+    poll_f, shared_f = field("in_step_factor") or 1.0, field("in_step_factor_shared_cores")
+    kinds = {}
+    for r in rows:
+        ranks = int(r[2])  # one node: the plan's ranks share it
+        if r[5] != "bf16" or ranks < 2:
+            continue
+        polls = ranks <= max(1, cores) or shared_f <= 0
+        t = json.load(open(f"{out}/pass1/pred{r[0]}.json"))["chosen"]["time"]
+        f = poll_f if polls else shared_f
+        per_pass = [[s["time_s"] for s in json.load(open(f"{out}/pass{p}/report{r[0]}.json"))["steps"]][1:]
+                    for p in range(1, passes + 1)]
+        m = statistics.median([x for run in per_pass for x in run])
+        kinds.setdefault("polling" if polls else "sleeping (ranks share cores)", (f, []))[1].append(
+            (r[0], t["step_s"] - t["exposed_comm_s"], t["exposed_comm_s"] / f, m))
+    for kind, (f, pts) in sorted(kinds.items()):
+        den = sum(c * c / (m * m) for _, _, c, m in pts)
+        if den <= 0:
+            continue
+        best = sum(c * (m - rest) / (m * m) for _, rest, c, m in pts) / den
+        errs = ["%s %+.1f%%" % (i, (rest + best * c - m) / m * 100) for i, rest, c, m in pts]
+        print("in-step factor, %s: calibrated %.3g, best fit to this run's %d bf16 plans %.3g (calibrated / best "
+              "%.2f); with it: %s" % (kind, f, len(pts), best, f / best if best > 0 else float("nan"), ", ".join(errs)))
 sys.exit(1 if failed else 0)
