@@ -3,20 +3,22 @@
 # of steps 2..N of every pass's fsdp-run report) for every row of OUT_DIR/pass1/rows.tsv. Exit 1 when a judged
 # row is off by more than its tolerance. Rerun it on a finished OUT_DIR to re-read a run:
 #   time_table.py OUT_DIR TOLERANCE_PERCENT BF16_TOLERANCE_PERCENT SECONDS PASSES
-import json, statistics, sys
+import json, os, re, statistics, sys
 out, tol_all, tol_bf16, secs, passes = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/pass1/rows.tsv")]
 print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %9s %9s %7s | %s" % ("#", "strategy", "world", "wrap", "ckpt",
       "dtype", "accum", "offload", "mbxseq", "pred ms", "meas ms", "error", "measured steps 2.. of each pass (ms)"))
 worst, failed, unstable, errs = 0.0, 0, 0, {}
+times, measured = {}, {}  # each row's predicted time components and measured median (the diagnostic below)
 for r in rows:
     i = r[0]
-    pred = json.load(open(f"{out}/pass1/pred{i}.json"))["chosen"]["time"]["step_s"]
+    times[i] = json.load(open(f"{out}/pass1/pred{i}.json"))["chosen"]["time"]
+    pred = times[i]["step_s"]
     # Step 1 of every run warms up (allocations, first collectives); the rest of every pass count alike.
     per_pass = [[s["time_s"] for s in json.load(open(f"{out}/pass{p}/report{i}.json"))["steps"]][1:]
                 for p in range(1, passes + 1)]
     steps = [t for run in per_pass for t in run]
-    meas = statistics.median(steps)
+    meas = measured[i] = statistics.median(steps)
     # A plan whose passes disagree with each other by more than the tolerance was measured in different
     # states of the machine (slow phases of minutes on a shared VM): it is shown, but not judged.
     pass_medians = [statistics.median(run) for run in per_pass]
@@ -50,7 +52,6 @@ print("%d passed, %d failed, %d not judged (their passes differ by more than the
 # 5-10% of the step and compute errors would steer it. If the best factor leaves every plan close while the
 # calibrated one does not, the error is the probe's measurement (calibration noise), not the model
 # (tests/accuracy/README.md, "How good is the probe's factor?").
-import os, re
 profile = out + "/cpu-cal.yaml"
 if os.path.exists(profile):
     text = open(profile).read()
@@ -65,13 +66,9 @@ if os.path.exists(profile):
         if r[5] != "bf16" or ranks < 2:
             continue
         polls = ranks <= max(1, cores) or shared_f <= 0
-        t = json.load(open(f"{out}/pass1/pred{r[0]}.json"))["chosen"]["time"]
-        f = poll_f if polls else shared_f
-        per_pass = [[s["time_s"] for s in json.load(open(f"{out}/pass{p}/report{r[0]}.json"))["steps"]][1:]
-                    for p in range(1, passes + 1)]
-        m = statistics.median([x for run in per_pass for x in run])
+        t, f = times[r[0]], poll_f if polls else shared_f
         kinds.setdefault("polling" if polls else "sleeping (ranks share cores)", (f, []))[1].append(
-            (r[0], t["step_s"] - t["exposed_comm_s"], t["exposed_comm_s"] / f, m))
+            (r[0], t["step_s"] - t["exposed_comm_s"], t["exposed_comm_s"] / f, measured[r[0]]))
     for kind, (f, pts) in sorted(kinds.items()):
         den = sum(c * c / (m * m) for _, _, c, m in pts)
         if den <= 0:
