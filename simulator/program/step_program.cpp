@@ -151,6 +151,19 @@ struct Emitter {
     return static_cast<int>(prog.ops.size()) - 1;
   }
 
+  // Bytes a collective moves for `elems` elements of `bytes_per_elem` bytes each: without low-precision
+  // collectives (Gloo in LibTorch 1.13) a bf16/fp16 buffer travels as fp32 (executor/dist/comm.cpp stages
+  // it; a mixed-precision FSDP gather sends the fp32 master shard as it is), twice its own bytes.
+  double wire_bytes(double elems, double bytes_per_elem) const {
+    constexpr double kFp32Bytes = 4.0;
+    return elems * (fp32_collectives ? std::max(bytes_per_elem, kFp32Bytes) : bytes_per_elem);
+  }
+  // What gathering unit `ui` moves (its trainable and frozen parameters).
+  double gathered_wire_bytes(int ui) const {
+    const size_t i = static_cast<size_t>(ui);
+    return wire_bytes(padded(train_p[i]), pb) + wire_bytes(padded(frozen_p[i]), frozen_bpe[i]);
+  }
+
   double shard(double elems) const { return ceil_div(elems, static_cast<double>(prog.layout.shard_size)); }
   double padded(double elems) const { return shard(elems) * static_cast<double>(prog.layout.shard_size); }
 
@@ -573,7 +586,7 @@ void Emitter::emit_sharded() {
       if (backward) regathered[static_cast<size_t>(ui)] = true;
       const double full_bytes = gathered_bytes(ui);
       Op op = collective_op(OpKind::Gather, Stream::AllGather, backward ? "bwd all-gather" : "fwd all-gather",
-                            CollectiveKind::AllGather, GroupKind::Shard, full_bytes, ui, mbi);
+                            CollectiveKind::AllGather, GroupKind::Shard, gathered_wire_bytes(ui), ui, mbi);
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -712,7 +725,7 @@ void Emitter::emit_sharded() {
       // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
       Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, "reduce-scatter",
-                           CollectiveKind::ReduceScatter, GroupKind::Shard, full * rb, ui, mbi);
+                           CollectiveKind::ReduceScatter, GroupKind::Shard, wire_bytes(full, rb), ui, mbi);
       r.deps.push_back(pop);
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
@@ -723,7 +736,7 @@ void Emitter::emit_sharded() {
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
         Op a = collective_op(OpKind::AllReduce, Stream::ReduceScatter, "replica all-reduce", CollectiveKind::AllReduce,
-                             GroupKind::Replica, shard(train(ui)) * rb, ui, mbi);
+                             GroupKind::Replica, wire_bytes(shard(train(ui)), rb), ui, mbi);
         a.deps.push_back(rop);
         rop = push(a);
       }
@@ -849,7 +862,7 @@ void Emitter::emit_replicated() {
         r.kind = OpKind::ReduceScatter;
         r.what = "reduce-scatter";
         r.collective = CollectiveKind::ReduceScatter;
-        r.comm_bytes = p * rb;
+        r.comm_bytes = wire_bytes(p, rb);
         if (zero2_flat) {
           r.on_issue.push_back({MemoryCategory::CommBuffers, shard(p) * rb});
           r.on_complete.push_back({MemoryCategory::CommBuffers, -(p + shard(p)) * rb});
@@ -861,7 +874,7 @@ void Emitter::emit_replicated() {
         r.kind = OpKind::AllReduce;
         r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
         r.collective = CollectiveKind::AllReduce;
-        r.comm_bytes = bucketed ? bucket_bytes : p * rb;
+        r.comm_bytes = wire_bytes(bucketed ? bucket_bytes / rb : p, rb);
         bucket_bytes = 0;
       }
       r.group = GroupKind::World;
@@ -946,7 +959,7 @@ void Emitter::emit_optimizer_step() {
         a.collective = CollectiveKind::AllGather;
         a.group = GroupKind::World;
         a.unit = rt.zero_param_gather_per_unit ? ui : -1;
-        a.comm_bytes = (rt.zero_param_gather_per_unit ? train(ui) : P) * sb;
+        a.comm_bytes = wire_bytes(rt.zero_param_gather_per_unit ? train(ui) : P, sb);
         a.deps.push_back(opt_op);
         push(a);
       }

@@ -334,3 +334,50 @@ TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-b
           doctest::Approx(simulate(SimulationInput{&g, &base, &rt, c, f}).time.step_s));
   }
 }
+
+TEST_CASE("without low-precision collectives (Gloo) bf16 data goes over the wire, and is priced, as fp32") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile rt = runtime("fsdp-run");
+  auto bytes_of = [&](const Strategy& s, bool fp32_only) {
+    ProgramInput in;
+    in.graph = &g;
+    in.cluster = Cluster{1, 2};
+    in.strategy = s;
+    in.runtime = &rt;
+    in.fp32_collectives_only = fp32_only;
+    const StepProgram p = emit_step_program(in);
+    std::vector<std::pair<OpKind, double>> out;
+    for (const Op& op : p.ops)
+      if (op.collective != CollectiveKind::None) out.emplace_back(op.kind, op.comm_bytes);
+    return out;
+  };
+  // FSDP in bf16, reduced in bf16: the all-gathers send the fp32 master shard, the reduce-scatters stage in fp32.
+  Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
+  s.reduce_dtype = DType::Bf16;
+  const auto nccl = bytes_of(s, false), gloo = bytes_of(s, true);
+  REQUIRE(nccl.size() == gloo.size());
+  int doubled = 0;
+  for (std::size_t i = 0; i < nccl.size(); ++i) {
+    CAPTURE(i);
+    CHECK(nccl[i].first == gloo[i].first);
+    if (nccl[i].first == OpKind::ScalarAllReduce) {
+      CHECK(gloo[i].second == nccl[i].second);  // the fp64 norm and the fp32 loss are sent as they are
+    } else {
+      CHECK(gloo[i].second == doctest::Approx(2 * nccl[i].second));
+      ++doubled;
+    }
+  }
+  CHECK(doubled > 0);
+  // fp32 data is sent as it is on either backend.
+  const Strategy f = fsdp_strategy(DType::Fp32, ActCkpt::None);
+  const auto nccl32 = bytes_of(f, false), gloo32 = bytes_of(f, true);
+  REQUIRE(nccl32.size() == gloo32.size());
+  for (std::size_t i = 0; i < nccl32.size(); ++i) CHECK(gloo32[i].second == nccl32[i].second);
+  // DDP's bucket of bf16 gradients: all-reduced as fp32.
+  Strategy d = s;
+  d.kind = StrategyKind::Ddp;
+  const auto dn = bytes_of(d, false), dg = bytes_of(d, true);
+  REQUIRE(dn.size() == dg.size());
+  REQUIRE(dn[0].first == OpKind::AllReduce);
+  CHECK(dg[0].second == doctest::Approx(2 * dn[0].second));
+}
