@@ -40,6 +40,14 @@ std::string select_device(const std::string& plan_device, int local_rank) {
 #endif
 }
 
+namespace {
+// What configure_host_allocator() did in this process; empty until it has run.
+std::string& host_allocator_note() {
+  static std::string note;
+  return note;
+}
+}  // namespace
+
 std::string configure_host_allocator() {
 #if defined(__GLIBC__)
   static const std::string done = [] {
@@ -53,10 +61,16 @@ std::string configure_host_allocator() {
     return std::string(ok ? "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"
                           : "glibc malloc: mallopt refused the thresholds; its defaults");
   }();
-  return done;
+  host_allocator_note() = done;
 #else
-  return "the C library's allocator, as it is";
+  host_allocator_note() = "the C library's allocator, as it is";
 #endif
+  return host_allocator_note();
+}
+
+std::string host_allocator_policy() {
+  const std::string& note = host_allocator_note();
+  return note.empty() ? std::string("the C library's allocator, not configured") : note;
 }
 
 int available_cpus() {

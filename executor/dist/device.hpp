@@ -25,6 +25,9 @@ std::string select_device(const std::string& plan_device, int local_rank);
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment wins (nothing is set). Returns what it did,
 // for the run's log.
 std::string configure_host_allocator();
+// The policy configure_host_allocator() put in force in this process (for reports); "not configured" before
+// it has run. Changes nothing.
+std::string host_allocator_policy();
 
 // Intra-op threads of this rank (at::set_num_threads): ranks of a node split the CPUs the process may
 // run on (sched_getaffinity), floor(cpus / local ranks) each and at least one, so that local ranks do not

@@ -60,7 +60,7 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
       {"communicated_in_fp32", r.comm_upcast},
       {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32" : ""}};
   // The CPU allocator's policy shapes CPU step times (configure_host_allocator, dist/device.hpp).
-  if (plan.cluster.device == "cpu") j["host_allocator"] = configure_host_allocator();
+  if (plan.cluster.device == "cpu") j["host_allocator"] = host_allocator_policy();
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;
   if (plan.prediction) {
     const auto& p = *plan.prediction;

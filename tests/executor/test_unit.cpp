@@ -181,6 +181,7 @@ TEST_CASE("host allocator: after configure_host_allocator, freed MiB-sized block
   // (dist/device.hpp) keeps blocks up to 32 MiB in the heap. mallinfo2's hblks counts the live mmap'd blocks.
   const std::string what = configure_host_allocator();
   INFO(what);
+  CHECK(host_allocator_policy() == what);  // the report's query names what was done
   REQUIRE((std::getenv("GLIBC_TUNABLES") != nullptr || std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
            what == "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"));
   if (what.find("environment") != std::string::npos) return;  // the environment's settings were kept
