@@ -117,7 +117,7 @@ RunResult Trainer::run(std::ostream* log) {
     }
     const auto t_opt = std::chrono::steady_clock::now();
     t.comm.set_progress(step, "optimizer");
-    mem.set_phase("optimizer step");
+    mem.set_phase("gradient norm");  // the simulator's phase names (OpKind::GradNorm, OptimizerStep)
     StepStat st;
     st.step = step;
     bool skip = false;
@@ -134,6 +134,7 @@ RunResult Trainer::run(std::ostream* log) {
     }
     if (!skip) {
       st.grad_norm = t.model->clip_grad_norm(h.grad_clip);
+      mem.set_phase("optimizer step");
       t.model->optimizer_step(oc, step);
     }
     st.skipped = skip;

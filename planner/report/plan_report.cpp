@@ -1,5 +1,7 @@
 #include "report/plan_report.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <sstream>
 
@@ -26,6 +28,32 @@ nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) 
 
 }  // namespace
 
+namespace {
+
+// The categories of a breakdown that make up most of it, largest first, by their names (memory_category.hpp),
+// so that a verdict reads like the memory table: the ones of at least 1 GiB (at least the largest), the rest
+// summed.
+std::string largest_categories(const MemoryBreakdown& b) {
+  constexpr std::size_t kMostListed = 5;
+  std::array<std::size_t, kNumMemoryCategories> order{};
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return b[x] > b[y]; });
+  std::ostringstream o;
+  double rest = 0;
+  std::size_t listed = 0;
+  for (std::size_t i : order) {
+    if (listed < kMostListed && (listed == 0 || b[i] >= kGiB)) {
+      o << (listed++ ? ", " : "") << to_string(static_cast<MemoryCategory>(i)) << " " << fmt("%.0f", b[i] / kGiB);
+    } else {
+      rest += b[i];
+    }
+  }
+  if (rest >= kGiB / 2) o << ", the rest " << fmt("%.0f", rest / kGiB);
+  return o.str();
+}
+
+}  // namespace
+
 std::string family_line(const std::string& name, const FamilyVerdict& v) {
   std::ostringstream o;
   if (v.feasible && v.best) {
@@ -34,23 +62,9 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
       << " tokens/s/GPU, " << format_gib(c.prediction.memory.device_total) << " GiB";
   } else if (v.best) {
     const Prediction& p = v.best->prediction;
-    const auto& b = p.memory.breakdown;
-    auto cat = [&](MemoryCategory k) { return fmt("%.0f", b[static_cast<size_t>(k)] / kGiB); };
     o << name << ": does not fit; the smallest (" << one_line_strategy(v.best->strategy) << ") needs "
-      << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU: params " << cat(MemoryCategory::ShardedParams)
-      << ", grads "
-      << fmt("%.0f", (b[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
-                      b[static_cast<size_t>(MemoryCategory::UnshardedGrads)]) /
-                         kGiB)
-      << ", optimizer " << cat(MemoryCategory::OptimizerStates) << ", activations " << cat(MemoryCategory::Activations)
-      << ", other "
-      << fmt("%.0f", (p.memory.device_total - b[static_cast<size_t>(MemoryCategory::ShardedParams)] -
-                      b[static_cast<size_t>(MemoryCategory::ShardedGrads)] -
-                      b[static_cast<size_t>(MemoryCategory::UnshardedGrads)] -
-                      b[static_cast<size_t>(MemoryCategory::OptimizerStates)] -
-                      b[static_cast<size_t>(MemoryCategory::Activations)]) /
-                         kGiB)
-      << " > " << fmt("%.0f", p.usable_bytes / kGiB) << " GiB";
+      << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU > " << fmt("%.0f", p.usable_bytes / kGiB)
+      << " GiB: " << largest_categories(p.memory.breakdown);
     if (!p.host_fits && p.fits) o << " (" << v.reason << ")";
   } else {
     o << name << ": not applicable: " << v.reason;

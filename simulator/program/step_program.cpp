@@ -403,6 +403,15 @@ struct Emitter {
     const size_t i = static_cast<size_t>(ui);
     return shard(train_p[i]) * train_bytes_per_elem + shard(frozen_p[i]) * frozen_bpe[i];
   }
+  // Elements the step after the backward works on at once out of `owned` (RuntimeProfile::step_per_unit):
+  // the largest unit's owned share when it runs unit by unit, else all of them. LoRA adapters are one tensor.
+  double step_elems_at_once(double owned) const {
+    if (!rt.step_per_unit || s.method != Method::Full) return owned;
+    double most = 0;
+    for (double v : train_p) most = std::max(most, shards_optimizer(s.kind) ? shard(v) : v);
+    return std::min(most, owned);
+  }
+
   double total_train() const {
     double t = 0;
     for (double v : train_p) t += v;
@@ -897,6 +906,7 @@ void Emitter::emit_optimizer() {
     n.kind = OpKind::GradNorm;
     n.what = "gradient norm";
     n.elementwise_bytes = grad_bytes;
+    n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
     if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
@@ -929,9 +939,10 @@ void Emitter::emit_optimizer_step() {
     Op o;
     o.kind = OpKind::OptimizerStep;
     o.what = "optimizer step";
-    // torch.optim's foreach AdamW allocates one temporary list the size of the parameters for
-    // sqrt(exp_avg_sq) / bias correction (torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt).
-    o.transient_bytes = s.optimizer == Optimizer::AdamW ? opt_elems * mb : 0.0;
+    // AdamW's temporaries for sqrt(exp_avg_sq) / bias correction (RuntimeProfile::adamw_temporaries_per_param;
+    // torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt), over what it updates at once.
+    o.transient_bytes =
+        s.optimizer == Optimizer::AdamW ? step_elems_at_once(opt_elems) * rt.adamw_temporaries_per_param * mb : 0.0;
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
     // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
     if (zero_layout) o.transient_bytes = s.kind == StrategyKind::Zero3 ? 0.0 : opt_elems * mb;

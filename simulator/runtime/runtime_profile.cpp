@@ -63,6 +63,11 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.grad_norm_bytes_per_grad = non_negative("grad_norm_bytes_per_grad");
   r.grad_pass_bytes_per_grad = non_negative("grad_pass_bytes_per_grad");
   r.loss_all_reduce = loop.get_bool("loss_all_reduce");
+  r.adamw_temporaries_per_param = loop.get_double("adamw_temporaries_per_param");
+  if (!(r.adamw_temporaries_per_param >= 0))
+    loop.fail("adamw_temporaries_per_param", "must be a non-negative number of elements per parameter");
+  r.grad_norm_temporary_bytes_per_grad = non_negative("grad_norm_temporary_bytes_per_grad");
+  r.step_per_unit = loop.get_bool("step_per_unit");
   loop.finish();
   map.finish();
   return r;

@@ -58,6 +58,15 @@ struct RuntimeProfile {
   // Bytes moved per gradient element the rank holds by other whole-gradient passes of the step (averaging
   // over the world after the reduction, zeroing in place for the next step).
   double grad_pass_bytes_per_grad = 0;
+  // Temporaries of the step after the backward. The optimizer's, in master-dtype elements per parameter it
+  // updates at once (torch.optim's foreach AdamW: one list the size of the parameters for sqrt(v); fused
+  // optimizers: none), and the gradient norm's, in bytes per gradient element it reads at once (a loop that
+  // upcasts a gradient to fp64 and squares it holds two fp64 copies).
+  double adamw_temporaries_per_param = 0;
+  double grad_norm_temporary_bytes_per_grad = 0;
+  // The norm and the optimizer run unit by unit over the wrap units' flat buffers, so their temporaries
+  // cover the largest unit's owned elements, not all of them.
+  bool step_per_unit = false;
   bool loss_all_reduce = false;  // the step's loss is all-reduced over the world (one scalar) every step
 };
 

@@ -101,4 +101,7 @@ TEST_CASE("planner: bad input") {
   CHECK(r.code == 1);
   CHECK(r.out.find("No plan fits") != std::string::npos);
   CHECK(r.out.find("ddp: does not fit") != std::string::npos);
+  // Why, in the memory table's category names, largest first: a full replica's optimizer states lead.
+  CHECK(r.out.find("GiB per GPU > 80 GiB: optimizer_states ") != std::string::npos);
+  CHECK(r.out.find(", sharded_params ") != std::string::npos);
 }

@@ -381,3 +381,33 @@ TEST_CASE("without low-precision collectives (Gloo) bf16 data goes over the wire
   REQUIRE(dn[0].first == OpKind::AllReduce);
   CHECK(dg[0].second == doctest::Approx(2 * dn[0].second));
 }
+
+TEST_CASE("the step's temporaries: fsdp-run's unit-by-unit norm and AdamW against torch.optim's foreach AdamW") {
+  ModuleGraph g(small_model());
+  const RuntimeProfile fr = runtime("fsdp-run"), pt = runtime("pytorch");
+  const double P = static_cast<double>(g.total_params());
+  // acc-small's largest wrap unit is the root (embedding + head + final norm), as fsdp-run wraps it.
+  const ModelSpec& m = g.spec();
+  const double root = 2.0 * static_cast<double>(m.vocab_size * m.hidden_size) + static_cast<double>(m.hidden_size);
+  for (StrategyKind k : {StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Fsdp}) {
+    CAPTURE(to_string(k));
+    Strategy s = fsdp_strategy(DType::Fp32, ActCkpt::Full);
+    s.kind = k;
+    const int ranks = 2;
+    const bool sharded_opt = k != StrategyKind::Ddp;
+    const double owned_root = sharded_opt ? std::ceil(root / ranks) : root;
+    const double owned_all = sharded_opt ? std::ceil(P / ranks) : P;
+    const StepProgram a = program(g, s, fr, 1, ranks);
+    const auto norm = ops_of(a, OpKind::GradNorm), opt = ops_of(a, OpKind::OptimizerStep);
+    REQUIRE(norm.size() == 1);
+    REQUIRE(opt.size() == 1);
+    // clip_grad_norm: the fp64 copy of the root's owned gradient and its square; adamw_update: sqrt(v) and its
+    // quotient (fp32) of the root's owned parameters.
+    CHECK(norm[0]->transient_bytes == doctest::Approx(16.0 * owned_root));
+    CHECK(opt[0]->transient_bytes == doctest::Approx(2.0 * 4.0 * owned_root));
+    // torch.optim's foreach AdamW: one fp32 list over everything the rank updates; clip_grad_norm_ keeps scalars.
+    const StepProgram b = program(g, s, pt, 1, ranks);
+    CHECK(ops_of(b, OpKind::GradNorm).empty());  // the calibration loop clips nothing (pytorch.yaml)
+    CHECK(ops_of(b, OpKind::OptimizerStep)[0]->transient_bytes == doctest::Approx(4.0 * owned_all));
+  }
+}
