@@ -46,6 +46,7 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   std::vector<int> gathers_open;
   auto complete = [&](const Op& o) {
     for (const MemEvent& e : o.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    if (!o.backend_buffer_ends_early) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
   };
   auto flush_pending = [&] {
     for (const Op* o : pending) complete(*o);
@@ -76,8 +77,13 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
     for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    // A backend's gather buffer lives until the consumer waits, or only while the gather op itself is walked.
+    if (!op.backend_buffer_ends_early)
+      cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
+    if (op.backend_buffer_ends_early)
+      during[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     double t = total(during);
     r.samples.push_back(MemorySample{static_cast<int>(i), t});
     if (t > r.peak_allocated) {

@@ -142,6 +142,10 @@ struct Emitter {
   double head_act = 0;
 
   bool fp32_collectives = false;
+  // Parameter offload onto a host that is itself the device (a CPU run), in the compute dtype: the offloaded
+  // shard is the all-gather's input as it is (executor/shard/sharded_model.cpp unshard_async: Tensor::to to
+  // the same device and dtype returns the tensor itself), with no staging copy.
+  bool host_params_are_compute_params = false;
   bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
@@ -617,12 +621,16 @@ void Emitter::emit_sharded() {
         // the wire as it is; a compute-dtype shard (offload) is staged in fp32 first. The gather lands in an
         // fp32 buffer, cast into the compute-dtype parameters when it is waited for. Gloo's list
         // all-gather gathers into a flat buffer of its own, released when the collective ends
-        // (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs), copied out): transient.
+        // (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs), copied out). It runs on
+        // Gloo's worker thread while the rank computes, so a prefetched gather's flat buffer coexists with
+        // the compute issued before its consumer waits (measured: tests/accuracy grid rows with
+        // reshard_after_forward peak in a layer's backward with the next unit's gather in flight), unless it
+        // ends first (Op::backend_buffer_ends_early). Not the runtime's own buffer (fsdp-run cannot tag it).
         const double elems = padded(train(ui)), shard_elems = shard(train(ui));
-        if (offload_params) staging += shard_elems * pb;
+        if (offload_params && !host_params_are_compute_params) staging += shard_elems * pb;
         if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;
         if (pb < 4.0) staging += elems * 4.0;
-        op.transient_bytes += elems * 4.0;
+        op.backend_buffer_bytes = elems * 4.0;
       }
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
@@ -1017,6 +1025,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
   const Strategy& s = in.strategy;
   Emitter e(*in.graph, s, *in.runtime);
   e.fp32_collectives = in.fp32_collectives_only;
+  e.host_params_are_compute_params = in.host_device && in.strategy.param_dtype == in.strategy.master_dtype;
   StepLayout& lay = e.prog.layout;
   lay.world = in.cluster.world_size();
   if (s.kind == StrategyKind::Hsdp) {

@@ -63,11 +63,17 @@ struct InlineList {
 struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
-  int unit = -1;                        // index into StepProgram::units
-  int micro_batch = 0;                  // 0-based
-  const char* what = "";                // label prefix; the full label is op_label(program, op)
-  InlineList<MemEvent, 4> on_issue;     // applied when the op is issued (CPU order)
-  double transient_bytes = 0;           // live only while the op runs (Transient category)
+  int unit = -1;                     // index into StepProgram::units
+  int micro_batch = 0;               // 0-based
+  const char* what = "";             // label prefix; the full label is op_label(program, op)
+  InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
+  double transient_bytes = 0;        // live only while the op runs (Transient category)
+  // A gather's buffer inside the backend (Gloo's flat all-gather output), Transient: it lives while the collective
+  // runs, which on a CPU rank is concurrent with the compute issued before its consumer waits (memory_walk.cpp),
+  // unless the collective ends before that compute reaches its peak (set by simulate(): a full-checkpoint
+  // backward recomputes the layer first, and a gather shorter than that recompute has ended by then).
+  double backend_buffer_bytes = 0;
+  bool backend_buffer_ends_early = false;
   InlineList<MemEvent, 3> on_complete;  // applied when it completes
   // Cost (read by the timeline)
   double matmul_flops = 0;     // total GEMM FLOPs of the op (for the trace and checks)
@@ -132,6 +138,8 @@ struct ProgramInput {
   // The backend has no low-precision collectives (Gloo in LibTorch 1.13 rejects bf16): they run through
   // fp32 staging buffers (executor/dist/comm.cpp).
   bool fp32_collectives_only = false;
+  // The device is the host (a CPU run): offloaded state already lives where compute reads it.
+  bool host_device = false;
 };
 
 StepProgram emit_step_program(const ProgramInput& in);

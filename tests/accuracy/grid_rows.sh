@@ -4,9 +4,9 @@
 # row numbers to run.
 run_grid_rows() {
   local hw=$1 steps=$2 only=${3:-} i=0 plan extra
-  local strategy world wrap ckpt dtype accum offload group mb seq
+  local strategy world wrap ckpt dtype accum offload reshard group mb seq
   : >"$out/rows.tsv"
-  while read -r strategy world wrap ckpt dtype accum offload group mb seq; do
+  while read -r strategy world wrap ckpt dtype accum offload reshard group mb seq; do
     [[ -z "$strategy" || "$strategy" == \#* ]] && continue
     mb=${mb:-2} seq=${seq:-64}
     i=$((i + 1))
@@ -14,13 +14,14 @@ run_grid_rows() {
     plan=$out/plan$i.yaml
     extra=()
     [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
+    [[ "$reshard" != - ]] && extra+=(--reshard-after-forward "$reshard")
     "$plan_bin" --model "$model" --hw "$hw" --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
       --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" \
       --grad-accum "$accum" --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json \
       >"$out/pred$i.json" 2>"$out/plan$i.err" || { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; return 1; }
     "$run_bin" --nproc-per-node "$world" "$plan" --steps "$steps" --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||
       { echo "row $i: fsdp-run failed:"; tail -5 "$out/run$i.log"; return 1; }
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
-      "$offload" "$group" "$mb" "$seq" >>"$out/rows.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "$strategy" "$world" "$wrap" "$ckpt" "$dtype" "$accum" \
+      "$offload" "$group" "$mb" "$seq" "$reshard" >>"$out/rows.tsv"
   done <"$root/tests/accuracy/grid.txt"
 }

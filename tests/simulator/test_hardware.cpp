@@ -122,7 +122,13 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
     const std::string m = load_error(replace_once(text, from, to), tag);
     for (const char* k : keys) CHECK_MESSAGE(contains(m, k), m);
   };
-  const std::string cpu = read_text(kRoot + "/hwprofiles/cpu.yaml");
+  // cpu.yaml without its measured in-step factors: the optional keys are added back below.
+  std::string cpu;
+  {
+    std::istringstream in(read_text(kRoot + "/hwprofiles/cpu.yaml"));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("  in_step_factor", 0) != 0) cpu += line + "\n";
+  }
   HardwareProfile plain = load_hardware(write_temp_profile(cpu, "cpu_plain"), kRoot);
   CHECK(plain.matmul_efficiency_bf16.empty());
   CHECK(&plain.matmul_curve(DType::Bf16) == &plain.matmul_efficiency);
