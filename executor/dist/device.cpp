@@ -41,36 +41,32 @@ std::string select_device(const std::string& plan_device, int local_rank) {
 }
 
 namespace {
-// What configure_host_allocator() did in this process; empty until it has run.
-std::string& host_allocator_note() {
-  static std::string note;
-  return note;
-}
+// What configure_host_allocator() did in this process; empty until it has run (it runs once).
+std::string host_allocator_note;
 }  // namespace
 
 std::string configure_host_allocator() {
+  if (!host_allocator_note.empty()) return host_allocator_note;
 #if defined(__GLIBC__)
-  static const std::string done = [] {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
-        std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr)
-      return std::string("glibc malloc: as the environment sets it");
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+      std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    host_allocator_note = "glibc malloc: as the environment sets it";
+  } else {
     constexpr int kMmapThreshold = 32 << 20;  // DEFAULT_MMAP_THRESHOLD_MAX on 64-bit (mallopt(3))
     constexpr int kTrimThreshold = 1 << 30;
     const bool ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 && mallopt(M_TRIM_THRESHOLD, kTrimThreshold) == 1;
-    return std::string(ok ? "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"
-                          : "glibc malloc: mallopt refused the thresholds; its defaults");
-  }();
-  host_allocator_note() = done;
+    host_allocator_note = ok ? "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB"
+                             : "glibc malloc: mallopt refused the thresholds; its defaults";
+  }
 #else
-  host_allocator_note() = "the C library's allocator, as it is";
+  host_allocator_note = "the C library's allocator, as it is";
 #endif
-  return host_allocator_note();
+  return host_allocator_note;
 }
 
 std::string host_allocator_policy() {
-  const std::string& note = host_allocator_note();
-  return note.empty() ? std::string("the C library's allocator, not configured") : note;
+  return host_allocator_note.empty() ? std::string("the C library's allocator, not configured") : host_allocator_note;
 }
 
 int available_cpus() {

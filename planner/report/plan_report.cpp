@@ -26,10 +26,6 @@ nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) 
   return j;
 }
 
-}  // namespace
-
-namespace {
-
 // The categories of a breakdown that make up most of it, largest first, by their names (memory_category.hpp),
 // so that a verdict reads like the memory table: the ones of at least 1 GiB (at least the largest), the rest
 // summed.
