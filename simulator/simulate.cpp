@@ -67,32 +67,6 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   return (frozen_base ? 4.0 : 6.0) * dense + attention;
 }
 
-namespace {
-
-// Which backend gather buffers (Op::backend_buffer_bytes) end before the compute they overlap reaches its peak:
-// a gather prefetched from a full-checkpoint backward runs while that backward recomputes its layer's forward,
-// and the layer's peak comes after the recompute; a gather that takes less time than the recompute has ended
-// and freed its buffer by then (tests/accuracy grid: fp32 layers recompute in 20-60 ms, longer than their
-// gathers, bf16 ones in a few ms, shorter). Durations as the timeline prices them.
-void settle_backend_buffers(StepProgram& prog, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
-  if (s.act_ckpt != ActCkpt::Full) return;
-  for (std::size_t g = 0; g < prog.ops.size(); ++g) {
-    Op& gather = prog.ops[g];
-    if (gather.backend_buffer_bytes <= 0) continue;
-    std::size_t k = g + 1;  // the compute op that runs while the gather is in flight
-    while (k < prog.ops.size() && (prog.ops[k].stream != Stream::Compute || prog.ops[k].kind == OpKind::Reshard)) ++k;
-    if (k == prog.ops.size() || prog.ops[k].kind != OpKind::Backward) continue;
-    const Op& bwd = prog.ops[k];
-    for (const Op& f : prog.ops)
-      if (f.kind == OpKind::Forward && f.unit == bwd.unit && f.micro_batch == bwd.micro_batch) {
-        gather.backend_buffer_ends_early = op_duration(gather, prog, hw, c, s) < op_duration(f, prog, hw, c, s);
-        break;
-      }
-  }
-}
-
-}  // namespace
-
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
   ProgramInput pi;
@@ -104,7 +78,6 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   pi.fp32_collectives_only = in.hardware->device_kind == "cpu";
   pi.host_device = in.hardware->device_kind == "cpu";
   StepProgram prog = emit_step_program(pi);
-  settle_backend_buffers(prog, *in.hardware, in.cluster, in.strategy);
   Prediction p;
   p.params = in.graph->total_params();
   p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, in.hardware->device_kind == "cuda");

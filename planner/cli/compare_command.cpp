@@ -30,6 +30,7 @@ int run_compare(const std::vector<std::string>& argv) {
     validate_strategy(plan.strategy, plan.model, cluster);
     Prediction p = simulate(SimulationInput{&g, &hw, &rt, cluster, plan.strategy});
     pred.peak_bytes = p.memory.peak_allocated;
+    pred.peak_bytes_floor = p.memory.peak_allocated_floor;
     pred.reserved_peak_bytes = p.memory.reserved_peak;
     for (size_t i = 0; i < kNumMemoryCategories; ++i)
       pred.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];

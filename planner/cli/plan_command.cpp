@@ -238,6 +238,7 @@ int run_plan(const std::vector<std::string>& argv) {
     PlanPrediction pp;
     const Prediction& p = best.prediction;
     pp.peak_bytes = p.memory.peak_allocated;
+    pp.peak_bytes_floor = p.memory.peak_allocated_floor;
     pp.reserved_peak_bytes = p.memory.reserved_peak;
     for (size_t i = 0; i < kNumMemoryCategories; ++i)
       pp.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];

@@ -108,6 +108,8 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
     ConfigMap pr = root.get_map("prediction");
     PlanPrediction pp;
     pp.peak_bytes = pr.get_double("peak_bytes");
+    pp.peak_bytes_floor = pr.has("peak_bytes_floor") ? pr.get_double("peak_bytes_floor") : pp.peak_bytes;
+    if (pp.peak_bytes_floor > pp.peak_bytes) pr.fail("peak_bytes_floor", "must not exceed peak_bytes");
     pp.reserved_peak_bytes = pr.get_double("reserved_peak_bytes");
     ConfigMap bd = pr.get_map("memory_breakdown");
     for (const auto& k : bd.keys()) {
@@ -198,6 +200,8 @@ std::string write_plan_text(const PlanFile& p) {
     const PlanPrediction& pp = *p.prediction;
     out << YAML::Key << "prediction" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "peak_bytes" << YAML::Value << pp.peak_bytes;
+    if (pp.peak_bytes_floor < pp.peak_bytes)
+      out << YAML::Key << "peak_bytes_floor" << YAML::Value << pp.peak_bytes_floor;
     out << YAML::Key << "reserved_peak_bytes" << YAML::Value << pp.reserved_peak_bytes;
     out << YAML::Key << "memory_breakdown" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : pp.memory_breakdown) out << YAML::Key << k << YAML::Value << v;

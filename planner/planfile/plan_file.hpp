@@ -34,6 +34,9 @@ struct ClusterShape {
 // Predictions carried for comparison with a measured report (all bytes / seconds).
 struct PlanPrediction {
   double peak_bytes = 0;
+  // MemoryResult::peak_allocated_floor: the peak when the backend's gather buffers end before the compute they
+  // overlap (CPU/Gloo plans). Key `peak_bytes_floor`, written only where it is below peak_bytes; absent: equal.
+  double peak_bytes_floor = 0;
   double reserved_peak_bytes = 0;
   std::map<std::string, double> memory_breakdown;  // category name -> bytes at the peak
   double step_s = 0;

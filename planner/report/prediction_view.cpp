@@ -49,6 +49,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["fits"] = p.fits;
   nlohmann::json mem;
   mem["peak_bytes"] = p.memory.peak_allocated;
+  mem["peak_bytes_floor"] = p.memory.peak_allocated_floor;
   mem["reserved_peak_bytes"] = p.memory.reserved_peak;
   mem["device_total_bytes"] = p.memory.device_total;
   mem["usable_bytes"] = p.usable_bytes;
@@ -121,6 +122,11 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
   std::snprintf(line, sizeof line, "  %-18s %9s %s   (torch max_memory_allocated)\n", "peak allocated",
                 amount(p.memory.peak_allocated).c_str(), uname);
   o << line;
+  if (p.memory.peak_allocated_floor < p.memory.peak_allocated) {
+    std::snprintf(line, sizeof line, "  %-18s %9s %s   (if the backend's gathers end before the compute peaks)\n", "or",
+                  amount(p.memory.peak_allocated_floor).c_str(), uname);
+    o << line;
+  }
   std::snprintf(line, sizeof line, "  %-18s %9s %s   (max_memory_reserved)\n", "peak reserved",
                 amount(p.memory.reserved_peak).c_str(), uname);
   o << line;

@@ -17,9 +17,10 @@ double rounded(double bytes, double rounding) {
   return sign * std::ceil(std::fabs(bytes) / rounding) * rounding;
 }
 
-}  // namespace
-
-MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda) {
+// `backend_buffers_until_waited`: a backend's gather buffer (Op::backend_buffer_bytes) lives from the gather's
+// issue until its consumer waits (the bound), or only while the gather op itself is walked (the floor).
+MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda,
+                  bool backend_buffers_until_waited) {
   MemoryResult r;
   MemoryBreakdown cur{};
   const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
@@ -46,7 +47,7 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   std::vector<int> gathers_open;
   auto complete = [&](const Op& o) {
     for (const MemEvent& e : o.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
-    if (!o.backend_buffer_ends_early) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
+    if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
   };
   auto flush_pending = [&] {
     for (const Op* o : pending) complete(*o);
@@ -77,12 +78,10 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
     for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
-    // A backend's gather buffer lives until the consumer waits, or only while the gather op itself is walked.
-    if (!op.backend_buffer_ends_early)
-      cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
+    if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
-    if (op.backend_buffer_ends_early)
+    if (!backend_buffers_until_waited)
       during[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     double t = total(during);
     r.samples.push_back(MemorySample{static_cast<int>(i), t});
@@ -122,6 +121,16 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   r.breakdown[idx(MemoryCategory::Workspace)] += context;
   r.device_total = r.reserved_peak + nccl + context;
   r.host_bytes_per_node = (p.host_bytes_per_rank + p.pinned_bytes_per_rank) * static_cast<double>(ranks_per_node);
+  r.peak_allocated_floor = r.peak_allocated;
+  return r;
+}
+
+}  // namespace
+
+MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda) {
+  MemoryResult r = walk(p, rt, ranks_per_node, cuda, true);
+  const bool racing = std::any_of(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.backend_buffer_bytes > 0; });
+  if (racing) r.peak_allocated_floor = walk(p, rt, ranks_per_node, cuda, false).peak_allocated;
   return r;
 }
 

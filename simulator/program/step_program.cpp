@@ -624,8 +624,9 @@ void Emitter::emit_sharded() {
         // (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs), copied out). It runs on
         // Gloo's worker thread while the rank computes, so a prefetched gather's flat buffer coexists with
         // the compute issued before its consumer waits (measured: tests/accuracy grid rows with
-        // reshard_after_forward peak in a layer's backward with the next unit's gather in flight), unless it
-        // ends first (Op::backend_buffer_ends_early). Not the runtime's own buffer (fsdp-run cannot tag it).
+        // reshard_after_forward peak in a layer's backward with the next unit's gather in flight), or ends
+        // before that compute peaks (MemoryResult::peak_allocated_floor). Not the runtime's own buffer (fsdp-run
+        // cannot tag it).
         const double elems = padded(train(ui)), shard_elems = shard(train(ui));
         if (offload_params && !host_params_are_compute_params) staging += shard_elems * pb;
         if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;

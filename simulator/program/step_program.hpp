@@ -69,11 +69,9 @@ struct Op {
   InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
   double transient_bytes = 0;        // live only while the op runs (Transient category)
   // A gather's buffer inside the backend (Gloo's flat all-gather output), Transient: it lives while the collective
-  // runs, which on a CPU rank is concurrent with the compute issued before its consumer waits (memory_walk.cpp),
-  // unless the collective ends before that compute reaches its peak (set by simulate(): a full-checkpoint
-  // backward recomputes the layer first, and a gather shorter than that recompute has ended by then).
+  // runs, which on a CPU rank may overlap any compute issued before its consumer waits, or end before that compute
+  // peaks (MemoryResult::peak_allocated_floor).
   double backend_buffer_bytes = 0;
-  bool backend_buffer_ends_early = false;
   InlineList<MemEvent, 3> on_complete;  // applied when it completes
   // Cost (read by the timeline)
   double matmul_flops = 0;     // total GEMM FLOPs of the op (for the trace and checks)

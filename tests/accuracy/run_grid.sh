@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Accuracy gate (issue M6): every plan of tests/accuracy/grid.txt runs through fsdp-run on CPU, and its
 # measured peak allocated memory (max over ranks) is compared with fsdp-plan's prediction for the same
-# plan (runtime fsdp-run, hardware cpu). Prints the table; fails when any |error| exceeds the tolerance.
+# plan (runtime fsdp-run, hardware cpu). Prints the table; fails when any |error| exceeds the tolerance. Where the
+# prediction is a range (a Gloo gather's flat buffer may or may not overlap the compute peak: peak_bytes_floor up
+# to peak_bytes, simulator/memory/memory_walk.hpp) the error is the measured peak's distance from that range.
 #   run_grid.sh FSDP_PLAN FSDP_RUN [TOLERANCE_PERCENT] [OUT_DIR]
 set -euo pipefail
 plan_bin=$1 run_bin=$2 tol=${3:-3} out=${4:-$(mktemp -d)}
@@ -15,20 +17,21 @@ python3 - "$out" "$tol" <<'PY'
 import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
-print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt", "dtype",
-      "accum", "offload", "mb*seq", "pred MiB", "meas MiB", "error") + " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
+print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10s %10s %7s" % ("#", "strategy", "world", "wrap", "ckpt",
+      "dtype", "accum", "offload", "mb*seq", "floor MiB", "pred MiB", "meas MiB", "error") + " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
 worst, failed = 0.0, 0
 for r in rows:
     i = r[0]
     pm = json.load(open(f"{out}/pred{i}.json"))["chosen"]["memory"]
     mm = json.load(open(f"{out}/report{i}.json"))["memory"]
-    pred, meas = pm["peak_bytes"], mm["peak_bytes"]
-    err = (pred - meas) / meas * 100
+    pred, floor, meas = pm["peak_bytes"], pm["peak_bytes_floor"], mm["peak_bytes"]
+    err = (min(max(meas, floor), pred) - meas) / meas * 100
     worst = max(worst, abs(err))
     bad = abs(err) > tol
     failed += bad
-    print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[1], r[2], r[3],
-          r[4], r[5], r[6], r[7], r[9] + "x" + r[10], pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
+    print("%-3s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[1], r[2],
+          r[3], r[4], r[5], r[6], r[7], r[9] + "x" + r[10], "%.3f" % (floor / 2**20) if floor < pred else "-",
+          pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
           "  <-- over %.0f%%" % tol if bad else ""))
 # Per category, as `fsdp-plan compare` pairs them: the executor's tagged buffers by name, and the untagged rest
 # (activations during forward/backward, transient elsewhere) against predicted activations + transient.

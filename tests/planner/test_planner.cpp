@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -221,6 +223,54 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(bad.code == 2);
   CHECK(bad.err.find("missing key 'memory'") != std::string::npos);
   for (const char* ext : {".yaml", ".json", ".bad.json"}) std::remove((base + ext).c_str());
+}
+
+TEST_CASE("a CPU plan that reshards after forward predicts a range: plan.yaml keeps it, compare checks both ends") {
+  const std::string base = "/tmp/fsdp_floor_" + std::to_string(::getpid());
+  const std::string knobs =
+      "--model tiny --gpus 2 --hw cpu --runtime fsdp-run --strategy fsdp --wrap layer --act-ckpt full "
+      "--param-dtype fp32 --offload none --micro-batch 2 --seq 64 --grad-accum 1 --reshard-after-forward true";
+  REQUIRE(run_cli(knobs + " --out " + base + ".yaml").code == 0);
+  const PlanFile plan = read_plan_file(base + ".yaml");
+  REQUIRE(plan.prediction.has_value());
+  const double bound = plan.prediction->peak_bytes, floor = plan.prediction->peak_bytes_floor;
+  CHECK(floor > 0);
+  CHECK(floor < bound);  // Gloo's gather buffer may or may not overlap the backward peak
+  // The same numbers as `simulate --json`.
+  auto sim = run_cli("simulate " + knobs + " --json");
+  REQUIRE(sim.code == 0);
+  const auto mem = nlohmann::json::parse(sim.out).at("memory");
+  CHECK(mem.at("peak_bytes_floor").get<double>() == doctest::Approx(floor));
+  CHECK(mem.at("peak_bytes").get<double>() == doctest::Approx(bound));
+  // A run that peaked at the floor: the bound's row is above it, the floor's row exact.
+  nlohmann::json report;
+  report["memory"]["peak_bytes"] = floor;
+  report["memory"]["breakdown"] = nlohmann::json::object();
+  report["steps"] = nlohmann::json::array();
+  std::ofstream(base + ".json") << report.dump();
+  auto r = run_cli("compare " + base + ".yaml " + base + ".json --json");
+  REQUIRE(r.code == 0);
+  std::map<std::string, double> err;
+  const auto rows = nlohmann::json::parse(r.out).at("memory");
+  for (const auto& row : rows)
+    if (row.contains("error")) err[row["name"].get<std::string>()] = row["error"].get<double>();
+  CHECK(err.at("peak allocated") == doctest::Approx(bound / floor - 1));
+  CHECK(err.at("peak, gathers end early") == doctest::Approx(0.0));
+  // A floor above the bound is refused, naming the key.
+  std::string text;
+  {
+    std::ifstream in(base + ".yaml");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = text.find("peak_bytes_floor:");
+  REQUIRE(at != std::string::npos);
+  const auto eol = text.find('\n', at);
+  text.replace(at, eol - at, "peak_bytes_floor: " + std::to_string(bound * 2));
+  std::ofstream(base + ".yaml") << text;
+  auto bad = run_cli("compare " + base + ".yaml " + base + ".json");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("peak_bytes_floor") != std::string::npos);
+  for (const char* ext : {".yaml", ".json"}) std::remove((base + ext).c_str());
 }
 
 TEST_CASE("simulate --memory-timeline: the walk op by op, its peak marked and equal to the reported peak") {
