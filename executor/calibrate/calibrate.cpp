@@ -297,30 +297,48 @@ void Calibrator::gemms() {
 
 void Calibrator::kernels_again() {
   // The GEMM and attention series once more, at the end of the calibration: each shape keeps the faster of its
-  // two timings. A kernel's time on a quiet machine is the one to fit, and a slow phase only ever adds to it:
+  // timings. A kernel's time on a quiet machine is the one to fit, and a slow phase only ever adds to it:
   // two quick calibrations of this project's 2-vCPU VM (tests/accuracy/README.md, runs O and P) timed the
-  // fp32 GEMMs of their first two seconds 30-35% slow, and the grid's fp32 plans came out 11-37% slow.
-  auto keep_faster_gemms = [](std::vector<GemmSample>& first, const std::vector<GemmSample>& again) {
-    for (const GemmSample& a : again)
-      for (GemmSample& f : first)
-        if (f.m == a.m && f.n == a.n && f.k == a.k && a.seconds < f.seconds) f = a;
-  };
-  auto keep_faster_attention = [](std::vector<AttnSample>& first, const std::vector<AttnSample>& again) {
-    for (const AttnSample& a : again)
-      for (AttnSample& f : first)
-        if (f.shape.seq_len == a.shape.seq_len && a.fwd_s + a.bwd_s < f.fwd_s + f.bwd_s) f = a;
+  // fp32 GEMMs of their first two seconds 30-35% slow, and the grid's fp32 plans came out 11-37% slow. Where a
+  // series' two timings disagree, one of them ran in a slow phase, possibly both (run A: the fp32 GEMMs up to
+  // 128^3 at 2.8-3.0 GFLOP/s, then 3.4-3.6, against 5.0-5.2 on a quiet machine; every fp32 plan +13% to +22%):
+  // the series is timed again until a timing agrees with the best so far, at most kMaxTimings in all.
+  constexpr int kMaxTimings = 4;
+  // Two timings of a GEMM on this VM when it is quiet: within 4% (runs U-Z); a gap above this is a slow phase.
+  constexpr double kAgreeWithin = 0.10;
+  auto settle = [&](const std::string& what, auto time_series, auto& best, auto same_shape, auto seconds) {
+    for (int timings = 1; timings < kMaxTimings; ++timings) {
+      std::remove_reference_t<decltype(best)> again;
+      time_series(again);
+      std::vector<std::pair<double, double>> pairs;
+      for (auto& a : again)
+        for (auto& f : best)
+          if (same_shape(f, a)) {
+            pairs.emplace_back(seconds(f), seconds(a));
+            if (seconds(a) < seconds(f)) f = a;
+          }
+      const double gap = cal::largest_gap(pairs);
+      if (agree(gap <= kAgreeWithin)) break;
+      if (timings + 1 < kMaxTimings)
+        progress(what + fmt(": two timings %.0f%% apart, timed again", gap * 100));
+      else
+        progress(what + fmt(": still %.0f%% apart after ", gap * 100) + std::to_string(kMaxTimings) +
+                 " timings (a busy machine); keeping each shape's fastest");
+    }
   };
   progress("GEMMs and attention again (each shape keeps its faster timing)");
   for (auto [dt, samples] : {std::pair{at::kFloat, &fp32_}, {at::kBFloat16, &bf16_}, {at::kHalf, &fp16_}}) {
     if (samples->empty()) continue;
-    std::vector<GemmSample> again;
-    gemm_dtype(dt, again);
-    keep_faster_gemms(*samples, again);
+    settle(
+        std::string(c10::toString(dt)) + " GEMMs", [&, dt = dt](std::vector<GemmSample>& v) { gemm_dtype(dt, v); },
+        *samples, [](const GemmSample& f, const GemmSample& a) { return f.m == a.m && f.n == a.n && f.k == a.k; },
+        [](const GemmSample& g) { return g.seconds; });
   }
   for (auto [dt, samples] : {std::pair{at::kFloat, &attn_}, {at::kBFloat16, &attn_bf16_}}) {
-    std::vector<AttnSample> again;
-    attention(dt, again);
-    keep_faster_attention(*samples, again);
+    settle(
+        std::string(c10::toString(dt)) + " attention", [&, dt = dt](std::vector<AttnSample>& v) { attention(dt, v); },
+        *samples, [](const AttnSample& f, const AttnSample& a) { return f.shape.seq_len == a.shape.seq_len; },
+        [](const AttnSample& x) { return x.fwd_s + x.bwd_s; });
   }
 }
 

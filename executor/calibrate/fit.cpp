@@ -29,6 +29,15 @@ double lower_quartile(std::vector<double> v) {
   return i + 1 < v.size() ? v[i] * (1 - w) + v[i + 1] * w : v[i];
 }
 
+double largest_gap(const std::vector<std::pair<double, double>>& timings) {
+  double gap = 0;
+  for (const auto& [a, b] : timings) {
+    if (!(a > 0) || !(b > 0)) throw InputError("timings must be positive");
+    gap = std::max(gap, std::max(a, b) / std::min(a, b) - 1);
+  }
+  return gap;
+}
+
 LsqResult nonneg_relative_lsq(const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
   if (rows.size() != y.size() || rows.empty())
     throw InputError("least squares: rows and measurements differ in number");

@@ -92,5 +92,8 @@ double median(std::vector<double> v);
 // so a low quantile estimates the kernel's own cost (Python's timeit documentation makes the same argument
 // for the minimum) while staying clear of the single luckiest run.
 double lower_quartile(std::vector<double> v);
+// Two timings of one series of kernels, as (seconds, seconds) per shape: the largest relative gap between a
+// shape's two timings (slower / faster - 1); 0 for an empty series.
+double largest_gap(const std::vector<std::pair<double, double>>& timings);
 
 }  // namespace fsdp::exec::cal

@@ -123,6 +123,15 @@ TEST_CASE("least squares refuses malformed input") {
   CHECK_THROWS_AS(fit_alpha_beta({1.0, 2.0}, {1.0}), InputError);
 }
 
+TEST_CASE("two timings of a kernel series: the largest gap between a shape's timings, either way") {
+  CHECK(largest_gap({}) == 0.0);
+  CHECK(largest_gap({{1.0, 1.0}, {2.0, 2.0}}) == doctest::Approx(0.0));
+  // Run A's fp32 GEMMs: 2.81 and 3.40 GFLOP/s at 32^3 (times in the inverse ratio), 4.18 and 4.13 at 256^3.
+  CHECK(largest_gap({{1 / 2.81, 1 / 3.40}, {1 / 4.18, 1 / 4.13}}) == doctest::Approx(3.40 / 2.81 - 1));
+  CHECK(largest_gap({{1.0, 1.04}, {1.5, 1.0}}) == doctest::Approx(0.5));  // the slower first or second alike
+  CHECK_THROWS_AS(largest_gap({{1.0, 0.0}}), InputError);
+}
+
 TEST_CASE("ring fit recovers base latency, step latency and bandwidth over collectives and group sizes") {
   const double base = 20e-6, step = 7e-6, bw = 5e9;
   std::vector<CollSample> v;
