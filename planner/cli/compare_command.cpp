@@ -7,6 +7,7 @@
 #include "planfile/plan_file.hpp"
 #include "report/compare.hpp"
 #include "report/html_report.hpp"
+#include "report/prediction_view.hpp"
 #include "simulate.hpp"
 
 namespace fsdp {
@@ -28,14 +29,7 @@ int run_compare(const std::vector<std::string>& argv) {
     ModuleGraph g(plan.model);
     Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
     validate_strategy(plan.strategy, plan.model, cluster);
-    Prediction p = simulate(SimulationInput{&g, &hw, &rt, cluster, plan.strategy});
-    pred.peak_bytes = p.memory.peak_allocated;
-    pred.peak_bytes_floor = p.memory.peak_allocated_floor;
-    pred.reserved_peak_bytes = p.memory.reserved_peak;
-    for (size_t i = 0; i < kNumMemoryCategories; ++i)
-      pred.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
-    pred.step_s = p.time.step_s;
-    pred.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
+    pred = plan_prediction(simulate(SimulationInput{&g, &hw, &rt, cluster, plan.strategy}));
   }
   std::ifstream in(report_path);
   if (!in) throw InputError(report_path + ": cannot open report");

@@ -13,6 +13,7 @@
 #include "planfile/plan_file.hpp"
 #include "report/html_report.hpp"
 #include "report/plan_report.hpp"
+#include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
 #include "search/plan_search.hpp"
 
@@ -235,19 +236,7 @@ int run_plan(const std::vector<std::string>& argv) {
     plan.cluster.gpus_per_node = cluster.gpus_per_node;
     plan.runtime = rt.name;
     plan.strategy = best.strategy;
-    PlanPrediction pp;
-    const Prediction& p = best.prediction;
-    pp.peak_bytes = p.memory.peak_allocated;
-    pp.peak_bytes_floor = p.memory.peak_allocated_floor;
-    pp.reserved_peak_bytes = p.memory.reserved_peak;
-    for (size_t i = 0; i < kNumMemoryCategories; ++i)
-      pp.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
-    pp.step_s = p.time.step_s;
-    pp.compute_s = p.time.compute_s;
-    pp.exposed_comm_s = p.time.exposed_comm_s;
-    pp.optimizer_phase_s = p.time.optimizer_phase_s;
-    pp.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
-    plan.prediction = pp;
+    plan.prediction = plan_prediction(best.prediction);
     plan.fsdp_run_command =
         "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);
     plan.torchrun_command = "torchrun --nnodes " + std::to_string(cluster.nodes) + " --nproc-per-node " +

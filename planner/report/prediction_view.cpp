@@ -44,6 +44,21 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   return j;
 }
 
+PlanPrediction plan_prediction(const Prediction& p) {
+  PlanPrediction pp;
+  pp.peak_bytes = p.memory.peak_allocated;
+  pp.peak_bytes_floor = p.memory.peak_allocated_floor;
+  pp.reserved_peak_bytes = p.memory.reserved_peak;
+  for (size_t i = 0; i < kNumMemoryCategories; ++i)
+    pp.memory_breakdown[std::string(kMemoryCategoryNames[i])] = p.memory.breakdown[i];
+  pp.step_s = p.time.step_s;
+  pp.compute_s = p.time.compute_s;
+  pp.exposed_comm_s = p.time.exposed_comm_s;
+  pp.optimizer_phase_s = p.time.optimizer_phase_s;
+  pp.tokens_per_s_per_gpu = p.tokens_per_s_per_gpu;
+  return pp;
+}
+
 nlohmann::json prediction_to_json(const Prediction& p) {
   nlohmann::json j;
   j["fits"] = p.fits;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "planfile/plan_file.hpp"
 #include "simulate.hpp"
 
 namespace fsdp {
@@ -18,6 +19,8 @@ struct SimulationContext {
 
 nlohmann::json strategy_to_json(const Strategy& s);
 nlohmann::json prediction_to_json(const Prediction& p);
+// What plan.yaml carries of a prediction, for `fsdp-plan compare` and fsdp-run's closing table.
+PlanPrediction plan_prediction(const Prediction& p);
 // The full `simulate --json` document: model, inputs, memory, time, throughput, fits.
 nlohmann::json simulation_to_json(const SimulationContext& ctx, const Prediction& p);
 

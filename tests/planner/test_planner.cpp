@@ -273,6 +273,42 @@ TEST_CASE("a CPU plan that reshards after forward predicts a range: plan.yaml ke
   for (const char* ext : {".yaml", ".json"}) std::remove((base + ext).c_str());
 }
 
+TEST_CASE("compare re-simulates a plan without a prediction: the same predictions plan.yaml would carry") {
+  const std::string base = "/tmp/fsdp_resim_" + std::to_string(::getpid());
+  REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --runtime fsdp-run --strategy fsdp --wrap layer --act-ckpt full "
+                  "--param-dtype fp32 --offload none --micro-batch 2 --seq 64 --grad-accum 1 "
+                  "--reshard-after-forward true --out " +
+                  base + ".yaml")
+              .code == 0);
+  PlanFile plan = read_plan_file(base + ".yaml");
+  REQUIRE(plan.prediction.has_value());
+  const PlanPrediction carried = *plan.prediction;
+  plan.prediction.reset();
+  write_plan_file(plan, base + ".bare.yaml");
+  nlohmann::json report;
+  report["memory"]["peak_bytes"] = carried.peak_bytes;
+  report["memory"]["breakdown"] = nlohmann::json::object();
+  report["steps"] = nlohmann::json::array({{{"time_s", 2.0}, {"comm_wait_s", 0.5}, {"optimizer_phase_s", 0.2}},
+                                           {{"time_s", 1.0}, {"comm_wait_s", 0.25}, {"optimizer_phase_s", 0.1}}});
+  std::ofstream(base + ".json") << report.dump();
+  auto with = run_cli("compare " + base + ".yaml " + base + ".json --json");
+  auto bare = run_cli("compare " + base + ".bare.yaml " + base + ".json --json");
+  REQUIRE(with.code == 0);
+  REQUIRE(bare.code == 0);
+  const auto a = nlohmann::json::parse(with.out), b = nlohmann::json::parse(bare.out);
+  for (const char* part : {"memory", "time"}) {
+    REQUIRE(a.at(part).size() == b.at(part).size());
+    for (size_t i = 0; i < a.at(part).size(); ++i) {
+      CAPTURE(a.at(part)[i].at("name").get<std::string>());
+      CHECK(b.at(part)[i].at("name") == a.at(part)[i].at("name"));
+      CHECK(b.at(part)[i].at("predicted").get<double>() ==
+            doctest::Approx(a.at(part)[i].at("predicted").get<double>()).epsilon(1e-6));
+      if (std::string(part) == "time") CHECK(b.at(part)[i].at("predicted").get<double>() > 0);
+    }
+  }
+  for (const char* ext : {".yaml", ".bare.yaml", ".json"}) std::remove((base + ext).c_str());
+}
+
 TEST_CASE("simulate --memory-timeline: the walk op by op, its peak marked and equal to the reported peak") {
   auto j = run_cli(
       "simulate --model tiny --gpus 2 --hw cpu --strategy fsdp --act-ckpt full --micro-batch 2 --seq 64 "
