@@ -329,7 +329,7 @@ void Calibrator::kernels_again() {
                  " timings (a busy machine); keeping each shape's fastest");
     }
   };
-  progress("GEMMs and attention again (each shape keeps its faster timing)");
+  progress("GEMMs and attention again (each shape keeps its fastest timing)");
   for (auto [dt, samples] : {std::pair{at::kFloat, &fp32_}, {at::kBFloat16, &bf16_}, {at::kHalf, &fp16_}}) {
     if (samples->empty()) continue;
     settle(
