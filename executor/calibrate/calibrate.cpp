@@ -213,7 +213,7 @@ class Calibrator {
   void collectives(const DistEnv& env);
   void step_probe(const DistEnv& env, int rounds);
   void finish_step_probe();
-  bool oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to);
+  bool oversubscribed_probe(int ranks, DType dtype, int64_t steps, std::vector<double>& to);
   void measure_group(Group& g, std::vector<CollSample>& out, const std::string& what);
   std::string write_profile(const DistEnv& env);
 
@@ -238,12 +238,20 @@ class Calibrator {
   int threads_ = 0;  // intra-op threads of each rank (configure_cpu_threads)
   int cpus_ = 0;     // CPUs this process may run on (sched_getaffinity)
   std::vector<CollSample> intra_, inter_;
-  // The step probe (in_step_factor): rank 0's steps with the node's collectives, and alone, over every round
-  // of both blocks; the same plan over twice as many ranks as CPUs (CPU only); and their medians.
-  std::vector<double> probe_real_, probe_local_, probe_shared_;
+  // The step probes (in_step_factor), one per compute dtype that the factors are kept for: rank 0's steps
+  // with the node's collectives, and alone, over every round of both blocks; the same plan over twice as many
+  // ranks as CPUs (CPU only); and their medians.
+  struct ProbeSeries {
+    DType dtype;
+    int64_t steps_quick, steps_full;  // steps a run (its first warms up)
+    std::vector<double> real, local, shared;
+    bool shared_failed = false;  // rank 0: the over-subscribed run failed once (said why); not tried again
+    double step_s = 0, alone_s = 0, shared_step_s = 0;
+  };
+  // bf16 first: its factors are the profile's in_step_factor(_shared_cores), which every dtype without its
+  // own uses. An fp32 step of the probe takes ~10x a bf16 one (netlib sgemm): fewer steps a run.
+  std::array<ProbeSeries, 2> probes_{{{DType::Bf16, 12, 16, {}, {}, {}}, {DType::Fp32, 6, 8, {}, {}, {}}}};
   int probe_rounds_ = 0;
-  bool probe_shared_failed_ = false;  // rank 0: the over-subscribed run failed once (said why); not tried again
-  double probe_step_s_ = 0, probe_alone_s_ = 0, probe_shared_step_s_ = 0;
   int intra_size_ = 0, inter_size_ = 0;
 };
 
@@ -650,9 +658,10 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   // that arrive apart and transport threads that wait for busy cores, and on this kind of machine cost more.
   // The probe plan runs for real over the node's ranks and then, on every rank at once, with its collectives
   // made local (the executor's rehearsal, --emulate-world-size): the difference is what its collectives cost
-  // inside a step. write_profile divides it by what the fitted profile prices them at.
+  // inside a step. write_profile divides it by what the fitted profile prices them at. The probe runs once per
+  // compute dtype that keeps its own factors (probes_: bf16, fp32): on a CPU an fp32 step computes 30-40x
+  // longer between the same collectives, and their transport threads take their cores from that compute.
   if (comm_.size() < 2 || comm_.size() != env.local_world_size) return;
-  const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
   // Rounds of real and rehearsed runs alternate, and each side is the median of all its rounds' steps: a slow
   // phase of the machine (minutes on a shared VM) then weighs on every side alike instead of on one run of
   // 10 steps (one run a side before: the factor moved 0.82-1.5 between calibrations). On CPUs each round also
@@ -664,9 +673,6 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   // calibrations of one idle machine (tests/accuracy/README.md, runs I-M) were 0.87-1.27x (2 ranks) and
   // 0.76-1.26x (4 ranks) of the one factor that best fitted the grid measured after each; with two blocks
   // of 4 rounds of 11 steps, 0.93-1.20x and 0.77-1.05x (runs N-T).
-  RunConfig cfg;
-  cfg.steps = opt_.quick ? 12 : 16;
-  cfg.log_every = cfg.steps + 1;
   auto add_steps = [](const RunResult& r, std::vector<double>& to) {
     for (std::size_t i = 1; i < r.steps.size(); ++i) to.push_back(r.steps[i].time_s);  // step 1 warms up
   };
@@ -676,50 +682,59 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
     return cal::median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end()));
   };
   for (int round = 0; round < rounds; ++round) {
-    const std::size_t real0 = probe_real_.size(), local0 = probe_local_.size(), shared0 = probe_shared_.size();
-    comm_.world().barrier();
-    {
-      Trainer trainer(plan, cfg, comm_);
-      add_steps(trainer.run(nullptr), probe_real_);
-    }
-    comm_.world().barrier();
-    {
-      std::unique_ptr<Comm> local = Comm::emulate(comm_.size(), !cuda_);
-      Trainer trainer(plan, cfg, *local);
-      add_steps(trainer.run(nullptr), probe_local_);
-    }
     ++probe_rounds_;
-    if (!cuda_) {
-      comm_.set_busy_poll(false);
+    for (ProbeSeries& pr : probes_) {
+      const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu", pr.dtype);
+      RunConfig cfg;
+      cfg.steps = opt_.quick ? pr.steps_quick : pr.steps_full;
+      cfg.log_every = cfg.steps + 1;
+      const std::size_t real0 = pr.real.size(), local0 = pr.local.size(), shared0 = pr.shared.size();
       comm_.world().barrier();
-      if (comm_.rank() == 0 && !probe_shared_failed_)
-        probe_shared_failed_ = !oversubscribed_probe(2 * comm_.size(), cfg.steps, probe_shared_);
+      {
+        Trainer trainer(plan, cfg, comm_);
+        add_steps(trainer.run(nullptr), pr.real);
+      }
       comm_.world().barrier();
-      comm_.set_busy_poll(poll);
+      {
+        std::unique_ptr<Comm> local = Comm::emulate(comm_.size(), !cuda_);
+        Trainer trainer(plan, cfg, *local);
+        add_steps(trainer.run(nullptr), pr.local);
+      }
+      if (!cuda_) {
+        comm_.set_busy_poll(false);
+        comm_.world().barrier();
+        if (comm_.rank() == 0 && !pr.shared_failed)
+          pr.shared_failed = !oversubscribed_probe(2 * comm_.size(), pr.dtype, cfg.steps, pr.shared);
+        comm_.world().barrier();
+        comm_.set_busy_poll(poll);
+      }
+      progress(fmt("step probe round %.0f", probe_rounds_) + " (" + to_string(pr.dtype) +
+               "): " + fmt("%.2f ms", run_median(pr.real, real0) * 1e3) +
+               fmt(", %.2f ms local", run_median(pr.local, local0) * 1e3) +
+               (pr.shared.size() > shared0 ? fmt(", %.2f ms", run_median(pr.shared, shared0) * 1e3) + " over " +
+                                                 std::to_string(2 * comm_.size()) + " ranks"
+                                           : std::string()));
     }
-    progress(fmt("step probe round %.0f: ", probe_rounds_) + fmt("%.2f ms", run_median(probe_real_, real0) * 1e3) +
-             fmt(", %.2f ms local", run_median(probe_local_, local0) * 1e3) +
-             (probe_shared_.size() > shared0 ? fmt(", %.2f ms", run_median(probe_shared_, shared0) * 1e3) + " over " +
-                                                   std::to_string(2 * comm_.size()) + " ranks"
-                                             : std::string()));
   }
   comm_.world().barrier();
 }
 
 void Calibrator::finish_step_probe() {
-  if (probe_real_.empty()) return;
-  probe_step_s_ = cal::median(probe_real_);
-  probe_alone_s_ = cal::median(probe_local_);
-  probe_shared_step_s_ = probe_shared_.empty() ? 0.0 : cal::median(probe_shared_);
-  progress("step probe (fsdp, bf16, " + std::to_string(comm_.size()) + " ranks, " + std::to_string(probe_rounds_) +
-           " rounds): " + fmt("%.2f ms", probe_step_s_ * 1e3) + " a step, " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
-           " with local collectives" +
-           (probe_shared_step_s_ > 0
-                ? fmt(", %.2f ms", probe_shared_step_s_ * 1e3) + " over " + std::to_string(2 * comm_.size()) + " ranks"
-                : std::string()));
+  for (ProbeSeries& pr : probes_) {
+    if (pr.real.empty()) continue;
+    pr.step_s = cal::median(pr.real);
+    pr.alone_s = cal::median(pr.local);
+    pr.shared_step_s = pr.shared.empty() ? 0.0 : cal::median(pr.shared);
+    progress("step probe (fsdp, " + std::string(to_string(pr.dtype)) + ", " + std::to_string(comm_.size()) +
+             " ranks, " + std::to_string(probe_rounds_) + " rounds): " + fmt("%.2f ms", pr.step_s * 1e3) + " a step, " +
+             fmt("%.2f ms", pr.alone_s * 1e3) + " with local collectives" +
+             (pr.shared_step_s > 0
+                  ? fmt(", %.2f ms", pr.shared_step_s * 1e3) + " over " + std::to_string(2 * comm_.size()) + " ranks"
+                  : std::string()));
+  }
 }
 
-bool Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<double>& to) {
+bool Calibrator::oversubscribed_probe(int ranks, DType dtype, int64_t steps, std::vector<double>& to) {
   // The probe plan over `ranks` local ranks, run by this same binary as `fsdp-run plan.yaml` under its own
   // launcher, in a scratch directory; its report's steps 2..N join `to`. A failed run leaves `to` as it was
   // (the profile then has no shared-cores factor when no round succeeded), says why and returns false.
@@ -731,7 +746,7 @@ bool Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<doub
     dir = fs::temp_directory_path() / ("fsdp-calibrate-probe-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     const std::string plan_path = (dir / "probe.yaml").string(), report_path = (dir / "report.json").string();
-    write_plan_file(step_probe_plan(ranks, "cpu"), plan_path);
+    write_plan_file(step_probe_plan(ranks, "cpu", dtype), plan_path);
     LaunchOptions lo;
     lo.nproc = ranks;
     lo.grace = std::chrono::milliseconds(1000LL * opt_.timeout_s + 30000);
@@ -744,8 +759,8 @@ bool Calibrator::oversubscribed_probe(int ranks, int64_t steps, std::vector<doub
     const auto& st = report.at("steps");
     for (std::size_t i = 1; i < st.size(); ++i) to.push_back(st[i].at("time_s").get<double>());
   } catch (const std::exception& e) {
-    progress(std::string("step probe over ") + std::to_string(ranks) + " ranks failed (" + e.what() +
-             "); not tried again");
+    progress(std::string("step probe (") + to_string(dtype) + ") over " + std::to_string(ranks) + " ranks failed (" +
+             e.what() + "); not tried again");
     ok = false;
   }
   if (!dir.empty()) fs::remove_all(dir, ec);
@@ -1117,15 +1132,26 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     N["node.inter_node"] = from_base + ": launched on one node";
   }
   // --- Collectives inside a step: the step probe's measured collective time / the profile's price for it ---
-  if (probe_step_s_ > 0) {
-    const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu");
+  // Every factor and per-unit time is priced against this profile without any of them (the per-unit time adds
+  // to compute only, so the collectives' price is the same with it). With a factor already in, the
+  // shared-cores one written was the measured one divided by it: 1.63 where 0.79 was measured, on a profile
+  // whose node factor was 0.48.
+  hw.collective_in_step_factor = hw.collective_in_step_factor_shared_cores = 0;
+  hw.collective_in_step_factor_fp32 = hw.collective_in_step_factor_shared_cores_fp32 = 0;
+  hw.host_overhead_bf16.unit = hw.host_overhead_fp32.unit = Seconds(0);
+  struct Factors {
+    double node = 0, shared = 0;
+    Seconds unit{0};
+  };
+  std::array<Factors, 2> factors;
+  const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
+  for (std::size_t i = 0; i < probes_.size(); ++i) {
+    const ProbeSeries& pr = probes_[i];
+    if (pr.step_s <= 0) continue;
+    const bool fp32 = pr.dtype == DType::Fp32;
+    const std::string dt = to_string(pr.dtype), sfx = fp32 ? "_fp32" : "";
+    const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu", pr.dtype);
     const ModuleGraph graph(plan.model);
-    const RuntimeProfile rt = load_runtime("fsdp-run", opt_.config_root);
-    // One prediction of the probe without either term below (the per-unit time adds to compute only, so the
-    // collectives' price is the same with it).
-    hw.collective_in_step_factor = 0;
-    hw.collective_in_step_factor_shared_cores = 0;
-    hw.host_overhead_bf16.unit = Seconds(0);
     StepProgram prog;
     const Prediction pred =
         simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, plan.cluster.gpus_per_node}, plan.strategy}, &prog);
@@ -1133,54 +1159,59 @@ std::string Calibrator::write_profile(const DistEnv& env) {
     // machinery around each wrap unit, beyond the bytes the step program counts) is spread over its units.
     if (!cuda_) {
       const double units = double(prog.units.size());
-      const double rest = probe_alone_s_ - pred.time.compute_s;
-      if (rest > 0) hw.host_overhead_bf16.unit = Seconds(rest / units);
-      N["device.host_overhead"] +=
-          fmt(";\nbf16 unit: the step probe's rehearsal (%.2f ms", probe_alone_s_ * 1e3) +
-          fmt(") less the compute this profile prices for it (%.2f ms)", pred.time.compute_s * 1e3) +
-          fmt(", over its %.0f units", units) + (rest > 0 ? "" : " (none left: 0)");
+      const double rest = pr.alone_s - pred.time.compute_s;
+      if (rest > 0) factors[i].unit = Seconds(rest / units);
+      N["device.host_overhead"] += ";\n" + dt + " unit: the " + dt + " step probe's rehearsal" +
+                                   fmt(" (%.2f ms) less the compute this profile prices for it", pr.alone_s * 1e3) +
+                                   fmt(" (%.2f ms)", pred.time.compute_s * 1e3) + fmt(", over its %.0f units", units) +
+                                   (rest > 0 ? "" : " (none left: 0)");
     }
-    const std::string what = fmt("the step probe (fsdp, bf16, %.0f ranks", double(comm_.size())) +
+    const std::string what = "the step probe (fsdp, " + dt + fmt(", %.0f ranks", double(comm_.size())) +
                              "; executor/calibrate/calibrate.cpp step_probe_plan) stepped in " +
-                             fmt("%.2f ms", probe_step_s_ * 1e3) + ", " + fmt("%.2f ms", probe_alone_s_ * 1e3) +
+                             fmt("%.2f ms", pr.step_s * 1e3) + ", " + fmt("%.2f ms", pr.alone_s * 1e3) +
                              " with local collectives;\nthis profile prices its collectives at " +
                              fmt("%.2f ms", pred.time.comm_s * 1e3);
     // factor = what the probe's collectives took inside its steps / what this profile prices them at; the
     // field keeps 0 (absent) when the probe saw no cost.
-    auto set_factor = [&](double in_step, double price, const std::string& how, double& field, const char* key) {
+    auto set_factor = [&](double in_step, double price, const std::string& how, double& field, const std::string& key) {
       if (in_step > 0 && price > 0) {
         field = std::min(10.0, in_step / price);
         N[key] = by + how + ": factor = " + fmt("%.2f ms", in_step * 1e3) + " / " + fmt("%.2f ms", price * 1e3);
       }
       rep << "calibrate: " << how << "; in-step factor " << fmt("%.3g", field) << "\n";
     };
-    // The node's factor goes into the profile only after the shared-cores probe is priced: both prices are this
-    // profile's without either factor (with the node's factor in the shared-cores price, the written factor was
-    // the measured one divided by the node's: 1.63 where 0.79 was measured, on a profile whose node factor was
-    // 0.48).
-    double node_factor = 0;
-    set_factor(probe_step_s_ - probe_alone_s_, pred.time.comm_s, what, node_factor, "collectives.in_step_factor");
+    set_factor(pr.step_s - pr.alone_s, pred.time.comm_s, what, factors[i].node, "collectives.in_step_factor" + sfx);
     // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute the
     // profile prices for each rank there over that at the node's ranks (half a core each: about 2x; both with the
-    // per-unit time set above, as every plan's will be), the rest is its collectives.
-    if (probe_shared_step_s_ > 0) {
+    // per-unit time, as every plan's will be), the rest is its collectives. Measured directly (4 rehearsals at
+    // once on 2 vCPUs, bf16): 17.5 ms against the 17.8 ms this gives.
+    if (pr.shared_step_s > 0) {
+      HardwareProfile priced = hw;
+      (fp32 ? priced.host_overhead_fp32 : priced.host_overhead_bf16).unit = factors[i].unit;
       const int ranks = 2 * comm_.size();
-      const PlanFile shared_plan = step_probe_plan(ranks, "cpu");
-      const Prediction node = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, comm_.size()}, plan.strategy});
-      const Prediction shared = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, shared_plan.strategy});
+      const PlanFile shared_plan = step_probe_plan(ranks, "cpu", pr.dtype);
+      const Prediction node = simulate(SimulationInput{&graph, &priced, &rt, Cluster{1, comm_.size()}, plan.strategy});
+      const Prediction shared =
+          simulate(SimulationInput{&graph, &priced, &rt, Cluster{1, ranks}, shared_plan.strategy});
       const double compute_ratio = shared.time.compute_s / node.time.compute_s;
-      const double local = probe_alone_s_ * compute_ratio;
+      const double local = pr.alone_s * compute_ratio;
       const std::string what2 =
-          fmt("the step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
-          fmt("%.2f ms", probe_shared_step_s_ * 1e3) +
-          fmt(";\nits local step: the rehearsal's %.2f ms", probe_alone_s_ * 1e3) + fmt(" x %.3f", compute_ratio) +
-          " (the compute this profile prices per rank there over that at " + std::to_string(comm_.size()) +
-          " ranks);\nthis profile prices its collectives at " + fmt("%.2f ms", shared.time.comm_s * 1e3);
-      set_factor(probe_shared_step_s_ - local, shared.time.comm_s, what2, hw.collective_in_step_factor_shared_cores,
-                 "collectives.in_step_factor_shared_cores");
+          "the " + dt + fmt(" step probe over %.0f ranks", double(ranks)) + " (twice the CPUs) stepped in " +
+          fmt("%.2f ms", pr.shared_step_s * 1e3) + fmt(";\nits local step: the rehearsal's %.2f ms", pr.alone_s * 1e3) +
+          fmt(" x %.3f", compute_ratio) + " (the compute this profile prices per rank there over that at " +
+          std::to_string(comm_.size()) + " ranks);\nthis profile prices its collectives at " +
+          fmt("%.2f ms", shared.time.comm_s * 1e3);
+      set_factor(pr.shared_step_s - local, shared.time.comm_s, what2, factors[i].shared,
+                 "collectives.in_step_factor_shared_cores" + sfx);
     }
-    hw.collective_in_step_factor = node_factor;
   }
+  static_assert(std::tuple_size_v<decltype(probes_)> == 2);
+  hw.collective_in_step_factor = factors[0].node;
+  hw.collective_in_step_factor_shared_cores = factors[0].shared;
+  hw.host_overhead_bf16.unit = factors[0].unit;
+  hw.collective_in_step_factor_fp32 = factors[1].node;
+  hw.collective_in_step_factor_shared_cores_fp32 = factors[1].shared;
+  hw.host_overhead_fp32.unit = factors[1].unit;
   const std::string keep = from_base;
   for (const char* k : {"node.gpus_per_node", "node.nics_per_node", "collectives.compute_slowdown_during_comm"})
     N[k] = keep;
@@ -1242,11 +1273,11 @@ std::string Calibrator::write_profile(const DistEnv& env) {
 
 }  // namespace
 
-// The probe plan of collectives.in_step_factor: FSDP over the node's local ranks, computing in bf16, the second
-// host-overhead probe's shape (96 tokens, hidden 160, ffn 432, vocab 768) with 2 layers wrapped one per unit
-// and resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
+// The probe plan of collectives.in_step_factor: FSDP over the node's local ranks, computing in bf16 (or fp32), the
+// second host-overhead probe's shape (96 tokens, hidden 160, ffn 432, vocab 768) with 2 layers wrapped one per unit and
+// resharded after forward: a gather per unit each way, a reduce-scatter per unit, the gradient-norm and loss
 // all-reduces. A step of a few tens of ms: collectives are a large part of it, as in small-model steps.
-PlanFile step_probe_plan(int ranks, const std::string& device) {
+PlanFile step_probe_plan(int ranks, const std::string& device, DType compute) {
   const ProbeShape& shape = kProbeShapes[1];  // 2 layers
   ConfigMap map = ConfigMap::load_string(probe_model_yaml(shape), "calibrate step probe");
   PlanFile plan;
@@ -1260,7 +1291,7 @@ PlanFile step_probe_plan(int ranks, const std::string& device) {
   plan.strategy.kind = StrategyKind::Fsdp;
   plan.strategy.wrap.kind = WrapKind::Layer;
   plan.strategy.reshard_after_forward = true;
-  plan.strategy.param_dtype = DType::Bf16;
+  plan.strategy.param_dtype = compute;
   plan.strategy.reduce_dtype = DType::Fp32;
   plan.strategy.micro_batch = 1;
   plan.strategy.seq_len = shape.tokens;

@@ -13,8 +13,9 @@ namespace fsdp::exec {
 // --nproc-per-node, which starts N local ranks of it). Returns the exit code; InputError on bad flags.
 int run_calibrate(const std::vector<std::string>& args, const std::string& argv0);
 
-// The step probe's plan over `ranks` local ranks on `device` ("cpu" or "cuda"): the plan whose measured steps
-// give collectives.in_step_factor (over the node's ranks) and in_step_factor_shared_cores (over twice the CPUs).
-PlanFile step_probe_plan(int ranks, const std::string& device);
+// The step probe's plan over `ranks` local ranks on `device` ("cpu" or "cuda"), computing in `compute`: the plan
+// whose measured steps give collectives.in_step_factor (over the node's ranks) and in_step_factor_shared_cores
+// (over twice the CPUs), with the suffix _fp32 for the fp32 probe's.
+PlanFile step_probe_plan(int ranks, const std::string& device, DType compute);
 
 }  // namespace fsdp::exec

@@ -143,6 +143,9 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
     keys.emplace_back(k);
   if (hw.collective_in_step_factor > 0) keys.push_back("collectives.in_step_factor");
   if (hw.collective_in_step_factor_shared_cores > 0) keys.push_back("collectives.in_step_factor_shared_cores");
+  if (hw.collective_in_step_factor_fp32 > 0) keys.push_back("collectives.in_step_factor_fp32");
+  if (hw.collective_in_step_factor_shared_cores_fp32 > 0)
+    keys.push_back("collectives.in_step_factor_shared_cores_fp32");
   return keys;
 }
 
@@ -193,6 +196,12 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   if (hw.collective_in_step_factor_shared_cores > 0)
     w.field(2, "collectives.in_step_factor_shared_cores", "in_step_factor_shared_cores",
             fmt("%.4g", hw.collective_in_step_factor_shared_cores));
+  if (hw.collective_in_step_factor_fp32 > 0)
+    w.field(2, "collectives.in_step_factor_fp32", "in_step_factor_fp32",
+            fmt("%.4g", hw.collective_in_step_factor_fp32));
+  if (hw.collective_in_step_factor_shared_cores_fp32 > 0)
+    w.field(2, "collectives.in_step_factor_shared_cores_fp32", "in_step_factor_shared_cores_fp32",
+            fmt("%.4g", hw.collective_in_step_factor_shared_cores_fp32));
   return w.out().str();
 }
 

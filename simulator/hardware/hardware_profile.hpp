@@ -103,8 +103,17 @@ struct HardwareProfile {
   // a node's ranks outnumber its cores. fsdp-run's ranks then sleep in their waits instead of polling
   // (cpu_ranks_poll below); calibrate measures it on its step probe run over twice as many ranks as CPUs.
   double collective_in_step_factor_shared_cores = 0;
-  // The factor for a plan with `ranks_per_node` ranks on each node.
-  double in_step_factor(int ranks_per_node) const;
+  // `collectives.in_step_factor_fp32` and `in_step_factor_shared_cores_fp32` (optional; 0, absent: the two
+  // above): the same for plans that compute in fp32. The two above are measured on a bf16 probe and price every
+  // other compute dtype. A CPU step in fp32 computes 30-40x longer between its collectives than in bf16 (netlib
+  // sgemm against oneDNN's bf16 kernels), and its collectives' transport threads take their cores from that
+  // compute instead of from a waiting rank: measured on this project's 2-vCPU VM, the same probe's collectives
+  // cost 0.43x their isolated price inside a bf16 step and 0.84x inside an fp32 one (tests/accuracy/README.md).
+  double collective_in_step_factor_fp32 = 0;
+  double collective_in_step_factor_shared_cores_fp32 = 0;
+  // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`: the dtype's
+  // own factor for that case, else the probe's (bf16) factor for it, else 1.
+  double in_step_factor(int ranks_per_node, DType compute) const;
 
   FlopsPerSecond peak_flops(DType) const;
   // The dtype's own curve when the profile has one, else the shared one.

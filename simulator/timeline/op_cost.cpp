@@ -103,7 +103,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
     const CollectiveCost cc =
         collective_cost(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
-    t += hw.in_step_factor(static_cast<int>(c.gpus_per_node)) * (cc.latency.value + share * cc.transfer.value);
+    t += hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
   }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
   if (op.host_optimizer_params > 0)

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "test_common.hpp"
 // (test_common.hpp first: torch headers before doctest)
@@ -288,6 +289,9 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.matmul_forward_ratio_fp32 = 1.468;
   hw.collective_in_step_factor = 1.23;
   hw.collective_in_step_factor_shared_cores = 0.91;
+  hw.collective_in_step_factor_fp32 = 0.84;
+  hw.collective_in_step_factor_shared_cores_fp32 = 1.07;
+  hw.host_overhead_fp32.unit = Seconds(1.47e-3);
   hw.host_overhead_bf16 =
       HostOverhead{Seconds(285.5e-6), Seconds(393.8e-6), Seconds(44.46e-6), Seconds(124.3e-6), Seconds(680.6e-6)};
   hw.intra_node.bandwidth = BytesPerSecond(0.612e9);
@@ -339,6 +343,9 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(back.matmul_forward_ratio(DType::Bf16) == 1.0);
   CHECK(back.collective_in_step_factor == doctest::Approx(1.23));
   CHECK(back.collective_in_step_factor_shared_cores == doctest::Approx(0.91));
+  CHECK(back.collective_in_step_factor_fp32 == doctest::Approx(0.84));
+  CHECK(back.collective_in_step_factor_shared_cores_fp32 == doctest::Approx(1.07));
+  CHECK(rel(back.host_overhead_fp32.unit.value, 1.47e-3) < 1e-5);
   CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.unit.value, hw.host_overhead_bf16.unit.value) < 1e-5);
@@ -388,15 +395,20 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   // Every GEMM shape was timed in its three orientations: the forward one's share is measured.
   CHECK(hw.matmul_forward_ratio_fp32 > 0);
   CHECK(hw.matmul_forward_ratio_fp32 < 3);
-  // The step probe ran over both ranks and alone, in two blocks of 4 rounds (each round reported): its
-  // collectives cost something inside a step.
-  CHECK(r.out.find("calibrate: step probe (fsdp, bf16, 2 ranks, 8 rounds)") != std::string::npos);
-  for (int round = 1; round <= 8; ++round)
-    CHECK(r.out.find("calibrate: step probe round " + std::to_string(round) + ": ") != std::string::npos);
+  // The step probe ran over both ranks and alone, in bf16 and in fp32, in two blocks of 4 rounds (each round
+  // reported): its collectives cost something inside a step.
+  for (const std::string dt : {"bf16", "fp32"}) {
+    CHECK(r.out.find("calibrate: step probe (fsdp, " + dt + ", 2 ranks, 8 rounds)") != std::string::npos);
+    for (int round = 1; round <= 8; ++round)
+      CHECK(r.out.find("calibrate: step probe round " + std::to_string(round) + " (" + dt + "): ") !=
+            std::string::npos);
+  }
   // The kernels were timed a second time, at the end (each shape keeps its faster timing).
   CHECK(r.out.find("calibrate: GEMMs and attention again") != std::string::npos);
   CHECK(hw.collective_in_step_factor > 0);
   CHECK(hw.collective_in_step_factor_shared_cores > 0);
+  CHECK(hw.collective_in_step_factor_fp32 > 0);
+  CHECK(hw.collective_in_step_factor_shared_cores_fp32 > 0);
   {
     // Each factor reproduces what it was fitted to: the written profile prices the probe's collectives over the
     // 2 calibrating ranks, and over the 4 of the over-subscribed run, at the in-step time measured for them (on a
@@ -405,9 +417,12 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
     std::stringstream text;
     text << f.rdbuf();
     const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
-    for (auto [ranks, key] : {std::pair{2, "in_step_factor"}, std::pair{4, "in_step_factor_shared_cores"}}) {
+    for (auto [ranks, dt, key] :
+         {std::tuple{2, DType::Bf16, "in_step_factor"}, std::tuple{4, DType::Bf16, "in_step_factor_shared_cores"},
+          std::tuple{2, DType::Fp32, "in_step_factor_fp32"},
+          std::tuple{4, DType::Fp32, "in_step_factor_shared_cores_fp32"}}) {
       if (ranks == 4 && cpu_ranks_poll(hw.cpu_cores, 4)) continue;
-      const PlanFile probe = step_probe_plan(ranks, "cpu");
+      const PlanFile probe = step_probe_plan(ranks, "cpu", dt);
       const ModuleGraph graph(probe.model);
       const Prediction p = simulate(SimulationInput{&graph, &hw, &rt, Cluster{1, ranks}, probe.strategy});
       const double noted = noted_in_step_s(text.str(), key);

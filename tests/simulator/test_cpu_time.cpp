@@ -101,7 +101,7 @@ TEST_CASE("ranks beyond the cores the profile was measured with slow every op of
                         Bytes(op.comm_bytes), g);
     REQUIRE(cc.transfer.value > 0);
     CHECK(op_duration(op, four, hw, Cluster{1, 4}, s) - op_duration(op, four, one, Cluster{1, 4}, s) ==
-          doctest::Approx(hw.in_step_factor(4) * cc.transfer.value));
+          doctest::Approx(hw.in_step_factor(4, s.param_dtype) * cc.transfer.value));
     ++collectives;
   }
   CHECK(collectives > 0);
@@ -236,21 +236,26 @@ TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the opt
 
 TEST_CASE(
     "collectives cost in_step_factor times their isolated price (its shared-cores one when ranks outnumber "
-    "the cores); nothing else does") {
+    "the cores; fp32 plans their own); nothing else does") {
   ModuleGraph g(small_model());
   const RuntimeProfile rt = runtime("fsdp-run");
-  const Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
   HardwareProfile hw = hardware("cpu");
   REQUIRE(hw.cpu_cores == 2);
   hw.collective_in_step_factor = 1.0;  // isolated prices (cpu.yaml carries measured in-step factors)
   hw.collective_in_step_factor_shared_cores = 0.0;
+  hw.collective_in_step_factor_fp32 = 0.0;
+  hw.collective_in_step_factor_shared_cores_fp32 = 0.0;
   HardwareProfile in_step = hw;
   in_step.collective_in_step_factor = 1.4;
   in_step.collective_in_step_factor_shared_cores = 0.7;
-  for (int ranks : {2, 4}) {
-    INFO(ranks << " ranks on 2 cores");
+  in_step.collective_in_step_factor_fp32 = 2.1;
+  in_step.collective_in_step_factor_shared_cores_fp32 = 1.3;
+  for (auto [ranks, dt] :
+       {std::pair{2, DType::Bf16}, std::pair{4, DType::Bf16}, std::pair{2, DType::Fp32}, std::pair{4, DType::Fp32}}) {
+    INFO(ranks << " ranks on 2 cores, " << to_string(dt));
+    const Strategy s = fsdp_strategy(dt, ActCkpt::None);
     const Cluster c{1, ranks};
-    const double factor = ranks == 2 ? 1.4 : 0.7;
+    const double factor = dt == DType::Fp32 ? (ranks == 2 ? 2.1 : 1.3) : (ranks == 2 ? 1.4 : 0.7);
     const StepProgram p = program(g, s, rt, 1, ranks);
     int collectives = 0;
     for (const Op& op : p.ops) {

@@ -193,7 +193,8 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
           more, "  cores: 1\n",
           "  cores: 1\n  elementwise_bandwidth:\n    bf16: \"7.5 GB/s\"\n  matmul_forward_ratio:\n    fp32: 1.47\n"),
       "  compute_slowdown_during_comm:",
-      "  in_step_factor: 1.25\n  in_step_factor_shared_cores: 1.75\n  compute_slowdown_during_comm:");
+      "  in_step_factor: 1.25\n  in_step_factor_shared_cores: 1.75\n  in_step_factor_fp32: 2.5\n"
+      "  in_step_factor_shared_cores_fp32: 3.5\n  compute_slowdown_during_comm:");
   HardwareProfile cal = load_hardware(write_temp_profile(calibrated, "cpu_calibrated"), kRoot);
   CHECK(cal.elementwise_bandwidth(DType::Bf16).value == doctest::Approx(7.5e9));
   CHECK(cal.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(cal.memory_bandwidth.value));
@@ -201,19 +202,38 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
   CHECK(cal.matmul_forward_ratio(DType::Bf16) == 1.0);
   // The shared-cores factor applies when a node's ranks outnumber its cores (fsdp-run's ranks then sleep).
   REQUIRE(cal.cpu_cores == 2);
-  CHECK(cal.in_step_factor(2) == doctest::Approx(1.25));
-  CHECK(cal.in_step_factor(3) == doctest::Approx(1.75));
-  CHECK(plain.in_step_factor(2) == 1.0);
-  CHECK(plain.in_step_factor(4) == 1.0);
-  HardwareProfile one_factor = cal;
-  one_factor.collective_in_step_factor_shared_cores = 0;
-  CHECK(one_factor.in_step_factor(4) == doctest::Approx(1.25));
+  // The fp32 factors price fp32 plans; bf16 and fp16 plans take the probe's (bf16) ones.
+  for (DType dt : {DType::Bf16, DType::Fp16}) {
+    CHECK(cal.in_step_factor(2, dt) == doctest::Approx(1.25));
+    CHECK(cal.in_step_factor(3, dt) == doctest::Approx(1.75));
+  }
+  CHECK(cal.in_step_factor(2, DType::Fp32) == doctest::Approx(2.5));
+  CHECK(cal.in_step_factor(3, DType::Fp32) == doctest::Approx(3.5));
+  for (DType dt : {DType::Fp32, DType::Bf16}) {
+    CHECK(plain.in_step_factor(2, dt) == 1.0);
+    CHECK(plain.in_step_factor(4, dt) == 1.0);
+  }
+  // Each absent factor falls back: fp32's shared-cores one to the probe's shared-cores one, then to the
+  // dtype's own node factor, then to the probe's.
+  HardwareProfile fallback = cal;
+  fallback.collective_in_step_factor_shared_cores_fp32 = 0;
+  CHECK(fallback.in_step_factor(4, DType::Fp32) == doctest::Approx(1.75));
+  fallback.collective_in_step_factor_shared_cores = 0;
+  CHECK(fallback.in_step_factor(4, DType::Fp32) == doctest::Approx(2.5));
+  CHECK(fallback.in_step_factor(4, DType::Bf16) == doctest::Approx(1.25));
+  fallback.collective_in_step_factor_fp32 = 0;
+  CHECK(fallback.in_step_factor(4, DType::Fp32) == doctest::Approx(1.25));
+  CHECK(fallback.in_step_factor(2, DType::Fp32) == doctest::Approx(1.25));
   check_refused(calibrated, "bf16: \"7.5 GB/s\"", "bf16: \"7.5 GB\"", "cpu_ew_unit",
                 {"device.elementwise_bandwidth.bf16"});
   check_refused(calibrated, "fp32: 1.47", "fp32: 3.5", "cpu_fwd_ratio", {"device.matmul_forward_ratio.fp32"});
   check_refused(calibrated, "in_step_factor: 1.25", "in_step_factor: 0", "cpu_in_step", {"collectives.in_step_factor"});
   check_refused(calibrated, "in_step_factor_shared_cores: 1.75", "in_step_factor_shared_cores: 11",
                 "cpu_in_step_shared", {"collectives.in_step_factor_shared_cores", "(0, 10]"});
+  check_refused(calibrated, "in_step_factor_fp32: 2.5", "in_step_factor_fp32: -1", "cpu_in_step_fp32",
+                {"collectives.in_step_factor_fp32", "(0, 10]"});
+  check_refused(calibrated, "in_step_factor_shared_cores_fp32: 3.5", "in_step_factor_shared_cores_fp32: fast",
+                "cpu_in_step_shared_fp32", {"collectives.in_step_factor_shared_cores_fp32"});
 
   // A GPU is not a number of cores.
   const std::string a100 = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
