@@ -659,7 +659,7 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   // The probe plan runs for real over the node's ranks and then, on every rank at once, with its collectives
   // made local (the executor's rehearsal, --emulate-world-size): the difference is what its collectives cost
   // inside a step. write_profile divides it by what the fitted profile prices them at. The probe runs once per
-  // compute dtype that keeps its own factors (probes_: bf16, fp32): on a CPU an fp32 step computes 30-40x
+  // compute dtype that keeps its own factors (probes_: bf16, fp32): on a CPU the fp32 probe computes ~10x
   // longer between the same collectives, and their transport threads take their cores from that compute.
   if (comm_.size() < 2 || comm_.size() != env.local_world_size) return;
   // Rounds of real and rehearsed runs alternate, and each side is the median of all its rounds' steps: a slow

@@ -105,10 +105,10 @@ struct HardwareProfile {
   double collective_in_step_factor_shared_cores = 0;
   // `collectives.in_step_factor_fp32` and `in_step_factor_shared_cores_fp32` (optional; 0, absent: the two
   // above): the same for plans that compute in fp32. The two above are measured on a bf16 probe and price every
-  // other compute dtype. A CPU step in fp32 computes 30-40x longer between its collectives than in bf16 (netlib
-  // sgemm against oneDNN's bf16 kernels), and its collectives' transport threads take their cores from that
-  // compute instead of from a waiting rank: measured on this project's 2-vCPU VM, the same probe's collectives
-  // cost 0.43x their isolated price inside a bf16 step and 0.84x inside an fp32 one (tests/accuracy/README.md).
+  // other compute dtype. On a CPU the fp32 probe computes ~10x longer between the same collectives (netlib
+  // sgemm against oneDNN's bf16 kernels), and their transport threads then take their cores from compute
+  // rather than from a waiting rank: three calibrations of this project's 2-vCPU VM measured fp32 factors
+  // 1.07-1.17x the bf16 ones (0.98/0.84, 1.77/1.66, 0.96/0.89; tests/accuracy/README.md, runs AE and AF).
   double collective_in_step_factor_fp32 = 0;
   double collective_in_step_factor_shared_cores_fp32 = 0;
   // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`: the dtype's
