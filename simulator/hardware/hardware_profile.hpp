@@ -107,8 +107,8 @@ struct HardwareProfile {
   // above): the same for plans that compute in fp32. The two above are measured on a bf16 probe and price every
   // other compute dtype. On a CPU the fp32 probe computes ~10x longer between the same collectives (netlib
   // sgemm against oneDNN's bf16 kernels), and their transport threads then take their cores from compute
-  // rather than from a waiting rank: three calibrations of this project's 2-vCPU VM measured fp32 factors
-  // 1.07-1.17x the bf16 ones (0.98/0.84, 1.77/1.66, 0.96/0.89; tests/accuracy/README.md, runs AE and AF).
+  // rather than from a waiting rank: five calibrations of this project's 2-vCPU VM measured fp32 factors
+  // 0.99-1.31x the bf16 ones on 2 ranks (tests/accuracy/README.md, runs AE-AH).
   double collective_in_step_factor_fp32 = 0;
   double collective_in_step_factor_shared_cores_fp32 = 0;
   // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`: the dtype's
