@@ -111,8 +111,9 @@ struct HardwareProfile {
   // 0.99-1.31x the bf16 ones on 2 ranks (tests/accuracy/README.md, runs AE-AH).
   double collective_in_step_factor_fp32 = 0;
   double collective_in_step_factor_shared_cores_fp32 = 0;
-  // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`: the dtype's
-  // own factor for that case, else the probe's (bf16) factor for it, else 1.
+  // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`. When the ranks
+  // share cores: the fp32 shared-cores factor (fp32 plans), else the bf16 one; otherwise, or when neither is
+  // there: the fp32 factor (fp32 plans), else the bf16 one, else 1.
   double in_step_factor(int ranks_per_node, DType compute) const;
 
   FlopsPerSecond peak_flops(DType) const;
