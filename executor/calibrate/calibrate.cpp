@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -681,10 +682,14 @@ void Calibrator::step_probe(const DistEnv& env, int rounds) {
   auto run_median = [](const std::vector<double>& v, std::size_t from) {
     return cal::median(std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end()));
   };
+  std::array<PlanFile, std::tuple_size_v<decltype(probes_)>> plans;
+  for (std::size_t i = 0; i < probes_.size(); ++i)
+    plans[i] = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu", probes_[i].dtype);
   for (int round = 0; round < rounds; ++round) {
     ++probe_rounds_;
-    for (ProbeSeries& pr : probes_) {
-      const PlanFile plan = step_probe_plan(comm_.size(), cuda_ ? "cuda" : "cpu", pr.dtype);
+    for (std::size_t i = 0; i < probes_.size(); ++i) {
+      ProbeSeries& pr = probes_[i];
+      const PlanFile& plan = plans[i];
       RunConfig cfg;
       cfg.steps = opt_.quick ? pr.steps_quick : pr.steps_full;
       cfg.log_every = cfg.steps + 1;

@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
         const fsdp::PlanPrediction& p = *plan.prediction;
         // A CPU plan whose Gloo gathers race the compute predicts a range (plan-format.md peak_bytes_floor).
         const double ratio = static_cast<double>(r.peak_bytes) / p.peak_bytes;
-        if (p.peak_bytes_floor > 0 && p.peak_bytes_floor < p.peak_bytes)
+        if (p.peak_is_range())
           std::printf(", predicted %.1f to %.1f MiB (measured/bound %.3f)", p.peak_bytes_floor / kMiB,
                       p.peak_bytes / kMiB, ratio);
         else

@@ -200,8 +200,7 @@ std::string write_plan_text(const PlanFile& p) {
     const PlanPrediction& pp = *p.prediction;
     out << YAML::Key << "prediction" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "peak_bytes" << YAML::Value << pp.peak_bytes;
-    if (pp.peak_bytes_floor < pp.peak_bytes)
-      out << YAML::Key << "peak_bytes_floor" << YAML::Value << pp.peak_bytes_floor;
+    if (pp.peak_is_range()) out << YAML::Key << "peak_bytes_floor" << YAML::Value << pp.peak_bytes_floor;
     out << YAML::Key << "reserved_peak_bytes" << YAML::Value << pp.reserved_peak_bytes;
     out << YAML::Key << "memory_breakdown" << YAML::Value << YAML::BeginMap;
     for (const auto& [k, v] : pp.memory_breakdown) out << YAML::Key << k << YAML::Value << v;

@@ -37,6 +37,8 @@ struct PlanPrediction {
   // MemoryResult::peak_allocated_floor: the peak when the backend's gather buffers end before the compute they
   // overlap (CPU/Gloo plans). Key `peak_bytes_floor`, written only where it is below peak_bytes; absent: equal.
   double peak_bytes_floor = 0;
+  // Whether the peak is predicted as a range, peak_bytes_floor to peak_bytes.
+  bool peak_is_range() const { return peak_bytes_floor > 0 && peak_bytes_floor < peak_bytes; }
   double reserved_peak_bytes = 0;
   std::map<std::string, double> memory_breakdown;  // category name -> bytes at the peak
   double step_s = 0;

@@ -63,7 +63,7 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
   const double measured_peak = number(mem, "peak_bytes", path);
   c.memory.push_back(ComparisonRow{"peak allocated", "bytes", pred.peak_bytes, measured_peak, true});
   // A run whose Gloo gathers ended before the compute they overlapped peaked at the floor (memory_walk.hpp).
-  if (pred.peak_bytes_floor > 0 && pred.peak_bytes_floor < pred.peak_bytes)
+  if (pred.peak_is_range())
     c.memory.push_back(ComparisonRow{"peak, gathers end early", "bytes", pred.peak_bytes_floor, measured_peak, true});
   const auto& steps = need(report, "steps", path);
   if (!steps.is_array()) throw InputError(path + ": key 'steps' is not a list");
