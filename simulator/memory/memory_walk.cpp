@@ -2,12 +2,52 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "core/errors.hpp"
 
 namespace fsdp {
 
 namespace {
 
 size_t idx(MemoryCategory c) { return static_cast<size_t>(c); }
+
+// The walk's books in exact bytes (no allocator rounding), kept beside the rounded counters: no category
+// may go below zero at any point, and the step must end where it began (every allocation of the step
+// freed once), else an emitter lost or doubled an event. Both are bugs, hence assertions. The tolerance
+// absorbs floating-point summation only: a billionth of the bytes the step moves, plus one byte.
+class Ledger {
+ public:
+  void apply(const MemEvent& e, const StepProgram& p, size_t op) {
+    cur_[idx(e.category)] += e.bytes;
+    moved_ += std::fabs(e.bytes);
+    if (cur_[idx(e.category)] < -tolerance())
+      fail(p, op,
+           std::string("memory category ") + std::string(to_string(e.category)) + " goes negative (" +
+               std::to_string(cur_[idx(e.category)]) + " bytes)");
+  }
+  void persistent(const MemEvent& e) {
+    cur_[idx(e.category)] += e.bytes;
+    start_[idx(e.category)] += e.bytes;
+  }
+  void check_balanced(const StepProgram& p) const {
+    for (size_t c = 0; c < kNumMemoryCategories; ++c)
+      if (std::fabs(cur_[c] - start_[c]) > tolerance())
+        fail(p, p.ops.size(),
+             std::string("the step ends unbalanced: ") + std::string(kMemoryCategoryNames[c]) + " holds " +
+                 std::to_string(cur_[c] - start_[c]) + " bytes more than before it");
+  }
+
+ private:
+  double tolerance() const { return 1e-9 * moved_ + 1.0; }
+  [[noreturn]] static void fail(const StepProgram& p, size_t op, const std::string& what) {
+    const std::string where =
+        op < p.ops.size() ? " at op " + std::to_string(op) + " (" + op_phase(p, p.ops[op]) + ")" : "";
+    assertion_failed("memory walk", __FILE__, __LINE__, what + where);
+  }
+  MemoryBreakdown cur_{}, start_{};
+  double moved_ = 0;
+};
 
 // The caching allocator rounds every block up (c10/cuda/CUDACachingAllocator.cpp round_size: multiples of
 // kMinBlockSize = 512 bytes). Applied per event; events are whole tensors or flat buffers.
@@ -24,7 +64,11 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   MemoryResult r;
   MemoryBreakdown cur{};
   const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
-  for (const MemEvent& e : p.persistent) cur[idx(e.category)] += rounded(e.bytes, round_to);
+  Ledger ledger;
+  for (const MemEvent& e : p.persistent) {
+    cur[idx(e.category)] += rounded(e.bytes, round_to);
+    ledger.persistent(e);
+  }
   // On a CPU run the "host" and the device are the same memory: offloaded state counts too.
   if (!cuda)
     for (const MemEvent& e : p.host_persistent) cur[idx(e.category)] += e.bytes;
@@ -45,8 +89,12 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
+  auto apply = [&](const MemEvent& e, const Op& o) {
+    cur[idx(e.category)] += rounded(e.bytes, round_to);
+    ledger.apply(e, p, static_cast<size_t>(&o - p.ops.data()));
+  };
   auto complete = [&](const Op& o) {
-    for (const MemEvent& e : o.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    for (const MemEvent& e : o.on_complete) apply(e, o);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
   };
   auto flush_pending = [&] {
@@ -77,7 +125,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // The end of a micro-batch's backward waits for its reductions (FSDP2's root post-backward final
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
-    for (const MemEvent& e : op.on_issue) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    for (const MemEvent& e : op.on_issue) apply(e, op);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
@@ -98,16 +146,19 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       gathers_open.push_back(static_cast<int>(i));
       continue;
     }
-    for (const MemEvent& e : op.on_complete) cur[idx(e.category)] += rounded(e.bytes, round_to);
+    for (const MemEvent& e : op.on_complete) apply(e, op);
     // A reduction issued just before this compute op stays pending until the next one.
     if (op.stream == Stream::Compute && op.kind != OpKind::Reshard) flush_pending();
   }
   flush_pending();
   for (int g : gathers_open) complete(p.ops[static_cast<size_t>(g)]);
+  ledger.check_balanced(p);
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
     r.peak_phase = op_phase(p, op);
   }
+  // Allocator rounding of a free that sums several allocations may leave a category a few rounding units
+  // below zero in the rounded counters; the exact ledger above has checked the books.
   for (double& v : r.breakdown) v = std::max(0.0, v);
   // Fragmentation: blocks freed within the step stay cached and are not always reusable for differently
   // sized requests; modelled as a fraction of the step's dynamic (non-persistent) memory at the peak.

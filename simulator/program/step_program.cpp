@@ -7,28 +7,8 @@
 
 namespace fsdp {
 
-const char* to_string(Stream s) {
-  switch (s) {
-    case Stream::Compute:
-      return "compute";
-    case Stream::AllGather:
-      return "all-gather";
-    case Stream::ReduceScatter:
-      return "reduce";
-    case Stream::HostToDevice:
-      return "h2d";
-    case Stream::DeviceToHost:
-      return "d2h";
-    case Stream::Host:
-      return "host";
-    case Stream::kCount:
-      break;
-  }
-  return "?";
-}
-
 std::string op_label(const StepProgram& p, const Op& op) {
-  std::string l = op.what;
+  std::string l = to_string(op.phase);
   if (op.unit >= 0 && static_cast<size_t>(op.unit) < p.units.size() &&
       (op.kind == OpKind::Gather || op.kind == OpKind::Forward || op.kind == OpKind::Backward ||
        op.kind == OpKind::Reshard || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce ||
@@ -39,46 +19,8 @@ std::string op_label(const StepProgram& p, const Op& op) {
 
 std::string op_phase(const StepProgram& p, const Op& op) {
   // The optimizer and what follows it belong to the step, not to a micro-batch.
-  if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::HostOptimizerStep || op.kind == OpKind::ParamAllGather ||
-      op.kind == OpKind::GradNorm || op.kind == OpKind::ScalarAllReduce)
-    return op_label(p, op);
+  if (is_step_phase(op.phase)) return op_label(p, op);
   return op_label(p, op) + " (micro-batch " + std::to_string(op.micro_batch + 1) + ")";
-}
-
-const char* to_string(OpKind k) {
-  switch (k) {
-    case OpKind::Gather:
-      return "gather";
-    case OpKind::Forward:
-      return "forward";
-    case OpKind::Reshard:
-      return "reshard";
-    case OpKind::Loss:
-      return "loss";
-    case OpKind::LossBackward:
-      return "loss-backward";
-    case OpKind::Backward:
-      return "backward";
-    case OpKind::ReduceScatter:
-      return "reduce-scatter";
-    case OpKind::AllReduce:
-      return "all-reduce";
-    case OpKind::ParamAllGather:
-      return "param-all-gather";
-    case OpKind::CopyToHost:
-      return "copy-to-host";
-    case OpKind::CopyToDevice:
-      return "copy-to-device";
-    case OpKind::OptimizerStep:
-      return "optimizer-step";
-    case OpKind::HostOptimizerStep:
-      return "host-optimizer-step";
-    case OpKind::GradNorm:
-      return "grad-norm";
-    case OpKind::ScalarAllReduce:
-      return "scalar-all-reduce";
-  }
-  return "?";
 }
 
 ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
@@ -158,14 +100,40 @@ struct Emitter {
   // Bytes a collective moves for `elems` elements of `bytes_per_elem` bytes each: without low-precision
   // collectives (Gloo in LibTorch 1.13) a bf16/fp16 buffer travels as fp32 (executor/dist/comm.cpp stages
   // it; a mixed-precision FSDP gather sends the fp32 master shard as it is), twice its own bytes.
-  double wire_bytes(double elems, double bytes_per_elem) const {
+  // A group of one rank communicates nothing: its buffers keep their dtype (fsdp-run's local group).
+  double wire_bytes(double elems, double bytes_per_elem, GroupKind g) const {
     constexpr double kFp32Bytes = 4.0;
-    return elems * (fp32_collectives ? std::max(bytes_per_elem, kFp32Bytes) : bytes_per_elem);
+    return elems * (stages_fp32(g) ? std::max(bytes_per_elem, kFp32Bytes) : bytes_per_elem);
+  }
+  bool stages_fp32(GroupKind g) const { return fp32_collectives && group_size(g) > 1; }
+  WireType wire_type(DType d, GroupKind g) const {
+    if (stages_fp32(g) && d != DType::Fp32) return WireType::Fp32;
+    switch (d) {
+      case DType::Fp32:
+        return WireType::Fp32;
+      case DType::Bf16:
+        return WireType::Bf16;
+      case DType::Fp16:
+        return WireType::Fp16;
+    }
+    return WireType::Fp32;
+  }
+  int64_t group_size(GroupKind g) const {
+    switch (g) {
+      case GroupKind::Shard:
+        return prog.layout.shard_size;
+      case GroupKind::Replica:
+        return prog.layout.replicas;
+      case GroupKind::World:
+        return prog.layout.world;
+    }
+    return 1;
   }
   // What gathering unit `ui` moves (its trainable and frozen parameters).
   double gathered_wire_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);
-    return wire_bytes(padded(train_p[i]), pb) + wire_bytes(padded(frozen_p[i]), frozen_bpe[i]);
+    return wire_bytes(padded(train_p[i]), pb, GroupKind::Shard) +
+           wire_bytes(padded(frozen_p[i]), frozen_bpe[i], GroupKind::Shard);
   }
 
   double shard(double elems) const { return ceil_div(elems, static_cast<double>(prog.layout.shard_size)); }
@@ -455,17 +423,18 @@ struct Emitter {
   // ---- ops shared by both families ----
 
   // A collective on a communication stream.
-  Op collective_op(OpKind kind, Stream stream, const char* what, CollectiveKind c, GroupKind group, double bytes,
-                   int ui, int mbi) const {
+  Op collective_op(OpKind kind, Stream stream, Phase phase, CollectiveKind c, GroupKind group, double bytes,
+                   WireType type, int ui, int mbi) const {
     Op op;
     op.kind = kind;
     op.stream = stream;
     op.unit = ui;
     op.micro_batch = mbi;
-    op.what = what;
+    op.phase = phase;
     op.collective = c;
     op.group = group;
     op.comm_bytes = bytes;
+    op.comm_dtype = type;
     return op;
   }
 
@@ -476,7 +445,7 @@ struct Emitter {
     f.kind = OpKind::Forward;
     f.unit = ui;
     f.micro_batch = mbi;
-    f.what = "forward";
+    f.phase = Phase::Forward;
     f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
     f.attention_flops = attn_flops[static_cast<size_t>(ui)];
     f.layers = static_cast<double>(u.num_layers());
@@ -495,7 +464,7 @@ struct Emitter {
     b.kind = OpKind::Backward;
     b.unit = ui;
     b.micro_batch = mbi;
-    b.what = "backward";
+    b.phase = Phase::Backward;
     // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
     const double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
     b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
@@ -539,7 +508,7 @@ struct Emitter {
     const double logprobs = logits_elems() * logprob_bytes();
     Op l;
     l.kind = OpKind::Loss;
-    l.what = "head+loss forward";
+    l.phase = Phase::HeadLossForward;
     l.micro_batch = mbi;
     l.unit = 0;
     // A caller that keeps the logits (Hugging Face returns them in CausalLMOutputWithPast) holds them
@@ -552,7 +521,7 @@ struct Emitter {
     push(l);
     Op lb;
     lb.kind = OpKind::LossBackward;
-    lb.what = "loss backward";
+    lb.phase = Phase::LossBackward;
     lb.micro_batch = mbi;
     lb.unit = 0;
     // The gradients of the log-probabilities and of the (fp32) logits, beside the saved log-probabilities.
@@ -598,8 +567,9 @@ void Emitter::emit_sharded() {
     auto gather = [&](int ui, bool backward) {
       if (backward) regathered[static_cast<size_t>(ui)] = true;
       const double full_bytes = gathered_bytes(ui);
-      Op op = collective_op(OpKind::Gather, Stream::AllGather, backward ? "bwd all-gather" : "fwd all-gather",
-                            CollectiveKind::AllGather, GroupKind::Shard, gathered_wire_bytes(ui), ui, mbi);
+      Op op = collective_op(OpKind::Gather, Stream::AllGather, backward ? Phase::BwdAllGather : Phase::FwdAllGather,
+                            CollectiveKind::AllGather, GroupKind::Shard, gathered_wire_bytes(ui),
+                            wire_type(s.param_dtype, GroupKind::Shard), ui, mbi);
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -646,7 +616,7 @@ void Emitter::emit_sharded() {
       op.stream = Stream::Compute;
       op.unit = ui;
       op.micro_batch = mbi;
-      op.what = "free";
+      op.phase = Phase::Free;
       op.on_issue.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
       gathered[static_cast<size_t>(ui)] = false;
       push(op);
@@ -733,7 +703,7 @@ void Emitter::emit_sharded() {
       post.kind = OpKind::Reshard;
       post.unit = ui;
       post.micro_batch = mbi;
-      post.what = "post-backward";
+      post.phase = Phase::PostBackward;
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       post.elementwise_bytes = rs_input > 0 ? full * pb + rs_input : 0.0;
       post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
@@ -742,8 +712,9 @@ void Emitter::emit_sharded() {
       int pop = push(post);
       // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, "reduce-scatter",
-                           CollectiveKind::ReduceScatter, GroupKind::Shard, wire_bytes(full, rb), ui, mbi);
+      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, Phase::ReduceScatter,
+                           CollectiveKind::ReduceScatter, GroupKind::Shard, wire_bytes(full, rb, GroupKind::Shard),
+                           wire_type(s.reduce_dtype, GroupKind::Shard), ui, mbi);
       r.deps.push_back(pop);
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
@@ -753,8 +724,10 @@ void Emitter::emit_sharded() {
       if (rs_input == 0) r.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int rop = push(r);
       if (hsdp && mbi == K - 1) {
-        Op a = collective_op(OpKind::AllReduce, Stream::ReduceScatter, "replica all-reduce", CollectiveKind::AllReduce,
-                             GroupKind::Replica, wire_bytes(shard(train(ui)), rb), ui, mbi);
+        Op a =
+            collective_op(OpKind::AllReduce, Stream::ReduceScatter, Phase::ReplicaAllReduce, CollectiveKind::AllReduce,
+                          GroupKind::Replica, wire_bytes(shard(train(ui)), rb, GroupKind::Replica),
+                          wire_type(s.reduce_dtype, GroupKind::Replica), ui, mbi);
         a.deps.push_back(rop);
         rop = push(a);
       }
@@ -767,7 +740,7 @@ void Emitter::emit_sharded() {
         d.stream = Stream::DeviceToHost;
         d.unit = ui;
         d.micro_batch = mbi;
-        d.what = "gradients to host";
+        d.phase = Phase::GradientsToHost;
         d.copy_bytes = shard(train(ui)) * rb;
         d.deps.push_back(rop);
         push(d);
@@ -851,7 +824,7 @@ void Emitter::emit_replicated() {
         post.kind = OpKind::Reshard;
         post.unit = ui;
         post.micro_batch = mbi;
-        post.what = "post-backward";
+        post.phase = Phase::PostBackward;
         if (zero2_flat) {
           post.on_issue.push_back({MemoryCategory::CommBuffers, p * rb});
           post.on_complete.push_back({MemoryCategory::UnshardedGrads, -p * gb});
@@ -878,9 +851,10 @@ void Emitter::emit_replicated() {
         // ZeRO-2: reduce(-scatter) each bucket, keep only this rank's partition of the gradient
         // (DeepSpeed stage_1_and_2.py average_tensor / reduce_ipg_grads).
         r.kind = OpKind::ReduceScatter;
-        r.what = "reduce-scatter";
+        r.phase = Phase::ReduceScatter;
         r.collective = CollectiveKind::ReduceScatter;
-        r.comm_bytes = wire_bytes(p, rb);
+        r.comm_bytes = wire_bytes(p, rb, GroupKind::World);
+        r.comm_dtype = wire_type(s.reduce_dtype, GroupKind::World);
         if (zero2_flat) {
           r.on_issue.push_back({MemoryCategory::CommBuffers, shard(p) * rb});
           r.on_complete.push_back({MemoryCategory::CommBuffers, -(p + shard(p)) * rb});
@@ -890,9 +864,10 @@ void Emitter::emit_replicated() {
         if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(p) * gb);
       } else {
         r.kind = OpKind::AllReduce;
-        r.what = ddp_like ? "bucket all-reduce" : "all-reduce";
+        r.phase = ddp_like ? Phase::BucketAllReduce : Phase::AllReduce;
         r.collective = CollectiveKind::AllReduce;
-        r.comm_bytes = wire_bytes(bucketed ? bucket_bytes / rb : p, rb);
+        r.comm_bytes = wire_bytes(bucketed ? bucket_bytes / rb : p, rb, GroupKind::World);
+        r.comm_dtype = wire_type(s.reduce_dtype, GroupKind::World);
         bucket_bytes = 0;
       }
       r.group = GroupKind::World;
@@ -913,23 +888,23 @@ void Emitter::emit_optimizer() {
   if (grad_bytes > 0) {
     Op n;
     n.kind = OpKind::GradNorm;
-    n.what = "gradient norm";
+    n.phase = Phase::GradientNorm;
     n.elementwise_bytes = grad_bytes;
     n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
     if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
       // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
-      Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, "gradient-norm all-reduce",
-                           CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, -1, 0);
+      Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::GradientNormAllReduce,
+                           CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, WireType::Fp64, -1, 0);
       a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
       push(a);
     }
   }
   emit_optimizer_step();
   if (rt.loss_all_reduce && prog.layout.world > 1) {
-    Op l = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, "loss all-reduce", CollectiveKind::AllReduce,
-                         GroupKind::World, kScalarBytes, -1, 0);
+    Op l = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::LossAllReduce,
+                         CollectiveKind::AllReduce, GroupKind::World, kScalarBytes, WireType::Fp64, -1, 0);
     l.after_all_comm = true;
     l.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
     push(l);
@@ -947,7 +922,7 @@ void Emitter::emit_optimizer_step() {
     if (zero_layout) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
     Op o;
     o.kind = OpKind::OptimizerStep;
-    o.what = "optimizer step";
+    o.phase = Phase::OptimizerStep;
     // AdamW's temporaries for sqrt(exp_avg_sq) / bias correction (RuntimeProfile::adamw_temporaries_per_param;
     // torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt), over what it updates at once.
     o.transient_bytes =
@@ -975,11 +950,12 @@ void Emitter::emit_optimizer_step() {
         Op a;
         a.kind = OpKind::ParamAllGather;
         a.stream = Stream::AllGather;
-        a.what = "all-gather updated parameters";
+        a.phase = Phase::ParamAllGather;
         a.collective = CollectiveKind::AllGather;
         a.group = GroupKind::World;
         a.unit = rt.zero_param_gather_per_unit ? ui : -1;
-        a.comm_bytes = wire_bytes(rt.zero_param_gather_per_unit ? train(ui) : P, sb);
+        a.comm_bytes = wire_bytes(rt.zero_param_gather_per_unit ? train(ui) : P, sb, GroupKind::World);
+        a.comm_dtype = wire_type(zero_layout ? s.param_dtype : s.master_dtype, GroupKind::World);
         a.deps.push_back(opt_op);
         push(a);
       }
@@ -996,7 +972,7 @@ void Emitter::emit_optimizer_step() {
     Op d;
     d.kind = OpKind::CopyToHost;
     d.stream = Stream::DeviceToHost;
-    d.what = "gradients to host";
+    d.phase = Phase::GradientsToHost;
     d.copy_bytes = grad_elems * rb;
     d.after_all_comm = true;
     d.deps.push_back(static_cast<int>(prog.ops.size()) - 1);  // the last backward
@@ -1005,7 +981,7 @@ void Emitter::emit_optimizer_step() {
   Op h;
   h.kind = OpKind::HostOptimizerStep;
   h.stream = Stream::Host;
-  h.what = "host optimizer step";
+  h.phase = Phase::HostOptimizerStep;
   h.host_optimizer_params = opt_elems;
   h.after_all_comm = true;  // every gradient copy has landed
   free_grads(h);
@@ -1013,7 +989,7 @@ void Emitter::emit_optimizer_step() {
   Op u;
   u.kind = OpKind::CopyToDevice;
   u.stream = Stream::HostToDevice;
-  u.what = "parameters to device";
+  u.phase = Phase::ParametersToDevice;
   u.copy_bytes = s.offload == Offload::Params ? 0.0 : opt_elems * pb;
   u.deps.push_back(hop);
   push(u);

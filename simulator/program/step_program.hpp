@@ -7,39 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
 #include "model/module_graph.hpp"
+#include "program/op_kinds.hpp"
 #include "program/wrap_units.hpp"
 #include "runtime/runtime_profile.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp {
-
-enum class Stream { Compute, AllGather, ReduceScatter, HostToDevice, DeviceToHost, Host, kCount };
-const char* to_string(Stream);
-
-enum class OpKind {
-  Gather,             // all-gather a unit's parameters (or copy them in from the host first)
-  Forward,            // a unit's forward compute
-  Reshard,            // free a unit's unsharded parameters
-  Loss,               // head output -> loss
-  LossBackward,       // loss backward (logit gradients)
-  Backward,           // a unit's backward compute (recompute included)
-  ReduceScatter,      // a unit's (or bucket's) gradient reduce-scatter
-  AllReduce,          // gradient all-reduce (DDP buckets, HSDP replicas, no-shard)
-  ParamAllGather,     // ZeRO-1/2: gather updated parameter shards after the step
-  CopyToHost,         // gradients to the host (offload)
-  CopyToDevice,       // parameters to the device (offload)
-  OptimizerStep,      // device optimizer
-  HostOptimizerStep,  // host optimizer (offload)
-  GradNorm,           // the training loop's whole-gradient passes before the step (norm and clip, averaging)
-  ScalarAllReduce,    // one scalar summed over a group (the gradient norm's partial sums, the step's loss)
-};
-const char* to_string(OpKind);
-
-enum class CollectiveKind { None, AllGather, ReduceScatter, AllReduce, Broadcast };
-enum class GroupKind { Shard, Replica, World };
 
 struct MemEvent {
   MemoryCategory category;
@@ -47,13 +24,16 @@ struct MemEvent {
 };
 
 // A fixed-capacity inline list: ops are emitted by the thousand per simulated configuration and
-// the planner simulates thousands of configurations, so no op allocates.
+// the planner simulates thousands of configurations, so no op allocates. Pushing past the capacity is
+// a bug in an emitter (an event or dependency would be lost): an assertion, never a silent drop.
 template <typename T, int N>
 struct InlineList {
+  static constexpr int kCapacity = N;
   T items[N]{};
   int count = 0;
   void push_back(const T& v) {
-    if (count < N) items[count++] = v;
+    FSDP_ASSERT(count < N, "InlineList capacity exceeded: an op would lose a memory event or a dependency");
+    items[count++] = v;
   }
   const T* begin() const { return items; }
   const T* end() const { return items + count; }
@@ -65,7 +45,7 @@ struct Op {
   Stream stream = Stream::Compute;
   int unit = -1;                     // index into StepProgram::units
   int micro_batch = 0;               // 0-based
-  const char* what = "";             // label prefix; the full label is op_label(program, op)
+  Phase phase = Phase::Forward;      // label prefix; the full label is op_label(program, op)
   InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
   double transient_bytes = 0;        // live only while the op runs (Transient category)
   // A gather's buffer inside the backend (Gloo's flat all-gather output), Transient: it lives while the collective
@@ -87,8 +67,9 @@ struct Op {
   double elementwise_bytes = 0;  // memory-bound traffic
   CollectiveKind collective = CollectiveKind::None;
   GroupKind group = GroupKind::Shard;
-  double comm_bytes = 0;  // full buffer size of the collective
-  double copy_bytes = 0;  // host<->device
+  double comm_bytes = 0;                 // full buffer size of the collective
+  WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
+  double copy_bytes = 0;                 // host<->device
   double host_optimizer_params = 0;
   InlineList<int, 2> deps;      // ops that must complete before this one starts
   bool after_all_comm = false;  // also waits for every earlier non-compute op (optimizer barrier)

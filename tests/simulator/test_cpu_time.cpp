@@ -163,13 +163,13 @@ TEST_CASE("the training loop around the step: gradient norm, its all-reduce, the
     CHECK(norm[0]->after_all_comm);
     CHECK(opt[0]->elementwise_bytes == doctest::Approx(owned * fr.adamw_bytes_per_param));
     // The partial norms summed over the shard group before the step, which waits for them; the loss last.
-    CHECK(std::string(scalar[0]->what) == "gradient-norm all-reduce");
+    CHECK(scalar[0]->phase == Phase::GradientNormAllReduce);
     CHECK(scalar[0]->group == GroupKind::Shard);
     CHECK(scalar[0]->comm_bytes == 8);
     CHECK(scalar[0] < opt[0]);
     CHECK(std::find(opt[0]->deps.begin(), opt[0]->deps.end(), static_cast<int>(scalar[0] - p.ops.data())) !=
           opt[0]->deps.end());
-    CHECK(std::string(scalar[1]->what) == "loss all-reduce");
+    CHECK(scalar[1]->phase == Phase::LossAllReduce);
     CHECK(scalar[1]->group == GroupKind::World);
     CHECK(scalar[1] == &p.ops.back());
     // On a CPU rank everything is serial: the optimizer phase is the sum of the ops from the norm on.
@@ -190,7 +190,7 @@ TEST_CASE("the training loop around the step: gradient norm, its all-reduce, the
     CHECK(ops_of(p, OpKind::GradNorm)[0]->elementwise_bytes ==
           doctest::Approx(P * (fr.grad_norm_bytes_per_grad + fr.grad_pass_bytes_per_grad)));
     REQUIRE(ops_of(p, OpKind::ScalarAllReduce).size() == 1);
-    CHECK(std::string(ops_of(p, OpKind::ScalarAllReduce)[0]->what) == "loss all-reduce");
+    CHECK(ops_of(p, OpKind::ScalarAllReduce)[0]->phase == Phase::LossAllReduce);
     // One rank: nothing to sum.
     CHECK(ops_of(program(g, s, fr, 1, 1), OpKind::ScalarAllReduce).empty());
   }
@@ -437,7 +437,7 @@ TEST_CASE("Gloo's gather buffer: the bound counts it until its consumer waits, t
         if (op.kind != OpKind::Gather) continue;
         CHECK(op.backend_buffer_bytes > 0);  // every Gloo gather has its flat fp32 output
         largest = std::max(largest, op.backend_buffer_bytes);
-        if (std::string(op.what) == "bwd all-gather") layer = op.backend_buffer_bytes;
+        if (op.phase == Phase::BwdAllGather) layer = op.backend_buffer_bytes;
       }
       REQUIRE(layer > 0);
       StepProgram bare = prog;

@@ -1,0 +1,85 @@
+// The vocabulary of one training step, shared by both halves: the simulator's step program
+// (step_program.hpp) and fsdp-run (executor/shard, executor/train) name streams, op kinds,
+// collectives, process groups and phases with these enums only, so that a memory phase, a
+// collective trace entry and a step-program op compare by value, never by a string written twice.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace fsdp {
+
+enum class Stream { Compute, AllGather, ReduceScatter, HostToDevice, DeviceToHost, Host, kCount };
+const char* to_string(Stream);
+
+enum class OpKind {
+  Gather,             // all-gather a unit's parameters (or copy them in from the host first)
+  Forward,            // a unit's forward compute
+  Reshard,            // free a unit's unsharded parameters
+  Loss,               // head output -> loss
+  LossBackward,       // loss backward (logit gradients)
+  Backward,           // a unit's backward compute (recompute included)
+  ReduceScatter,      // a unit's (or bucket's) gradient reduce-scatter
+  AllReduce,          // gradient all-reduce (DDP buckets, HSDP replicas, no-shard)
+  ParamAllGather,     // ZeRO-1/2: gather updated parameter shards after the step
+  CopyToHost,         // gradients to the host (offload)
+  CopyToDevice,       // parameters to the device (offload)
+  OptimizerStep,      // device optimizer
+  HostOptimizerStep,  // host optimizer (offload)
+  GradNorm,           // the training loop's whole-gradient passes before the step (norm and clip, averaging)
+  ScalarAllReduce,    // one scalar summed over a group (the gradient norm's partial sums, the step's loss)
+};
+const char* to_string(OpKind);
+
+enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast };
+const char* to_string(CollectiveKind);
+std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
+
+// Shard: the ranks a parameter/gradient shard is split over (the world, or an HSDP shard group);
+// Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars).
+enum class GroupKind : uint8_t { Shard, Replica, World };
+const char* to_string(GroupKind);
+std::optional<GroupKind> group_kind_from_string(std::string_view);
+
+// The element type a collective moves on the wire: the plan's dtypes, and fp64 for the training loop's
+// scalars (the gradient norm's partial sums, the step's loss).
+enum class WireType : uint8_t { Fp64, Fp32, Bf16, Fp16 };
+const char* to_string(WireType);
+std::optional<WireType> wire_type_from_string(std::string_view);
+double bytes_of(WireType);
+
+// What an op does, in the words of memory phases ("backward layers.3 (micro-batch 1)") and of the
+// collective trace. An op's full label is its phase's words, then its unit's name where it has one.
+enum class Phase : uint8_t {
+  BeforeStep,
+  FwdAllGather,
+  Forward,
+  Free,
+  HeadLossForward,
+  LossBackward,
+  BwdAllGather,
+  Backward,
+  PostBackward,
+  ReduceScatter,
+  AllReduce,
+  BucketAllReduce,
+  ReplicaAllReduce,
+  AdapterAllReduce,
+  GradientsToHost,
+  GradientNorm,
+  GradientNormAllReduce,
+  OverflowCheckAllReduce,
+  OptimizerStep,
+  HostOptimizerStep,
+  ParamAllGather,
+  ParametersToDevice,
+  LossAllReduce,
+  kCount
+};
+const char* to_string(Phase);
+std::optional<Phase> phase_from_string(std::string_view);
+// Phases of the step as a whole (after the last backward): their labels carry no micro-batch.
+bool is_step_phase(Phase);
+
+}  // namespace fsdp
