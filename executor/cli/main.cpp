@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "calibrate/calibrate.hpp"
+#include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist/device.hpp"
@@ -17,6 +18,7 @@
 #include "io/checkpoint.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/compare.hpp"
+#include "report/plan_simulation.hpp"
 #include "train/mem_tracker.hpp"
 #include "train/trainer.hpp"
 
@@ -193,7 +195,16 @@ int main(int argc, char** argv) {
       if (plan.prediction && !r.steps.empty()) {
         // The same side-by-side table as `fsdp-plan compare plan.yaml report.json` (issue M6).
         auto measured = nlohmann::json::parse(report_json(plan, args.cfg, r));
-        fsdp::Comparison c = fsdp::compare_plan_report(*plan.prediction, plan.strategy, measured, "this run");
+        // The step program for the collective comparison; a plan whose profiles this machine lacks is compared
+        // without it (said, not silent).
+        fsdp::TraceSide program;
+        try {
+          program = fsdp::program_side(fsdp::simulate_plan(plan, fsdp::config_root_from({}))->program);
+        } catch (const fsdp::InputError& e) {
+          std::printf("fsdp-run: no collective comparison: the plan cannot be re-simulated here (%s)\n", e.what());
+          measured.erase("step_trace");
+        }
+        fsdp::Comparison c = fsdp::compare_plan_report(*plan.prediction, plan.strategy, program, measured, "this run");
         std::printf("\npredicted (plan) vs measured (this run):\n%s", fsdp::format_comparison(c).c_str());
       }
       std::fflush(stdout);

@@ -132,13 +132,14 @@ class LocalGroup final : public Group {
   int size() const override { return size_; }
   std::string name() const override { return size_ == 1 ? "local" : "emulated"; }
   bool is_local() const override { return true; }
-  Handle all_reduce_sum(at::Tensor t) override {
+  bool stages_low_precision() const override { return mimic_; }
+  Handle all_reduce_impl(at::Tensor t) override {
     if (!mimic_) return {};
     auto tag = staging_tag(low_precision(t) ? t.numel() * 4 : 0);
     at::Tensor staged = low_precision(t) ? t.to(at::kFloat) : at::Tensor();
     return Handle([staged, tag]() mutable { staged = at::Tensor(); });
   }
-  Handle all_gather(at::Tensor shard, at::Tensor full) override {
+  Handle all_gather_impl(at::Tensor shard, at::Tensor full) override {
     check_sizes(shard, full);
     at::Tensor in, out, flat;
     GatherTags tag;
@@ -157,7 +158,7 @@ class LocalGroup final : public Group {
     if (!mimic_) return {};
     return Handle([in, out, flat, tag]() mutable { in = out = flat = at::Tensor(); });
   }
-  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
+  Handle reduce_scatter_impl(at::Tensor full, at::Tensor shard) override {
     check_sizes(shard, full);
     if (!mimic_) {
       shard.reshape(-1).copy_(full.narrow(0, 0, shard.numel()));
@@ -184,6 +185,63 @@ class LocalGroup final : public Group {
 }  // namespace
 
 // ---------------------------------------------------------------------------
+// Group: the trace entry of each collective, then the backend's implementation.
+
+namespace {
+WireType wire_type_of(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble:
+      return WireType::Fp64;
+    case at::kBFloat16:
+      return WireType::Bf16;
+    case at::kHalf:
+      return WireType::Fp16;
+    default:
+      return WireType::Fp32;
+  }
+}
+}  // namespace
+
+void Group::record(CollectiveKind kind, const CollectiveTag* tag, const at::Tensor& wire_like, int64_t numel) {
+  if (trace_ == nullptr || !trace_->recording()) return;
+  // What travels: a staging backend sends bf16/fp16 as fp32 (and a mixed-precision gather the fp32 master
+  // shard as it is); one rank moves nothing and keeps the dtype; a direct backend sends the buffer's dtype.
+  at::ScalarType t = wire_like.scalar_type();
+  const bool stages = stages_low_precision() && size() > 1;
+  if (stages && low_precision(wire_like)) t = at::kFloat;
+  trace_->collective(kind, tag, size(), wire_type_of(t), numel * static_cast<int64_t>(c10::elementSize(t)));
+}
+
+Handle Group::all_reduce_sum(at::Tensor t, const CollectiveTag& tag) {
+  record(CollectiveKind::AllReduce, &tag, t, t.numel());
+  return all_reduce_impl(std::move(t));
+}
+Handle Group::all_reduce_sum(at::Tensor t) {
+  record(CollectiveKind::AllReduce, nullptr, t, t.numel());
+  return all_reduce_impl(std::move(t));
+}
+Handle Group::all_gather(at::Tensor shard, at::Tensor full, const CollectiveTag& tag) {
+  // A staging backend gathers the shard's dtype (wider than full's for an fp32 master shard); a direct one
+  // casts the shard to full's dtype first.
+  const bool stages = stages_low_precision() && size() > 1;
+  record(CollectiveKind::AllGather, &tag, stages ? shard : full, full.numel());
+  return all_gather_impl(std::move(shard), std::move(full));
+}
+Handle Group::all_gather(at::Tensor shard, at::Tensor full) {
+  const bool stages = stages_low_precision() && size() > 1;
+  record(CollectiveKind::AllGather, nullptr, stages ? shard : full, full.numel());
+  return all_gather_impl(std::move(shard), std::move(full));
+}
+Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard, const CollectiveTag& tag) {
+  record(CollectiveKind::ReduceScatter, &tag, full, full.numel());
+  return reduce_scatter_impl(std::move(full), std::move(shard));
+}
+Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard) {
+  record(CollectiveKind::ReduceScatter, nullptr, full, full.numel());
+  return reduce_scatter_impl(std::move(full), std::move(shard));
+}
+
+// ---------------------------------------------------------------------------
 struct Comm::Impl {
   DistEnv env;
   CommOptions opts;
@@ -192,6 +250,13 @@ struct Comm::Impl {
   bool emulated = false;
   int64_t groups_created = 0;
   bool mimic_gloo = false;
+  StepTraceRecorder trace;
+
+  // Every group records its collectives into this communicator's step trace.
+  std::shared_ptr<Group> attach(std::shared_ptr<Group> g) {
+    g->attach_trace(&trace);
+    return g;
+  }
 
   std::thread heartbeat;
   std::atomic<bool> stop{false};
@@ -313,7 +378,8 @@ class C10dGroup final : public Group {
   std::string name() const override { return name_; }
   bool is_local() const override { return false; }
 
-  Handle all_reduce_sum(at::Tensor t) override {
+  bool stages_low_precision() const override { return !direct_; }
+  Handle all_reduce_impl(at::Tensor t) override {
     auto tag = staging_tag(!direct_ && low_precision(t) ? t.numel() * 4 : 0);
     at::Tensor buf = staged(t);
     std::vector<at::Tensor> v{buf};
@@ -324,7 +390,7 @@ class C10dGroup final : public Group {
     });
   }
 
-  Handle all_gather(at::Tensor shard, at::Tensor full) override {
+  Handle all_gather_impl(at::Tensor shard, at::Tensor full) override {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "all_gather: full must be size x shard");
     if (direct_) {
       const bool cast = shard.scalar_type() != full.scalar_type();
@@ -352,7 +418,7 @@ class C10dGroup final : public Group {
     });
   }
 
-  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) override {
+  Handle reduce_scatter_impl(at::Tensor full, at::Tensor shard) override {
     FSDP_ASSERT(full.numel() == shard.numel() * size_, "reduce_scatter: full must be size x shard");
     if (direct_) {
       auto work = guard([&] { return pg_->_reduce_scatter_base(shard, full); });
@@ -510,14 +576,14 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const CommOptions& opts)
   impl->env = env;
   impl->opts = opts;
   if (env.world_size == 1 && opts.device != "cuda") {
-    impl->world = std::make_shared<LocalGroup>(1);
+    impl->world = impl->attach(std::make_shared<LocalGroup>(1));
     return std::unique_ptr<Comm>(new Comm(std::move(impl)));
   }
   if (env.world_size == 1) {  // one CUDA rank: an in-process store, no port needed
     impl->store = c10::make_intrusive<c10d::HashStore>();
     bool direct = false;
     auto pg = make_backend(impl->store, 0, 1, env, opts, direct);
-    impl->world = std::make_shared<C10dGroup>(pg, 0, 1, "world", direct, impl.get());
+    impl->world = impl->attach(std::make_shared<C10dGroup>(pg, 0, 1, "world", direct, impl.get()));
     return std::unique_ptr<Comm>(new Comm(std::move(impl)));
   }
   c10d::TCPStoreOptions so;
@@ -536,7 +602,7 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const CommOptions& opts)
   bool direct = false;
   auto pg = make_backend(c10::make_intrusive<c10d::PrefixStore>("world", impl->store), env.rank, env.world_size, env,
                          opts, direct);
-  impl->world = std::make_shared<C10dGroup>(pg, env.rank, env.world_size, "world", direct, raw);
+  impl->world = impl->attach(std::make_shared<C10dGroup>(pg, env.rank, env.world_size, "world", direct, raw));
   impl->start_heartbeat();
   return std::unique_ptr<Comm>(new Comm(std::move(impl)));
 }
@@ -546,7 +612,7 @@ std::unique_ptr<Comm> Comm::emulate(int world_size, bool mimic_gloo) {
   impl->env.world_size = 1;
   impl->emulated = true;
   impl->mimic_gloo = mimic_gloo;
-  impl->world = std::make_shared<LocalGroup>(world_size, mimic_gloo);
+  impl->world = impl->attach(std::make_shared<LocalGroup>(world_size, mimic_gloo));
   return std::unique_ptr<Comm>(new Comm(std::move(impl)));
 }
 
@@ -560,8 +626,8 @@ std::shared_ptr<Group> Comm::subgroup(const std::string& tag, const std::vector<
   FSDP_ASSERT(it != members.end(), "subgroup: this rank is not a member");
   const int my = static_cast<int>(it - members.begin());
   const int n = static_cast<int>(members.size());
-  if (impl_->world->is_local()) return std::make_shared<LocalGroup>(n, impl_->mimic_gloo);
-  if (n == 1) return std::make_shared<LocalGroup>(1);
+  if (impl_->world->is_local()) return impl_->attach(std::make_shared<LocalGroup>(n, impl_->mimic_gloo));
+  if (n == 1) return impl_->attach(std::make_shared<LocalGroup>(1));
   bool whole = n == size();
   for (int i = 0; whole && i < n; ++i) whole = members[static_cast<std::size_t>(i)] == i;
   if (whole) return impl_->world;
@@ -571,8 +637,10 @@ std::shared_ptr<Group> Comm::subgroup(const std::string& tag, const std::vector<
   bool direct = false;
   auto pg = make_backend(c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store), my, n, impl_->env, impl_->opts,
                          direct);
-  return std::make_shared<C10dGroup>(pg, my, n, tag, direct, impl_.get());
+  return impl_->attach(std::make_shared<C10dGroup>(pg, my, n, tag, direct, impl_.get()));
 }
+
+StepTraceRecorder& Comm::trace() { return impl_->trace; }
 
 void Comm::set_busy_poll(bool poll) { impl_->opts.busy_poll = poll; }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/step_trace_recorder.hpp"
+
 namespace fsdp::exec {
 
 // Raised when a collective fails or times out; the message names the ranks that
@@ -61,23 +63,40 @@ class Group {
   virtual std::string name() const = 0;
   virtual bool is_local() const = 0;
 
+  // Every collective a training step issues names itself with a tag (the step trace records it, with the
+  // dtype it moves on the wire and its bytes); one issued without a tag outside a step (checkpoints,
+  // calibration, the final report) is not recorded, inside one it is an assertion.
   // In-place sum over the group.
-  virtual Handle all_reduce_sum(at::Tensor t) = 0;
+  Handle all_reduce_sum(at::Tensor t, const CollectiveTag& tag);
+  Handle all_reduce_sum(at::Tensor t);
   // full.numel() == shard.numel() * size(); rank r's shard lands at [r*n, (r+1)*n). The shard may be
   // in a wider dtype than `full` (an fp32 master shard gathered into compute-dtype parameters): it is
   // cast before the collective where the backend has full's dtype, after it where it stages in fp32.
-  virtual Handle all_gather(at::Tensor shard, at::Tensor full) = 0;
+  Handle all_gather(at::Tensor shard, at::Tensor full, const CollectiveTag& tag);
+  Handle all_gather(at::Tensor shard, at::Tensor full);
   // shard = sum over ranks of full[rank*n:(rank+1)*n]. `full` is scratch: its contents are undefined
   // afterwards (without a native reduce-scatter, fp32 buffers are all-reduced in place, no extra copy).
-  virtual Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard) = 0;
+  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard, const CollectiveTag& tag);
+  Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard);
   virtual void broadcast(at::Tensor t, int root) = 0;
   virtual void barrier() = 0;
 
   // True when a dtype had to be communicated as fp32 because the backend lacks it.
   bool upcast_happened() const { return upcast_happened_; }
+  // The step trace this group records into (Comm attaches it when it creates the group).
+  void attach_trace(StepTraceRecorder* trace) { trace_ = trace; }
 
  protected:
+  virtual Handle all_reduce_impl(at::Tensor t) = 0;
+  virtual Handle all_gather_impl(at::Tensor shard, at::Tensor full) = 0;
+  virtual Handle reduce_scatter_impl(at::Tensor full, at::Tensor shard) = 0;
+  // Whether bf16/fp16 travel as fp32 (Gloo, and a rehearsal of it); a group of one rank moves nothing.
+  virtual bool stages_low_precision() const = 0;
   bool upcast_happened_ = false;
+
+ private:
+  void record(CollectiveKind kind, const CollectiveTag* tag, const at::Tensor& wire_like, int64_t numel);
+  StepTraceRecorder* trace_ = nullptr;
 };
 
 // Where a rank sits in the job (from torchrun or Slurm environment variables).
@@ -127,6 +146,8 @@ class Comm {
   // CommOptions::busy_poll for the waits from now on (calibrate's ranks sleep while rank 0 runs its
   // over-subscribed step probe).
   void set_busy_poll(bool poll);
+  // The step trace every group of this communicator records into.
+  StepTraceRecorder& trace();
   // Best-effort: publish a local error so other ranks can name it.
   void publish_error(const std::string& message);
   // Turns a low-level collective failure into a RankFailure naming the stalled ranks.

@@ -59,6 +59,12 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
       {"backend", r.backend},
       {"communicated_in_fp32", r.comm_upcast},
       {"note", r.comm_upcast ? "the backend lacks the plan's dtype for some collectives; they ran in fp32" : ""}};
+  // The last step as the simulator's step program describes one (program/step_trace.hpp), for
+  // `fsdp-plan compare`'s collectives section.
+  json entries = json::array();
+  for (const TraceEntry& e : r.trace) entries.push_back(trace_entry_json(e));
+  j["step_trace"] = {
+      {"step", r.steps.empty() ? 0 : r.steps.back().step}, {"units", r.unit_names}, {"entries", entries}};
   // The CPU allocator's policy shapes CPU step times (configure_host_allocator, dist/device.hpp).
   if (plan.cluster.device == "cpu") j["host_allocator"] = host_allocator_policy();
   if (r.loss_scale > 0) j["loss_scale"] = r.loss_scale;

@@ -18,7 +18,9 @@
 #include "core/errors.hpp"
 #include "core/units.hpp"
 #include "dist/comm.hpp"
+#include "model/module_graph.hpp"
 #include "model/transformer.hpp"
+#include "program/wrap_units.hpp"
 #include "train/host_adam.hpp"
 #include "train/mem_tracker.hpp"
 
@@ -121,9 +123,18 @@ struct ShardedModel::Impl {
   int micro_batch = 0;  // 1-based within the step, for the memory phase labels
   bool in_backward = false;
 
-  // The memory tracker's phase label, in the simulator's peak_phase words.
-  void phase(const char* what, const Unit& u) { phase(std::string(what) + " " + u.info.name); }
-  void phase(const std::string& what) { mem().set_phase(what + " (micro-batch " + std::to_string(micro_batch) + ")"); }
+  // The memory tracker's phase label, in the simulator's peak_phase words (program/op_kinds.hpp Phase).
+  void phase(Phase what, const Unit& u) { phase_label(std::string(to_string(what)) + " " + u.info.name); }
+  void phase(Phase what) { phase_label(to_string(what)); }
+  void phase_label(const std::string& what) {
+    mem().set_phase(what + " (micro-batch " + std::to_string(micro_batch) + ")");
+  }
+  // A unit op in the step trace (the simulator's program_trace entries), named for the memory tracker too.
+  void unit_op(Phase what, const Unit& u) {
+    comm.trace().unit_op(what, u.index);
+    phase(what, u);
+  }
+  CollectiveTag tag(Phase what, GroupKind group, const Unit& u) const { return CollectiveTag{what, group, u.index}; }
 
   Impl(const ModelSpec& s, const Strategy& st, Comm& c) : spec(s), strategy(st), comm(c) {}
 
@@ -139,7 +150,8 @@ struct ShardedModel::Impl {
     // Named like the simulator's gather op while it is issued (the staging is allocated now), then the
     // phase goes back to the compute that issued it.
     const std::string issuing = mem().phase();
-    phase(in_backward ? "bwd all-gather" : "fwd all-gather", u);
+    const Phase gather_phase = in_backward ? Phase::BwdAllGather : Phase::FwdAllGather;
+    phase(gather_phase, u);
     struct Restore {
       MemTracker& t;
       const std::string& p;
@@ -154,7 +166,7 @@ struct ShardedModel::Impl {
       // Params offload: the host shard is copied in (and cast) right before the all-gather. The fp32
       // master shard is handed over as it is: the group casts it (Group::all_gather).
       at::Tensor src = offload_params ? u.master.to(device, compute_dtype) : offload ? u.dev_params : u.master;
-      u.gather = shard_group->all_gather(src, u.compute);
+      u.gather = shard_group->all_gather(src, u.compute, tag(gather_phase, GroupKind::Shard, u));
       u.state = UState::Gathering;
     } else {
       if (!u.compute_persistent) u.compute.copy_(u.master);
@@ -195,7 +207,7 @@ struct ShardedModel::Impl {
 
   // ---- backward hooks ----
   void pre_backward(Unit& u) {
-    phase("backward", u);
+    unit_op(Phase::Backward, u);
     if (!params_sharded) return;  // replicas: the hook only names the phase
     // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
     // has finished its backward once the gradient reaches this unit's output.
@@ -210,12 +222,36 @@ struct ShardedModel::Impl {
     }
   }
 
+  // Waits for the reductions in flight and runs their completions; a completion may issue the next
+  // reduction of its gradient (HSDP's replica all-reduce after the reduce-scatter), which stays in flight.
   void wait_pending() {
-    for (auto& p : pending) {
+    std::vector<Pending> now;
+    now.swap(pending);
+    for (auto& p : now) {
       p.handle.wait();
       if (p.done) p.done();
     }
-    pending.clear();
+  }
+  void drain_pending() {
+    while (!pending.empty()) wait_pending();
+  }
+
+  // All-reduce of replicated fp32 gradients in the plan's reduce dtype: in place when it is fp32, else
+  // through a reduce-dtype copy (a comm buffer) copied back when the reduction is waited for (DDP's
+  // bf16_compress_hook, torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py).
+  void all_reduce_grads(at::Tensor grads, const CollectiveTag& t) {
+    if (grads.scalar_type() == reduce_dtype) {
+      pending.push_back({comm.world().all_reduce_sum(grads, t), nullptr});
+      return;
+    }
+    const int64_t bytes = grads.numel() * static_cast<int64_t>(c10::elementSize(reduce_dtype));
+    mem().tag(MemoryCategory::CommBuffers, bytes);
+    at::Tensor low = grads.to(reduce_dtype);
+    pending.push_back({comm.world().all_reduce_sum(low, t), [this, grads, low, bytes]() mutable {
+                         grads.copy_(low);
+                         low = at::Tensor();
+                         mem().tag(MemoryCategory::CommBuffers, -bytes);
+                       }});
   }
 
   // The bucket's units are consecutive in backward order, hence a contiguous slice of grads_flat.
@@ -227,13 +263,13 @@ struct ShardedModel::Impl {
     FSDP_ASSERT(bucket.back()->grad_full.storage_offset() - grads_flat.storage_offset() + bucket.back()->info.padded ==
                     start + len,
                 "a DDP bucket is not contiguous in the gradient buffer");
-    pending.push_back({comm.world().all_reduce_sum(grads_flat.narrow(0, start, len)), nullptr});
+    all_reduce_grads(grads_flat.narrow(0, start, len), tag(Phase::BucketAllReduce, GroupKind::World, *bucket.back()));
     bucket.clear();
     bucket_bytes = 0;
   }
 
   void post_backward(Unit& u, const variable_list& grads) {
-    phase("post-backward", u);
+    unit_op(Phase::PostBackward, u);
     // The unit's per-parameter gradients, handed over by autograd, are unsharded gradients until
     // autograd releases them when this hook returns.
     int64_t inflight = 0;
@@ -246,7 +282,7 @@ struct ShardedModel::Impl {
       int64_t inflight;
       ~OnReturn() {
         m->mem().tag(MemoryCategory::UnshardedGrads, -inflight);
-        if (u.index > 0) m->phase("backward", *m->units[static_cast<std::size_t>(u.index) - 1]);
+        if (u.index > 0) m->phase(Phase::Backward, *m->units[static_cast<std::size_t>(u.index) - 1]);
       }
     } on_return{this, u, inflight};
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
@@ -270,8 +306,8 @@ struct ShardedModel::Impl {
       mem().tag(flat_cat, -flat_bytes);
       if (!sync) return;
       if (strategy.kind == StrategyKind::NoShard) {
-        pending.push_back({comm.world().all_reduce_sum(u.grad_full), nullptr});
-      } else {  // ddp, zero1: buckets of ddp_bucket_mb MiB (DDP bucket_cap_mb, default 25)
+        all_reduce_grads(u.grad_full, tag(Phase::AllReduce, GroupKind::World, u));
+      } else {  // ddp, zero1: buckets of ddp_bucket_mb MiB (DDP bucket_cap_mb, default 25) of the gradients' bytes
         bucket.push_back(&u);
         bucket_bytes += nbytes(u.grad_full);
         if (static_cast<double>(bucket_bytes) >= static_cast<double>(strategy.ddp_bucket_mb) * kMiB) flush_bucket();
@@ -288,15 +324,40 @@ struct ShardedModel::Impl {
     const int64_t out_bytes = u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype));
     mem().tag(MemoryCategory::CommBuffers, out_bytes);
     at::Tensor out = at::empty({u.info.shard}, red.options());
-    Handle h = shard_group->reduce_scatter_sum(red, out);
+    // ZeRO-2 keeps replicated parameters: its gradient partitions are split over the whole world (the step
+    // program's GroupKind::World), FSDP's over the shard group.
+    const GroupKind rs_group = params_sharded ? GroupKind::Shard : GroupKind::World;
+    Handle h = shard_group->reduce_scatter_sum(red, out, tag(Phase::ReduceScatter, rs_group, u));
     Unit* up = &u;
-    pending.push_back({std::move(h), [this, up, red, out, flat, flat_bytes, out_bytes]() mutable {
+    const bool replicate = sync && replica_group && replica_group->size() > 1;
+    pending.push_back({std::move(h), [this, up, red, out, flat, flat_bytes, out_bytes, replicate]() mutable {
                          up->grad_shard.add_(out);
                          red = at::Tensor();
                          flat = at::Tensor();
                          out = at::Tensor();
                          mem().tag(MemoryCategory::CommBuffers, -flat_bytes);
                          mem().tag(MemoryCategory::CommBuffers, -out_bytes);
+                         if (replicate) all_reduce_replicas(*up);
+                       }});
+  }
+
+  // HSDP: the unit's accumulated gradient shard summed over the replica groups in the reduce dtype, issued
+  // when its reduce-scatter is waited for (the next unit's post-backward) and waited for at the one after,
+  // overlapping the backward (FSDP2 foreach_reduce's all-reduce over the replicate dimension).
+  void all_reduce_replicas(Unit& u) {
+    const CollectiveTag t = tag(Phase::ReplicaAllReduce, GroupKind::Replica, u);
+    if (reduce_dtype == at::kFloat) {
+      pending.push_back({replica_group->all_reduce_sum(u.grad_shard, t), nullptr});
+      return;
+    }
+    const int64_t bytes = u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype));
+    mem().tag(MemoryCategory::CommBuffers, bytes);
+    at::Tensor low = u.grad_shard.to(reduce_dtype);
+    Unit* up = &u;
+    pending.push_back({replica_group->all_reduce_sum(low, t), [this, up, low, bytes]() mutable {
+                         up->grad_shard.copy_(low);
+                         low = at::Tensor();
+                         mem().tag(MemoryCategory::CommBuffers, -bytes);
                        }});
   }
 
@@ -448,65 +509,28 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
   const int Ws = m.shard_group->size();
   const int shard_rank = m.shard_group->rank();
 
-  // Wrap units (FSDP auto-wrap): the root holds embeddings, final norm and head.
-  std::vector<std::vector<int>> groups;
+  // Wrap units: the simulator's (program/wrap_units.hpp strategy_units), so that the program's ops and this
+  // run's name the same units. The root holds embeddings, final norm and head (and every layer no other
+  // unit claims).
   const int L = static_cast<int>(spec.num_layers);
-  switch (strategy.wrap.kind) {
-    case WrapKind::Model:
-      break;
-    case WrapKind::Layer:
-      for (int l = 0; l < L; ++l) groups.push_back({l});
-      break;
-    case WrapKind::EveryK: {
-      const int K = static_cast<int>(std::max<int64_t>(1, strategy.wrap.every_k));
-      for (int l = 0; l < L; l += K) {
-        std::vector<int> g;
-        for (int j = l; j < std::min(L, l + K); ++j) g.push_back(j);
-        groups.push_back(g);
-      }
-      break;
-    }
-    case WrapKind::Size: {
-      // size_based_auto_wrap_policy: close a unit once it holds >= min_params parameters.
-      std::vector<int64_t> per_layer(static_cast<std::size_t>(L), 0);
-      for (auto& d : m.defs)
-        if (d.layer >= 0) per_layer[static_cast<std::size_t>(d.layer)] += d.numel();
-      std::vector<int> g;
-      int64_t acc = 0;
-      for (int l = 0; l < L; ++l) {
-        g.push_back(l);
-        acc += per_layer[static_cast<std::size_t>(l)];
-        if (acc >= strategy.wrap.min_params) {
-          groups.push_back(g);
-          g.clear();
-          acc = 0;
-        }
-      }
-      if (!g.empty()) groups.push_back(g);
-      break;
-    }
-  }
-  std::vector<int> layer_unit(static_cast<std::size_t>(L), 0);
-  for (std::size_t gi = 0; gi < groups.size(); ++gi)
-    for (int l : groups[gi]) layer_unit[static_cast<std::size_t>(l)] = static_cast<int>(gi) + 1;
-
-  const std::size_t num_units = groups.size() + 1;
-  for (std::size_t i = 0; i < num_units; ++i) {
+  const std::vector<WrapUnit> plan_units = strategy_units(ModuleGraph(spec), strategy);
+  std::vector<int> layer_unit(static_cast<std::size_t>(L), -1);
+  for (std::size_t i = 0; i < plan_units.size(); ++i) {
+    const WrapUnit& w = plan_units[i];
     auto u = std::make_unique<Unit>();
     u->owner = &m;
     u->index = static_cast<int>(i);
-    u->root = i == 0;
-    if (i == 0) {
-      u->info.name = "root";
-      if (groups.empty())
-        for (int l = 0; l < L; ++l) u->layers.push_back(l);
-    } else {
-      u->layers = groups[i - 1];
-      u->info.name = "layers." + std::to_string(u->layers.front()) +
-                     (u->layers.size() > 1 ? "-" + std::to_string(u->layers.back()) : "");
+    u->root = w.is_root;
+    u->info.name = w.name;
+    for (int64_t l = w.first_layer; l >= 0 && l <= w.last_layer; ++l) {
+      u->layers.push_back(static_cast<int>(l));
+      layer_unit[static_cast<std::size_t>(l)] = static_cast<int>(i);
     }
     m.units.push_back(std::move(u));
   }
+  FSDP_ASSERT(!m.units.empty() && m.units[0]->root, "strategy_units puts the root first");
+  for (int l = 0; l < L; ++l)
+    FSDP_ASSERT(layer_unit[static_cast<std::size_t>(l)] >= 0, "every decoder layer belongs to a wrap unit");
   for (std::size_t p = 0; p < m.defs.size(); ++p) {
     const ParamDef& d = m.defs[p];
     Unit& u = *m.units[d.layer < 0 ? 0 : static_cast<std::size_t>(layer_unit[static_cast<std::size_t>(d.layer)])];
@@ -674,8 +698,9 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
   Impl& m = *impl_;
   at::Tensor tokens = tokens_in.to(m.device), targets = targets_in.to(m.device);
   ++m.micro_batch;
+  m.comm.trace().set_micro_batch(m.micro_batch - 1);
   auto params_of = [&](Unit& u) {
-    m.phase("forward", u);
+    m.unit_op(Phase::Forward, u);
     m.wait_unsharded(u);
     variable_list views = m.frozen ? m.make_views(u) : UnitParamsFn::apply(u.anchor, reinterpret_cast<int64_t>(&u));
     ParamMap p;
@@ -731,22 +756,30 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
   Unit& root = *m.units[0];
   ParamMap rp = params_of(root);
   at::Tensor x = embed_forward(spec, rp, tokens);
+  // The root's pre-backward point: autograd reaches the embedding's output once every other unit's backward
+  // has run (the root's own layers, under wrap "model", come before it).
+  x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&root));
   if (!root.layers.empty()) x = run_layers(root, x, rp);
   for (std::size_t i = 1; i < m.units.size(); ++i) {
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);
     x = run_layers(u, x, p);
     x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
-    if (m.reshard_after_forward(u)) m.reshard(u);
+    if (m.reshard_after_forward(u)) {
+      m.comm.trace().unit_op(Phase::Free, u.index);
+      m.reshard(u);
+    }
   }
-  m.phase("head+loss forward");
+  m.comm.trace().unit_op(Phase::HeadLossForward, -1);
+  m.phase(Phase::HeadLossForward);
   return head_loss(spec, rp, x, targets);
 }
 
 void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
-  m.phase("loss backward");
+  m.comm.trace().unit_op(Phase::LossBackward, -1);
+  m.phase(Phase::LossBackward);
   m.in_backward = true;
   struct EndBackward {
     bool& flag;
@@ -754,12 +787,15 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   } end_backward{m.in_backward};
   loss.backward();
   m.flush_bucket();
-  m.wait_pending();
+  m.drain_pending();
   if (sync) m.micro_batch = 0;
   if (m.frozen) {
     for (auto& up : m.units) m.reshard(*up);
     if (!sync) return;
-    if (!m.comm.world().is_local()) m.comm.world().all_reduce_sum(m.adapters.mutable_grad()).wait();
+    if (!m.comm.world().is_local())
+      m.comm.world()
+          .all_reduce_sum(m.adapters.mutable_grad(), CollectiveTag{Phase::AdapterAllReduce, GroupKind::World, -1})
+          .wait();
     m.adapters.mutable_grad().mul_(1.0 / static_cast<double>(m.world));
     return;
   }
@@ -768,7 +804,6 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   for (auto& up : m.units) {
     Unit& u = *up;
     if (m.grads_sharded) {
-      if (m.replica_group && m.replica_group->size() > 1) m.replica_group->all_reduce_sum(u.grad_shard).wait();
       u.grad_shard.mul_(inv_world);
     } else {
       u.grad_full.mul_(inv_world);
@@ -783,7 +818,8 @@ double ShardedModel::clip_grad_norm(double max_norm) {
     sq += m.adapters.grad().to(at::kDouble).pow(2).sum();
   } else {
     for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
-    if (m.optim_sharded) m.shard_group->all_reduce_sum(sq).wait();
+    if (m.optim_sharded && m.shard_group->size() > 1)
+      m.shard_group->all_reduce_sum(sq, CollectiveTag{Phase::GradientNormAllReduce, GroupKind::Shard, -1}).wait();
   }
   const double norm = std::sqrt(sq.item<double>());
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied when < 1.
@@ -816,7 +852,9 @@ bool ShardedModel::grads_nonfinite() {
     at::Tensor g = m.owned_grad(*up);
     bad += at::logical_not(at::isfinite(g)).any().to(at::kFloat);
   }
-  if (m.optim_sharded) m.shard_group->all_reduce_sum(bad).wait();
+  // torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_: found_inf all-reduced over the group.
+  if (m.optim_sharded && m.shard_group->size() > 1)
+    m.shard_group->all_reduce_sum(bad, CollectiveTag{Phase::OverflowCheckAllReduce, GroupKind::Shard, -1}).wait();
   return bad.item<float>() > 0;
 }
 
@@ -856,7 +894,7 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     if (m.optim_sharded && !m.params_sharded) {
       // ZeRO-1/2: every rank updated its slice of the replica; gather the others'.
       at::Tensor mine = p.clone();
-      m.shard_group->all_gather(mine, u.master).wait();
+      m.shard_group->all_gather(mine, u.master, m.tag(Phase::ParamAllGather, GroupKind::World, u)).wait();
     }
   }
 }

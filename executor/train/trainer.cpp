@@ -104,20 +104,23 @@ RunResult Trainer::run(std::ostream* log) {
     auto t0 = std::chrono::steady_clock::now();
     const double waited0 = Handle::blocked_seconds();
     t.comm.set_progress(step, "forward/backward");
-    double loss_sum = 0;
+    t.comm.trace().begin_step();
+    // The micro-batches' losses summed on the device, read once per step (no host sync per micro-batch).
+    at::Tensor loss_sum;
     for (int64_t k = 0; k < K; ++k) {
       at::Tensor batch = t.data->rows(step, (k * W + rank) * b, b);
       at::Tensor tokens = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
       mem.set_in_compute(true);
       at::Tensor loss = t.model->forward_loss(tokens, targets);
-      loss_sum += loss.item<double>();
+      at::Tensor detached = loss.detach().to(at::kDouble);
+      loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
       // Mean over micro-batches (issue 6: K micro-batches of b == one batch of K*b).
       t.model->backward(loss * (t.loss_scale / static_cast<double>(K)), k == K - 1);
       mem.set_in_compute(false);
     }
     const auto t_opt = std::chrono::steady_clock::now();
     t.comm.set_progress(step, "optimizer");
-    mem.set_phase("gradient norm");  // the simulator's phase names (OpKind::GradNorm, OptimizerStep)
+    mem.set_phase(to_string(Phase::GradientNorm));
     StepStat st;
     st.step = step;
     bool skip = false;
@@ -134,15 +137,16 @@ RunResult Trainer::run(std::ostream* log) {
     }
     if (!skip) {
       st.grad_norm = t.model->clip_grad_norm(h.grad_clip);
-      mem.set_phase("optimizer step");
+      mem.set_phase(to_string(Phase::OptimizerStep));
       t.model->optimizer_step(oc, step);
     }
     st.skipped = skip;
     t.model->zero_grad();
     // Mean loss over the global batch: every rank's micro-batches have the same token count.
-    at::Tensor l = at::full({1}, loss_sum / static_cast<double>(K), at::kDouble);
-    if (t.device != "cpu") l = l.to(at::Device(t.device));
-    t.comm.world().all_reduce_sum(l).wait();
+    at::Tensor l = (loss_sum / static_cast<double>(K)).reshape({1});
+    if (t.comm.size() > 1)
+      t.comm.world().all_reduce_sum(l, CollectiveTag{Phase::LossAllReduce, GroupKind::World, -1}).wait();
+    t.comm.trace().end_step();
     // A local group (world 1 or rehearsal) did not sum anything.
     st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(t.comm.size()));
     auto t1 = std::chrono::steady_clock::now();
@@ -200,6 +204,8 @@ RunResult Trainer::run(std::ostream* log) {
     res.breakdown[i] = all[best][static_cast<int64_t>(i) + 1].item<int64_t>();
   res.peak_phase = mem.peak_phase();
   res.comm_upcast = t.model->comm_upcast();
+  res.trace = t.comm.trace().entries();
+  for (const UnitInfo& u : t.model->units()) res.unit_names.push_back(u.name);
   res.backend = t.comm.world().is_local() ? t.comm.world().name() : (t.device == "cpu" ? "gloo" : "nccl");
   res.loss_scale = s.param_dtype == DType::Fp16 ? t.loss_scale : 0;
   return res;

@@ -10,6 +10,7 @@
 
 #include "memory/memory_category.hpp"
 #include "planfile/plan_file.hpp"
+#include "program/step_trace.hpp"
 
 namespace fsdp::exec {
 
@@ -57,6 +58,9 @@ struct RunResult {
   int64_t num_params = 0;
   double loss_scale = 0;  // fp16 only
   int64_t resumed_from = 0;
+  // The last step's collectives and unit ops, in issue order (rank 0), and the wrap units' names.
+  std::vector<TraceEntry> trace;
+  std::vector<std::string> unit_names;
 };
 
 // InputError naming what fsdp-run cannot run in this plan (model, strategy, dtype on this device):

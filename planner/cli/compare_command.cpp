@@ -7,6 +7,7 @@
 #include "planfile/plan_file.hpp"
 #include "report/compare.hpp"
 #include "report/html_report.hpp"
+#include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 #include "simulate.hpp"
 
@@ -18,19 +19,10 @@ int run_compare(const std::vector<std::string>& argv) {
     throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json]");
   const std::string plan_path = args.positional()[0], report_path = args.positional()[1];
   PlanFile plan = read_plan_file(plan_path);
-  PlanPrediction pred;
-  if (plan.prediction) {
-    pred = *plan.prediction;
-  } else {
-    // No prediction in the file: simulate it now.
-    const std::string root = config_root_from(argv);
-    HardwareProfile hw = load_hardware(plan.cluster.hardware, root);
-    RuntimeProfile rt = load_runtime(plan.runtime, root);
-    ModuleGraph g(plan.model);
-    Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
-    validate_strategy(plan.strategy, plan.model, cluster);
-    pred = plan_prediction(simulate(SimulationInput{&g, &hw, &rt, cluster, plan.strategy}));
-  }
+  // The plan's step program, simulated now (the collective comparison needs its ops); the prediction is the
+  // plan file's where it has one.
+  auto sim = simulate_plan(plan, config_root_from(argv));
+  PlanPrediction pred = plan.prediction ? *plan.prediction : plan_prediction(sim->prediction);
   std::ifstream in(report_path);
   if (!in) throw InputError(report_path + ": cannot open report");
   nlohmann::json report;
@@ -39,7 +31,7 @@ int run_compare(const std::vector<std::string>& argv) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(report_path + ": not valid JSON: " + e.what());
   }
-  Comparison c = compare_plan_report(pred, plan.strategy, report, report_path);
+  Comparison c = compare_plan_report(pred, plan.strategy, program_side(sim->program), report, report_path);
   if (auto html = args.get("--html")) write_comparison_html(*html, plan, c, plan_path, report_path);
   if (args.has("--json")) {
     std::cout << comparison_json(c).dump(2) << "\n";

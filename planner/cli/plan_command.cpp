@@ -12,6 +12,7 @@
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/html_report.hpp"
+#include "report/plan_simulation.hpp"
 #include "report/plan_report.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
@@ -255,22 +256,15 @@ int run_show(const std::vector<std::string>& argv) {
   PlanFile plan = read_plan_file(args.positional()[0]);
   if (auto html = args.get("--html")) {
     // Re-simulate the plan on the hardware and runtime it names, and draw it.
-    const std::string root = config_root_from(argv);
-    HardwareProfile hw = load_hardware(plan.cluster.hardware, root);
-    RuntimeProfile rt = load_runtime(plan.runtime, root);
-    Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
-    validate_strategy(plan.strategy, plan.model, cluster);
-    ModuleGraph graph(plan.model);
-    StepProgram prog;
-    Prediction p = simulate(SimulationInput{&graph, &hw, &rt, cluster, plan.strategy}, &prog);
+    auto sim = simulate_plan(plan, config_root_from(argv));
     HtmlReportInput hin;
     hin.model = &plan.model;
-    hin.hardware = &hw;
-    hin.runtime = &rt;
-    hin.cluster = cluster;
+    hin.hardware = &sim->hardware;
+    hin.runtime = &sim->runtime;
+    hin.cluster = sim->cluster;
     hin.chosen = &plan.strategy;
-    hin.prediction = &p;
-    hin.program = &prog;
+    hin.prediction = &sim->prediction;
+    hin.program = &sim->program;
     hin.notes.push_back("plan file " + args.positional()[0] + " (schema v" + std::to_string(plan.version) + ")");
     if (!plan.fsdp_run_command.empty()) hin.notes.push_back("run: " + plan.fsdp_run_command);
     if (plan.prediction) {

@@ -11,6 +11,7 @@
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/memory_timeline.hpp"
+#include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
 #include "simulate.hpp"
@@ -63,15 +64,9 @@ int run_simulate(const std::vector<std::string>& argv) {
       if (f != "--plan" && f != "--trace" && f != "--config-root" && args.has(f))
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
     PlanFile plan = read_plan_file(*plan_path);
-    HardwareProfile hw = load_hardware(plan.cluster.hardware, root);
-    RuntimeProfile rt = load_runtime(plan.runtime, root);
-    Cluster cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
-    validate_strategy(plan.strategy, plan.model, cluster);
-    ModuleGraph graph(plan.model);
-    SimulationInput in{&graph, &hw, &rt, cluster, plan.strategy};
-    StepProgram program;
-    Prediction p = simulate(in, &program);
-    print_simulation(args, SimulationContext{&plan.model, &hw, &rt, cluster, plan.strategy}, program, p);
+    auto sim = simulate_plan(plan, root);
+    print_simulation(args, SimulationContext{&plan.model, &sim->hardware, &sim->runtime, sim->cluster, plan.strategy},
+                     sim->program, sim->prediction);
     return 0;
   }
   auto model_name = args.get("--model");

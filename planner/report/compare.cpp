@@ -27,9 +27,14 @@ double number(const nlohmann::json& j, const char* key, const std::string& path)
 
 }  // namespace
 
-Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, const nlohmann::json& report,
-                               const std::string& path) {
+Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, const TraceSide& program,
+                               const nlohmann::json& report, const std::string& path) {
   Comparison c;
+  if (report.is_object() && report.contains("step_trace")) {
+    const auto& st = report.at("step_trace");
+    c.collectives = compare_traces(program, measured_trace(st, path), s.grad_accum);
+    if (st.contains("step") && st.at("step").is_number_integer()) c.collectives.step = st.at("step").get<int64_t>();
+  }
   const auto& mem = need(report, "memory", path);
   const auto& bd = need(mem, "breakdown", path);
   auto predicted = [&](MemoryCategory cat) {
@@ -128,6 +133,7 @@ std::string format_comparison(const Comparison& c) {
       o << line;
     }
   }
+  o << format_trace_comparison(c.collectives);
   return o.str();
 }
 
@@ -144,7 +150,8 @@ nlohmann::json comparison_json(const Comparison& c) {
     }
     return a;
   };
-  return nlohmann::json{{"memory", rows(c.memory)}, {"time", rows(c.time)}};
+  return nlohmann::json{
+      {"memory", rows(c.memory)}, {"time", rows(c.time)}, {"collectives", trace_comparison_json(c.collectives)}};
 }
 
 }  // namespace fsdp

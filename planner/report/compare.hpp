@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "planfile/plan_file.hpp"
+#include "report/trace_compare.hpp"
 
 namespace fsdp {
 
@@ -21,11 +22,13 @@ struct ComparisonRow {
 struct Comparison {
   std::vector<ComparisonRow> memory;  // categories, then the peak
   std::vector<ComparisonRow> time;    // step time (median over steps after the first), tokens/s/GPU
+  TraceComparison collectives;        // the step program beside the run's recorded step
 };
 
 // `report` is fsdp-run's --report JSON; InputError naming the file when it is not one.
-Comparison compare_plan_report(const PlanPrediction& predicted, const Strategy& s, const nlohmann::json& report,
-                               const std::string& report_path);
+// `program` is the plan's step program as program_trace gives it, with its units' names.
+Comparison compare_plan_report(const PlanPrediction& predicted, const Strategy& s, const TraceSide& program,
+                               const nlohmann::json& report, const std::string& report_path);
 std::string format_comparison(const Comparison& c);
 nlohmann::json comparison_json(const Comparison& c);
 

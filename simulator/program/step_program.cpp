@@ -89,6 +89,7 @@ struct Emitter {
   // the same device and dtype returns the tensor itself), with no staging copy.
   bool host_params_are_compute_params = false;
   bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
+  Op deferred_replica;                 // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
@@ -174,9 +175,7 @@ struct Emitter {
     // ZeRO-3 reduce-scatters straight into the gradient partition in the reduce dtype (DeepSpeed
     // stage3.py: fp32 partitioned gradients; estimate_zero3_model_states_mem_needs counts 18 bytes/param).
     gb = zero_layout ? (s.kind == StrategyKind::Zero3 ? rb : pb) : mb;
-    WrapPolicy wrap = s.wrap;
-    if (!sharded) wrap = WrapPolicy{WrapKind::Layer, 1, 0};  // compute granularity for replicated strategies
-    prog.units = build_wrap_units(g, wrap);
+    prog.units = strategy_units(g, s);
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
@@ -710,6 +709,13 @@ void Emitter::emit_sharded() {
       if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       post.deps.push_back(bop);
       int pop = push(post);
+      // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
+      // reduce-scatter (fsdp-run's ShardedModel wait_pending; one reduction step in flight).
+      if (deferred_replica.kind == OpKind::AllReduce) {
+        deferred_replica.deps.push_back(pop);
+        last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
+        deferred_replica = Op{};
+      }
       // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
       // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
       Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, Phase::ReduceScatter,
@@ -719,19 +725,33 @@ void Emitter::emit_sharded() {
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
       if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
-      r.on_complete.push_back({MemoryCategory::CommBuffers, -(rs_input + rs_output)});
+      // Without low-precision collectives the adapter stages a bf16/fp16 input in fp32 (executor/dist/comm.cpp
+      // reduce_scatter_impl: all-reduce of an fp32 copy, then the slice).
+      const double rs_staging = stages_fp32(GroupKind::Shard) && rb < 4.0 ? full * 4.0 : 0.0;
+      if (rs_staging > 0) r.on_issue.push_back({MemoryCategory::CommBuffers, rs_staging});
+      r.on_complete.push_back({MemoryCategory::CommBuffers, -(rs_input + rs_output + rs_staging)});
       // Without a copy the per-parameter gradients are the reduce-scatter input, released when it ends.
       if (rs_input == 0) r.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int rop = push(r);
-      if (hsdp && mbi == K - 1) {
+      last_rs[static_cast<size_t>(ui)] = rop;
+      if (hsdp && mbi == K - 1 && prog.layout.replicas > 1) {
+        // HSDP: the accumulated gradient shard summed over the replicas in the reduce dtype (through a copy when
+        // that is not the fp32 gradient's), once the reduce-scatter has landed: issued at the next unit's
+        // post-backward, or at the end of the backward for the last unit (FSDP2 foreach_reduce's all-reduce
+        // over the replicate dimension; fsdp-run's all_reduce_replicas).
         Op a =
             collective_op(OpKind::AllReduce, Stream::ReduceScatter, Phase::ReplicaAllReduce, CollectiveKind::AllReduce,
                           GroupKind::Replica, wire_bytes(shard(train(ui)), rb, GroupKind::Replica),
                           wire_type(s.reduce_dtype, GroupKind::Replica), ui, mbi);
+        const double copy = rb != gb ? shard(train(ui)) * rb : 0.0;
+        const double staging = stages_fp32(GroupKind::Replica) && rb < 4.0 ? shard(train(ui)) * 4.0 : 0.0;
+        if (copy + staging > 0) {
+          a.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
+          a.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
+        }
         a.deps.push_back(rop);
-        rop = push(a);
+        deferred_replica = a;
       }
-      last_rs[static_cast<size_t>(ui)] = rop;
       if (s.offload != Offload::None && mbi == K - 1) {
         // ZeRO-Offload copies each gradient partition to the host as soon as it is reduced, overlapping
         // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2).
@@ -746,6 +766,11 @@ void Emitter::emit_sharded() {
         push(d);
         grads_copied_per_unit = true;
       }
+    }
+    // The last unit's replica all-reduce, issued when the end of the backward waits for its reduce-scatter.
+    if (deferred_replica.kind == OpKind::AllReduce) {
+      last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
+      deferred_replica = Op{};
     }
   }
   emit_optimizer();
@@ -838,8 +863,10 @@ void Emitter::emit_replicated() {
         bop = push(post);
       }
       if (!sync) continue;
+      // bucket_cap_mb counts the gradients' own bytes (DDP's reducer buckets the .grad tensors; a comm hook
+      // such as bf16_compress_hook casts a full bucket; fsdp-run's flush_bucket likewise).
       if (bucketed) {
-        bucket_bytes += p * rb;
+        bucket_bytes += p * gb;
         if (bucket_bytes < bucket_cap && ui != order.back()) continue;
       }
       Op r;
@@ -866,8 +893,17 @@ void Emitter::emit_replicated() {
         r.kind = OpKind::AllReduce;
         r.phase = ddp_like ? Phase::BucketAllReduce : Phase::AllReduce;
         r.collective = CollectiveKind::AllReduce;
-        r.comm_bytes = wire_bytes(bucketed ? bucket_bytes / rb : p, rb, GroupKind::World);
+        const double elems = bucketed ? bucket_bytes / gb : p;
+        r.comm_bytes = wire_bytes(elems, rb, GroupKind::World);
         r.comm_dtype = wire_type(s.reduce_dtype, GroupKind::World);
+        // A reduce dtype other than the gradients' reduces a copy (copied back when waited for), which a backend
+        // without low-precision collectives stages in fp32 once more (executor/dist/comm.cpp all_reduce_impl).
+        const double copy = rb != gb ? elems * rb : 0.0;
+        const double staging = stages_fp32(GroupKind::World) && rb < 4.0 ? elems * 4.0 : 0.0;
+        if (copy + staging > 0) {
+          r.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
+          r.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
+        }
         bucket_bytes = 0;
       }
       r.group = GroupKind::World;
@@ -885,6 +921,15 @@ void Emitter::emit_optimizer() {
   const double owned = shards_optimizer(s.kind) ? shard(P) : P;  // the gradient elements the optimizer updates
   const double held = shards_grads(s.kind) ? shard(P) : P;       // the gradient elements the rank keeps
   const double grad_bytes = owned * rt.grad_norm_bytes_per_grad + held * rt.grad_pass_bytes_per_grad;
+  // fp16 loss scaling: whether any owned gradient overflowed, one fp32 flag summed over the shard group
+  // (torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_; fsdp-run's grads_nonfinite).
+  if (s.param_dtype == DType::Fp16 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
+    constexpr double kFlagBytes = 4.0;
+    Op f = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::OverflowCheckAllReduce,
+                         CollectiveKind::AllReduce, GroupKind::Shard, kFlagBytes, WireType::Fp32, -1, 0);
+    f.after_all_comm = true;
+    push(f);
+  }
   if (grad_bytes > 0) {
     Op n;
     n.kind = OpKind::GradNorm;

@@ -82,4 +82,9 @@ std::vector<WrapUnit> build_wrap_units(const ModuleGraph& g, const WrapPolicy& p
   return out;
 }
 
+std::vector<WrapUnit> strategy_units(const ModuleGraph& g, const Strategy& s) {
+  if (!shards_params(s.kind)) return build_wrap_units(g, WrapPolicy{WrapKind::Layer, 1, 0});
+  return build_wrap_units(g, s.wrap);
+}
+
 }  // namespace fsdp

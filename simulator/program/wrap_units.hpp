@@ -28,4 +28,9 @@ struct WrapUnit {
 // granularity: the smallest unit this simulator forms is one decoder layer.
 std::vector<WrapUnit> build_wrap_units(const ModuleGraph& graph, const WrapPolicy& policy);
 
+// The units a strategy computes and reduces by: its wrap policy when it shards parameters; one decoder layer
+// per unit for the replicated strategies (DDP, no-shard, ZeRO-1/2), whose gradients are bucketed or
+// reduced layer by layer whatever the plan's wrap says. The step program and fsdp-run both build these.
+std::vector<WrapUnit> strategy_units(const ModuleGraph& graph, const Strategy& strategy);
+
 }  // namespace fsdp

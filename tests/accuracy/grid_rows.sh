@@ -15,8 +15,11 @@ run_grid_rows() {
     extra=()
     [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
     [[ "$reshard" != - ]] && extra+=(--reshard-after-forward "$reshard")
+    # dtype: the param dtype, or param/reduce (the reduce dtype defaults to fp32)
+    local pdtype=${dtype%%/*} rdtype=fp32
+    [[ "$dtype" == */* ]] && rdtype=${dtype#*/}
     "$plan_bin" --model "$model" --hw "$hw" --runtime fsdp-run --gpus "$world" --strategy "$strategy" --wrap "$wrap" \
-      --act-ckpt "$ckpt" --param-dtype "$dtype" --reduce-dtype fp32 --micro-batch "$mb" --seq "$seq" \
+      --act-ckpt "$ckpt" --param-dtype "$pdtype" --reduce-dtype "$rdtype" --micro-batch "$mb" --seq "$seq" \
       --grad-accum "$accum" --offload "$offload" --attention eager "${extra[@]}" --out "$plan" --json \
       >"$out/pred$i.json" 2>"$out/plan$i.err" || { echo "row $i: fsdp-plan failed: $(cat "$out/plan$i.err")"; return 1; }
     "$run_bin" --nproc-per-node "$world" "$plan" --steps "$steps" --report "$out/report$i.json" >"$out/run$i.log" 2>&1 ||

@@ -13,6 +13,11 @@ mkdir -p "$out"
 # shellcheck source=grid_rows.sh
 source "$root/tests/accuracy/grid_rows.sh"
 run_grid_rows cpu 2 || exit 1
+# The step program beside each run's recorded step, collective by collective (issue M10): `fsdp-plan compare`.
+while IFS=$'\t' read -r i _; do
+  "$plan_bin" compare "$out/plan$i.yaml" "$out/report$i.json" --json >"$out/cmp$i.json" 2>"$out/cmp$i.err" ||
+    { echo "row $i: fsdp-plan compare failed: $(cat "$out/cmp$i.err")"; exit 1; }
+done <"$out/rows.tsv"
 python3 - "$out" "$tol" <<'PY'
 import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])
@@ -52,7 +57,21 @@ print("  %-24s %4s %12s %12s" % ("category", "rows", "mean |error|", "worst erro
 for k, errs in sorted(cats.items()):
     w = max(errs, key=abs)
     print("  %-24s %4d %11.1f%% %+11.1f%%" % (k, len(errs), sum(abs(e) for e in errs) / len(errs), w))
-print("%d plans, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), worst, failed, tol))
+# Collectives and unit ops: every plan's run must do exactly what its step program says.
+coll_failed = 0
+for r in rows:
+    c = json.load(open(f"{out}/cmp{r[0]}.json"))["collectives"]
+    bad = (not c.get("measured")) or c["mismatches"] or c["unit_ops"]["mismatches"]
+    if bad:
+        coll_failed += 1
+        print("row %s: step program vs run: %s collective and %s unit-op mismatches" % (r[0], c.get("mismatches"),
+              c.get("unit_ops", {}).get("mismatches")))
+        for k in ("predicted_only", "measured_only"):
+            for e in c.get(k, []) + c.get("unit_ops", {}).get(k, []):
+                print("    %s: %s" % (k, e))
+print("collectives: %d of %d plans match their step program entry by entry" % (len(rows) - coll_failed, len(rows)))
+failed += coll_failed
+print("%d plans, worst |error| %.1f%%, %d over the %.0f%% tolerance" % (len(rows), worst, failed - coll_failed, tol))
 print("%d passed, %d failed" % (len(rows) - failed, failed))
 sys.exit(1 if failed else 0)
 PY

@@ -1,0 +1,21 @@
+#include "report/plan_simulation.hpp"
+
+namespace fsdp {
+
+std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& root) {
+  auto s = std::make_unique<PlanSimulation>(plan.model);
+  s->hardware = load_hardware(plan.cluster.hardware, root);
+  s->runtime = load_runtime(plan.runtime, root);
+  s->cluster = Cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
+  validate_strategy(plan.strategy, plan.model, s->cluster);
+  s->prediction = simulate(s->input(plan), &s->program);
+  return s;
+}
+
+TraceSide program_side(const StepProgram& program) {
+  TraceSide t{program_trace(program), {}};
+  for (const WrapUnit& u : program.units) t.unit_names.push_back(u.name);
+  return t;
+}
+
+}  // namespace fsdp
