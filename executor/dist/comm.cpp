@@ -481,10 +481,17 @@ class C10dGroup final : public Group {
     } catch (const std::exception& e) {
       comm_->diagnose(e.what());
     }
-    // The backend's worker thread drops its reference to the finished work (and with
-    // it the work's staging buffers and result tensors) just after signalling
-    // completion. Wait for that, so that memory is released here, deterministically,
-    // and measured peaks do not depend on thread timing. Bounded: 1 s.
+    // Gloo's worker thread drops its reference to the finished work (and with it the
+    // work's staging buffers and result tensors) just after signalling completion. Wait
+    // for that, so that memory is released here, deterministically, and measured peaks
+    // do not depend on thread timing. Bounded: 1 s. NCCL needs no such wait: ProcessGroupNCCL
+    // keeps its tensors alive until the collective's stream has finished with them (recordStream,
+    // or the tensors its work stashes until its watchdog sees completion), so the host would
+    // only spin for nothing.
+    if (direct_) {
+      work.reset();
+      return;
+    }
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (work.use_count() > 1 && std::chrono::steady_clock::now() < limit) {
       if (poll)

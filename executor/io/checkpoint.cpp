@@ -237,21 +237,50 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   const fs::path use = candidates[static_cast<std::size_t>(idx)];
   const json m = read_manifest(use);
 
-  // The flat layout must be the same model and wrap (units); the world size may differ.
+  // The model must be the same, parameter by parameter (names and shapes); its wrap units, the strategy's
+  // layout and the world size may differ (resharded below by parameter name).
   const auto& units = model.units();
-  if (m.at("units").size() != units.size())
-    throw InputError(use.string() + ": checkpoint has " + std::to_string(m.at("units").size()) +
-                     " wrap units, this plan has " + std::to_string(units.size()) + " (model or wrap changed)");
-  for (std::size_t i = 0; i < units.size(); ++i)
-    if (m.at("units")[i].at("numel").get<int64_t>() != units[i].numel)
-      throw InputError(use.string() + ": unit " + units[i].name + " differs in size (model or wrap changed)");
+  struct Where {
+    int unit;
+    int64_t offset, numel;
+  };
+  std::map<std::string, Where> saved;
+  std::map<std::string, std::vector<int64_t>> saved_shape;
+  for (std::size_t cu = 0; cu < m.at("units").size(); ++cu)
+    for (const auto& p : m.at("units")[cu].at("params")) {
+      const auto shape = p.at("shape").get<std::vector<int64_t>>();
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      saved[p.at("name").get<std::string>()] = Where{static_cast<int>(cu), p.at("offset").get<int64_t>(), n};
+      saved_shape[p.at("name").get<std::string>()] = shape;
+    }
+  std::size_t expected = 0;
+  bool same_units = m.at("units").size() == units.size();
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const UnitInfo& ui = units[u];
+    expected += ui.params.size();
+    for (std::size_t i = 0; i < ui.params.size(); ++i) {
+      auto it = saved.find(ui.params[i]);
+      if (it == saved.end())
+        throw InputError(use.string() + ": checkpoint has no parameter " + ui.params[i] + " (model changed)");
+      if (saved_shape[ui.params[i]] != ui.shapes[i])
+        throw InputError(use.string() + ": parameter " + ui.params[i] +
+                         " has another shape in the checkpoint (model changed)");
+      same_units = same_units && it->second.unit == static_cast<int>(u) && it->second.offset == ui.offsets[i];
+    }
+    same_units = same_units && m.at("units")[u].at("numel").get<int64_t>() == ui.numel;
+  }
+  if (saved.size() != expected)
+    throw InputError(use.string() + ": checkpoint holds " + std::to_string(saved.size()) +
+                     " parameters, this plan's model " + std::to_string(expected) + " (model changed)");
   (void)plan;
 
   const ShardLayout lay = model.layout();
-  const bool same =
-      m.at("world_size").get<int>() == comm.size() && m.at("params_sharded").get<bool>() == lay.params_sharded &&
-      m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
-      m.at("shard_group_size").get<int>() == lay.shard_group_size && !(comm.world().is_local() && comm.size() > 1);
+  const bool same = same_units && m.at("world_size").get<int>() == comm.size() &&
+                    m.at("params_sharded").get<bool>() == lay.params_sharded &&
+                    m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
+                    m.at("shard_group_size").get<int>() == lay.shard_group_size &&
+                    !(comm.world().is_local() && comm.size() > 1);
   std::map<std::string, at::Tensor> state;
   std::map<int, std::unique_ptr<SafetensorsFile>> files;
   if (same) {
@@ -259,7 +288,9 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
     for (auto& [k, v] : files[comm.rank()]->tensors()) state[k] = v;
     model.load_local_state(state);
   } else {
-    // Reshard: rebuild each unit's full flat tensors and cut this rank's part.
+    // Reshard: rebuild the checkpoint units' full flat tensors, lay every parameter's slice out in this plan's
+    // units by name, and cut this rank's part.
+    std::map<std::pair<int, std::string>, at::Tensor> full_of;
     for (auto& [name, dst] : model.local_state()) {
       if (name.rfind("adapters.", 0) == 0) {  // replicated on every rank: rank 0's copy
         auto& f0 = files[0];
@@ -272,10 +303,14 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
       const auto dot = name.find('.');
       const int u = std::stoi(name.substr(4, dot - 4));
       const std::string st = name.substr(dot + 1);
-      at::Tensor full = reconstruct(m, use, files, u, st);
       const UnitInfo& ui = units[static_cast<std::size_t>(u)];
       at::Tensor padded = at::zeros({ui.padded}, at::kFloat);
-      padded.narrow(0, 0, ui.numel).copy_(full);
+      for (std::size_t i = 0; i < ui.params.size(); ++i) {
+        const Where& w = saved.at(ui.params[i]);
+        auto key = std::make_pair(w.unit, st);
+        if (!full_of.count(key)) full_of[key] = reconstruct(m, use, files, w.unit, st);
+        padded.narrow(0, ui.offsets[i], w.numel).copy_(full_of[key].narrow(0, w.offset, w.numel));
+      }
       const bool sharded = st == "master" ? lay.params_sharded : lay.optim_sharded;
       state[name] = sharded ? padded.narrow(0, static_cast<int64_t>(lay.shard_rank) * ui.shard, ui.shard) : padded;
     }
