@@ -6,6 +6,21 @@
 
 namespace fsdp {
 
+void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt) {
+  if (!hw.calibrated) return;
+  const auto& cal = *hw.calibrated;
+  if (cal.runtime != rt.name)
+    throw InputError(hw.source + ": calibrated.runtime: this profile was calibrated with runtime '" + cal.runtime +
+                     "' (" + cal.runtime_build + "); its measured overheads and in-step factors are that executor's, " +
+                     "not runtime '" + rt.name + "''s: plan with --runtime " + cal.runtime +
+                     " or calibrate a profile for this runtime");
+  if (cal.cost_model_version != kCostModelVersion)
+    throw InputError(hw.source + ": calibrated.cost_model_version: this profile was fitted against cost model " +
+                     "version " + std::to_string(cal.cost_model_version) + ", this fsdp-plan prices with version " +
+                     std::to_string(kCostModelVersion) + ": its fitted factors no longer mean the same; run " +
+                     "fsdp-run calibrate again");
+}
+
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) {
   auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
   if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
@@ -74,13 +89,15 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   pi.cluster = in.cluster;
   pi.strategy = in.strategy;
   pi.runtime = in.runtime;
-  // Gloo (the CPU backend) in LibTorch 1.13 has no bf16/fp16 collectives (DEVELOPERS.md).
-  pi.fp32_collectives_only = in.hardware->device_kind == "cpu";
-  pi.host_device = in.hardware->device_kind == "cpu";
+  // What the backend cannot do (configs/backends: Gloo in LibTorch 1.13 has no bf16/fp16 collectives and
+  // gathers through a flat buffer of its own), and where the device's memory is.
+  pi.fp32_collectives_only = !in.hardware->backend.low_precision_collectives;
+  pi.backend_gather_buffer = in.hardware->backend.gather_flat_buffer;
+  pi.host_device = in.hardware->device_is_host();
   StepProgram prog = emit_step_program(pi);
   Prediction p;
   p.params = in.graph->total_params();
-  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, in.hardware->device_kind == "cuda");
+  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host());
   p.usable_bytes = in.hardware->usable_device_memory.value;
   p.fits = p.memory.device_total <= p.usable_bytes;
   p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;

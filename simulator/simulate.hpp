@@ -47,6 +47,10 @@ struct Prediction {
 // that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c);
 
+// Checks that the hardware profile may price the runtime: a calibrated profile's fitted overheads belong to
+// the runtime and the cost-model version it was fitted against; InputError naming the profile and the reason.
+void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);
+
 // Simulates memory and time. The input must be valid (validate_strategy).
 Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullptr);
 

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <tuple>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "calibrate/fit.hpp"
 #include "calibrate/profile_yaml.hpp"
@@ -863,6 +863,16 @@ std::string Calibrator::write_profile(const DistEnv& env) {
   hw.device_kind = cuda_ ? "cuda" : "cpu";
   N["name"] = "written by fsdp-run calibrate on " + date + " (docs/calibrate.md); schema: docs/hardware.md";
   N["device_kind"] = by + "the device the ranks ran on (" + device_ + ")";
+  hw.backend = load_backend(cuda_ ? "nccl" : "gloo", opt_.config_root);
+  N["backend"] = by + "the c10d backend its collectives ran through";
+  // What the fitted numbers below belong to: fsdp-plan refuses the profile for another runtime or cost model.
+  hw.calibrated = HardwareProfile::Calibration{
+      "fsdp-run", std::string("LibTorch ") + TORCH_VERSION + (cuda_ ? ", NCCL" : ", Gloo"), kCostModelVersion};
+  N["calibrated.runtime"] =
+      "the runtime whose executor ran the probes: the host overheads and in-step factors are its own";
+  N["calibrated.runtime_build"] = "that executor's build";
+  N["calibrated.cost_model_version"] =
+      "the fsdp-plan cost model the factors were fitted against (hardware_profile.hpp kCostModelVersion)";
   notes.header = {"Hardware profile written by `fsdp-run calibrate" + std::string(opt_.quick ? " --quick" : "") +
                       "` on " + date + ": " + std::to_string(comm_.size()) + " rank(s), " +
                       std::to_string(env.local_world_size) + " per node, LibTorch " + TORCH_VERSION + ".",

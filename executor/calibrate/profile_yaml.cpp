@@ -121,6 +121,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   std::vector<std::string> keys{
       "name",
       "device_kind",
+      "backend",
       "device.memory",
       "device.usable_memory",
       "device.peak_flops.fp32",
@@ -136,6 +137,9 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   for (const DtypeMap& m : dtype_maps(hw))
     if (m.any()) keys.push_back("device." + m.key);
   if (hw.device_cores > 0) keys.push_back("device.cores");
+  if (hw.calibrated)
+    for (const char* k : {"calibrated.runtime", "calibrated.runtime_build", "calibrated.cost_model_version"})
+      keys.emplace_back(k);
   for (const char* k :
        {"node.gpus_per_node", "node.intra_node", "node.nics_per_node", "node.inter_node", "node.host_to_device",
         "node.host_memory", "node.cpu_cores", "node.host_memory_bandwidth", "node.cpu_peak_flops_per_core",
@@ -154,6 +158,14 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   for (const std::string& h : notes.header) w.out() << "# " << h << "\n";
   w.field(0, "name", "name", quoted(hw.name));
   w.field(0, "device_kind", "device_kind", hw.device_kind);
+  w.field(0, "backend", "backend", hw.backend.name);
+  if (hw.calibrated) {
+    w.open(0, "calibrated", "calibrated");
+    w.field(2, "calibrated.runtime", "runtime", quoted(hw.calibrated->runtime));
+    w.field(2, "calibrated.runtime_build", "runtime_build", quoted(hw.calibrated->runtime_build));
+    w.field(2, "calibrated.cost_model_version", "cost_model_version",
+            std::to_string(hw.calibrated->cost_model_version));
+  }
   w.open(0, "device", "device");
   w.field(2, "device.memory", "memory", bytes(hw.device_memory));
   w.field(2, "device.usable_memory", "usable_memory", bytes(hw.usable_device_memory));

@@ -12,8 +12,8 @@
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/html_report.hpp"
-#include "report/plan_simulation.hpp"
 #include "report/plan_report.hpp"
+#include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
 #include "search/plan_search.hpp"
@@ -80,6 +80,7 @@ int run_plan(const std::vector<std::string>& argv) {
   ModelSpec model = load_model(*model_name, root);
   HardwareProfile hw = load_hardware(args.get_or("--hw", kDefaultHardware), root);
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
+  validate_profiles(hw, rt);
   Strategy base;
   base.seq_len = kDefaultSeq;
   if (!args.has("--seq") && model.position_embedding == PositionEmbedding::Learned &&

@@ -74,6 +74,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   ModelSpec model = load_model(*model_name, root);
   HardwareProfile hw = load_hardware(args.get_or("--hw", "a100-80gb"), root);
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", "fsdp-run"), root);
+  validate_profiles(hw, rt);
   Cluster cluster;
   if (args.has("--gpus")) {
     if (args.has("--nodes") || args.has("--gpus-per-node"))

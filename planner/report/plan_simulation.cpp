@@ -6,6 +6,7 @@ std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::s
   auto s = std::make_unique<PlanSimulation>(plan.model);
   s->hardware = load_hardware(plan.cluster.hardware, root);
   s->runtime = load_runtime(plan.runtime, root);
+  validate_profiles(s->hardware, s->runtime);
   s->cluster = Cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
   validate_strategy(plan.strategy, plan.model, s->cluster);
   s->prediction = simulate(s->input(plan), &s->program);

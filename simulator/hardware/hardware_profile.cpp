@@ -199,6 +199,24 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.source = path;
   hw.name = map.get_string("name");
   hw.device_kind = map.get_enum("device_kind", {"cuda", "cpu"});
+  {
+    const std::string backend = map.get_string("backend");
+    try {
+      hw.backend = load_backend(backend, config_root);
+    } catch (const InputError& e) {
+      map.fail("backend", e.what());
+    }
+  }
+  if (map.has("calibrated")) {
+    ConfigMap c = map.get_map("calibrated");
+    HardwareProfile::Calibration cal;
+    cal.runtime = c.get_string("runtime");
+    cal.runtime_build = c.get_string("runtime_build");
+    cal.cost_model_version = c.get_int("cost_model_version");
+    if (cal.cost_model_version < 1) c.fail("cost_model_version", "must be a positive integer");
+    c.finish();
+    hw.calibrated = cal;
+  }
 
   ConfigMap dev = map.get_map("device");
   hw.device_memory = positive_bytes(dev, "memory");

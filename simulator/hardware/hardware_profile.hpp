@@ -2,10 +2,12 @@
 // All quantities in SI base units (units.hpp); parsing converts once.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/units.hpp"
+#include "runtime/backend_profile.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp {
@@ -52,6 +54,12 @@ struct HardwareProfile {
   std::string name;
   std::string source;       // file it came from
   std::string device_kind;  // "cuda" or "cpu"
+  // `backend: NAME` (configs/backends/NAME.yaml): the communication library the cluster's ranks use, and what it
+  // can do (Gloo's fp32 staging and gather buffer, NCCL's streams).
+  BackendProfile backend;
+  // A CPU "device" computes in host memory: offloaded state already lives where compute reads it, and there is
+  // no CUDA context, caching allocator or NCCL buffer.
+  bool device_is_host() const { return device_kind == "cpu"; }
   // Device
   Bytes device_memory{0};             // total memory per GPU
   Bytes usable_device_memory{0};      // what the runtime can allocate (after driver/ECC reservations)
@@ -116,6 +124,15 @@ struct HardwareProfile {
   // there: the fp32 factor (fp32 plans), else the bf16 one, else 1.
   double in_step_factor(int ranks_per_node, DType compute) const;
 
+  // `calibrated` (optional; written by fsdp-run calibrate): what the profile's measured overheads were fitted
+  // against. Absent for hand-written profiles.
+  struct Calibration {
+    std::string runtime;             // the runtime profile whose executor ran the probes ("fsdp-run")
+    std::string runtime_build;       // that executor's build (LibTorch version, backend), for the reader
+    int64_t cost_model_version = 0;  // kCostModelVersion of the fsdp-plan that fitted it
+  };
+  std::optional<Calibration> calibrated;
+
   FlopsPerSecond peak_flops(DType) const;
   // The dtype's own curve when the profile has one, else the shared one.
   const EfficiencyCurve& matmul_curve(DType) const;
@@ -127,6 +144,13 @@ struct HardwareProfile {
   // The dtype's forward-GEMM ratio, else 1.
   double matmul_forward_ratio(DType) const;
 };
+
+// The version of the simulator's cost model that a calibrated profile's fitted numbers belong to (the
+// in-step collective factors, the per-unit host overhead and the per-dtype rates fsdp-run calibrate
+// derives by dividing measurements by what this model prices). Raised whenever the pricing of an op
+// changes what those numbers mean; a profile fitted against another version is refused
+// (validate_profiles in simulate.hpp).
+inline constexpr int64_t kCostModelVersion = 1;
 
 // Cores one rank computes on when `ranks_per_node` ranks share a CPU node of `cpu_cores` cores, with
 // fsdp-run's thread policy (executor/dist/device.hpp, as torchrun's OMP_NUM_THREADS): floor(cores / ranks)

@@ -84,6 +84,7 @@ struct Emitter {
   double head_act = 0;
 
   bool fp32_collectives = false;
+  bool backend_gather_buffer = false;
   // Parameter offload onto a host that is itself the device (a CPU run), in the compute dtype: the offloaded
   // shard is the all-gather's input as it is (executor/shard/sharded_model.cpp unshard_async: Tensor::to to
   // the same device and dtype returns the tensor itself), with no staging copy.
@@ -600,8 +601,9 @@ void Emitter::emit_sharded() {
         if (offload_params && !host_params_are_compute_params) staging += shard_elems * pb;
         if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;
         if (pb < 4.0) staging += elems * 4.0;
-        op.backend_buffer_bytes = elems * 4.0;
       }
+      if (backend_gather_buffer && prog.layout.shard_size > 1)
+        op.backend_buffer_bytes = wire_bytes(padded(train(ui)), pb, GroupKind::Shard);
       if (staging > 0) {
         op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
         op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
@@ -1047,6 +1049,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
   const Strategy& s = in.strategy;
   Emitter e(*in.graph, s, *in.runtime);
   e.fp32_collectives = in.fp32_collectives_only;
+  e.backend_gather_buffer = in.backend_gather_buffer;
   e.host_params_are_compute_params = in.host_device && in.strategy.param_dtype == in.strategy.master_dtype;
   StepLayout& lay = e.prog.layout;
   lay.world = in.cluster.world_size();

@@ -117,6 +117,8 @@ struct ProgramInput {
   // The backend has no low-precision collectives (Gloo in LibTorch 1.13 rejects bf16): they run through
   // fp32 staging buffers (executor/dist/comm.cpp).
   bool fp32_collectives_only = false;
+  // The backend gathers into a flat buffer of its own before the output (Gloo's AsyncAllgatherWork).
+  bool backend_gather_buffer = false;
   // The device is the host (a CPU run): offloaded state already lives where compute reads it.
   bool host_device = false;
 };

@@ -19,8 +19,8 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // A CPU device has no engines of its own for communication and copies: a rank's intra-op threads occupy all
   // of its cores (executor/dist/device.hpp), and its Gloo transport thread, copies and host optimizer run on
   // the same cores. So on a cpu device every op of the rank runs on one in-order resource: nothing overlaps
-  // (measured: docs/calibrate.md, "Time").
-  const bool one_resource = hw.device_kind == "cpu";
+  // (measured: docs/calibrate.md, "Time"). The backend profile says so (configs/backends/gloo.yaml).
+  const bool one_resource = !hw.backend.overlaps_compute;
   double compute_busy = 0;
   double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
   for (size_t i = 0; i < p.ops.size(); ++i) {

@@ -55,9 +55,10 @@ TEST_CASE("a CPU rank runs its compute, collectives and copies one after another
   CHECK(p.time.step_s == doctest::Approx(serial_sum(prog, cpu, c, s)));
   CHECK(p.time.exposed_comm_s == doctest::Approx(p.time.comm_s));
   CHECK(p.time.contention_s == 0);
-  // The same profile as a GPU overlaps collectives with compute (prefetch): faster than serial.
+  // The same profile as a GPU with NCCL overlaps collectives with compute (prefetch): faster than serial.
   HardwareProfile gpu = cpu;
   gpu.device_kind = "cuda";
+  gpu.backend = load_backend("nccl", root());
   gpu.device_cores = 0;
   gpu.compute_slowdown_during_comm = 0;
   StepProgram gprog;

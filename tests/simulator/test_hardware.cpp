@@ -110,7 +110,8 @@ TEST_CASE("h100 and a800 differ from a100 where their datasheets do") {
 TEST_CASE("a path ending in .yaml is read directly") {
   std::string text = read_text(kRoot + "/hwprofiles/h200-141gb.yaml");
   std::string path = write_temp_profile(replace_once(text, "name: h200-141gb", "name: my-h200"), "my-h200");
-  HardwareProfile hw = load_hardware(path, "/nonexistent");
+  // The config root still serves the profile's backend (configs/backends).
+  HardwareProfile hw = load_hardware(path, kRoot);
   CHECK(hw.name == "my-h200");
   CHECK(hw.source == path);
 }
@@ -290,7 +291,7 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
   SUBCASE("wrong unit") {
     std::string m = load_error(replace_once(base, "memory: \"80 GiB\"", "memory: \"80 GB/s\""), "wrong_unit");
     CHECK(contains(m, "device.memory"));
-    CHECK(contains(m, "wrong_unit.yaml:7:"));  // the line of the key
+    CHECK(contains(m, "wrong_unit.yaml:8:"));  // the line of the key
   }
   SUBCASE("bare number without a unit") {
     std::string m = load_error(replace_once(base, "bandwidth: \"300 GB/s\"", "bandwidth: 300"), "bare");

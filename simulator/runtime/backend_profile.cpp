@@ -1,0 +1,37 @@
+#include "runtime/backend_profile.hpp"
+
+#include <filesystem>
+
+#include "core/config_map.hpp"
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+BackendProfile load_backend(const std::string& name_or_path, const std::string& config_root) {
+  std::string path = name_or_path;
+  const auto dir = std::filesystem::path(config_root) / "configs" / "backends";
+  if (path.find('/') == std::string::npos && path.find(".yaml") == std::string::npos) {
+    path = (dir / (name_or_path + ".yaml")).string();
+    if (!std::filesystem::exists(path)) {
+      std::string known;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.path().extension() == ".yaml") known += (known.empty() ? "" : ", ") + e.path().stem().string();
+      throw InputError("backend: unknown communication backend '" + name_or_path + "' (known: " + known + ")");
+    }
+  }
+  ConfigMap map = ConfigMap::load_file(path);
+  BackendProfile b;
+  b.source = path;
+  b.name = map.get_string("name");
+  ConfigMap c = map.get_map("collectives");
+  b.low_precision_collectives = c.get_bool("low_precision");
+  b.native_reduce_scatter = c.get_bool("native_reduce_scatter");
+  b.gather_flat_buffer = c.get_bool("gather_flat_buffer");
+  c.finish();
+  b.overlaps_compute = map.get_bool("overlaps_compute");
+  map.finish();
+  return b;
+}
+
+}  // namespace fsdp
