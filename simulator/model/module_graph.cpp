@@ -85,6 +85,34 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
     for (auto [it, end] = boost::in_edges(v, g_); it != end; ++it)
       if (g_[*it].kind == EdgeKind::Contains) subtree_params_[boost::source(*it, g_)] += subtree_params_[v];
   }
+  // Layers of one structure share a class (the first such layer's index): what is derived from a layer's
+  // nodes is derived once per class (program/layer_costs.hpp). The signature is every leaf's kind, short name,
+  // shape, FLOPs and saved tensors, in execution order, and the layer's containers.
+  std::vector<std::string> signatures;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::string sig;
+    for (ModuleId c : children(layers_[i])) sig += std::string(to_string(g_[c].kind)) + ";";
+    for (ModuleId leaf : leaves_under(layers_[i])) {
+      const ModuleNode& n = g_[leaf];
+      sig += std::string(to_string(n.kind)) + "," + n.short_name + "," + std::to_string(n.params) + "," +
+             std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
+             std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
+             std::to_string(n.output_elems_per_token);
+      for (const SavedTensor& t : n.saved)
+        sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
+               std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
+               std::to_string(t.eager_only) + std::to_string(t.fused_only) + "]";
+      sig += ";";
+    }
+    int64_t cls = static_cast<int64_t>(i);
+    for (size_t j = 0; j < i; ++j)
+      if (layer_class_[j] == static_cast<int64_t>(j) && signatures[j] == sig) {
+        cls = static_cast<int64_t>(j);
+        break;
+      }
+    layer_class_.push_back(cls);
+    signatures.push_back(std::move(sig));
+  }
 }
 
 ModuleGraph build_module_graph(const ModelSpec& spec) { return ModuleGraph(spec); }

@@ -109,9 +109,11 @@ class ModuleGraph {
   const ModuleNode& node(ModuleId id) const { return g_[id]; }
   ModuleId root() const { return root_; }
   const std::vector<ModuleId>& layers() const { return layers_; }  // decoder layers in order
-  std::vector<ModuleId> children(ModuleId id) const;               // Contains edges, in build order
-  std::vector<ModuleId> consumers(ModuleId id) const;              // Feeds edges out
-  std::vector<ModuleId> leaves_under(ModuleId id) const;           // leaf modules in execution order
+  // Per decoder layer: the index of the first layer of the same structure (its class).
+  const std::vector<int64_t>& layer_classes() const { return layer_class_; }
+  std::vector<ModuleId> children(ModuleId id) const;      // Contains edges, in build order
+  std::vector<ModuleId> consumers(ModuleId id) const;     // Feeds edges out
+  std::vector<ModuleId> leaves_under(ModuleId id) const;  // leaf modules in execution order
 
   int64_t total_params() const;
   int64_t params_under(ModuleId id) const;
@@ -133,6 +135,7 @@ class ModuleGraph {
   ModuleGraphBase g_;
   ModuleId root_{};
   std::vector<ModuleId> layers_;
+  std::vector<int64_t> layer_class_;
 };
 
 ModuleGraph build_module_graph(const ModelSpec& spec);

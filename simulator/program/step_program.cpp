@@ -68,17 +68,19 @@ struct Emitter {
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
   std::vector<double> train_p, frozen_p, frozen_bpe;
-  double layer_train = 0;  // trainable parameters of one decoder layer
+  // Per class of decoder layers (ModuleGraph::layer_classes), from its nodes; layer l's is
+  // class_costs[layer_class[l]].
+  std::vector<LayerCost> class_costs;
+  std::vector<int32_t> layer_class;
   // Trainable parameters of the lm_head and the final norm: autograd produces their gradients in the
   // loss backward, long before the root unit's post-backward (the embedding's come last).
   double head_train = 0;
-  std::vector<double> act_bytes;        // per unit, saved activations of one micro-batch
+  std::vector<double> act_bytes;  // per unit, saved activations of one micro-batch
+  // Per unit: its layers' memory-bound bytes, and their largest forward and backward working memory.
+  std::vector<double> unit_elementwise, unit_forward_transient, unit_backward_transient;
   std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;       // per unit
   std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
-  // One decoder layer's MLP (or MoE block): its saved activations and its trainable parameters, and
-  // those of its output projection (down_proj), whose weight gradient autograd produces first.
-  double mlp_saved = 0, mlp_train = 0, mlp_out_train = 0;
   // The root's activations on the head side (the final norm's and the head's saved inputs): released by
   // the loss backward, which runs their backward; the embedding side waits for the root's backward.
   double head_act = 0;
@@ -151,15 +153,6 @@ struct Emitter {
     }
   }
 
-  // Per-layer saved bytes under the strategy's checkpointing mode.
-  double layer_saved(ModuleId layer) const {
-    if (s.act_ckpt == ActCkpt::Full) {
-      // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer.
-      return tokens * static_cast<double>(g.spec().hidden_size) * tensor_bytes(TensorClass::Residual, q);
-    }
-    return tokens * g.saved_bytes_per_token(layer, q, s.act_ckpt);
-  }
-
   void setup() {
     q = activation_query(s, rt);
     tokens = static_cast<double>(s.micro_batch * s.seq_len);
@@ -182,26 +175,26 @@ struct Emitter {
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
     // 4 + 0.127 bits per parameter; embeddings and norms stay in the compute dtype.
     constexpr double kQLoraBytesPerParam = (4.0 + 0.127) / 8.0;
-    double layer_lora = 0, layer_linear = 0;
-    if (!g.layers().empty()) {
-      for (ModuleId leaf : g.leaves_under(g.layers().front())) {
-        const ModuleNode& n = g.node(leaf);
-        if (n.kind != ModuleKind::Linear) continue;
-        layer_linear += static_cast<double>(n.in_features * n.out_features);
-        for (const auto& t : s.lora.target_modules)
-          if (t == n.short_name) layer_lora += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
+    // Every decoder layer's costs from its own nodes (program/layer_costs.hpp); a unit sums its layers'.
+    LayerCostInput lin{&g, &s, &rt, q, tokens};
+    // Layers of one structure cost the same: each class is derived once (ModuleGraph::layer_classes).
+    for (size_t l = 0; l < g.layers().size(); ++l) {
+      const size_t cls = static_cast<size_t>(g.layer_classes()[l]);
+      if (cls == l) {
+        class_costs.push_back(layer_cost(lin, g.layers()[l]));
+        prog.layer_shapes.push_back(class_costs.back().shape);
+        layer_class.push_back(static_cast<int32_t>(class_costs.size() - 1));
+      } else {
+        layer_class.push_back(layer_class[cls]);
       }
     }
-    layer_train = s.method == Method::Full
-                      ? (g.layers().empty() ? 0.0 : static_cast<double>(g.params_under(g.layers().front())))
-                      : layer_lora;
+    prog.layer_shape_of = layer_class;
     if (s.method == Method::Full)
       for (ModuleId c : g.children(g.root())) {
         const ModuleKind k = g.node(c).kind;
         if (k == ModuleKind::Head || k == ModuleKind::Norm) head_train += static_cast<double>(g.params_under(c));
       }
     for (const auto& u : prog.units) {
-      const double nl = static_cast<double>(u.num_layers());
       const double params = static_cast<double>(u.params);
       if (s.method == Method::Full) {
         train_p.push_back(params);
@@ -209,61 +202,48 @@ struct Emitter {
         frozen_bpe.push_back(pb);
         continue;
       }
-      train_p.push_back(layer_lora * nl);
+      double lora = 0, quantised = 0;
+      for (const LayerCost* lc : costs_of(u)) {
+        lora += lc->lora_params;
+        quantised += lc->linear_params;
+      }
+      train_p.push_back(lora);
       frozen_p.push_back(params);
       if (s.method == Method::QLora && params > 0) {
-        double quantised = layer_linear * nl;
         frozen_bpe.push_back((quantised * kQLoraBytesPerParam + (params - quantised) * pb) / params);
       } else {
         frozen_bpe.push_back(pb);
       }
     }
-    // GEMM and attention shapes for the compute cost model.
+    // Shapes for the compute cost model: the head's GEMM and the attention batch (per-layer shapes above).
     const ModelSpec& ms = g.spec();
     const int64_t toks = s.micro_batch * s.seq_len;
-    if (!g.layers().empty()) {
-      for (ModuleId leaf : g.leaves_under(g.layers().front())) {
-        const ModuleNode& n = g.node(leaf);
-        if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
-        double weight =
-            n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
-        prog.layer_gemms.push_back(GemmShape{toks, n.out_features, n.in_features, weight});
-      }
-    }
     prog.head_gemm = GemmShape{toks, ms.vocab_size, ms.hidden_size, 1.0};
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
-    prog.attn_heads = ms.num_heads;
-    prog.attn_kv_heads = ms.num_kv_heads;
-    prog.attn_head_dim = ms.head_dim;
-    // Decoder layers are identical in shape: evaluate layer 0 once and scale.
-    double layer_act = 0, layer_mm = 0, layer_at = 0, layer_rec = 0;
-    if (!g.layers().empty()) {
-      ModuleId l0 = g.layers().front();
-      layer_act = layer_saved(l0);
-      flops_of(l0, layer_mm, layer_at);
-      layer_rec = tokens * g.saved_bytes_per_token(l0, q, ActCkpt::None);
-      for (ModuleId c : g.children(l0)) {
-        const ModuleKind k = g.node(c).kind;
-        if (k != ModuleKind::Mlp && k != ModuleKind::Moe) continue;
-        mlp_saved += tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
-        if (s.method != Method::Full) continue;
-        mlp_train += static_cast<double>(g.params_under(c));
-        for (ModuleId leaf : g.leaves_under(c))
-          if (g.node(leaf).short_name == "down_proj") mlp_out_train += static_cast<double>(g.node(leaf).params);
-      }
-    }
     for (const auto& u : prog.units) {
-      const double nl = static_cast<double>(u.num_layers());
-      double act = layer_act * nl, mm = layer_mm * nl, at = layer_at * nl, rec = nl > 0 ? layer_rec : 0.0;
-      if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit && nl > 0) {
-        // One region per unit: only the unit's input is kept, and backward rematerialises all its layers.
-        act = layer_act;
-        rec = layer_rec * nl;
+      double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0;
+      bool first = true;
+      for (const LayerCost* lc : costs_of(u)) {
+        act += lc->saved_bytes;
+        mm += lc->matmul_flops_per_token;
+        at += lc->attention_flops_per_token;
+        // Full: a layer's region rematerialises its activations one layer at a time (the largest counts);
+        // selective: only what the attention core did not save, the difference between the layer's saved
+        // tensors without and with it (Korthikanti et al. 2022).
+        const double layer_rec = s.act_ckpt == ActCkpt::Selective
+                                     ? std::max(0.0, lc->saved_bytes_unckpt - lc->saved_bytes)
+                                     : lc->saved_bytes_unckpt;
+        rec = std::max(rec, layer_rec);
+        if (first) first_saved = lc->saved_bytes;
+        first = false;
       }
-      // Selective recomputation rematerialises only what the attention core did not save: the
-      // difference between the layer's saved tensors without and with it (Korthikanti et al. 2022).
-      if (s.act_ckpt == ActCkpt::Selective && nl > 0) rec = std::max(0.0, layer_rec - layer_act);
+      if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit && u.num_layers() > 0) {
+        // One region per unit: only the unit's input is kept, and backward rematerialises all its layers.
+        act = first_saved;
+        rec = 0;
+        for (const LayerCost* lc : costs_of(u)) rec += lc->saved_bytes_unckpt;
+      }
       if (u.is_root) {
         // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
         for (ModuleId c : g.children(g.root())) {
@@ -277,6 +257,15 @@ struct Emitter {
           if (k == ModuleKind::Norm || k == ModuleKind::Head) head_act += saved;
         }
       }
+      double ew = 0, ft = 0, bt = 0;
+      for (const LayerCost* lc : costs_of(u)) {
+        ew += tokens * lc->elementwise_bytes_per_token;
+        ft = std::max(ft, lc->forward_transient);
+        bt = std::max(bt, lc->backward_transient);
+      }
+      unit_elementwise.push_back(ew);
+      unit_forward_transient.push_back(ft);
+      unit_backward_transient.push_back(bt);
       act_bytes.push_back(act);
       fwd_flops.push_back(mm * tokens);
       attn_flops.push_back(at * tokens);
@@ -284,81 +273,25 @@ struct Emitter {
     }
   }
 
-  // Memory-bound traffic of one decoder layer's forward per token: the non-GEMM kernels read their
-  // inputs and write their outputs (bytes = (in + out) x dtype):
-  //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm
-  //    upcasts (HF LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply)
-  //    moves 2h+4h, 4h, 4h+4h, 4h+2h and 2h+2h bytes per token: 32h;
-  //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes
-  //    over q and k;
-  //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
-  //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
-  //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
-  double layer_elementwise_bytes_per_token() const {
-    const ModelSpec& m = g.spec();
-    const double h = static_cast<double>(m.hidden_size);
-    const double f = static_cast<double>(m.moe ? m.moe->expert_ffn_size * m.moe->experts_per_token : m.ffn_size);
-    const double qkv = static_cast<double>(m.q_dim() + 2 * m.kv_dim());
-    const double rb_res = tensor_bytes(TensorClass::Residual, q);
-    double bytes = 2.0 * (q.norm_fp32_internal ? 32.0 * h : 4.0 * h * pb);
-    if (m.position_embedding == PositionEmbedding::Rope)
-      bytes += 7.0 * 2.0 * static_cast<double>(m.q_dim() + m.kv_dim()) * pb;
-    bytes += 2.0 * qkv * pb;
-    bytes += (m.gated_mlp ? 5.0 : 2.0) * f * pb;
-    bytes += 2.0 * 3.0 * h * rb_res;
-    if (m.dropout) bytes += 2.0 * (2.0 * h * pb + h);
-    return bytes;
+  // The costs of a unit's decoder layers, in forward order.
+  std::vector<const LayerCost*> costs_of(const WrapUnit& u) const {
+    std::vector<const LayerCost*> out;
+    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l)
+      out.push_back(&class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])]);
+    return out;
+  }
+  double unit_elementwise_bytes(const WrapUnit& u) const {
+    return unit_elementwise[static_cast<size_t>(&u - prog.units.data())];
   }
 
-  // Working memory of a layer's forward beyond what it saves: the sublayer output and the residual sum
-  // (two hidden-size tensors in the residual dtype), the usual transient of a pre-norm block.
+  // Working memory of a unit's forward and backward: its largest layer's (a fully checkpointed unit first
+  // rematerialises its activations, recompute_bytes).
   double forward_transient(const WrapUnit& u) const {
-    if (u.num_layers() == 0) return 0;
-    const ModelSpec& m = g.spec();
-    const double h = static_cast<double>(m.hidden_size);
-    const double residual = 2.0 * tokens * h * tensor_bytes(TensorClass::Residual, q);
-    if (s.act_ckpt != ActCkpt::Full || !rt.checkpointed_forward_keeps_layer_tensors) return residual;
-    // A checkpointed layer runs without autograd, but a runtime whose layer keeps its intermediate
-    // tensors in locals until it returns (fsdp-run's layer_forward, C++ temporaries living to the end of
-    // their statement) peaks at the MLP product with the normed input, q, the repeated k and v and the
-    // attention output (q width each), the residual sum and the post-attention norm's output, and the
-    // gate, activation, up and product tensors (ffn wide; plain MLP: up and activation).
-    const double f = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
-                           : static_cast<double>(m.ffn_size);
-    const double locals =
-        tokens * pb * (3.0 * h + 4.0 * static_cast<double>(m.q_dim()) + (m.gated_mlp ? 4.0 : 2.0) * f);
-    return std::max(residual, locals);
+    return unit_forward_transient[static_cast<size_t>(&u - prog.units.data())];
   }
-
-  // Working memory of one layer's backward, beyond the activations already counted: the larger of its
-  // two stages, as autograd walks the layer in reverse (each node frees its saved tensors when it has
-  // run, torch/csrc/autograd/engine.cpp: saved variables are released after the node's apply).
-  //  - MLP stage (first): the incoming activation gradient (hidden size), the gradients of the MLP's
-  //    intermediate tensors (gated: d(prod), d(act) and d(up) live together, while down_proj's saved
-  //    input, the product, has been released: 2 ffn-wide net; plain: d(act) with the activation's output
-  //    released, d(pre): 1 net), and the first weight gradient, down_proj's (measured on fsdp-run's
-  //    allocation trace of a checkpointed layer's backward: tests/accuracy/README.md).
-  //  - attention stage: the MLP's saved tensors are released and its weight gradients are complete;
-  //    the hidden-size gradients, the q/k/v gradients and, for eager attention, the gradients of the
-  //    probabilities and of the scores (heads x seq per token each, in the softmax's dtype; fused
-  //    kernels recompute them in tiles).
-  // A fully checkpointed layer first rematerialises its activations (recompute_bytes). The layer's
-  // weight gradients are allocated when the op completes (the ops' on_complete), so the stages count
-  // only those produced before their peak.
   double backward_transient(size_t ui) const {
-    const WrapUnit& u = prog.units[ui];
-    if (u.num_layers() == 0) return 0;
-    const ModelSpec& m = g.spec();
-    const double h = static_cast<double>(m.hidden_size);
-    double ffn = m.moe ? static_cast<double>(m.moe->expert_ffn_size * m.moe->experts_per_token)
-                       : static_cast<double>(m.ffn_size);
-    const double mlp_stage = tokens * pb * (h + (m.gated_mlp ? 2.0 : 1.0) * ffn) + mlp_out_train * pb;
-    double attn_stage =
-        tokens * pb * (2.0 * h + static_cast<double>(m.q_dim() + 2 * m.kv_dim())) + mlp_train * pb - mlp_saved;
-    if (s.attention == AttentionImpl::Eager)
-      attn_stage += 2.0 * tokens * static_cast<double>(m.num_heads) * static_cast<double>(s.seq_len) *
-                    tensor_bytes(TensorClass::SoftmaxOut, q);
-    return std::max(mlp_stage, attn_stage) + recompute_bytes[ui];
+    if (prog.units[ui].num_layers() == 0) return 0;
+    return unit_backward_transient[ui] + recompute_bytes[ui];
   }
 
   double logits_elems() const { return tokens * static_cast<double>(g.spec().vocab_size); }
@@ -449,11 +382,13 @@ struct Emitter {
     f.matmul_flops = fwd_flops[static_cast<size_t>(ui)];
     f.attention_flops = attn_flops[static_cast<size_t>(ui)];
     f.layers = static_cast<double>(u.num_layers());
+    f.first_layer = u.first_layer;
+    f.last_layer = u.last_layer;
     f.gemm_passes = 1;
     f.attn_fwd_passes = 1;
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
-    f.elementwise_bytes = tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers());
+    f.elementwise_bytes = unit_elementwise_bytes(u);
     return f;
   }
 
@@ -469,6 +404,8 @@ struct Emitter {
     const double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
     b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
     b.layers = static_cast<double>(u.num_layers());
+    b.first_layer = u.first_layer;
+    b.last_layer = u.last_layer;
     // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
     // are rank-r and negligible).
     b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
@@ -480,8 +417,7 @@ struct Emitter {
     b.transient_bytes = backward_transient(static_cast<size_t>(ui));
     // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
     // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
-    b.elementwise_bytes =
-        tokens * layer_elementwise_bytes_per_token() * static_cast<double>(u.num_layers()) * (2.0 + recompute);
+    b.elementwise_bytes = unit_elementwise_bytes(u) * (2.0 + recompute);
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
     return b;
@@ -672,24 +608,38 @@ void Emitter::emit_sharded() {
         // activations are never all alive at once. One op per layer; the unit's own non-layer
         // parameters (root: the embeddings; the head's came in the loss backward) get their gradients
         // after the last, when the embedding backward runs.
-        const double own = full - layer_train * static_cast<double>(nl);  // non-layer params and padding
-        const double k = 1.0 / static_cast<double>(nl);
+        const std::vector<const LayerCost*> layers = costs_of(u);
+        auto layer_train = [&](const LayerCost& lc) { return s.method == Method::Full ? lc.params : lc.lora_params; };
+        double trained = 0, mm_sum = 0, at_sum = 0, ew_sum = 0, saved_sum = 0;
+        for (const LayerCost* lc : layers) {
+          trained += layer_train(*lc);
+          mm_sum += lc->matmul_flops_per_token;
+          at_sum += lc->attention_flops_per_token;
+          ew_sum += lc->elementwise_bytes_per_token;
+          saved_sum += lc->saved_bytes;
+        }
+        auto share = [](double part, double whole) { return whole > 0 ? part / whole : 0.0; };
+        const double own = full - trained;  // non-layer params and padding
         const double act_total = act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0);
-        const double rec = recompute_bytes[static_cast<size_t>(ui)];
+        double rematerialised = 0;  // of a unit-wide checkpoint region, by the layers already walked
         for (int64_t i = 0; i < nl; ++i) {
+          const LayerCost& lc = *layers[static_cast<size_t>(nl - 1 - i)];
           Op part = b;
-          part.matmul_flops *= k;
-          part.attention_flops *= k;
-          part.elementwise_bytes *= k;
+          part.matmul_flops *= share(lc.matmul_flops_per_token, mm_sum);
+          part.attention_flops *= share(lc.attention_flops_per_token, at_sum);
+          part.elementwise_bytes *= share(lc.elementwise_bytes_per_token, ew_sum);
           part.layers = 1;
+          part.first_layer = part.last_layer = u.last_layer - i;
           part.on_issue = {};
           part.on_complete = {};
-          part.on_complete.push_back({MemoryCategory::UnshardedGrads, layer_train * pb});
-          part.on_complete.push_back({MemoryCategory::Activations, -act_total * k});
+          part.on_complete.push_back({MemoryCategory::UnshardedGrads, layer_train(lc) * pb});
+          part.on_complete.push_back({MemoryCategory::Activations, -act_total * share(lc.saved_bytes, saved_sum)});
           if (i == nl - 1) part.on_complete.push_back({MemoryCategory::UnshardedGrads, own * pb - head});
           // A unit-wide checkpoint region is recomputed whole, then consumed layer by layer.
-          if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit)
-            part.transient_bytes = backward_transient(static_cast<size_t>(ui)) - rec * static_cast<double>(i) * k;
+          if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit) {
+            part.transient_bytes = backward_transient(static_cast<size_t>(ui)) - rematerialised;
+            rematerialised += lc.saved_bytes_unckpt;
+          }
           if (i > 0) part.deps = {};
           bop = push(part);
         }

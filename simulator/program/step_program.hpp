@@ -11,6 +11,7 @@
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
 #include "model/module_graph.hpp"
+#include "program/layer_costs.hpp"
 #include "program/op_kinds.hpp"
 #include "program/wrap_units.hpp"
 #include "runtime/runtime_profile.hpp"
@@ -60,6 +61,7 @@ struct Op {
   // (forward 1, backward 2: input and weight gradients, +1 when recomputed), attention kernels
   // forward `attn_fwd_passes` and backward `attn_bwd_passes` times; `head_passes` of the lm_head GEMM.
   double layers = 0;
+  int64_t first_layer = -1, last_layer = -1;  // the decoder layers it computes (-1: none)
   double gemm_passes = 0;
   double attn_fwd_passes = 0;
   double attn_bwd_passes = 0;
@@ -90,16 +92,14 @@ struct StepLayout {
   int64_t micro_batches_emitted = 1;  // min(grad_accum, 3): first, one representative middle, last
 };
 
-struct GemmShape {
-  int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
-  double weight = 1.0;          // fraction of tokens (MoE experts see k/E of them)
-};
-
 struct StepProgram {
   StepLayout layout;
-  std::vector<GemmShape> layer_gemms;  // one decoder layer's forward GEMMs
+  // Per class of decoder layers (ModuleGraph::layer_classes): GEMMs and attention heads (layer_costs.hpp);
+  // layer l's shapes are layer_shapes[layer_shape_of[l]].
+  std::vector<LayerShape> layer_shapes;
+  std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
-  int64_t attn_batch = 0, attn_seq = 0, attn_heads = 0, attn_kv_heads = 0, attn_head_dim = 0;
+  int64_t attn_batch = 0, attn_seq = 0;
   std::vector<WrapUnit> units;
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;

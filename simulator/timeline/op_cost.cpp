@@ -59,21 +59,34 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     const double recomputed = op.kind == OpKind::Backward && s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
     return recomputed * fwd_ratio + (passes - recomputed) * bwd_ratio;
   };
-  if (op.layers > 0 && op.gemm_passes > 0) {
-    double layer = 0;
-    for (const GemmShape& g : p.layer_gemms) layer += gemm_time(hw, g, dt);
-    compute += op.layers * pass_weight(op.gemm_passes) * layer;
-  }
-  if (op.layers > 0 && (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0)) {
-    AttentionShape a;
-    a.batch = p.attn_batch;
-    a.seq_len = p.attn_seq;
-    a.heads = p.attn_heads;
-    a.kv_heads = p.attn_kv_heads;
-    a.head_dim = p.attn_head_dim;
-    a.causal = true;
-    compute += op.layers * (op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
-                            op.attn_bwd_passes * attention_backward_time(hw, a, dt).value);
+  // Each decoder layer the op computes is priced with its own shapes (program/layer_costs.hpp); consecutive
+  // layers of one class cost the same and are priced once.
+  int32_t priced_class = -1;
+  double layer_time = 0;
+  for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
+    const int32_t cls = p.layer_shape_of[static_cast<size_t>(l)];
+    if (cls != priced_class) {
+      const LayerShape& ls = p.layer_shapes[static_cast<size_t>(cls)];
+      layer_time = 0;
+      if (op.gemm_passes > 0) {
+        double gemms = 0;
+        for (const GemmShape& g : ls.gemms) gemms += gemm_time(hw, g, dt);
+        layer_time += pass_weight(op.gemm_passes) * gemms;
+      }
+      if (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0) {
+        AttentionShape a;
+        a.batch = p.attn_batch;
+        a.seq_len = p.attn_seq;
+        a.heads = ls.heads;
+        a.kv_heads = ls.kv_heads;
+        a.head_dim = ls.head_dim;
+        a.causal = true;
+        layer_time += op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
+                      op.attn_bwd_passes * attention_backward_time(hw, a, dt).value;
+      }
+      priced_class = cls;
+    }
+    compute += layer_time;
   }
   if (op.head_passes > 0) compute += pass_weight(op.head_passes) * gemm_time(hw, p.head_gemm, dt);
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and

@@ -296,19 +296,25 @@ TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at 
   for (ActCkpt ckpt : {ActCkpt::None, ActCkpt::Full}) {
     const Strategy s = fsdp_strategy(DType::Fp32, ckpt);
     const StepProgram p = program(g, s, rt, 1, 1);
-    double layer_gemms = 0;
-    for (const GemmShape& gs : p.layer_gemms) layer_gemms += matmul_time(hw, gs.m, gs.n, gs.k, DType::Fp32).value;
+    // The GEMM time of the layers an op computes, each with its own shapes.
+    auto layer_gemms_of = [&](const Op& op) {
+      double t = 0;
+      for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l)
+        for (const GemmShape& gs : p.layer_shapes[static_cast<size_t>(p.layer_shape_of[static_cast<size_t>(l)])].gemms)
+          t += matmul_time(hw, gs.m, gs.n, gs.k, DType::Fp32).value;
+      return t;
+    };
     const double head = matmul_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, DType::Fp32).value;
     int checked = 0;
     for (const Op& op : p.ops) {
       const double d = op_duration(op, p, fr, c, s) - op_duration(op, p, hw, c, s);
       if (op.kind == OpKind::Forward && op.layers > 0) {
-        CHECK(d == doctest::Approx(op.layers * 0.5 * layer_gemms));
+        CHECK(d == doctest::Approx(0.5 * layer_gemms_of(op)));
         ++checked;
       }
       if (op.kind == OpKind::Backward && op.layers > 0) {
         // Two gradient passes at 0.75 each (-0.5 together), plus +0.5 for a recomputed forward.
-        CHECK(d == doctest::Approx(op.layers * (ckpt == ActCkpt::Full ? 0.0 : -0.5) * layer_gemms));
+        CHECK(d == doctest::Approx((ckpt == ActCkpt::Full ? 0.0 : -0.5) * layer_gemms_of(op)));
         ++checked;
       }
       if (op.kind == OpKind::Loss) CHECK(d == doctest::Approx(0.5 * head));

@@ -1,0 +1,166 @@
+#include "program/layer_costs.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+namespace {
+
+// Causal attention computes the lower triangle only (ModuleGraph::forward_flops_per_token).
+constexpr double kCausalFraction = 0.5;
+
+// The widths a layer's working set is made of, from its linears: q and kv projections, and the MLP's
+// intermediate width summed over the MLPs a token passes (a dense MLP's ffn; MoE: each expert's ffn times
+// the share of tokens it sees, shared experts whole).
+struct Widths {
+  double q = 0, kv = 0, ffn = 0;
+  bool gated = false;
+  bool rope = false;
+  int norms = 0;
+  bool dropout = false;
+  double mlp_saved_per_token = 0;  // the MLP's saved tensors (released before the attention stage)
+  double mlp_params = 0;           // its parameters, and those of its output projections (first gradients)
+  double mlp_out_params = 0;
+};
+
+double token_fraction(const ModuleNode& n) {
+  return n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+}
+
+Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  Widths w;
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    if (n.kind == ModuleKind::Norm) ++w.norms;
+    if (n.kind == ModuleKind::Rotary) w.rope = true;
+    if (n.kind == ModuleKind::Dropout) w.dropout = true;
+    if (n.kind != ModuleKind::Linear) continue;
+    if (n.short_name == "q_proj") w.q += static_cast<double>(n.out_features);
+    if (n.short_name == "k_proj") w.kv += static_cast<double>(n.out_features);
+    if (n.short_name == "gate_proj") w.gated = true;
+  }
+  // The MLP blocks: a dense MLP, or each expert of an MoE block (Mlp nodes under the Moe container).
+  std::vector<ModuleId> mlps;
+  for (ModuleId c : g.children(layer)) {
+    const ModuleNode& n = g.node(c);
+    if (n.kind == ModuleKind::Mlp) mlps.push_back(c);
+    if (n.kind != ModuleKind::Moe) continue;
+    for (ModuleId e : g.children(c))
+      if (g.node(e).kind == ModuleKind::Mlp) mlps.push_back(e);
+  }
+  for (ModuleId c : g.children(layer)) {
+    const ModuleNode& n = g.node(c);
+    if (n.kind != ModuleKind::Mlp && n.kind != ModuleKind::Moe) continue;
+    w.mlp_saved_per_token += g.saved_bytes_per_token(c, q, ActCkpt::None);
+    w.mlp_params += static_cast<double>(g.params_under(c));
+  }
+  for (ModuleId m : mlps) {
+    const ModuleNode* first = nullptr;
+    const ModuleNode* last = nullptr;
+    for (ModuleId leaf : g.leaves_under(m)) {
+      const ModuleNode& n = g.node(leaf);
+      if (n.kind != ModuleKind::Linear) continue;
+      if (!first) first = &n;
+      last = &n;
+    }
+    if (!first) continue;
+    w.ffn += static_cast<double>(first->out_features) * token_fraction(*first);
+    w.mlp_out_params += static_cast<double>(last->params);
+  }
+  return w;
+}
+
+}  // namespace
+
+LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
+  FSDP_ASSERT(in.graph && in.strategy && in.runtime, "layer_cost needs a graph, a strategy and a runtime");
+  const ModuleGraph& g = *in.graph;
+  const Strategy& s = *in.strategy;
+  const RuntimeProfile& rt = *in.runtime;
+  const ActivationQuery& q = in.query;
+  const double tokens = in.tokens;
+  const double pb = dtype_bytes(s.param_dtype);
+  const double h = static_cast<double>(g.spec().hidden_size);
+  const double res = tensor_bytes(TensorClass::Residual, q);
+  const Widths w = widths_of(g, layer, q);
+  LayerCost c;
+  c.params = static_cast<double>(g.params_under(layer));
+  const int64_t toks = s.micro_batch * s.seq_len;
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    c.matmul_flops_per_token += n.flops_per_token;
+    c.attention_flops_per_token += n.flops_per_token_per_seq * static_cast<double>(s.seq_len) * kCausalFraction;
+    if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
+    c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n)});
+    if (n.kind != ModuleKind::Linear) continue;
+    c.linear_params += static_cast<double>(n.in_features * n.out_features);
+    for (const auto& t : s.lora.target_modules)
+      if (t == n.short_name) c.lora_params += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
+  }
+  if (s.method == Method::Full) c.lora_params = 0;
+  const int64_t head_dim = g.spec().head_dim;
+  c.shape.head_dim = head_dim;
+  c.shape.heads = head_dim > 0 ? static_cast<int64_t>(w.q) / head_dim : 0;
+  c.shape.kv_heads = head_dim > 0 ? static_cast<int64_t>(w.kv) / head_dim : 0;
+  // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer.
+  c.saved_bytes =
+      s.act_ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, s.act_ckpt);
+  c.saved_bytes_unckpt = tokens * g.saved_bytes_per_token(layer, q, ActCkpt::None);
+
+  // Memory-bound traffic of the forward per token: the non-GEMM kernels read their inputs and write their
+  // outputs (bytes = (in + out) x dtype):
+  //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
+  //    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
+  //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h;
+  //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
+  //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
+  //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
+  //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
+  double e = static_cast<double>(w.norms) * (q.norm_fp32_internal ? 32.0 * h : 4.0 * h * pb);
+  if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+  e += 2.0 * (w.q + 2.0 * w.kv) * pb;
+  e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
+  e += 2.0 * 3.0 * h * res;
+  if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
+  c.elementwise_bytes_per_token = e;
+
+  // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
+  // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer
+  // runs without autograd, but a runtime whose layer keeps its intermediate tensors in locals until it returns
+  // (fsdp-run's layer_forward, C++ temporaries living to the end of their statement) peaks at the MLP product
+  // with the normed input, q, the repeated k and v and the attention output (q width each), the residual sum
+  // and the post-attention norm's output, and the gate, activation, up and product tensors (ffn wide; plain
+  // MLP: up and activation).
+  const double residual = 2.0 * tokens * h * res;
+  c.forward_transient = residual;
+  if (s.act_ckpt == ActCkpt::Full && rt.checkpointed_forward_keeps_layer_tensors)
+    c.forward_transient = std::max(residual, tokens * pb * (3.0 * h + 4.0 * w.q + (w.gated ? 4.0 : 2.0) * w.ffn));
+
+  // Working memory of the backward, beyond the activations already counted: the larger of its two stages, as
+  // autograd walks the layer in reverse (each node frees its saved tensors when it has run,
+  // torch/csrc/autograd/engine.cpp: saved variables are released after the node's apply).
+  //  - MLP stage (first): the incoming activation gradient (hidden size), the gradients of the MLP's
+  //    intermediate tensors (gated: d(prod), d(act) and d(up) live together, while the output projection's
+  //    saved input, the product, has been released: 2 ffn-wide net; plain: d(act) with the activation's output
+  //    released, d(pre): 1 net), and the first weight gradient, the output projection's (measured on fsdp-run's
+  //    allocation trace of a checkpointed layer's backward: tests/accuracy/README.md).
+  //  - attention stage: the MLP's saved tensors are released and its weight gradients are complete; the
+  //    hidden-size gradients, the q/k/v gradients and, for eager attention, the gradients of the probabilities
+  //    and of the scores (heads x seq per token each, in the softmax's dtype; fused kernels recompute them in
+  //    tiles).
+  // The layer's weight gradients are allocated when its op completes (the ops' on_complete), so the stages
+  // count only those produced before their peak; a frozen base (LoRA) produces none.
+  const double trained = s.method == Method::Full ? 1.0 : 0.0;
+  const double mlp_stage = tokens * pb * (h + (w.gated ? 2.0 : 1.0) * w.ffn) + trained * w.mlp_out_params * pb;
+  double attn_stage =
+      tokens * pb * (2.0 * h + w.q + 2.0 * w.kv) + trained * w.mlp_params * pb - tokens * w.mlp_saved_per_token;
+  if (s.attention == AttentionImpl::Eager)
+    attn_stage += 2.0 * tokens * static_cast<double>(c.shape.heads) * static_cast<double>(s.seq_len) *
+                  tensor_bytes(TensorClass::SoftmaxOut, q);
+  c.backward_transient = std::max(mlp_stage, attn_stage);
+  return c;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,53 @@
+// What one decoder layer costs, read from its own nodes of the module graph (parameters, GEMM shapes,
+// FLOPs, saved tensors, working set, memory-bound traffic): the step program sums these over a unit's
+// layers, so a model whose layers differ (dense then MoE, sliding then global attention, other widths)
+// needs no change in the emitters (step_program.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/module_graph.hpp"
+#include "runtime/runtime_profile.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
+  double weight = 1.0;          // fraction of tokens (MoE experts see k/E of them)
+};
+
+// A layer's shapes for the compute cost model (timeline/op_cost.cpp).
+struct LayerShape {
+  std::vector<GemmShape> gemms;  // forward GEMMs (linears and the router)
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+struct LayerCost {
+  double params = 0;         // every parameter of the layer
+  double lora_params = 0;    // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
+  double linear_params = 0;  // its linears' weights (what QLoRA quantises)
+  // Bytes of one micro-batch: saved for backward under the strategy's checkpointing mode, and without
+  // checkpointing (what a full recomputation rematerialises).
+  double saved_bytes = 0;
+  double saved_bytes_unckpt = 0;
+  double matmul_flops_per_token = 0;
+  double attention_flops_per_token = 0;  // causal: half the score/value products
+  double elementwise_bytes_per_token = 0;
+  double forward_transient = 0;   // working memory of its forward beyond what it saves
+  double backward_transient = 0;  // working memory of its backward (recomputation not included)
+  LayerShape shape;
+};
+
+struct LayerCostInput {
+  const ModuleGraph* graph = nullptr;
+  const Strategy* strategy = nullptr;
+  const RuntimeProfile* runtime = nullptr;
+  ActivationQuery query;
+  double tokens = 0;  // of one micro-batch
+};
+
+LayerCost layer_cost(const LayerCostInput& in, ModuleId layer);
+
+}  // namespace fsdp
