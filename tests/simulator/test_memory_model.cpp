@@ -55,7 +55,8 @@ TEST_CASE("ZeRO paper worked example: 7.5B params, 64 GPUs, mixed-precision Adam
   //   P_os (ZeRO-1): 2 Psi + 2 Psi + K Psi / N  = 30e9 + 1.406e9       = 31.4 GB
   //   P_os+g (ZeRO-2): 2 Psi + (2 + K) Psi / N  = 15e9 + 1.641e9       = 16.6 GB
   //   P_os+g+p (ZeRO-3): (2 + 2 + K) Psi / N    = 120e9 / 64           = 1.9 GB
-  // The simulator's model states per parameter must give exactly these coefficients.
+  // The simulator's model states per parameter must give exactly these coefficients, and, scaled to the
+  // paper's Psi, the GB the paper prints (Figure 1: 120, 31.4, 16.6 and 1.9 GB, one decimal).
   ModuleGraph g(gpt_like(4096, 36, 32));
   RuntimeProfile rt = runtime("deepspeed");
   const double P = static_cast<double>(g.total_params());
@@ -74,7 +75,10 @@ TEST_CASE("ZeRO paper worked example: 7.5B params, 64 GPUs, mixed-precision Adam
     // DDP's buckets are communication buffers, not model states.
     if (r.kind == StrategyKind::Ddp) states -= cat(model_state_bytes(p), MemoryCategory::CommBuffers);
     CHECK(states / P == doctest::Approx(r.coefficient).epsilon(1e-4));  // padding of shards only
-    CHECK(std::round(r.coefficient * psi / 1e8) / 10.0 == doctest::Approx(r.paper_gb));
+    // The simulator's bytes per parameter at Psi = 7.5e9 against the paper's printed figure, to its rounding.
+    const double simulated_gb = states / P * psi / 1e9;
+    CAPTURE(simulated_gb);
+    CHECK(std::fabs(simulated_gb - r.paper_gb) <= 0.05 + 1e-9);
   }
 }
 

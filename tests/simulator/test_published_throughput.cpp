@@ -1,7 +1,21 @@
 // Step-time predictions against published measurements, each cited. The errors are stated in the
 // README ("Accuracy"); the tolerances here are the gates that keep them from regressing.
+//
+// Which rows validate: no constant of the step-time model was fitted on any row used here. The
+// constants these predictions rest on and where each comes from (the comments in the profiles):
+//   hwprofiles/a100-80gb.yaml, h200-141gb.yaml: peak FLOP/s and memory bandwidth (datasheets), the
+//     matmul plateau (stas00/ml-engineering MAMF 0.869 on A100, MSMF 0.710 on H200), the attention
+//     curves (FlashAttention-2/-3 papers' benchmarks), the NVLink/IB bus-efficiency curves (NCCL's
+//     topo.h figures and nccl-tests sweeps), compute_slowdown_during_comm (NCCL channels over SMs);
+//   configs/runtimes/pytorch.yaml: the optimizer's bytes per parameter (read from torch/optim/adamw.py);
+//     its one fitted constant, allocator.fragmentation_fraction, is fitted to the H200 rows' reserved
+//     memory (test_runtime_calibration.cpp) and plays no part in step time.
+// So every row below is an out-of-sample check and every row gates. Each band is the worst |error| of
+// its table today (printed by the test), rounded up to a whole percent, plus 5 points of margin: a
+// change that moves any row 5 points further from the measurement fails.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -38,6 +52,8 @@ TEST_CASE("torchtitan FSDP2 on 64 A100-80GB: published tokens/s per GPU") {
   // (no accumulation), sequence 8192 for Llama 3 and 4096 for Llama 2 (torchtitan's train configs).
   // Rows with torchtitan's "selective op" checkpointing are left out: it recomputes every other matmul,
   // a different policy from our selective (attention core only).
+  // Band: today +15.9% to +18.7% (optimistic on all three rows); worst 18.7% -> 19 + 5 = 24%.
+  constexpr double kBand = 0.24;
   struct Row {
     const char* model;
     int64_t mb, seq;
@@ -53,11 +69,13 @@ TEST_CASE("torchtitan FSDP2 on 64 A100-80GB: published tokens/s per GPU") {
     Prediction p = predict(r.model, "a100-80gb", 8, 8, r.ck, r.mb, r.seq, "pytorch");
     double err = (p.tokens_per_s_per_gpu - r.published) / r.published;
     std::printf(
-        "torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%)\n",
+        "torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%; "
+        "not fitted on, gate %.0f%%)\n",
         r.model, static_cast<long long>(r.mb), static_cast<long long>(r.seq), to_string(r.ck), r.published,
-        p.tokens_per_s_per_gpu, err * 100);
+        p.tokens_per_s_per_gpu, err * 100, kBand * 100);
     CAPTURE(r.model);
-    CHECK(std::fabs(err) <= 0.35);
+    CAPTURE(err);
+    CHECK(std::fabs(err) <= kBand);
   }
 }
 
@@ -67,17 +85,27 @@ TEST_CASE("IBM/PyTorch FSDP blog: Llama 2 7B on 128 A100s") {
   // 3,700 tokens/s/GPU at 57% MFU and 57% HFU: equal MFU and HFU mean no recomputation, so no
   // activation checkpointing. The per-GPU batch is not restated there; we take 2 (our prediction moves
   // from 4,464 to 4,907 tokens/s between batch 1 and 4, so the choice is within the stated error).
+  // Band: today +27.2%; 28 + 5 = 33%.
+  constexpr double kBand = 0.33;
   Prediction p = predict("llama2-7b", "a100-80gb", 16, 8, ActCkpt::None, 2, 4096, "pytorch");
   double err = (p.tokens_per_s_per_gpu - 3700.0) / 3700.0;
-  std::printf("IBM FSDP blog llama2-7b 128 GPUs: published 3700, predicted %.0f tokens/s/GPU (%+.1f%%)\n",
-              p.tokens_per_s_per_gpu, err * 100);
-  CHECK(std::fabs(err) <= 0.35);
+  std::printf(
+      "IBM FSDP blog llama2-7b 128 GPUs: published 3700, predicted %.0f tokens/s/GPU (%+.1f%%; not fitted on, gate "
+      "%.0f%%)\n",
+      p.tokens_per_s_per_gpu, err * 100, kBand * 100);
+  CAPTURE(err);
+  CHECK(std::fabs(err) <= kBand);
 }
 
 TEST_CASE("H200 calibration rows: the compute-only step time") {
   // ../shared/calibration/pytorch-h200.jsonl: world emulated on one H200 (collectives are no-ops), so
   // step_s (steady state: the last step) is compute only; compare with our compute time without the
   // contention term (no collective actually runs there).
+  // These rows were not fitted on for time (the fragmentation fraction fitted to them is a memory term;
+  // h200-141gb's usable_memory was read from the same README, also memory). Band: today -8.6% to -21.2%
+  // (pessimistic on all four FSDP rows); worst 21.2% -> 22 + 5 = 27%.
+  constexpr double kBand = 0.27;
+  int rows = 0;
   std::ifstream in(std::string(FSDP_TEST_DATA) + "/calibration/pytorch-h200.jsonl");
   REQUIRE(in.good());
   std::string line;
@@ -93,14 +121,18 @@ TEST_CASE("H200 calibration rows: the compute-only step time") {
     double measured = j["step_s"].back().get<double>();
     double predicted = p.time.compute_s - p.time.contention_s;
     double err = (predicted - measured) / measured;
-    std::printf("H200 %-10s world %lld mb %lld seq %lld ckpt %d: measured %.3f s, predicted compute %.3f s (%+.1f%%)\n",
-                j["model"].get<std::string>().c_str(), static_cast<long long>(j["world"].get<int64_t>()),
-                static_cast<long long>(j["micro_batch"].get<int64_t>()),
-                static_cast<long long>(j["seq"].get<int64_t>()), j["act_ckpt"].get<bool>() ? 1 : 0, measured, predicted,
-                err * 100);
+    std::printf(
+        "H200 %-10s world %lld mb %lld seq %lld ckpt %d: measured %.3f s, predicted compute %.3f s (%+.1f%%; not "
+        "fitted on for time, gate %.0f%%)\n",
+        j["model"].get<std::string>().c_str(), static_cast<long long>(j["world"].get<int64_t>()),
+        static_cast<long long>(j["micro_batch"].get<int64_t>()), static_cast<long long>(j["seq"].get<int64_t>()),
+        j["act_ckpt"].get<bool>() ? 1 : 0, measured, predicted, err * 100, kBand * 100);
     CAPTURE(line);
-    CHECK(std::fabs(err) <= 0.35);
+    CAPTURE(err);
+    CHECK(std::fabs(err) <= kBand);
+    ++rows;
   }
+  CHECK(rows == 4);  // the four FSDP rows of the file: a row lost from the data must not pass silently
 }
 
 TEST_CASE("timeline invariants: overlap never makes a step slower than serial execution") {

@@ -2,10 +2,24 @@
 // DDP and FSDP2 on an H200 (../shared/calibration/pytorch-h200.jsonl, copied to
 // tests/data/calibration/). Each row's steady-state peak (steps 2 and 3) and reserved peak are
 // predicted from the mechanism (module graph + step program + runtime profile), never looked up.
-// Tolerances: peak allocated within 6% on every row; reserved within 30% (the fragmentation term is
-// one fitted fraction and is the least certain part; README "Accuracy").
+// Peak allocated and the memory after wrapping have no fitted constant: these rows validate them (within 6%
+// and 2% on every row).
+//
+// Reserved memory is different: allocator.fragmentation_fraction (configs/runtimes/pytorch.yaml; deepspeed.yaml
+// copies it) was fitted by least squares to the peak_reserved_GiB / peak_alloc_GiB pairs of these same five
+// rows, so they cannot validate it, and no other row anywhere measures a reserved peak (the CPU accuracy grid
+// has no caching allocator: fragmentation is 0 there). The reserved columns are therefore only a consistency
+// check, marked "fitted row" in the output:
+//  - the mechanism: predicted reserved - predicted allocated = fraction x the step's dynamic memory at the
+//    peak (allocated - persistent model states), to rounding;
+//  - the fit still describes its rows as it did when it was made: each row's reserved error within the
+//    worst today (-20.2%, llama3-8b with checkpointing) rounded up to 21%, and their root mean square within
+//    today's 9.7% rounded up to 10%. A change to the walk that moves these fails here and needs a refit;
+//  - the least-squares fraction over the rows is printed beside the shipped one (the refit to compare).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,9 +35,11 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
   RuntimeProfile rt = runtime("pytorch");
   std::string line;
   int rows = 0;
-  double worst_alloc = 0, worst_reserved = 0;
-  std::printf("%-10s %-6s %5s %3s %5s %4s | %8s %8s %6s | %8s %8s %6s\n", "model", "strat", "world", "mb", "seq",
-              "ckpt", "alloc", "pred", "err", "reserved", "pred", "err");
+  double worst_alloc = 0, worst_reserved = 0, sum_sq_reserved = 0;
+  // Least squares of the measured gap (reserved - allocated) on the predicted dynamic memory: sum(d g) / sum(d^2).
+  double fit_dg = 0, fit_dd = 0;
+  std::printf("%-10s %-6s %5s %3s %5s %4s | %8s %8s %6s | %8s %8s %6s (fitted row: consistency only)\n", "model",
+              "strat", "world", "mb", "seq", "ckpt", "alloc", "pred", "err", "reserved", "pred", "err");
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     auto j = nlohmann::json::parse(line);
@@ -70,12 +86,28 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
         (params_pred - params_meas) / params_meas * 100);
     CHECK(params_pred == doctest::Approx(params_meas).epsilon(0.02));
     CHECK(std::fabs(ea) <= 0.06);
-    CHECK(std::fabs(er) <= 0.30);
+    // Reserved, on a row the fragmentation fraction was fitted to: consistency, not validation.
+    double persistent = 0;
+    for (const MemEvent& e : p.persistent) persistent += e.bytes;
+    const double dynamic = r.peak_allocated - persistent;
+    REQUIRE(dynamic > 0);
+    CHECK(r.reserved_peak - r.peak_allocated ==
+          doctest::Approx(rt.fragmentation_fraction * dynamic).epsilon(1e-6).scale(kGiB));
+    CHECK(std::fabs(er) <= 0.21);
+    fit_dg += dynamic * (measured_reserved - measured_alloc);
+    fit_dd += dynamic * dynamic;
+    sum_sq_reserved += er * er;
     worst_alloc = std::max(worst_alloc, std::fabs(ea));
     worst_reserved = std::max(worst_reserved, std::fabs(er));
     ++rows;
   }
-  std::printf("worst |error|: peak allocated %.1f%%, reserved %.1f%% over %d rows\n", worst_alloc * 100,
-              worst_reserved * 100, rows);
-  CHECK(rows >= 5);
+  REQUIRE(rows == 5);  // every row of the file: a row lost from the data must not pass silently
+  const double rms_reserved = std::sqrt(sum_sq_reserved / rows);
+  std::printf(
+      "worst |error|: peak allocated %.1f%% over %d rows (validation); reserved %.1f%%, rms %.1f%% (fitted rows: "
+      "consistency only)\n",
+      worst_alloc * 100, rows, worst_reserved * 100, rms_reserved * 100);
+  std::printf("fragmentation_fraction: shipped %.3f, least squares over these rows with today's walk %.3f\n",
+              rt.fragmentation_fraction, fit_dg / fit_dd);
+  CHECK(rms_reserved <= 0.10);
 }
