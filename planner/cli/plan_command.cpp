@@ -97,6 +97,18 @@ int run_plan(const std::vector<std::string>& argv) {
   req.runtime = &rt;
   req.base = base;
   req.pins = pins_from(args, base);
+  // A key the program does not apply is said: replicated strategies compute and reduce per decoder layer
+  // whatever the wrap (program/wrap_units.hpp strategy_units).
+  if (req.pins.wrap && req.pins.wrap->kind != WrapKind::Layer) {
+    if (req.pins.strategy && !shards_params(*req.pins.strategy))
+      std::cerr << "note: --wrap " << to_string(*req.pins.wrap) << " does not apply to "
+                << to_string(*req.pins.strategy)
+                << ": replicated strategies compute and reduce one decoder layer at a time\n";
+    else if (!req.pins.strategy)
+      std::cerr
+          << "note: --wrap " << to_string(*req.pins.wrap)
+          << " applies to the sharded strategies; ddp, no-shard, zero1 and zero2 use one decoder layer per unit\n";
+  }
   req.global_batch_tokens = args.get_double_or("--global-batch-tokens", kDefaultGlobalBatchTokens);
   if (req.global_batch_tokens <= 0) throw InputError("--global-batch-tokens: must be positive");
   req.memory_headroom = args.get_double_or("--memory-headroom", kDefaultHeadroom);
