@@ -148,7 +148,12 @@ at::Tensor linear(const ParamMap& p, const std::string& prefix, const at::Tensor
   const at::Tensor* b = find(p, prefix + ".bias");
   at::Tensor y = at::linear(x, get(p, prefix + ".weight"), b ? *b : at::Tensor());
   const at::Tensor* A = find(p, prefix + ".lora_A.weight");
-  if (A != nullptr) y = y + at::linear(at::linear(x, *A), get(p, prefix + ".lora_B.weight"));
+  // The adapters are fp32 leaves; they compute in the activations' dtype (autocast's cast of the weights, as
+  // PyTorch runs PEFT under bf16 autocast), their gradients flow back to the fp32 leaves through the cast.
+  if (A != nullptr) {
+    const at::ScalarType dt = x.scalar_type();
+    y = y + at::linear(at::linear(x, A->to(dt)), get(p, prefix + ".lora_B.weight").to(dt));
+  }
   return y;
 }
 

@@ -122,6 +122,7 @@ struct ShardedModel::Impl {
   std::vector<std::shared_ptr<void>> keepalive;
   int micro_batch = 0;  // 1-based within the step, for the memory phase labels
   bool in_backward = false;
+  bool root_backward_seen = false;  // this micro-batch's backward reached the root's pre-backward point
 
   // The memory tracker's phase label, in the simulator's peak_phase words (program/op_kinds.hpp Phase).
   void phase(Phase what, const Unit& u) { phase_label(std::string(to_string(what)) + " " + u.info.name); }
@@ -206,13 +207,21 @@ struct ShardedModel::Impl {
   }
 
   // ---- backward hooks ----
+  // A frozen (LoRA) unit's gathered base, freed without a post-backward hook: a Free in the step trace.
+  void free_frozen(Unit& u) {
+    if (params_sharded && u.state != UState::Sharded && !u.compute_persistent)
+      comm.trace().unit_op(Phase::Free, u.index);
+    reshard(u);
+  }
+
   void pre_backward(Unit& u) {
-    unit_op(Phase::Backward, u);
-    if (!params_sharded) return;  // replicas: the hook only names the phase
+    if (u.root) root_backward_seen = true;
     // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
     // has finished its backward once the gradient reaches this unit's output.
-    if (frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
-      reshard(*units[static_cast<std::size_t>(u.index) + 1]);
+    if (params_sharded && frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
+      free_frozen(*units[static_cast<std::size_t>(u.index) + 1]);
+    unit_op(Phase::Backward, u);
+    if (!params_sharded) return;  // replicas: the hook only names the phase
     wait_unsharded(u);
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
@@ -778,6 +787,7 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
 void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
+  m.root_backward_seen = false;
   m.comm.trace().unit_op(Phase::LossBackward, -1);
   m.phase(Phase::LossBackward);
   m.in_backward = true;
@@ -790,9 +800,15 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   m.drain_pending();
   if (sync) m.micro_batch = 0;
   if (m.frozen) {
-    for (auto& up : m.units) m.reshard(*up);
+    // A frozen embedding needs no gradient, so autograd never reaches the root's pre-backward point: its
+    // backward (nothing to compute) is where the backward ends, after the last layer unit is done.
+    if (!m.root_backward_seen) {
+      if (m.units.size() > 1) m.free_frozen(*m.units[1]);
+      m.unit_op(Phase::Backward, *m.units[0]);
+    }
+    for (auto& up : m.units) m.free_frozen(*up);
     if (!sync) return;
-    if (!m.comm.world().is_local())
+    if (m.comm.size() > 1)
       m.comm.world()
           .all_reduce_sum(m.adapters.mutable_grad(), CollectiveTag{Phase::AdapterAllReduce, GroupKind::World, -1})
           .wait();

@@ -92,7 +92,11 @@ struct Emitter {
   // the same device and dtype returns the tensor itself), with no staging copy.
   bool host_params_are_compute_params = false;
   bool grads_copied_per_unit = false;  // offload: gradient partitions copied to the host unit by unit
-  Op deferred_replica;                 // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
+  // LoRA adapters kept outside the wrap units (RuntimeProfile::lora_adapters_replicated): their elements, one
+  // replicated flat buffer.
+  double adapters = 0;
+  bool adapters_outside_units() const { return s.method != Method::Full && rt.lora_adapters_replicated; }
+  Op deferred_replica;  // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
@@ -207,7 +211,8 @@ struct Emitter {
         lora += lc->lora_params;
         quantised += lc->linear_params;
       }
-      train_p.push_back(lora);
+      train_p.push_back(adapters_outside_units() ? 0.0 : lora);
+      if (adapters_outside_units()) adapters += lora;
       frozen_p.push_back(params);
       if (s.method == Method::QLora && params > 0) {
         frozen_bpe.push_back((quantised * kQLoraBytesPerParam + (params - quantised) * pb) / params);
@@ -466,9 +471,30 @@ struct Emitter {
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
+    if (mbi == 0) keep_adapter_grads(lb);
     lb.elementwise_bytes = lb.transient_bytes + logprobs;
     lb.head_passes = 2;
     push(lb);
+  }
+
+  // Adapters outside the units (fsdp-run's LoRA): one replicated fp32 leaf with its gradient, kept for the run;
+  // the optimizer's states are emitted with the step.
+  void emit_adapter_state() {
+    if (!adapters_outside_units()) return;
+    prog.persistent.push_back({MemoryCategory::ShardedParams, adapters * mb});
+  }
+  void keep_adapter_grads(Op& loss_backward) {
+    if (adapters_outside_units()) keep_grads(loss_backward, MemoryCategory::UnshardedGrads, adapters * mb);
+  }
+  // Their gradient summed over the world once, after the last micro-batch's backward (fsdp-run's
+  // ShardedModel::backward), in the master dtype.
+  void push_adapter_all_reduce(int mbi) {
+    if (!adapters_outside_units() || prog.layout.world <= 1) return;
+    Op a = collective_op(OpKind::AllReduce, Stream::ReduceScatter, Phase::AdapterAllReduce, CollectiveKind::AllReduce,
+                         GroupKind::World, wire_bytes(adapters, mb, GroupKind::World),
+                         wire_type(s.master_dtype, GroupKind::World), -1, mbi);
+    a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
+    push(a);
   }
 
   // ---- the two families -------------------------------------------------------------------------
@@ -480,6 +506,7 @@ struct Emitter {
 };
 
 void Emitter::emit_sharded() {
+  emit_adapter_state();
   const int n = static_cast<int>(prog.units.size());
   const bool offload_params = s.offload == Offload::Params;
   const int K = static_cast<int>(s.grad_accum);
@@ -583,8 +610,15 @@ void Emitter::emit_sharded() {
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
     order.push_back(0);
+    // Adapters outside the units: a frozen unit has no post-backward hook; its gathered base is freed at the
+    // next unit's pre-backward (fsdp-run's ShardedModel::pre_backward), the last one's when the backward ends.
+    int free_late = -1;
     for (size_t oi = 0; oi < order.size(); ++oi) {
       int ui = order[oi];
+      if (free_late >= 0) {
+        reshard(free_late);
+        free_late = -1;
+      }
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, true);
       for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
         int nxt = order[oi + static_cast<size_t>(ahead)];
@@ -609,7 +643,10 @@ void Emitter::emit_sharded() {
         // parameters (root: the embeddings; the head's came in the loss backward) get their gradients
         // after the last, when the embedding backward runs.
         const std::vector<const LayerCost*> layers = costs_of(u);
-        auto layer_train = [&](const LayerCost& lc) { return s.method == Method::Full ? lc.params : lc.lora_params; };
+        auto layer_train = [&](const LayerCost& lc) {
+          if (adapters_outside_units()) return 0.0;
+          return s.method == Method::Full ? lc.params : lc.lora_params;
+        };
         double trained = 0, mm_sum = 0, at_sum = 0, ew_sum = 0, saved_sum = 0;
         for (const LayerCost* lc : layers) {
           trained += layer_train(*lc);
@@ -643,6 +680,10 @@ void Emitter::emit_sharded() {
           if (i > 0) part.deps = {};
           bop = push(part);
         }
+      }
+      if (adapters_outside_units()) {
+        free_late = ui;
+        continue;
       }
       gathered[static_cast<size_t>(ui)] = false;
       // Post-backward (on the compute stream, once the unit's gradients are complete): the gradients are
@@ -724,11 +765,14 @@ void Emitter::emit_sharded() {
       last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
       deferred_replica = Op{};
     }
+    if (free_late >= 0) reshard(free_late);
+    if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();
 }
 
 void Emitter::emit_replicated() {
+  emit_adapter_state();
   const int n = static_cast<int>(prog.units.size());
   const int K = static_cast<int>(s.grad_accum);
   const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
@@ -790,6 +834,7 @@ void Emitter::emit_replicated() {
       }
       if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
       int bop = push(b);
+      if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
       // alive until the reduction is waited for, at the next unit's post-backward
       // (executor/shard/sharded_model.cpp post_backward), like FSDP's sharded gradients.
@@ -861,6 +906,7 @@ void Emitter::emit_replicated() {
       r.group = GroupKind::World;
       push(r);
     }
+    if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();
 }
@@ -869,13 +915,14 @@ void Emitter::emit_replicated() {
 // the partial norms when the optimizer is sharded), the optimizer, and the loss all-reduce
 // (RuntimeProfile, section training_loop).
 void Emitter::emit_optimizer() {
-  const double P = total_train();
-  const double owned = shards_optimizer(s.kind) ? shard(P) : P;  // the gradient elements the optimizer updates
-  const double held = shards_grads(s.kind) ? shard(P) : P;       // the gradient elements the rank keeps
+  const bool outside = adapters_outside_units();  // replicated adapters: every rank owns and holds them all
+  const double P = outside ? adapters : total_train();
+  const double owned = shards_optimizer(s.kind) && !outside ? shard(P) : P;  // what the optimizer updates
+  const double held = shards_grads(s.kind) && !outside ? shard(P) : P;       // the gradient elements the rank keeps
   const double grad_bytes = owned * rt.grad_norm_bytes_per_grad + held * rt.grad_pass_bytes_per_grad;
   // fp16 loss scaling: whether any owned gradient overflowed, one fp32 flag summed over the shard group
   // (torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_; fsdp-run's grads_nonfinite).
-  if (s.param_dtype == DType::Fp16 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
+  if (s.param_dtype == DType::Fp16 && shards_optimizer(s.kind) && !outside && prog.layout.shard_size > 1) {
     constexpr double kFlagBytes = 4.0;
     Op f = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::OverflowCheckAllReduce,
                          CollectiveKind::AllReduce, GroupKind::Shard, kFlagBytes, WireType::Fp32, -1, 0);
@@ -890,7 +937,7 @@ void Emitter::emit_optimizer() {
     n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
-    if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && prog.layout.shard_size > 1) {
+    if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && !outside && prog.layout.shard_size > 1) {
       // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
       Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::GradientNormAllReduce,
                            CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, WireType::Fp64, -1, 0);
@@ -909,11 +956,12 @@ void Emitter::emit_optimizer() {
 }
 
 void Emitter::emit_optimizer_step() {
-  const double P = total_train();
-  const double opt_elems = shards_optimizer(s.kind) ? shard(P) : P;
+  const bool outside = adapters_outside_units();
+  const double P = outside ? adapters : total_train();
+  const double opt_elems = shards_optimizer(s.kind) && !outside ? shard(P) : P;
   const double states = s.optimizer == Optimizer::AdamW ? 2.0 : 1.0;  // exp_avg + exp_avg_sq, or momentum
   const bool host_opt = s.offload != Offload::None;
-  const double grad_elems = shards_grads(s.kind) ? shard(P) : P;
+  const double grad_elems = shards_grads(s.kind) && !outside ? shard(P) : P;
   if (!host_opt) {
     prog.persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * mb});
     if (zero_layout) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
@@ -938,7 +986,7 @@ void Emitter::emit_optimizer_step() {
     free_grads(o);
     o.after_all_comm = true;
     push(o);
-    if (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) {
+    if ((s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) && !outside) {
       // Every rank updated its slice of the replica; the others' slices are gathered: in one collective, or
       // one per wrap unit (RuntimeProfile::zero_param_gather_per_unit).
       const int opt_op = static_cast<int>(prog.ops.size()) - 1;

@@ -51,6 +51,7 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.replicated_grads_via_flat_copy = sh.get_bool("replicated_grads_via_flat_copy");
   r.zero_low_precision_params = sh.get_bool("zero_low_precision_params");
   r.zero_param_gather_per_unit = sh.get_bool("zero_param_gather_per_unit");
+  r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
   sh.finish();
   ConfigMap loop = map.get_map("training_loop");
   auto non_negative = [&](const char* key) {

@@ -41,6 +41,9 @@ struct RuntimeProfile {
   bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer
   // ZeRO-1/2 gather the updated parameter slices with one all-gather per wrap unit, not one for the model.
   bool zero_param_gather_per_unit = false;
+  // LoRA's adapters: one replicated flat buffer outside the wrap units, all-reduced once after the backward
+  // (fsdp-run), or parameters of their units, sharded and reduced with them (PEFT under FSDP2 / DeepSpeed).
+  bool lora_adapters_replicated = false;
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
   // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
   // backward saves self; 2.x saves only sizes and numel).

@@ -1,6 +1,7 @@
 // Issue 5 "Equivalence": every strategy x wrap on this launch's world size trains
 // like one unsharded process on the same global batch (5 AdamW steps, fp32):
 // the same loss trajectory, gradient norms and gathered parameters within 1e-5.
+#include <cmath>
 #include <memory>
 
 #include "core/errors.hpp"
@@ -230,6 +231,24 @@ TEST_CASE("LoRA: only the adapters change, sharded like the reference, memory dr
   // one unit, fp32: the per-parameter weight gradients, their flat copy, the reduce-scatter
   // staging, and the two AdamW temporaries (sqrt, denominator) of the optimizer step.
   CHECK(saved <= predicted + 5 * 4.0 * static_cast<double>(largest));
+}
+
+TEST_CASE("LoRA in bf16: the fp32 adapters compute in the activations' dtype and train") {
+  // The adapters are fp32 leaves beside a bf16 base; a linear mixing the two dtypes used to throw.
+  Comm& comm = *g_comm;
+  const int W = comm.size();
+  PlanFile p = small_plan(StrategyKind::Fsdp, "layer", W);
+  p.strategy.param_dtype = DType::Bf16;
+  p.strategy.method = Method::Lora;
+  p.strategy.lora.rank = 4;
+  p.strategy.lora.target_modules = {"q_proj", "v_proj"};
+  const Outcome init = train(p, comm, 0);
+  const Outcome out = train(p, comm);
+  for (const StepStat& st : out.result.steps) CHECK(std::isfinite(st.loss));
+  int changed = 0;
+  for (const auto& [name, t] : out.params)
+    if (name.find(".lora_") != std::string::npos) changed += !at::equal(t, init.params.at(name));
+  CHECK(changed > 0);
 }
 
 TEST_CASE("gradient accumulation: K micro-batches of b equal one batch of K*b") {
