@@ -259,13 +259,24 @@ TEST_CASE("LoRA and QLoRA: frozen base without grads or optimizer state, adapter
   // Adapters on q and v: r * (in + out) each, per layer (Hu et al. 2021, arXiv 2106.09685 sec. 4).
   const double lora = static_cast<double>(m.num_layers) * 16.0 *
                       static_cast<double>((m.hidden_size + m.q_dim()) + (m.hidden_size + m.kv_dim()));
+  const double P = static_cast<double>(g.total_params());
+  // PEFT under FSDP2 (the pytorch runtime): the adapters live in their units, sharded like the base.
+  {
+    StepProgram pp = program(g, s, runtime("pytorch"), 1, 8);
+    MemoryBreakdown st = model_state_bytes(pp);
+    CHECK(cat(st, MemoryCategory::OptimizerStates) == doctest::Approx(8.0 * lora / N).epsilon(1e-3));
+    CHECK(cat(st, MemoryCategory::ShardedGrads) == doctest::Approx(4.0 * lora / N).epsilon(1e-3));
+    // The frozen base is stored in the compute dtype (bf16), plus the fp32 adapter shards.
+    CHECK(cat(st, MemoryCategory::ShardedParams) == doctest::Approx((2.0 * P + 4.0 * lora) / N).epsilon(1e-3));
+  }
+  // fsdp-run: one replicated fp32 adapter leaf outside the units, with its gradient and Adam states on every
+  // rank (sharding.lora_adapters: replicated); the base is sharded as before.
   StepProgram lp = program(g, s, rt, 1, 8);
   MemoryBreakdown states = model_state_bytes(lp);
-  CHECK(cat(states, MemoryCategory::OptimizerStates) == doctest::Approx(8.0 * lora / N).epsilon(1e-3));
-  CHECK(cat(states, MemoryCategory::ShardedGrads) == doctest::Approx(4.0 * lora / N).epsilon(1e-3));
-  // The frozen base is stored in the compute dtype (bf16), plus the fp32 adapter shards.
-  const double P = static_cast<double>(g.total_params());
-  CHECK(cat(states, MemoryCategory::ShardedParams) == doctest::Approx((2.0 * P + 4.0 * lora) / N).epsilon(1e-3));
+  CHECK(cat(states, MemoryCategory::OptimizerStates) == doctest::Approx(8.0 * lora).epsilon(1e-3));
+  CHECK(cat(states, MemoryCategory::ShardedGrads) == 0);
+  CHECK(cat(states, MemoryCategory::UnshardedGrads) == doctest::Approx(4.0 * lora).epsilon(1e-3));
+  CHECK(cat(states, MemoryCategory::ShardedParams) == doctest::Approx(2.0 * P / N + 4.0 * lora).epsilon(1e-3));
   // QLoRA: the decoder linears in 4.127-bit NF4 (Dettmers et al. 2023 sec. 3) shrink the base ~3.5x.
   s.method = Method::QLora;
   StepProgram qp = program(g, s, rt, 1, 8);
