@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/config_map.hpp"
+#include "core/config_path.hpp"
 #include "core/errors.hpp"
 
 namespace fsdp {
@@ -174,12 +175,7 @@ std::filesystem::path profile_dir(const std::string& config_root) {
 }  // namespace
 
 std::vector<std::string> list_hardware(const std::string& config_root) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(profile_dir(config_root), ec))
-    if (e.is_regular_file() && e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
+  return config_names(profile_dir(config_root));
 }
 
 HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root) {

@@ -126,17 +126,7 @@ struct Emitter {
     }
     return WireType::Fp32;
   }
-  int64_t group_size(GroupKind g) const {
-    switch (g) {
-      case GroupKind::Shard:
-        return prog.layout.shard_size;
-      case GroupKind::Replica:
-        return prog.layout.replicas;
-      case GroupKind::World:
-        return prog.layout.world;
-    }
-    return 1;
-  }
+  int64_t group_size(GroupKind g) const { return prog.layout.group_size(g); }
   // What gathering unit `ui` moves (its trainable and frozen parameters).
   double gathered_wire_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);

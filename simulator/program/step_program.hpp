@@ -90,6 +90,17 @@ struct StepLayout {
   int64_t replicas = 1;    // world / shard_size
   int64_t tokens_per_micro_batch = 0;
   int64_t micro_batches_emitted = 1;  // min(grad_accum, 3): first, one representative middle, last
+  int64_t group_size(GroupKind g) const {
+    switch (g) {
+      case GroupKind::Shard:
+        return shard_size;
+      case GroupKind::Replica:
+        return replicas;
+      case GroupKind::World:
+        return world;
+    }
+    return 1;
+  }
 };
 
 struct StepProgram {

@@ -34,18 +34,6 @@ bool is_unit_op(const Op& op) {
 
 bool has_unit(Phase p) { return p != Phase::HeadLossForward && p != Phase::LossBackward; }
 
-int64_t group_size(const StepLayout& l, GroupKind g) {
-  switch (g) {
-    case GroupKind::Shard:
-      return l.shard_size;
-    case GroupKind::Replica:
-      return l.replicas;
-    case GroupKind::World:
-      return l.world;
-  }
-  return 1;
-}
-
 }  // namespace
 
 std::vector<TraceEntry> program_trace(const StepProgram& p) {
@@ -60,7 +48,7 @@ std::vector<TraceEntry> program_trace(const StepProgram& p) {
     e.micro_batch = is_step_phase(op.phase) ? -1 : op.micro_batch;
     if (collective) {
       e.group = op.group;
-      e.group_size = group_size(p.layout, op.group);
+      e.group_size = p.layout.group_size(op.group);
       e.dtype = op.comm_dtype;
       e.bytes = static_cast<int64_t>(op.comm_bytes);
     } else if (!out.empty() && out.back() == e) {

@@ -3,23 +3,14 @@
 #include <filesystem>
 
 #include "core/config_map.hpp"
+#include "core/config_path.hpp"
 #include "core/errors.hpp"
 
 namespace fsdp {
 
 BackendProfile load_backend(const std::string& name_or_path, const std::string& config_root) {
-  std::string path = name_or_path;
-  const auto dir = std::filesystem::path(config_root) / "configs" / "backends";
-  if (path.find('/') == std::string::npos && path.find(".yaml") == std::string::npos) {
-    path = (dir / (name_or_path + ".yaml")).string();
-    if (!std::filesystem::exists(path)) {
-      std::string known;
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-        if (e.path().extension() == ".yaml") known += (known.empty() ? "" : ", ") + e.path().stem().string();
-      throw InputError("backend: unknown communication backend '" + name_or_path + "' (known: " + known + ")");
-    }
-  }
+  const std::string path = resolve_config(name_or_path, std::filesystem::path(config_root) / "configs" / "backends",
+                                          "backend", "communication backend");
   ConfigMap map = ConfigMap::load_file(path);
   BackendProfile b;
   b.source = path;
