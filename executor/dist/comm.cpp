@@ -77,23 +77,8 @@ bool is_loopback(const std::string& addr) { return addr == "127.0.0.1" || addr =
 // the memory report while a collective holds them; Gloo's flat all-gather buffer, released inside the
 // collective, is transient. Tagged before they are allocated, released with the handle's waiter (after the
 // wait, or when it is dropped).
-class StagingTag {
- public:
-  StagingTag(int64_t bytes, MemoryCategory category) : bytes_(bytes), category_(category) {
-    if (bytes_ != 0) MemTracker::instance().tag(category_, bytes_);
-  }
-  ~StagingTag() {
-    if (bytes_ != 0) MemTracker::instance().tag(category_, -bytes_);
-  }
-  StagingTag(const StagingTag&) = delete;
-  StagingTag& operator=(const StagingTag&) = delete;
-
- private:
-  int64_t bytes_;
-  MemoryCategory category_;
-};
-std::shared_ptr<StagingTag> staging_tag(int64_t bytes, MemoryCategory category = MemoryCategory::CommBuffers) {
-  return std::make_shared<StagingTag>(bytes, category);
+std::shared_ptr<MemTag> staging_tag(int64_t bytes, MemoryCategory category = MemoryCategory::CommBuffers) {
+  return std::make_shared<MemTag>(MemTracker::instance(), category, bytes);
 }
 
 bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
@@ -102,7 +87,7 @@ bool low_precision(const at::Tensor& t) { return t.scalar_type() == at::kBFloat1
 // low-precision shard and an output in the wire dtype when it is not full's (held until the wait), and
 // Gloo's own flat output (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs)).
 struct GatherTags {
-  std::shared_ptr<StagingTag> held, flat;
+  std::shared_ptr<MemTag> held, flat;
 };
 // The dtype a Gloo gather moves: fp32 for a low-precision shard (staged), else the shard's own.
 at::ScalarType gloo_wire_dtype(const at::Tensor& shard) {

@@ -89,12 +89,16 @@ struct Unit {
   at::Tensor grad_shard;  // fp32 [S] (grads sharded)
   at::Tensor exp_avg, exp_avg_sq, momentum;
   at::Tensor anchor;  // scalar leaf: the autograd entry of UnitParamsFn
+  // The memory tracker's tags of the unit's buffers (train/mem_tracker.hpp MemTag): untagged when the buffer is
+  // freed, or with the unit.
+  MemTag master_tag, dev_params_tag, grad_tag, states_tag, compute_tag;
 };
 
 struct ShardedModel::Impl {
   ModelSpec spec;
   Strategy strategy;
   Comm& comm;
+  MemTracker& tracker;  // where the executor's buffers are tagged by category
   at::Device device{at::kCPU};
   std::vector<ParamDef> defs;
   std::vector<std::unique_ptr<Unit>> units;
@@ -112,7 +116,8 @@ struct ShardedModel::Impl {
   std::vector<int64_t> adapter_offsets;
   UnitInfo adapter_info;
   at::Tensor adapters, ad_exp_avg, ad_exp_avg_sq, ad_momentum;
-  at::Tensor grads_flat;  // replicated gradients: every unit's grad_full is a view into it
+  MemTag adapter_tags[3];  // the adapters, their gradient, their optimizer states
+  at::Tensor grads_flat;   // replicated gradients: every unit's grad_full is a view into it
   at::ScalarType compute_dtype = at::kFloat, reduce_dtype = at::kFloat;
   bool sync = true;
   std::vector<Pending> pending;
@@ -137,9 +142,12 @@ struct ShardedModel::Impl {
   }
   CollectiveTag tag(Phase what, GroupKind group, const Unit& u) const { return CollectiveTag{what, group, u.index}; }
 
-  Impl(const ModelSpec& s, const Strategy& st, Comm& c) : spec(s), strategy(st), comm(c) {}
+  Impl(const ModelSpec& s, const Strategy& st, Comm& c, MemTracker& t) : spec(s), strategy(st), comm(c), tracker(t) {}
 
-  MemTracker& mem() { return MemTracker::instance(); }
+  MemTracker& mem() { return tracker; }
+  std::shared_ptr<MemTag> shared_tag(MemoryCategory c, int64_t bytes) {
+    return std::make_shared<MemTag>(tracker, c, bytes);
+  }
 
   bool reshard_after_forward(const Unit& u) const {
     return params_sharded && !u.root && strategy.reshard_after_forward && strategy.kind != StrategyKind::FsdpGradOp;
@@ -160,7 +168,7 @@ struct ShardedModel::Impl {
     } restore{mem(), issuing};
     if (!u.compute_persistent) {
       const int64_t bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
-      mem().tag(MemoryCategory::UnshardedParams, bytes);
+      u.compute_tag = MemTag(mem(), MemoryCategory::UnshardedParams, bytes);
       alloc_storage(u.compute, bytes);
     }
     if (params_sharded) {
@@ -185,7 +193,7 @@ struct ShardedModel::Impl {
     if (u.state == UState::Sharded || u.compute_persistent) return;
     if (u.state == UState::Gathering) u.gather.wait();
     free_storage(u.compute);
-    mem().tag(MemoryCategory::UnshardedParams, -u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype)));
+    u.compute_tag.reset();
     u.state = UState::Sharded;
   }
 
@@ -253,13 +261,13 @@ struct ShardedModel::Impl {
       pending.push_back({comm.world().all_reduce_sum(grads, t), nullptr});
       return;
     }
-    const int64_t bytes = grads.numel() * static_cast<int64_t>(c10::elementSize(reduce_dtype));
-    mem().tag(MemoryCategory::CommBuffers, bytes);
+    auto copy_tag =
+        shared_tag(MemoryCategory::CommBuffers, grads.numel() * static_cast<int64_t>(c10::elementSize(reduce_dtype)));
     at::Tensor low = grads.to(reduce_dtype);
-    pending.push_back({comm.world().all_reduce_sum(low, t), [this, grads, low, bytes]() mutable {
+    pending.push_back({comm.world().all_reduce_sum(low, t), [grads, low, copy_tag]() mutable {
                          grads.copy_(low);
                          low = at::Tensor();
-                         mem().tag(MemoryCategory::CommBuffers, -bytes);
+                         copy_tag->reset();
                        }});
   }
 
@@ -283,22 +291,20 @@ struct ShardedModel::Impl {
     // autograd releases them when this hook returns.
     int64_t inflight = 0;
     for (const auto& g : grads) inflight += nbytes(g);
-    mem().tag(MemoryCategory::UnshardedGrads, inflight);
     // On return: autograd goes on with the unit before this one in forward order (the root last).
     struct OnReturn {
       Impl* m;
       const Unit& u;
-      int64_t inflight;
       ~OnReturn() {
-        m->mem().tag(MemoryCategory::UnshardedGrads, -inflight);
         if (u.index > 0) m->phase(Phase::Backward, *m->units[static_cast<std::size_t>(u.index) - 1]);
       }
-    } on_return{this, u, inflight};
+    } on_return{this, u};
+    const MemTag inflight_tag(mem(), MemoryCategory::UnshardedGrads, inflight);  // untagged first on return
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
     // The flat copy is the reduce-scatter input when gradients are sharded (FSDP2's foreach_reduce input,
     // a comm buffer in the simulator's words), else a momentary copy accumulated into grad_full.
     const MemoryCategory flat_cat = grads_sharded ? MemoryCategory::CommBuffers : MemoryCategory::Transient;
-    mem().tag(flat_cat, flat_bytes);
+    auto flat_tag = shared_tag(flat_cat, flat_bytes);
     at::Tensor flat = at::zeros({u.info.padded}, u.compute.options());
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       if (i >= grads.size() || !grads[i].defined()) continue;
@@ -312,7 +318,7 @@ struct ShardedModel::Impl {
     if (!grads_sharded) {
       u.grad_full.add_(flat);
       flat = at::Tensor();
-      mem().tag(flat_cat, -flat_bytes);
+      flat_tag->reset();
       if (!sync) return;
       if (strategy.kind == StrategyKind::NoShard) {
         all_reduce_grads(u.grad_full, tag(Phase::AllReduce, GroupKind::World, u));
@@ -330,8 +336,8 @@ struct ShardedModel::Impl {
     if (!red.is_same(flat)) {
       flat = at::Tensor();
     }
-    const int64_t out_bytes = u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype));
-    mem().tag(MemoryCategory::CommBuffers, out_bytes);
+    auto out_tag =
+        shared_tag(MemoryCategory::CommBuffers, u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype)));
     at::Tensor out = at::empty({u.info.shard}, red.options());
     // ZeRO-2 keeps replicated parameters: its gradient partitions are split over the whole world (the step
     // program's GroupKind::World), FSDP's over the shard group.
@@ -339,13 +345,13 @@ struct ShardedModel::Impl {
     Handle h = shard_group->reduce_scatter_sum(red, out, tag(Phase::ReduceScatter, rs_group, u));
     Unit* up = &u;
     const bool replicate = sync && replica_group && replica_group->size() > 1;
-    pending.push_back({std::move(h), [this, up, red, out, flat, flat_bytes, out_bytes, replicate]() mutable {
+    pending.push_back({std::move(h), [this, up, red, out, flat, flat_tag, out_tag, replicate]() mutable {
                          up->grad_shard.add_(out);
                          red = at::Tensor();
                          flat = at::Tensor();
                          out = at::Tensor();
-                         mem().tag(MemoryCategory::CommBuffers, -flat_bytes);
-                         mem().tag(MemoryCategory::CommBuffers, -out_bytes);
+                         flat_tag->reset();
+                         out_tag->reset();
                          if (replicate) all_reduce_replicas(*up);
                        }});
   }
@@ -359,14 +365,14 @@ struct ShardedModel::Impl {
       pending.push_back({replica_group->all_reduce_sum(u.grad_shard, t), nullptr});
       return;
     }
-    const int64_t bytes = u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype));
-    mem().tag(MemoryCategory::CommBuffers, bytes);
+    auto copy_tag =
+        shared_tag(MemoryCategory::CommBuffers, u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype)));
     at::Tensor low = u.grad_shard.to(reduce_dtype);
     Unit* up = &u;
-    pending.push_back({replica_group->all_reduce_sum(low, t), [this, up, low, bytes]() mutable {
+    pending.push_back({replica_group->all_reduce_sum(low, t), [up, low, copy_tag]() mutable {
                          up->grad_shard.copy_(low);
                          low = at::Tensor();
-                         mem().tag(MemoryCategory::CommBuffers, -bytes);
+                         copy_tag->reset();
                        }});
   }
 
@@ -480,9 +486,9 @@ struct CoreCheckpointFn : public torch::autograd::Function<CoreCheckpointFn> {
 
 // ---------------------------------------------------------------------------
 
-ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device,
-                           uint64_t seed)
-    : impl_(std::make_unique<Impl>(spec, strategy, comm)) {
+ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, MemTracker& tracker,
+                           const std::string& device, uint64_t seed)
+    : impl_(std::make_unique<Impl>(spec, strategy, comm, tracker)) {
   Impl& m = *impl_;
   m.device = at::Device(device);
   m.defs = model_param_defs(spec);
@@ -562,8 +568,8 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     // (pinned on CUDA, for asynchronous copies); the device keeps the compute-dtype shard.
     const auto host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(m.device.is_cuda());
     const auto sopt = m.offload ? host : fopt;
-    MemTracker::instance().tag(m.offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
-                               master_numel * 4);
+    u.master_tag =
+        MemTag(m.tracker, m.offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams, master_numel * 4);
     u.master = at::zeros({master_numel}, sopt);
     // Deterministic init: every rank builds each full parameter and keeps its part.
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
@@ -576,8 +582,8 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(full.narrow(0, a - lo, b - a));
     }
     if (m.offload && !m.offload_params) {
-      MemTracker::instance().tag(MemoryCategory::ShardedParams,
-                                 master_numel * static_cast<int64_t>(c10::elementSize(m.compute_dtype)));
+      u.dev_params_tag = MemTag(m.tracker, MemoryCategory::ShardedParams,
+                                master_numel * static_cast<int64_t>(c10::elementSize(m.compute_dtype)));
       u.dev_params = u.master.to(fopt.dtype(m.compute_dtype), /*non_blocking=*/false, /*copy=*/true);
     }
     u.compute_persistent = !m.params_sharded && m.compute_dtype == at::kFloat;
@@ -592,20 +598,20 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     if (m.frozen) {
       // no gradient buffers nor optimizer states for a frozen base
     } else if (m.grads_sharded) {
-      MemTracker::instance().tag(MemoryCategory::ShardedGrads, u.info.shard * 4);
+      u.grad_tag = MemTag(m.tracker, MemoryCategory::ShardedGrads, u.info.shard * 4);
       u.grad_shard = at::zeros({u.info.shard}, fopt);
     } else {
-      MemTracker::instance().tag(MemoryCategory::UnshardedGrads, u.info.padded * 4);  // a view, below
+      u.grad_tag = MemTag(m.tracker, MemoryCategory::UnshardedGrads, u.info.padded * 4);  // a view, below
     }
     const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
     if (m.frozen) {
       // frozen
     } else if (strategy.optimizer == Optimizer::AdamW) {
-      MemTracker::instance().tag(MemoryCategory::OptimizerStates, 2 * owned * 4);
+      u.states_tag = MemTag(m.tracker, MemoryCategory::OptimizerStates, 2 * owned * 4);
       u.exp_avg = at::zeros({owned}, sopt);
       u.exp_avg_sq = at::zeros({owned}, sopt);
     } else {
-      MemTracker::instance().tag(MemoryCategory::OptimizerStates, owned * 4);
+      u.states_tag = MemTag(m.tracker, MemoryCategory::OptimizerStates, owned * 4);
       u.momentum = at::zeros({owned}, sopt);
     }
     u.anchor = at::zeros({}, fopt).requires_grad_(true);
@@ -636,9 +642,10 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
       n += d.numel();
     }
     m.adapter_info.numel = m.adapter_info.padded = m.adapter_info.shard = n;
-    MemTracker::instance().tag(MemoryCategory::ShardedParams, 4 * n);
-    MemTracker::instance().tag(MemoryCategory::UnshardedGrads, 4 * n);
-    MemTracker::instance().tag(MemoryCategory::OptimizerStates, (strategy.optimizer == Optimizer::AdamW ? 8 : 4) * n);
+    m.adapter_tags[0] = MemTag(m.tracker, MemoryCategory::ShardedParams, 4 * n);
+    m.adapter_tags[1] = MemTag(m.tracker, MemoryCategory::UnshardedGrads, 4 * n);
+    m.adapter_tags[2] =
+        MemTag(m.tracker, MemoryCategory::OptimizerStates, (strategy.optimizer == Optimizer::AdamW ? 8 : 4) * n);
     m.adapters = at::zeros({n}, fopt);
     const int64_t base_index = static_cast<int64_t>(m.defs.size());
     for (std::size_t i = 0; i < m.adapter_defs.size(); ++i)
@@ -676,30 +683,14 @@ void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strate
 
 ShardedModel::~ShardedModel() {
   if (!impl_) return;
-  if (impl_->frozen) {
-    const int64_t n = impl_->adapters.numel();
-    MemTracker::instance().tag(MemoryCategory::ShardedParams, -4 * n);
-    MemTracker::instance().tag(MemoryCategory::UnshardedGrads, -4 * n);
-    MemTracker::instance().tag(
-        MemoryCategory::OptimizerStates,
-        -(nbytes(impl_->ad_exp_avg) + nbytes(impl_->ad_exp_avg_sq) + nbytes(impl_->ad_momentum)));
-  }
+  // The units' and adapters' memory tags untag with them (MemTag); a gathered unit is freed first.
   for (auto& up : impl_->units) {
-    Unit& u = *up;
     // May run while an exception unwinds (a failed collective): a prefetch still in flight
     // must not throw out of the destructor (std::terminate).
     try {
-      impl_->reshard(u);
+      impl_->reshard(*up);
     } catch (...) {
     }
-    const int64_t master_numel = u.master.numel();
-    MemTracker::instance().tag(impl_->offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
-                               -master_numel * 4);
-    if (u.dev_params.defined()) MemTracker::instance().tag(MemoryCategory::ShardedParams, -nbytes(u.dev_params));
-    if (u.grad_shard.defined()) MemTracker::instance().tag(MemoryCategory::ShardedGrads, -nbytes(u.grad_shard));
-    if (u.grad_full.defined()) MemTracker::instance().tag(MemoryCategory::UnshardedGrads, -nbytes(u.grad_full));
-    MemTracker::instance().tag(MemoryCategory::OptimizerStates,
-                               -(nbytes(u.exp_avg) + nbytes(u.exp_avg_sq) + nbytes(u.momentum)));
   }
 }
 

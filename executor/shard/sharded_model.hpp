@@ -21,6 +21,7 @@
 namespace fsdp::exec {
 
 class Comm;
+class MemTracker;
 
 struct UnitInfo {
   std::string name;    // "root", "layers.0-1", ...
@@ -44,7 +45,9 @@ class ShardedModel {
  public:
   // Builds the units from the wrap policy, initialises parameters deterministically
   // from `seed` (identical on every world size) and keeps this rank's part.
-  ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, const std::string& device, uint64_t seed);
+  // The buffers it owns are tagged by category in `tracker` (train/mem_tracker.hpp), each for as long as it lives.
+  ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm& comm, MemTracker& tracker,
+               const std::string& device, uint64_t seed);
   ~ShardedModel();
   // InputError for a model or strategy fsdp-run cannot run (checked before any rank starts too).
   static void check_supported(const ModelSpec& spec, const Strategy& strategy, int world);

@@ -64,4 +64,40 @@ class MemTracker {
   std::atomic<bool> in_compute_{false};
 };
 
+// The bytes of one executor buffer in a category, tagged for as long as the MemTag holds them (RAII): made
+// before the buffer is allocated, reset (or destroyed) after it is freed, so that a tag cannot be dropped or
+// doubled on an early return or an exception. Moves carry the tag; copies are not allowed.
+class MemTag {
+ public:
+  MemTag() = default;
+  MemTag(MemTracker& tracker, MemoryCategory category, int64_t bytes)
+      : tracker_(&tracker), category_(category), bytes_(bytes) {
+    if (bytes_ != 0) tracker_->tag(category_, bytes_);
+  }
+  MemTag(MemTag&& o) noexcept : tracker_(o.tracker_), category_(o.category_), bytes_(o.bytes_) { o.bytes_ = 0; }
+  MemTag& operator=(MemTag&& o) noexcept {
+    if (this != &o) {
+      reset();
+      tracker_ = o.tracker_;
+      category_ = o.category_;
+      bytes_ = o.bytes_;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  MemTag(const MemTag&) = delete;
+  MemTag& operator=(const MemTag&) = delete;
+  ~MemTag() { reset(); }
+  void reset() {
+    if (bytes_ != 0 && tracker_ != nullptr) tracker_->tag(category_, -bytes_);
+    bytes_ = 0;
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  MemTracker* tracker_ = nullptr;
+  MemoryCategory category_ = MemoryCategory::Transient;
+  int64_t bytes_ = 0;
+};
+
 }  // namespace fsdp::exec

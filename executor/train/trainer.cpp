@@ -63,7 +63,7 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   const Strategy& s = plan.strategy;
   check_plan_runnable(plan);
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
-  t.model = std::make_unique<ShardedModel>(plan.model, s, comm, t.device, cfg.seed);
+  t.model = std::make_unique<ShardedModel>(plan.model, s, comm, MemTracker::instance(), t.device, cfg.seed);
   t.data = open_data(cfg.data, cfg.data_dtype, plan.model.vocab_size, s.seq_len, cfg.seed);
   if (!cfg.init_from.empty()) t.model->load_full_state(load_safetensors_weights(cfg.init_from, *t.model));
   if (!cfg.resume_dir.empty()) {

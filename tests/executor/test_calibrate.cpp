@@ -410,9 +410,12 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   CHECK(hw.collective_in_step_factor_fp32 > 0);
   CHECK(hw.collective_in_step_factor_shared_cores_fp32 > 0);
   {
-    // Each factor reproduces what it was fitted to: the written profile prices the probe's collectives over the
-    // 2 calibrating ranks, and over the 4 of the over-subscribed run, at the in-step time measured for them (on a
-    // machine with 4 or more CPUs those 4 ranks would poll and the node's factor would price them: not checked).
+    // The derivation, not a validation: each factor is the probe's measured in-step collective time over what the
+    // written profile prices it at, so re-pricing the probe's collectives over the 2 calibrating ranks, and over
+    // the 4 of the over-subscribed run, must give back the measured time (on a machine with 4 or more CPUs those 4
+    // ranks would poll and the node's factor would price them: not checked). This catches a profile written with
+    // other numbers than it derived; whether the factors predict other plans is checked on plans nobody fitted
+    // on, the 47 grid rows of the timing test (ctest -L timing, tests/accuracy/README.md "Step time on CPU").
     std::ifstream f(out);
     std::stringstream text;
     text << f.rdbuf();
