@@ -11,7 +11,7 @@ out="${OUT:-gpu-check-out}"
 mkdir -p "$out"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDP_BUILD_BENCH=OFF -DFSDP_BUILD_TESTS=OFF \
   ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} 2>&1 | tee "$out/configure.log" | grep -E "fsdp-run|Torch" || true
-ninja -C build-gpu -j"$(nproc)" fsdp-run 2>&1 | tail -3 | tee "$out/build.log"
+ninja -C build-gpu -j"$(nproc)" fsdp-run fsdp-plan 2>&1 | tail -3 | tee "$out/build.log"
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpu.txt" || true
 
 plan="$out/plan.yaml"
@@ -23,7 +23,7 @@ plan="$out/plan.yaml"
   grep -v '^#' configs/models/tiny.yaml | sed 's/^/    /'
   cat <<'YAML'
 cluster:
-  hardware: gpu
+  hardware: h200-141gb
   device: cuda
   nodes: 1
   gpus_per_node: 1
@@ -63,4 +63,9 @@ bin=build-gpu/executor/fsdp-run
 timeout 300 "$bin" "$plan" --steps 5 --report "$out/run.json" | tee "$out/run.log"
 sed 's/gpus_per_node: 1/gpus_per_node: 8/' "$plan" > "$out/plan8.yaml"
 timeout 120 "$bin" --emulate-world-size 8 "$out/plan8.yaml" --steps 3 --report "$out/emulate8.json" | tee "$out/emulate8.log"
+# The step program beside each run, collective by collective (NCCL: bf16 on the wire, no staging).
+for r in run:plan emulate8:plan8; do
+  build-gpu/planner/fsdp-plan compare "$out/${r#*:}.yaml" "$out/${r%%:*}.json" | tee "$out/${r%%:*}-compare.txt" |
+    sed -n '/step program vs run/,$p' || true
+done
 echo "gpu-check: reports in $out"
