@@ -104,18 +104,6 @@ AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<dou
   return ab;
 }
 
-const char* coll_name(CollKind k) {
-  switch (k) {
-    case CollKind::AllGather:
-      return "all-gather";
-    case CollKind::ReduceScatter:
-      return "reduce-scatter";
-    case CollKind::AllReduce:
-      return "all-reduce";
-  }
-  return "?";
-}
-
 int ring_steps(CollKind k, int n) { return k == CollKind::AllReduce ? 2 * (n - 1) : n - 1; }
 
 double busbw_factor(CollKind k, int n) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "program/op_kinds.hpp"
+
 namespace fsdp::exec::cal {
 
 struct LsqResult {
@@ -32,8 +34,10 @@ struct AlphaBeta {
 };
 AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
-enum class CollKind { AllGather, ReduceScatter, AllReduce };
-const char* coll_name(CollKind k);
+// The step program's collective kinds (program/op_kinds.hpp): calibrate times all-gather, reduce-scatter and
+// all-reduce.
+using CollKind = CollectiveKind;
+inline const char* coll_name(CollKind k) { return to_string(k); }
 
 struct CollSample {
   CollKind kind = CollKind::AllReduce;
