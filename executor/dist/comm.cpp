@@ -192,37 +192,37 @@ void Group::record(CollectiveKind kind, const CollectiveTag* tag, const at::Tens
   // What travels: a staging backend sends bf16/fp16 as fp32 (and a mixed-precision gather the fp32 master
   // shard as it is); one rank moves nothing and keeps the dtype; a direct backend sends the buffer's dtype.
   at::ScalarType t = wire_like.scalar_type();
-  const bool stages = stages_low_precision() && size() > 1;
-  if (stages && low_precision(wire_like)) t = at::kFloat;
+  if (stages_on_wire() && low_precision(wire_like)) t = at::kFloat;
   trace_->collective(kind, tag, size(), wire_type_of(t), numel * static_cast<int64_t>(c10::elementSize(t)));
 }
 
-Handle Group::all_reduce_sum(at::Tensor t, const CollectiveTag& tag) {
-  record(CollectiveKind::AllReduce, &tag, t, t.numel());
-  return all_reduce_impl(std::move(t));
-}
-Handle Group::all_reduce_sum(at::Tensor t) {
-  record(CollectiveKind::AllReduce, nullptr, t, t.numel());
-  return all_reduce_impl(std::move(t));
-}
+Handle Group::all_reduce_sum(at::Tensor t, const CollectiveTag& tag) { return all_reduce_traced(std::move(t), &tag); }
+Handle Group::all_reduce_sum(at::Tensor t) { return all_reduce_traced(std::move(t), nullptr); }
 Handle Group::all_gather(at::Tensor shard, at::Tensor full, const CollectiveTag& tag) {
-  // A staging backend gathers the shard's dtype (wider than full's for an fp32 master shard); a direct one
-  // casts the shard to full's dtype first.
-  const bool stages = stages_low_precision() && size() > 1;
-  record(CollectiveKind::AllGather, &tag, stages ? shard : full, full.numel());
-  return all_gather_impl(std::move(shard), std::move(full));
+  return all_gather_traced(std::move(shard), std::move(full), &tag);
 }
 Handle Group::all_gather(at::Tensor shard, at::Tensor full) {
-  const bool stages = stages_low_precision() && size() > 1;
-  record(CollectiveKind::AllGather, nullptr, stages ? shard : full, full.numel());
-  return all_gather_impl(std::move(shard), std::move(full));
+  return all_gather_traced(std::move(shard), std::move(full), nullptr);
 }
 Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard, const CollectiveTag& tag) {
-  record(CollectiveKind::ReduceScatter, &tag, full, full.numel());
-  return reduce_scatter_impl(std::move(full), std::move(shard));
+  return reduce_scatter_traced(std::move(full), std::move(shard), &tag);
 }
 Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard) {
-  record(CollectiveKind::ReduceScatter, nullptr, full, full.numel());
+  return reduce_scatter_traced(std::move(full), std::move(shard), nullptr);
+}
+
+Handle Group::all_reduce_traced(at::Tensor t, const CollectiveTag* tag) {
+  record(CollectiveKind::AllReduce, tag, t, t.numel());
+  return all_reduce_impl(std::move(t));
+}
+Handle Group::all_gather_traced(at::Tensor shard, at::Tensor full, const CollectiveTag* tag) {
+  // A staging backend gathers the shard's dtype (wider than full's for an fp32 master shard); a direct one
+  // casts the shard to full's dtype first.
+  record(CollectiveKind::AllGather, tag, stages_on_wire() ? shard : full, full.numel());
+  return all_gather_impl(std::move(shard), std::move(full));
+}
+Handle Group::reduce_scatter_traced(at::Tensor full, at::Tensor shard, const CollectiveTag* tag) {
+  record(CollectiveKind::ReduceScatter, tag, full, full.numel());
   return reduce_scatter_impl(std::move(full), std::move(shard));
 }
 

@@ -96,6 +96,10 @@ class Group {
 
  private:
   void record(CollectiveKind kind, const CollectiveTag* tag, const at::Tensor& wire_like, int64_t numel);
+  bool stages_on_wire() const { return stages_low_precision() && size() > 1; }
+  Handle all_reduce_traced(at::Tensor t, const CollectiveTag* tag);
+  Handle all_gather_traced(at::Tensor shard, at::Tensor full, const CollectiveTag* tag);
+  Handle reduce_scatter_traced(at::Tensor full, at::Tensor shard, const CollectiveTag* tag);
   StepTraceRecorder* trace_ = nullptr;
 };
 

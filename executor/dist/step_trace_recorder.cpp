@@ -8,7 +8,7 @@ void StepTraceRecorder::unit_op(Phase phase, int unit) {
   if (!recording_) return;
   TraceEntry e;
   e.phase = phase;
-  e.unit = phase == Phase::HeadLossForward || phase == Phase::LossBackward ? -1 : unit;
+  e.unit = phase_has_unit(phase) ? unit : -1;
   e.micro_batch = micro_batch_for(phase);
   if (!entries_.empty() && entries_.back() == e) return;
   entries_.push_back(e);

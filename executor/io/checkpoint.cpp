@@ -243,16 +243,15 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   struct Where {
     int unit;
     int64_t offset, numel;
+    std::vector<int64_t> shape;
   };
   std::map<std::string, Where> saved;
-  std::map<std::string, std::vector<int64_t>> saved_shape;
   for (std::size_t cu = 0; cu < m.at("units").size(); ++cu)
     for (const auto& p : m.at("units")[cu].at("params")) {
-      const auto shape = p.at("shape").get<std::vector<int64_t>>();
+      auto shape = p.at("shape").get<std::vector<int64_t>>();
       int64_t n = 1;
       for (int64_t d : shape) n *= d;
-      saved[p.at("name").get<std::string>()] = Where{static_cast<int>(cu), p.at("offset").get<int64_t>(), n};
-      saved_shape[p.at("name").get<std::string>()] = shape;
+      saved[p.at("name").get<std::string>()] = Where{static_cast<int>(cu), p.at("offset").get<int64_t>(), n, shape};
     }
   std::size_t expected = 0;
   bool same_units = m.at("units").size() == units.size();
@@ -263,7 +262,7 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
       auto it = saved.find(ui.params[i]);
       if (it == saved.end())
         throw InputError(use.string() + ": checkpoint has no parameter " + ui.params[i] + " (model changed)");
-      if (saved_shape[ui.params[i]] != ui.shapes[i])
+      if (it->second.shape != ui.shapes[i])
         throw InputError(use.string() + ": parameter " + ui.params[i] +
                          " has another shape in the checkpoint (model changed)");
       same_units = same_units && it->second.unit == static_cast<int>(u) && it->second.offset == ui.offsets[i];

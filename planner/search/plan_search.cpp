@@ -202,12 +202,9 @@ SearchResult search_plans(const SearchRequest& req) {
                   s.param_dtype = dt.param;
                   s.reduce_dtype = dt.reduce;
                   s.micro_batch = mb;
-                  double per_step = static_cast<double>(mb * s.seq_len * world);
-                  s.grad_accum = req.pins.grad_accum
-                                     ? *req.pins.grad_accum
-                                     : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step));
+                  s.grad_accum = accum;
                   if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
-                      per_step > req.global_batch_tokens * 1.5) {
+                      per_step_tokens > req.global_batch_tokens * 1.5) {
                     ++res.pruned;  // overshoots the global batch: not the batch the user asked for
                     continue;
                   }

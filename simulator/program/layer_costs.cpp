@@ -41,20 +41,20 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
     if (n.short_name == "k_proj") w.kv += static_cast<double>(n.out_features);
     if (n.short_name == "gate_proj") w.gated = true;
   }
-  // The MLP blocks: a dense MLP, or each expert of an MoE block (Mlp nodes under the Moe container).
+  // The MLP blocks: a dense MLP, or each expert of an MoE block (Mlp nodes under the Moe container); the block's
+  // saved tensors and parameters as a whole.
   std::vector<ModuleId> mlps;
-  for (ModuleId c : g.children(layer)) {
-    const ModuleNode& n = g.node(c);
-    if (n.kind == ModuleKind::Mlp) mlps.push_back(c);
-    if (n.kind != ModuleKind::Moe) continue;
-    for (ModuleId e : g.children(c))
-      if (g.node(e).kind == ModuleKind::Mlp) mlps.push_back(e);
-  }
   for (ModuleId c : g.children(layer)) {
     const ModuleNode& n = g.node(c);
     if (n.kind != ModuleKind::Mlp && n.kind != ModuleKind::Moe) continue;
     w.mlp_saved_per_token += g.saved_bytes_per_token(c, q, ActCkpt::None);
     w.mlp_params += static_cast<double>(g.params_under(c));
+    if (n.kind == ModuleKind::Mlp) {
+      mlps.push_back(c);
+      continue;
+    }
+    for (ModuleId e : g.children(c))
+      if (g.node(e).kind == ModuleKind::Mlp) mlps.push_back(e);
   }
   for (ModuleId m : mlps) {
     const ModuleNode* first = nullptr;

@@ -81,5 +81,8 @@ const char* to_string(Phase);
 std::optional<Phase> phase_from_string(std::string_view);
 // Phases of the step as a whole (after the last backward): their labels carry no micro-batch.
 bool is_step_phase(Phase);
+// Phases whose ops belong to no wrap unit in a step trace (the loss ops: the head is the root's, but what runs is
+// the loss, not a unit's hook).
+inline bool phase_has_unit(Phase p) { return p != Phase::HeadLossForward && p != Phase::LossBackward; }
 
 }  // namespace fsdp

@@ -217,10 +217,14 @@ struct Emitter {
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {
-      double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0;
+      double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0, rec_all = 0, ew = 0, ft = 0, bt = 0;
       bool first = true;
       for (const LayerCost* lc : costs_of(u)) {
         act += lc->saved_bytes;
+        rec_all += lc->saved_bytes_unckpt;
+        ew += tokens * lc->elementwise_bytes_per_token;
+        ft = std::max(ft, lc->forward_transient);
+        bt = std::max(bt, lc->backward_transient);
         mm += lc->matmul_flops_per_token;
         at += lc->attention_flops_per_token;
         // Full: a layer's region rematerialises its activations one layer at a time (the largest counts);
@@ -236,8 +240,7 @@ struct Emitter {
       if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit && u.num_layers() > 0) {
         // One region per unit: only the unit's input is kept, and backward rematerialises all its layers.
         act = first_saved;
-        rec = 0;
-        for (const LayerCost* lc : costs_of(u)) rec += lc->saved_bytes_unckpt;
+        rec = rec_all;
       }
       if (u.is_root) {
         // Root modules: embedding, final norm, head, loss (activations of the head/loss handled by Loss ops).
@@ -251,12 +254,6 @@ struct Emitter {
           act += saved;
           if (k == ModuleKind::Norm || k == ModuleKind::Head) head_act += saved;
         }
-      }
-      double ew = 0, ft = 0, bt = 0;
-      for (const LayerCost* lc : costs_of(u)) {
-        ew += tokens * lc->elementwise_bytes_per_token;
-        ft = std::max(ft, lc->forward_transient);
-        bt = std::max(bt, lc->backward_transient);
       }
       unit_elementwise.push_back(ew);
       unit_forward_transient.push_back(ft);

@@ -32,8 +32,6 @@ bool is_unit_op(const Op& op) {
   }
 }
 
-bool has_unit(Phase p) { return p != Phase::HeadLossForward && p != Phase::LossBackward; }
-
 }  // namespace
 
 std::vector<TraceEntry> program_trace(const StepProgram& p) {
@@ -44,7 +42,7 @@ std::vector<TraceEntry> program_trace(const StepProgram& p) {
     TraceEntry e;
     e.collective = op.collective;
     e.phase = op.phase;
-    e.unit = has_unit(op.phase) ? op.unit : -1;
+    e.unit = phase_has_unit(op.phase) ? op.unit : -1;
     e.micro_batch = is_step_phase(op.phase) ? -1 : op.micro_batch;
     if (collective) {
       e.group = op.group;
