@@ -7,15 +7,11 @@
 #include <sstream>
 #include <utility>
 
+#include "core/format.hpp"
+
 namespace fsdp::exec::cal {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string quoted(const std::string& s) {
   std::string q = "\"";
@@ -145,11 +141,8 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
         "node.host_memory", "node.cpu_cores", "node.host_memory_bandwidth", "node.cpu_peak_flops_per_core",
         "collectives.base_latency", "collectives.compute_slowdown_during_comm"})
     keys.emplace_back(k);
-  if (hw.collective_in_step_factor > 0) keys.push_back("collectives.in_step_factor");
-  if (hw.collective_in_step_factor_shared_cores > 0) keys.push_back("collectives.in_step_factor_shared_cores");
-  if (hw.collective_in_step_factor_fp32 > 0) keys.push_back("collectives.in_step_factor_fp32");
-  if (hw.collective_in_step_factor_shared_cores_fp32 > 0)
-    keys.push_back("collectives.in_step_factor_shared_cores_fp32");
+  for (const auto& [key, field] : HardwareProfile::in_step_factor_fields())
+    if (hw.*field) keys.push_back(std::string("collectives.") + key);
   return keys;
 }
 
@@ -203,17 +196,8 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   w.field(2, "collectives.base_latency", "base_latency", dur(hw.collective_base_latency));
   w.field(2, "collectives.compute_slowdown_during_comm", "compute_slowdown_during_comm",
           fmt("%.6g", hw.compute_slowdown_during_comm));
-  if (hw.collective_in_step_factor > 0)
-    w.field(2, "collectives.in_step_factor", "in_step_factor", fmt("%.4g", hw.collective_in_step_factor));
-  if (hw.collective_in_step_factor_shared_cores > 0)
-    w.field(2, "collectives.in_step_factor_shared_cores", "in_step_factor_shared_cores",
-            fmt("%.4g", hw.collective_in_step_factor_shared_cores));
-  if (hw.collective_in_step_factor_fp32 > 0)
-    w.field(2, "collectives.in_step_factor_fp32", "in_step_factor_fp32",
-            fmt("%.4g", hw.collective_in_step_factor_fp32));
-  if (hw.collective_in_step_factor_shared_cores_fp32 > 0)
-    w.field(2, "collectives.in_step_factor_shared_cores_fp32", "in_step_factor_shared_cores_fp32",
-            fmt("%.4g", hw.collective_in_step_factor_shared_cores_fp32));
+  for (const auto& [key, field] : HardwareProfile::in_step_factor_fields())
+    if (hw.*field) w.field(2, std::string("collectives.") + key, key, fmt("%.4g", *(hw.*field)));
   return w.out().str();
 }
 

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/errors.hpp"
+#include "core/format.hpp"
 #include "report/plan_report.hpp"
 #include "report/svg.hpp"
 
@@ -20,12 +21,6 @@ using svg::escape;
 
 constexpr double kChartWidth = 1040;
 constexpr double kFontPx = 12;
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string gib(double bytes, const char* f = "%.1f") { return fmt(f, bytes / kGiB); }
 

@@ -5,15 +5,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/format.hpp"
+
 namespace fsdp {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string wrap_name(const Strategy& s) { return shards_params(s.kind) ? to_string(s.wrap) : "-"; }
 

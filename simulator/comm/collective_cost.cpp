@@ -23,16 +23,19 @@ void require_positive(const HardwareProfile& hw, BytesPerSecond bw, const char* 
 
 // Bytes each rank sends on its bottleneck link, as a multiple of the buffer (nccl-tests'
 // busbw correction factors, doc/PERFORMANCE.md).
-double ring_bytes_factor(Collective kind, int n) {
+double ring_bytes_factor(CollectiveKind kind, int n) {
   switch (kind) {
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
       return double(n - 1) / n;
-    case Collective::AllReduce:
+    case CollectiveKind::AllReduce:
       return 2.0 * (n - 1) / n;
-    case Collective::Broadcast:
+    case CollectiveKind::Broadcast:
       return 1.0;
+    case CollectiveKind::None:
+      break;
   }
+  FSDP_ASSERT(false, "a collective's cost asked for CollectiveKind::None");
   return 1.0;
 }
 
@@ -41,49 +44,36 @@ struct Steps {
   int total;
   int inter;
 };
-Steps ring_steps(Collective kind, const CommGroup& g) {
-  int passes = kind == Collective::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
+Steps ring_steps(CollectiveKind kind, const CommGroup& g) {
+  int passes = kind == CollectiveKind::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
   int nodes = g.nodes();
   return Steps{passes * (g.size - 1), passes * (nodes - 1)};
 }
 
 }  // namespace
 
-const char* to_string(Collective c) {
-  switch (c) {
-    case Collective::AllGather:
-      return "all-gather";
-    case Collective::ReduceScatter:
-      return "reduce-scatter";
-    case Collective::AllReduce:
-      return "all-reduce";
-    case Collective::Broadcast:
-      return "broadcast";
-  }
-  return "?";
-}
-
 const char* to_string(CollectiveAlgorithm a) { return a == CollectiveAlgorithm::Ring ? "ring" : "tree"; }
 
-const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, Collective kind) {
+const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, CollectiveKind kind) {
   const EfficiencyCurve* own = nullptr;
   switch (kind) {
-    case Collective::AllGather:
+    case CollectiveKind::AllGather:
       own = &t.bus_efficiency_all_gather;
       break;
-    case Collective::ReduceScatter:
+    case CollectiveKind::ReduceScatter:
       own = &t.bus_efficiency_reduce_scatter;
       break;
-    case Collective::AllReduce:
+    case CollectiveKind::AllReduce:
       own = &t.bus_efficiency_all_reduce;
       break;
-    case Collective::Broadcast:
+    case CollectiveKind::Broadcast:
+    case CollectiveKind::None:
       break;
   }
   return own != nullptr && !own->empty() ? *own : t.bus_efficiency;
 }
 
-BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message, Collective kind) {
+BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message, CollectiveKind kind) {
   double s = message.value;
   bool uses_intra = g.ranks_per_node > 1;
   bool uses_inter = g.nodes() > 1;
@@ -109,7 +99,7 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g,
   return BytesPerSecond(bw);
 }
 
-CollectiveCost ring_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+CollectiveCost ring_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& g) {
   CollectiveCost c;
   c.algorithm = CollectiveAlgorithm::Ring;
   if (g.size <= 1 || buffer_bytes.value <= 0) return c;
@@ -132,29 +122,29 @@ CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes
   int depth = g.nodes() > 1 ? static_cast<int>(std::ceil(std::log2(double(g.nodes())))) : 0;
   c.latency = hw.collective_base_latency +
               (hw.intra_node.latency * double(g.ranks_per_node - 1) + hw.inter_node.latency * double(depth)) * 2.0;
-  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes, Collective::AllReduce) * kTreeBusBandwidthFactor;
+  c.bus_bandwidth = ring_bus_bandwidth(hw, g, buffer_bytes, CollectiveKind::AllReduce) * kTreeBusBandwidthFactor;
   c.transfer = buffer_bytes / (c.bus_bandwidth * kTreeAlgorithmRatio);
   c.time = c.latency + c.transfer;
   return c;
 }
 
-CollectiveCost collective_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+CollectiveCost collective_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& g) {
   CollectiveCost ring = ring_cost(hw, kind, buffer_bytes, g);
-  if (kind != Collective::AllReduce || g.size <= 1 || buffer_bytes.value <= 0) return ring;
+  if (kind != CollectiveKind::AllReduce || g.size <= 1 || buffer_bytes.value <= 0) return ring;
   CollectiveCost tree = tree_allreduce_cost(hw, buffer_bytes, g);
   return tree.time < ring.time ? tree : ring;
 }
 
-Seconds collective_time(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& g) {
+Seconds collective_time(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& g) {
   return collective_cost(hw, kind, buffer_bytes, g).time;
 }
 
 HsdpReduceCost hsdp_gradient_reduction(const HardwareProfile& hw, Bytes full_gradient_bytes,
                                        const CommGroup& shard_group, const CommGroup& replica_group) {
   HsdpReduceCost c;
-  c.shard_reduce_scatter = collective_cost(hw, Collective::ReduceScatter, full_gradient_bytes, shard_group);
+  c.shard_reduce_scatter = collective_cost(hw, CollectiveKind::ReduceScatter, full_gradient_bytes, shard_group);
   c.replica_all_reduce =
-      collective_cost(hw, Collective::AllReduce, full_gradient_bytes / double(shard_group.size), replica_group);
+      collective_cost(hw, CollectiveKind::AllReduce, full_gradient_bytes / double(shard_group.size), replica_group);
   return c;
 }
 

@@ -14,13 +14,12 @@
 #include "comm/comm_group.hpp"
 #include "core/units.hpp"
 #include "hardware/hardware_profile.hpp"
+#include "program/op_kinds.hpp"
 
 namespace fsdp {
 
-enum class Collective { AllGather, ReduceScatter, AllReduce, Broadcast };
 enum class CollectiveAlgorithm { Ring, Tree };
 
-const char* to_string(Collective);
 const char* to_string(CollectiveAlgorithm);
 
 struct CollectiveCost {
@@ -36,21 +35,22 @@ struct CollectiveCost {
 // NIC bandwidth available to the members of one node (rail-aligned rings, one channel per NIC).
 // Each tier's efficiency is the collective's own curve when the profile has one (bus_efficiency_<kind>).
 BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& group, Bytes message,
-                                  Collective kind = Collective::AllReduce);
+                                  CollectiveKind kind = CollectiveKind::AllReduce);
 
 // The tier's bus-efficiency curve for `kind`: its own when present, else the shared bus_efficiency.
-const EfficiencyCurve& tier_bus_efficiency(const LinkTier& tier, Collective kind);
+const EfficiencyCurve& tier_bus_efficiency(const LinkTier& tier, CollectiveKind kind);
 
 // One algorithm, priced as NCCL's tuning model does (src/graph/tuning.cc). Tree exists only for
 // all-reduce (as in NCCL); asking for another collective is a bug.
-CollectiveCost ring_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& group);
+CollectiveCost ring_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& group);
 CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes, const CommGroup& group);
 
 // The faster of the algorithms NCCL may pick for `kind` (ring for all of them, tree for
 // all-reduce), like NCCL's tuner. Zero for a group of one rank or an empty buffer.
 // InputError when a bandwidth the collective needs is not positive.
-CollectiveCost collective_cost(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& group);
-Seconds collective_time(const HardwareProfile& hw, Collective kind, Bytes buffer_bytes, const CommGroup& group);
+CollectiveCost collective_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes,
+                               const CommGroup& group);
+Seconds collective_time(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& group);
 
 // HSDP's two-level gradient reduction (PyTorch FSDP HYBRID_SHARD / FSDP2 on a 2-D mesh):
 // reduce-scatter of the full gradient buffer within the shard group, then all-reduce of the

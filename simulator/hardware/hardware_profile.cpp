@@ -86,14 +86,24 @@ double cpu_cores_per_rank(int cpu_cores, int ranks_per_node) {
 
 bool cpu_ranks_poll(int cpu_cores, int ranks_per_node) { return ranks_per_node <= std::max(1, cpu_cores); }
 
+const std::array<HardwareProfile::InStepFactorField, 4>& HardwareProfile::in_step_factor_fields() {
+  static const std::array<InStepFactorField, 4> fields{{
+      {"in_step_factor", &HardwareProfile::collective_in_step_factor},
+      {"in_step_factor_shared_cores", &HardwareProfile::collective_in_step_factor_shared_cores},
+      {"in_step_factor_fp32", &HardwareProfile::collective_in_step_factor_fp32},
+      {"in_step_factor_shared_cores_fp32", &HardwareProfile::collective_in_step_factor_shared_cores_fp32},
+  }};
+  return fields;
+}
+
 double HardwareProfile::in_step_factor(int ranks_per_node, DType compute) const {
   const bool fp32 = compute == DType::Fp32;
   if (device_kind == "cpu" && !cpu_ranks_poll(cpu_cores, ranks_per_node)) {
-    if (fp32 && collective_in_step_factor_shared_cores_fp32 > 0) return collective_in_step_factor_shared_cores_fp32;
-    if (collective_in_step_factor_shared_cores > 0) return collective_in_step_factor_shared_cores;
+    if (fp32 && collective_in_step_factor_shared_cores_fp32) return *collective_in_step_factor_shared_cores_fp32;
+    if (collective_in_step_factor_shared_cores) return *collective_in_step_factor_shared_cores;
   }
-  if (fp32 && collective_in_step_factor_fp32 > 0) return collective_in_step_factor_fp32;
-  return collective_in_step_factor > 0 ? collective_in_step_factor : 1.0;
+  if (fp32 && collective_in_step_factor_fp32) return *collective_in_step_factor_fp32;
+  return collective_in_step_factor.value_or(1.0);
 }
 
 double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node) {
@@ -296,14 +306,11 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
   hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
   if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
     coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
-  for (auto [key, factor] :
-       {std::pair{"in_step_factor", &hw.collective_in_step_factor},
-        std::pair{"in_step_factor_shared_cores", &hw.collective_in_step_factor_shared_cores},
-        std::pair{"in_step_factor_fp32", &hw.collective_in_step_factor_fp32},
-        std::pair{"in_step_factor_shared_cores_fp32", &hw.collective_in_step_factor_shared_cores_fp32}}) {
+  for (const auto& [key, field] : HardwareProfile::in_step_factor_fields()) {
     if (!coll.has(key)) continue;
-    *factor = coll.get_double(key);
-    if (!(*factor > 0 && *factor <= 10)) coll.fail(key, "must be within (0, 10]");
+    const double f = coll.get_double(key);
+    if (!(f >= 0 && f <= 10)) coll.fail(key, "must be within [0, 10]");
+    hw.*field = f;
   }
   coll.finish();
   map.finish();

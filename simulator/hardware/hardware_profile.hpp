@@ -2,6 +2,7 @@
 // All quantities in SI base units (units.hpp); parsing converts once.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -103,22 +104,30 @@ struct HardwareProfile {
   // Collectives
   Seconds collective_base_latency{0};       // fixed cost of launching one collective (NCCL's baseLat)
   double compute_slowdown_during_comm = 0;  // fraction of compute throughput lost while collectives run
-  // `collectives.in_step_factor` (optional; 0, absent: 1): a collective's cost inside a training step over its
+  // `collectives.in_step_factor` (optional; absent: 1): a collective's cost inside a training step over its
   // isolated cost, which the terms above describe (calibrated collectives run alone, after a barrier). fsdp-run
-  // calibrate measures it on a probe plan run with and without communication (docs/calibrate.md).
-  double collective_in_step_factor = 0;
-  // `collectives.in_step_factor_shared_cores` (optional, CPU devices; 0, absent: in_step_factor): the same when
+  // calibrate measures it on a probe plan run with and without communication (docs/calibrate.md). A measured 0
+  // is a measurement (the probe stepped no slower with its collectives than without: they hid entirely), not an
+  // absent key, hence optional rather than 0 for absent.
+  std::optional<double> collective_in_step_factor;
+  // `collectives.in_step_factor_shared_cores` (optional, CPU devices; absent: in_step_factor): the same when
   // a node's ranks outnumber its cores. fsdp-run's ranks then sleep in their waits instead of polling
   // (cpu_ranks_poll below); calibrate measures it on its step probe run over twice as many ranks as CPUs.
-  double collective_in_step_factor_shared_cores = 0;
-  // `collectives.in_step_factor_fp32` and `in_step_factor_shared_cores_fp32` (optional; 0, absent: the two
+  std::optional<double> collective_in_step_factor_shared_cores;
+  // `collectives.in_step_factor_fp32` and `in_step_factor_shared_cores_fp32` (optional; absent: the two
   // above): the same for plans that compute in fp32. The two above are measured on a bf16 probe and price every
   // other compute dtype. On a CPU the fp32 probe computes ~10x longer between the same collectives (netlib
   // sgemm against oneDNN's bf16 kernels), and their transport threads then take their cores from compute
   // rather than from a waiting rank: five calibrations of this project's 2-vCPU VM measured fp32 factors
   // 0.99-1.31x the bf16 ones on 2 ranks (tests/accuracy/README.md, runs AE-AH).
-  double collective_in_step_factor_fp32 = 0;
-  double collective_in_step_factor_shared_cores_fp32 = 0;
+  std::optional<double> collective_in_step_factor_fp32;
+  std::optional<double> collective_in_step_factor_shared_cores_fp32;
+  // The four factors' keys under `collectives`, with their fields: one list for the parser and the writer.
+  struct InStepFactorField {
+    const char* key;
+    std::optional<double> HardwareProfile::*field;
+  };
+  static const std::array<InStepFactorField, 4>& in_step_factor_fields();
   // The factor for a plan with `ranks_per_node` ranks on each node that computes in `compute`. When the ranks
   // share cores: the fp32 shared-cores factor (fp32 plans), else the bf16 one; otherwise, or when neither is
   // there: the fp32 factor (fp32 plans), else the bf16 one, else 1.

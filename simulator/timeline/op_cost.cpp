@@ -25,21 +25,6 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
   return CommGroup{};
 }
 
-Collective to_collective(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::AllGather:
-      return Collective::AllGather;
-    case CollectiveKind::ReduceScatter:
-      return Collective::ReduceScatter;
-    case CollectiveKind::AllReduce:
-      return Collective::AllReduce;
-    case CollectiveKind::Broadcast:
-    case CollectiveKind::None:
-      break;
-  }
-  return Collective::Broadcast;
-}
-
 double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
   int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
   return matmul_time(hw, m, g.n, g.k, dt).value;
@@ -114,8 +99,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // collective every rank of the node is in it, waiting (measured: scalar all-reduces over 4 ranks on 2 cores
   // took 1.5 ms, not the 2x of 2.6 ms).
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
-    const CollectiveCost cc =
-        collective_cost(hw, to_collective(op.collective), Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
+    const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
     t += hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
   }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;

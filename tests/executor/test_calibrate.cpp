@@ -15,8 +15,9 @@
 
 #include "test_common.hpp"
 // (test_common.hpp first: torch headers before doctest)
-#include "calibrate/calibrate.hpp"
+#include "calibrate/derive_profile.hpp"
 #include "calibrate/fit.hpp"
+#include "calibrate/probe_plans.hpp"
 #include "calibrate/profile_yaml.hpp"
 #include "comm/collective_cost.hpp"
 #include "comm/comm_group.hpp"
@@ -223,9 +224,9 @@ TEST_CASE("collectives that do not keep the ring's cost ratios get one curve eac
   auto worst = [&](const HardwareProfile& hw) {
     double w = 0;
     for (const CollSample& s : v) {
-      const Collective c = s.kind == CollKind::AllGather       ? Collective::AllGather
-                           : s.kind == CollKind::ReduceScatter ? Collective::ReduceScatter
-                                                               : Collective::AllReduce;
+      const CollectiveKind c = s.kind == CollKind::AllGather       ? CollectiveKind::AllGather
+                               : s.kind == CollKind::ReduceScatter ? CollectiveKind::ReduceScatter
+                                                                   : CollectiveKind::AllReduce;
       w = std::max(w, rel(collective_time(hw, c, Bytes(s.bytes), make_group(hw, 2, 2)).value, s.seconds));
     }
     return w;
@@ -341,10 +342,10 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(back.elementwise_bandwidth_fp32.value == 0);
   CHECK(back.matmul_forward_ratio(DType::Fp32) == doctest::Approx(1.468));
   CHECK(back.matmul_forward_ratio(DType::Bf16) == 1.0);
-  CHECK(back.collective_in_step_factor == doctest::Approx(1.23));
-  CHECK(back.collective_in_step_factor_shared_cores == doctest::Approx(0.91));
-  CHECK(back.collective_in_step_factor_fp32 == doctest::Approx(0.84));
-  CHECK(back.collective_in_step_factor_shared_cores_fp32 == doctest::Approx(1.07));
+  CHECK(*back.collective_in_step_factor == doctest::Approx(1.23));
+  CHECK(*back.collective_in_step_factor_shared_cores == doctest::Approx(0.91));
+  CHECK(*back.collective_in_step_factor_fp32 == doctest::Approx(0.84));
+  CHECK(*back.collective_in_step_factor_shared_cores_fp32 == doctest::Approx(1.07));
   CHECK(rel(back.host_overhead_fp32.unit.value, 1.47e-3) < 1e-5);
   CHECK(rel(back.elementwise_bandwidth(DType::Fp32).value, hw.memory_bandwidth.value) < 1e-5);
   CHECK(rel(back.host_overhead_bf16.layer_backward.value, hw.host_overhead_bf16.layer_backward.value) < 1e-5);
@@ -360,8 +361,8 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   CHECK(back.compute_slowdown_during_comm == hw.compute_slowdown_during_comm);
   // Same times through the simulator's cost model.
   const CommGroup g = make_group(back, 2, 2);
-  CHECK(rel(collective_time(back, Collective::AllGather, Bytes(1 << 20), g).value,
-            collective_time(hw, Collective::AllGather, Bytes(1 << 20), g).value) < 1e-5);
+  CHECK(rel(collective_time(back, CollectiveKind::AllGather, Bytes(1 << 20), g).value,
+            collective_time(hw, CollectiveKind::AllGather, Bytes(1 << 20), g).value) < 1e-5);
   // Every note is in the file, as comments.
   std::ifstream in(path);
   std::stringstream ss;
@@ -405,10 +406,10 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   }
   // The kernels were timed a second time, at the end (each shape keeps its faster timing).
   CHECK(r.out.find("calibrate: GEMMs and attention again") != std::string::npos);
-  CHECK(hw.collective_in_step_factor > 0);
-  CHECK(hw.collective_in_step_factor_shared_cores > 0);
-  CHECK(hw.collective_in_step_factor_fp32 > 0);
-  CHECK(hw.collective_in_step_factor_shared_cores_fp32 > 0);
+  CHECK(hw.collective_in_step_factor.has_value());
+  CHECK(hw.collective_in_step_factor_shared_cores.has_value());
+  CHECK(hw.collective_in_step_factor_fp32.has_value());
+  CHECK(hw.collective_in_step_factor_shared_cores_fp32.has_value());
   {
     // The derivation, not a validation: each factor is the probe's measured in-step collective time over what the
     // written profile prices it at, so re-pricing the probe's collectives over the 2 calibrating ranks, and over

@@ -1,4 +1,4 @@
-// Collective cost model: closed forms, hierarchy, HSDP, monotonicity, and published nccl-tests
+// CollectiveKind cost model: closed forms, hierarchy, HSDP, monotonicity, and published nccl-tests
 // bus bandwidths for DGX A100 and DGX H100 class systems.
 #include <doctest/doctest.h>
 
@@ -34,21 +34,24 @@ HardwareProfile synthetic_node() {
   return hw;
 }
 
-double busbw_factor(Collective c, int n) {
+double busbw_factor(CollectiveKind c, int n) {
   switch (c) {
-    case Collective::AllReduce:
+    case CollectiveKind::AllReduce:
       return 2.0 * (n - 1) / n;
-    case Collective::AllGather:
-    case Collective::ReduceScatter:
+    case CollectiveKind::AllGather:
+    case CollectiveKind::ReduceScatter:
       return double(n - 1) / n;
-    case Collective::Broadcast:
+    case CollectiveKind::Broadcast:
       return 1.0;
+    case CollectiveKind::None:
+      break;
   }
+  FAIL("no bus-bandwidth factor for CollectiveKind::None");
   return 1.0;
 }
 
 // What nccl-tests would print as busbw for our predicted time.
-double predicted_busbw(const HardwareProfile& hw, Collective c, Bytes s, const CommGroup& g) {
+double predicted_busbw(const HardwareProfile& hw, CollectiveKind c, Bytes s, const CommGroup& g) {
   return busbw_factor(c, g.size) * s.value / collective_time(hw, c, s, g).value;
 }
 
@@ -62,9 +65,9 @@ TEST_CASE("ring all-gather and reduce-scatter inside a node: (N-1)/N * S / busBW
   Bytes s(1 * kGiB);
   double busbw = 100 * kGB;
   double expected = 5e-6 + 7 * 2e-6 + (7.0 / 8) * s.value / busbw;
-  CHECK(collective_time(hw, Collective::AllGather, s, g).value == doctest::Approx(expected));
-  CHECK(collective_time(hw, Collective::ReduceScatter, s, g).value == doctest::Approx(expected));
-  CollectiveCost c = collective_cost(hw, Collective::AllGather, s, g);
+  CHECK(collective_time(hw, CollectiveKind::AllGather, s, g).value == doctest::Approx(expected));
+  CHECK(collective_time(hw, CollectiveKind::ReduceScatter, s, g).value == doctest::Approx(expected));
+  CollectiveCost c = collective_cost(hw, CollectiveKind::AllGather, s, g);
   CHECK(c.bus_bandwidth.value == doctest::Approx(busbw));
   CHECK(c.latency.value == doctest::Approx(5e-6 + 7 * 2e-6));
   CHECK(c.algorithm == CollectiveAlgorithm::Ring);
@@ -74,10 +77,10 @@ TEST_CASE("ring all-reduce is 2(N-1)/N * S / busBW + 2(N-1) alpha; broadcast S /
   HardwareProfile hw = synthetic_node();
   CommGroup g = make_group(hw, 4, 4);
   Bytes s(256 * kMiB);
-  CollectiveCost ar = ring_cost(hw, Collective::AllReduce, s, g);
+  CollectiveCost ar = ring_cost(hw, CollectiveKind::AllReduce, s, g);
   CHECK(ar.time.value == doctest::Approx(5e-6 + 6 * 2e-6 + 1.5 * s.value / (100 * kGB)));
-  CHECK(collective_time(hw, Collective::AllReduce, s, g).value == doctest::Approx(ar.time.value));  // ring wins
-  CHECK(collective_time(hw, Collective::Broadcast, s, g).value ==
+  CHECK(collective_time(hw, CollectiveKind::AllReduce, s, g).value == doctest::Approx(ar.time.value));  // ring wins
+  CHECK(collective_time(hw, CollectiveKind::Broadcast, s, g).value ==
         doctest::Approx(5e-6 + 3 * 2e-6 + s.value / (100 * kGB)));
 }
 
@@ -87,7 +90,7 @@ TEST_CASE("hierarchical groups: the bottleneck tier and per-tier latencies") {
   SUBCASE("8 ranks on each of 2 nodes: min(NVLink busBW, 8 NICs x 20 GB/s)") {
     CommGroup g = make_group(hw, 16, 8);
     CHECK(g.nodes() == 2);
-    CollectiveCost c = ring_cost(hw, Collective::AllGather, s, g);
+    CollectiveCost c = ring_cost(hw, CollectiveKind::AllGather, s, g);
     CHECK(c.bus_bandwidth.value == doctest::Approx(100 * kGB));  // NVLink (100) < NICs (160)
     // 15 ring steps, one of which leaves the node.
     CHECK(c.latency.value == doctest::Approx(5e-6 + 14 * 2e-6 + 1 * 10e-6));
@@ -101,7 +104,7 @@ TEST_CASE("hierarchical groups: the bottleneck tier and per-tier latencies") {
   SUBCASE("one rank per node (an HSDP replica group): one GPU's share of the NICs") {
     CommGroup g = make_group(hw, 4, 1);
     CHECK(ring_bus_bandwidth(hw, g, s).value == doctest::Approx(20 * kGB));
-    CollectiveCost c = ring_cost(hw, Collective::AllReduce, s, g);
+    CollectiveCost c = ring_cost(hw, CollectiveKind::AllReduce, s, g);
     CHECK(c.latency.value == doctest::Approx(5e-6 + 6 * 10e-6));  // every step crosses nodes
   }
   SUBCASE("two ranks per node use two NICs") {
@@ -119,16 +122,16 @@ TEST_CASE("tree all-reduce wins for small buffers on many nodes, ring for large 
   // Chain of 8 in the node, binary tree of depth log2(64) = 6 across nodes, up and down.
   CHECK(tree.latency.value == doctest::Approx(5e-6 + 2 * (7 * 2e-6 + 6 * 10e-6)));
   CHECK(tree.transfer.value == doctest::Approx(small.value / (0.5 * 0.92 * 100 * kGB)));
-  CHECK(collective_cost(hw, Collective::AllReduce, small, g).algorithm == CollectiveAlgorithm::Tree);
-  CHECK(collective_cost(hw, Collective::AllReduce, large, g).algorithm == CollectiveAlgorithm::Ring);
+  CHECK(collective_cost(hw, CollectiveKind::AllReduce, small, g).algorithm == CollectiveAlgorithm::Tree);
+  CHECK(collective_cost(hw, CollectiveKind::AllReduce, large, g).algorithm == CollectiveAlgorithm::Ring);
   // The choice is the minimum of the two.
   for (Bytes s : {small, Bytes(16 * kMiB), Bytes(512 * kMiB), large}) {
-    double t = collective_time(hw, Collective::AllReduce, s, g).value;
-    CHECK(t == doctest::Approx(std::min(ring_cost(hw, Collective::AllReduce, s, g).time.value,
+    double t = collective_time(hw, CollectiveKind::AllReduce, s, g).value;
+    CHECK(t == doctest::Approx(std::min(ring_cost(hw, CollectiveKind::AllReduce, s, g).time.value,
                                         tree_allreduce_cost(hw, s, g).time.value)));
   }
   // Only all-reduce has a tree: other collectives stay on the ring.
-  CHECK(collective_cost(hw, Collective::AllGather, small, g).algorithm == CollectiveAlgorithm::Ring);
+  CHECK(collective_cost(hw, CollectiveKind::AllGather, small, g).algorithm == CollectiveAlgorithm::Ring);
 }
 
 TEST_CASE("HSDP: reduce-scatter in the shard group, all-reduce of the shard across replicas") {
@@ -143,9 +146,9 @@ TEST_CASE("HSDP: reduce-scatter in the shard group, all-reduce of the shard acro
   Bytes grads(2 * kGiB);
   HsdpReduceCost c = hsdp_gradient_reduction(hw, grads, shard, replica);
   CHECK(c.shard_reduce_scatter.time.value ==
-        doctest::Approx(collective_time(hw, Collective::ReduceScatter, grads, shard).value));
+        doctest::Approx(collective_time(hw, CollectiveKind::ReduceScatter, grads, shard).value));
   CHECK(c.replica_all_reduce.time.value ==
-        doctest::Approx(collective_time(hw, Collective::AllReduce, grads / 8.0, replica).value));
+        doctest::Approx(collective_time(hw, CollectiveKind::AllReduce, grads / 8.0, replica).value));
   CHECK(c.total().value == doctest::Approx(c.shard_reduce_scatter.time.value + c.replica_all_reduce.time.value));
   // Closed form of the replica part: ring over 4 nodes, every step on the network at 20 GB/s.
   CHECK(c.replica_all_reduce.time.value == doctest::Approx(5e-6 + 6 * 10e-6 + 1.5 * (grads.value / 8) / (20 * kGB)));
@@ -157,8 +160,8 @@ TEST_CASE("HSDP: reduce-scatter in the shard group, all-reduce of the shard acro
 
 TEST_CASE("groups of one rank and empty buffers cost nothing; bad groups and zero bandwidth are errors") {
   HardwareProfile hw = synthetic_node();
-  CHECK(collective_time(hw, Collective::AllReduce, Bytes(kGiB), make_group(hw, 1, 1)).value == 0);
-  CHECK(collective_time(hw, Collective::AllGather, Bytes(0), make_group(hw, 8, 8)).value == 0);
+  CHECK(collective_time(hw, CollectiveKind::AllReduce, Bytes(kGiB), make_group(hw, 1, 1)).value == 0);
+  CHECK(collective_time(hw, CollectiveKind::AllGather, Bytes(0), make_group(hw, 8, 8)).value == 0);
   CHECK_THROWS_AS(make_group(hw, 12, 8), InputError);   // 8 per node does not divide 12
   CHECK_THROWS_AS(make_group(hw, 16, 16), InputError);  // more per node than the node has
   CHECK_THROWS_AS(make_group(hw, 0, 1), InputError);
@@ -167,11 +170,11 @@ TEST_CASE("groups of one rank and empty buffers cost nothing; bad groups and zer
 
   HardwareProfile broken = hw;
   broken.intra_node.bandwidth = BytesPerSecond(0);
-  CHECK_THROWS_WITH_AS(collective_time(broken, Collective::AllGather, Bytes(kMiB), make_group(hw, 8, 8)),
+  CHECK_THROWS_WITH_AS(collective_time(broken, CollectiveKind::AllGather, Bytes(kMiB), make_group(hw, 8, 8)),
                        doctest::Contains("intra_node.bandwidth is zero"), InputError);
   broken = hw;
   broken.inter_node.bandwidth = BytesPerSecond(0);
-  CHECK_THROWS_AS(collective_time(broken, Collective::AllReduce, Bytes(kMiB), make_group(hw, 16, 8)), InputError);
+  CHECK_THROWS_AS(collective_time(broken, CollectiveKind::AllReduce, Bytes(kMiB), make_group(hw, 16, 8)), InputError);
   broken = hw;
   broken.host_to_device = BytesPerSecond(0);
   CHECK_THROWS_AS(host_device_copy_time(broken, Bytes(kMiB)), InputError);
@@ -189,8 +192,8 @@ TEST_CASE("monotonicity on every shipped profile: more bytes never faster, more 
     CAPTURE(name);
     HardwareProfile hw = load_hardware(name, kRoot);
     int g = hw.gpus_per_node;
-    for (Collective c :
-         {Collective::AllGather, Collective::ReduceScatter, Collective::AllReduce, Collective::Broadcast}) {
+    for (CollectiveKind c :
+         {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllReduce, CollectiveKind::Broadcast}) {
       CAPTURE(to_string(c));
       for (CommGroup grp : {make_group(hw, g, g), make_group(hw, g * 4, g), make_group(hw, 16, 1)}) {
         CAPTURE(grp.describe());
@@ -225,14 +228,14 @@ TEST_CASE("published nccl-tests bus bandwidths: DGX A100 class") {
   HardwareProfile a100 = load_hardware("a100-80gb", kRoot);
   SUBCASE("1 node x 8 A100, all_reduce_perf up to 4 GB: 232.54 GB/s") {
     // NVIDIA/nccl-tests#175: "singleNode, ./build/all_reduce_perf -b 8 -e 4G -f 2 -g 8, result: 232.54GB/s".
-    double p = predicted_busbw(a100, Collective::AllReduce, Bytes(4 * kGiB), make_group(a100, 8, 8));
+    double p = predicted_busbw(a100, CollectiveKind::AllReduce, Bytes(4 * kGiB), make_group(a100, 8, 8));
     MESSAGE("DGX A100 1x8 all-reduce: predicted " << p / kGB << " GB/s, published 232.54");
     CHECK(rel_error(p, 232.54 * kGB) < 0.15);
   }
   SUBCASE("DGX A100 nodes, 8x HDR 200 Gb/s: 192 GB/s all-reduce busbw") {
     // NVIDIA/nccl#812, NVIDIA (AddyLaddy): "On an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards and we
     // measure 192GB/s AllReduce BusBW" (ring regime, more than two nodes; 4 nodes and 8 GiB used here).
-    double p = predicted_busbw(a100, Collective::AllReduce, Bytes(8 * kGiB), make_group(a100, 32, 8));
+    double p = predicted_busbw(a100, CollectiveKind::AllReduce, Bytes(8 * kGiB), make_group(a100, 32, 8));
     MESSAGE("DGX A100 4x8 all-reduce: predicted " << p / kGB << " GB/s, published 192");
     CHECK(rel_error(p, 192 * kGB) < 0.15);
   }
@@ -241,7 +244,7 @@ TEST_CASE("published nccl-tests bus bandwidths: DGX A100 class") {
     // all_reduce_perf -b 1G -e 8G on 16 ranks: "the testing result can reach 91GB/s in busbw".
     HardwareProfile hw = a100;
     hw.nics_per_node = 4;
-    double p = predicted_busbw(hw, Collective::AllReduce, Bytes(8 * kGiB), make_group(hw, 16, 8));
+    double p = predicted_busbw(hw, CollectiveKind::AllReduce, Bytes(8 * kGiB), make_group(hw, 16, 8));
     MESSAGE("HGX A100 2x8, 4 NICs, all-reduce: predicted " << p / kGB << " GB/s, published 91");
     CHECK(rel_error(p, 91 * kGB) < 0.15);
   }
@@ -250,7 +253,7 @@ TEST_CASE("published nccl-tests bus bandwidths: DGX A100 class") {
     // Mid-size buffers are where the model is weakest (latency + the derived curve); tolerance 20%.
     HardwareProfile hw = load_hardware("a100-40gb", kRoot);
     hw.nics_per_node = 4;
-    double p = predicted_busbw(hw, Collective::AllReduce, Bytes(131072008), make_group(hw, 24, 8));
+    double p = predicted_busbw(hw, CollectiveKind::AllReduce, Bytes(131072008), make_group(hw, 24, 8));
     MESSAGE("A100 3x8, 4 NICs, 131 MB all-reduce: predicted " << p / kGB << " GB/s, published 96.45");
     CHECK(rel_error(p, 96.45 * kGB) < 0.20);
   }
@@ -261,14 +264,14 @@ TEST_CASE("published nccl-tests bus bandwidths: DGX H100 / H200 class") {
   HardwareProfile h200 = load_hardware("h200-141gb", kRoot);
   SUBCASE("4 H100 nodes (32 GPU-NIC pairs, NDR 400G): 365.84 GB/s all-reduce") {
     // NVIDIA/nccl-tests#309: "I run on 4 nodes on 32 GPU-NIC pairs ... max busbw can get 365.84 GB/s".
-    double p = predicted_busbw(h100, Collective::AllReduce, Bytes(8 * kGiB), make_group(h100, 32, 8));
+    double p = predicted_busbw(h100, CollectiveKind::AllReduce, Bytes(8 * kGiB), make_group(h100, 32, 8));
     MESSAGE("DGX H100 4x8 all-reduce: predicted " << p / kGB << " GB/s, published 365.84");
     CHECK(rel_error(p, 365.84 * kGB) < 0.15);
   }
   SUBCASE("1 node x 8 H200, ring all-reduce (NVLink SHARP disabled): 367.61 GB/s") {
     // stas00/ml-engineering network/benchmarks/results/all-reduce-8xH200.md: "what the same node measures
     // with SHARP disabled (367.61GBps, or 82% of spec)"; 16 GiB is the largest size of that sweep.
-    double p = predicted_busbw(h200, Collective::AllReduce, Bytes(16 * kGiB), make_group(h200, 8, 8));
+    double p = predicted_busbw(h200, CollectiveKind::AllReduce, Bytes(16 * kGiB), make_group(h200, 8, 8));
     MESSAGE("HGX H200 1x8 ring all-reduce: predicted " << p / kGB << " GB/s, published 367.61");
     CHECK(rel_error(p, 367.61 * kGB) < 0.15);
   }
@@ -276,7 +279,7 @@ TEST_CASE("published nccl-tests bus bandwidths: DGX H100 / H200 class") {
     // NVIDIA/nccl-tests#212 (S. Jeaugey): "NCCL can get an effective NVLink bandwidth of 370GB/s, which you
     // can observe as BusBw when running non-allreduce operations". The profile's plateau comes from NCCL's
     // own per-link figure (topo.h), so this checks consistency rather than an independent measurement.
-    double p = predicted_busbw(h100, Collective::AllGather, Bytes(16 * kGiB), make_group(h100, 8, 8));
+    double p = predicted_busbw(h100, CollectiveKind::AllGather, Bytes(16 * kGiB), make_group(h100, 8, 8));
     MESSAGE("DGX H100 1x8 all-gather: predicted " << p / kGB << " GB/s, published ~370");
     CHECK(rel_error(p, 370 * kGB) < 0.15);
   }

@@ -96,9 +96,9 @@ TEST_CASE("ranks beyond the cores the profile was measured with slow every op of
         contiguous_group(hw, 4, op.group == GroupKind::World ? 4 : static_cast<int>(four.layout.shard_size));
     const CollectiveCost cc =
         collective_cost(hw,
-                        op.collective == CollectiveKind::AllGather       ? Collective::AllGather
-                        : op.collective == CollectiveKind::ReduceScatter ? Collective::ReduceScatter
-                                                                         : Collective::AllReduce,
+                        op.collective == CollectiveKind::AllGather       ? CollectiveKind::AllGather
+                        : op.collective == CollectiveKind::ReduceScatter ? CollectiveKind::ReduceScatter
+                                                                         : CollectiveKind::AllReduce,
                         Bytes(op.comm_bytes), g);
     REQUIRE(cc.transfer.value > 0);
     CHECK(op_duration(op, four, hw, Cluster{1, 4}, s) - op_duration(op, four, one, Cluster{1, 4}, s) ==
@@ -243,9 +243,9 @@ TEST_CASE(
   HardwareProfile hw = hardware("cpu");
   REQUIRE(hw.cpu_cores == 2);
   hw.collective_in_step_factor = 1.0;  // isolated prices (cpu.yaml carries measured in-step factors)
-  hw.collective_in_step_factor_shared_cores = 0.0;
-  hw.collective_in_step_factor_fp32 = 0.0;
-  hw.collective_in_step_factor_shared_cores_fp32 = 0.0;
+  hw.collective_in_step_factor_shared_cores = std::nullopt;
+  hw.collective_in_step_factor_fp32 = std::nullopt;
+  hw.collective_in_step_factor_shared_cores_fp32 = std::nullopt;
   HardwareProfile in_step = hw;
   in_step.collective_in_step_factor = 1.4;
   in_step.collective_in_step_factor_shared_cores = 0.7;
