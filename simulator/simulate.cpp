@@ -61,6 +61,17 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
 
+std::optional<std::string> untrained_length_warning(const ModelSpec& m, int64_t seq_len,
+                                                    const std::string& seq_source) {
+  if (m.position_embedding != PositionEmbedding::Rope || seq_len <= m.max_positions) return std::nullopt;
+  // The model readers skip rope_scaling and the like (configs/models/README.md), so nothing here knows whether
+  // the checkpoint was extended; the prediction is for plain rotary attention at seq_len.
+  return seq_source + " " + std::to_string(seq_len) + " exceeds " + m.name + "'s max_positions " +
+         "(max_position_embeddings) of " + std::to_string(m.max_positions) +
+         ": the model was not trained for that length, and RoPE scaling / long-context settings (rope_scaling, " +
+         "YaRN, ...) are not modelled";
+}
+
 double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base) {
   const ModelSpec& m = g.spec();
   // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)

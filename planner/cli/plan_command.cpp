@@ -165,6 +165,7 @@ int run_plan(const std::vector<std::string>& argv) {
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
                        std::to_string(cluster.world_size()));
   }
+  warn_untrained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
 
   SearchResult result;
   if (auto_nodes) {
@@ -270,6 +271,7 @@ int run_show(const std::vector<std::string>& argv) {
   if (auto html = args.get("--html")) {
     // Re-simulate the plan on the hardware and runtime it names, and draw it.
     auto sim = simulate_plan(plan, config_root_from(argv));
+    warn_untrained_length(plan, args.positional()[0]);
     HtmlReportInput hin;
     hin.model = &plan.model;
     hin.hardware = &sim->hardware;

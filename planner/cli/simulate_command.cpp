@@ -27,6 +27,15 @@ std::string config_root_from(const std::vector<std::string>& argv) {
   return FSDP_SOURCE_ROOT;
 }
 
+void warn_untrained_length(const ModelSpec& model, int64_t seq_len, const std::string& seq_source) {
+  if (auto warning = untrained_length_warning(model, seq_len, seq_source))
+    std::cerr << "fsdp-plan: warning: " << *warning << "\n";
+}
+
+void warn_untrained_length(const PlanFile& plan, const std::string& plan_path) {
+  warn_untrained_length(plan.model, plan.strategy.seq_len, plan_path + ": strategy.seq_len");
+}
+
 namespace {
 
 // The outputs of `simulate`: --trace, then JSON or the readable breakdown.
@@ -65,6 +74,7 @@ int run_simulate(const std::vector<std::string>& argv) {
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
     PlanFile plan = read_plan_file(*plan_path);
     auto sim = simulate_plan(plan, root);
+    warn_untrained_length(plan, *plan_path);
     print_simulation(args, SimulationContext{&plan.model, &sim->hardware, &sim->runtime, sim->cluster, plan.strategy},
                      sim->program, sim->prediction);
     return 0;
@@ -96,6 +106,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   Strategy s;
   apply_strategy_flags(args, s);
   validate_strategy(s, model, cluster);
+  warn_untrained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   ModuleGraph graph(model);
   SimulationInput in{&graph, &hw, &rt, cluster, s};
   StepProgram program;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/duplicate_keys.hpp"
 #include "core/errors.hpp"
 #include "core/unit_parse.hpp"
 
@@ -26,13 +27,14 @@ ConfigMap ConfigMap::load_string(const std::string& text, const std::string& sou
     throw InputError(source_name + ":" + std::to_string(e.mark.line + 1) + ": not valid YAML: " + e.msg);
   }
   if (!root.IsMap()) throw InputError(source_name + ":1: expected a YAML mapping at the top level");
+  reject_duplicate_yaml_keys(root, source_name);
   return ConfigMap(root, source_name, "");
 }
 
 ConfigMap::ConfigMap(YAML::Node node, std::string source, std::string key_path)
     : node_(std::move(node)), source_(std::move(source)), path_(std::move(key_path)) {}
 
-std::string ConfigMap::key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+std::string ConfigMap::key_path(const std::string& key) const { return join_key_path(path_, key); }
 
 int ConfigMap::line_of(const std::string& key) const {
   if (!key.empty() && node_.IsMap()) {

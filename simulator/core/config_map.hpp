@@ -1,7 +1,8 @@
 // Strict YAML reading (Calculon style): every key is required unless read with
 // an explicit optional accessor, every key present must be consumed
 // (finish() rejects unknown keys), and every error names file:line and the
-// dotted key path. Values with units go through unit_parse.hpp.
+// dotted key path. Values with units go through unit_parse.hpp. A key given twice in
+// one mapping is refused when the text is loaded (duplicate_keys.hpp).
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -12,7 +12,8 @@
 //    torch_dtype, ...) are ignored; so are keys this reader does not know, because config.json files
 //    carry many tool-specific extras.
 //  - Any problem is an InputError naming the file, the line of the key where it can be found in the
-//    text, and the key.
+//    text, and the key. A key given twice in one object is one (core/duplicate_keys.hpp), not the last
+//    value silently taken.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/duplicate_keys.hpp"
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 
@@ -164,7 +166,7 @@ class Reader {
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return parse_json_unique_keys(text, source);
   } catch (const json::parse_error& e) {
     // e.byte is the 1-based offset where the parser stopped.
     size_t end = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
