@@ -255,7 +255,6 @@ int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
   if (opt.nproc > 0 && std::getenv("RANK") == nullptr) {
     LaunchOptions lo;
     lo.nproc = opt.nproc;
-    lo.grace = std::chrono::milliseconds(1000LL * opt.timeout_s + 30000);
     return launch_local(lo, child);
   }
   DistEnv env = read_dist_env();

@@ -117,7 +117,6 @@ bool Calibrator::oversubscribed_probe(int ranks, DType dtype, int64_t steps, std
     write_plan_file(step_probe_plan(ranks, "cpu", dtype), plan_path);
     LaunchOptions lo;
     lo.nproc = ranks;
-    lo.grace = std::chrono::milliseconds(1000LL * opt_.timeout_s + 30000);
     lo.quiet = true;
     const int rc = launch_local(lo, {"fsdp-run", plan_path, "--steps", std::to_string(steps), "--report", report_path,
                                      "--timeout", std::to_string(opt_.timeout_s)});

@@ -35,12 +35,14 @@ constexpr const char* kUsage =
     "  --log-every K           progress line every K steps (default 1)\n"
     "  --timeout SEC           collective / rendezvous timeout (default 300)\n"
     "  --emulate-world-size W  rehearse rank 0 of a W-rank plan alone (collectives become local)\n"
-    "  --data synthetic|FILE   token source (default synthetic)\n"
+    "  --data synthetic|FILE   token source (default synthetic); a file's ids are all checked at start\n"
     "  --data-dtype uint16|uint32  element type of a token file (default uint16)\n"
-    "  --checkpoint-dir DIR    write sharded checkpoints under DIR\n"
-    "  --checkpoint-every N    every N steps (and at the last step)\n"
+    "  --checkpoint-dir DIR    write sharded checkpoints under DIR (locked by this run: DIR/fsdp-run.lock)\n"
+    "  --checkpoint-every N    every N steps (and at the last step); it and --checkpoint-dir go together\n"
     "  --keep-checkpoints K    keep the newest K (default 2)\n"
-    "  --resume DIR            continue from a checkpoint root or step directory\n"
+    "  --resume DIR            continue from a checkpoint root or step directory of the same run\n"
+    "                          (same seed and plan; the layout and world size may differ)\n"
+    "  --resume-any            with --resume: continue a checkpoint of another seed or plan too\n"
     "  --init-from PATH        initial weights: safetensors file or directory with an index json\n"
     "exit codes: 0 success, 2 bad input (plan, flags, world size), 3 a rank failed or hung, 1 other errors\n";
 
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
         args.cfg.keep_checkpoints = static_cast<int>(to_int(f, child.emplace_back(value())));
       else if (f == "--resume")
         args.cfg.resume_dir = child.emplace_back(value());
+      else if (f == "--resume-any")
+        args.cfg.resume_any = true;
       else if (f == "--init-from")
         args.cfg.init_from = child.emplace_back(value());
       else if (f.rfind("--", 0) == 0)
@@ -140,6 +144,7 @@ int main(int argc, char** argv) {
     args.cfg.plan_path = args.plan;
     const fsdp::PlanFile plan = fsdp::read_plan_file(args.plan);
     check_plan_runnable(plan);
+    check_run_config(args.cfg);
 
     if (args.nproc > 0 && std::getenv("RANK") == nullptr) {
       if (args.cfg.emulate_world_size > 0)
@@ -150,7 +155,6 @@ int main(int argc, char** argv) {
                                std::to_string(args.nproc) + " ranks");
       LaunchOptions lo;
       lo.nproc = args.nproc;
-      lo.grace = std::chrono::milliseconds(1000LL * args.timeout_s + 30000);
       return launch_local(lo, child);
     }
 

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -227,6 +229,99 @@ Handle Group::reduce_scatter_traced(at::Tensor full, at::Tensor shard, const Col
 }
 
 // ---------------------------------------------------------------------------
+// The failure path's store calls. LibTorch's TCPStore client has a connect timeout but none on its replies
+// (torch/csrc/distributed/c10d/TCPStore.cpp: a client blocks in recv until the server answers), and the kernel of a
+// SIGSTOPped rank 0 still accepts connections to its store: a diagnosis that asked it directly hung forever
+// (issue M11). Every such call therefore runs on a thread of its own, waited for at most a deadline.
+namespace {
+
+// How long a live store host takes to answer the diagnosis' calls (2 x world_size counter reads, a check and a get
+// per rank: well under a millisecond each over loopback or a LAN); past this, rank 0 is taken to be stopped.
+constexpr std::chrono::milliseconds kStoreAnswer{2000};
+
+c10::intrusive_ptr<c10d::Store> store_client(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+}
+
+// Runs `f` on a thread of its own and waits at most `limit` for it: true when it finished (its exceptions are its
+// own to catch). Otherwise the thread is left behind, detached, and false returned: `f` must own what it touches.
+bool within_deadline(std::chrono::milliseconds limit, std::function<void()> f) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread t([f = std::move(f), done] {
+    try {
+      f();
+    } catch (...) {
+    }
+    done->set_value();
+  });
+  if (finished.wait_for(limit) == std::future_status::ready) {
+    t.join();
+    return true;
+  }
+  t.detach();
+  return false;
+}
+
+// What the store says of the other ranks: those whose heartbeat counter did not move over `watch` (with where
+// each last was), and the errors they published. Text to append to a failure message.
+std::string survey_ranks(const DistEnv& env, std::chrono::milliseconds watch) {
+  std::ostringstream msg;
+  c10::intrusive_ptr<c10d::Store> client;
+  try {
+    client = store_client(env, kStoreAnswer);
+  } catch (const std::exception&) {
+    msg << "; the rendezvous store on rank 0 (" << env.master_addr << ":" << env.master_port
+        << ") is unreachable: rank 0 died or hung";
+    return msg.str();
+  }
+  auto read_counters = [&] {
+    std::vector<int64_t> c(static_cast<std::size_t>(env.world_size), 0);
+    for (int r = 0; r < env.world_size; ++r) c[static_cast<std::size_t>(r)] = client->add("hb/" + std::to_string(r), 0);
+    return c;
+  };
+  auto text = [&](const std::string& key) {
+    const std::vector<uint8_t> v = client->get(key);
+    return std::string(v.begin(), v.end());
+  };
+  try {
+    const std::vector<int64_t> before = read_counters();
+    std::this_thread::sleep_for(watch);
+    const std::vector<int64_t> after = read_counters();
+    std::vector<int> stalled;
+    for (int r = 0; r < env.world_size; ++r)
+      if (r != env.rank && after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)])
+        stalled.push_back(r);
+    std::vector<std::string> errors;
+    for (int r = 0; r < env.world_size; ++r) {
+      const std::string key = "error/" + std::to_string(r);
+      if (r != env.rank && client->check({key}))
+        errors.push_back("rank " + std::to_string(r) + " reported: " + text(key));
+    }
+    if (!stalled.empty()) {
+      msg << "; rank" << (stalled.size() > 1 ? "s " : " ");
+      for (std::size_t i = 0; i < stalled.size(); ++i) {
+        msg << (i ? ", " : "") << stalled[i];
+        const std::string key = "progress/" + std::to_string(stalled[i]);
+        if (client->check({key})) msg << " (last at " << text(key) << ")";
+      }
+      msg << " stopped responding (no heartbeat for " << watch.count() << " ms): dead or hung";
+    }
+    for (const auto& e : errors) msg << "; " << e;
+    if (stalled.empty() && errors.empty()) msg << "; all ranks still alive (a peer closed its connection)";
+  } catch (const std::exception& e) {
+    msg << "; rank 0 (rendezvous store host) stopped responding during diagnosis: " << e.what();
+  }
+  return msg.str();
+}
+
+}  // namespace
+
 struct Comm::Impl {
   DistEnv env;
   CommOptions opts;
@@ -243,106 +338,74 @@ struct Comm::Impl {
     return g;
   }
 
+  // Where this rank is ("step 12, backward"), published with every heartbeat for the other ranks' diagnosis.
+  // Shared with the heartbeat thread, which may outlive this Impl (left behind in a store call to a stopped
+  // rank 0: stop_heartbeat).
+  struct Beat {
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::string progress = "starting";
+    std::promise<void> done;
+  };
+  std::shared_ptr<Beat> beat = std::make_shared<Beat>();
+  std::future<void> beat_done;
   std::thread heartbeat;
-  std::atomic<bool> stop{false};
-  std::mutex progress_mu;
-  std::string progress = "starting";
-
-  c10::intrusive_ptr<c10d::Store> new_client(std::chrono::milliseconds timeout) const {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = timeout;
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-  }
 
   void start_heartbeat() {
-    heartbeat = std::thread([this] {
-      c10::intrusive_ptr<c10d::Store> client;
+    beat_done = beat->done.get_future();
+    heartbeat = std::thread([b = beat, e = env, o = opts] {
       try {
-        client = new_client(opts.timeout);
-      } catch (...) {
-        return;
-      }
-      const std::string hb_key = "hb/" + std::to_string(env.rank);
-      const std::string pr_key = "progress/" + std::to_string(env.rank);
-      while (!stop.load()) {
-        try {
-          client->add(hb_key, 1);
-          std::string p;
-          {
-            std::lock_guard<std::mutex> lock(progress_mu);
-            p = progress;
+        const c10::intrusive_ptr<c10d::Store> client = store_client(e, o.timeout);
+        const std::string hb_key = "hb/" + std::to_string(e.rank);
+        const std::string pr_key = "progress/" + std::to_string(e.rank);
+        while (!b->stop.load()) {
+          try {
+            client->add(hb_key, 1);
+            std::string p;
+            {
+              std::lock_guard<std::mutex> lock(b->mu);
+              p = b->progress;
+            }
+            client->set(pr_key, std::vector<uint8_t>(p.begin(), p.end()));
+          } catch (...) {
+            // The store host (rank 0) is gone; the main thread will find out in its next collective.
           }
-          client->set(pr_key, std::vector<uint8_t>(p.begin(), p.end()));
-        } catch (...) {
-          // The store host (rank 0) is gone; the main thread will find out in its next collective.
+          for (int waited = 0; waited < o.heartbeat_ms && !b->stop.load(); waited += 50)
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
-        for (int waited = 0; waited < opts.heartbeat_ms && !stop.load(); waited += 50)
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } catch (...) {
       }
+      b->done.set_value();
     });
   }
 
-  ~Impl() {
-    stop.store(true);
-    if (heartbeat.joinable()) heartbeat.join();
+  // Stops the heartbeat, waiting at most a heartbeat period and the store's answer for it to end: a thread
+  // blocked in a store call to a stopped rank 0 is left behind (it owns its state) rather than hanging the exit.
+  void stop_heartbeat() {
+    if (!heartbeat.joinable()) return;
+    beat->stop.store(true);
+    if (beat_done.wait_for(std::chrono::milliseconds(opts.heartbeat_ms) + kStoreAnswer) == std::future_status::ready)
+      heartbeat.join();
+    else
+      heartbeat.detach();
   }
+
+  ~Impl() { stop_heartbeat(); }
 
   [[noreturn]] void diagnose(const std::string& what) {
     std::ostringstream msg;
     msg << "rank " << env.rank << ": collective failed (" << what << ")";
     if (emulated || env.world_size == 1) throw RankFailure(msg.str());
-    c10::intrusive_ptr<c10d::Store> client;
-    try {
-      client = new_client(std::chrono::milliseconds(5000));
-    } catch (const std::exception&) {
+    // Three heartbeat periods between two readings of the counters: a live rank bumps its counter at least twice.
+    const auto watch = std::chrono::milliseconds(3 * opts.heartbeat_ms + 200);
+    auto findings = std::make_shared<std::string>();
+    const bool answered =
+        within_deadline(watch + kStoreAnswer, [findings, e = env, watch] { *findings = survey_ranks(e, watch); });
+    if (answered)
+      msg << *findings;
+    else
       msg << "; the rendezvous store on rank 0 (" << env.master_addr << ":" << env.master_port
-          << ") is unreachable: rank 0 died or hung";
-      throw RankFailure(msg.str());
-    }
-    auto read_counters = [&] {
-      std::vector<int64_t> c(static_cast<std::size_t>(env.world_size), 0);
-      for (int r = 0; r < env.world_size; ++r)
-        c[static_cast<std::size_t>(r)] = client->add("hb/" + std::to_string(r), 0);
-      return c;
-    };
-    try {
-      auto before = read_counters();
-      // Three heartbeat periods: a live rank bumps its counter at least twice.
-      std::this_thread::sleep_for(std::chrono::milliseconds(3 * opts.heartbeat_ms + 200));
-      auto after = read_counters();
-      std::vector<int> stalled;
-      for (int r = 0; r < env.world_size; ++r)
-        if (r != env.rank && after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)])
-          stalled.push_back(r);
-      std::vector<std::string> errors;
-      for (int r = 0; r < env.world_size; ++r) {
-        const std::string key = "error/" + std::to_string(r);
-        if (r != env.rank && client->check({key})) {
-          auto v = client->get(key);
-          errors.push_back("rank " + std::to_string(r) + " reported: " + std::string(v.begin(), v.end()));
-        }
-      }
-      if (!stalled.empty()) {
-        msg << "; rank" << (stalled.size() > 1 ? "s " : " ");
-        for (std::size_t i = 0; i < stalled.size(); ++i) {
-          msg << (i ? ", " : "") << stalled[i];
-          const std::string key = "progress/" + std::to_string(stalled[i]);
-          if (client->check({key})) {
-            auto v = client->get(key);
-            msg << " (last at " << std::string(v.begin(), v.end()) << ")";
-          }
-        }
-        msg << (stalled.size() > 1 ? " stopped" : " stopped") << " responding (no heartbeat for "
-            << (3 * opts.heartbeat_ms + 200) << " ms): dead or hung";
-      }
-      for (const auto& e : errors) msg << "; " << e;
-      if (stalled.empty() && errors.empty()) msg << "; all ranks still alive (a peer closed its connection)";
-    } catch (const std::exception& e) {
-      msg << "; rank 0 (rendezvous store host) stopped responding during diagnosis: " << e.what();
-    }
+          << ") did not answer within " << (watch + kStoreAnswer).count() << " ms: rank 0 is stopped or hung";
     throw RankFailure(msg.str());
   }
 };
@@ -637,17 +700,16 @@ StepTraceRecorder& Comm::trace() { return impl_->trace; }
 void Comm::set_busy_poll(bool poll) { impl_->opts.busy_poll = poll; }
 
 void Comm::set_progress(int64_t step, const char* phase) {
-  std::lock_guard<std::mutex> lock(impl_->progress_mu);
-  impl_->progress = "step " + std::to_string(step) + ", " + phase;
+  std::lock_guard<std::mutex> lock(impl_->beat->mu);
+  impl_->beat->progress = "step " + std::to_string(step) + ", " + phase;
 }
 
 void Comm::publish_error(const std::string& message) {
   if (!impl_->store || impl_->env.world_size == 1) return;
-  try {
-    auto client = impl_->new_client(std::chrono::milliseconds(2000));
-    client->set("error/" + std::to_string(impl_->env.rank), std::vector<uint8_t>(message.begin(), message.end()));
-  } catch (...) {
-  }
+  // Best effort, and never a hang: a stopped rank 0 would not answer the set.
+  within_deadline(kStoreAnswer, [e = impl_->env, key = "error/" + std::to_string(impl_->env.rank), message] {
+    store_client(e, kStoreAnswer)->set(key, std::vector<uint8_t>(message.begin(), message.end()));
+  });
 }
 
 void Comm::diagnose_and_throw(const std::string& what) { impl_->diagnose(what); }

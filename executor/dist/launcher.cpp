@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -47,10 +48,19 @@ std::string describe(int status) {
   return "ended with status " + std::to_string(status);
 }
 
+// fsdp-run's exit codes (cli/main.cpp usage): a rank's own, and 3 (a rank failed) for one a signal ended.
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  return 3;
+}
+
+// The process is stopped (SIGSTOP, SIGTSTP or a tracer): state T or t in /proc/PID/stat (proc(5)).
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const std::size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
 }
 
 // This process's environment with the torchrun variables of rank `r` in place of any it had.
@@ -107,7 +117,7 @@ int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv
   int remaining = opts.nproc;
   bool failed = false;
   auto deadline = std::chrono::steady_clock::time_point::max();
-  bool terminated = false;
+  std::vector<bool> killed(pids.size(), false);  // by this launcher, after the first failure
   while (remaining > 0) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -116,15 +126,22 @@ int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv
       break;
     }
     if (pid == 0) {
-      if (failed && std::chrono::steady_clock::now() > deadline) {
-        for (std::size_t i = 0; i < pids.size(); ++i)
-          if (pids[i] > 0) {
-            std::fprintf(stderr, "fsdp-run: rank %zu did not exit %lld s after the first failure; %s it\n", i,
-                         static_cast<long long>(opts.grace.count() / 1000), terminated ? "killing" : "terminating");
-            ::kill(pids[i], terminated ? SIGKILL : SIGTERM);
-          }
-        terminated = true;
-        deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      if (failed) {
+        const bool late = std::chrono::steady_clock::now() > deadline;
+        for (std::size_t i = 0; i < pids.size(); ++i) {
+          if (pids[i] <= 0 || killed[i]) continue;
+          const bool stopped = is_stopped(pids[i]);
+          if (!stopped && !late) continue;
+          if (stopped)
+            std::fprintf(stderr, "fsdp-run: rank %zu (pid %d) is stopped and cannot exit; killing it\n", i,
+                         static_cast<int>(pids[i]));
+          else
+            std::fprintf(stderr,
+                         "fsdp-run: rank %zu (pid %d) did not exit %.1f s after the first failure; killing it\n", i,
+                         static_cast<int>(pids[i]), static_cast<double>(opts.grace.count()) / 1000.0);
+          ::kill(pids[i], SIGKILL);
+          killed[i] = true;
+        }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
@@ -136,7 +153,7 @@ int launch_local(const LaunchOptions& opts, const std::vector<std::string>& argv
     pids[rank] = -1;
     --remaining;
     const int code = exit_code_of(status);
-    if (code != 0) {
+    if (code != 0 && !killed[rank]) {
       std::fprintf(stderr, "fsdp-run: rank %zu (pid %d) %s\n", rank, static_cast<int>(pid), describe(status).c_str());
       if (!failed) {
         failed = true;

@@ -2,18 +2,23 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
+#include "core/duplicate_keys.hpp"
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "io/safetensors.hpp"
@@ -25,7 +30,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kCheckpointVersion = 1;
+// 2: the manifest carries its own checksum (manifest_checksum) and the run's identity (run.seed, run.plan_hash).
+constexpr int kCheckpointVersion = 2;
 
 std::string step_name(int64_t step) {
   char b[32];
@@ -62,21 +68,93 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+std::string text_hash(const std::string& text) { return hex(fnv1a64(text.data(), text.size())); }
+
+// The manifest's own checksum: FNV-1a 64 of its compact JSON without the checksum member (nlohmann::json keeps
+// members sorted, so the text is the same for the same content however the file is laid out).
+std::string manifest_checksum(json m) {
+  m.erase("manifest_checksum");
+  return text_hash(m.dump());
+}
+
 json read_manifest(const fs::path& dir) {
   const fs::path mp = dir / "manifest.json";
-  std::ifstream in(mp);
+  std::ifstream in(mp, std::ios::binary);
   if (!in) throw InputError(mp.string() + ": missing (partial checkpoint?)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j;
   try {
-    json j = json::parse(in);
-    if (j.value("format", "") != "fsdp-run-checkpoint")
-      throw InputError(mp.string() + ": not an fsdp-run checkpoint manifest");
-    if (j.value("version", 0) > kCheckpointVersion)
-      throw InputError(mp.string() + ": checkpoint version " + std::to_string(j.value("version", 0)) +
-                       " is newer than this fsdp-run reads (" + std::to_string(kCheckpointVersion) + ")");
-    return j;
-  } catch (const json::exception& e) {
-    throw InputError(mp.string() + ": malformed manifest: " + e.what());
+    j = parse_json_unique_keys(text, mp.string());
+  } catch (const json::exception&) {
+    throw InputError(mp.string() + ": malformed manifest (not JSON)");
   }
+  if (!j.is_object() || !j.contains("format") || j["format"] != "fsdp-run-checkpoint")
+    throw InputError(mp.string() + ": not an fsdp-run checkpoint manifest");
+  const int version = j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : 0;
+  if (version > kCheckpointVersion)
+    throw InputError(mp.string() + ": checkpoint version " + std::to_string(version) +
+                     " is newer than this fsdp-run reads (" + std::to_string(kCheckpointVersion) + ")");
+  if (!j.contains("manifest_checksum"))
+    throw InputError(mp.string() + ": no manifest_checksum (checkpoint version " + std::to_string(version) +
+                     "; version " + std::to_string(kCheckpointVersion) +
+                     " manifests carry their own checksum and the run's identity)");
+  if (j["manifest_checksum"] != manifest_checksum(j))
+    throw InputError(mp.string() + ": manifest checksum mismatch (the manifest was changed after it was written)");
+  return j;
+}
+
+// Each rank's [written, read back] checksum of its file: every rank sees the same, so all refuse together.
+void check_read_back(const at::Tensor& sums, const fs::path& partial, int64_t step) {
+  auto s = sums.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < sums.size(0); ++r)
+    if (s[r][0] != s[r][1])
+      throw std::runtime_error((partial / rank_file(static_cast<int>(r))).string() + ": reads back with checksum " +
+                               hex(static_cast<uint64_t>(s[r][1])) + " but was written with " +
+                               hex(static_cast<uint64_t>(s[r][0])) + "; step " + std::to_string(step) +
+                               " is not published (the previous steps are kept)");
+}
+
+// The first line where two identity texts differ.
+std::string first_difference(const std::string& saved, const std::string& ours) {
+  std::istringstream a(saved), b(ours);
+  std::string la, lb;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
+    if (!more_a && !more_b) return "";
+    if (la != lb || more_a != more_b) {
+      auto trim = [](const std::string& l) { return l.substr(std::min(l.find_first_not_of(' '), l.size())); };
+      return "'" + trim(la) + "' in the checkpoint, '" + trim(lb) + "' here";
+    }
+  }
+}
+
+// What differs between the checkpoint's plan and this one, in the words of plan_identity where the saved plan
+// can be read, else by hash.
+std::string plan_difference(const json& m, const PlanFile& plan) {
+  const std::string by_hash = "plan_hash " + m.at("run").at("plan_hash").get<std::string>() + " in the checkpoint, " +
+                              plan_hash(plan) + " here";
+  try {
+    const std::string d = first_difference(
+        plan_identity(parse_plan_text(m.at("plan").get<std::string>(), "the checkpoint's plan")), plan_identity(plan));
+    return d.empty() ? by_hash : "plan " + d;
+  } catch (const std::exception&) {
+    return by_hash;
+  }
+}
+
+// The checkpoint must be of this run (same seed, same plan identity) unless --resume-any.
+void check_same_run(const json& m, const fs::path& dir, const PlanFile& plan, const ResumeOptions& opts, bool log) {
+  const json& run = m.at("run");
+  std::string diffs;
+  const uint64_t seed = run.at("seed").get<uint64_t>();
+  if (seed != opts.seed)
+    diffs = "seed " + std::to_string(seed) + " in the checkpoint, " + std::to_string(opts.seed) + " here";
+  if (run.at("plan_hash").get<std::string>() != plan_hash(plan))
+    diffs += (diffs.empty() ? "" : "; ") + plan_difference(m, plan);
+  if (diffs.empty()) return;
+  const std::string what = (dir / "manifest.json").string() + ": the checkpoint is of another run (" + diffs + ")";
+  if (!opts.any_run) throw InputError(what + "; --resume-any continues it anyway");
+  if (log) std::cerr << "fsdp-run: note: " << what << "; continuing it as asked (--resume-any)\n";
 }
 
 // Empty string when every file named by the manifest exists with its checksum, else the problem.
@@ -130,7 +208,162 @@ at::Tensor reconstruct(const json& m, const fs::path& dir, std::map<int, std::un
   return flat.narrow(0, 0, numel);
 }
 
+// --init-from's files: one, or those of a directory's index (its weight_map: tensor name -> file).
+struct WeightFiles {
+  std::vector<std::string> files;
+  std::string index;                         // the index file, or empty
+  std::map<std::string, std::string> where;  // the index's weight_map, with the directory prefixed
+};
+
+json read_index(const fs::path& index) {
+  std::ifstream in(index, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j;
+  try {
+    j = parse_json_unique_keys(text, index.string());
+  } catch (const json::exception&) {
+    throw InputError(index.string() + ": malformed index (not JSON)");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw InputError(index.string() + ": no weight_map object (tensor name -> file)");
+  return j;
+}
+
+WeightFiles weight_files(const std::string& path) {
+  const fs::path p(path);
+  if (!fs::is_directory(p)) return WeightFiles{{path}, "", {}};
+  const fs::path index = p / "model.safetensors.index.json";
+  if (!fs::exists(index)) {
+    if (!fs::exists(p / "model.safetensors"))
+      throw InputError(path + ": neither model.safetensors.index.json nor model.safetensors found");
+    return WeightFiles{{(p / "model.safetensors").string()}, "", {}};
+  }
+  WeightFiles w;
+  w.index = index.string();
+  const json j = read_index(index);
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) throw InputError(w.index + ": weight_map." + it.key() + " is not a file name");
+    const std::string f = (p / it.value().get<std::string>()).string();
+    w.where[it.key()] = f;
+    if (std::find(w.files.begin(), w.files.end(), f) == w.files.end()) w.files.push_back(f);
+  }
+  if (w.files.empty()) throw InputError(w.index + ": the weight_map names no tensor");
+  return w;
+}
+
+struct FoundTensor {
+  std::string file;
+  at::Tensor tensor;
+};
+
+// Every tensor of the files, by name: a name in two files, or not in the file the index names, is refused.
+std::map<std::string, FoundTensor> tensors_in(const WeightFiles& w) {
+  // The maps stay open for the process lifetime: the returned tensors alias them.
+  static std::vector<std::unique_ptr<SafetensorsFile>> open_files;
+  std::map<std::string, FoundTensor> found;
+  for (const std::string& f : w.files) {
+    open_files.push_back(std::make_unique<SafetensorsFile>(f));
+    for (const auto& [name, t] : open_files.back()->tensors()) {
+      auto [it, fresh] = found.emplace(name, FoundTensor{f, t});
+      if (!fresh) throw InputError(f + ": tensor " + name + " is in " + it->second.file + " too");
+    }
+  }
+  for (const auto& [name, f] : w.where) {
+    auto it = found.find(name);
+    if (it == found.end() || it->second.file != f)
+      throw InputError(w.index + ": the weight_map puts tensor " + name + " in " + f + ", which does not hold it");
+  }
+  return found;
+}
+
+struct ExpectedParam {
+  std::vector<int64_t> shape;
+  bool required = true;
+};
+
+// The model's parameters by name; LoRA adapters are optional (base-only weights keep the adapters' init).
+std::map<std::string, ExpectedParam> model_parameters(const ShardedModel& model) {
+  std::map<std::string, ExpectedParam> out;
+  for (const UnitInfo& u : model.units())
+    for (std::size_t i = 0; i < u.params.size(); ++i) out[u.params[i]] = ExpectedParam{u.shapes[i], true};
+  if (const UnitInfo* a = model.adapters())
+    for (std::size_t i = 0; i < a->params.size(); ++i) out[a->params[i]] = ExpectedParam{a->shapes[i], false};
+  return out;
+}
+
+// A parameter from a file: a floating dtype (an integer tensor is no weight, whatever its bytes), the model's
+// shape; fp32, as the masters are.
+at::Tensor as_parameter(const FoundTensor& f, const std::string& name, const std::vector<int64_t>& shape) {
+  const at::Tensor& t = f.tensor;
+  if (!at::isFloatingType(t.scalar_type()))
+    throw InputError(f.file + ": tensor " + name + " has dtype " + safetensors_dtype(t.scalar_type()) +
+                     "; a parameter needs a floating dtype (F32, BF16, F16 or F64)");
+  if (t.sizes() != at::IntArrayRef(shape))
+    throw InputError(f.file + ": tensor " + name + " has shape " + c10::str(t.sizes()) + ", the model's parameter " +
+                     c10::str(at::IntArrayRef(shape)));
+  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+}
+
+// Tensors that are no parameter of the model are listed, not refused: Hugging Face checkpoints carry some (the
+// rotary `inv_freq` buffers of older Llama exports, the head of a model saved untied and loaded tied), and a file
+// of another model is refused anyway by its missing or misshapen parameters.
+void note_not_loaded(const std::map<std::string, FoundTensor>& found, const std::map<std::string, at::Tensor>& used,
+                     const std::string& listing, std::ostream* notes) {
+  constexpr std::size_t kListed = 20;
+  std::vector<std::string> extra;
+  for (const auto& [name, f] : found)
+    if (!used.count(name)) extra.push_back(name);
+  if (extra.empty() || notes == nullptr) return;
+  *notes << "fsdp-run: warning: " << listing << ": " << extra.size()
+         << " tensor(s) are not parameters of this model and are not loaded:";
+  for (std::size_t i = 0; i < extra.size() && i < kListed; ++i) *notes << " " << extra[i];
+  if (extra.size() > kListed) *notes << " (and " << extra.size() - kListed << " more)";
+  *notes << "\n";
+}
+
 }  // namespace
+
+std::string plan_identity(const PlanFile& p) {
+  PlanFile id;
+  id.model = p.model;
+  id.training = p.training;
+  const Strategy& s = p.strategy;
+  Strategy& t = id.strategy;
+  t.param_dtype = s.param_dtype;
+  t.reduce_dtype = s.reduce_dtype;
+  t.master_dtype = s.master_dtype;
+  t.seq_len = s.seq_len;
+  t.micro_batch = s.micro_batch * s.grad_accum * p.cluster.world_size();  // the rows of one step
+  t.grad_accum = 1;
+  t.optimizer = s.optimizer;
+  t.method = s.method;
+  t.lora = s.lora;
+  return write_plan_text(id);
+}
+
+std::string plan_hash(const PlanFile& plan) { return text_hash(plan_identity(plan)); }
+
+int64_t checkpoint_bytes(ShardedModel& model, int world_size) {
+  constexpr int64_t kHeaderAllowance = 1 << 16;  // a rank file's header, generously; the manifest
+  int64_t bytes = kHeaderAllowance;
+  for (const auto& [name, t] : model.local_state()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  return bytes * world_size + kHeaderAllowance;
+}
+
+void check_free_space(const std::string& dir, int64_t bytes) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0)
+    throw InputError(dir + ": cannot query the free space: " + std::strerror(errno));
+  const auto avail = static_cast<int64_t>(std::min<unsigned long long>(
+      static_cast<unsigned long long>(st.f_bavail) * st.f_frsize, static_cast<unsigned long long>(INT64_MAX)));
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (avail < bytes) {
+    char b[160];
+    std::snprintf(b, sizeof b, ": %.1f MiB free, one checkpoint of this run takes %.1f MiB", avail / kMiB,
+                  bytes / kMiB);
+    throw InputError(dir + b + " (free space for it, or write checkpoints elsewhere)");
+  }
+}
 
 void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointMeta& meta, Comm& comm,
                      ShardedModel& model, const PlanFile& plan) {
@@ -146,11 +379,16 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     fs::create_directories(partial);
   }
   comm.world().barrier();
-  const uint64_t sum = write_safetensors((partial / rank_file(rank)).string(), model.local_state());
-  at::Tensor mine = at::empty({1}, at::kLong);
-  mine[0] = static_cast<int64_t>(sum);
-  at::Tensor all = at::empty({comm.size()}, at::kLong);
+  // Each rank reads its file back before the step is published (issue M11): a file that another process changed,
+  // or a disk that returns other bytes, keeps the step unpublished instead of publishing a corrupt one.
+  const std::string mine_path = (partial / rank_file(rank)).string();
+  at::Tensor mine = at::empty({2}, at::kLong);
+  mine[0] = static_cast<int64_t>(write_safetensors(mine_path, model.local_state()));
+  mine[1] = static_cast<int64_t>(file_checksum(mine_path));
+  at::Tensor all = at::empty({2 * comm.size()}, at::kLong);
   comm.world().all_gather(mine, all).wait();
+  all = all.view({comm.size(), 2});
+  check_read_back(all, partial, meta.step);
   if (rank == 0) {
     const ShardLayout lay = model.layout();
     json m;
@@ -165,7 +403,7 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     m["shard_group_size"] = lay.shard_group_size;
     m["loss_scale"] = meta.loss_scale;
     m["good_steps"] = meta.good_steps;
-    m["seed"] = meta.seed;
+    m["run"] = {{"seed", meta.seed}, {"plan_hash", plan_hash(plan)}};
     m["data"] = {{"source", meta.data}, {"next_step", meta.step + 1}};
     m["rng"] = "stateless: data and initialisation derive from (seed, step, row)";
     m["plan_path"] = meta.plan_path;
@@ -187,8 +425,9 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     json files = json::array();
     for (int r = 0; r < comm.size(); ++r)
       files.push_back(
-          {{"rank", r}, {"file", rank_file(r)}, {"checksum", hex(static_cast<uint64_t>(all[r].item<int64_t>()))}});
+          {{"rank", r}, {"file", rank_file(r)}, {"checksum", hex(static_cast<uint64_t>(all[r][0].item<int64_t>()))}});
     m["files"] = files;
+    m["manifest_checksum"] = manifest_checksum(m);
     write_text_atomic(partial / "manifest.json", m.dump(1));
     fsync_path(partial);
     if (fs::exists(final_dir)) {
@@ -204,7 +443,8 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
   comm.world().barrier();
 }
 
-ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& model, const PlanFile& plan) {
+ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& model, const PlanFile& plan,
+                            const ResumeOptions& opts) {
   fs::path dir(dir_s);
   const bool is_step = fs::exists(dir / "manifest.json") || dir.filename().string().rfind("step-", 0) == 0;
   std::vector<fs::path> candidates = is_step ? std::vector<fs::path>{dir} : step_dirs(dir);
@@ -236,6 +476,7 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   if (idx < 0) throw InputError(dir_s + ": no usable checkpoint (corrupt or partial; see the message above)");
   const fs::path use = candidates[static_cast<std::size_t>(idx)];
   const json m = read_manifest(use);
+  check_same_run(m, use, plan, opts, comm.rank() == 0);
 
   // The model must be the same, parameter by parameter (names and shapes); its wrap units, the strategy's
   // layout and the world size may differ (resharded below by parameter name).
@@ -272,7 +513,6 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   if (saved.size() != expected)
     throw InputError(use.string() + ": checkpoint holds " + std::to_string(saved.size()) +
                      " parameters, this plan's model " + std::to_string(expected) + " (model changed)");
-  (void)plan;
 
   const ShardLayout lay = model.layout();
   const bool same = same_units && m.at("world_size").get<int>() == comm.size() &&
@@ -358,42 +598,21 @@ int64_t export_checkpoint(const std::string& ckpt, const std::string& out) {
   return static_cast<int64_t>(params.size());
 }
 
-std::map<std::string, at::Tensor> load_safetensors_weights(const std::string& path, const ShardedModel& model) {
-  // The maps stay open for the process lifetime: the returned tensors alias them.
-  static std::vector<std::unique_ptr<SafetensorsFile>> open_files;
-  std::vector<std::string> paths;
-  fs::path p(path);
-  if (fs::is_directory(p)) {
-    const fs::path index = p / "model.safetensors.index.json";
-    if (fs::exists(index)) {
-      std::ifstream in(index);
-      json j;
-      try {
-        j = json::parse(in);
-      } catch (const json::exception& e) {
-        throw InputError(index.string() + ": malformed index: " + e.what());
-      }
-      std::vector<std::string> seen;
-      for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it) {
-        std::string f = (p / it.value().get<std::string>()).string();
-        if (std::find(seen.begin(), seen.end(), f) == seen.end()) seen.push_back(f);
-      }
-      paths = seen;
-    } else if (fs::exists(p / "model.safetensors")) {
-      paths.push_back((p / "model.safetensors").string());
-    } else {
-      throw InputError(path + ": neither model.safetensors.index.json nor model.safetensors found");
-    }
-  } else {
-    paths.push_back(path);
-  }
+std::map<std::string, at::Tensor> load_safetensors_weights(const std::string& path, const ShardedModel& model,
+                                                           std::ostream* notes) {
+  const WeightFiles w = weight_files(path);
+  const std::map<std::string, FoundTensor> found = tensors_in(w);
+  const std::string listing = w.index.empty() ? w.files.front() : w.index;
   std::map<std::string, at::Tensor> out;
-  for (const auto& f : paths) {
-    open_files.push_back(std::make_unique<SafetensorsFile>(f));
-    for (const auto& [k, v] : open_files.back()->tensors())
-      out[k] = v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
+  for (const auto& [name, want] : model_parameters(model)) {
+    auto it = found.find(name);
+    if (it != found.end())
+      out[name] = as_parameter(it->second, name, want.shape);
+    else if (want.required)
+      throw InputError(listing + ": no tensor " + name + " (a parameter of the model, shape " +
+                       c10::str(at::IntArrayRef(want.shape)) + ")");
   }
-  (void)model;
+  note_not_loaded(found, out, listing, notes);
   return out;
 }
 

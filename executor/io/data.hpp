@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,12 @@ class DataSource {
   // [count, seq_len + 1] int64 token ids of rows first..first+count-1 of `step`.
   virtual at::Tensor rows(int64_t step, int64_t first, int64_t count) = 0;
   virtual std::string describe() const = 0;
+  // Token ids the source holds; 0 for synthetic data (drawn within the vocabulary).
+  virtual int64_t num_tokens() const { return 0; }
+  // Scans the ids at positions [begin, end) before training reads any (issue M11): InputError naming the file, the
+  // position and the value of the first id beyond the model's vocabulary. Ranges over 1 GiB note their progress
+  // on `progress` (when given) every GiB.
+  virtual void check_ids(int64_t begin, int64_t end, std::ostream* progress) const;
 };
 
 // "synthetic" or a path; dtype "uint16" or "uint32". InputError on a bad file.

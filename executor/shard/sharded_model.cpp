@@ -21,6 +21,7 @@
 #include "model/module_graph.hpp"
 #include "model/transformer.hpp"
 #include "program/wrap_units.hpp"
+#include "strategy/placement.hpp"
 #include "train/host_adam.hpp"
 #include "train/mem_tracker.hpp"
 
@@ -76,6 +77,7 @@ struct Unit {
   std::vector<int64_t> offsets;
   std::vector<int> layers;
   bool root = false;
+  UnitPlacement place;       // where its state lives and how its gradients are reduced (strategy/placement.hpp)
   int64_t shard_offset = 0;  // start of this rank's shard in the padded flat index space
 
   at::Tensor master;      // fp32: shard [S] when params are sharded, else the full replica [padded]
@@ -106,9 +108,10 @@ struct ShardedModel::Impl {
   std::shared_ptr<Group> shard_group;    // size 1 when parameters/optimizer are not sharded
   std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
   int world = 1;
-  bool params_sharded = false, grads_sharded = false, optim_sharded = false;
-  bool offload = false;         // optimizer (or params) offload: master shards and optimizer states on the host
-  bool offload_params = false;  // params offload: no device copy; shards copied in before each all-gather
+  // The strategy's placement of its units (strategy/placement.hpp), for what the model holds as a whole (the
+  // groups, the replicated gradient buffer, the optimizer's reductions): every unit's own `place` differs from it
+  // at most in reshard_after_forward (the root's).
+  UnitPlacement place;
   // LoRA (method: lora): the base is frozen (no gradients, no optimizer states); the
   // adapters are one small replicated flat leaf, reduced like DDP and updated by AdamW.
   bool frozen = false;
@@ -149,10 +152,6 @@ struct ShardedModel::Impl {
     return std::make_shared<MemTag>(tracker, c, bytes);
   }
 
-  bool reshard_after_forward(const Unit& u) const {
-    return params_sharded && !u.root && strategy.reshard_after_forward && strategy.kind != StrategyKind::FsdpGradOp;
-  }
-
   // ---- unshard / reshard ----
   void unshard_async(Unit& u) {
     if (u.state != UState::Sharded) return;
@@ -171,10 +170,12 @@ struct ShardedModel::Impl {
       u.compute_tag = MemTag(mem(), MemoryCategory::UnshardedParams, bytes);
       alloc_storage(u.compute, bytes);
     }
-    if (params_sharded) {
+    if (u.place.params_sharded) {
       // Params offload: the host shard is copied in (and cast) right before the all-gather. The fp32
       // master shard is handed over as it is: the group casts it (Group::all_gather).
-      at::Tensor src = offload_params ? u.master.to(device, compute_dtype) : offload ? u.dev_params : u.master;
+      at::Tensor src = u.place.params_on_host   ? u.master.to(device, compute_dtype)
+                       : u.place.master_on_host ? u.dev_params
+                                                : u.master;
       u.gather = shard_group->all_gather(src, u.compute, tag(gather_phase, GroupKind::Shard, u));
       u.state = UState::Gathering;
     } else {
@@ -217,7 +218,7 @@ struct ShardedModel::Impl {
   // ---- backward hooks ----
   // A frozen (LoRA) unit's gathered base, freed without a post-backward hook: a Free in the step trace.
   void free_frozen(Unit& u) {
-    if (params_sharded && u.state != UState::Sharded && !u.compute_persistent)
+    if (u.place.params_sharded && u.state != UState::Sharded && !u.compute_persistent)
       comm.trace().unit_op(Phase::Free, u.index);
     reshard(u);
   }
@@ -226,10 +227,10 @@ struct ShardedModel::Impl {
     if (u.root) root_backward_seen = true;
     // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
     // has finished its backward once the gradient reaches this unit's output.
-    if (params_sharded && frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
+    if (u.place.params_sharded && frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
       free_frozen(*units[static_cast<std::size_t>(u.index) + 1]);
     unit_op(Phase::Backward, u);
-    if (!params_sharded) return;  // replicas: the hook only names the phase
+    if (!u.place.params_sharded) return;  // replicas: the hook only names the phase
     wait_unsharded(u);
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
@@ -303,25 +304,22 @@ struct ShardedModel::Impl {
     const int64_t flat_bytes = u.info.padded * static_cast<int64_t>(c10::elementSize(compute_dtype));
     // The flat copy is the reduce-scatter input when gradients are sharded (FSDP2's foreach_reduce input,
     // a comm buffer in the simulator's words), else a momentary copy accumulated into grad_full.
-    const MemoryCategory flat_cat = grads_sharded ? MemoryCategory::CommBuffers : MemoryCategory::Transient;
+    const MemoryCategory flat_cat = u.place.grads_sharded ? MemoryCategory::CommBuffers : MemoryCategory::Transient;
     auto flat_tag = shared_tag(flat_cat, flat_bytes);
     at::Tensor flat = at::zeros({u.info.padded}, u.compute.options());
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       if (i >= grads.size() || !grads[i].defined()) continue;
       flat.narrow(0, u.offsets[i], grads[i].numel()).copy_(grads[i].reshape({-1}));
     }
-    if (params_sharded)
-      reshard(u);
-    else if (!u.compute_persistent)
-      reshard(u);
+    reshard(u);  // a persistent compute buffer (fp32 replicas) stays
 
-    if (!grads_sharded) {
+    if (u.place.reduction != GradReduction::ReduceScatter) {
       u.grad_full.add_(flat);
       flat = at::Tensor();
       flat_tag->reset();
       if (!sync) return;
-      if (strategy.kind == StrategyKind::NoShard) {
-        all_reduce_grads(u.grad_full, tag(Phase::AllReduce, GroupKind::World, u));
+      if (u.place.reduction == GradReduction::AllReducePerUnit) {
+        all_reduce_grads(u.grad_full, tag(Phase::AllReduce, u.place.reduce_group, u));
       } else {  // ddp, zero1: buckets of ddp_bucket_mb MiB (DDP bucket_cap_mb, default 25) of the gradients' bytes
         bucket.push_back(&u);
         bucket_bytes += nbytes(u.grad_full);
@@ -341,10 +339,9 @@ struct ShardedModel::Impl {
     at::Tensor out = at::empty({u.info.shard}, red.options());
     // ZeRO-2 keeps replicated parameters: its gradient partitions are split over the whole world (the step
     // program's GroupKind::World), FSDP's over the shard group.
-    const GroupKind rs_group = params_sharded ? GroupKind::Shard : GroupKind::World;
-    Handle h = shard_group->reduce_scatter_sum(red, out, tag(Phase::ReduceScatter, rs_group, u));
+    Handle h = shard_group->reduce_scatter_sum(red, out, tag(Phase::ReduceScatter, u.place.reduce_group, u));
     Unit* up = &u;
-    const bool replicate = sync && replica_group && replica_group->size() > 1;
+    const bool replicate = sync && u.place.replica_all_reduce && replica_group->size() > 1;
     pending.push_back({std::move(h), [this, up, red, out, flat, flat_tag, out_tag, replicate]() mutable {
                          up->grad_shard.add_(out);
                          red = at::Tensor();
@@ -378,12 +375,12 @@ struct ShardedModel::Impl {
 
   // ---- optimizer views ----
   at::Tensor owned_param(Unit& u) {
-    if (params_sharded || !optim_sharded) return u.master;
+    if (u.place.params_sharded || !u.place.optim_sharded) return u.master;
     return u.master.narrow(0, u.shard_offset, u.info.shard);
   }
   at::Tensor owned_grad(Unit& u) {
-    if (grads_sharded) return u.grad_shard;
-    if (optim_sharded) return u.grad_full.narrow(0, u.shard_offset, u.info.shard);
+    if (u.place.grads_sharded) return u.grad_shard;
+    if (u.place.optim_sharded) return u.grad_full.narrow(0, u.shard_offset, u.info.shard);
     return u.grad_full;
   }
 };
@@ -493,14 +490,10 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
   m.device = at::Device(device);
   m.defs = model_param_defs(spec);
   m.world = comm.size();
-  m.params_sharded = shards_params(strategy.kind);
-  m.grads_sharded = shards_grads(strategy.kind);
-  m.optim_sharded = shards_optimizer(strategy.kind);
+  m.place = unit_placement(strategy, /*root=*/false, ShardedModel::kReshardsRoot);
   m.compute_dtype = to_scalar(strategy.param_dtype);
   m.reduce_dtype = to_scalar(strategy.reduce_dtype);
   check_supported(spec, strategy, m.world);
-  m.offload = strategy.offload != Offload::None;
-  m.offload_params = strategy.offload == Offload::Params;
   m.frozen = strategy.method == Method::Lora;
 
   // Mesh: the shard group and, for HSDP, the replica group.
@@ -514,7 +507,7 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     // Creation order is the same on every rank: all shard groups, then all replica groups.
     m.shard_group = comm.subgroup("shard" + std::to_string(r / G), shard_members);
     m.replica_group = comm.subgroup("replica" + std::to_string(r % G), replica_members);
-  } else if (m.optim_sharded) {
+  } else if (m.place.optim_sharded) {
     std::vector<int> all;
     for (int i = 0; i < W; ++i) all.push_back(i);
     m.shard_group = comm.subgroup("shard", all);
@@ -536,6 +529,7 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     u->owner = &m;
     u->index = static_cast<int>(i);
     u->root = w.is_root;
+    u->place = unit_placement(strategy, w.is_root, ShardedModel::kReshardsRoot);
     u->info.name = w.name;
     for (int64_t l = w.first_layer; l >= 0 && l <= w.last_layer; ++l) {
       u->layers.push_back(static_cast<int>(l));
@@ -563,30 +557,31 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     u.info.padded = (u.info.numel + Ws - 1) / Ws * Ws;
     u.info.shard = u.info.padded / Ws;
     u.shard_offset = static_cast<int64_t>(shard_rank) * u.info.shard;
-    const int64_t master_numel = m.params_sharded ? u.info.shard : u.info.padded;
+    const int64_t master_numel = u.place.params_sharded ? u.info.shard : u.info.padded;
     // With optimizer offload the fp32 master and the optimizer states live on the host
     // (pinned on CUDA, for asynchronous copies); the device keeps the compute-dtype shard.
     const auto host = at::TensorOptions().dtype(at::kFloat).device(at::kCPU).pinned_memory(m.device.is_cuda());
-    const auto sopt = m.offload ? host : fopt;
+    const auto sopt = u.place.master_on_host ? host : fopt;
     u.master_tag =
-        MemTag(m.tracker, m.offload ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams, master_numel * 4);
+        MemTag(m.tracker, u.place.master_on_host ? MemoryCategory::MasterParams : MemoryCategory::ShardedParams,
+               master_numel * 4);
     u.master = at::zeros({master_numel}, sopt);
     // Deterministic init: every rank builds each full parameter and keeps its part.
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       const int pid = u.param_ids[i];
       at::Tensor full = init_param(m.defs[static_cast<std::size_t>(pid)], pid, seed).reshape({-1}).to(m.device);
       const int64_t lo = u.offsets[i], hi = lo + full.numel();
-      const int64_t mlo = m.params_sharded ? u.shard_offset : 0;
+      const int64_t mlo = u.place.params_sharded ? u.shard_offset : 0;
       const int64_t mhi = mlo + master_numel;
       const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
       if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(full.narrow(0, a - lo, b - a));
     }
-    if (m.offload && !m.offload_params) {
+    if (u.place.master_on_host && !u.place.params_on_host) {
       u.dev_params_tag = MemTag(m.tracker, MemoryCategory::ShardedParams,
                                 master_numel * static_cast<int64_t>(c10::elementSize(m.compute_dtype)));
       u.dev_params = u.master.to(fopt.dtype(m.compute_dtype), /*non_blocking=*/false, /*copy=*/true);
     }
-    u.compute_persistent = !m.params_sharded && m.compute_dtype == at::kFloat;
+    u.compute_persistent = !u.place.params_sharded && m.compute_dtype == at::kFloat;
     if (u.compute_persistent) {
       u.compute = u.master;
       u.state = UState::Unsharded;
@@ -597,13 +592,13 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     }
     if (m.frozen) {
       // no gradient buffers nor optimizer states for a frozen base
-    } else if (m.grads_sharded) {
+    } else if (u.place.grads_sharded) {
       u.grad_tag = MemTag(m.tracker, MemoryCategory::ShardedGrads, u.info.shard * 4);
       u.grad_shard = at::zeros({u.info.shard}, fopt);
     } else {
       u.grad_tag = MemTag(m.tracker, MemoryCategory::UnshardedGrads, u.info.padded * 4);  // a view, below
     }
-    const int64_t owned = m.optim_sharded ? u.info.shard : u.info.padded;
+    const int64_t owned = u.place.optim_sharded ? u.info.shard : u.info.padded;
     if (m.frozen) {
       // frozen
     } else if (strategy.optimizer == Optimizer::AdamW) {
@@ -617,7 +612,7 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     u.anchor = at::zeros({}, fopt).requires_grad_(true);
     m.infos.push_back(u.info);
   }
-  if (!m.frozen && !m.grads_sharded) {
+  if (!m.frozen && !m.place.grads_sharded) {
     // Replicated gradients: one flat buffer, the units laid out in backward order (the root last), each
     // unit's grad_full a view into it, so that a DDP bucket of consecutive units is a contiguous slice
     // all-reduced in place (DDP's gradient_as_bucket_view, torch/nn/parallel/distributed.py).
@@ -765,7 +760,7 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     ParamMap p = params_of(u);
     x = run_layers(u, x, p);
     x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
-    if (m.reshard_after_forward(u)) {
+    if (u.place.reshard_after_forward) {
       m.comm.trace().unit_op(Phase::Free, u.index);
       m.reshard(u);
     }
@@ -810,7 +805,7 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   const double inv_world = 1.0 / static_cast<double>(m.world);
   for (auto& up : m.units) {
     Unit& u = *up;
-    if (m.grads_sharded) {
+    if (m.place.grads_sharded) {
       u.grad_shard.mul_(inv_world);
     } else {
       u.grad_full.mul_(inv_world);
@@ -825,7 +820,7 @@ double ShardedModel::clip_grad_norm(double max_norm) {
     sq += m.adapters.grad().to(at::kDouble).pow(2).sum();
   } else {
     for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
-    if (m.optim_sharded && m.shard_group->size() > 1)
+    if (m.place.optim_sharded && m.shard_group->size() > 1)
       m.shard_group->all_reduce_sum(sq, CollectiveTag{Phase::GradientNormAllReduce, GroupKind::Shard, -1}).wait();
   }
   const double norm = std::sqrt(sq.item<double>());
@@ -860,7 +855,7 @@ bool ShardedModel::grads_nonfinite() {
     bad += at::logical_not(at::isfinite(g)).any().to(at::kFloat);
   }
   // torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_: found_inf all-reduced over the group.
-  if (m.optim_sharded && m.shard_group->size() > 1)
+  if (m.place.optim_sharded && m.shard_group->size() > 1)
     m.shard_group->all_reduce_sum(bad, CollectiveTag{Phase::OverflowCheckAllReduce, GroupKind::Shard, -1}).wait();
   return bad.item<float>() > 0;
 }
@@ -882,7 +877,7 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     Unit& u = *up;
     at::Tensor p = m.owned_param(u);
     at::Tensor g = m.owned_grad(u);
-    if (m.offload) {
+    if (m.place.master_on_host) {
       // Gradient shard copied down to the host, host step, updated shard copied up.
       at::Tensor gh = g.device().is_cpu() ? g : g.to(at::kCPU);
       if (c.kind == Optimizer::AdamW) {
@@ -898,7 +893,7 @@ void ShardedModel::optimizer_step(const OptimizerConfig& c, int64_t step) {
     } else {
       sgd_update(p, g, u.momentum, c, step);
     }
-    if (m.optim_sharded && !m.params_sharded) {
+    if (m.place.optim_sharded && !m.place.params_sharded) {
       // ZeRO-1/2: every rank updated its slice of the replica; gather the others'.
       at::Tensor mine = p.clone();
       m.shard_group->all_gather(mine, u.master, m.tag(Phase::ParamAllGather, GroupKind::World, u)).wait();
@@ -920,7 +915,7 @@ std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
   for (auto& up : m.units) {
     Unit& u = *up;
     at::Tensor full = u.master;
-    if (m.params_sharded) {
+    if (m.place.params_sharded) {
       at::Tensor src = u.master.to(m.device);
       full = at::empty({u.info.padded}, src.options());
       m.shard_group->all_gather(src, full).wait();
@@ -944,7 +939,7 @@ void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& para
   at::NoGradGuard ng;
   for (auto& up : m.units) {
     Unit& u = *up;
-    const int64_t mlo = m.params_sharded ? u.shard_offset : 0;
+    const int64_t mlo = m.place.params_sharded ? u.shard_offset : 0;
     const int64_t mhi = mlo + u.master.numel();
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
       const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
@@ -1005,8 +1000,8 @@ const UnitInfo* ShardedModel::adapters() const { return impl_->frozen ? &impl_->
 
 ShardLayout ShardedModel::layout() const {
   ShardLayout l;
-  l.params_sharded = impl_->params_sharded;
-  l.optim_sharded = impl_->optim_sharded;
+  l.params_sharded = impl_->place.params_sharded;
+  l.optim_sharded = impl_->place.optim_sharded;
   l.shard_group_size = impl_->shard_group->size();
   l.shard_rank = impl_->shard_group->rank();
   return l;

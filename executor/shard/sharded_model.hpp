@@ -43,6 +43,11 @@ struct ShardLayout {
 
 class ShardedModel {
  public:
+  // The root unit's parameters stay gathered from its forward to its backward, as FSDP2's fully_shard leaves
+  // the root (configs/runtimes/fsdp-run.yaml root_reshard_after_forward: false, which the step program prices;
+  // tests/executor/test_unit.cpp checks that the two agree). Every unit's placement: strategy/placement.hpp.
+  static constexpr bool kReshardsRoot = false;
+
   // Builds the units from the wrap policy, initialises parameters deterministically
   // from `seed` (identical on every world size) and keeps this rank's part.
   // The buffers it owns are tagged by category in `tracker` (train/mem_tracker.hpp), each for as long as it lives.

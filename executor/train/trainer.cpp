@@ -5,12 +5,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <iostream>
+#include <optional>
 #include <ostream>
 
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist/device.hpp"
 #include "io/checkpoint.hpp"
+#include "io/checkpoint_lock.hpp"
 #include "io/data.hpp"
 #include "shard/sharded_model.hpp"
 #include "train/mem_tracker.hpp"
@@ -32,11 +36,63 @@ struct Trainer::Impl {
   int world = 1;  // data-parallel ranks the plan describes
   std::unique_ptr<ShardedModel> model;
   std::unique_ptr<DataSource> data;
+  std::unique_ptr<CheckpointLock> lock;  // rank 0, while it writes checkpoints
   double loss_scale = 1.0;
   int64_t good_steps = 0;
   int64_t start_step = 0;
 
   Impl(const PlanFile& p, const RunConfig& c, Comm& cm) : plan(p), cfg(c), comm(cm) {}
+
+  // Notes and warnings go to stderr, once: rank 0's.
+  std::ostream* notes() const { return comm.rank() == 0 ? &std::cerr : nullptr; }
+
+  // Every rank's `mine` (int64 values), as rows [ranks, n]; through the device where the backend needs it (NCCL).
+  at::Tensor gather(const at::Tensor& mine) {
+    const int n = comm.size();
+    at::Tensor all = at::zeros({n * mine.numel()}, at::kLong);
+    if (device != "cpu") {
+      at::Tensor md = mine.to(at::Device(device)), ad = all.to(at::Device(device));
+      comm.world().all_gather(md, ad).wait();
+      all = ad.cpu();
+    } else {
+      comm.world().all_gather(mine, all).wait();
+    }
+    return all.view({n, -1});
+  }
+
+  // Runs `check` here, then stops every rank together if any rank's check refused its input: that rank throws its
+  // own InputError, the others one naming that rank, so no rank starts training beside one that refused.
+  void check_on_every_rank(const std::function<void()>& check) {
+    std::optional<InputError> refused;
+    try {
+      check();
+    } catch (const InputError& e) {
+      refused = e;
+    }
+    const at::Tensor all = gather(at::full({1}, refused ? 1 : 0, at::kLong));
+    if (refused) throw *refused;
+    for (int64_t r = 0; r < all.size(0); ++r)
+      if (all[r][0].item<int64_t>() != 0)
+        throw InputError("rank " + std::to_string(r) + " refused its input before the first step (its message above)");
+  }
+
+  // The token file's ids, this rank's share of them (all of them where this process stands in for every rank).
+  void check_data() {
+    const int64_t n = data->num_tokens();
+    const bool alone = comm.world().is_local();
+    const int64_t parts = alone ? 1 : comm.size(), part = alone ? 0 : comm.rank();
+    data->check_ids(n * part / parts, n * (part + 1) / parts, notes());
+  }
+
+  // What each rank can find wrong with its inputs before the first step.
+  void check_inputs() {
+    data = open_data(cfg.data, cfg.data_dtype, plan.model.vocab_size, plan.strategy.seq_len, cfg.seed);
+    check_data();
+    if (comm.rank() == 0 && !cfg.checkpoint_dir.empty()) {
+      lock = std::make_unique<CheckpointLock>(cfg.checkpoint_dir, notes());
+      check_free_space(cfg.checkpoint_dir, checkpoint_bytes(*model, comm.size()));
+    }
+  }
 };
 
 void check_plan_runnable(const PlanFile& plan) {
@@ -48,6 +104,18 @@ void check_plan_runnable(const PlanFile& plan) {
   if (s.seq_len > plan.model.max_positions && plan.model.position_embedding == PositionEmbedding::Learned)
     throw InputError("plan strategy.seq_len exceeds the model's max_positions");
   ShardedModel::check_supported(plan.model, s, static_cast<int>(plan.cluster.world_size()));
+}
+
+void check_run_config(const RunConfig& c) {
+  if (c.checkpoint_every > 0 && c.checkpoint_dir.empty())
+    throw InputError("--checkpoint-every " + std::to_string(c.checkpoint_every) +
+                     " needs --checkpoint-dir DIR (without it no checkpoint is written)");
+  if (!c.checkpoint_dir.empty() && c.checkpoint_every <= 0)
+    throw InputError("--checkpoint-dir " + c.checkpoint_dir +
+                     " needs --checkpoint-every N >= 1 (without it no checkpoint is written)");
+  if (!c.checkpoint_dir.empty() && c.emulate_world_size > 0)
+    throw InputError("checkpoints cannot be written in --emulate-world-size rehearsal; drop --checkpoint-dir");
+  if (c.resume_any && c.resume_dir.empty()) throw InputError("--resume-any needs --resume DIR");
 }
 
 Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
@@ -62,12 +130,14 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   t.device = select_device(plan.cluster.device, comm.local_rank());
   const Strategy& s = plan.strategy;
   check_plan_runnable(plan);
+  check_run_config(cfg);
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
   t.model = std::make_unique<ShardedModel>(plan.model, s, comm, MemTracker::instance(), t.device, cfg.seed);
-  t.data = open_data(cfg.data, cfg.data_dtype, plan.model.vocab_size, s.seq_len, cfg.seed);
-  if (!cfg.init_from.empty()) t.model->load_full_state(load_safetensors_weights(cfg.init_from, *t.model));
+  comm.set_progress(0, "input checks");
+  t.check_on_every_rank([&t] { t.check_inputs(); });
+  if (!cfg.init_from.empty()) t.model->load_full_state(load_safetensors_weights(cfg.init_from, *t.model, t.notes()));
   if (!cfg.resume_dir.empty()) {
-    ResumeState rs = load_checkpoint(cfg.resume_dir, comm, *t.model, plan);
+    ResumeState rs = load_checkpoint(cfg.resume_dir, comm, *t.model, plan, ResumeOptions{cfg.seed, cfg.resume_any});
     t.start_step = rs.step;
     t.loss_scale = rs.loss_scale > 0 ? rs.loss_scale : t.loss_scale;
     t.good_steps = rs.good_steps;
@@ -177,20 +247,11 @@ RunResult Trainer::run(std::ostream* log) {
   }
 
   // Memory: each rank's peak, gathered.
-  const int n = t.comm.size();
   at::Tensor mine = at::zeros({1 + static_cast<int64_t>(kNumMemoryCategories)}, at::kLong);
   mine[0] = mem.peak();
   auto bd = mem.peak_breakdown();
   for (std::size_t i = 0; i < kNumMemoryCategories; ++i) mine[static_cast<int64_t>(i) + 1] = bd[i];
-  at::Tensor all = at::zeros({n * mine.numel()}, at::kLong);
-  if (t.device != "cpu") {
-    at::Tensor md = mine.to(at::Device(t.device)), ad = all.to(at::Device(t.device));
-    t.comm.world().all_gather(md, ad).wait();
-    all = ad.cpu();
-  } else {
-    t.comm.world().all_gather(mine, all).wait();
-  }
-  all = all.view({n, -1});
+  at::Tensor all = t.gather(mine);
   if (res.emulated) all = all.narrow(0, 0, 1);  // only rank 0 really ran
   int best = 0;
   for (int r = 0; r < all.size(0); ++r) {

@@ -28,8 +28,9 @@ struct RunConfig {
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 2;
   std::string resume_dir;
-  std::string init_from;  // safetensors file or directory with an index json
-  std::string plan_path;  // for the report and checkpoint manifests
+  bool resume_any = false;  // --resume-any: continue a checkpoint of another seed or plan
+  std::string init_from;    // safetensors file or directory with an index json
+  std::string plan_path;    // for the report and checkpoint manifests
 };
 
 struct StepStat {
@@ -66,10 +67,16 @@ struct RunResult {
 // InputError naming what fsdp-run cannot run in this plan (model, strategy, dtype on this device):
 // the launcher checks it once before starting ranks, and every rank again.
 void check_plan_runnable(const PlanFile& plan);
+// InputError for flags that contradict each other (a checkpoint interval without a directory, ...): checked like
+// check_plan_runnable, before any rank starts.
+void check_run_config(const RunConfig& cfg);
 
 class Trainer {
  public:
-  // Validates the plan against this launch (world size, device); InputError if it cannot run.
+  // Validates the plan against this launch (world size, device) and, before the first step, every input it will
+  // use (issue M11): the data file's ids against the vocabulary (each rank scans its share), the checkpoint
+  // directory (rank 0 takes its lock, which also proves it writable, and checks the free space for one
+  // checkpoint), the --init-from weights, the checkpoint resumed. InputError on every rank if any rank refuses.
   Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm);
   ~Trainer();
   RunResult run(std::ostream* log);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "strategy/placement.hpp"
 
 namespace fsdp {
 
@@ -58,7 +59,8 @@ struct Emitter {
   double mb = 0;  // master dtype bytes
   double rb = 0;  // reduce dtype bytes
   bool sharded = false;
-  bool mixed = false;  // compute dtype differs from storage
+  UnitPlacement place;  // of the strategy's units but the root (strategy/placement.hpp)
+  bool mixed = false;   // compute dtype differs from storage
   // The ZeRO paper's layout (Rajbhandari et al. 2020, arXiv 1910.02054 sec. 3.1, DeepSpeed): parameters
   // and gradients in the low precision, an fp32 master copy kept with the optimizer states and
   // partitioned like them. PyTorch's DDP/FSDP instead keep fp32 parameters and cast for compute.
@@ -154,7 +156,8 @@ struct Emitter {
     pb = dtype_bytes(s.param_dtype);
     mb = dtype_bytes(s.master_dtype);
     rb = dtype_bytes(s.reduce_dtype);
-    sharded = shards_params(s.kind);
+    place = unit_placement(s, /*root=*/false, rt.root_reshard_after_forward);
+    sharded = place.params_sharded;
     mixed = s.param_dtype != s.master_dtype;
     zero_layout = mixed && rt.zero_low_precision_params &&
                   (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
@@ -498,7 +501,7 @@ void Emitter::emit_sharded() {
   const bool offload_params = s.offload == Offload::Params;
   const int K = static_cast<int>(s.grad_accum);
   const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
-  const bool hsdp = s.kind == StrategyKind::Hsdp;
+  const bool hsdp = place.replica_all_reduce;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
   if (!offload_params) {
@@ -574,10 +577,7 @@ void Emitter::emit_sharded() {
     };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      if (s.kind == StrategyKind::FsdpGradOp) return true;
-      if (!s.reshard_after_forward) return true;
-      if (u.is_root && !rt.root_reshard_after_forward) return true;
-      return false;
+      return !unit_placement(s, u.is_root, rt.root_reshard_after_forward).reshard_after_forward;
     };
     // ---- forward ----
     for (int ui = 0; ui < n; ++ui) {
@@ -783,7 +783,7 @@ void Emitter::emit_replicated() {
   // it is all-reduced once it holds bucket_cap_mb (torch/nn/parallel/distributed.py, bucket_cap_mb = 25;
   // executor/shard/sharded_model.cpp post_backward), the last one when backward ends. (PyTorch's first bucket
   // is capped at 1 MiB, _DEFAULT_FIRST_BUCKET_BYTES; not modelled: it only splits the first, earliest bucket.)
-  const bool bucketed = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1;
+  const bool bucketed = place.reduction == GradReduction::AllReduceBuckets;
   const double bucket_cap = static_cast<double>(s.ddp_bucket_mb) * kMiB;
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;

@@ -17,6 +17,8 @@
 #include "io/safetensors.hpp"
 #include "model/model_loader.hpp"
 #include "model/transformer.hpp"
+#include "runtime/runtime_profile.hpp"
+#include "shard/sharded_model.hpp"
 #include "test_common.hpp"
 #include "train/mem_tracker.hpp"
 
@@ -249,6 +251,11 @@ TEST_CASE("local group: world 1 collectives are identities; rehearsal stands in 
   at::Tensor shard = at::zeros({2});
   four->world().reduce_scatter_sum(at::arange(8, at::kFloat), shard).wait();
   CHECK(at::equal(shard, at::arange(2, at::kFloat)));
+}
+
+TEST_CASE("fsdp-run's root unit stays gathered after forward, as its runtime profile tells the step program") {
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  CHECK(rt.root_reshard_after_forward == ShardedModel::kReshardsRoot);
 }
 
 }  // namespace fsdp::exec::test
