@@ -209,6 +209,7 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   ln.short_name = "layer";
   ln.kind = ModuleKind::DecoderLayer;
   ln.layer = i;
+  ln.output_elems_per_token = m.hidden_size;
   ModuleId layer = add(stack, ln);
 
   const std::string layer_in = p + ".in";
@@ -249,6 +250,9 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   core.short_name = "attention";
   core.kind = ModuleKind::AttentionCore;
   core.layer = i;
+  core.heads = m.num_heads;
+  core.kv_heads = m.num_kv_heads;
+  core.head_dim = m.head_dim;
   // QK^T and PV: 2 GEMMs of 2*s*d FLOPs per token per head (non-causal count; see forward_flops_per_token).
   core.flops_per_token_per_seq = 4.0 * static_cast<double>(m.q_dim());
   const double qd = static_cast<double>(m.q_dim());

@@ -78,7 +78,9 @@ struct ModuleNode {
   bool lora_target = false;                   // a Linear that LoRA may adapt
   std::string short_name;                     // q_proj, k_proj, ... (matches Hugging Face names)
   std::vector<SavedTensor> saved;
-  int64_t output_elems_per_token = 0;  // the module's output (for the live working set)
+  int64_t output_elems_per_token = 0;  // the module's output (for the live working set); a DecoderLayer's: the
+                                       // residual stream's width (its hidden size)
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;  // AttentionCore: the layer's own attention shape
 };
 
 enum class EdgeKind { Contains, Feeds };

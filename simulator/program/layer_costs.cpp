@@ -82,7 +82,9 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   const ActivationQuery& q = in.query;
   const double tokens = in.tokens;
   const double pb = dtype_bytes(s.param_dtype);
-  const double h = static_cast<double>(g.spec().hidden_size);
+  // The layer's own widths, from its nodes (module_graph.hpp): a model whose layers differ needs no change here.
+  const double h = static_cast<double>(g.node(layer).output_elems_per_token);
+  FSDP_ASSERT(h > 0, "a decoder layer node carries its hidden size");
   const double res = tensor_bytes(TensorClass::Residual, q);
   const Widths w = widths_of(g, layer, q);
   LayerCost c;
@@ -92,6 +94,11 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
     const ModuleNode& n = g.node(leaf);
     c.matmul_flops_per_token += n.flops_per_token;
     c.attention_flops_per_token += n.flops_per_token_per_seq * static_cast<double>(s.seq_len) * kCausalFraction;
+    if (n.kind == ModuleKind::AttentionCore) {
+      c.shape.heads = n.heads;
+      c.shape.kv_heads = n.kv_heads;
+      c.shape.head_dim = n.head_dim;
+    }
     if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
     c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n)});
     if (n.kind != ModuleKind::Linear) continue;
@@ -100,10 +107,6 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
       if (t == n.short_name) c.lora_params += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
   }
   if (s.method == Method::Full) c.lora_params = 0;
-  const int64_t head_dim = g.spec().head_dim;
-  c.shape.head_dim = head_dim;
-  c.shape.heads = head_dim > 0 ? static_cast<int64_t>(w.q) / head_dim : 0;
-  c.shape.kv_heads = head_dim > 0 ? static_cast<int64_t>(w.kv) / head_dim : 0;
   // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer.
   c.saved_bytes =
       s.act_ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, s.act_ckpt);
