@@ -3,6 +3,7 @@
 // exit code 3, within the collective timeout plus 10 s, naming the rank. The measured times are printed (MESSAGE)
 // and tabled in executor/README.md.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ pid_t spawn_launcher(const std::vector<std::string>& args, const std::string& lo
   std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and with the test, however it ends
     FILE* f = std::freopen(log.c_str(), "w", stdout);
     (void)f;
     ::dup2(::fileno(stdout), 2);
@@ -84,6 +86,18 @@ bool wait_text(const std::string& file, const std::string& text, std::chrono::se
   return false;
 }
 
+// Kills the job (its ranks die with it: PR_SET_PDEATHSIG) if it still runs when the case ends, a failed REQUIRE
+// included: a test must not leave a training job behind.
+struct JobGuard {
+  pid_t pid;
+  ~JobGuard() {
+    if (::waitpid(pid, nullptr, WNOHANG) == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
 struct Case {
   int ranks, victim, signal;
 };
@@ -115,6 +129,7 @@ TEST_CASE("faults: a stopped or killed rank, rank 0 included, ends the job withi
     const pid_t job = spawn_launcher({"--nproc-per-node", std::to_string(c.ranks), plan, "--steps", "100000",
                                       "--timeout", std::to_string(kTimeoutS)},
                                      log);
+    JobGuard guard{job};
     REQUIRE(wait_text(log, "step 2", std::chrono::seconds(120)));
     pid_t victim = rank_pid(job, c.victim);
     for (int tries = 0; victim < 0 && tries < 100; ++tries) {
@@ -126,10 +141,6 @@ TEST_CASE("faults: a stopped or killed rank, rank 0 included, ends the job withi
     ::kill(victim, c.signal);
     const int code = wait_exit(job, std::chrono::seconds(kTimeoutS + 60));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (code == -1) {
-      ::kill(job, SIGKILL);  // its ranks die with it (PR_SET_PDEATHSIG)
-      wait_exit(job, std::chrono::seconds(10));
-    }
     const std::string out = slurp(log);
     INFO(out);
     MESSAGE(what << ": the job exited " << code << ", " << secs << " s after the signal");
