@@ -87,8 +87,11 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
     dense -=
         static_cast<double>(m.num_layers) * expert * static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
   }
-  double attention =
-      6.0 * static_cast<double>(m.num_layers) * static_cast<double>(seq_len) * static_cast<double>(m.q_dim());
+  // Each layer's score and value GEMMs, forward + backward (3x the forward): 6 s d_q for a causal global layer,
+  // a sliding layer's band for a local one (seq_flops_per_token).
+  double attention = 0;
+  for (ModuleId layer : g.layers())
+    for (ModuleId leaf : g.leaves_under(layer)) attention += 3.0 * seq_flops_per_token(g.node(leaf), seq_len);
   // A frozen base (LoRA) needs no weight gradients: forward 2N + input gradients 2N.
   return (frozen_base ? 4.0 : 6.0) * dense + attention;
 }

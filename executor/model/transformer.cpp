@@ -28,6 +28,22 @@ void check_model_supported(const ModelSpec& spec) {
     throw InputError("model " + spec.name + ": num_heads must be a multiple of num_kv_heads");
   if (spec.position_embedding == PositionEmbedding::Rope && spec.head_dim % 2 != 0)
     throw InputError("model " + spec.name + ": rotary embedding needs an even head_dim");
+  // The layer parts of model_spec.hpp this executor does not build (Llama's block is all it runs).
+  const ModelSpec llama;
+  const std::pair<bool, const char*> unsupported[] = {
+      {spec.norm == NormType::LayerNormNoParams, "layer norms without parameters (norm: layernorm_no_params)"},
+      {spec.pre_attention_norm != llama.pre_attention_norm || spec.pre_mlp_norm != llama.pre_mlp_norm ||
+           spec.post_attention_norm || spec.post_mlp_norm,
+       "norm placements other than Llama's pre-norm (pre_/post_attention_norm, pre_/post_mlp_norm)"},
+      {spec.parallel_block, "parallel attention + MLP blocks (parallel_block)"},
+      {spec.qk_norm != QkNorm::None, "q/k norms (qk_norm)"},
+      {spec.rotary_dim != 0, "partial rotary embeddings (rotary_dim)"},
+      {spec.sliding_window != 0, "sliding-window attention (sliding_window)"},
+      {spec.attn_logit_softcap > 0 || spec.final_logit_softcap > 0, "logit soft-capping (attn_/final_logit_softcap)"},
+      {spec.scaled_embeddings, "scaled embeddings (scaled_embeddings)"},
+  };
+  for (const auto& [used, feature] : unsupported)
+    if (used) throw InputError("model " + spec.name + ": " + feature + " are not supported by fsdp-run yet");
 }
 
 std::vector<ParamDef> model_param_defs(const ModelSpec& s) {

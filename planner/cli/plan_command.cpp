@@ -83,11 +83,13 @@ int run_plan(const std::vector<std::string>& argv) {
   validate_profiles(hw, rt);
   Strategy base;
   base.seq_len = kDefaultSeq;
-  if (!args.has("--seq") && model.position_embedding == PositionEmbedding::Learned &&
-      model.max_positions < kDefaultSeq) {
+  // The default sequence never exceeds what the model was trained for (learned positions cannot, RoPE models were
+  // not trained beyond it): a longer --seq is the user's to ask for, and gets untrained_length_warning.
+  if (!args.has("--seq") && model.max_positions < kDefaultSeq) {
     base.seq_len = model.max_positions;
-    std::cerr << "note: " << model.name << " has " << model.max_positions << " learned positions; planning with --seq "
-              << model.max_positions << "\n";
+    std::cerr << "note: " << model.name << " has " << model.max_positions
+              << (model.position_embedding == PositionEmbedding::Learned ? " learned positions" : " positions")
+              << "; planning with --seq " << model.max_positions << "\n";
   }
   apply_strategy_flags(args, base);
   SearchRequest req;

@@ -35,7 +35,18 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
 }
 
+double causal_keys_per_query(int64_t seq, int64_t window) {
+  const double s = static_cast<double>(seq);
+  if (window <= 0 || window >= seq) return s * 0.5;
+  const double w = static_cast<double>(window);
+  return w - w * w / (2.0 * s);
+}
+
 Flops attention_forward_flops(const AttentionShape& a) {
+  FSDP_ASSERT(a.causal || a.window == 0, "a local-attention window is modelled for causal attention only");
+  if (a.window > 0 && a.window < a.seq_len)
+    return Flops(4.0 * double(a.batch) * double(a.seq_len) * double(a.heads) * double(a.head_dim) *
+                 causal_keys_per_query(a.seq_len, a.window));
   double s = double(a.seq_len);
   double f = 4.0 * double(a.batch) * s * s * double(a.heads) * double(a.head_dim);
   // With a causal mask FlashAttention skips the blocks above the diagonal (FlashAttention-2 paper,

@@ -8,9 +8,14 @@
 //    class that transformers would build for the architecture; each default below cites the file.
 //    Versions read: transformers v4.44 src/transformers/models/<arch>/configuration_<arch>.py and
 //    modeling_<arch>.py, and Qwen's remote code (Qwen/Qwen-72B configuration_qwen.py, modeling_qwen.py).
-//  - Keys that change no parameter, FLOP or saved tensor (token ids, rope_scaling, sliding_window,
-//    torch_dtype, ...) are ignored; so are keys this reader does not know, because config.json files
-//    carry many tool-specific extras.
+//  - Every optional key that is absent (or null) and so takes the transformers default is named in a
+//    warning, with the value taken; keys that change memory or time but are not modelled
+//    (quantization_config, rope_scaling, Gemma 2's final_logit_softcapping, ...) are named in another.
+//    Keys that change no parameter, FLOP or saved tensor (token ids, torch_dtype, ...) are ignored; so are
+//    keys this reader does not know, because config.json files carry many tool-specific extras.
+//    Further versions read for the families added by issue 23: transformers v4.50 models/{qwen3, gemma2, gemma3,
+//    phi3, glm, glm4, olmo, olmo2, falcon, gpt_neox}/configuration_*.py and modeling_*.py, and InternLM's remote
+//    code (internlm/internlm2-7b configuration_internlm2.py, modeling_internlm2.py).
 //  - Any problem is an InputError naming the file, the line of the key where it can be found in the
 //    text, and the key. A key given twice in one object is one (core/duplicate_keys.hpp), not the last
 //    value silently taken.
@@ -20,6 +25,8 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,7 +40,26 @@ namespace {
 
 using json = nlohmann::json;
 
-enum class Arch { Llama, Mistral, Mixtral, Qwen2, Qwen, Gpt2 };
+enum class Arch {
+  Llama,
+  Mistral,
+  Mixtral,
+  Qwen2,
+  Qwen3,
+  Gemma2,
+  Gemma3Text,
+  Gemma3,  // Gemma3ForConditionalGeneration: the language model of its text_config
+  Phi3,
+  Glm,
+  Glm4,
+  InternLM2,
+  Olmo,
+  Olmo2,
+  Falcon,
+  GptNeoX,
+  Qwen,
+  Gpt2
+};
 
 struct ArchName {
   const char* architecture;  // the "architectures" entry
@@ -42,9 +68,24 @@ struct ArchName {
 };
 
 constexpr ArchName kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", Arch::Llama},       {"MistralForCausalLM", "mistral", Arch::Mistral},
-    {"MixtralForCausalLM", "mixtral", Arch::Mixtral}, {"Qwen2ForCausalLM", "qwen2", Arch::Qwen2},
-    {"QWenLMHeadModel", "qwen", Arch::Qwen},          {"GPT2LMHeadModel", "gpt2", Arch::Gpt2},
+    {"LlamaForCausalLM", "llama", Arch::Llama},
+    {"MistralForCausalLM", "mistral", Arch::Mistral},
+    {"MixtralForCausalLM", "mixtral", Arch::Mixtral},
+    {"Qwen2ForCausalLM", "qwen2", Arch::Qwen2},
+    {"Qwen3ForCausalLM", "qwen3", Arch::Qwen3},
+    {"Gemma2ForCausalLM", "gemma2", Arch::Gemma2},
+    {"Gemma3ForCausalLM", "gemma3_text", Arch::Gemma3Text},
+    {"Gemma3ForConditionalGeneration", "gemma3", Arch::Gemma3},
+    {"Phi3ForCausalLM", "phi3", Arch::Phi3},
+    {"GlmForCausalLM", "glm", Arch::Glm},
+    {"Glm4ForCausalLM", "glm4", Arch::Glm4},
+    {"InternLM2ForCausalLM", "internlm2", Arch::InternLM2},
+    {"OlmoForCausalLM", "olmo", Arch::Olmo},
+    {"Olmo2ForCausalLM", "olmo2", Arch::Olmo2},
+    {"FalconForCausalLM", "falcon", Arch::Falcon},
+    {"GPTNeoXForCausalLM", "gpt_neox", Arch::GptNeoX},
+    {"QWenLMHeadModel", "qwen", Arch::Qwen},
+    {"GPT2LMHeadModel", "gpt2", Arch::Gpt2},
 };
 
 // Sizes above this would overflow the parameter arithmetic downstream (vocab * hidden, layers *
@@ -91,10 +132,13 @@ class Reader {
     return dim(key);
   }
 
-  int64_t optional_dim(const std::string& key, int64_t fallback) const { return has(key) ? dim(key) : fallback; }
+  int64_t optional_dim(const std::string& key, int64_t fallback) const {
+    if (!has(key)) return defaulted(key, std::to_string(fallback), fallback);
+    return dim(key);
+  }
 
   double optional_positive(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
+    if (!has(key)) return defaulted(key, number(fallback), fallback);
     const json& v = root_.at(key);
     if (!v.is_number()) fail(key, "expected a number, got " + show(v));
     double d = v.get<double>();
@@ -103,7 +147,7 @@ class Reader {
   }
 
   double optional_probability(const std::string& key, double fallback) const {
-    if (!has(key)) return fallback;
+    if (!has(key)) return defaulted(key, number(fallback), fallback);
     const json& v = root_.at(key);
     if (!v.is_number()) fail(key, "expected a number, got " + show(v));
     double d = v.get<double>();
@@ -112,18 +156,35 @@ class Reader {
   }
 
   bool optional_bool(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
+    if (!has(key)) return defaulted(key, fallback ? "true" : "false", fallback);
     const json& v = root_.at(key);
     if (!v.is_boolean()) fail(key, "expected true or false, got " + show(v));
     return v.get<bool>();
   }
 
   std::string optional_string(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
+    if (!has(key)) return defaulted(key, "\"" + fallback + "\"", fallback);
     const json& v = root_.at(key);
     if (!v.is_string()) fail(key, "expected a string, got " + show(v));
     return v.get<std::string>();
   }
+
+  // A number that may be absent or null (its own default): a cap, a window. Not a default when absent.
+  std::optional<double> nullable_positive(const std::string& key, std::optional<double> fallback) const {
+    if (root_.contains(key) && root_.at(key).is_null()) return std::nullopt;
+    if (!root_.contains(key)) {
+      defaulted(key, fallback ? number(*fallback) : "null", 0);
+      return fallback;
+    }
+    return optional_positive(key, 0);
+  }
+
+  // A value the modeling code derives when the key is absent (head_dim = hidden / heads), for the warning.
+  void note_default(const std::string& key, const std::string& value) const { defaulted(key, value, 0); }
+
+  // "key = value" for every optional key that took its default, in reading order.
+  const std::vector<std::string>& defaults() const { return defaults_; }
+  const json& root() const { return root_; }
 
  private:
   int64_t dim(const std::string& key) const {
@@ -158,10 +219,23 @@ class Reader {
     return 0;
   }
 
+  template <typename T>
+  T defaulted(const std::string& key, const std::string& shown, T value) const {
+    defaults_.push_back(key + " = " + shown);
+    return value;
+  }
+
+  static std::string number(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+
   const json& root_;
   const std::string& text_;
   const std::string& source_;
   std::string arch_;
+  mutable std::vector<std::string> defaults_;
 };
 
 json parse_json(const std::string& text, const std::string& source) {
@@ -240,47 +314,222 @@ int64_t head_dim_of(const Reader& r, const std::string& heads_key, int64_t hidde
   return hidden / heads;
 }
 
-// LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM: the same key names.
-void read_llama_like(Arch arch, const Reader& r, ModelSpec& m) {
+// The defaults of one transformers config class for the keys the Llama-style readers share, and the
+// optional layer parts its modeling file builds. Each row cites its configuration_<arch>.py (see the top).
+struct LlamaStyle {
+  int64_t kv_heads;        // num_key_value_heads when absent; 0: = num_attention_heads (MHA)
+  int64_t head_dim;        // head_dim when absent; 0: hidden_size / num_attention_heads
+  const char* eps_key;     // the norm epsilon's key; nullptr: fixed by the modeling code (OLMo 1: 1e-5)
+  double eps;              // and its default
+  double rope_theta;       // rope_theta's default
+  bool tied;               // tie_word_embeddings' default
+  const char* act_key;     // hidden_act, or Gemma's hidden_activation
+  const char* act;         // and its default
+  int64_t sliding_window;  // the window when sliding_window is absent (0: none), for the families that use it
+};
+
+LlamaStyle llama_style(Arch arch) {
+  switch (arch) {
+    // LlamaConfig: num_key_value_heads None (-> heads), rms_norm_eps 1e-6, rope_theta 10000.
+    case Arch::Llama:
+      return {0, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // MistralConfig: 8 kv heads, 1e-6, 10000, sliding_window 4096.
+    case Arch::Mistral:
+      return {8, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 4096};
+    // MixtralConfig: 8 kv heads, 1e-5, 1e6, sliding_window None.
+    case Arch::Mixtral:
+      return {8, 0, "rms_norm_eps", 1e-5, 1e6, false, "hidden_act", "silu", 0};
+    // Qwen2Config: 32 kv heads, 1e-6, 10000 (its sliding window only with use_sliding_window).
+    case Arch::Qwen2:
+      return {32, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // Qwen3Config: 32 kv heads, head_dim 128, 1e-6, 10000.
+    case Arch::Qwen3:
+      return {32, 128, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // Gemma2Config: 4 kv heads, head_dim 256, 1e-6, 10000, tied, gelu_pytorch_tanh, sliding_window 4096.
+    case Arch::Gemma2:
+      return {4, 256, "rms_norm_eps", 1e-6, 10000.0, true, "hidden_activation", "gelu_pytorch_tanh", 4096};
+    // Gemma3TextConfig: 4 kv heads, head_dim 256, 1e-6, rope_theta 1e6, tied, sliding_window 4096.
+    case Arch::Gemma3Text:
+    case Arch::Gemma3:
+      return {4, 256, "rms_norm_eps", 1e-6, 1e6, true, "hidden_activation", "gelu_pytorch_tanh", 4096};
+    // Phi3Config: num_key_value_heads None (-> heads), rms_norm_eps 1e-5, 10000, sliding_window None.
+    case Arch::Phi3:
+      return {0, 0, "rms_norm_eps", 1e-5, 10000.0, false, "hidden_act", "silu", 0};
+    // GlmConfig / Glm4Config: 2 kv heads, head_dim 128, rms_norm_eps 1.5625e-07, 10000.
+    case Arch::Glm:
+    case Arch::Glm4:
+      return {2, 128, "rms_norm_eps", 1.5625e-07, 10000.0, false, "hidden_act", "silu", 0};
+    // InternLM2Config: num_key_value_heads None (-> heads), rms_norm_eps 1e-6, rope_theta 10000.
+    case Arch::InternLM2:
+      return {0, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // OlmoConfig: kv None (-> heads), 10000; OlmoLayerNorm's eps is 1e-5 in modeling_olmo.py.
+    case Arch::Olmo:
+      return {0, 0, nullptr, 1e-5, 10000.0, false, "hidden_act", "silu", 0};
+    // Olmo2Config: kv None (-> heads), rms_norm_eps 1e-5, 10000.
+    case Arch::Olmo2:
+      return {0, 0, "rms_norm_eps", 1e-5, 10000.0, false, "hidden_act", "silu", 0};
+    default:
+      break;
+  }
+  FSDP_ASSERT(false, "llama_style: not a Llama-style architecture");
+  return {};
+}
+
+// The shape and the keys every Llama-style config shares, with the class's defaults.
+void read_llama_shape(const Reader& r, const LlamaStyle& d, ModelSpec& m) {
   m.hidden_size = r.required_dim("hidden_size");
   m.num_layers = r.required_dim("num_hidden_layers");
   m.num_heads = r.required_dim("num_attention_heads");
-  // num_key_value_heads defaults: LlamaConfig takes None and then "if num_key_value_heads is None:
-  // num_key_value_heads = num_attention_heads" (configuration_llama.py); MistralConfig and
-  // MixtralConfig default to 8 (configuration_mistral.py, configuration_mixtral.py); Qwen2Config
-  // defaults to 32 (configuration_qwen2.py). null means "the default" in all four.
-  int64_t kv_default = arch == Arch::Llama ? m.num_heads : arch == Arch::Qwen2 ? 32 : 8;
-  m.num_kv_heads = r.optional_dim("num_key_value_heads", kv_default);
-  // head_dim: optional in all four (None -> hidden_size // num_attention_heads).
-  m.head_dim = r.has("head_dim") ? r.optional_dim("head_dim", 0)
-                                 : head_dim_of(r, "num_attention_heads", m.hidden_size, m.num_heads);
-  m.ffn_size = r.required_dim("intermediate_size");
-  m.gated_mlp = true;  // gate_proj / up_proj / down_proj (MixtralBlockSparseTop2MLP: w1 / w3 / w2)
-  m.activation = activation_of(r, "hidden_act", "silu");  // every one of the four defaults to "silu"
-  m.vocab_size = r.required_dim("vocab_size");
-  // tie_word_embeddings: False in all four config classes.
-  m.tied_embeddings = r.optional_bool("tie_word_embeddings", false);
-  m.norm = NormType::RmsNorm;
-  // rms_norm_eps defaults: Llama 1e-6, Mistral 1e-6, Mixtral 1e-5, Qwen2 1e-6.
-  m.norm_eps = r.optional_positive("rms_norm_eps", arch == Arch::Mixtral ? 1e-5 : 1e-6);
-  m.position_embedding = PositionEmbedding::Rope;
-  // rope_theta defaults: Llama 10000.0, Mistral 10000.0, Mixtral 1e6, Qwen2 10000.0.
-  m.rope_theta = r.optional_positive("rope_theta", arch == Arch::Mixtral ? 1e6 : 10000.0);
-  m.max_positions = r.required_dim("max_position_embeddings");
-  if (arch == Arch::Llama) {
-    // LlamaAttention: q/k/v/o_proj bias=config.attention_bias; LlamaMLP: bias=config.mlp_bias; both default False.
-    bool attention_bias = r.optional_bool("attention_bias", false);
-    m.qkv_bias = attention_bias;
-    m.attn_out_bias = attention_bias;
-    m.mlp_bias = r.optional_bool("mlp_bias", false);
+  m.num_kv_heads = r.optional_dim("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.num_heads);
+  if (d.head_dim > 0) {
+    m.head_dim = r.optional_dim("head_dim", d.head_dim);
+  } else if (r.has("head_dim")) {
+    m.head_dim = r.optional_dim("head_dim", 0);
   } else {
-    // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False; Mistral / Mixtral: no bias anywhere.
-    m.qkv_bias = arch == Arch::Qwen2;
-    m.attn_out_bias = false;
-    m.mlp_bias = false;
+    m.head_dim = head_dim_of(r, "num_attention_heads", m.hidden_size, m.num_heads);
+    r.note_default("head_dim", "hidden_size / num_attention_heads = " + std::to_string(m.head_dim));
   }
-  // attention_dropout (on the softmax) defaults to 0.0 in all four.
-  m.dropout = r.optional_probability("attention_dropout", 0.0) > 0;
+  m.ffn_size = r.required_dim("intermediate_size");
+  m.gated_mlp = true;  // gate and up projections (fused gate_up_proj in Phi3 and GLM; InternLM2 w1 / w3)
+  m.activation = activation_of(r, d.act_key, d.act);
+  m.vocab_size = r.required_dim("vocab_size");
+  m.tied_embeddings = r.optional_bool("tie_word_embeddings", d.tied);
+  m.norm = NormType::RmsNorm;
+  m.norm_eps = d.eps_key ? r.optional_positive(d.eps_key, d.eps) : d.eps;
+  m.position_embedding = PositionEmbedding::Rope;
+  m.rope_theta = r.optional_positive("rope_theta", d.rope_theta);
+  m.max_positions = r.required_dim("max_position_embeddings");
+  m.dropout = r.optional_probability("attention_dropout", 0.0) > 0;  // 0.0 in every one of these classes
+}
+
+// A window read from sliding_window (null: none). Integers only; the class default when absent.
+int64_t window_of(const Reader& r, int64_t fallback) {
+  if (r.root().contains("sliding_window") && r.root().at("sliding_window").is_null()) return 0;
+  if (!r.has("sliding_window") && fallback == 0) return 0;
+  return r.optional_dim("sliding_window", fallback);
+}
+
+// Gemma 3's sliding/global pattern: layer_types (transformers >= 4.53 writes it) or sliding_window_pattern
+// (default 6: Gemma3TextConfig); both must describe "every N-th layer global" (model_spec.hpp).
+int64_t gemma3_global_every(const Reader& r, int64_t layers) {
+  if (!r.has("layer_types")) return r.optional_dim("sliding_window_pattern", 6);
+  const json& types = r.root().at("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
+    r.fail("layer_types", "expected a list of num_hidden_layers entries");
+  int64_t every = 0;
+  for (int64_t i = 0; i < layers; ++i)
+    if (types[static_cast<size_t>(i)] == "full_attention") {
+      every = i + 1;
+      break;
+    }
+  ModelSpec probe;
+  probe.sliding_window = 1;
+  probe.global_layer_every = every;
+  for (int64_t i = 0; i < layers; ++i) {
+    const json& t = types[static_cast<size_t>(i)];
+    if (t != "full_attention" && t != "sliding_attention")
+      r.fail("layer_types", "entry " + std::to_string(i) + " is " + show(t) +
+                                "; expected \"full_attention\" or \"sliding_attention\"");
+    if ((t == "full_attention") != (probe.attention_window(i) == 0))
+      r.fail("layer_types", "the pattern is not \"every N-th layer global\", the only one modelled");
+  }
+  return every;
+}
+
+// Sequential layers with Gemma's four norms: input, post-attention, pre-feedforward, post-feedforward
+// (Gemma2DecoderLayer, Gemma3DecoderLayer; Glm4DecoderLayer's post_self_attn / post_mlp layernorms).
+void sandwich_norms(ModelSpec& m) {
+  m.post_attention_norm = true;
+  m.post_mlp_norm = true;
+}
+
+// The parts each Llama-style family adds to Llama's block.
+void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec& m) {
+  switch (arch) {
+    case Arch::Llama: {
+      // LlamaAttention: q/k/v/o_proj bias=config.attention_bias; LlamaMLP: bias=config.mlp_bias; both default False.
+      const bool attention_bias = r.optional_bool("attention_bias", false);
+      m.qkv_bias = m.attn_out_bias = attention_bias;
+      m.mlp_bias = r.optional_bool("mlp_bias", false);
+      break;
+    }
+    case Arch::Qwen2:
+      m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+      break;
+    case Arch::Mistral:
+    case Arch::Mixtral:
+    case Arch::Phi3:
+      // No biases (Phi3Attention's qkv_proj and o_proj: bias=False). Phi3's flash attention slides over
+      // config.sliding_window (modeling_phi3.py), as Mistral's does.
+      m.sliding_window = window_of(r, d.sliding_window);
+      if (arch == Arch::Phi3)
+        m.dropout = m.dropout || r.optional_probability("resid_pdrop", 0.0) > 0 ||
+                    r.optional_probability("embd_pdrop", 0.0) > 0;
+      break;
+    case Arch::Qwen3:
+      // Qwen3Attention: q/k/v/o_proj bias=config.attention_bias (False); q_norm, k_norm = RMSNorm(head_dim).
+      m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
+      m.qk_norm = QkNorm::PerHead;
+      break;
+    case Arch::Gemma2:
+    case Arch::Gemma3Text:
+    case Arch::Gemma3: {
+      // GemmaXAttention: q/k/v/o_proj bias=config.attention_bias (False); the embedding is scaled by
+      // sqrt(hidden_size). Gemma 2 soft-caps the scores (attn_logit_softcapping 50.0) and the logits (30.0);
+      // Gemma 3 caps neither by default and normalises q and k per head (q_norm, k_norm: RMSNorm(head_dim)).
+      m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
+      sandwich_norms(m);
+      m.scaled_embeddings = true;
+      const bool gemma2 = arch == Arch::Gemma2;
+      m.attn_logit_softcap =
+          r.nullable_positive("attn_logit_softcapping", gemma2 ? 50.0 : std::optional<double>{}).value_or(0.0);
+      m.final_logit_softcap =
+          r.nullable_positive("final_logit_softcapping", gemma2 ? 30.0 : std::optional<double>{}).value_or(0.0);
+      m.sliding_window = window_of(r, d.sliding_window);
+      if (m.sliding_window > 0) m.global_layer_every = gemma2 ? 2 : gemma3_global_every(r, m.num_layers);
+      if (!gemma2) m.qk_norm = QkNorm::PerHead;
+      break;
+    }
+    case Arch::Glm:
+    case Arch::Glm4: {
+      // GlmAttention: q/k/v_proj bias=config.attention_bias (True), o_proj bias=False; rotary over
+      // int(head_dim * partial_rotary_factor) dims (0.5). Glm4DecoderLayer adds post_self_attn_layernorm
+      // and post_mlp_layernorm.
+      m.qkv_bias = r.optional_bool("attention_bias", true);
+      const double fraction = r.optional_positive("partial_rotary_factor", 0.5);
+      if (fraction > 1) r.fail("partial_rotary_factor", "must be at most 1");
+      m.rotary_dim = static_cast<int64_t>(std::floor(static_cast<double>(m.head_dim) * fraction));
+      if (arch == Arch::Glm4) sandwich_norms(m);
+      break;
+    }
+    case Arch::InternLM2: {
+      // InternLM2Attention: wqkv and wo bias=config.bias (default True); InternLM2MLP w1/w2/w3 bias=False.
+      const bool bias = r.optional_bool("bias", true);
+      m.qkv_bias = m.attn_out_bias = bias;
+      break;
+    }
+    case Arch::Olmo:
+      // OlmoLayerNorm has neither weight nor bias; q/k/v/o_proj bias=config.attention_bias (False).
+      m.norm = NormType::LayerNormNoParams;
+      m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
+      break;
+    case Arch::Olmo2:
+      // Olmo2DecoderLayer: post_attention_layernorm and post_feedforward_layernorm only (norms after the
+      // sublayers); Olmo2Attention: q_norm = RMSNorm(heads * head_dim), k_norm = RMSNorm(kv_heads * head_dim).
+      m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
+      m.pre_attention_norm = m.pre_mlp_norm = false;
+      m.post_attention_norm = m.post_mlp_norm = true;
+      m.qk_norm = QkNorm::Projection;
+      break;
+    default:
+      FSDP_ASSERT(false, "read_llama_parts: not a Llama-style architecture");
+  }
+}
+
+void read_llama_like(Arch arch, const Reader& r, ModelSpec& m) {
+  const LlamaStyle d = llama_style(arch);
+  read_llama_shape(r, d, m);
+  read_llama_parts(arch, r, d, m);
   if (arch == Arch::Mixtral) {
     MoeSpec moe;
     // MixtralConfig: num_local_experts=8, num_experts_per_tok=2; each expert's w1/w3 are
@@ -294,6 +543,74 @@ void read_llama_like(Arch arch, const Reader& r, ModelSpec& m) {
     moe.expert_ffn_size = m.ffn_size;
     m.moe = moe;
   }
+}
+
+// FalconForCausalLM. FalconConfig defaults: num_kv_heads None (-> heads), layer_norm_epsilon 1e-5,
+// hidden_dropout / attention_dropout 0.0, alibi False, new_decoder_architecture False, multi_query True,
+// parallel_attn True, bias False, max_position_embeddings 2048, rope_theta 10000, ffn_hidden_size None
+// (-> 4 * hidden_size), activation "gelu"; tie_word_embeddings comes from PretrainedConfig (True).
+// FalconAttention: kv heads = num_kv_heads with the new decoder architecture or without multi_query, else 1
+// (MQA); query_key_value and dense bias=config.bias. FalconDecoderLayer: sequential with input_layernorm and
+// post_attention_layernorm without parallel_attn; parallel with ln_attn and ln_mlp under the new decoder
+// architecture when num_ln_in_parallel_attn is 2 (its default there), otherwise one shared input_layernorm.
+void read_falcon(const Reader& r, ModelSpec& m) {
+  if (r.optional_bool("alibi", false)) r.fail("alibi", "ALiBi position biases (Falcon-RW) are not modelled");
+  m.hidden_size = r.required_dim("hidden_size");
+  m.num_layers = r.required_dim("num_hidden_layers");
+  m.num_heads = r.required_dim("num_attention_heads");
+  m.head_dim = head_dim_of(r, "num_attention_heads", m.hidden_size, m.num_heads);
+  const bool new_arch = r.optional_bool("new_decoder_architecture", false);
+  const bool multi_query = r.optional_bool("multi_query", true);
+  const int64_t kv = r.optional_dim("num_kv_heads", m.num_heads);
+  m.num_kv_heads = new_arch || !multi_query ? kv : 1;
+  m.ffn_size = r.optional_dim("ffn_hidden_size", checked_mul(r, "hidden_size", 4, m.hidden_size));
+  m.gated_mlp = false;
+  m.activation = activation_of(r, "activation", "gelu");
+  m.vocab_size = r.required_dim("vocab_size");
+  m.tied_embeddings = r.optional_bool("tie_word_embeddings", true);
+  m.norm = NormType::LayerNorm;
+  m.norm_eps = r.optional_positive("layer_norm_epsilon", 1e-5);
+  m.position_embedding = PositionEmbedding::Rope;
+  m.rope_theta = r.optional_positive("rope_theta", 10000.0);
+  m.max_positions = r.optional_dim("max_position_embeddings", 2048);
+  const bool bias = r.optional_bool("bias", false);
+  m.qkv_bias = m.attn_out_bias = m.mlp_bias = bias;
+  m.parallel_block = new_arch || r.optional_bool("parallel_attn", true);
+  m.pre_mlp_norm = !m.parallel_block || (new_arch && r.optional_dim("num_ln_in_parallel_attn", 2) == 2);
+  m.dropout = r.optional_probability("hidden_dropout", 0.0) > 0 || r.optional_probability("attention_dropout", 0.0) > 0;
+}
+
+// GPTNeoXForCausalLM. GPTNeoXConfig defaults: hidden_act "gelu", rotary_pct 0.25, rotary_emb_base 10000,
+// attention_dropout / hidden_dropout 0.0, layer_norm_eps 1e-5, tie_word_embeddings False,
+// use_parallel_residual True, attention_bias True. GPTNeoXAttention: query_key_value and dense
+// bias=config.attention_bias, rotary_ndims = int(head_size * rotary_pct); GPTNeoXMLP dense_h_to_4h /
+// dense_4h_to_h with biases; GPTNeoXLayer: input_layernorm and post_attention_layernorm (LayerNorm), in
+// parallel with use_parallel_residual.
+void read_gpt_neox(const Reader& r, ModelSpec& m) {
+  m.hidden_size = r.required_dim("hidden_size");
+  m.num_layers = r.required_dim("num_hidden_layers");
+  m.num_heads = r.required_dim("num_attention_heads");
+  m.num_kv_heads = m.num_heads;
+  m.head_dim = head_dim_of(r, "num_attention_heads", m.hidden_size, m.num_heads);
+  m.ffn_size = r.required_dim("intermediate_size");
+  m.gated_mlp = false;
+  m.activation = activation_of(r, "hidden_act", "gelu");
+  m.vocab_size = r.required_dim("vocab_size");
+  m.tied_embeddings = r.optional_bool("tie_word_embeddings", false);
+  m.norm = NormType::LayerNorm;
+  m.norm_eps = r.optional_positive("layer_norm_eps", 1e-5);
+  m.position_embedding = PositionEmbedding::Rope;
+  // rotary_emb_base, which newer configs call rope_theta.
+  m.rope_theta =
+      r.has("rope_theta") ? r.optional_positive("rope_theta", 0) : r.optional_positive("rotary_emb_base", 10000.0);
+  const double pct = r.optional_positive("rotary_pct", 0.25);
+  if (pct > 1) r.fail("rotary_pct", "must be at most 1");
+  m.rotary_dim = static_cast<int64_t>(std::floor(static_cast<double>(m.head_dim) * pct));
+  m.max_positions = r.required_dim("max_position_embeddings");
+  m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", true);
+  m.mlp_bias = true;
+  m.parallel_block = r.optional_bool("use_parallel_residual", true);
+  m.dropout = r.optional_probability("attention_dropout", 0.0) > 0 || r.optional_probability("hidden_dropout", 0.0) > 0;
 }
 
 // QWenLMHeadModel (Qwen 1, remote code). configuration_qwen.py defaults: kv_channels=128,
@@ -367,42 +684,116 @@ void read_gpt2(const Reader& r, ModelSpec& m) {
     r.fail("add_cross_attention", "cross-attention (encoder-decoder use) is not supported");
 }
 
-}  // namespace
+// Keys that change memory or time and that the model does not describe: named in a warning when they are set.
+struct Unmodelled {
+  const char* key;
+  const char* why;
+};
 
-ModelSpec parse_hf_config(const std::string& json_text, const std::string& source_name) {
-  json root = parse_json(json_text, source_name);
-  if (!root.is_object()) throw InputError(source_name + ":1: expected a JSON object (a config.json) at the top level");
-  Reader r(root, json_text, source_name);
+constexpr Unmodelled kUnmodelled[] = {
+    {"quantization_config",
+     "the checkpoint is quantized; memory is planned for the plan's parameter dtype (for a 4-bit frozen base, "
+     "--method qlora)"},
+    {"rope_scaling", "RoPE scaling changes no parameter and is not modelled; max_positions is max_position_embeddings"},
+    {"final_logit_softcapping",
+     "the tanh over the logits keeps one more logits-sized tensor for backward, which is not counted"},
+    {"clip_qkv", "the clamp of q, k and v is not modelled"},
+};
 
-  std::string arch_name;
-  Arch arch = find_arch(root, r, &arch_name);
-  r.set_arch(arch_name);
+// use_sliding_window with Qwen2/Qwen3 slides only the layers from max_window_layers on: not modelled.
+constexpr Unmodelled kQwenWindow = {"use_sliding_window",
+                                    "sliding-window layers are not modelled: every layer is planned with global "
+                                    "attention"};
 
-  ModelSpec m;
-  // The name: _name_or_path when the file records one (a hub id such as "meta-llama/Llama-2-7b-hf"),
-  // otherwise the file's stem ("config" for .../config.json).
-  std::string name = r.optional_string("_name_or_path", "");
-  m.name = name.empty() ? std::filesystem::path(source_name).stem().string() : name;
-  if (m.name.empty()) m.name = source_name;
-  m.family = "decoder";
+bool is_set(const json& root, const char* key) {
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return false;
+  if (it->is_boolean()) return it->get<bool>();
+  if (it->is_number()) return it->get<double>() != 0;
+  return !(it->is_object() && it->empty());
+}
 
+std::vector<std::string> unmodelled_warnings(const Reader& r, Arch arch, const std::string& source) {
+  std::vector<std::string> out;
+  auto add = [&](const Unmodelled& u) {
+    if (is_set(r.root(), u.key)) out.push_back(source + ": key '" + u.key + "' is set: " + u.why);
+  };
+  for (const auto& u : kUnmodelled) add(u);
+  if (arch == Arch::Qwen2 || arch == Arch::Qwen3) add(kQwenWindow);
+  return out;
+}
+
+// Gemma3ForConditionalGeneration: the language model is the text_config object.
+const json& text_config_of(const Reader& r) {
+  auto it = r.root().find("text_config");
+  if (it == r.root().end() || !it->is_object())
+    r.fail("text_config", "missing or not an object (Gemma3ForConditionalGeneration keeps the language model there)");
+  return *it;
+}
+
+void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
   switch (arch) {
-    case Arch::Llama:
-    case Arch::Mistral:
-    case Arch::Mixtral:
-    case Arch::Qwen2:
-      read_llama_like(arch, r, m);
-      break;
     case Arch::Qwen:
       read_qwen(r, m);
       break;
     case Arch::Gpt2:
       read_gpt2(r, m);
       break;
+    case Arch::Falcon:
+      read_falcon(r, m);
+      break;
+    case Arch::GptNeoX:
+      read_gpt_neox(r, m);
+      break;
+    default:
+      read_llama_like(arch, r, m);
   }
+}
+
+}  // namespace
+
+LoadedModel read_hf_config(const std::string& json_text, const std::string& source_name) {
+  json root = parse_json(json_text, source_name);
+  if (!root.is_object()) throw InputError(source_name + ":1: expected a JSON object (a config.json) at the top level");
+  Reader top(root, json_text, source_name);
+
+  std::string arch_name;
+  Arch arch = find_arch(root, top, &arch_name);
+  top.set_arch(arch_name);
+
+  LoadedModel out;
+  ModelSpec& m = out.spec;
+  // The name: _name_or_path when the file records one (a hub id such as "meta-llama/Llama-2-7b-hf"),
+  // otherwise the file's stem ("config" for .../config.json).
+  std::string name = top.optional_string("_name_or_path", "");
+  m.name = name.empty() ? std::filesystem::path(source_name).stem().string() : name;
+  if (m.name.empty()) m.name = source_name;
+  m.family = "decoder";
+
+  const json& body = arch == Arch::Gemma3 ? text_config_of(top) : root;
+  Reader r(body, json_text, source_name);
+  r.set_arch(arch_name);
+  read_arch(arch, r, m);
+  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head (model_spec.hpp)
   checked_mul(r, "head_dim", m.head_dim, m.num_heads);
   validate_model(m, source_name);
-  return m;
+
+  if (!r.defaults().empty()) {
+    std::string list;
+    for (const auto& d : r.defaults()) list += (list.empty() ? "" : ", ") + d;
+    out.warnings.push_back(source_name + ": not given, so the " + arch_name +
+                           " defaults of transformers are taken: " + list);
+  }
+  for (auto& w : unmodelled_warnings(r, arch, source_name)) out.warnings.push_back(std::move(w));
+  if (arch == Arch::Gemma3)
+    out.warnings.push_back(source_name +
+                           ": the vision tower (vision_config) and the multi-modal projector are not counted: the "
+                           "plan is for the language model of text_config");
+  return out;
+}
+
+ModelSpec parse_hf_config(const std::string& json_text, const std::string& source_name) {
+  return read_hf_config(json_text, source_name).spec;
 }
 
 }  // namespace fsdp

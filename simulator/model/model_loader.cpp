@@ -1,15 +1,39 @@
 #include "model/model_loader.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "core/errors.hpp"
 
 namespace fsdp {
 
-const char* to_string(NormType n) { return n == NormType::RmsNorm ? "rmsnorm" : "layernorm"; }
+const char* to_string(NormType n) {
+  switch (n) {
+    case NormType::RmsNorm:
+      return "rmsnorm";
+    case NormType::LayerNorm:
+      return "layernorm";
+    case NormType::LayerNormNoParams:
+      return "layernorm_no_params";
+  }
+  return "?";
+}
+const char* to_string(QkNorm n) {
+  switch (n) {
+    case QkNorm::None:
+      return "none";
+    case QkNorm::PerHead:
+      return "per_head";
+    case QkNorm::Projection:
+      return "projection";
+  }
+  return "?";
+}
 const char* to_string(ActivationFn a) {
   switch (a) {
     case ActivationFn::Silu:
@@ -22,6 +46,33 @@ const char* to_string(ActivationFn a) {
   return "?";
 }
 const char* to_string(PositionEmbedding p) { return p == PositionEmbedding::Rope ? "rope" : "learned"; }
+
+namespace {
+
+// The optional layer parts (model_spec.hpp) against each other and the shape.
+template <typename Bad>
+void validate_layer_parts(const ModelSpec& m, Bad bad) {
+  if (m.parallel_block && !m.pre_attention_norm)
+    bad("parallel_block", "a parallel block reads the input norm's output (pre_attention_norm: true)");
+  if (m.parallel_block && (m.post_attention_norm || m.post_mlp_norm))
+    bad("parallel_block", "post-sublayer norms are not defined for a parallel block");
+  if (m.rotary_dim != 0) {
+    if (m.position_embedding != PositionEmbedding::Rope) bad("rotary_dim", "only meaningful with rope");
+    if (m.rotary_dim < 0 || m.rotary_dim > m.head_dim || m.rotary_dim % 2 != 0)
+      bad("rotary_dim", "must be even and within 2 .. head_dim (" + std::to_string(m.head_dim) + "), got " +
+                            std::to_string(m.rotary_dim));
+  }
+  if (m.sliding_window < 0 || m.sliding_window > (int64_t{1} << 31))
+    bad("sliding_window", "must be within 1 .. 2^31, got " + std::to_string(m.sliding_window));
+  if (m.global_layer_every < 0 || m.global_layer_every > m.num_layers)
+    bad("global_layer_every", "must be within 0 .. num_layers, got " + std::to_string(m.global_layer_every));
+  if (m.sliding_window == 0 && m.global_layer_every != 0) bad("global_layer_every", "only meaningful with a window");
+  for (const auto& [key, cap] : {std::pair<const char*, double>{"attn_logit_softcap", m.attn_logit_softcap},
+                                 std::pair<const char*, double>{"final_logit_softcap", m.final_logit_softcap}})
+    if (!(cap >= 0) || !std::isfinite(cap)) bad(key, "must be a positive number (or absent)");
+}
+
+}  // namespace
 
 void validate_model(const ModelSpec& m, const std::string& source) {
   auto bad = [&](const std::string& key, const std::string& msg) {
@@ -45,12 +96,70 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.head_dim <= 0) bad("head_dim", "must be positive");
   if (m.position_embedding == PositionEmbedding::Rope && m.head_dim % 2 != 0)
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));
+  validate_layer_parts(m, bad);
   if (m.moe) {
     if (m.moe->experts_per_token > m.moe->num_experts)
       bad("moe.experts_per_token",
           std::to_string(m.moe->experts_per_token) + " exceeds num_experts " + std::to_string(m.moe->num_experts));
   }
 }
+
+namespace {
+
+// The optional keys (configs/models/README.md): absent means Llama's block.
+bool optional_bool(ConfigMap& map, const std::string& key, bool absent) {
+  return map.has(key) ? map.get_bool(key) : absent;
+}
+
+void parse_layer_parts(ConfigMap& map, ModelSpec& m) {
+  m.pre_attention_norm = optional_bool(map, "pre_attention_norm", true);
+  m.pre_mlp_norm = optional_bool(map, "pre_mlp_norm", true);
+  m.post_attention_norm = optional_bool(map, "post_attention_norm", false);
+  m.post_mlp_norm = optional_bool(map, "post_mlp_norm", false);
+  m.parallel_block = optional_bool(map, "parallel_block", false);
+  if (map.has("qk_norm")) {
+    const std::string q = map.get_enum("qk_norm", {"none", "per_head", "projection"});
+    m.qk_norm = q == "none" ? QkNorm::None : q == "per_head" ? QkNorm::PerHead : QkNorm::Projection;
+  }
+  if (map.has("rotary_dim")) {
+    if (m.position_embedding != PositionEmbedding::Rope) map.fail("rotary_dim", "only meaningful with rope");
+    m.rotary_dim = map.get_positive_int("rotary_dim");
+    if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head: the same as absent
+  }
+  if (map.has("sliding_window")) {
+    m.sliding_window = map.get_positive_int("sliding_window");
+    m.global_layer_every = map.get_int("global_layer_every");  // required with a window: no silent pattern
+  } else if (map.has("global_layer_every")) {
+    map.fail("global_layer_every", "only meaningful with sliding_window");
+  }
+  if (map.has("attn_logit_softcap")) m.attn_logit_softcap = map.get_positive_double("attn_logit_softcap");
+  if (map.has("final_logit_softcap")) m.final_logit_softcap = map.get_positive_double("final_logit_softcap");
+  m.scaled_embeddings = optional_bool(map, "scaled_embeddings", false);
+}
+
+// Writes the optional keys that differ from their defaults, so a Llama-shaped model is written as before.
+void emit_layer_parts(const ModelSpec& m, YAML::Emitter& out) {
+  const ModelSpec d;  // the defaults
+  auto flag = [&](const char* key, bool v, bool def) {
+    if (v != def) out << YAML::Key << key << YAML::Value << v;
+  };
+  flag("pre_attention_norm", m.pre_attention_norm, d.pre_attention_norm);
+  flag("pre_mlp_norm", m.pre_mlp_norm, d.pre_mlp_norm);
+  flag("post_attention_norm", m.post_attention_norm, d.post_attention_norm);
+  flag("post_mlp_norm", m.post_mlp_norm, d.post_mlp_norm);
+  flag("parallel_block", m.parallel_block, d.parallel_block);
+  if (m.qk_norm != QkNorm::None) out << YAML::Key << "qk_norm" << YAML::Value << to_string(m.qk_norm);
+  if (m.rotary_dim != 0) out << YAML::Key << "rotary_dim" << YAML::Value << m.rotary_dim;
+  if (m.sliding_window != 0) {
+    out << YAML::Key << "sliding_window" << YAML::Value << m.sliding_window;
+    out << YAML::Key << "global_layer_every" << YAML::Value << m.global_layer_every;
+  }
+  if (m.attn_logit_softcap > 0) out << YAML::Key << "attn_logit_softcap" << YAML::Value << m.attn_logit_softcap;
+  if (m.final_logit_softcap > 0) out << YAML::Key << "final_logit_softcap" << YAML::Value << m.final_logit_softcap;
+  flag("scaled_embeddings", m.scaled_embeddings, d.scaled_embeddings);
+}
+
+}  // namespace
 
 ModelSpec parse_model_map(ConfigMap& map) {
   ModelSpec m;
@@ -67,7 +176,10 @@ ModelSpec parse_model_map(ConfigMap& map) {
   m.activation = act == "silu" ? ActivationFn::Silu : act == "gelu" ? ActivationFn::Gelu : ActivationFn::GeluTanh;
   m.vocab_size = map.get_positive_int("vocab_size");
   m.tied_embeddings = map.get_bool("tied_embeddings");
-  m.norm = map.get_enum("norm", {"rmsnorm", "layernorm"}) == "rmsnorm" ? NormType::RmsNorm : NormType::LayerNorm;
+  const std::string norm = map.get_enum("norm", {"rmsnorm", "layernorm", "layernorm_no_params"});
+  m.norm = norm == "rmsnorm"     ? NormType::RmsNorm
+           : norm == "layernorm" ? NormType::LayerNorm
+                                 : NormType::LayerNormNoParams;
   m.norm_eps = map.get_positive_double("norm_eps");
   m.position_embedding = map.get_enum("position_embedding", {"rope", "learned"}) == "rope" ? PositionEmbedding::Rope
                                                                                            : PositionEmbedding::Learned;
@@ -81,6 +193,7 @@ ModelSpec parse_model_map(ConfigMap& map) {
   m.attn_out_bias = map.get_bool("attn_out_bias");
   m.mlp_bias = map.get_bool("mlp_bias");
   m.dropout = map.get_bool("dropout");
+  parse_layer_parts(map, m);
   if (map.has("moe")) {
     ConfigMap moe = map.get_map("moe");
     MoeSpec s;
@@ -124,6 +237,7 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
   out << YAML::Key << "attn_out_bias" << YAML::Value << m.attn_out_bias;
   out << YAML::Key << "mlp_bias" << YAML::Value << m.mlp_bias;
   out << YAML::Key << "dropout" << YAML::Value << m.dropout;
+  emit_layer_parts(m, out);
   if (m.moe) {
     out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "num_experts" << YAML::Value << m.moe->num_experts;
@@ -179,27 +293,65 @@ std::vector<ZooEntry> list_zoo(const std::string& config_root) {
   return out;
 }
 
-ModelSpec load_model(const std::string& name_or_path, const std::string& config_root) {
+namespace {
+
+// A hub id: "owner/name" with no file behind it (load_model tries local paths first).
+bool looks_like_hub_id(const std::string& s) {
+  const size_t slash = s.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == s.size()) return false;
+  if (s.find('/', slash + 1) != std::string::npos || s[0] == '.' || s[0] == '~') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '/' || c == '-' || c == '_' || c == '.';
+  });
+}
+
+LoadedModel from_yaml(const std::string& path) {
+  ConfigMap map = ConfigMap::load_file(path);
+  return LoadedModel{parse_model_map(map), {}};
+}
+
+}  // namespace
+
+LoadedModel load_model_with_warnings(const std::string& name_or_path, const std::string& config_root) {
   if (name_or_path.empty()) throw InputError("--model: empty model name");
-  if (ends_with(name_or_path, ".json")) return parse_hf_config(read_text(name_or_path), name_or_path);
-  if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml") ||
-      name_or_path.find('/') != std::string::npos) {
-    ConfigMap map = ConfigMap::load_file(name_or_path);
-    return parse_model_map(map);
+  std::error_code ec;
+  if (std::filesystem::is_directory(name_or_path, ec)) {
+    // A Hugging Face model directory (a snapshot, a save_pretrained output): its config.json.
+    const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
+    if (!std::filesystem::exists(config, ec))
+      throw InputError("--model: " + name_or_path + " is a directory without a config.json");
+    LoadedModel loaded = read_hf_config(read_text(config), config);
+    // Without _name_or_path the model is named after its directory, not "config".
+    if (loaded.spec.name == "config")
+      loaded.spec.name = std::filesystem::weakly_canonical(name_or_path, ec).filename().string();
+    return loaded;
   }
+  if (ends_with(name_or_path, ".json")) return read_hf_config(read_text(name_or_path), name_or_path);
+  const bool exists = std::filesystem::exists(name_or_path, ec);
+  if (!exists && looks_like_hub_id(name_or_path) && !ends_with(name_or_path, ".yaml") &&
+      !ends_with(name_or_path, ".yml"))
+    throw InputError("--model: '" + name_or_path +
+                     "' looks like a Hugging Face hub id, and there is no network here: give the config.json "
+                     "path or a model directory (e.g. the snapshot that huggingface-cli download wrote)");
+  if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml") ||
+      name_or_path.find('/') != std::string::npos)
+    return from_yaml(name_or_path);
   std::vector<ZooEntry> zoo = list_zoo(config_root);
   for (const auto& z : zoo) {
     bool match =
         z.name == name_or_path || std::find(z.aliases.begin(), z.aliases.end(), name_or_path) != z.aliases.end();
-    if (match) {
-      ConfigMap map = ConfigMap::load_file(z.path);
-      return parse_model_map(map);
-    }
+    if (match) return from_yaml(z.path);
   }
   std::string names;
   for (const auto& z : zoo) names += (names.empty() ? "" : ", ") + z.name;
   throw InputError("--model: unknown model '" + name_or_path + "' (known: " + names +
-                   "; or give a path to a .yaml model file or a Hugging Face config.json)");
+                   "; or give a path to a .yaml model file, a Hugging Face config.json or a model directory)");
+}
+
+ModelSpec load_model(const std::string& name_or_path, const std::string& config_root) {
+  LoadedModel loaded = load_model_with_warnings(name_or_path, config_root);
+  for (const auto& w : loaded.warnings) std::cerr << "fsdp-plan: warning: " << w << "\n";
+  return std::move(loaded.spec);
 }
 
 }  // namespace fsdp

@@ -16,8 +16,16 @@ ModelSpec parse_model_map(ConfigMap& map);
 // Writes a ModelSpec back in the same schema (used by plan.yaml to embed the model).
 void emit_model_map(const ModelSpec& spec, YAML::Emitter& out);
 
-// Parse a Hugging Face config.json text (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, QWenLMHeadModel, MixtralForCausalLM, GPT2LMHeadModel).
+// A model and what its reader wants the user to know: the keys that took a transformers default, and the keys
+// that change memory or time but are not modelled (configs/models/README.md, "Reading a Hugging Face config.json").
+struct LoadedModel {
+  ModelSpec spec;
+  std::vector<std::string> warnings;
+};
+
+// Parse a Hugging Face config.json text (the architectures of configs/models/README.md).
+LoadedModel read_hf_config(const std::string& json_text, const std::string& source_name);
+// The same, for callers that need only the shape (tests, the fuzzer): the warnings are not returned.
 ModelSpec parse_hf_config(const std::string& json_text, const std::string& source_name);
 
 struct ZooEntry {
@@ -29,7 +37,11 @@ struct ZooEntry {
 // The zoo: configs/models/*.yaml under config_root; aliases from configs/models/aliases.yaml.
 std::vector<ZooEntry> list_zoo(const std::string& config_root);
 
-// name, alias, YAML path or config.json path -> ModelSpec. InputError on anything unknown.
+// name, alias, YAML path, config.json path or a model directory (its config.json) -> the model and its
+// reader's warnings. InputError on anything unknown; a hub id ("Qwen/Qwen3-8B") that is not a local path is
+// refused with a message saying there is no network here.
+LoadedModel load_model_with_warnings(const std::string& name_or_path, const std::string& config_root);
+// The same, printing each warning on stderr ("fsdp-plan: warning: ...").
 ModelSpec load_model(const std::string& name_or_path, const std::string& config_root);
 
 // Semantic checks shared by all readers (heads divide hidden, kv heads divide heads, ...).

@@ -3,6 +3,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "compute/compute_cost.hpp"
 #include "core/errors.hpp"
 
 namespace fsdp {
@@ -97,7 +98,7 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
       sig += std::string(to_string(n.kind)) + "," + n.short_name + "," + std::to_string(n.params) + "," +
              std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
              std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
-             std::to_string(n.output_elems_per_token);
+             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window);
       for (const SavedTensor& t : n.saved)
         sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
                std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
@@ -152,28 +153,49 @@ ModuleNode linear(std::string name, std::string short_name, int64_t layer, int64
   return n;
 }
 
-ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id) {
+// The shape of a norm: its weight's length, the elements it normalises per token, and the rows (statistics)
+// per token. A decoder norm: hidden, hidden, 1. A per-head q/k norm (Qwen3RMSNorm(head_dim) over q viewed as
+// heads x head_dim): head_dim, heads * head_dim, heads.
+struct NormShape {
+  int64_t weight = 0;
+  int64_t elems = 0;
+  int64_t rows = 1;
+};
+
+NormShape hidden_norm(const ModelSpec& m) { return NormShape{m.hidden_size, m.hidden_size, 1}; }
+
+ModuleNode norm(std::string name, NormType type, int64_t layer, const std::string& input_id, NormShape shape) {
   ModuleNode n;
   n.name = name;
   n.short_name = name.substr(name.rfind('.') + 1);
   n.kind = ModuleKind::Norm;
   n.layer = layer;
-  bool ln = m.norm == NormType::LayerNorm;
-  n.params = ln ? 2 * m.hidden_size : m.hidden_size;  // weight (+ bias for LayerNorm)
-  n.flops_per_token = kNormFlopsPerElem * static_cast<double>(m.hidden_size);
-  // Backward needs the input and the per-token statistics (rstd; LayerNorm also the mean).
-  n.saved.push_back(SavedTensor{input_id, static_cast<double>(m.hidden_size), false, TensorClass::NormInput});
-  n.saved.push_back(SavedTensor{name + ".stats", ln ? 2.0 : 1.0, false, TensorClass::Fp32});
+  const bool ln = type != NormType::RmsNorm;
+  const double elems = static_cast<double>(shape.elems);
+  // weight (+ bias for LayerNorm); OLMo 1's OlmoLayerNorm has neither (F.layer_norm(x, shape, None, None)).
+  n.params = type == NormType::LayerNorm ? 2 * shape.weight : type == NormType::RmsNorm ? shape.weight : 0;
+  n.flops_per_token = kNormFlopsPerElem * elems;
+  // Backward needs the input and the per-row statistics (rstd; LayerNorm also the mean).
+  n.saved.push_back(SavedTensor{input_id, elems, false, TensorClass::NormInput});
+  n.saved.push_back(
+      SavedTensor{name + ".stats", (ln ? 2.0 : 1.0) * static_cast<double>(shape.rows), false, TensorClass::Fp32});
   // Hugging Face LlamaRMSNorm computes in fp32 and multiplies the weight by the normalised tensor cast back
   // to the input dtype (transformers/models/llama/modeling_llama.py), so autograd also keeps that tensor.
-  n.saved.push_back(
-      SavedTensor{name + ".normalized", static_cast<double>(m.hidden_size), false, TensorClass::NormInternal});
+  n.saved.push_back(SavedTensor{name + ".normalized", elems, false, TensorClass::NormInternal});
   // RMSNorm's variance x.pow(2).mean(-1): some runtimes' mean keeps the squared tensor (NormSquared).
-  if (!ln)
-    n.saved.push_back(
-        SavedTensor{name + ".squared", static_cast<double>(m.hidden_size), false, TensorClass::NormSquared});
-  n.output_elems_per_token = m.hidden_size;
+  if (!ln) n.saved.push_back(SavedTensor{name + ".squared", elems, false, TensorClass::NormSquared});
+  n.output_elems_per_token = shape.elems;
   return n;
+}
+
+ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id) {
+  return norm(std::move(name), m.norm, layer, input_id, hidden_norm(m));
+}
+
+// q_norm / k_norm over `heads` heads of the projection (model_spec.hpp QkNorm).
+NormShape qk_norm_shape(const ModelSpec& m, int64_t heads) {
+  const int64_t width = heads * m.head_dim;
+  return m.qk_norm == QkNorm::PerHead ? NormShape{m.head_dim, width, heads} : NormShape{width, width, 1};
 }
 
 // The MLP's activation function (with the gating multiply for gated MLPs), `f` elements per token.
@@ -200,49 +222,44 @@ ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, 
 
 }  // namespace
 
-ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
+ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id) {
   const ModelSpec& m = spec_;
   const std::string p = "layers." + std::to_string(i);
   const double h = static_cast<double>(m.hidden_size);
-  ModuleNode ln;
-  ln.name = p;
-  ln.short_name = "layer";
-  ln.kind = ModuleKind::DecoderLayer;
-  ln.layer = i;
-  ln.output_elems_per_token = m.hidden_size;
-  ModuleId layer = add(stack, ln);
-
-  const std::string layer_in = p + ".in";
-  ModuleId n1 = add(layer, norm(p + ".input_layernorm", m, i, layer_in));
-  feeds(input, n1);
-
   ModuleNode attn_c;
   attn_c.name = p + ".self_attn";
   attn_c.short_name = "self_attn";
   attn_c.kind = ModuleKind::Attention;
   attn_c.layer = i;
   ModuleId attn = add(layer, attn_c);
-  const std::string n1_out = p + ".input_layernorm.out";
-  ModuleId q = add(attn, linear(p + ".self_attn.q_proj", "q_proj", i, m.hidden_size, m.q_dim(), m.qkv_bias, n1_out,
+  ModuleId q = add(attn, linear(p + ".self_attn.q_proj", "q_proj", i, m.hidden_size, m.q_dim(), m.qkv_bias, in_id,
                                 TensorClass::Compute));
-  ModuleId k = add(attn, linear(p + ".self_attn.k_proj", "k_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, n1_out,
+  ModuleId k = add(attn, linear(p + ".self_attn.k_proj", "k_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, in_id,
                                 TensorClass::Compute));
-  ModuleId v = add(attn, linear(p + ".self_attn.v_proj", "v_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, n1_out,
+  ModuleId v = add(attn, linear(p + ".self_attn.v_proj", "v_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, in_id,
                                 TensorClass::Compute));
-  for (ModuleId x : {q, k, v}) feeds(n1, x);
+  for (ModuleId x : {q, k, v}) feeds(src, x);
   ModuleId q_src = q, k_src = k;
+  if (m.qk_norm != QkNorm::None) {
+    // q_norm and k_norm on the projections before rotary (Qwen3Attention, Gemma3Attention, Olmo2Attention).
+    q_src = add(attn, norm(p + ".self_attn.q_norm", m.norm, i, p + ".q_proj.out", qk_norm_shape(m, m.num_heads)));
+    k_src = add(attn, norm(p + ".self_attn.k_norm", m.norm, i, p + ".k_proj.out", qk_norm_shape(m, m.num_kv_heads)));
+    feeds(q, q_src);
+    feeds(k, k_src);
+  }
   if (m.position_embedding == PositionEmbedding::Rope) {
     ModuleNode rot;
     rot.name = p + ".self_attn.rotary";
     rot.short_name = "rotary";
     rot.kind = ModuleKind::Rotary;
     rot.layer = i;
-    // q*cos + rotate_half(q)*sin on q and k: 3 FLOPs per element (HF apply_rotary_pos_emb).
-    rot.flops_per_token = 3.0 * static_cast<double>(m.q_dim() + m.kv_dim());
+    // q*cos + rotate_half(q)*sin on the rotated dims of q and k: 3 FLOPs per element (HF apply_rotary_pos_emb;
+    // partial rotary passes the other dims through, GPTNeoXAttention).
+    rot.flops_per_token = 3.0 * static_cast<double>((m.num_heads + m.num_kv_heads) * m.rotary_dims());
     rot.output_elems_per_token = m.q_dim() + m.kv_dim();
     ModuleId r = add(attn, rot);
-    feeds(q, r);
-    feeds(k, r);
+    feeds(q_src, r);
+    feeds(k_src, r);
     q_src = k_src = r;
   }
   ModuleNode core;
@@ -253,7 +270,8 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   core.heads = m.num_heads;
   core.kv_heads = m.num_kv_heads;
   core.head_dim = m.head_dim;
-  // QK^T and PV: 2 GEMMs of 2*s*d FLOPs per token per head (non-causal count; see forward_flops_per_token).
+  core.window = m.attention_window(i);
+  // QK^T and PV: 2 GEMMs of 2*s*d FLOPs per token per head (non-causal count; see seq_flops_per_token).
   core.flops_per_token_per_seq = 4.0 * static_cast<double>(m.q_dim());
   const double qd = static_cast<double>(m.q_dim());
   const double kvd = static_cast<double>(m.kv_dim());
@@ -272,6 +290,10 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   core.saved.push_back(SavedTensor{p + ".attn.v_expanded", qd, false, TensorClass::Compute, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true});
   core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
+  // Soft-capping the scores, cap * tanh(scores / cap) (Gemma2Attention eager path): tanh keeps its output
+  // for backward, one more score-sized tensor; fused kernels cap in the tile (FlashAttention-2 >= 2.6 softcap).
+  if (m.attn_logit_softcap > 0)
+    core.saved.push_back(SavedTensor{p + ".attn.softcap", heads, true, TensorClass::Compute, true, true});
   if (m.dropout) {
     core.saved.push_back(SavedTensor{p + ".attn.dropout.mask", heads, true, TensorClass::Byte, true, true});
     core.saved.push_back(SavedTensor{p + ".attn.dropout.out", heads, true, TensorClass::Compute, true, true});
@@ -290,58 +312,62 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     feeds(o, d);
     attn_last = d;
   }
+  return attn_last;
+}
 
-  const std::string mid = p + ".mid";
-  ModuleId n2 = add(layer, norm(p + ".post_attention_layernorm", m, i, mid));
-  feeds(attn_last, n2);
-  const std::string n2_out = p + ".post_attention_layernorm.out";
-
-  auto build_mlp = [&](ModuleId parent, const std::string& mp, int64_t ffn, double token_fraction) -> ModuleId {
-    const double f = static_cast<double>(ffn) * token_fraction;
-    // Routed experts see a gathered copy of their tokens (token_fraction < 1); dense MLPs read the norm output.
-    const std::string in_id = token_fraction < 1.0 ? mp + ".in" : n2_out;
-    ModuleId last;
-    if (m.gated_mlp) {
-      ModuleId gate = add(parent, linear(mp + ".gate_proj", "gate_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id,
-                                         TensorClass::Compute));
-      ModuleId up = add(
-          parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, in_id, TensorClass::Compute));
-      ModuleNode act = activation(mp, i, f, ffn);
-      // SiLU saves its input (the gate output); the gating multiply saves both operands.
-      act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
-      act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::Compute});
-      act.saved.push_back(SavedTensor{mp + ".up.out", f, false, TensorClass::Compute});
-      ModuleId a = add(parent, act);
-      feeds(gate, a);
-      feeds(up, a);
-      ModuleId down = add(parent, linear(mp + ".down_proj", "down_proj", i, ffn, m.hidden_size, m.mlp_bias,
-                                         mp + ".prod", TensorClass::Compute));
-      feeds(a, down);
-      last = down;
-      for (ModuleId x : {gate, up, down}) g_[x].saved[0].elems_per_token *= token_fraction;
-      for (ModuleId x : {gate, up, down}) g_[x].flops_per_token *= token_fraction;
-    } else {
-      ModuleId fc1 =
-          add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, in_id, TensorClass::Compute));
-      ModuleNode act = activation(mp, i, f, ffn);
-      act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
-      ModuleId a = add(parent, act);
-      feeds(fc1, a);
-      ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",
-                                        TensorClass::Compute));
-      feeds(a, fc2);
-      last = fc2;
-      for (ModuleId x : {fc1, fc2}) g_[x].saved[0].elems_per_token *= token_fraction;
-      for (ModuleId x : {fc1, fc2}) g_[x].flops_per_token *= token_fraction;
-      if (m.dropout) {
-        ModuleId d = add(parent, dropout(mp + ".dropout", i, h, false, false));
-        feeds(fc2, d);
-        last = d;
-      }
+ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& mp, const std::string& in_id,
+                                int64_t ffn, double token_fraction) {
+  const ModelSpec& m = spec_;
+  const double h = static_cast<double>(m.hidden_size);
+  const double f = static_cast<double>(ffn) * token_fraction;
+  // Routed experts see a gathered copy of their tokens (token_fraction < 1); dense MLPs read the norm output.
+  const std::string input = token_fraction < 1.0 ? mp + ".in" : in_id;
+  ModuleId last;
+  if (m.gated_mlp) {
+    ModuleId gate = add(
+        parent, linear(mp + ".gate_proj", "gate_proj", i, m.hidden_size, ffn, m.mlp_bias, input, TensorClass::Compute));
+    ModuleId up =
+        add(parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, input, TensorClass::Compute));
+    ModuleNode act = activation(mp, i, f, ffn);
+    // SiLU saves its input (the gate output); the gating multiply saves both operands.
+    act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
+    act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::Compute});
+    act.saved.push_back(SavedTensor{mp + ".up.out", f, false, TensorClass::Compute});
+    ModuleId a = add(parent, act);
+    feeds(gate, a);
+    feeds(up, a);
+    ModuleId down = add(parent, linear(mp + ".down_proj", "down_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".prod",
+                                       TensorClass::Compute));
+    feeds(a, down);
+    last = down;
+    for (ModuleId x : {gate, up, down}) g_[x].saved[0].elems_per_token *= token_fraction;
+    for (ModuleId x : {gate, up, down}) g_[x].flops_per_token *= token_fraction;
+  } else {
+    ModuleId fc1 =
+        add(parent, linear(mp + ".c_fc", "c_fc", i, m.hidden_size, ffn, m.mlp_bias, input, TensorClass::Compute));
+    ModuleNode act = activation(mp, i, f, ffn);
+    act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
+    ModuleId a = add(parent, act);
+    feeds(fc1, a);
+    ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",
+                                      TensorClass::Compute));
+    feeds(a, fc2);
+    last = fc2;
+    for (ModuleId x : {fc1, fc2}) g_[x].saved[0].elems_per_token *= token_fraction;
+    for (ModuleId x : {fc1, fc2}) g_[x].flops_per_token *= token_fraction;
+    if (m.dropout) {
+      ModuleId d = add(parent, dropout(mp + ".dropout", i, h, false, false));
+      feeds(fc2, d);
+      last = d;
     }
-    return last;
-  };
+  }
+  return last;
+}
 
+ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id) {
+  const ModelSpec& m = spec_;
+  const std::string p = "layers." + std::to_string(i);
+  const double h = static_cast<double>(m.hidden_size);
   ModuleNode mlp_c;
   mlp_c.layer = i;
   if (!m.moe) {
@@ -349,54 +375,101 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     mlp_c.short_name = "mlp";
     mlp_c.kind = ModuleKind::Mlp;
     ModuleId mlp = add(layer, mlp_c);
-    build_mlp(mlp, p + ".mlp", m.ffn_size, 1.0);
-    feeds(n2, mlp);
-  } else {
-    const MoeSpec& moe = *m.moe;
-    mlp_c.name = p + ".block_sparse_moe";
-    mlp_c.short_name = "block_sparse_moe";
-    mlp_c.kind = ModuleKind::Moe;
-    ModuleId block = add(layer, mlp_c);
-    ModuleNode router;
-    router.name = p + ".block_sparse_moe.gate";
-    router.short_name = "gate";
-    router.kind = ModuleKind::Router;
-    router.layer = i;
-    router.in_features = m.hidden_size;
-    router.out_features = moe.num_experts;
-    router.params = m.hidden_size * moe.num_experts;  // no bias (Mixtral: nn.Linear(..., bias=False))
-    router.flops_per_token = 2.0 * h * static_cast<double>(moe.num_experts);
-    router.saved.push_back(SavedTensor{n2_out, h, false, TensorClass::Compute});
-    // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
-    router.saved.push_back(
-        SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false, TensorClass::Fp32});
-    router.output_elems_per_token = moe.num_experts;
-    ModuleId r = add(block, router);
-    feeds(n2, r);
-    const double frac = static_cast<double>(moe.experts_per_token) / static_cast<double>(moe.num_experts);
-    for (int64_t e = 0; e < moe.num_experts; ++e) {
-      ModuleNode ex;
-      ex.name = p + ".block_sparse_moe.experts." + std::to_string(e);
-      ex.short_name = "expert";
-      ex.kind = ModuleKind::Mlp;
-      ex.layer = i;
-      ModuleId eid = add(block, ex);
-      build_mlp(eid, ex.name, moe.expert_ffn_size, frac);
-      // The gathered copy of the tokens routed to this expert.
-      g_[eid].saved.push_back(SavedTensor{ex.name + ".in", h * frac, false, TensorClass::Compute});
-      feeds(r, eid);
-    }
-    for (int64_t e = 0; e < moe.shared_experts; ++e) {
-      ModuleNode ex;
-      ex.name = p + ".block_sparse_moe.shared_experts." + std::to_string(e);
-      ex.short_name = "shared_expert";
-      ex.kind = ModuleKind::Mlp;
-      ex.layer = i;
-      ModuleId eid = add(block, ex);
-      build_mlp(eid, ex.name, moe.expert_ffn_size, 1.0);
-      feeds(n2, eid);
-    }
+    build_mlp(mlp, i, p + ".mlp", in_id, m.ffn_size, 1.0);
+    feeds(src, mlp);
+    return mlp;
   }
+  const MoeSpec& moe = *m.moe;
+  mlp_c.name = p + ".block_sparse_moe";
+  mlp_c.short_name = "block_sparse_moe";
+  mlp_c.kind = ModuleKind::Moe;
+  ModuleId block = add(layer, mlp_c);
+  ModuleNode router;
+  router.name = p + ".block_sparse_moe.gate";
+  router.short_name = "gate";
+  router.kind = ModuleKind::Router;
+  router.layer = i;
+  router.in_features = m.hidden_size;
+  router.out_features = moe.num_experts;
+  router.params = m.hidden_size * moe.num_experts;  // no bias (Mixtral: nn.Linear(..., bias=False))
+  router.flops_per_token = 2.0 * h * static_cast<double>(moe.num_experts);
+  router.saved.push_back(SavedTensor{in_id, h, false, TensorClass::Compute});
+  // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
+  router.saved.push_back(
+      SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false, TensorClass::Fp32});
+  router.output_elems_per_token = moe.num_experts;
+  ModuleId r = add(block, router);
+  feeds(src, r);
+  const double frac = static_cast<double>(moe.experts_per_token) / static_cast<double>(moe.num_experts);
+  for (int64_t e = 0; e < moe.num_experts; ++e) {
+    ModuleNode ex;
+    ex.name = p + ".block_sparse_moe.experts." + std::to_string(e);
+    ex.short_name = "expert";
+    ex.kind = ModuleKind::Mlp;
+    ex.layer = i;
+    ModuleId eid = add(block, ex);
+    build_mlp(eid, i, ex.name, in_id, moe.expert_ffn_size, frac);
+    // The gathered copy of the tokens routed to this expert.
+    g_[eid].saved.push_back(SavedTensor{ex.name + ".in", h * frac, false, TensorClass::Compute});
+    feeds(r, eid);
+  }
+  for (int64_t e = 0; e < moe.shared_experts; ++e) {
+    ModuleNode ex;
+    ex.name = p + ".block_sparse_moe.shared_experts." + std::to_string(e);
+    ex.short_name = "shared_expert";
+    ex.kind = ModuleKind::Mlp;
+    ex.layer = i;
+    ModuleId eid = add(block, ex);
+    build_mlp(eid, i, ex.name, in_id, moe.expert_ffn_size, 1.0);
+    feeds(src, eid);
+  }
+  return block;
+}
+
+// A decoder layer from the spec's parts (model_spec.hpp): the optional norms around each sublayer, and the
+// attention and MLP one after the other (x + attn, then + mlp) or in parallel on the layer input.
+ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
+  const ModelSpec& m = spec_;
+  const std::string p = "layers." + std::to_string(i);
+  ModuleNode ln;
+  ln.name = p;
+  ln.short_name = "layer";
+  ln.kind = ModuleKind::DecoderLayer;
+  ln.layer = i;
+  ln.output_elems_per_token = m.hidden_size;
+  ModuleId layer = add(stack, ln);
+  // A norm of the layer fed by `src` and saving `in_id`; its output's id is "<name>.out".
+  auto layer_norm = [&](const std::string& short_name, ModuleId src, const std::string& in_id) {
+    ModuleId n = add(layer, norm(p + "." + short_name, m, i, in_id));
+    feeds(src, n);
+    return n;
+  };
+
+  const std::string layer_in = p + ".in";
+  ModuleId attn_src = input;
+  std::string attn_in = layer_in;
+  if (m.pre_attention_norm) {
+    attn_src = layer_norm("input_layernorm", input, layer_in);
+    attn_in = p + ".input_layernorm.out";
+  }
+  ModuleId attn_last = build_attention(layer, i, attn_src, attn_in);
+  // Gemma names the norm on the attention output post_attention_layernorm, and the one before the MLP
+  // pre_feedforward_layernorm; Llama's post_attention_layernorm is the one before the MLP.
+  if (m.post_attention_norm) attn_last = layer_norm("post_attention_layernorm", attn_last, p + ".attn.proj_out");
+
+  ModuleId mlp_src = attn_last;
+  std::string mlp_in = p + ".mid";  // the residual stream after the attention's add
+  if (m.parallel_block) {
+    // Both sublayers read the layer input: through their own norm (NeoX), or the input norm's output (Falcon-7B).
+    mlp_src = m.pre_mlp_norm ? layer_norm("post_attention_layernorm", input, layer_in) : attn_src;
+    mlp_in = m.pre_mlp_norm ? p + ".post_attention_layernorm.out" : attn_in;
+  } else if (m.pre_mlp_norm) {
+    const std::string name = m.post_attention_norm ? "pre_feedforward_layernorm" : "post_attention_layernorm";
+    mlp_src = layer_norm(name, attn_last, mlp_in);
+    mlp_in = p + "." + name + ".out";
+  }
+  ModuleId mlp = build_mlp_block(layer, i, mlp_src, mlp_in);
+  if (m.post_mlp_norm) layer_norm("post_feedforward_layernorm", mlp, p + ".mlp.out");
   return layer;
 }
 
@@ -506,14 +579,16 @@ int64_t ModuleGraph::params_under(ModuleId id) const { return subtree_params_[id
 
 int64_t ModuleGraph::total_params() const { return params_under(root_); }
 
+double seq_flops_per_token(const ModuleNode& n, int64_t seq) {
+  if (n.flops_per_token_per_seq == 0) return 0;
+  return n.flops_per_token_per_seq * causal_keys_per_query(seq, n.window);
+}
+
 double ModuleGraph::forward_flops_per_token(ModuleId id, int64_t seq) const {
-  // Causal masking: only the lower triangle of the s x s score matrix is computed by fused kernels
-  // (FlashAttention-2, arXiv 2307.08691 sec. 3.1.1), i.e. half of the non-causal attention FLOPs.
-  constexpr double kCausalFraction = 0.5;
   double total = 0;
   for (ModuleId leaf : leaves_under(id)) {
     const ModuleNode& n = g_[leaf];
-    total += n.flops_per_token + n.flops_per_token_per_seq * static_cast<double>(seq) * kCausalFraction;
+    total += n.flops_per_token + seq_flops_per_token(n, seq);
   }
   return total;
 }

@@ -81,7 +81,12 @@ struct ModuleNode {
   int64_t output_elems_per_token = 0;  // the module's output (for the live working set); a DecoderLayer's: the
                                        // residual stream's width (its hidden size)
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // AttentionCore: the layer's own attention shape
+  int64_t window = 0;  // AttentionCore: keys a query attends at most (a sliding layer's window); 0: all earlier keys
 };
+
+// Forward FLOPs per token of a node's sequence-dependent part (attention's score and value GEMMs) at sequence
+// length seq: causal, each query attends the earlier keys, at most `window` of them (compute_cost.hpp).
+double seq_flops_per_token(const ModuleNode& n, int64_t seq);
 
 enum class EdgeKind { Contains, Feeds };
 struct ModuleEdge {
@@ -120,7 +125,8 @@ class ModuleGraph {
   int64_t total_params() const;
   int64_t params_under(ModuleId id) const;
   // Forward FLOPs per token of the modules under `id` at sequence length seq (causal attention halves the
-  // score/value FLOPs: only the lower triangle is computed, FlashAttention-2 paper sec. 3.1.1).
+  // score/value FLOPs: only the lower triangle is computed, FlashAttention-2 paper sec. 3.1.1; a sliding layer
+  // computes only its window's band: seq_flops_per_token).
   double forward_flops_per_token(ModuleId id, int64_t seq) const;
   // Bytes saved for backward per token by the modules in `ids` (deduplicated by tensor id).
   double saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q, ActCkpt ckpt) const;
@@ -131,6 +137,13 @@ class ModuleGraph {
   void feeds(ModuleId from, ModuleId to);
   void build();
   ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
+  // A layer's attention block fed by `src` (whose output, saved by q/k/v, is `in_id`); returns its last node.
+  ModuleId build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id);
+  // A layer's MLP (dense or MoE) fed by `src` whose output is `in_id`; returns the container.
+  ModuleId build_mlp_block(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id);
+  // One MLP (a dense MLP or an expert) under `parent`, reading `in_id`; returns its last node.
+  ModuleId build_mlp(ModuleId parent, int64_t i, const std::string& mp, const std::string& in_id, int64_t ffn,
+                     double token_fraction);
 
   ModelSpec spec_;
   std::vector<int64_t> subtree_params_;  // cached params_under per vertex

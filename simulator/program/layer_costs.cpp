@@ -8,9 +8,6 @@ namespace fsdp {
 
 namespace {
 
-// Causal attention computes the lower triangle only (ModuleGraph::forward_flops_per_token).
-constexpr double kCausalFraction = 0.5;
-
 // The widths a layer's working set is made of, from its linears: q and kv projections, and the MLP's
 // intermediate width summed over the MLPs a token passes (a dense MLP's ffn; MoE: each expert's ffn times
 // the share of tokens it sees, shared experts whole).
@@ -18,7 +15,7 @@ struct Widths {
   double q = 0, kv = 0, ffn = 0;
   bool gated = false;
   bool rope = false;
-  int norms = 0;
+  double norm_elems = 0;  // the elements the layer's norms normalise per token (q/k norms: their projections)
   bool dropout = false;
   double mlp_saved_per_token = 0;  // the MLP's saved tensors (released before the attention stage)
   double mlp_params = 0;           // its parameters, and those of its output projections (first gradients)
@@ -33,7 +30,7 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
   Widths w;
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
-    if (n.kind == ModuleKind::Norm) ++w.norms;
+    if (n.kind == ModuleKind::Norm) w.norm_elems += static_cast<double>(n.output_elems_per_token);
     if (n.kind == ModuleKind::Rotary) w.rope = true;
     if (n.kind == ModuleKind::Dropout) w.dropout = true;
     if (n.kind != ModuleKind::Linear) continue;
@@ -93,11 +90,12 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     c.matmul_flops_per_token += n.flops_per_token;
-    c.attention_flops_per_token += n.flops_per_token_per_seq * static_cast<double>(s.seq_len) * kCausalFraction;
+    c.attention_flops_per_token += seq_flops_per_token(n, s.seq_len);
     if (n.kind == ModuleKind::AttentionCore) {
       c.shape.heads = n.heads;
       c.shape.kv_heads = n.kv_heads;
       c.shape.head_dim = n.head_dim;
+      c.shape.window = n.window;
     }
     if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
     c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n)});
@@ -116,12 +114,12 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   // outputs (bytes = (in + out) x dtype):
   //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
   //    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
-  //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h;
+  //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
   //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
   //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
   //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
   //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
-  double e = static_cast<double>(w.norms) * (q.norm_fp32_internal ? 32.0 * h : 4.0 * h * pb);
+  double e = w.norm_elems * (q.norm_fp32_internal ? 32.0 : 4.0 * pb);
   if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;

@@ -22,6 +22,7 @@ struct GemmShape {
 struct LayerShape {
   std::vector<GemmShape> gemms;  // forward GEMMs (linears and the router)
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t window = 0;  // a sliding layer's attention window (ModuleNode::window); 0: global
 };
 
 struct LayerCost {

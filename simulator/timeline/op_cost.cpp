@@ -66,6 +66,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
         a.kv_heads = ls.kv_heads;
         a.head_dim = ls.head_dim;
         a.causal = true;
+        a.window = ls.window;
         layer_time += op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
                       op.attn_bwd_passes * attention_backward_time(hw, a, dt).value;
       }

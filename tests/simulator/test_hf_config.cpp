@@ -16,6 +16,8 @@
 //                      path of the Qwen-72B checkpoint it started from)
 //   gpt2.json          openai-community/gpt2 config.json
 //   gpt2-xl.json       openai-community/gpt2-xl config.json
+//   The families of issue 23 (test_model_families.cpp cites each file's source and published count):
+//   qwen3-8b, gemma2-9b, gemma3-1b, phi3-mini-4k, glm4-9b, internlm2-7b, olmo2-7b, falcon-7b, pythia-1b.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -88,6 +90,18 @@ void check_same_model(const ModelSpec& hf, const ModelSpec& zoo) {
   CHECK(hf.attn_out_bias == zoo.attn_out_bias);
   CHECK(hf.mlp_bias == zoo.mlp_bias);
   CHECK(hf.dropout == zoo.dropout);
+  CHECK(hf.pre_attention_norm == zoo.pre_attention_norm);
+  CHECK(hf.pre_mlp_norm == zoo.pre_mlp_norm);
+  CHECK(hf.post_attention_norm == zoo.post_attention_norm);
+  CHECK(hf.post_mlp_norm == zoo.post_mlp_norm);
+  CHECK(hf.parallel_block == zoo.parallel_block);
+  CHECK(hf.qk_norm == zoo.qk_norm);
+  CHECK(hf.rotary_dim == zoo.rotary_dim);
+  CHECK(hf.sliding_window == zoo.sliding_window);
+  CHECK(hf.global_layer_every == zoo.global_layer_every);
+  CHECK(hf.attn_logit_softcap == zoo.attn_logit_softcap);
+  CHECK(hf.final_logit_softcap == zoo.final_logit_softcap);
+  CHECK(hf.scaled_embeddings == zoo.scaled_embeddings);
   REQUIRE(hf.moe.has_value() == zoo.moe.has_value());
   if (hf.moe) {
     CHECK(hf.moe->num_experts == zoo.moe->num_experts);
@@ -97,8 +111,10 @@ void check_same_model(const ModelSpec& hf, const ModelSpec& zoo) {
   }
 }
 
-const std::vector<std::string> kFixtures = {"llama3-8b", "llama2-7b", "llama2-70b", "mistral-7b", "mixtral-8x7b",
-                                            "qwen2-7b",  "qwen2-72b", "qwen-72b",   "gpt2",       "gpt2-xl"};
+const std::vector<std::string> kFixtures = {"llama3-8b",    "llama2-7b", "llama2-70b", "mistral-7b",   "mixtral-8x7b",
+                                            "qwen2-7b",     "qwen2-72b", "qwen-72b",   "gpt2",         "gpt2-xl",
+                                            "qwen3-8b",     "gemma2-9b", "gemma3-1b",  "phi3-mini-4k", "glm4-9b",
+                                            "internlm2-7b", "olmo2-7b",  "falcon-7b",  "pythia-1b"};
 
 // A minimal, valid Llama config with the given line replaced; the keys sit one per line so
 // tests can check the reported line.
