@@ -81,11 +81,11 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   if (m.position_embedding == PositionEmbedding::Learned) emb += static_cast<double>(m.max_positions * m.hidden_size);
   double dense = n - emb + (m.tied_embeddings ? static_cast<double>(m.vocab_size * m.hidden_size) : 0.0);
   if (m.moe) {
-    // Only experts_per_token of num_experts experts run per token.
+    // Only experts_per_token of num_experts experts run per token, in each MoE layer (model_spec.hpp is_moe_layer).
     double gate = m.gated_mlp ? 3.0 : 2.0;
     double expert = gate * static_cast<double>(m.hidden_size * m.moe->expert_ffn_size);
-    dense -=
-        static_cast<double>(m.num_layers) * expert * static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
+    dense -= static_cast<double>(m.moe_layers()) * expert *
+             static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
   }
   // Each layer's score and value GEMMs, forward + backward (3x the forward): 6 s d_q for a causal global layer,
   // a sliding layer's band for a local one (seq_flops_per_token).

@@ -103,17 +103,6 @@ json read_manifest(const fs::path& dir) {
   return j;
 }
 
-// Each rank's [written, read back] checksum of its file: every rank sees the same, so all refuse together.
-void check_read_back(const at::Tensor& sums, const fs::path& partial, int64_t step) {
-  auto s = sums.accessor<int64_t, 2>();
-  for (int64_t r = 0; r < sums.size(0); ++r)
-    if (s[r][0] != s[r][1])
-      throw std::runtime_error((partial / rank_file(static_cast<int>(r))).string() + ": reads back with checksum " +
-                               hex(static_cast<uint64_t>(s[r][1])) + " but was written with " +
-                               hex(static_cast<uint64_t>(s[r][0])) + "; step " + std::to_string(step) +
-                               " is not published (the previous steps are kept)");
-}
-
 // The first line where two identity texts differ.
 std::string first_difference(const std::string& saved, const std::string& ours) {
   std::istringstream a(saved), b(ours);
@@ -323,6 +312,17 @@ void note_not_loaded(const std::map<std::string, FoundTensor>& found, const std:
 
 }  // namespace
 
+void check_read_back(const at::Tensor& sums, const std::string& partial_dir, int64_t step) {
+  const fs::path partial(partial_dir);
+  auto s = sums.accessor<int64_t, 2>();
+  for (int64_t r = 0; r < sums.size(0); ++r)
+    if (s[r][0] != s[r][1])
+      throw std::runtime_error((partial / rank_file(static_cast<int>(r))).string() + ": reads back with checksum " +
+                               hex(static_cast<uint64_t>(s[r][1])) + " but was written with " +
+                               hex(static_cast<uint64_t>(s[r][0])) + "; step " + std::to_string(step) +
+                               " is not published (the previous steps are kept)");
+}
+
 std::string plan_identity(const PlanFile& p) {
   PlanFile id;
   id.model = p.model;
@@ -388,7 +388,7 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
   at::Tensor all = at::empty({2 * comm.size()}, at::kLong);
   comm.world().all_gather(mine, all).wait();
   all = all.view({comm.size(), 2});
-  check_read_back(all, partial, meta.step);
+  check_read_back(all, partial.string(), meta.step);
   if (rank == 0) {
     const ShardLayout lay = model.layout();
     json m;

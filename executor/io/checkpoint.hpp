@@ -58,6 +58,11 @@ int64_t checkpoint_bytes(ShardedModel& model, int world_size);
 // InputError when the file system of `dir` has fewer than `bytes` available (statvfs(3), f_bavail).
 void check_free_space(const std::string& dir, int64_t bytes);
 
+// The rank files of a step being saved, row r = {checksum rank r wrote, checksum its file reads back with}: throws
+// std::runtime_error naming the first file that reads back otherwise, so the step is not published. Every rank
+// calls it with the same gathered rows, and all stop together.
+void check_read_back(const at::Tensor& sums, const std::string& partial_dir, int64_t step);
+
 void save_checkpoint(const std::string& root, int keep_last, const CheckpointMeta& meta, Comm& comm,
                      ShardedModel& model, const PlanFile& plan);
 

@@ -41,6 +41,7 @@ void check_model_supported(const ModelSpec& spec) {
       {spec.sliding_window != 0, "sliding-window attention (sliding_window)"},
       {spec.attn_logit_softcap > 0 || spec.final_logit_softcap > 0, "logit soft-capping (attn_/final_logit_softcap)"},
       {spec.scaled_embeddings, "scaled embeddings (scaled_embeddings)"},
+      {spec.mla.has_value(), "multi-head latent attention layers (mla)"},
   };
   for (const auto& [used, feature] : unsupported)
     if (used) throw InputError("model " + spec.name + ": " + feature + " are not supported by fsdp-run yet");

@@ -17,6 +17,7 @@
 #include "io/checkpoint_lock.hpp"
 #include "io/data.hpp"
 #include "shard/sharded_model.hpp"
+#include "simulate.hpp"
 #include "train/mem_tracker.hpp"
 
 namespace fsdp::exec {
@@ -73,7 +74,8 @@ struct Trainer::Impl {
     if (refused) throw *refused;
     for (int64_t r = 0; r < all.size(0); ++r)
       if (all[r][0].item<int64_t>() != 0)
-        throw InputError("rank " + std::to_string(r) + " refused its input before the first step (its message above)");
+        throw InputError("rank " + std::to_string(r) +
+                         " refused its input before the first step (that rank's message says why)");
   }
 
   // The token file's ids, this rank's share of them (all of them where this process stands in for every rank).
@@ -131,6 +133,9 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   const Strategy& s = plan.strategy;
   check_plan_runnable(plan);
   check_run_config(cfg);
+  if (const auto w = untrained_length_warning(plan.model, s.seq_len, cfg.plan_path + ": strategy.seq_len");
+      w && t.notes())
+    *t.notes() << "fsdp-run: warning: " << *w << "\n";
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
   t.model = std::make_unique<ShardedModel>(plan.model, s, comm, MemTracker::instance(), t.device, cfg.seed);
   comm.set_progress(0, "input checks");

@@ -15,7 +15,9 @@
 //    keys this reader does not know, because config.json files carry many tool-specific extras.
 //    Further versions read for the families added by issue 23: transformers v4.50 models/{qwen3, gemma2, gemma3,
 //    phi3, glm, glm4, olmo, olmo2, falcon, gpt_neox}/configuration_*.py and modeling_*.py, and InternLM's remote
-//    code (internlm/internlm2-7b configuration_internlm2.py, modeling_internlm2.py).
+//    code (internlm/internlm2-7b configuration_internlm2.py, modeling_internlm2.py). The MoE families: transformers
+//    v4.51 models/{qwen2_moe, qwen3_moe, deepseek_v3}/configuration_*.py and modeling_*.py, and DeepSeek's remote
+//    code for V2 (deepseek-ai/DeepSeek-V2-Lite configuration_deepseek.py, modeling_deepseek.py).
 //  - Any problem is an InputError naming the file, the line of the key where it can be found in the
 //    text, and the key. A key given twice in one object is one (core/duplicate_keys.hpp), not the last
 //    value silently taken.
@@ -46,6 +48,10 @@ enum class Arch {
   Mixtral,
   Qwen2,
   Qwen3,
+  Qwen2Moe,
+  Qwen3Moe,
+  DeepseekV2,
+  DeepseekV3,
   Gemma2,
   Gemma3Text,
   Gemma3,  // Gemma3ForConditionalGeneration: the language model of its text_config
@@ -73,6 +79,10 @@ constexpr ArchName kArchitectures[] = {
     {"MixtralForCausalLM", "mixtral", Arch::Mixtral},
     {"Qwen2ForCausalLM", "qwen2", Arch::Qwen2},
     {"Qwen3ForCausalLM", "qwen3", Arch::Qwen3},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", Arch::Qwen2Moe},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", Arch::Qwen3Moe},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", Arch::DeepseekV2},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", Arch::DeepseekV3},
     {"Gemma2ForCausalLM", "gemma2", Arch::Gemma2},
     {"Gemma3ForCausalLM", "gemma3_text", Arch::Gemma3Text},
     {"Gemma3ForConditionalGeneration", "gemma3", Arch::Gemma3},
@@ -318,7 +328,7 @@ int64_t head_dim_of(const Reader& r, const std::string& heads_key, int64_t hidde
 // optional layer parts its modeling file builds. Each row cites its configuration_<arch>.py (see the top).
 struct LlamaStyle {
   int64_t kv_heads;        // num_key_value_heads when absent; 0: = num_attention_heads (MHA)
-  int64_t head_dim;        // head_dim when absent; 0: hidden_size / num_attention_heads
+  int64_t head_dim;        // head_dim when absent; 0: hidden_size / num_attention_heads; -1: set by the family (MLA)
   const char* eps_key;     // the norm epsilon's key; nullptr: fixed by the modeling code (OLMo 1: 1e-5)
   double eps;              // and its default
   double rope_theta;       // rope_theta's default
@@ -345,6 +355,18 @@ LlamaStyle llama_style(Arch arch) {
     // Qwen3Config: 32 kv heads, head_dim 128, 1e-6, 10000.
     case Arch::Qwen3:
       return {32, 128, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // Qwen2MoeConfig: 16 kv heads, 1e-6, 10000. Qwen3MoeConfig: 4 kv heads, 1e-6, 10000; its head_dim when
+    // absent is hidden / heads (Qwen3MoeAttention: getattr(config, "head_dim", hidden_size // num_heads)).
+    case Arch::Qwen2Moe:
+      return {16, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    case Arch::Qwen3Moe:
+      return {4, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // DeepseekV2Config (the remote configuration_deepseek.py of deepseek-ai/DeepSeek-V2-Lite) and
+    // DeepseekV3Config (transformers models/deepseek_v3/configuration_deepseek_v3.py): kv heads = heads,
+    // rms_norm_eps 1e-6, rope_theta 10000 (head_dim is MLA's q/k head: read_mla).
+    case Arch::DeepseekV2:
+    case Arch::DeepseekV3:
+      return {0, -1, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
     // Gemma2Config: 4 kv heads, head_dim 256, 1e-6, 10000, tied, gelu_pytorch_tanh, sliding_window 4096.
     case Arch::Gemma2:
       return {4, 256, "rms_norm_eps", 1e-6, 10000.0, true, "hidden_activation", "gelu_pytorch_tanh", 4096};
@@ -381,7 +403,9 @@ void read_llama_shape(const Reader& r, const LlamaStyle& d, ModelSpec& m) {
   m.num_layers = r.required_dim("num_hidden_layers");
   m.num_heads = r.required_dim("num_attention_heads");
   m.num_kv_heads = r.optional_dim("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : m.num_heads);
-  if (d.head_dim > 0) {
+  if (d.head_dim < 0) {
+    // read_llama_parts sets it.
+  } else if (d.head_dim > 0) {
     m.head_dim = r.optional_dim("head_dim", d.head_dim);
   } else if (r.has("head_dim")) {
     m.head_dim = r.optional_dim("head_dim", 0);
@@ -443,6 +467,40 @@ void sandwich_norms(ModelSpec& m) {
   m.post_mlp_norm = true;
 }
 
+// A rank that null switches off (DeepSeek's q_lora_rank: null is a plain q_proj), and that takes `fallback` when
+// absent.
+int64_t nullable_dim(const Reader& r, const std::string& key, int64_t fallback) {
+  if (r.root().contains(key) && r.root().at(key).is_null()) return 0;
+  return r.optional_dim(key, fallback);
+}
+
+// A count that may be 0 (first_k_dense_replace), `fallback` when absent.
+int64_t count_or_zero(const Reader& r, const std::string& key, int64_t fallback) {
+  const auto it = r.root().find(key);
+  if (it != r.root().end() && it->is_number_integer() && it->get<int64_t>() == 0) return 0;
+  if (!r.has(key) && fallback == 0) {
+    r.note_default(key, "0");
+    return 0;
+  }
+  return r.optional_dim(key, fallback);
+}
+
+// DeepseekV2Attention / DeepseekV3Attention (model_spec.hpp MlaSpec): q_lora_rank 1536, kv_lora_rank 512,
+// qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128 (both config classes); q_a_proj, kv_a_proj_with_mqa
+// and o_proj bias=config.attention_bias (False), q_b_proj and kv_b_proj without.
+void read_mla(const Reader& r, ModelSpec& m) {
+  MlaSpec a;
+  a.q_lora_rank = nullable_dim(r, "q_lora_rank", 1536);
+  a.kv_lora_rank = r.optional_dim("kv_lora_rank", 512);
+  a.qk_nope_head_dim = r.optional_dim("qk_nope_head_dim", 128);
+  a.qk_rope_head_dim = r.optional_dim("qk_rope_head_dim", 64);
+  a.v_head_dim = r.optional_dim("v_head_dim", 128);
+  m.head_dim = a.qk_head_dim();
+  m.num_kv_heads = m.num_heads;  // num_key_value_heads is not read by the attention: each head has its k and v
+  m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
+  m.mla = a;
+}
+
 // The parts each Llama-style family adds to Llama's block.
 void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec& m) {
   switch (arch) {
@@ -467,9 +525,18 @@ void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec
                     r.optional_probability("embd_pdrop", 0.0) > 0;
       break;
     case Arch::Qwen3:
-      // Qwen3Attention: q/k/v/o_proj bias=config.attention_bias (False); q_norm, k_norm = RMSNorm(head_dim).
+    case Arch::Qwen3Moe:
+      // Qwen3Attention / Qwen3MoeAttention: q/k/v/o_proj bias=config.attention_bias (False); q_norm, k_norm =
+      // RMSNorm(head_dim).
       m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
       m.qk_norm = QkNorm::PerHead;
+      break;
+    case Arch::Qwen2Moe:
+      m.qkv_bias = true;  // Qwen2MoeAttention: q/k/v_proj bias=True, o_proj bias=False
+      break;
+    case Arch::DeepseekV2:
+    case Arch::DeepseekV3:
+      read_mla(r, m);
       break;
     case Arch::Gemma2:
     case Arch::Gemma3Text:
@@ -526,23 +593,79 @@ void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec
   }
 }
 
+// Routed experts and top-k from `experts_key` and num_experts_per_tok, with the class's defaults.
+MoeSpec routed_experts(const Reader& r, const std::string& experts_key, int64_t experts, int64_t top_k) {
+  MoeSpec moe;
+  moe.num_experts = r.optional_dim(experts_key, experts);
+  moe.experts_per_token = r.optional_dim("num_experts_per_tok", top_k);
+  if (moe.experts_per_token > moe.num_experts)
+    r.fail("num_experts_per_tok",
+           std::to_string(moe.experts_per_token) + " exceeds " + experts_key + " " + std::to_string(moe.num_experts));
+  return moe;
+}
+
+// Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock: a layer is sparse when it is not in mlp_only_layers and
+// (layer_idx + 1) % decoder_sparse_step == 0 (Qwen2MoeDecoderLayer); the others keep a dense MLP of
+// intermediate_size. Qwen2MoeConfig: 60 experts, top-4, moe_intermediate_size 1408, one shared expert of
+// shared_expert_intermediate_size 5632 with its sigmoid shared_expert_gate. Qwen3MoeConfig: 128 experts, top-8,
+// moe_intermediate_size 768, no shared expert. norm_topk_prob only renormalises the top-k weights (no parameters).
+MoeSpec read_qwen_moe(Arch arch, const Reader& r) {
+  const bool qwen2 = arch == Arch::Qwen2Moe;
+  MoeSpec moe = routed_experts(r, "num_experts", qwen2 ? 60 : 128, qwen2 ? 4 : 8);
+  moe.expert_ffn_size = r.optional_dim("moe_intermediate_size", qwen2 ? 1408 : 768);
+  if (qwen2) {
+    moe.shared_experts = 1;
+    moe.shared_expert_ffn_size = r.optional_dim("shared_expert_intermediate_size", 5632);
+    moe.shared_expert_gate = true;
+  }
+  moe.layer_step = r.optional_dim("decoder_sparse_step", 1);
+  const json* only = r.root().contains("mlp_only_layers") ? &r.root().at("mlp_only_layers") : nullptr;
+  if (only && !only->is_null() && !(only->is_array() && only->empty()))
+    r.fail("mlp_only_layers", "a list of dense layers is not modelled (only decoder_sparse_step's pattern)");
+  return moe;
+}
+
+// DeepseekV2MoE / DeepseekV3MoE: layers from first_k_dense_replace on (when layer_idx % moe_layer_freq == 0) are
+// MoE, the first ones a dense MLP of intermediate_size; n_shared_experts are one MLP of moe_intermediate_size *
+// n_shared_experts. V3's router (MoEGate with topk_method "noaux_tc") holds e_score_correction_bias, one per
+// expert. Defaults: V2 (remote configuration_deepseek.py) n_routed_experts None (dense), moe_intermediate_size
+// 1407, n_shared_experts None, first_k_dense_replace 0, topk_method "greedy"; V3 (configuration_deepseek_v3.py)
+// 256 experts, top-8, moe_intermediate_size 2048, 1 shared expert, first_k_dense_replace 3, "noaux_tc".
+std::optional<MoeSpec> read_deepseek_moe(Arch arch, const Reader& r) {
+  const bool v3 = arch == Arch::DeepseekV3;
+  if (!v3 && !r.has("n_routed_experts")) {
+    r.note_default("n_routed_experts", "null (every layer dense)");
+    return std::nullopt;
+  }
+  if (r.optional_dim("moe_layer_freq", 1) != 1)
+    r.fail("moe_layer_freq", "MoE layers other than every layer after first_k_dense_replace are not modelled");
+  MoeSpec moe = routed_experts(r, "n_routed_experts", 256, 8);
+  moe.expert_ffn_size = r.optional_dim("moe_intermediate_size", v3 ? 2048 : 1407);
+  moe.shared_experts = r.has("n_shared_experts") || v3 ? 1 : 0;
+  if (moe.shared_experts > 0)
+    moe.shared_expert_ffn_size =
+        checked_mul(r, "n_shared_experts", r.optional_dim("n_shared_experts", 1), moe.expert_ffn_size);
+  else
+    r.note_default("n_shared_experts", "null (no shared experts)");
+  moe.first_dense_layers = count_or_zero(r, "first_k_dense_replace", v3 ? 3 : 0);
+  moe.router_bias = r.optional_string("topk_method", v3 ? "noaux_tc" : "greedy") == "noaux_tc";
+  return moe;
+}
+
 void read_llama_like(Arch arch, const Reader& r, ModelSpec& m) {
   const LlamaStyle d = llama_style(arch);
   read_llama_shape(r, d, m);
   read_llama_parts(arch, r, d, m);
   if (arch == Arch::Mixtral) {
-    MoeSpec moe;
     // MixtralConfig: num_local_experts=8, num_experts_per_tok=2; each expert's w1/w3 are
     // hidden -> intermediate_size. Mixtral has no shared experts.
-    moe.num_experts = r.optional_dim("num_local_experts", 8);
-    moe.experts_per_token = r.optional_dim("num_experts_per_tok", 2);
-    if (moe.experts_per_token > moe.num_experts)
-      r.fail("num_experts_per_tok",
-             std::to_string(moe.experts_per_token) + " exceeds num_local_experts " + std::to_string(moe.num_experts));
+    MoeSpec moe = routed_experts(r, "num_local_experts", 8, 2);
     moe.shared_experts = 0;
     moe.expert_ffn_size = m.ffn_size;
     m.moe = moe;
   }
+  if (arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe) m.moe = read_qwen_moe(arch, r);
+  if (arch == Arch::DeepseekV2 || arch == Arch::DeepseekV3) m.moe = read_deepseek_moe(arch, r);
 }
 
 // FalconForCausalLM. FalconConfig defaults: num_kv_heads None (-> heads), layer_norm_epsilon 1e-5,
@@ -705,6 +828,12 @@ constexpr Unmodelled kQwenWindow = {"use_sliding_window",
                                     "sliding-window layers are not modelled: every layer is planned with global "
                                     "attention"};
 
+// DeepSeek-V3's multi-token-prediction module (the checkpoint's model.layers.61, deepseek-ai/DeepSeek-V3
+// README_WEIGHTS.md): DeepseekV3ForCausalLM does not build it, and the published 671B leaves it out.
+constexpr Unmodelled kMtp = {"num_nextn_predict_layers",
+                             "the multi-token-prediction module (its extra decoder layer, eh_proj and norms) is "
+                             "neither counted nor trained: the plan is for the 671B main model"};
+
 bool is_set(const json& root, const char* key) {
   auto it = root.find(key);
   if (it == root.end() || it->is_null()) return false;
@@ -719,7 +848,8 @@ std::vector<std::string> unmodelled_warnings(const Reader& r, Arch arch, const s
     if (is_set(r.root(), u.key)) out.push_back(source + ": key '" + u.key + "' is set: " + u.why);
   };
   for (const auto& u : kUnmodelled) add(u);
-  if (arch == Arch::Qwen2 || arch == Arch::Qwen3) add(kQwenWindow);
+  if (arch == Arch::Qwen2 || arch == Arch::Qwen3 || arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe) add(kQwenWindow);
+  if (arch == Arch::DeepseekV3) add(kMtp);
   return out;
 }
 

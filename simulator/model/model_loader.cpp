@@ -72,6 +72,38 @@ void validate_layer_parts(const ModelSpec& m, Bad bad) {
     if (!(cap >= 0) || !std::isfinite(cap)) bad(key, "must be a positive number (or absent)");
 }
 
+// MoeSpec's layer pattern and sizes, and MlaSpec against the attention shape.
+template <typename Bad>
+void validate_moe_mla(const ModelSpec& m, Bad bad) {
+  constexpr int64_t kMaxSize = int64_t{1} << 31;
+  if (m.moe) {
+    const MoeSpec& e = *m.moe;
+    if (e.shared_expert_ffn_size < 0 || e.shared_expert_ffn_size > kMaxSize)
+      bad("moe.shared_expert_ffn_size", "must be within 1 .. 2^31");
+    if (e.first_dense_layers < 0 || e.first_dense_layers > m.num_layers)
+      bad("moe.first_dense_layers", "must be within 0 .. num_layers, got " + std::to_string(e.first_dense_layers));
+    if (e.layer_step < 1 || e.layer_step > m.num_layers)
+      bad("moe.layer_step", "must be within 1 .. num_layers, got " + std::to_string(e.layer_step));
+    if (m.moe_layers() == 0) bad("moe", "no layer is a MoE layer (first_dense_layers, layer_step)");
+  }
+  if (!m.mla) return;
+  const MlaSpec& a = *m.mla;
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"mla.kv_lora_rank", a.kv_lora_rank},
+                               {"mla.qk_nope_head_dim", a.qk_nope_head_dim},
+                               {"mla.qk_rope_head_dim", a.qk_rope_head_dim},
+                               {"mla.v_head_dim", a.v_head_dim}})
+    if (v <= 0 || v > kMaxSize) bad(key, "must be within 1 .. 2^31, got " + std::to_string(v));
+  if (a.q_lora_rank < 0 || a.q_lora_rank > kMaxSize) bad("mla.q_lora_rank", "must be within 1 .. 2^31 (or absent)");
+  if (a.qk_rope_head_dim % 2 != 0) bad("mla.qk_rope_head_dim", "rotary embeddings need an even size");
+  if (m.position_embedding != PositionEmbedding::Rope) bad("mla", "multi-head latent attention needs rope");
+  if (m.head_dim != a.qk_head_dim())
+    bad("head_dim", "with mla it is the q/k head, qk_nope_head_dim + qk_rope_head_dim = " +
+                        std::to_string(a.qk_head_dim()) + ", got " + std::to_string(m.head_dim));
+  if (m.num_kv_heads != m.num_heads) bad("num_kv_heads", "with mla every head has its own k and v (= num_heads)");
+  if (m.qk_norm != QkNorm::None || m.rotary_dim != 0 || m.sliding_window != 0 || m.attn_logit_softcap > 0 || m.dropout)
+    bad("mla", "qk_norm, rotary_dim, sliding_window, attn_logit_softcap and dropout are not modelled with mla");
+}
+
 }  // namespace
 
 void validate_model(const ModelSpec& m, const std::string& source) {
@@ -97,6 +129,7 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.position_embedding == PositionEmbedding::Rope && m.head_dim % 2 != 0)
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));
   validate_layer_parts(m, bad);
+  validate_moe_mla(m, bad);
   if (m.moe) {
     if (m.moe->experts_per_token > m.moe->num_experts)
       bad("moe.experts_per_token",
@@ -159,6 +192,71 @@ void emit_layer_parts(const ModelSpec& m, YAML::Emitter& out) {
   flag("scaled_embeddings", m.scaled_embeddings, d.scaled_embeddings);
 }
 
+// The moe map: Mixtral's four keys, and the optional parts of MoeSpec (absent: Mixtral's block).
+MoeSpec parse_moe(ConfigMap& moe) {
+  MoeSpec s;
+  s.num_experts = moe.get_positive_int("num_experts");
+  s.experts_per_token = moe.get_positive_int("experts_per_token");
+  s.shared_experts = moe.get_int("shared_experts");
+  if (s.shared_experts < 0) moe.fail("shared_experts", "must not be negative");
+  s.expert_ffn_size = moe.get_positive_int("expert_ffn_size");
+  if (moe.has("shared_expert_ffn_size")) {
+    if (s.shared_experts == 0) moe.fail("shared_expert_ffn_size", "only meaningful with shared_experts");
+    s.shared_expert_ffn_size = moe.get_positive_int("shared_expert_ffn_size");
+  }
+  s.shared_expert_gate = optional_bool(moe, "shared_expert_gate", false);
+  if (s.shared_expert_gate && s.shared_experts == 0)
+    moe.fail("shared_expert_gate", "only meaningful with shared_experts");
+  s.router_bias = optional_bool(moe, "router_bias", false);
+  if (moe.has("first_dense_layers")) s.first_dense_layers = moe.get_int("first_dense_layers");
+  if (s.first_dense_layers < 0) moe.fail("first_dense_layers", "must not be negative");
+  if (moe.has("layer_step")) s.layer_step = moe.get_positive_int("layer_step");
+  moe.finish();
+  return s;
+}
+
+MlaSpec parse_mla(ConfigMap& mla) {
+  MlaSpec a;
+  if (mla.has("q_lora_rank")) a.q_lora_rank = mla.get_positive_int("q_lora_rank");
+  a.kv_lora_rank = mla.get_positive_int("kv_lora_rank");
+  a.qk_nope_head_dim = mla.get_positive_int("qk_nope_head_dim");
+  a.qk_rope_head_dim = mla.get_positive_int("qk_rope_head_dim");
+  a.v_head_dim = mla.get_positive_int("v_head_dim");
+  mla.finish();
+  return a;
+}
+
+// The optional MoE keys that differ from Mixtral's block, and the mla map.
+void emit_moe_mla(const ModelSpec& m, YAML::Emitter& out) {
+  if (m.moe) {
+    const MoeSpec& e = *m.moe;
+    const MoeSpec d;
+    out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "num_experts" << YAML::Value << e.num_experts;
+    out << YAML::Key << "experts_per_token" << YAML::Value << e.experts_per_token;
+    out << YAML::Key << "shared_experts" << YAML::Value << e.shared_experts;
+    out << YAML::Key << "expert_ffn_size" << YAML::Value << e.expert_ffn_size;
+    if (e.shared_expert_ffn_size != 0)
+      out << YAML::Key << "shared_expert_ffn_size" << YAML::Value << e.shared_expert_ffn_size;
+    if (e.shared_expert_gate) out << YAML::Key << "shared_expert_gate" << YAML::Value << true;
+    if (e.router_bias) out << YAML::Key << "router_bias" << YAML::Value << true;
+    if (e.first_dense_layers != d.first_dense_layers)
+      out << YAML::Key << "first_dense_layers" << YAML::Value << e.first_dense_layers;
+    if (e.layer_step != d.layer_step) out << YAML::Key << "layer_step" << YAML::Value << e.layer_step;
+    out << YAML::EndMap;
+  }
+  if (m.mla) {
+    const MlaSpec& a = *m.mla;
+    out << YAML::Key << "mla" << YAML::Value << YAML::BeginMap;
+    if (a.q_lora_rank > 0) out << YAML::Key << "q_lora_rank" << YAML::Value << a.q_lora_rank;
+    out << YAML::Key << "kv_lora_rank" << YAML::Value << a.kv_lora_rank;
+    out << YAML::Key << "qk_nope_head_dim" << YAML::Value << a.qk_nope_head_dim;
+    out << YAML::Key << "qk_rope_head_dim" << YAML::Value << a.qk_rope_head_dim;
+    out << YAML::Key << "v_head_dim" << YAML::Value << a.v_head_dim;
+    out << YAML::EndMap;
+  }
+}
+
 }  // namespace
 
 ModelSpec parse_model_map(ConfigMap& map) {
@@ -196,14 +294,11 @@ ModelSpec parse_model_map(ConfigMap& map) {
   parse_layer_parts(map, m);
   if (map.has("moe")) {
     ConfigMap moe = map.get_map("moe");
-    MoeSpec s;
-    s.num_experts = moe.get_positive_int("num_experts");
-    s.experts_per_token = moe.get_positive_int("experts_per_token");
-    s.shared_experts = moe.get_int("shared_experts");
-    if (s.shared_experts < 0) moe.fail("shared_experts", "must not be negative");
-    s.expert_ffn_size = moe.get_positive_int("expert_ffn_size");
-    moe.finish();
-    m.moe = s;
+    m.moe = parse_moe(moe);
+  }
+  if (map.has("mla")) {
+    ConfigMap mla = map.get_map("mla");
+    m.mla = parse_mla(mla);
   }
   map.finish();
   if (m.num_heads % m.num_kv_heads != 0)
@@ -238,14 +333,7 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
   out << YAML::Key << "mlp_bias" << YAML::Value << m.mlp_bias;
   out << YAML::Key << "dropout" << YAML::Value << m.dropout;
   emit_layer_parts(m, out);
-  if (m.moe) {
-    out << YAML::Key << "moe" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "num_experts" << YAML::Value << m.moe->num_experts;
-    out << YAML::Key << "experts_per_token" << YAML::Value << m.moe->experts_per_token;
-    out << YAML::Key << "shared_experts" << YAML::Value << m.moe->shared_experts;
-    out << YAML::Key << "expert_ffn_size" << YAML::Value << m.moe->expert_ffn_size;
-    out << YAML::EndMap;
-  }
+  emit_moe_mla(m, out);
   out << YAML::EndMap;
 }
 

@@ -24,6 +24,39 @@ struct MoeSpec {
   int64_t experts_per_token = 0;  // top-k
   int64_t shared_experts = 0;     // always-active experts (DeepSeek/Qwen-MoE style)
   int64_t expert_ffn_size = 0;    // intermediate size of one expert
+  // The parts below are optional in the YAML schema; each default is Mixtral's block (configs/models/README.md).
+  // Intermediate size of each shared expert; 0: expert_ffn_size. Qwen2-MoE: shared_expert_intermediate_size;
+  // DeepSeek-V2/V3 build one shared MLP of moe_intermediate_size * n_shared_experts (DeepseekV3MoE).
+  int64_t shared_expert_ffn_size = 0;
+  // Qwen2MoeSparseMoeBlock: the shared expert's output times sigmoid(shared_expert_gate(x)), a hidden -> 1 Linear.
+  bool shared_expert_gate = false;
+  // A per-expert bias added to the routing scores for the top-k choice (DeepseekV3TopkRouter's
+  // e_score_correction_bias: num_experts parameters, no FLOPs worth counting).
+  bool router_bias = false;
+  // Which layers are MoE: layers [0, first_dense_layers) keep the dense MLP (DeepSeek's first_k_dense_replace);
+  // after them, every layer_step-th one (0-based indices with (i + 1) % layer_step == 0: Qwen2-MoE's
+  // decoder_sparse_step) is MoE and the others dense (ffn_size).
+  int64_t first_dense_layers = 0;
+  int64_t layer_step = 1;
+
+  int64_t shared_ffn() const { return shared_expert_ffn_size > 0 ? shared_expert_ffn_size : expert_ffn_size; }
+  bool is_moe_layer(int64_t layer) const { return layer >= first_dense_layers && (layer + 1) % layer_step == 0; }
+};
+
+// Multi-head latent attention (DeepSeek-V2 paper, arXiv:2405.04434 sec. 2.1; transformers
+// models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention). q: q_a_proj (hidden -> q_lora_rank),
+// q_a_layernorm, q_b_proj (-> heads x (nope + rope)), or one q_proj when q_lora_rank is 0 (DeepSeek-V2-Lite);
+// kv: kv_a_proj_with_mqa (hidden -> kv_lora_rank + rope: the compressed latent c_KV and the shared rotary key
+// k_R), kv_a_layernorm over the latent, kv_b_proj (kv_lora_rank -> heads x (nope + v)); o_proj (heads x v ->
+// hidden). The spec's head_dim is the q/k head (nope + rope) and num_kv_heads = num_heads.
+struct MlaSpec {
+  int64_t q_lora_rank = 0;  // 0: no q compression (a plain q_proj)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
 struct ModelSpec {
@@ -49,6 +82,7 @@ struct ModelSpec {
   bool mlp_bias = false;       // GPT-2
   bool dropout = false;        // GPT-2 style dropout after attention softmax, attention output and MLP
   std::optional<MoeSpec> moe;
+  std::optional<MlaSpec> mla;  // multi-head latent attention instead of q/k/v projections
 
   // The parts below are optional in the YAML schema; each default is Llama's block (configs/models/README.md).
   // A decoder layer's norms. Llama: input_layernorm before attention and post_attention_layernorm before the
@@ -81,6 +115,13 @@ struct ModelSpec {
   bool scaled_embeddings = false;
 
   int64_t q_dim() const { return num_heads * head_dim; }
+  // Whether decoder layer `layer`'s MLP is a mixture of experts (MoeSpec::is_moe_layer), and how many are.
+  bool is_moe_layer(int64_t layer) const { return moe && moe->is_moe_layer(layer); }
+  int64_t moe_layers() const {
+    int64_t n = 0;
+    for (int64_t i = 0; i < num_layers; ++i) n += is_moe_layer(i) ? 1 : 0;
+    return n;
+  }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // The attention window of decoder layer `layer`: the sliding window, or 0 for a global layer.

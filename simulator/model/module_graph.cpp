@@ -232,6 +232,7 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   attn_c.kind = ModuleKind::Attention;
   attn_c.layer = i;
   ModuleId attn = add(layer, attn_c);
+  if (m.mla) return build_mla(attn, i, src, in_id);
   ModuleId q = add(attn, linear(p + ".self_attn.q_proj", "q_proj", i, m.hidden_size, m.q_dim(), m.qkv_bias, in_id,
                                 TensorClass::Compute));
   ModuleId k = add(attn, linear(p + ".self_attn.k_proj", "k_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, in_id,
@@ -315,6 +316,79 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   return attn_last;
 }
 
+// Multi-head latent attention (model_spec.hpp MlaSpec; DeepSeek-V2 paper arXiv:2405.04434 sec. 2.1, eqs. 9-19;
+// the module layout of transformers models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention, which
+// DeepseekV2Attention shares). Per token, autograd keeps: the low-rank q latent and its norm's output (q_lora_rank
+// each), the compressed kv latent c_KV and its norm's output (kv_lora_rank each: the inputs of kv_a_layernorm
+// and kv_b_proj), then the attention core's decompressed q and k (heads x (nope + rope): k_nope from kv_b_proj
+// with the one rotary key k_R, eq. 14, broadcast to every head) and v (heads x v_head_dim).
+ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const std::string& in_id) {
+  const ModelSpec& m = spec_;
+  const MlaSpec& a = *m.mla;
+  const std::string p = "layers." + std::to_string(i);
+  const std::string sa = p + ".self_attn.";
+  const int64_t qk = m.num_heads * a.qk_head_dim();
+  const int64_t v_width = m.num_heads * a.v_head_dim;
+  auto low_rank = [&](const std::string& down, const std::string& ln, const std::string& up, int64_t down_out,
+                      int64_t rank, int64_t up_out) {
+    ModuleId d =
+        add(attn, linear(sa + down, down, i, m.hidden_size, down_out, m.qkv_bias, in_id, TensorClass::Compute));
+    feeds(src, d);
+    ModuleId n = add(attn, norm(sa + ln, NormType::RmsNorm, i, sa + down + ".latent", NormShape{rank, rank, 1}));
+    feeds(d, n);
+    ModuleId u = add(attn, linear(sa + up, up, i, rank, up_out, false, sa + ln + ".out", TensorClass::Compute));
+    feeds(n, u);
+    return u;
+  };
+  ModuleId q =
+      a.q_lora_rank > 0
+          ? low_rank("q_a_proj", "q_a_layernorm", "q_b_proj", a.q_lora_rank, a.q_lora_rank, qk)
+          : add(attn, linear(sa + "q_proj", "q_proj", i, m.hidden_size, qk, false, in_id, TensorClass::Compute));
+  if (a.q_lora_rank == 0) feeds(src, q);
+  ModuleId kv = low_rank("kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj", a.kv_lora_rank + a.qk_rope_head_dim,
+                         a.kv_lora_rank, m.num_heads * (a.qk_nope_head_dim + a.v_head_dim));
+  ModuleNode rot;
+  rot.name = sa + "rotary";
+  rot.short_name = "rotary";
+  rot.kind = ModuleKind::Rotary;
+  rot.layer = i;
+  // Rotary on q's rope part (heads x rope) and on the single shared key k_R (rope): 3 FLOPs per element.
+  rot.flops_per_token = 3.0 * static_cast<double>((m.num_heads + 1) * a.qk_rope_head_dim);
+  rot.output_elems_per_token = (m.num_heads + 1) * a.qk_rope_head_dim;
+  ModuleId r = add(attn, rot);
+  feeds(q, r);
+  feeds(kv, r);
+  ModuleNode core;
+  core.name = sa + "core";
+  core.short_name = "attention";
+  core.kind = ModuleKind::AttentionCore;
+  core.layer = i;
+  core.heads = core.kv_heads = m.num_heads;
+  // The kernel's head: transformers pads v to the q/k head for FlashAttention-2 when they differ
+  // (DeepseekV3Attention.forward: F.pad(value_states, [0, qk_head_dim - v_head_dim])).
+  core.head_dim = a.qk_head_dim();
+  // QK^T over the q/k head and PV over the v head (non-causal count; see seq_flops_per_token).
+  core.flops_per_token_per_seq = 2.0 * static_cast<double>(qk + v_width);
+  const double heads = static_cast<double>(m.num_heads);
+  core.saved.push_back(SavedTensor{p + ".attn.q", double(qk), false, TensorClass::Compute});
+  core.saved.push_back(SavedTensor{p + ".attn.k", double(qk), false, TensorClass::Compute});
+  // Fused kernels keep the padded v and output (q/k head wide); eager attention keeps them v_head_dim wide.
+  core.saved.push_back(SavedTensor{p + ".attn.v", double(qk), false, TensorClass::Compute, false, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.o", double(qk), false, TensorClass::Compute, false, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.v_eager", double(v_width), false, TensorClass::Compute, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
+  core.output_elems_per_token = v_width;
+  ModuleId c = add(attn, core);
+  feeds(r, c);
+  feeds(kv, c);
+  ModuleId o = add(attn, linear(sa + "o_proj", "o_proj", i, v_width, m.hidden_size, m.attn_out_bias, p + ".attn.out",
+                                TensorClass::Compute));
+  feeds(c, o);
+  return o;
+}
+
 ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& mp, const std::string& in_id,
                                 int64_t ffn, double token_fraction) {
   const ModelSpec& m = spec_;
@@ -370,7 +444,7 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
   const double h = static_cast<double>(m.hidden_size);
   ModuleNode mlp_c;
   mlp_c.layer = i;
-  if (!m.moe) {
+  if (!m.is_moe_layer(i)) {
     mlp_c.name = p + ".mlp";
     mlp_c.short_name = "mlp";
     mlp_c.kind = ModuleKind::Mlp;
@@ -391,7 +465,8 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
   router.layer = i;
   router.in_features = m.hidden_size;
   router.out_features = moe.num_experts;
-  router.params = m.hidden_size * moe.num_experts;  // no bias (Mixtral: nn.Linear(..., bias=False))
+  // No bias (Mixtral: nn.Linear(..., bias=False)); DeepSeek-V3 adds e_score_correction_bias, one per expert.
+  router.params = m.hidden_size * moe.num_experts + (moe.router_bias ? moe.num_experts : 0);
   router.flops_per_token = 2.0 * h * static_cast<double>(moe.num_experts);
   router.saved.push_back(SavedTensor{in_id, h, false, TensorClass::Compute});
   // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
@@ -420,8 +495,18 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
     ex.kind = ModuleKind::Mlp;
     ex.layer = i;
     ModuleId eid = add(block, ex);
-    build_mlp(eid, i, ex.name, in_id, moe.expert_ffn_size, 1.0);
+    build_mlp(eid, i, ex.name, in_id, moe.shared_ffn(), 1.0);
     feeds(src, eid);
+  }
+  if (moe.shared_expert_gate) {
+    // Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x); the gate is hidden -> 1 without a
+    // bias, and the product keeps the sigmoid's output and the shared expert's output for backward.
+    ModuleNode gate = linear(p + ".block_sparse_moe.shared_expert_gate", "shared_expert_gate", i, m.hidden_size, 1,
+                             false, in_id, TensorClass::Compute);
+    gate.lora_target = false;
+    gate.saved.push_back(SavedTensor{p + ".shared_expert_gate.sigmoid", 1.0, false, TensorClass::Compute});
+    gate.saved.push_back(SavedTensor{p + ".shared_expert.out", h, false, TensorClass::Compute});
+    feeds(src, add(block, gate));
   }
   return block;
 }

@@ -139,6 +139,8 @@ class ModuleGraph {
   ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
   // A layer's attention block fed by `src` (whose output, saved by q/k/v, is `in_id`); returns its last node.
   ModuleId build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id);
+  // Multi-head latent attention (model_spec.hpp MlaSpec) under the attention container `attn`; returns o_proj.
+  ModuleId build_mla(ModuleId attn, int64_t i, ModuleId src, const std::string& in_id);
   // A layer's MLP (dense or MoE) fed by `src` whose output is `in_id`; returns the container.
   ModuleId build_mlp_block(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id);
   // One MLP (a dense MLP or an expert) under `parent`, reading `in_id`; returns its last node.

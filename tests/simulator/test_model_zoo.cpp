@@ -26,28 +26,32 @@ struct Published {
 
 // Published parameter counts (sources: the comment at the top of configs/models/<name>.yaml).
 constexpr Published kPublished[] = {
-    {"llama2-7b", 6'738'415'616},        // meta-llama/Llama-2-7b-hf safetensors total_size / 2
-    {"llama2-13b", 13'015'864'320},      // meta-llama/Llama-2-13b-hf safetensors parameter count
-    {"llama2-70b", 68'976'648'192},      // meta-llama/Llama-2-70b-hf safetensors parameter count
-    {"llama3-8b", 8'030'261'248},        // meta-llama/Meta-Llama-3-8B safetensors total_size / 2
-    {"llama3-70b", 70'553'706'496},      // meta-llama/Meta-Llama-3-70B safetensors total_size / 2
-    {"llama3.1-405b", 405'853'388'800},  // meta-llama/Llama-3.1-405B safetensors total_size / 2
-    {"mistral-7b", 7'241'732'096},       // mistralai/Mistral-7B-v0.1 safetensors total_size / 2
-    {"mixtral-8x7b", 46'702'792'704},    // mistralai/Mixtral-8x7B-v0.1 safetensors total_size / 2
-    {"qwen2-7b", 7'615'616'512},         // Qwen/Qwen2-7B safetensors total_size / 2
-    {"qwen2-72b", 72'706'203'648},       // Qwen/Qwen2-72B safetensors metadata (issue 2's figure lacks q/k/v biases)
-    {"qwen-72b", 72'287'920'128},        // Qwen/Qwen-72B: sum of the checkpoint's tensor shapes
-    {"gpt2", 124'439'808},               // GPT2LMHeadModel.parameters(); KerasHub gpt2_base_en
-    {"gpt2-xl", 1'557'611'200},          // GPT2LMHeadModel.parameters(); KerasHub gpt2_extra_large_en
-    {"qwen3-8b", 8'190'735'360},         // Qwen/Qwen3-8B safetensors total
-    {"gemma2-9b", 9'241'705'984},        // KerasHub gemma2_9b_en params; safetensors total_size / 2
-    {"gemma3-1b", 999'885'952},          // KerasHub gemma3_1b params; google/gemma-3-1b-it safetensors total
-    {"phi3-mini-4k", 3'821'079'552},     // KerasHub phi3_mini_4k_instruct_en params
-    {"glm4-9b", 9'399'951'360},          // THUDM/GLM-4 demo banner: 9399951360 parameters
-    {"internlm2-7b", 7'737'708'544},     // InternLM demo banner: 7737708544 parameters
-    {"olmo2-7b", 7'298'617'344},         // allenai/OLMo-2-1124-7B safetensors total
-    {"falcon-7b", 6'921'720'704},        // the sum of the checkpoint's tensor shapes (card: "7B")
-    {"pythia-1b", 1'011'781'632},        // EleutherAI/pythia README total params
+    {"llama2-7b", 6'738'415'616},           // meta-llama/Llama-2-7b-hf safetensors total_size / 2
+    {"llama2-13b", 13'015'864'320},         // meta-llama/Llama-2-13b-hf safetensors parameter count
+    {"llama2-70b", 68'976'648'192},         // meta-llama/Llama-2-70b-hf safetensors parameter count
+    {"llama3-8b", 8'030'261'248},           // meta-llama/Meta-Llama-3-8B safetensors total_size / 2
+    {"llama3-70b", 70'553'706'496},         // meta-llama/Meta-Llama-3-70B safetensors total_size / 2
+    {"llama3.1-405b", 405'853'388'800},     // meta-llama/Llama-3.1-405B safetensors total_size / 2
+    {"mistral-7b", 7'241'732'096},          // mistralai/Mistral-7B-v0.1 safetensors total_size / 2
+    {"mixtral-8x7b", 46'702'792'704},       // mistralai/Mixtral-8x7B-v0.1 safetensors total_size / 2
+    {"qwen2-7b", 7'615'616'512},            // Qwen/Qwen2-7B safetensors total_size / 2
+    {"qwen2-72b", 72'706'203'648},          // Qwen/Qwen2-72B safetensors metadata (issue 2's figure lacks q/k/v biases)
+    {"qwen-72b", 72'287'920'128},           // Qwen/Qwen-72B: sum of the checkpoint's tensor shapes
+    {"gpt2", 124'439'808},                  // GPT2LMHeadModel.parameters(); KerasHub gpt2_base_en
+    {"gpt2-xl", 1'557'611'200},             // GPT2LMHeadModel.parameters(); KerasHub gpt2_extra_large_en
+    {"qwen3-8b", 8'190'735'360},            // Qwen/Qwen3-8B safetensors total
+    {"gemma2-9b", 9'241'705'984},           // KerasHub gemma2_9b_en params; safetensors total_size / 2
+    {"gemma3-1b", 999'885'952},             // KerasHub gemma3_1b params; google/gemma-3-1b-it safetensors total
+    {"phi3-mini-4k", 3'821'079'552},        // KerasHub phi3_mini_4k_instruct_en params
+    {"glm4-9b", 9'399'951'360},             // THUDM/GLM-4 demo banner: 9399951360 parameters
+    {"internlm2-7b", 7'737'708'544},        // InternLM demo banner: 7737708544 parameters
+    {"olmo2-7b", 7'298'617'344},            // allenai/OLMo-2-1124-7B safetensors total
+    {"falcon-7b", 6'921'720'704},           // the sum of the checkpoint's tensor shapes (card: "7B")
+    {"pythia-1b", 1'011'781'632},           // EleutherAI/pythia README total params
+    {"qwen3-30b-a3b", 30'532'122'624},      // GGUF general.parameter_count (card: 30.5B)
+    {"qwen1.5-moe-a2.7b", 14'315'784'192},  // KerasHub qwen1.5_moe_2.7b_en params (card: 14.3B)
+    {"deepseek-v2-lite", 15'706'484'224},   // InternLM agent demo banner (card: 15.7B)
+    {"deepseek-v3", 671'026'419'200},       // main-model checkpoint tensors, MTP excluded (card: 671B)
 };
 
 std::vector<std::string> zoo_names() {
@@ -75,9 +79,11 @@ TEST_CASE("zoo: every zoo file loads and its name: key equals its file name") {
     INFO("zoo file: " << z.path);
     ModelSpec spec = load_model(z.path, FSDP_SOURCE_ROOT);
     CHECK(spec.name == z.name);
-    // Every zoo model is a standard attention layout, q_dim == hidden_size, except Gemma's explicit head_dim
-    // (Gemma 2 9B: 16 x 256 = 4096 over hidden 3584; Gemma 3 1B: 4 x 256 = 1024 under hidden 1152).
-    if (spec.name.rfind("gemma", 0) != 0) CHECK(spec.q_dim() == spec.hidden_size);
+    // Every zoo model is a standard attention layout, q_dim == hidden_size, except an explicit head_dim
+    // (Gemma 2 9B: 16 x 256 = 4096 over hidden 3584; Gemma 3 1B: 4 x 256 = 1024 under hidden 1152; Qwen3-30B-A3B:
+    // 32 x 128 = 4096 over hidden 2048) and MLA's q/k head (DeepSeek: nope + rope = 192).
+    const bool explicit_head = spec.name.rfind("gemma", 0) == 0 || spec.name == "qwen3-30b-a3b";
+    if (!explicit_head && !spec.mla) CHECK(spec.q_dim() == spec.hidden_size);
   }
 }
 
