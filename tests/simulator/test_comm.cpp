@@ -192,8 +192,8 @@ TEST_CASE("monotonicity on every shipped profile: more bytes never faster, more 
     CAPTURE(name);
     HardwareProfile hw = load_hardware(name, kRoot);
     int g = hw.gpus_per_node;
-    for (CollectiveKind c :
-         {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllReduce, CollectiveKind::Broadcast}) {
+    for (CollectiveKind c : {CollectiveKind::AllGather, CollectiveKind::ReduceScatter, CollectiveKind::AllReduce,
+                             CollectiveKind::Broadcast}) {
       CAPTURE(to_string(c));
       for (CommGroup grp : {make_group(hw, g, g), make_group(hw, g * 4, g), make_group(hw, 16, 1)}) {
         CAPTURE(grp.describe());

@@ -12,9 +12,12 @@
 
 #include "core/config_map.hpp"
 #include "core/errors.hpp"
+#include "input_fixtures.hpp"
 #include "model/model_loader.hpp"
 
 namespace {
+
+using fsdp::test::input_error;
 
 using fsdp::InputError;
 
@@ -47,20 +50,6 @@ int line_count(const std::string& text) {
   int n = 0;
   for (char c : text) n += c == '\n';
   return n;
-}
-
-// The message of the InputError that f throws; fails the test if it throws nothing or something else.
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected an InputError, got another exception: " << e.what());
-    return "";
-  }
-  FAIL("expected an InputError, nothing was thrown");
-  return "";
 }
 
 std::string dup_message(const std::string& path, int line, const std::string& key, int first) {

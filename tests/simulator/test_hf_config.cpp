@@ -28,41 +28,22 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "input_fixtures.hpp"
 #include "model/model_loader.hpp"
 #include "model/module_graph.hpp"
 
 namespace {
+
+using fsdp::test::fixture_path;
+using fsdp::test::input_error;
+using fsdp::test::read_fixture;
 
 using fsdp::InputError;
 using fsdp::ModelSpec;
 using fsdp::parse_hf_config;
 using json = nlohmann::json;
 
-std::string fixture_path(const std::string& stem) { return std::string(FSDP_TEST_DATA) + "/hf/" + stem + ".json"; }
-
-std::string read_fixture(const std::string& stem) {
-  std::ifstream in(fixture_path(stem));
-  REQUIRE_MESSAGE(in.good(), "cannot open " << fixture_path(stem));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 json fixture_json(const std::string& stem) { return json::parse(read_fixture(stem)); }
-
-// The message of the InputError that f throws; fails the test if it throws nothing or something else.
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL("expected an InputError, got another exception: " << e.what());
-    return "";
-  }
-  FAIL("expected an InputError, nothing was thrown");
-  return "";
-}
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

@@ -60,27 +60,21 @@
 
 #include "compute/compute_cost.hpp"
 #include "core/errors.hpp"
+#include "input_fixtures.hpp"
 #include "model/model_loader.hpp"
 #include "model/module_graph.hpp"
 #include "simulate.hpp"
 
 namespace {
 
+using fsdp::test::fixture_path;
+using fsdp::test::read_fixture;
+
 using fsdp::InputError;
 using fsdp::ModelSpec;
 using fsdp::ModuleGraph;
 using fsdp::ModuleKind;
 using json = nlohmann::json;
-
-std::string fixture_path(const std::string& stem) { return std::string(FSDP_TEST_DATA) + "/hf/" + stem + ".json"; }
-
-std::string read_fixture(const std::string& stem) {
-  std::ifstream in(fixture_path(stem));
-  REQUIRE_MESSAGE(in.good(), "cannot open " << fixture_path(stem));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 fsdp::LoadedModel read(const std::string& stem) { return fsdp::read_hf_config(read_fixture(stem), stem + ".json"); }
 
