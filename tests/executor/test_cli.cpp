@@ -1,5 +1,6 @@
 // fsdp-run end to end: launch paths, refusals, a killed or hung rank, checkpoints.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,7 @@ pid_t spawn_rank(int rank, int world, int port, const std::vector<std::string>& 
   std::fflush(stderr);
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a rank never outlives the test, however the test ends
     ::setenv("RANK", std::to_string(rank).c_str(), 1);
     ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
     ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
