@@ -222,10 +222,16 @@ ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, 
 
 }  // namespace
 
+ModuleId ModuleGraph::then_dropout(ModuleId parent, ModuleId after, const std::string& name, int64_t layer) {
+  if (!spec_.dropout) return after;
+  const ModuleId d = add(parent, dropout(name, layer, static_cast<double>(spec_.hidden_size), false, false));
+  feeds(after, d);
+  return d;
+}
+
 ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id) {
   const ModelSpec& m = spec_;
   const std::string p = "layers." + std::to_string(i);
-  const double h = static_cast<double>(m.hidden_size);
   ModuleNode attn_c;
   attn_c.name = p + ".self_attn";
   attn_c.short_name = "self_attn";
@@ -307,13 +313,7 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   ModuleId o = add(attn, linear(p + ".self_attn.o_proj", "o_proj", i, m.q_dim(), m.hidden_size, m.attn_out_bias,
                                 p + ".attn.out", TensorClass::Compute));
   feeds(c, o);
-  ModuleId attn_last = o;
-  if (m.dropout) {
-    ModuleId d = add(attn, dropout(p + ".self_attn.resid_dropout", i, h, false, false));
-    feeds(o, d);
-    attn_last = d;
-  }
-  return attn_last;
+  return then_dropout(attn, o, p + ".self_attn.resid_dropout", i);
 }
 
 // Multi-head latent attention (model_spec.hpp MlaSpec; DeepSeek-V2 paper arXiv:2405.04434 sec. 2.1, eqs. 9-19;
@@ -392,7 +392,6 @@ ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const st
 ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& mp, const std::string& in_id,
                                 int64_t ffn, double token_fraction) {
   const ModelSpec& m = spec_;
-  const double h = static_cast<double>(m.hidden_size);
   const double f = static_cast<double>(ffn) * token_fraction;
   // Routed experts see a gathered copy of their tokens (token_fraction < 1); dense MLPs read the norm output.
   const std::string input = token_fraction < 1.0 ? mp + ".in" : in_id;
@@ -426,14 +425,9 @@ ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& m
     ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",
                                       TensorClass::Compute));
     feeds(a, fc2);
-    last = fc2;
     for (ModuleId x : {fc1, fc2}) g_[x].saved[0].elems_per_token *= token_fraction;
     for (ModuleId x : {fc1, fc2}) g_[x].flops_per_token *= token_fraction;
-    if (m.dropout) {
-      ModuleId d = add(parent, dropout(mp + ".dropout", i, h, false, false));
-      feeds(fc2, d);
-      last = d;
-    }
+    last = then_dropout(parent, fc2, mp + ".dropout", i);
   }
   return last;
 }
@@ -589,11 +583,7 @@ void ModuleGraph::build() {
     feeds(prev, pe);
     prev = pe;
   }
-  if (m.dropout) {
-    ModuleId d = add(root_, dropout("embed_dropout", -1, static_cast<double>(m.hidden_size), false, false));
-    feeds(prev, d);
-    prev = d;
-  }
+  prev = then_dropout(root_, prev, "embed_dropout", -1);
   ModuleNode stack;
   stack.name = "layers";
   stack.short_name = "layers";

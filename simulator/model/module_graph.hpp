@@ -135,6 +135,9 @@ class ModuleGraph {
  private:
   ModuleId add(ModuleId parent, ModuleNode n);
   void feeds(ModuleId from, ModuleId to);
+  // With the model's dropout: a hidden-size Dropout node `name` under `parent`, fed by `after`, returned in its
+  // place; without: `after`.
+  ModuleId then_dropout(ModuleId parent, ModuleId after, const std::string& name, int64_t layer);
   void build();
   ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
   // A layer's attention block fed by `src` (whose output, saved by q/k/v, is `in_id`); returns its last node.
