@@ -19,5 +19,6 @@ int run_simulate(const std::vector<std::string>& argv);
 int run_list_models(const std::vector<std::string>& argv);
 int run_list_hardware(const std::vector<std::string>& argv);
 int run_compare(const std::vector<std::string>& argv);
+int run_validate(const std::vector<std::string>& argv);
 
 }  // namespace fsdp

@@ -1,0 +1,33 @@
+// `fsdp-plan validate [DIR]`: every published run of DIR (default tests/accuracy/published) simulated and set
+// beside its measurement (planner/validate/published_runs.hpp).
+#include <filesystem>
+#include <iostream>
+
+#include "cli/args.hpp"
+#include "cli/commands.hpp"
+#include "core/errors.hpp"
+#include "validate/published_runs.hpp"
+
+namespace fsdp {
+
+int run_validate(const std::vector<std::string>& argv) {
+  Args args(argv, {"--config-root"}, {"--help"});
+  if (args.has("--help")) {
+    std::cout << "usage: fsdp-plan validate [DIR]\n"
+                 "  simulates every published run of DIR (default: tests/accuracy/published of the source tree;\n"
+                 "  format: SCHEMA.md there) and prints predicted against measured tokens/s and peak memory,\n"
+                 "  with the median and max |error| over all rows, the held-out rows and each source.\n";
+    return 0;
+  }
+  const std::string root = config_root_from(argv);
+  if (args.positional().size() > 1)
+    throw InputError("validate takes one directory, got " + std::to_string(args.positional().size()) + " arguments");
+  const std::string dir = args.positional().empty()
+                              ? (std::filesystem::path(root) / "tests" / "accuracy" / "published").string()
+                              : args.positional()[0];
+  if (!std::filesystem::is_directory(dir)) throw InputError(dir + ": not a directory of published runs");
+  std::cout << format_validation(validate_published(dir, root));
+  return 0;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,452 @@
+#include "validate/published_runs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/config_map.hpp"
+#include "core/errors.hpp"
+#include "model/model_loader.hpp"
+#include "simulate.hpp"
+
+namespace fsdp {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kBitsPerByte = 8.0;
+constexpr double kGiga = 1e9;
+
+// printf into a string, for the table's columns.
+template <class... A>
+std::string sfmt(const char* format, A... args) {
+  const int n = std::snprintf(nullptr, 0, format, args...);
+  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
+  std::snprintf(out.data(), out.size() + 1, format, args...);
+  return out;
+}
+
+// A key whose value the source may not state: null in the file.
+bool is_null(const ConfigMap& m, const std::string& key) { return m.has(key) && m.node()[key].IsNull(); }
+
+std::optional<double> nullable_double(ConfigMap& m, const std::string& key) {
+  if (is_null(m, key)) {
+    m.take_raw(key);
+    return std::nullopt;
+  }
+  return m.get_double(key);
+}
+
+std::optional<int64_t> nullable_int(ConfigMap& m, const std::string& key) {
+  if (is_null(m, key)) {
+    m.take_raw(key);
+    return std::nullopt;
+  }
+  return m.get_positive_int(key);
+}
+
+std::string nullable_string(ConfigMap& m, const std::string& key) {
+  if (is_null(m, key)) {
+    m.take_raw(key);
+    return "";
+  }
+  return m.get_string(key);
+}
+
+PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::string& file) {
+  PublishedRow row;
+  row.source_id = source_id;
+  row.file = file;
+  row.line = r.node().Mark().line + 1;
+  row.id = r.get_string("id");
+  row.model = r.get_string("model");
+  if (r.has("model_shape")) {
+    if (!is_null(r, "model_shape"))
+      r.fail("model_shape", "give the shape as a model file in tests/accuracy/published/models/ and name it in model");
+    r.take_raw("model_shape");
+  }
+  row.gpu = r.get_string("gpu");
+  if (r.has("hw")) row.hw = r.get_string("hw");
+  row.power_limit_w = nullable_double(r, "power_limit_w");
+  // The GPU count, and how the source splits it into nodes where it says (null: not stated; the row's GPUs are
+  // then placed on the profile's servers, and the table says so).
+  row.nodes = nullable_int(r, "nodes").value_or(0);
+  row.gpus_per_node = nullable_int(r, "gpus_per_node").value_or(0);
+  if (r.has("gpus")) row.gpus = r.get_positive_int("gpus");
+  if (row.nodes && row.gpus_per_node) {
+    if (row.gpus && row.gpus != row.nodes * row.gpus_per_node) r.fail("gpus", "is not nodes x gpus_per_node");
+    row.gpus = row.nodes * row.gpus_per_node;
+  }
+  if (!row.gpus) r.fail("gpus", "the row needs its GPU count: nodes and gpus_per_node, or gpus");
+  row.intra_node = nullable_string(r, "intra_node");
+  row.nics_per_node = nullable_int(r, "nics_per_node");
+  row.nic_bandwidth_gbps = nullable_double(r, "nic_bandwidth_gbps");
+  if (r.has("node_bandwidth_gbps")) row.node_bandwidth_gbps = nullable_double(r, "node_bandwidth_gbps");
+  if (row.node_bandwidth_gbps && row.nic_bandwidth_gbps)
+    r.fail("node_bandwidth_gbps", "give the bandwidth per NIC or per node, not both");
+  row.fabric = nullable_string(r, "fabric");
+  row.framework = r.get_string("framework");
+  row.framework_version = nullable_string(r, "framework_version");
+  row.torch_version = nullable_string(r, "torch_version");
+  row.runtime = r.get_enum("runtime", {"fsdp2", "fsdp1", "deepspeed", "ddp"});
+  row.strategy = nullable_string(r, "strategy");
+  row.hsdp_shard_group = nullable_int(r, "hsdp_shard_group");
+  if (is_null(r, "compile"))
+    r.take_raw("compile");
+  else
+    row.compile = r.get_bool("compile");
+  row.act_ckpt = nullable_string(r, "act_ckpt");
+  row.param_dtype = nullable_string(r, "param_dtype");
+  row.reduce_dtype = nullable_string(r, "reduce_dtype");
+  row.fp8 = r.get_bool("fp8");
+  row.micro_batch = nullable_int(r, "micro_batch").value_or(0);
+  row.seq = nullable_int(r, "seq").value_or(0);
+  row.grad_accum = nullable_int(r, "grad_accum");
+  if (r.has("global_batch_tokens")) nullable_double(r, "global_batch_tokens");
+  row.attention = nullable_string(r, "attention");
+  row.optimizer = nullable_string(r, "optimizer");
+  row.offload = nullable_string(r, "offload");
+  ConfigMap m = r.get_map("measured");
+  row.measured.tokens_per_s_per_gpu = nullable_double(m, "tokens_per_s_per_gpu");
+  row.measured.step_time_s = nullable_double(m, "step_time_s");
+  row.measured.mfu = nullable_double(m, "mfu");
+  row.measured.tflops_per_gpu = nullable_double(m, "tflops_per_gpu");
+  row.measured.peak_memory_gib = nullable_double(m, "peak_memory_gib");
+  row.measured.memory_kind = nullable_string(m, "memory_kind");
+  if (!row.measured.memory_kind.empty() && row.measured.memory_kind != "reserved" &&
+      row.measured.memory_kind != "allocated" && row.measured.memory_kind != "nvidia-smi")
+    m.fail("memory_kind", "expected reserved, allocated, nvidia-smi or null, got '" + row.measured.memory_kind + "'");
+  m.finish();
+  r.get_string("quote");
+  if (r.has("notes")) nullable_string(r, "notes");
+  if (r.has("cite")) row.cite = r.get_string("cite");
+  r.finish();
+  return row;
+}
+
+PublishedSource parse_source(const fs::path& path) {
+  ConfigMap top = ConfigMap::load_file(path.string());
+  PublishedSource s;
+  s.file = path.string();
+  ConfigMap src = top.get_map("source");
+  s.id = src.get_string("id");
+  if (s.id != path.stem().string()) src.fail("id", "must be the file's name, '" + path.stem().string() + "'");
+  s.title = src.get_string("title");
+  s.cite = src.get_string("cite");
+  s.url = nullable_string(src, "url");
+  s.independent_of = src.get_string_list("independent_of");
+  src.finish();
+  for (ConfigMap& r : top.get_list_of_maps("rows")) s.rows.push_back(parse_row(r, s.id, s.file));
+  top.finish();
+  return s;
+}
+
+// The shipped profile a published GPU is priced with (hwprofiles/); a GPU without one is not simulated.
+std::optional<std::string> profile_of_gpu(const std::string& gpu) {
+  static const std::map<std::string, std::string> kProfiles = {
+      {"a100-40gb-sxm", "a100-40gb"}, {"a100-80gb-sxm", "a100-80gb"},   {"h100-80gb-sxm", "h100-80gb"},
+      {"h200-141gb", "h200-141gb"},   {"h200-141gb-sxm", "h200-141gb"}, {"a800-80gb-sxm", "a800-80gb"},
+      {"a800-80gb", "a800-80gb"},     {"a100-80gb", "a100-80gb"},       {"a100-40gb", "a100-40gb"},
+      {"l40s-48gb", "l40s-48gb"}};
+  auto it = kProfiles.find(gpu);
+  if (it == kProfiles.end()) return std::nullopt;
+  return it->second;
+}
+
+// fsdp-plan's strategy names for the published ones.
+std::optional<StrategyKind> strategy_of(const std::string& s) {
+  StrategyKind k;
+  if (parse_strategy_kind(s, k)) return k;
+  return std::nullopt;
+}
+
+std::string runtime_file(const std::string& config_root, const std::string& name) {
+  return (fs::path(config_root) / "configs" / "runtimes" / (name + ".yaml")).string();
+}
+
+}  // namespace
+
+std::vector<PublishedSource> load_published_runs(const std::string& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path());
+  if (ec) throw InputError(dir + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  std::vector<PublishedSource> out;
+  std::map<std::string, std::string> seen;  // row id -> file
+  for (const auto& f : files) {
+    out.push_back(parse_source(f));
+    for (const PublishedRow& r : out.back().rows) {
+      auto [it, fresh] = seen.emplace(r.id, r.file);
+      if (!fresh)
+        throw InputError(r.file + ":" + std::to_string(r.line) + ": row id '" + r.id + "' also in " + it->second);
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> load_fitted_rows(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string path = (fs::path(dir) / "fitted.txt").string();
+  std::ifstream in(path);
+  if (!in) return out;  // nothing fitted on published rows
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ls(line);
+    std::string id, constant;
+    ls >> id;
+    std::getline(ls, constant);
+    const size_t start = constant.find_first_not_of(' ');
+    if (id.empty() || start == std::string::npos)
+      throw InputError(path + ":" + std::to_string(n) + ": expected '<row id> <constant>'");
+    out.emplace_back(id, constant.substr(start));
+  }
+  return out;
+}
+
+RowResult evaluate_published_row(const PublishedRow& row, const std::string& config_root) {
+  RowResult res;
+  res.row = &row;
+  auto skip = [&](const std::string& why) {
+    res.not_simulated = why;
+    return res;
+  };
+  if (row.fp8) return skip("float8 linears are not modelled");
+  // A row may name the profile of its cluster (`hw`: a shipped or derived profile, e.g. an AWS instance type);
+  // otherwise its GPU's shipped profile.
+  const auto profile = row.hw.empty() ? profile_of_gpu(row.gpu) : std::optional<std::string>(row.hw);
+  if (!profile) return skip("no hardware profile for GPU '" + row.gpu + "'");
+  if (row.strategy.empty()) return skip("strategy not stated");
+  const auto kind = strategy_of(row.strategy);
+  if (!kind) return skip("strategy '" + row.strategy + "' is not one of fsdp-plan's");
+  ActCkpt ck = ActCkpt::None;
+  if (!row.act_ckpt.empty() &&
+      !parse_act_ckpt(row.act_ckpt == "every-n:1"              ? "full"
+                      : row.act_ckpt.rfind("every-n:", 0) == 0 ? "every:" + row.act_ckpt.substr(8)
+                                                               : row.act_ckpt,
+                      ck))
+    return skip("activation checkpointing '" + row.act_ckpt + "' is not modelled");
+  if (!row.offload.empty() && row.offload != "none")
+    return skip("offload '" + row.offload + "' rows are not in the set yet");
+  if (!row.micro_batch) return skip("micro-batch not stated");
+  if (!row.seq) return skip("sequence length not stated");
+  if (!row.measured.tokens_per_s_per_gpu && !row.measured.step_time_s && !row.measured.peak_memory_gib)
+    return skip(row.measured.tflops_per_gpu || row.measured.mfu
+                    ? "published as TFLOP/s or MFU only (the source's FLOP count is not ours)"
+                    : "no measurement");
+
+  // Hardware: the GPU's shipped profile with the row's network where the source states it.
+  HardwareProfile hw = load_hardware(*profile, config_root);
+  res.hardware = *profile;
+  int64_t gpn = row.gpus_per_node, nodes = row.nodes;
+  if (!gpn) {
+    gpn = std::min<int64_t>(hw.gpus_per_node, row.gpus);
+    nodes = row.gpus / gpn;
+    if (nodes * gpn != row.gpus) return skip("GPU count does not fill the profile's servers");
+    res.approximations.push_back("nodes not stated: " + std::to_string(gpn) + " GPUs a node");
+  } else if (gpn != hw.gpus_per_node) {
+    res.approximations.push_back(std::to_string(gpn) + " GPUs per node on a profile of " +
+                                 std::to_string(hw.gpus_per_node));
+  }
+  if (row.nics_per_node) hw.nics_per_node = static_cast<int>(*row.nics_per_node);
+  if (row.nic_bandwidth_gbps) hw.inter_node.bandwidth = BytesPerSecond(*row.nic_bandwidth_gbps * kGiga / kBitsPerByte);
+  // A bandwidth stated per node: the collective model prices the node's NICs together (nics x bandwidth shared by
+  // its GPUs, simulator/comm/collective_cost.cpp), so the profile's NIC count carries an equal share each.
+  if (row.node_bandwidth_gbps)
+    hw.inter_node.bandwidth =
+        BytesPerSecond(*row.node_bandwidth_gbps * kGiga / kBitsPerByte / static_cast<double>(hw.nics_per_node));
+  const bool network_stated = row.node_bandwidth_gbps || (row.nics_per_node && row.nic_bandwidth_gbps);
+  if (nodes > 1 && !network_stated) res.approximations.push_back("network not stated: the profile's");
+  if (row.power_limit_w) res.approximations.push_back("power limit not modelled");
+
+  // Runtime: the framework's profile; one not shipped yet is priced by its nearest and said.
+  std::string rt_name = row.runtime == "deepspeed" ? "deepspeed" : "pytorch";
+  if (row.runtime == "fsdp1") {
+    if (fs::exists(runtime_file(config_root, "pytorch-fsdp1")))
+      rt_name = "pytorch-fsdp1";
+    else
+      res.approximations.push_back("FSDP1 priced as FSDP2");
+  }
+  if (row.compile) {
+    if (rt_name == "pytorch" && fs::exists(runtime_file(config_root, "pytorch-compile")))
+      rt_name = "pytorch-compile";
+    else
+      res.approximations.push_back("torch.compile priced as eager");
+  }
+  if (row.framework == "nanotron") res.approximations.push_back("nanotron's modules priced as PyTorch's");
+  RuntimeProfile rt = load_runtime(rt_name, config_root);
+  res.runtime = rt_name;
+
+  // Model: a published-set model file (models/ beside the rows), else the zoo.
+  const fs::path local = fs::path(row.file).parent_path() / "models" / (row.model + ".yaml");
+  ModelSpec spec = load_model(fs::exists(local) ? local.string() : row.model, config_root);
+
+  Strategy s;
+  s.kind = *kind;
+  if (s.kind == StrategyKind::Hsdp) {
+    if (!row.hsdp_shard_group) return skip("hsdp without its shard group size");
+    s.hsdp_group = *row.hsdp_shard_group;
+  }
+  s.act_ckpt = ck;
+  DType pd;
+  if (row.param_dtype.empty()) return skip("compute dtype not stated");
+  if (!parse_dtype(row.param_dtype, pd)) return skip("param dtype '" + row.param_dtype + "'");
+  s.param_dtype = pd;
+  if (!row.reduce_dtype.empty()) {
+    DType rd;
+    if (!parse_dtype(row.reduce_dtype, rd)) return skip("reduce dtype '" + row.reduce_dtype + "'");
+    s.reduce_dtype = rd;
+  } else {
+    // FSDP's MixedPrecision(param_dtype=bf16) without reduce_dtype reduces in param_dtype (torch FSDP docs);
+    // a source that does not say is priced with fp32 reduction and the table says so.
+    res.approximations.push_back("reduce dtype not stated: fp32");
+  }
+  s.micro_batch = row.micro_batch;
+  s.seq_len = row.seq;
+  s.grad_accum = row.grad_accum.value_or(1);
+  if (!row.grad_accum) res.approximations.push_back("accumulation not stated: 1");
+  s.attention = row.attention == "eager" || row.attention == "math" ? AttentionImpl::Eager : AttentionImpl::Flash;
+  if (row.attention.empty()) res.approximations.push_back("attention not stated: flash");
+  s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
+  s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
+  if (row.act_ckpt.empty()) res.approximations.push_back("checkpointing not stated: none");
+  if (row.offload.empty()) res.approximations.push_back("offload not stated: none");
+  const Cluster cluster{nodes, gpn};
+  validate_strategy(s, spec, cluster);
+  ModuleGraph graph(std::move(spec));
+  SimulationInput in{&graph, &hw, &rt, cluster, s};
+  const Prediction p = simulate(in);
+  res.simulated = true;
+  res.fits = p.fits;
+  res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
+                  to_string(s.param_dtype), static_cast<long long>(s.micro_batch), static_cast<long long>(s.grad_accum),
+                  static_cast<long long>(s.seq_len));
+  res.predicted_tokens_per_s = p.tokens_per_s_per_gpu;
+  const double tokens_per_gpu_step = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+  if (row.measured.tokens_per_s_per_gpu)
+    res.measured_tokens_per_s = *row.measured.tokens_per_s_per_gpu;
+  else if (row.measured.step_time_s)
+    res.measured_tokens_per_s = tokens_per_gpu_step / *row.measured.step_time_s;
+  if (res.measured_tokens_per_s)
+    res.time_error = (*res.predicted_tokens_per_s - *res.measured_tokens_per_s) / *res.measured_tokens_per_s;
+  if (row.measured.peak_memory_gib) {
+    const std::string& k = row.measured.memory_kind;
+    const double predicted = k == "allocated"    ? p.memory.peak_allocated
+                             : k == "nvidia-smi" ? p.memory.device_total
+                                                 : p.memory.reserved_peak;
+    res.predicted_memory_gib = predicted / kBytesPerGiB;
+    if (k.empty()) res.approximations.push_back("memory kind not stated: compared with reserved");
+    res.measured_memory_gib = *row.measured.peak_memory_gib;
+    res.memory_error = (*res.predicted_memory_gib - *res.measured_memory_gib) / *res.measured_memory_gib;
+  }
+  return res;
+}
+
+ErrorSummary summarise(const std::vector<double>& errors) {
+  ErrorSummary s;
+  s.rows = static_cast<int>(errors.size());
+  if (errors.empty()) return s;
+  std::vector<double> a;
+  for (double e : errors) {
+    a.push_back(std::fabs(e));
+    s.mean += e / static_cast<double>(errors.size());
+  }
+  std::sort(a.begin(), a.end());
+  const size_t n = a.size();
+  s.median_abs = n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+  s.max_abs = a.back();
+  return s;
+}
+
+ValidationReport validate_published(const std::string& dir, const std::string& config_root) {
+  ValidationReport rep;
+  rep.sources = load_published_runs(dir);
+  std::set<std::string> fitted;
+  for (const auto& [id, constant] : load_fitted_rows(dir)) fitted.insert(id);
+  for (const PublishedSource& src : rep.sources)
+    for (const PublishedRow& row : src.rows) {
+      RowResult r = evaluate_published_row(row, config_root);
+      r.fitted = fitted.count(row.id) > 0;
+      rep.results.push_back(std::move(r));
+    }
+  return rep;
+}
+
+namespace {
+
+std::string pct(const std::optional<double>& e) { return e ? sfmt("%+.1f%%", *e * 100.0) : "-"; }
+std::string num(const std::optional<double>& v, const char* f) { return v ? sfmt(f, *v) : "-"; }
+
+std::string summary_line(const char* what, const ErrorSummary& s) {
+  if (s.rows == 0) return sfmt("  %-34s no rows\n", what);
+  return sfmt("  %-34s %3d rows  median |error| %5.1f%%  max %5.1f%%  mean %+5.1f%%\n", what, s.rows,
+              s.median_abs * 100.0, s.max_abs * 100.0, s.mean * 100.0);
+}
+
+}  // namespace
+
+std::string format_validation(const ValidationReport& r) {
+  std::ostringstream o;
+  o << sfmt("%-16s %-44s %5s %-40s %9s %9s %7s %8s %8s %7s\n", "source", "row", "GPUs", "priced as", "pred tok/s",
+            "meas", "error", "pred GiB", "meas", "error");
+  std::vector<double> time_all, time_held, time_exact, mem_all, mem_held, mem_exact;
+  std::map<std::string, std::vector<double>> time_by_source, mem_by_source;
+  std::vector<const RowResult*> skipped;
+  for (const RowResult& x : r.results) {
+    const PublishedRow& row = *x.row;
+    if (!x.simulated) {
+      skipped.push_back(&x);
+      continue;
+    }
+    o << sfmt("%-16s %-44s %5lld %-40s %9s %9s %7s %8s %8s %7s%s\n", row.source_id.c_str(), row.id.c_str(),
+              static_cast<long long>(row.gpus), x.plan.c_str(), num(x.predicted_tokens_per_s, "%.0f").c_str(),
+              num(x.measured_tokens_per_s, "%.0f").c_str(), pct(x.time_error).c_str(),
+              num(x.predicted_memory_gib, "%.1f").c_str(), num(x.measured_memory_gib, "%.1f").c_str(),
+              pct(x.memory_error).c_str(), x.fitted ? "  [fitted]" : "");
+    if (!x.approximations.empty()) {
+      o << "  " << std::string(16, ' ') << "priced with " << x.hardware << " / " << x.runtime << "; ";
+      for (size_t i = 0; i < x.approximations.size(); ++i) o << (i ? "; " : "") << x.approximations[i];
+      o << "\n";
+    }
+    if (!x.fits) o << "  " << std::string(16, ' ') << "(predicted not to fit the GPU)\n";
+    if (x.time_error) {
+      time_all.push_back(*x.time_error);
+      time_by_source[row.source_id].push_back(*x.time_error);
+      if (!x.fitted) time_held.push_back(*x.time_error);
+      if (x.approximations.empty()) time_exact.push_back(*x.time_error);
+    }
+    if (x.memory_error) {
+      mem_all.push_back(*x.memory_error);
+      mem_by_source[row.source_id].push_back(*x.memory_error);
+      if (!x.fitted) mem_held.push_back(*x.memory_error);
+      if (x.approximations.empty()) mem_exact.push_back(*x.memory_error);
+    }
+  }
+  o << "\nstep time (tokens/s per GPU, predicted vs measured)\n";
+  o << summary_line("all rows", summarise(time_all));
+  o << summary_line("held out (no constant fitted on)", summarise(time_held));
+  o << summary_line("every knob stated and modelled", summarise(time_exact));
+  for (const auto& [src, e] : time_by_source) o << summary_line(("  " + src).c_str(), summarise(e));
+  o << "peak memory\n";
+  o << summary_line("all rows", summarise(mem_all));
+  o << summary_line("held out (no constant fitted on)", summarise(mem_held));
+  o << summary_line("every knob stated and modelled", summarise(mem_exact));
+  for (const auto& [src, e] : mem_by_source) o << summary_line(("  " + src).c_str(), summarise(e));
+  if (!skipped.empty()) {
+    o << sfmt("\nnot simulated (%zu rows: a knob they state is not modelled)\n", skipped.size());
+    for (const RowResult* x : skipped)
+      o << sfmt("  %-16s %-44s %s\n", x->row->source_id.c_str(), x->row->id.c_str(), x->not_simulated.c_str());
+  }
+  return o.str();
+}
+
+}  // namespace fsdp

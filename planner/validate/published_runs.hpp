@@ -1,0 +1,95 @@
+// Published training runs of other teams (tests/accuracy/published/*.yaml, format in SCHEMA.md there) and the
+// simulator's prediction for each: the validation set of step time and memory. Pure functions over plain data:
+// load the rows, map each onto the three inputs (model, hardware, strategy), simulate, summarise.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+// One measured run, with the knobs its source states (null in the file: nullopt / empty here).
+struct PublishedRow {
+  std::string source_id;  // the file's source.id
+  std::string cite;       // the row's own citation, where a source file gathers several publications
+  std::string id;
+  std::string file;  // where it was read, for messages
+  int line = 0;
+  std::string model;       // a configs/models name (or a path), or a shape given in model_shape
+  std::string model_yaml;  // model_shape rendered as a model file's keys (empty: `model` names one)
+  std::string gpu;
+  std::string hw;  // optional: the hardware profile of the row's cluster (hwprofiles/), else the GPU's
+  std::optional<double> power_limit_w;
+  int64_t gpus = 0;
+  int64_t nodes = 0, gpus_per_node = 0;  // 0: not stated
+  std::string intra_node;
+  std::optional<int64_t> nics_per_node;
+  std::optional<double> nic_bandwidth_gbps;
+  std::optional<double> node_bandwidth_gbps;  // when the source states the node's total ("400 Gbps" a node)
+  std::string fabric;
+  std::string framework, framework_version, torch_version;
+  std::string runtime;   // fsdp2 | fsdp1 | deepspeed | ddp
+  std::string strategy;  // ddp | zero1 | zero2 | zero3 | fsdp | fsdp-grad-op | hsdp
+  std::optional<int64_t> hsdp_shard_group;
+  bool compile = false;
+  std::string act_ckpt;
+  std::string param_dtype, reduce_dtype;
+  bool fp8 = false;
+  int64_t micro_batch = 0, seq = 0;  // 0: not stated
+  std::optional<int64_t> grad_accum;
+  std::string attention, optimizer, offload;
+  struct Measured {
+    std::optional<double> tokens_per_s_per_gpu, step_time_s, mfu, tflops_per_gpu, peak_memory_gib;
+    std::string memory_kind;  // reserved | allocated | nvidia-smi | empty
+  } measured;
+};
+
+struct PublishedSource {
+  std::string id, title, cite, url, file;
+  std::vector<std::string> independent_of;
+  std::vector<PublishedRow> rows;
+};
+
+// Every *.yaml of `dir` (SCHEMA.md is not one); strict: an unknown or missing key is an InputError naming the
+// file, line and key. Row ids are unique over the whole set.
+std::vector<PublishedSource> load_published_runs(const std::string& dir);
+
+// The constants of the cost model that were fitted on published rows: tests/accuracy/published/fitted.txt, one
+// "<row id> <constant>" a line. A row listed there is an in-sample check and is reported apart.
+std::vector<std::pair<std::string, std::string>> load_fitted_rows(const std::string& dir);
+
+struct RowResult {
+  const PublishedRow* row = nullptr;
+  bool simulated = false;
+  std::string not_simulated;  // why, when a knob the row states is not modelled (fp8, a GPU without a profile)
+  std::string hardware, runtime, plan;      // what it was priced with
+  std::vector<std::string> approximations;  // knobs priced by a neighbour (named in the table, never silent)
+  std::optional<double> predicted_tokens_per_s, measured_tokens_per_s, time_error;
+  std::optional<double> predicted_memory_gib, measured_memory_gib, memory_error;
+  bool fits = true;
+  bool fitted = false;  // some constant was fitted on this row
+};
+
+// Simulates one row with the profiles under `config_root`; never throws for a knob it does not model (that row
+// is returned not simulated, with the reason) but does for malformed input.
+RowResult evaluate_published_row(const PublishedRow& row, const std::string& config_root);
+
+struct ErrorSummary {
+  int rows = 0;
+  double median_abs = 0, max_abs = 0, mean = 0;
+};
+ErrorSummary summarise(const std::vector<double>& errors);
+
+struct ValidationReport {
+  std::vector<PublishedSource> sources;
+  std::vector<RowResult> results;
+};
+ValidationReport validate_published(const std::string& dir, const std::string& config_root);
+
+// The table (one line a row: source, row, knobs, predicted, measured, error), then the median and max lines: all
+// rows, held-out rows only, by source, for time and for memory; the rows not simulated with their reasons.
+std::string format_validation(const ValidationReport& r);
+
+}  // namespace fsdp

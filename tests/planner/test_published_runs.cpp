@@ -1,0 +1,190 @@
+// The validation set: every published run of tests/accuracy/published simulated and compared with its measurement
+// (issue M12). The table is printed (`fsdp-plan validate` prints the same); the gates below hold each row and the
+// medians where they are today, so that a change moving any prediction further from its measurement fails. The
+// goal (issue M12: time median <= 5% and every row <= 10%; memory median <= 3%, every row <= 8%) is not met yet:
+// README "Accuracy on published runs" gives the table and what is missing.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/errors.hpp"
+#include "validate/published_runs.hpp"
+
+using namespace fsdp;
+
+namespace {
+
+const std::string kRoot = FSDP_SOURCE_ROOT;
+const std::string kDir = kRoot + "/tests/accuracy/published";
+
+// Today's worst row plus a margin, per quantity (the table printed by this test; README). A row priced with a
+// neighbour for a knob its source does not state, or that fsdp-plan does not model (the table's "priced with"
+// line), has its own, wider band: its error is partly the approximation's.
+constexpr double kTimeRowBand = 0.40;
+constexpr double kTimeApproximatedRowBand = 2.10;
+constexpr double kMemoryRowBand = 0.40;
+constexpr double kMemoryApproximatedRowBand = 0.65;
+constexpr double kTimeMedianBand = 0.20;
+constexpr double kMemoryMedianBand = 0.50;
+
+std::string scratch_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("fsdp-published-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+const char* kRowTemplate = R"(source:
+  id: one
+  title: "t"
+  cite: "c"
+  url: null
+  independent_of: []
+rows:
+  - id: r1
+    model: llama3-8b
+    model_shape: null
+    gpu: h100-80gb-sxm
+    power_limit_w: null
+    nodes: 1
+    gpus_per_node: 8
+    intra_node: nvlink4-nvswitch
+    nics_per_node: null
+    nic_bandwidth_gbps: null
+    fabric: null
+    framework: torchtitan
+    framework_version: null
+    torch_version: null
+    runtime: fsdp2
+    strategy: fsdp
+    hsdp_shard_group: null
+    compile: false
+    act_ckpt: full
+    param_dtype: bf16
+    reduce_dtype: fp32
+    fp8: false
+    micro_batch: 1
+    seq: 8192
+    grad_accum: 1
+    global_batch_tokens: null
+    attention: flash
+    optimizer: adamw
+    offload: none
+    measured:
+      tokens_per_s_per_gpu: 5000
+      step_time_s: null
+      mfu: null
+      tflops_per_gpu: null
+      peak_memory_gib: 40
+      memory_kind: reserved
+    quote: "q"
+)";
+
+}  // namespace
+
+TEST_CASE("published runs: every row simulated against its measurement, the table printed and gated") {
+  const ValidationReport rep = validate_published(kDir, kRoot);
+  std::printf("%s", format_validation(rep).c_str());
+  std::set<std::string> sources_with_rows;
+  std::vector<double> time_errors, memory_errors;
+  for (const RowResult& r : rep.results) {
+    if (!r.simulated) continue;
+    CAPTURE(r.row->id);
+    if (r.time_error) {
+      sources_with_rows.insert(r.row->source_id);
+      time_errors.push_back(*r.time_error);
+      CHECK(std::fabs(*r.time_error) <= (r.approximations.empty() ? kTimeRowBand : kTimeApproximatedRowBand));
+    }
+    if (r.memory_error) {
+      memory_errors.push_back(*r.memory_error);
+      CHECK(std::fabs(*r.memory_error) <= (r.approximations.empty() ? kMemoryRowBand : kMemoryApproximatedRowBand));
+    }
+  }
+  // The set's size is part of what it proves (issue M12: 40 runs, 5 independent sources): a row or a source lost
+  // from the data must not pass silently.
+  CHECK(time_errors.size() >= 40);
+  CHECK(sources_with_rows.size() >= 5);
+  CHECK(summarise(time_errors).median_abs <= kTimeMedianBand);
+  CHECK(memory_errors.size() >= 8);
+  CHECK(summarise(memory_errors).median_abs <= kMemoryMedianBand);
+}
+
+TEST_CASE("published runs: a row the simulator can price matches a direct simulation") {
+  const std::string d = scratch_dir("direct");
+  write(d + "/one.yaml", kRowTemplate);
+  const ValidationReport rep = validate_published(d, kRoot);
+  REQUIRE(rep.results.size() == 1);
+  const RowResult& r = rep.results[0];
+  REQUIRE(r.simulated);
+  CHECK(r.hardware == "h100-80gb");
+  CHECK(r.runtime == "pytorch");
+  REQUIRE(r.time_error);
+  CHECK(*r.time_error == doctest::Approx((*r.predicted_tokens_per_s - 5000.0) / 5000.0));
+  REQUIRE(r.memory_error);
+  CHECK(*r.measured_memory_gib == 40.0);
+  std::filesystem::remove_all(d);
+}
+
+TEST_CASE("published runs: strict input, one message naming the file and key") {
+  auto fails_with = [](const std::string& text, const std::string& file_name, const std::string& needle) {
+    const std::string d = scratch_dir("bad");
+    write(d + "/" + file_name, text);
+    std::string what;
+    try {
+      load_published_runs(d);
+    } catch (const InputError& e) {
+      what = e.what();
+    }
+    std::filesystem::remove_all(d);
+    CAPTURE(what);
+    CHECK(what.find(file_name) != std::string::npos);
+    CHECK(what.find(needle) != std::string::npos);
+  };
+  std::string t = kRowTemplate;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = t;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  fails_with(with("    quote: \"q\"\n", "    quote: \"q\"\n    colour: red\n"), "one.yaml", "colour");
+  fails_with(with("    seq: 8192\n", ""), "one.yaml", "seq");
+  fails_with(with("      memory_kind: reserved\n", "      memory_kind: peak\n"), "one.yaml", "memory_kind");
+  fails_with(with("    nodes: 1\n    gpus_per_node: 8\n", "    nodes: null\n    gpus_per_node: null\n"), "one.yaml",
+             "gpus");
+  fails_with(with("    runtime: fsdp2\n", "    runtime: megatron\n"), "one.yaml", "runtime");
+  fails_with(t, "other.yaml", "id");  // source.id must be the file's name
+  // One id in two files.
+  const std::string d = scratch_dir("dup");
+  write(d + "/one.yaml", t);
+  std::string two = t;
+  two.replace(two.find("id: one"), 7, "id: two");
+  write(d + "/two.yaml", two);
+  std::string what;
+  try {
+    load_published_runs(d);
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove_all(d);
+  CHECK(what.find("row id 'r1'") != std::string::npos);
+}
+
+TEST_CASE("published runs: a knob the simulator does not model is reported, not priced") {
+  const std::string d = scratch_dir("skip");
+  std::string t = kRowTemplate;
+  t.replace(t.find("fp8: false"), 10, "fp8: true");
+  write(d + "/one.yaml", t);
+  const ValidationReport rep = validate_published(d, kRoot);
+  std::filesystem::remove_all(d);
+  REQUIRE(rep.results.size() == 1);
+  CHECK_FALSE(rep.results[0].simulated);
+  CHECK(rep.results[0].not_simulated.find("float8") != std::string::npos);
+  CHECK(format_validation(rep).find("not simulated (1 rows") != std::string::npos);
+}
