@@ -25,7 +25,7 @@ cmake -S "$root/fuzz" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER=clang++
 cmake --build "$build" -j "$jobs"
 
 # target -> dictionary, seed globs (relative to the repository root)
-declare -A dict=([fuzz_model_yaml]=model.dict [fuzz_hf_config]=hf.dict [fuzz_hardware]="" [fuzz_plan]=plan.dict)
+declare -A dict=([fuzz_model_yaml]=model.dict [fuzz_hf_config]=hf.dict [fuzz_hardware]=hardware.dict [fuzz_plan]=plan.dict)
 # (fuzz/seeds/<target>/ holds hand-written seeds, e.g. complete plan files).
 declare -A seeds=(
   [fuzz_model_yaml]="configs/models/*.yaml fuzz/seeds/fuzz_model_yaml/*"

@@ -50,6 +50,11 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
   if (s.wrap.kind == WrapKind::EveryK && s.wrap.every_k > m.num_layers)
     bad("--wrap",
         "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " + std::to_string(m.num_layers) + " layers");
+  if (s.ckpt_every < 1 || (s.ckpt_every > 1 && s.act_ckpt != ActCkpt::Full))
+    bad("--act-ckpt", "every:N needs N >= 1 and applies to full checkpointing only");
+  if (s.ckpt_every > m.num_layers)
+    bad("--act-ckpt", "every:" + std::to_string(s.ckpt_every) + " exceeds the model's " + std::to_string(m.num_layers) +
+                          " layers (it would checkpoint none)");
   if ((s.param_dtype == DType::Fp32) != (s.master_dtype == DType::Fp32) && s.master_dtype != DType::Fp32)
     bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
   if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
@@ -121,7 +126,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.tokens_per_step = tokens_per_rank * static_cast<double>(in.cluster.world_size());
   p.tokens_per_s_per_gpu = p.time.step_s > 0 ? tokens_per_rank / p.time.step_s : 0.0;
   p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
-  double peak = in.hardware->peak_flops(s.param_dtype).value;
+  // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
+  double peak = in.hardware->rated_peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;
   if (program_out) *program_out = std::move(prog);
   return p;

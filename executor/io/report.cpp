@@ -18,7 +18,7 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
                {"device", plan.cluster.device},
                {"strategy", to_string(plan.strategy.kind)},
                {"wrap", to_string(plan.strategy.wrap)},
-               {"act_ckpt", to_string(plan.strategy.act_ckpt)},
+               {"act_ckpt", act_ckpt_name(plan.strategy)},
                {"param_dtype", to_string(plan.strategy.param_dtype)},
                {"reduce_dtype", to_string(plan.strategy.reduce_dtype)},
                {"micro_batch", plan.strategy.micro_batch},

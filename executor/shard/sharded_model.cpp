@@ -659,6 +659,11 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
 
 void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strategy, int world) {
   check_model_supported(spec);
+  // torch.utils.checkpoint's selective policies (create_selective_checkpoint_contexts, a TorchDispatchMode that
+  // caches chosen aten ops' outputs) are not in LibTorch 1.13's C++ API.
+  if (strategy.act_ckpt == ActCkpt::SelectiveOp)
+    throw InputError(
+        "--act-ckpt selective-op is torchtitan's per-op policy; fsdp-run runs none, full, selective and every:N");
   if (strategy.master_dtype != DType::Fp32)
     throw InputError("fsdp-run keeps master parameters in fp32; the plan asks for master_dtype " +
                      std::string(to_string(strategy.master_dtype)));
@@ -728,17 +733,21 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     rope_tables(spec, tokens.size(1), like, fo.rope_cos, fo.rope_sin);
   }
   m.keepalive.clear();
-  auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
-    auto runner = std::make_shared<LayersRunner>([&spec, &u, fo](const at::Tensor& xin, const ParamMap& pm) {
+  // Layers `layers` (in order) as one checkpoint region: run without saving activations, recomputed in backward.
+  auto checkpointed = [&](const std::vector<int>& layers, const at::Tensor& x, const ParamMap& p) {
+    auto runner = std::make_shared<LayersRunner>([&spec, layers, fo](const at::Tensor& xin, const ParamMap& pm) {
       at::Tensor h = xin;
-      for (int l : u.layers) h = layer_forward(spec, pm, l, h, fo);
+      for (int l : layers) h = layer_forward(spec, pm, l, h, fo);
       return h;
     });
-    if (m.strategy.act_ckpt != ActCkpt::Full || u.layers.empty()) return (*runner)(x, p);
     auto names = std::make_shared<std::vector<std::string>>();
     variable_list inputs{x};
     for (auto& [name, t] : p) {
-      if (name.rfind("model.layers.", 0) != 0) continue;  // only the layers' parameters
+      // Only the region's layers' parameters (model.layers.<l>.*, executor/model/transformer.cpp).
+      const bool mine = std::any_of(layers.begin(), layers.end(), [&name = name](int l) {
+        return name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0;
+      });
+      if (!mine) continue;
       names->push_back(name);
       inputs.push_back(t);
     }
@@ -746,6 +755,21 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     m.keepalive.push_back(names);
     return CheckpointFn::apply(at::TensorList(inputs), reinterpret_cast<int64_t>(runner.get()),
                                reinterpret_cast<int64_t>(names.get()));
+  };
+  // A unit's layers under the plan's checkpointing: full checkpointing of every layer is one region per unit (the
+  // simulator's RuntimeProfile::checkpoint_per_unit); every:N checkpoints the layers layer_ckpt names, each its
+  // own region (torchtitan wraps each chosen block), and runs the others as they are.
+  auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
+    if (u.layers.empty() || m.strategy.act_ckpt != ActCkpt::Full) {
+      at::Tensor h = x;
+      for (int l : u.layers) h = layer_forward(spec, p, l, h, fo);
+      return h;
+    }
+    if (m.strategy.ckpt_every <= 1) return checkpointed(u.layers, x, p);
+    at::Tensor h = x;
+    for (int l : u.layers)
+      h = layer_ckpt(m.strategy, l) == ActCkpt::Full ? checkpointed({l}, h, p) : layer_forward(spec, p, l, h, fo);
+    return h;
   };
 
   Unit& root = *m.units[0];

@@ -35,7 +35,10 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   if (a.has("--strategy")) p.strategy = s.kind;
   if (a.has("--wrap")) p.wrap = s.wrap;
   if (a.has("--reshard-after-forward")) p.reshard_after_forward = s.reshard_after_forward;
-  if (a.has("--act-ckpt")) p.act_ckpt = s.act_ckpt;
+  if (a.has("--act-ckpt")) {
+    p.act_ckpt = s.act_ckpt;
+    p.ckpt_every = s.ckpt_every;
+  }
   if (a.has("--offload")) p.offload = s.offload;
   if (a.has("--param-dtype")) p.param_dtype = s.param_dtype;
   if (a.has("--reduce-dtype")) p.reduce_dtype = s.reduce_dtype;

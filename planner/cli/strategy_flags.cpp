@@ -52,7 +52,9 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   if (auto v = a.get("--wrap"))
     if (!parse_wrap(*v, s.wrap)) throw InputError("--wrap: '" + *v + "' is not one of: layer, every:K, size:N, model");
   s.reshard_after_forward = a.get_bool_or("--reshard-after-forward", s.reshard_after_forward);
-  enum_flag(a, "--act-ckpt", parse_act_ckpt, s.act_ckpt, "none, full, selective");
+  if (auto v = a.get("--act-ckpt"))
+    if (!parse_act_ckpt(*v, s.act_ckpt, s.ckpt_every))
+      throw InputError("--act-ckpt: '" + *v + "' is not one of: " + kActCkptNames);
   enum_flag(a, "--offload", parse_offload, s.offload, "none, optimizer, params");
   enum_flag(a, "--param-dtype", parse_dtype, s.param_dtype, "fp32, bf16, fp16");
   enum_flag(a, "--reduce-dtype", parse_dtype, s.reduce_dtype, "fp32, bf16, fp16");

@@ -30,7 +30,11 @@ Strategy parse_strategy_map(ConfigMap& m) {
   std::string wrap = m.get_string("wrap");
   if (!parse_wrap(wrap, s.wrap)) m.fail("wrap", "'" + wrap + "' is not one of: layer, every:K, size:N, model");
   s.reshard_after_forward = m.get_bool("reshard_after_forward");
-  s.act_ckpt = enum_key(m, "act_ckpt", parse_act_ckpt, "none, full, selective");
+  {
+    const std::string ck = m.get_string("act_ckpt");
+    if (!parse_act_ckpt(ck, s.act_ckpt, s.ckpt_every))
+      m.fail("act_ckpt", "'" + ck + "' is not one of: " + kActCkptNames);
+  }
   s.offload = enum_key(m, "offload", parse_offload, "none, optimizer, params");
   s.param_dtype = enum_key(m, "param_dtype", parse_dtype, "fp32, bf16, fp16");
   s.reduce_dtype = enum_key(m, "reduce_dtype", parse_dtype, "fp32, bf16, fp16");
@@ -170,7 +174,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "hsdp_group" << YAML::Value << s.hsdp_group;
   out << YAML::Key << "wrap" << YAML::Value << to_string(s.wrap);
   out << YAML::Key << "reshard_after_forward" << YAML::Value << s.reshard_after_forward;
-  out << YAML::Key << "act_ckpt" << YAML::Value << to_string(s.act_ckpt);
+  out << YAML::Key << "act_ckpt" << YAML::Value << act_ckpt_name(s);
   out << YAML::Key << "offload" << YAML::Value << to_string(s.offload);
   out << YAML::Key << "param_dtype" << YAML::Value << to_string(s.param_dtype);
   out << YAML::Key << "reduce_dtype" << YAML::Value << to_string(s.reduce_dtype);

@@ -119,7 +119,7 @@ std::string short_strategy(const Strategy& s, bool with_kind = true) {
   if (with_kind) parts.push_back(kind_name(s));
   if (!with_kind && s.kind == StrategyKind::Hsdp) parts.push_back("group " + std::to_string(s.hsdp_group));
   if (shards_params(s.kind)) parts.push_back(to_string(s.wrap) + (s.reshard_after_forward ? "" : " no-reshard"));
-  parts.push_back(std::string("ckpt ") + to_string(s.act_ckpt));
+  parts.push_back("ckpt " + act_ckpt_name(s));
   if (s.offload != Offload::None) parts.push_back(std::string("offload ") + to_string(s.offload));
   parts.push_back(std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype));
   parts.push_back(std::to_string(s.micro_batch) + "\u00d7" + std::to_string(s.grad_accum));
@@ -633,7 +633,7 @@ std::string plans_table(const std::vector<Candidate>& ranked, int top, const Str
     double exposed = p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100 : 0;
     h += std::string(is_chosen ? "<tr class=\"chosen\">" : "<tr>") + td(std::to_string(i + 1), true) +
          td(kind_name(s)) + td(shards_params(s.kind) ? to_string(s.wrap) : "-") +
-         td(shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-") + td(to_string(s.act_ckpt)) +
+         td(shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-") + td(act_ckpt_name(s)) +
          td(to_string(s.offload)) + td(std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype)) +
          td(std::to_string(s.micro_batch) + " \u00d7 " + std::to_string(s.grad_accum), true) +
          td(gib(p.memory.device_total, "%.2f"), true) + td(fmt("%.1f%%", headroom), true) +
@@ -683,7 +683,7 @@ std::string knobs_table(const Strategy& s) {
       {"strategy", kind_name(s)},
       {"wrap", shards_params(s.kind) ? to_string(s.wrap) : "-"},
       {"reshard after forward", shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-"},
-      {"activation checkpointing", to_string(s.act_ckpt)},
+      {"activation checkpointing", act_ckpt_name(s)},
       {"offload", to_string(s.offload)},
       {"param / reduce / master dtype",
        std::string(to_string(s.param_dtype)) + " / " + to_string(s.reduce_dtype) + " / " + to_string(s.master_dtype)},

@@ -91,7 +91,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   }
   o << bold << "top plans" << reset << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-3s %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %9s %8s %8s %6s %9s\n", "#",
+  std::snprintf(line, sizeof line, "  %-3s %-13s %-8s %-7s %-12s %-9s %-9s %-9s %9s %9s %8s %8s %6s %9s\n", "#",
                 "strategy", "wrap", "reshard", "ckpt", "offload", "dtypes", "mb x acc", "peak GiB", "headroom",
                 "exposed", "step s", "MFU", "tok/s/GPU");
   o << line;
@@ -105,9 +105,9 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
     double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;
     std::snprintf(line, sizeof line,
-                  "  %s%-3zu %-13s %-8s %-7s %-9s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
+                  "  %s%-3zu %-13s %-8s %-7s %-12s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
                   i == 0 ? green : "", i + 1, kind.c_str(), wrap_name(s).c_str(),
-                  shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-", to_string(s.act_ckpt),
+                  shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-", act_ckpt_name(s).c_str(),
                   to_string(s.offload), dt.c_str(), mbacc.c_str(), format_gib(p.memory.device_total).c_str(), headroom,
                   p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100.0 : 0.0, p.time.step_s, p.mfu * 100.0,
                   p.tokens_per_s_per_gpu, i == 0 ? reset : "");

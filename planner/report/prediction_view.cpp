@@ -16,8 +16,8 @@ std::string one_line_strategy(const Strategy& s) {
   o << to_string(s.kind);
   if (s.kind == StrategyKind::Hsdp) o << "(group " << s.hsdp_group << ")";
   if (shards_params(s.kind)) o << " wrap=" << to_string(s.wrap) << (s.reshard_after_forward ? "" : " no-reshard");
-  o << " ckpt=" << to_string(s.act_ckpt) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype)
-    << "/" << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
+  o << " ckpt=" << act_ckpt_name(s) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype) << "/"
+    << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
   return o.str();
 }
 
@@ -27,7 +27,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["hsdp_group"] = s.hsdp_group;
   j["wrap"] = to_string(s.wrap);
   j["reshard_after_forward"] = s.reshard_after_forward;
-  j["act_ckpt"] = to_string(s.act_ckpt);
+  j["act_ckpt"] = act_ckpt_name(s);
   j["offload"] = to_string(s.offload);
   j["param_dtype"] = to_string(s.param_dtype);
   j["reduce_dtype"] = to_string(s.reduce_dtype);

@@ -26,6 +26,7 @@ struct SearchPins {
   std::optional<WrapPolicy> wrap;
   std::optional<bool> reshard_after_forward;
   std::optional<ActCkpt> act_ckpt;
+  std::optional<int64_t> ckpt_every;  // with act_ckpt Full: every:N (absent: 1)
   std::optional<Offload> offload;
   std::optional<DType> param_dtype;
   std::optional<DType> reduce_dtype;

@@ -229,11 +229,8 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   const auto kind = strategy_of(row.strategy);
   if (!kind) return skip("strategy '" + row.strategy + "' is not one of fsdp-plan's");
   ActCkpt ck = ActCkpt::None;
-  if (!row.act_ckpt.empty() &&
-      !parse_act_ckpt(row.act_ckpt == "every-n:1"              ? "full"
-                      : row.act_ckpt.rfind("every-n:", 0) == 0 ? "every:" + row.act_ckpt.substr(8)
-                                                               : row.act_ckpt,
-                      ck))
+  int64_t ckpt_every = 1;
+  if (!row.act_ckpt.empty() && !parse_act_ckpt(row.act_ckpt, ck, ckpt_every))
     return skip("activation checkpointing '" + row.act_ckpt + "' is not modelled");
   if (!row.offload.empty() && row.offload != "none")
     return skip("offload '" + row.offload + "' rows are not in the set yet");
@@ -297,6 +294,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     s.hsdp_group = *row.hsdp_shard_group;
   }
   s.act_ckpt = ck;
+  s.ckpt_every = ckpt_every;
   DType pd;
   if (row.param_dtype.empty()) return skip("compute dtype not stated");
   if (!parse_dtype(row.param_dtype, pd)) return skip("param dtype '" + row.param_dtype + "'");

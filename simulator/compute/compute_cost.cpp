@@ -1,6 +1,7 @@
 #include "compute/compute_cost.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/errors.hpp"
 
@@ -28,10 +29,27 @@ Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype) {
   return Bytes(dsize(dtype) * (double(m) * double(k) + double(k) * double(n) + double(m) * double(n)));
 }
 
+double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n) {
+  if (hw.sm_count <= 0 || hw.matmul_tiles.empty() || m <= 0 || n <= 0) return 1.0;
+  const double sms = static_cast<double>(hw.sm_count);
+  double best = 0;
+  for (const auto& [tm, tn] : hw.matmul_tiles) {
+    const double tiles = std::ceil(double(m) / double(tm)) * std::ceil(double(n) / double(tn));
+    const double waves = std::ceil(tiles / sms);
+    best = std::max(best, double(m) * double(n) / (double(tm) * double(tn) * sms * waves));
+  }
+  return best;
+}
+
 Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype) {
   if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
   Flops f = matmul_flops(m, n, k);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.matmul_curve(dtype).at(f.value);
+  // The curve prices the mean of a linear layer's three GEMMs (timeline/op_cost.cpp); their outputs are m x n
+  // (y = x W^T), m x k (dx = dy W) and n x k (dW = dy^T x), each quantized over the SMs on its own: the mean of
+  // the three times is the harmonic mean of their efficiencies.
+  const double quantized = 3.0 / (1.0 / tile_wave_efficiency(hw, m, n) + 1.0 / tile_wave_efficiency(hw, m, k) +
+                                  1.0 / tile_wave_efficiency(hw, n, k));
+  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * quantized);
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
 }
 

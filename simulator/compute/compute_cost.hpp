@@ -14,7 +14,15 @@ namespace fsdp {
 // --- GEMM: C[m,n] = A[m,k] B[k,n] ---
 Flops matmul_flops(int64_t m, int64_t n, int64_t k);               // 2mnk
 Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype);  // read A and B, write C once
+// The profile's matmul curve (measured at the best shapes: stas00/ml-engineering's MAMF search) times the tile and
+// wave quantization of the call's three GEMMs (tile_wave_efficiency).
 Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype);
+// Tile and wave quantization of an m x n GEMM output (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication
+// Background User's Guide", sections "Tile Quantization" and "Wave Quantization"): cuBLAS computes C in tiles, one
+// thread block each, and runs them in waves of one block per SM (device.sm_count); a partial tile or a partial last
+// wave takes a whole one's time. The fraction of the issued work that is useful, for the best of the profile's tile
+// shapes (device.matmul_tiles, as cuBLAS's heuristic picks the kernel); 1 for a profile without them (CPUs).
+double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n);
 
 // --- Fused (flash) attention over a batch of sequences ---
 struct AttentionShape {

@@ -2,13 +2,20 @@
 #include "hardware/hardware_profile.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <initializer_list>
+#include <iostream>
+#include <optional>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "core/config_map.hpp"
 #include "core/config_path.hpp"
 #include "core/errors.hpp"
+#include "core/format.hpp"
 
 namespace fsdp {
 
@@ -23,7 +30,7 @@ double EfficiencyCurve::at(double value) const {
   return efficiency[i - 1] + w * (efficiency[i] - efficiency[i - 1]);
 }
 
-FlopsPerSecond HardwareProfile::peak_flops(DType d) const {
+FlopsPerSecond HardwareProfile::rated_peak_flops(DType d) const {
   switch (d) {
     case DType::Fp32:
       return peak_flops_fp32;
@@ -33,6 +40,47 @@ FlopsPerSecond HardwareProfile::peak_flops(DType d) const {
       return peak_flops_fp16;
   }
   return peak_flops_fp32;
+}
+
+Hertz HardwareProfile::boost_clock_of(DType d) const {
+  return d == DType::Fp32 && boost_clock_fp32.value > 0 ? boost_clock_fp32 : boost_clock;
+}
+
+double HardwareProfile::clock_scale(DType d) const {
+  const Hertz rated = boost_clock_of(d);
+  // The loader refuses a sustained clock without a boost clock; a hand-built profile without one is unscaled.
+  if (!(sustained_clock.value > 0) || !(rated.value > 0)) return 1.0;
+  return std::min(1.0, sustained_clock / rated);
+}
+
+FlopsPerSecond HardwareProfile::peak_flops(DType d) const { return rated_peak_flops(d) * clock_scale(d); }
+
+const char* to_string(Fabric f) {
+  switch (f) {
+    case Fabric::InfiniBand:
+      return "infiniband";
+    case Fabric::RoCE:
+      return "roce";
+    case Fabric::Efa:
+      return "efa";
+    case Fabric::Unstated:
+      break;
+  }
+  return "not stated";
+}
+
+const char* display_name(Fabric f) {
+  switch (f) {
+    case Fabric::InfiniBand:
+      return "InfiniBand";
+    case Fabric::RoCE:
+      return "RoCE";
+    case Fabric::Efa:
+      return "EFA";
+    case Fabric::Unstated:
+      break;
+  }
+  return "fabric not stated";
 }
 
 namespace {
@@ -161,93 +209,125 @@ Bytes positive_bytes(ConfigMap& m, const std::string& key) {
   return b;
 }
 
-LinkTier read_tier(ConfigMap& parent, const std::string& key) {
+// "1830 MHz", "1.98 GHz", "700 W": a positive number and one of `units` (name, factor to the SI base unit).
+// Clocks and power are read only here, so their units are interpreted here rather than in core/unit_parse.
+double positive_with_unit(ConfigMap& m, const std::string& key,
+                          std::initializer_list<std::pair<std::string_view, double>> units, const char* example) {
+  const std::string text = m.get_string(key);
+  std::string_view s(text);
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  std::string_view unit(ptr, static_cast<size_t>(s.data() + s.size() - ptr));
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  if (ec == std::errc() && std::isfinite(v))
+    for (const auto& [name, factor] : units)
+      if (unit == name) {
+        if (!(v > 0)) m.fail(key, "must be positive, got '" + text + "'");
+        return v * factor;
+      }
+  m.fail(key, std::string("expected a value with a unit such as ") + example + ", got '" + text + "'");
+}
+
+constexpr double kKilo = 1e3, kMega = 1e6, kGiga = 1e9;
+
+Hertz read_clock(ConfigMap& m, const std::string& key) {
+  return Hertz(positive_with_unit(m, key, {{"Hz", 1.0}, {"kHz", kKilo}, {"MHz", kMega}, {"GHz", kGiga}},
+                                  "'1830 MHz' or '1.98 GHz'"));
+}
+
+Watts read_power(ConfigMap& m, const std::string& key) {
+  return Watts(positive_with_unit(m, key, {{"W", 1.0}, {"kW", kKilo}}, "'700 W'"));
+}
+
+// `device.matmul_tiles: [[256, 128], [128, 128]]`: a list of [rows, columns] output tile shapes, positive integers.
+std::vector<std::pair<int64_t, int64_t>> read_tiles(ConfigMap& m, const std::string& key) {
+  const YAML::Node list = m.take_raw(key);
+  if (!list.IsSequence() || list.size() == 0) m.fail(key, "expected a list of [rows, columns] tile shapes");
+  constexpr int64_t kMaxTileSide = 1 << 16;  // no GEMM kernel's tile is near this: a typo, not a tile
+  std::vector<std::pair<int64_t, int64_t>> tiles;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node t = list[i];
+    int64_t side[2] = {0, 0};
+    bool ok = t.IsSequence() && t.size() == 2;
+    for (size_t j = 0; ok && j < 2; ++j) {
+      const YAML::Node v = t[j];
+      ok = v.IsScalar();
+      if (!ok) break;
+      const std::string& text = v.Scalar();
+      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), side[j]);
+      ok = ec == std::errc() && ptr == text.data() + text.size() && side[j] > 0 && side[j] <= kMaxTileSide;
+    }
+    if (!ok)
+      m.fail(key, "item " + std::to_string(i) + ": expected [rows, columns], two positive integers up to " +
+                      std::to_string(kMaxTileSide));
+    tiles.emplace_back(side[0], side[1]);
+  }
+  return tiles;
+}
+
+// Whether to read `key` of `m`: always when the mapping is a file's own (every required key must be there), and
+// only when present when it overrides a base's mapping (an absent key keeps the base's value).
+bool given(const ConfigMap& m, const std::string& key, bool inherit) { return !inherit || m.has(key); }
+
+// Reads tier `key` of `parent` onto `tier` (`inherit`: a base's tier, overridden key by key). `fabric`, for the
+// inter-node tier only, receives the optional `fabric` key.
+void read_tier(ConfigMap& parent, const std::string& key, bool inherit, LinkTier& tier, Fabric* fabric) {
+  if (!given(parent, key, inherit)) return;
   ConfigMap t = parent.get_map(key);
-  LinkTier tier;
-  tier.bandwidth = t.get_bandwidth("bandwidth");
-  tier.latency = t.get_duration("latency");
-  tier.bus_efficiency = read_curve(t, "bus_efficiency", "message", CurveX::Bytes);
+  if (given(t, "bandwidth", inherit)) tier.bandwidth = t.get_bandwidth("bandwidth");
+  if (given(t, "latency", inherit)) tier.latency = t.get_duration("latency");
+  if (given(t, "bus_efficiency", inherit))
+    tier.bus_efficiency = read_curve(t, "bus_efficiency", "message", CurveX::Bytes);
   // Optional per-collective curves (docs/hardware.md): absent, the collective uses bus_efficiency.
-  auto optional_curve = [&](const std::string& k) {
-    return t.has(k) ? read_curve(t, k, "message", CurveX::Bytes) : EfficiencyCurve{};
-  };
-  tier.bus_efficiency_all_gather = optional_curve("bus_efficiency_all_gather");
-  tier.bus_efficiency_reduce_scatter = optional_curve("bus_efficiency_reduce_scatter");
-  tier.bus_efficiency_all_reduce = optional_curve("bus_efficiency_all_reduce");
+  for (auto [k, curve] : {std::pair{"bus_efficiency_all_gather", &tier.bus_efficiency_all_gather},
+                          std::pair{"bus_efficiency_reduce_scatter", &tier.bus_efficiency_reduce_scatter},
+                          std::pair{"bus_efficiency_all_reduce", &tier.bus_efficiency_all_reduce}})
+    if (t.has(k)) *curve = read_curve(t, k, "message", CurveX::Bytes);
+  if (fabric != nullptr && t.has("fabric")) {
+    const std::string f = t.get_enum("fabric", {"infiniband", "roce", "efa"});
+    *fabric = f == "infiniband" ? Fabric::InfiniBand : f == "roce" ? Fabric::RoCE : Fabric::Efa;
+  }
   t.finish();
-  return tier;
 }
 
-std::filesystem::path profile_dir(const std::string& config_root) {
-  return std::filesystem::path(config_root) / "hwprofiles";
-}
-
-}  // namespace
-
-std::vector<std::string> list_hardware(const std::string& config_root) {
-  return config_names(profile_dir(config_root));
-}
-
-HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root) {
-  std::string path = name_or_path;
-  bool is_path = name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".yaml") == 0;
-  if (!is_path) {
-    path = (profile_dir(config_root) / (name_or_path + ".yaml")).string();
-    if (name_or_path.find('/') != std::string::npos || !std::filesystem::exists(path)) {
-      std::string known;
-      for (const auto& n : list_hardware(config_root)) known += (known.empty() ? "" : ", ") + n;
-      throw InputError("--hw: unknown hardware '" + name_or_path + "' (known: " + known +
-                       "; or give a path to a .yaml file)");
-    }
+void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
+  auto required = [&](const char* key) { return given(dev, key, inherit); };
+  if (required("memory")) hw.device_memory = positive_bytes(dev, "memory");
+  if (required("usable_memory")) hw.usable_device_memory = positive_bytes(dev, "usable_memory");
+  if (required("peak_flops")) {
+    ConfigMap peak = dev.get_map("peak_flops");
+    for (auto [key, field] : {std::pair{"fp32", &hw.peak_flops_fp32}, std::pair{"bf16", &hw.peak_flops_bf16},
+                              std::pair{"fp16", &hw.peak_flops_fp16}})
+      if (given(peak, key, inherit)) *field = peak.get_flops_rate(key);
+    peak.finish();
   }
-  ConfigMap map = ConfigMap::load_file(path);
-  HardwareProfile hw;
-  hw.source = path;
-  hw.name = map.get_string("name");
-  hw.device_kind = map.get_enum("device_kind", {"cuda", "cpu"});
-  {
-    const std::string backend = map.get_string("backend");
-    try {
-      hw.backend = load_backend(backend, config_root);
-    } catch (const InputError& e) {
-      map.fail("backend", e.what());
-    }
-  }
-  if (map.has("calibrated")) {
-    ConfigMap c = map.get_map("calibrated");
-    HardwareProfile::Calibration cal;
-    cal.runtime = c.get_string("runtime");
-    cal.runtime_build = c.get_string("runtime_build");
-    cal.cost_model_version = c.get_int("cost_model_version");
-    if (cal.cost_model_version < 1) c.fail("cost_model_version", "must be a positive integer");
-    c.finish();
-    hw.calibrated = cal;
-  }
-
-  ConfigMap dev = map.get_map("device");
-  hw.device_memory = positive_bytes(dev, "memory");
-  hw.usable_device_memory = positive_bytes(dev, "usable_memory");
-  if (hw.usable_device_memory > hw.device_memory) dev.fail("usable_memory", "exceeds device.memory");
-  ConfigMap peak = dev.get_map("peak_flops");
-  hw.peak_flops_fp32 = peak.get_flops_rate("fp32");
-  hw.peak_flops_bf16 = peak.get_flops_rate("bf16");
-  hw.peak_flops_fp16 = peak.get_flops_rate("fp16");
-  peak.finish();
-  hw.memory_bandwidth = dev.get_bandwidth("memory_bandwidth");
-  hw.matmul_efficiency = read_curve(dev, "matmul_efficiency", "gemm_flops", CurveX::Number);
-  hw.attention_efficiency = read_curve(dev, "attention_forward_efficiency", "attention_flops", CurveX::Number);
-  hw.attention_backward_efficiency =
-      read_curve(dev, "attention_backward_efficiency", "attention_flops", CurveX::Number);
+  // Clocks and power (optional, docs/hardware.md "Clocks and power"); their consistency is checked once the
+  // profile is whole (check_profile).
+  for (auto [key, field] :
+       {std::pair{"boost_clock", &hw.boost_clock}, std::pair{"boost_clock_fp32", &hw.boost_clock_fp32},
+        std::pair{"sustained_clock", &hw.sustained_clock}})
+    if (dev.has(key)) *field = read_clock(dev, key);
+  for (auto [key, field] : {std::pair{"tdp", &hw.tdp}, std::pair{"power_limit", &hw.power_limit}})
+    if (dev.has(key)) *field = read_power(dev, key);
+  if (dev.has("sm_count")) hw.sm_count = positive_int(dev, "sm_count");
+  if (dev.has("matmul_tiles")) hw.matmul_tiles = read_tiles(dev, "matmul_tiles");
+  if (required("memory_bandwidth")) hw.memory_bandwidth = dev.get_bandwidth("memory_bandwidth");
+  for (auto [key, x_key, curve] :
+       {std::tuple{"matmul_efficiency", "gemm_flops", &hw.matmul_efficiency},
+        std::tuple{"attention_forward_efficiency", "attention_flops", &hw.attention_efficiency},
+        std::tuple{"attention_backward_efficiency", "attention_flops", &hw.attention_backward_efficiency}})
+    if (required(key)) *curve = read_curve(dev, key, x_key, CurveX::Number);
   // Optional per-dtype curves (docs/hardware.md): absent, the dtype uses the shared curve.
-  auto optional_curve = [&](const std::string& key, const std::string& x_key) {
-    return dev.has(key) ? read_curve(dev, key, x_key, CurveX::Number) : EfficiencyCurve{};
-  };
-  hw.matmul_efficiency_bf16 = optional_curve("matmul_efficiency_bf16", "gemm_flops");
-  hw.matmul_efficiency_fp16 = optional_curve("matmul_efficiency_fp16", "gemm_flops");
-  hw.attention_efficiency_bf16 = optional_curve("attention_forward_efficiency_bf16", "attention_flops");
-  hw.attention_efficiency_fp16 = optional_curve("attention_forward_efficiency_fp16", "attention_flops");
-  hw.attention_backward_efficiency_bf16 = optional_curve("attention_backward_efficiency_bf16", "attention_flops");
-  hw.attention_backward_efficiency_fp16 = optional_curve("attention_backward_efficiency_fp16", "attention_flops");
+  for (auto [key, x_key, curve] :
+       {std::tuple{"matmul_efficiency_bf16", "gemm_flops", &hw.matmul_efficiency_bf16},
+        std::tuple{"matmul_efficiency_fp16", "gemm_flops", &hw.matmul_efficiency_fp16},
+        std::tuple{"attention_forward_efficiency_bf16", "attention_flops", &hw.attention_efficiency_bf16},
+        std::tuple{"attention_forward_efficiency_fp16", "attention_flops", &hw.attention_efficiency_fp16},
+        std::tuple{"attention_backward_efficiency_bf16", "attention_flops", &hw.attention_backward_efficiency_bf16},
+        std::tuple{"attention_backward_efficiency_fp16", "attention_flops", &hw.attention_backward_efficiency_fp16}})
+    if (dev.has(key)) *curve = read_curve(dev, key, x_key, CurveX::Number);
   // Optional maps by dtype ({fp32: ..., bf16: ..., fp16: ...}, docs/hardware.md): `read` takes each entry given.
   auto per_dtype = [&](const char* key, auto&& read) {
     if (!dev.has(key)) return;
@@ -260,11 +340,13 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
     HostOverhead& dst = d == DType::Bf16   ? hw.host_overhead_bf16
                         : d == DType::Fp16 ? hw.host_overhead_fp16
                                            : hw.host_overhead_fp32;
+    // An entry the base has is overridden key by key; a new one is complete.
+    const bool entry_inherited = inherit && !dst.empty();
     ConfigMap e = m.get_map(key);
-    dst.layer_forward = e.get_duration("layer_forward");
-    dst.layer_backward = e.get_duration("layer_backward");
-    dst.head_forward = e.get_duration("head_forward");
-    dst.head_backward = e.get_duration("head_backward");
+    for (auto [k, field] :
+         {std::pair{"layer_forward", &dst.layer_forward}, std::pair{"layer_backward", &dst.layer_backward},
+          std::pair{"head_forward", &dst.head_forward}, std::pair{"head_backward", &dst.head_backward}})
+      if (given(e, k, entry_inherited)) *field = e.get_duration(k);
     if (e.has("unit")) dst.unit = e.get_duration("unit");
     e.finish();
   });
@@ -281,31 +363,31 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
     // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
     if (!(dst > 0 && dst < 3)) m.fail(key, "must be within (0, 3)");
   });
-  if (dev.has("cores")) {
-    if (hw.device_kind != "cpu") dev.fail("cores", "only a cpu device is a number of cores");
-    hw.device_cores = dev.get_positive_double("cores");
-  }
+  if (dev.has("cores")) hw.device_cores = dev.get_positive_double("cores");
   dev.finish();
+}
 
-  ConfigMap node = map.get_map("node");
-  hw.gpus_per_node = positive_int(node, "gpus_per_node");
-  hw.intra_node = read_tier(node, "intra_node");
-  hw.nics_per_node = positive_int(node, "nics_per_node");
-  hw.inter_node = read_tier(node, "inter_node");
-  hw.host_to_device = node.get_bandwidth("host_to_device");
-  hw.host_memory = positive_bytes(node, "host_memory");
-  hw.cpu_cores = positive_int(node, "cpu_cores");
-  if (hw.device_cores > hw.cpu_cores)
-    dev.fail("cores", "exceeds node.cpu_cores (" + std::to_string(hw.cpu_cores) + ")");
-  hw.host_memory_bandwidth = node.get_bandwidth("host_memory_bandwidth");
-  hw.host_flops_per_core = node.get_flops_rate("cpu_peak_flops_per_core");
+void read_node(ConfigMap& node, bool inherit, HardwareProfile& hw) {
+  auto required = [&](const char* key) { return given(node, key, inherit); };
+  if (required("gpus_per_node")) hw.gpus_per_node = positive_int(node, "gpus_per_node");
+  read_tier(node, "intra_node", inherit, hw.intra_node, nullptr);
+  if (required("nics_per_node")) hw.nics_per_node = positive_int(node, "nics_per_node");
+  read_tier(node, "inter_node", inherit, hw.inter_node, &hw.fabric);
+  if (required("host_to_device")) hw.host_to_device = node.get_bandwidth("host_to_device");
+  if (required("host_memory")) hw.host_memory = positive_bytes(node, "host_memory");
+  if (required("cpu_cores")) hw.cpu_cores = positive_int(node, "cpu_cores");
+  if (required("host_memory_bandwidth")) hw.host_memory_bandwidth = node.get_bandwidth("host_memory_bandwidth");
+  if (required("cpu_peak_flops_per_core")) hw.host_flops_per_core = node.get_flops_rate("cpu_peak_flops_per_core");
   node.finish();
+}
 
-  ConfigMap coll = map.get_map("collectives");
-  hw.collective_base_latency = coll.get_duration("base_latency");
-  hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
-  if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
-    coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
+void read_collectives(ConfigMap& coll, bool inherit, HardwareProfile& hw) {
+  if (given(coll, "base_latency", inherit)) hw.collective_base_latency = coll.get_duration("base_latency");
+  if (given(coll, "compute_slowdown_during_comm", inherit)) {
+    hw.compute_slowdown_during_comm = coll.get_double("compute_slowdown_during_comm");
+    if (hw.compute_slowdown_during_comm < 0 || hw.compute_slowdown_during_comm >= 1)
+      coll.fail("compute_slowdown_during_comm", "must be within [0, 1)");
+  }
   for (const auto& [key, field] : HardwareProfile::in_step_factor_fields()) {
     if (!coll.has(key)) continue;
     const double f = coll.get_double(key);
@@ -313,8 +395,241 @@ HardwareProfile load_hardware(const std::string& name_or_path, const std::string
     hw.*field = f;
   }
   coll.finish();
-  map.finish();
+}
+
+// A check between keys, made once the profile is whole: fails on the first candidate key that this file gives. A
+// profile whose base passed every check fails one only through a key it overrides, so one of them is here.
+struct Culprit {
+  const ConfigMap* map;
+  const char* key;
+};
+[[noreturn]] void fail_on_given(std::initializer_list<Culprit> candidates, const std::string& message) {
+  for (const Culprit& c : candidates)
+    if (c.map != nullptr && c.map->has(c.key)) c.map->fail(c.key, message);
+  FSDP_ASSERT(false, "a check between keys failed on values that all came from a base that passed it");
+  throw InputError(message);  // not reached
+}
+
+std::string mhz(Hertz f) { return fmt("%.4g MHz", f.value / kMega); }
+std::string watts(Watts w) { return fmt("%.4g W", w.value); }
+
+void check_profile(const HardwareProfile& hw, const ConfigMap& top, const ConfigMap* dev, const ConfigMap* node) {
+  if (hw.usable_device_memory > hw.device_memory)
+    fail_on_given({{dev, "usable_memory"}, {dev, "memory"}}, "device.usable_memory exceeds device.memory");
+  if (hw.device_cores > 0 && hw.device_kind != "cpu")
+    fail_on_given({{dev, "cores"}, {&top, "device_kind"}}, "only a cpu device is a number of cores (device.cores)");
+  if (hw.device_cores > hw.cpu_cores)
+    fail_on_given({{dev, "cores"}, {node, "cpu_cores"}}, "device.cores (" + fmt("%.6g", hw.device_cores) +
+                                                             ") exceeds node.cpu_cores (" +
+                                                             std::to_string(hw.cpu_cores) + ")");
+  // Tile and wave quantization needs both the SMs and the tiles.
+  if ((hw.sm_count > 0) != !hw.matmul_tiles.empty())
+    fail_on_given({{dev, "sm_count"}, {dev, "matmul_tiles"}},
+                  "device.sm_count and device.matmul_tiles go together (tile and wave quantization needs both)");
+  // Clocks: a sustained clock is a fraction of the clock the peaks are quoted at, which must be given.
+  if (hw.boost_clock_fp32.value > 0 && !(hw.boost_clock.value > 0))
+    fail_on_given({{dev, "boost_clock_fp32"}}, "needs device.boost_clock (the tensor-core peaks' clock)");
+  if (hw.sustained_clock.value > 0) {
+    if (!(hw.boost_clock.value > 0))
+      fail_on_given({{dev, "sustained_clock"}},
+                    "needs device.boost_clock, the clock device.peak_flops are quoted at (the datasheet's)");
+    const Hertz highest = std::max(hw.boost_clock, hw.boost_clock_fp32);
+    if (hw.sustained_clock > highest)
+      fail_on_given({{dev, "sustained_clock"}, {dev, "boost_clock"}, {dev, "boost_clock_fp32"}},
+                    "device.sustained_clock (" + mhz(hw.sustained_clock) + ") exceeds the boost clock (" +
+                        mhz(highest) + "): a GPU does not hold more than its boost clock");
+  }
+  // Power: a limit is compared with the board's rating (nvidia-smi -pl accepts up to power.max_limit).
+  if (hw.power_limit.value > 0) {
+    if (!(hw.tdp.value > 0))
+      fail_on_given({{dev, "power_limit"}}, "needs device.tdp (the board's rated power) to compare it with");
+    if (hw.power_limit > hw.tdp)
+      fail_on_given({{dev, "power_limit"}, {dev, "tdp"}}, "device.power_limit (" + watts(hw.power_limit) +
+                                                              ") exceeds device.tdp (" + watts(hw.tdp) +
+                                                              "): a board cannot be set above its rated power");
+  }
+}
+
+std::filesystem::path profile_dir(const std::string& config_root) {
+  return std::filesystem::path(config_root) / "hwprofiles";
+}
+
+bool is_yaml_path(const std::string& s) { return s.size() > 5 && s.compare(s.size() - 5, 5, ".yaml") == 0; }
+
+std::string known_names(const std::string& config_root) {
+  std::string known;
+  for (const auto& n : config_names(profile_dir(config_root))) known += (known.empty() ? "" : ", ") + n;
+  return known;
+}
+
+// The shipped profile NAME (config_root/hwprofiles/NAME.yaml), or "" when there is none.
+std::string shipped_path(const std::string& name, const std::string& config_root) {
+  if (name.find('/') != std::string::npos) return "";
+  const std::string path = (profile_dir(config_root) / (name + ".yaml")).string();
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) ? path : "";
+}
+
+struct LoadContext {
+  std::string config_root;
+  bool follow_base_paths = true;  // false: `base:` may name only a shipped profile (parse_hardware_text)
+  // The files being loaded, the outermost first: their canonical paths (cycle detection) and as written.
+  std::vector<std::pair<std::string, std::string>> chain;
+};
+
+std::string canonical(const std::string& path) {
+  std::error_code ec;
+  auto c = std::filesystem::weakly_canonical(path, ec);
+  return ec ? std::filesystem::absolute(path, ec).lexically_normal().string() : c.string();
+}
+
+HardwareProfile parse_profile(ConfigMap& map, const std::string& path, LoadContext& ctx);
+
+HardwareProfile load_profile_file(const std::string& path, LoadContext& ctx) {
+  ConfigMap map = ConfigMap::load_file(path);
+  ctx.chain.emplace_back(canonical(path), path);
+  HardwareProfile hw = parse_profile(map, path, ctx);
+  ctx.chain.pop_back();
   return hw;
+}
+
+// `base: NAME_OR_PATH` of the profile in `map` (file `path`): the base, loaded whole.
+HardwareProfile load_base(ConfigMap& map, const std::string& path, LoadContext& ctx) {
+  const std::string base = map.get_string("base");
+  std::string base_path;
+  if (is_yaml_path(base)) {
+    if (!ctx.follow_base_paths)
+      map.fail("base", "only a shipped profile's name is followed here, not a path (known: " +
+                           known_names(ctx.config_root) + ")");
+    std::filesystem::path p(base);
+    if (p.is_relative()) p = std::filesystem::path(path).parent_path() / p;  // relative to this file
+    base_path = p.lexically_normal().string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(base_path, ec)) map.fail("base", "no such file: " + base_path);
+  } else {
+    base_path = shipped_path(base, ctx.config_root);
+    if (base_path.empty())
+      map.fail("base", "unknown hardware '" + base + "' (known: " + known_names(ctx.config_root) +
+                           "; or a path to a .yaml file, relative to this one)");
+  }
+  const std::string key = canonical(base_path);
+  for (size_t i = 0; i < ctx.chain.size(); ++i)
+    if (ctx.chain[i].first == key) {
+      std::string cycle;
+      for (size_t j = i; j < ctx.chain.size(); ++j) cycle += ctx.chain[j].second + " -> ";
+      map.fail("base", "the bases form a cycle: " + cycle + base_path);
+    }
+  try {
+    HardwareProfile hw = load_profile_file(base_path, ctx);
+    hw.base_source = base_path;
+    return hw;
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (in " + base_path + ", the base of " + path + ")");
+  }
+}
+
+HardwareProfile parse_profile(ConfigMap& map, const std::string& path, LoadContext& ctx) {
+  // A derived profile starts from its base: each key below overrides it, mapping by mapping, key by key.
+  const bool derived = map.has("base");
+  HardwareProfile hw = derived ? load_base(map, path, ctx) : HardwareProfile{};
+  hw.source = path;
+  hw.name = map.get_string("name");  // always the file's own
+  if (given(map, "device_kind", derived)) hw.device_kind = map.get_enum("device_kind", {"cuda", "cpu"});
+  if (given(map, "backend", derived)) {
+    const std::string backend = map.get_string("backend");
+    try {
+      hw.backend = load_backend(backend, ctx.config_root);
+    } catch (const InputError& e) {
+      map.fail("backend", e.what());
+    }
+  }
+  if (map.has("calibrated")) {
+    const bool inherit = hw.calibrated.has_value();
+    HardwareProfile::Calibration cal = hw.calibrated.value_or(HardwareProfile::Calibration{});
+    ConfigMap c = map.get_map("calibrated");
+    if (given(c, "runtime", inherit)) cal.runtime = c.get_string("runtime");
+    if (given(c, "runtime_build", inherit)) cal.runtime_build = c.get_string("runtime_build");
+    if (given(c, "cost_model_version", inherit)) {
+      cal.cost_model_version = c.get_int("cost_model_version");
+      if (cal.cost_model_version < 1) c.fail("cost_model_version", "must be a positive integer");
+    }
+    c.finish();
+    hw.calibrated = cal;
+  }
+  std::optional<ConfigMap> dev, node;
+  if (given(map, "device", derived)) {
+    dev = map.get_map("device");
+    read_device(*dev, derived, hw);
+  }
+  if (given(map, "node", derived)) {
+    node = map.get_map("node");
+    read_node(*node, derived, hw);
+  }
+  if (given(map, "collectives", derived)) {
+    ConfigMap coll = map.get_map("collectives");
+    read_collectives(coll, derived, hw);
+  }
+  map.finish();
+  check_profile(hw, map, dev ? &*dev : nullptr, node ? &*node : nullptr);
+  return hw;
+}
+
+}  // namespace
+
+std::vector<std::string> list_hardware(const std::string& config_root) {
+  return config_names(profile_dir(config_root));
+}
+
+HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root) {
+  std::string path = name_or_path;
+  if (!is_yaml_path(name_or_path)) {
+    path = shipped_path(name_or_path, config_root);
+    if (path.empty())
+      throw InputError("--hw: unknown hardware '" + name_or_path + "' (known: " + known_names(config_root) +
+                       "; or give a path to a .yaml file)");
+  }
+  LoadContext ctx{config_root, true, {}};
+  HardwareProfile hw = load_profile_file(path, ctx);
+  for (const std::string& w : hardware_warnings(hw)) std::cerr << "fsdp-plan: warning: " << w << "\n";
+  return hw;
+}
+
+HardwareProfile parse_hardware_text(const std::string& text, const std::string& source_name,
+                                    const std::string& config_root) {
+  ConfigMap map = ConfigMap::load_string(text, source_name);
+  LoadContext ctx{config_root, false, {}};
+  return parse_profile(map, source_name, ctx);
+}
+
+std::vector<std::string> hardware_warnings(const HardwareProfile& hw) {
+  std::vector<std::string> out;
+  if (hw.power_limit.value > 0 && hw.power_limit < hw.tdp && !(hw.sustained_clock.value > 0))
+    out.push_back(hw.source + ": device.power_limit (" + watts(hw.power_limit) + ") is below device.tdp (" +
+                  watts(hw.tdp) +
+                  "), but a power limit is not converted to a clock, so the peak FLOP/s stay the boost clock's. "
+                  "Give device.sustained_clock: the SM clock measured under a training load, e.g. "
+                  "nvidia-smi --query-gpu=clocks.sm --format=csv -l 1 while a step runs");
+  return out;
+}
+
+std::string network_summary(const HardwareProfile& hw) {
+  constexpr double kBitsPerByte = 8.0;
+  const double gbps = hw.inter_node.bandwidth.value * kBitsPerByte / kGB;
+  const double per_gpu = hw.nics_per_node * gbps / std::max(1, hw.gpus_per_node);
+  const bool stated = hw.fabric != Fabric::Unstated;
+  return std::to_string(hw.nics_per_node) + " x " + fmt("%.4g", gbps) + " Gb/s " +
+         (stated ? std::string(display_name(hw.fabric)) + " " : "") + "per node (" + fmt("%.4g", per_gpu) +
+         " Gb/s per GPU)" + (stated ? "" : ", fabric not stated");
+}
+
+std::string clock_summary(const HardwareProfile& hw) {
+  std::string out;
+  if (hw.sustained_clock.value > 0)
+    out = "sustained " + mhz(hw.sustained_clock) + " of " + mhz(hw.boost_clock) + " boost (" +
+          fmt("%.3g", hw.clock_scale(DType::Bf16)) + " x tensor-core peak)";
+  if (hw.power_limit.value > 0)
+    out += (out.empty() ? "" : ", ") + std::string("power limit ") + watts(hw.power_limit) + " of " + watts(hw.tdp);
+  return out;
 }
 
 }  // namespace fsdp

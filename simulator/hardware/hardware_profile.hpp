@@ -5,6 +5,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/units.hpp"
@@ -23,6 +24,21 @@ struct EfficiencyCurve {
   double at(double value) const;
   bool empty() const { return x.empty(); }
 };
+
+// Clock and power quantities of a device (`device.boost_clock: "1830 MHz"`, `device.tdp: "700 W"`), in SI base
+// units like core/units.hpp's: hertz and watts. Only the hardware profile uses them, so they live here.
+struct HertzTag {};
+struct WattsTag {};
+using Hertz = Quantity<HertzTag>;
+using Watts = Quantity<WattsTag>;
+
+// `node.inter_node.fabric`: the network between nodes. Descriptive: NCCL's cost model does not tell InfiniBand
+// from RoCE (both run its net_ib transport, which reports no latency of its own), and EFA's extra latency is per
+// instance type in aws-ofi-nccl, so the tier's latency and curve keys carry the difference (docs/hardware.md).
+enum class Fabric { Unstated, InfiniBand, RoCE, Efa };
+const char* to_string(Fabric);  // "infiniband", "roce", "efa"; "not stated"
+// The fabric's name in reports: "InfiniBand", "RoCE", "EFA"; "fabric not stated".
+const char* display_name(Fabric);
 
 struct LinkTier {
   BytesPerSecond bandwidth{0};  // per-GPU unidirectional bandwidth into the tier
@@ -54,6 +70,7 @@ struct HostOverhead {
 struct HardwareProfile {
   std::string name;
   std::string source;       // file it came from
+  std::string base_source;  // `base:`: the file of the profile it was derived from ("" when none)
   std::string device_kind;  // "cuda" or "cpu"
   // `backend: NAME` (configs/backends/NAME.yaml): the communication library the cluster's ranks use, and what it
   // can do (Gloo's fp32 staging and gather buffer, NCCL's streams).
@@ -67,6 +84,20 @@ struct HardwareProfile {
   FlopsPerSecond peak_flops_fp32{0};  // dense (TF32 tensor cores where applicable is NOT used for fp32 here)
   FlopsPerSecond peak_flops_bf16{0};  // dense tensor-core
   FlopsPerSecond peak_flops_fp16{0};
+  // Clocks and power (optional; docs/hardware.md "Clocks and power"). Peak FLOP/s = SMs x FLOP/clk/SM x clock
+  // (NVIDIA A100 and H100 whitepapers), so a GPU held below the clock its peaks are quoted at computes that much
+  // slower; memory bandwidth does not follow the SM clock.
+  Hertz boost_clock{0};       // `device.boost_clock`: the clock the tensor-core peaks (bf16, fp16) are quoted at
+  Hertz boost_clock_fp32{0};  // `device.boost_clock_fp32`: the fp32 peak's, where it differs (H100); 0: boost_clock
+  Hertz sustained_clock{0};   // `device.sustained_clock`: the SM clock held under a training load; 0: not given
+  Watts tdp{0};               // `device.tdp`: the board's rated (and maximum settable) power; 0: not given
+  Watts power_limit{0};       // `device.power_limit`: the limit the cluster sets (nvidia-smi -pl); 0: not given
+  // `device.sm_count` and `device.matmul_tiles` (optional, together; compute/compute_cost.hpp
+  // tile_wave_efficiency): the streaming multiprocessors a GEMM's thread blocks run on, one block per SM per wave,
+  // and the output tile shapes (rows, columns) the GEMM library chooses among. Absent (0, empty): no tile or wave
+  // quantization (CPUs).
+  int sm_count = 0;
+  std::vector<std::pair<int64_t, int64_t>> matmul_tiles;
   BytesPerSecond memory_bandwidth{0};             // HBM
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)
@@ -96,6 +127,7 @@ struct HardwareProfile {
   LinkTier intra_node;  // NVLink/NVSwitch or PCIe
   int nics_per_node = 0;
   LinkTier inter_node;               // per NIC
+  Fabric fabric = Fabric::Unstated;  // `node.inter_node.fabric` (optional)
   BytesPerSecond host_to_device{0};  // PCIe per GPU, pinned
   Bytes host_memory{0};              // per node
   int cpu_cores = 0;                 // per node
@@ -142,7 +174,16 @@ struct HardwareProfile {
   };
   std::optional<Calibration> calibrated;
 
+  // The dtype's peak at the clock the GPU holds: rated_peak_flops x clock_scale. Every compute cost uses it.
   FlopsPerSecond peak_flops(DType) const;
+  // The datasheet's peak (`device.peak_flops.<dtype>`), at the boost clock.
+  FlopsPerSecond rated_peak_flops(DType) const;
+  // sustained_clock / the clock the dtype's peak is quoted at (boost_clock_fp32 for fp32, else boost_clock),
+  // at most 1 (a clock above the rated one is not credited); 1 without a sustained_clock. Tensor-core and fp32
+  // rates scale with the SM clock; memory bandwidth does not.
+  double clock_scale(DType) const;
+  // The clock the dtype's peak is quoted at (0 when the profile gives none).
+  Hertz boost_clock_of(DType) const;
   // The dtype's own curve when the profile has one, else the shared one.
   const EfficiencyCurve& matmul_curve(DType) const;
   const EfficiencyCurve& attention_forward_curve(DType) const;
@@ -175,8 +216,27 @@ bool cpu_ranks_poll(int cpu_cores, int ranks_per_node);
 // measured with (more cores than measured are not credited: how an op scales with threads is not measured).
 double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node);
 
-// Strict parse; InputError names file, line and key.
+// Strict parse; InputError names file, line and key. A profile may start with `base: NAME_OR_PATH` (a shipped
+// name, or a .yaml path relative to the file): the base is loaded first (recursively; a cycle is refused naming
+// the files) and this file's keys override it, mapping by mapping, key by key; a list (a curve) or a value replaces
+// the base's whole. `name` is always this file's own. An error names the file that holds the key. Prints
+// hardware_warnings on stderr ("fsdp-plan: warning: ...").
 HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root);
+// The same from a profile's text (the fuzzer): its `base:` may only name a shipped profile
+// (config_root/hwprofiles/NAME.yaml), never a path, so nothing but the shipped profiles is read. Prints nothing.
+HardwareProfile parse_hardware_text(const std::string& text, const std::string& source_name,
+                                    const std::string& config_root);
+// What the user should know about a loaded profile: a device.power_limit below device.tdp without a
+// device.sustained_clock (the limit is not converted to a clock, so the peaks are not lowered for it).
+std::vector<std::string> hardware_warnings(const HardwareProfile& hw);
+// The stems of config_root/hwprofiles/*.yaml, derived profiles included.
 std::vector<std::string> list_hardware(const std::string& config_root);
+
+// One line for reports: "8 x 400 Gb/s InfiniBand per node (400 Gb/s per GPU)", "4 x 100 Gb/s EFA per node
+// (50 Gb/s per GPU)"; "4 x 400 Gb/s per node (200 Gb/s per GPU), fabric not stated" where the profile does not say.
+std::string network_summary(const HardwareProfile& hw);
+// One line for reports when the profile gives a sustained clock or a power limit: "sustained 1464 MHz of 1830 MHz
+// boost (0.8 x tensor-core peak), power limit 500 W of 700 W"; "" when it gives neither.
+std::string clock_summary(const HardwareProfile& hw);
 
 }  // namespace fsdp

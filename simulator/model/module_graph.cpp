@@ -1,6 +1,9 @@
 #include "model/module_graph.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "compute/compute_cost.hpp"
@@ -150,6 +153,7 @@ ModuleNode linear(std::string name, std::string short_name, int64_t layer, int64
   // autograd's linear saves its input for the weight gradient.
   n.saved.push_back(SavedTensor{input_id, static_cast<double>(in), false, input_cls});
   n.output_elems_per_token = out;
+  n.output_id = n.name + ".out";  // the builders name it after the consumer that saves it, where one does
   return n;
 }
 
@@ -246,6 +250,17 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   ModuleId v = add(attn, linear(p + ".self_attn.v_proj", "v_proj", i, m.hidden_size, m.kv_dim(), m.qkv_bias, in_id,
                                 TensorClass::Compute));
   for (ModuleId x : {q, k, v}) feeds(src, x);
+  // The projections' outputs as their consumers save them: the q/k norms' inputs, else (without rotary) the
+  // attention core's q and k; v goes to the core as it is.
+  const bool rope = m.position_embedding == PositionEmbedding::Rope;
+  if (m.qk_norm != QkNorm::None) {
+    g_[q].output_id = p + ".q_proj.out";
+    g_[k].output_id = p + ".k_proj.out";
+  } else if (!rope) {
+    g_[q].output_id = p + ".attn.q";
+    g_[k].output_id = p + ".attn.k";
+  }
+  g_[v].output_id = p + ".attn.v";
   ModuleId q_src = q, k_src = k;
   if (m.qk_norm != QkNorm::None) {
     // q_norm and k_norm on the projections before rotary (Qwen3Attention, Gemma3Attention, Olmo2Attention).
@@ -254,7 +269,7 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
     feeds(q, q_src);
     feeds(k, k_src);
   }
-  if (m.position_embedding == PositionEmbedding::Rope) {
+  if (rope) {
     ModuleNode rot;
     rot.name = p + ".self_attn.rotary";
     rot.short_name = "rotary";
@@ -289,13 +304,13 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   core.saved.push_back(SavedTensor{p + ".attn.k", kvd, false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v", kvd, false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.out", qd, false, TensorClass::Compute});
-  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true, true});
   // Eager attention (Korthikanti et al. 2022, sec. 4.1): K for QK^T, the softmax output (2as^2b), with
   // dropout its mask (as^2b) and output (2as^2b), and V for the PV GEMM. GQA's k/v are expanded to all
   // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.
   core.saved.push_back(SavedTensor{p + ".attn.k_expanded", qd, false, TensorClass::Compute, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v_expanded", qd, false, TensorClass::Compute, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
   // Soft-capping the scores, cap * tanh(scores / cap) (Gemma2Attention eager path): tanh keeps its output
   // for backward, one more score-sized tensor; fused kernels cap in the tile (FlashAttention-2 >= 2.6 softcap).
@@ -306,12 +321,14 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
     core.saved.push_back(SavedTensor{p + ".attn.dropout.out", heads, true, TensorClass::Compute, true, true});
   }
   core.output_elems_per_token = m.q_dim();
+  core.output_id = p + ".attn.out";
   ModuleId c = add(attn, core);
   feeds(q_src, c);
   feeds(k_src, c);
   feeds(v, c);
   ModuleId o = add(attn, linear(p + ".self_attn.o_proj", "o_proj", i, m.q_dim(), m.hidden_size, m.attn_out_bias,
                                 p + ".attn.out", TensorClass::Compute));
+  g_[o].output_id = p + ".attn.proj_out";  // a post-attention norm's input
   feeds(c, o);
   return then_dropout(attn, o, p + ".self_attn.resid_dropout", i);
 }
@@ -333,6 +350,7 @@ ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const st
                       int64_t rank, int64_t up_out) {
     ModuleId d =
         add(attn, linear(sa + down, down, i, m.hidden_size, down_out, m.qkv_bias, in_id, TensorClass::Compute));
+    g_[d].output_id = sa + down + ".latent";  // the latent's norm's input
     feeds(src, d);
     ModuleId n = add(attn, norm(sa + ln, NormType::RmsNorm, i, sa + down + ".latent", NormShape{rank, rank, 1}));
     feeds(d, n);
@@ -376,10 +394,11 @@ ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const st
   core.saved.push_back(SavedTensor{p + ".attn.v", double(qk), false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.o", double(qk), false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v_eager", double(v_width), false, TensorClass::Compute, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
   core.output_elems_per_token = v_width;
+  core.output_id = p + ".attn.out";
   ModuleId c = add(attn, core);
   feeds(r, c);
   feeds(kv, c);
@@ -409,8 +428,11 @@ ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& m
     ModuleId a = add(parent, act);
     feeds(gate, a);
     feeds(up, a);
+    g_[gate].output_id = mp + ".gate.out";
+    g_[up].output_id = mp + ".up.out";
     ModuleId down = add(parent, linear(mp + ".down_proj", "down_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".prod",
                                        TensorClass::Compute));
+    g_[down].output_id = mp + ".out";  // a post-MLP norm's input
     feeds(a, down);
     last = down;
     for (ModuleId x : {gate, up, down}) g_[x].saved[0].elems_per_token *= token_fraction;
@@ -422,8 +444,10 @@ ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& m
     act.saved.push_back(SavedTensor{mp + ".fc1.out", f, false, TensorClass::Compute});
     ModuleId a = add(parent, act);
     feeds(fc1, a);
+    g_[fc1].output_id = mp + ".fc1.out";
     ModuleId fc2 = add(parent, linear(mp + ".c_proj", "c_proj", i, ffn, m.hidden_size, m.mlp_bias, mp + ".act.out",
                                       TensorClass::Compute));
+    g_[fc2].output_id = mp + ".out";
     feeds(a, fc2);
     for (ModuleId x : {fc1, fc2}) g_[x].saved[0].elems_per_token *= token_fraction;
     for (ModuleId x : {fc1, fc2}) g_[x].flops_per_token *= token_fraction;
@@ -668,24 +692,39 @@ double ModuleGraph::forward_flops_per_token(ModuleId id, int64_t seq) const {
   return total;
 }
 
-double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q,
-                                          ActCkpt ckpt) const {
-  FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
+namespace {
+
+// A saved tensor's bytes per token, or nothing where the run does not keep it (eager-only or fused-only tensors
+// under the other attention implementation).
+std::optional<double> kept_bytes(const SavedTensor& t, const ActivationQuery& q) {
   const bool eager = q.attention == AttentionImpl::Eager;
+  if (t.eager_only && !eager) return std::nullopt;
+  if (t.fused_only && eager) return std::nullopt;
+  const double elems = t.elems_per_token * (t.per_seq ? static_cast<double>(q.seq_len) : 1.0);
+  return elems * tensor_bytes(t.cls, q);
+}
+
+// A linear's share of the tokens (routed experts see k/E of them): its FLOPs over a dense GEMM's.
+double linear_token_fraction(const ModuleNode& n) {
+  return n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+}
+
+}  // namespace
+
+// The tensors the modules in `ids` keep for backward without per-op caching, by id (each once), with their bytes
+// per token: the leaves' (Selective leaves out the attention core's internals), then those owned by containers.
+std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std::vector<ModuleId>& ids,
+                                                                       const ActivationQuery& q, ActCkpt ckpt) const {
+  FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
   std::unordered_set<std::string> seen;
-  double total = 0;
+  std::vector<std::pair<std::string, double>> out;
   for (ModuleId id : ids) {
     for (ModuleId leaf : leaves_under(id)) {
-      // Leaves own their saved tensors; containers (MoE experts) may own some too.
-      {
-        for (const SavedTensor& t : g_[leaf].saved) {
-          if (t.eager_only && !eager) continue;
-          if (t.fused_only && eager) continue;
-          if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
-          if (!seen.insert(t.id).second) continue;
-          double elems = t.elems_per_token * (t.per_seq ? static_cast<double>(q.seq_len) : 1.0);
-          total += elems * tensor_bytes(t.cls, q);
-        }
+      for (const SavedTensor& t : g_[leaf].saved) {
+        if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
+        const std::optional<double> b = kept_bytes(t, q);
+        if (!b || !seen.insert(t.id).second) continue;
+        out.emplace_back(t.id, *b);
       }
     }
     // Tensors owned by containers (e.g. an expert's gathered input).
@@ -696,16 +735,118 @@ double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, cons
       auto ch = children(cur);
       if (!ch.empty()) {
         for (const SavedTensor& t : g_[cur].saved)
-          if (seen.insert(t.id).second) total += t.elems_per_token * tensor_bytes(t.cls, q);
+          if (seen.insert(t.id).second) out.emplace_back(t.id, t.elems_per_token * tensor_bytes(t.cls, q));
         for (ModuleId c : ch) stack.push_back(c);
       }
     }
   }
+  return out;
+}
+
+double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q,
+                                          ActCkpt ckpt) const {
+  double total = 0;
+  if (ckpt == ActCkpt::SelectiveOp) {
+    FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
+    std::unordered_set<std::string> seen;
+    for (ModuleId id : ids)
+      for (const SavedTensor& t : op_sac(id).cached) {
+        const std::optional<double> b = kept_bytes(t, q);
+        if (b && seen.insert(t.id).second) total += *b;
+      }
+    return total;
+  }
+  for (const auto& [id, bytes] : saved_tensors(ids, q, ckpt)) total += bytes;
   return total;
 }
 
 double ModuleGraph::saved_bytes_per_token(ModuleId id, const ActivationQuery& q, ActCkpt ckpt) const {
   return saved_bytes_per_token(std::vector<ModuleId>{id}, q, ckpt);
+}
+
+double ModuleGraph::recomputed_bytes_per_token(ModuleId layer, const ActivationQuery& q, ActCkpt ckpt) const {
+  const std::vector<ModuleId> ids{layer};
+  switch (ckpt) {
+    case ActCkpt::None:
+      return 0;
+    case ActCkpt::Full:
+      return saved_bytes_per_token(ids, q, ActCkpt::None);
+    case ActCkpt::Selective:
+      return std::max(0.0, saved_bytes_per_token(ids, q, ActCkpt::None) - saved_bytes_per_token(ids, q, ckpt));
+    case ActCkpt::SelectiveOp: {
+      // Everything the layer saves without checkpointing, but what the policy cached is not rebuilt: a tensor the
+      // backward needs that is a cached output (same id) comes from the cache.
+      std::unordered_map<std::string, double> cached;
+      for (const SavedTensor& t : op_sac(layer).cached)
+        if (const std::optional<double> b = kept_bytes(t, q)) cached[t.id] = std::max(cached[t.id], *b);
+      double total = 0;
+      for (const auto& [id, bytes] : saved_tensors(ids, q, ActCkpt::None)) {
+        auto it = cached.find(id);
+        total += bytes - (it == cached.end() ? 0.0 : std::min(bytes, it->second));
+      }
+      return total;
+    }
+  }
+  return 0;
+}
+
+// torchtitan's per-op selective activation checkpointing (activation_checkpoint.mode = "selective",
+// selective_ac_option = "op"; torchtitan/distributed/activation_checkpoint.py _apply_op_sac and the save list
+// _op_sac_save_list of torchtitan/models/llama3/parallelize.py, pytorch/torchtitan@1f029641). Each decoder layer is
+// wrapped in a non-reentrant checkpoint whose policy, called for every aten op of the layer's forward, returns
+// MUST_SAVE for an op in the save list (aten.mm, the SDPA flash / efficient / cudnn / math kernels, flex attention,
+// reduce_scatter, max) except every second aten.mm, counted per layer from 1 ("meta[mm_count_key] % 2 == 0" ->
+// PREFER_RECOMPUTE), and PREFER_RECOMPUTE for every other op: norms, rotary, activations, the gating multiply, the
+// residual adds. torch.utils.checkpoint keeps the MUST_SAVE outputs from forward to backward and replays them when
+// backward recomputes the layer (torch/utils/checkpoint.py _CachingTorchDispatchMode / _CachedTorchDispatchMode),
+// and keeps the layer's input to recompute from. Read by op order from the layer's nodes:
+//  - a linear without a bias is one aten.mm (nn.Linear -> aten.linear -> mm on the flattened input); a biased one
+//    runs as aten.addmm (aten/src/ATen/native/Linear.cpp linear: the fused-bias path _flatten_nd_linear), which is
+//    neither in the list nor counted: recomputed;
+//  - the router (moe.router.gate) is force-recomputed and not counted (per_op_sac_force_recompute_mm_shapes_by_fqns,
+//    default ["moe.router.gate"], torchtitan/config/configs.py); routed experts run torch._grouped_mm, not in the
+//    list: recomputed;
+//  - the attention core is the SDPA kernel: its output and its log-sum-exp (fused kernels; the math kernel returns
+//    the probabilities) are cached.
+// Llama (torchtitan/models/common/attention.py: wq(x), wk(x), wv(x), sdpa, wo; feed_forward.py w2(silu(w1(x)) *
+// w3(x)), w1 before w3): the mm's count wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7, so the outputs of wq, wv, w1
+// (gate_proj) and w2 (down_proj) and the attention's are cached; wk, wo and w3 (up_proj) are recomputed.
+OpSacLayer ModuleGraph::op_sac(ModuleId layer) const {
+  const ModuleNode& l = g_[layer];
+  FSDP_ASSERT(l.kind == ModuleKind::DecoderLayer, "the per-op checkpointing policy applies to a decoder layer");
+  OpSacLayer out;
+  out.cached.push_back(
+      SavedTensor{l.name + ".in", static_cast<double>(l.output_elems_per_token), false, TensorClass::Residual});
+  int64_t mm_count = 0;
+  for (ModuleId leaf : leaves_under(layer)) {
+    const ModuleNode& n = g_[leaf];
+    if (n.kind == ModuleKind::AttentionCore) {
+      out.cached_ops.push_back(leaf);
+      out.cached.push_back(
+          SavedTensor{n.output_id, static_cast<double>(n.output_elems_per_token), false, TensorClass::Compute});
+      for (const SavedTensor& t : n.saved)
+        if (t.kernel_output) out.cached.push_back(t);
+      continue;
+    }
+    if (n.kind == ModuleKind::Router) {
+      out.recomputed_mms.push_back(leaf);
+      continue;
+    }
+    if (n.kind != ModuleKind::Linear) continue;
+    const double fraction = linear_token_fraction(n);
+    const bool biased = n.params > n.in_features * n.out_features;
+    constexpr double kWholeBatch = 1.0;
+    const bool aten_mm = !biased && fraction >= kWholeBatch;
+    if (aten_mm) ++mm_count;
+    if (!aten_mm || mm_count % 2 == 0) {
+      out.recomputed_mms.push_back(leaf);
+      continue;
+    }
+    out.cached_ops.push_back(leaf);
+    out.cached.push_back(
+        SavedTensor{n.output_id, static_cast<double>(n.out_features) * fraction, false, TensorClass::Compute});
+  }
+  return out;
 }
 
 }  // namespace fsdp

@@ -11,6 +11,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model_spec.hpp"
@@ -65,6 +66,9 @@ struct SavedTensor {
   bool attention_internal = false;  // produced inside the attention core (dropped by selective checkpointing)
   bool eager_only = false;          // only materialised by eager (non-fused) attention
   bool fused_only = false;          // only kept by fused (flash / sdpa) attention
+  bool kernel_output = false;       // an output of the node's own kernel beside its result (the attention kernel's
+                                    // log-sum-exp; eager attention's probabilities), cached with the result by a
+                                    // per-op checkpointing policy (ModuleGraph::op_sac)
 };
 
 struct ModuleNode {
@@ -81,7 +85,8 @@ struct ModuleNode {
   int64_t output_elems_per_token = 0;  // the module's output (for the live working set); a DecoderLayer's: the
                                        // residual stream's width (its hidden size)
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // AttentionCore: the layer's own attention shape
-  int64_t window = 0;  // AttentionCore: keys a query attends at most (a sliding layer's window); 0: all earlier keys
+  int64_t window = 0;     // AttentionCore: keys a query attends at most (a sliding layer's window); 0: all earlier keys
+  std::string output_id;  // Linear / Router / AttentionCore: the id its output has where a consumer saves it
 };
 
 // Forward FLOPs per token of a node's sequence-dependent part (attention's score and value GEMMs) at sequence
@@ -95,6 +100,14 @@ struct ModuleEdge {
 
 using ModuleGraphBase = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, ModuleNode, ModuleEdge>;
 using ModuleId = ModuleGraphBase::vertex_descriptor;
+
+// torchtitan's per-op selective activation checkpointing (ActCkpt::SelectiveOp) of one decoder layer, derived from
+// the layer's nodes in forward order (ModuleGraph::op_sac).
+struct OpSacLayer {
+  std::vector<ModuleId> cached_ops;      // leaves whose outputs are cached from forward to backward
+  std::vector<ModuleId> recomputed_mms;  // matmul leaves (linears, router) run again in backward
+  std::vector<SavedTensor> cached;       // what the layer keeps: its input (the checkpoint's) and the cached outputs
+};
 
 // How saved bytes are counted for a run.
 struct ActivationQuery {
@@ -130,9 +143,18 @@ class ModuleGraph {
   double forward_flops_per_token(ModuleId id, int64_t seq) const;
   // Bytes saved for backward per token by the modules in `ids` (deduplicated by tensor id).
   double saved_bytes_per_token(const std::vector<ModuleId>& ids, const ActivationQuery& q, ActCkpt ckpt) const;
+  // ckpt is the mode of the modules' layers: Selective drops the attention core's internals; SelectiveOp (decoder
+  // layers only) counts what op_sac caches; Full is counted by the caller (the layer's input, layer_costs.cpp).
   double saved_bytes_per_token(ModuleId id, const ActivationQuery& q, ActCkpt ckpt) const;
+  // What backward rematerialises per token when decoder layer `layer` runs under `ckpt`: nothing without
+  // checkpointing; Full: everything it saves without; Selective: the attention core's internals; SelectiveOp: what
+  // it saves without, less what op_sac cached.
+  double recomputed_bytes_per_token(ModuleId layer, const ActivationQuery& q, ActCkpt ckpt) const;
+  OpSacLayer op_sac(ModuleId layer) const;
 
  private:
+  std::vector<std::pair<std::string, double>> saved_tensors(const std::vector<ModuleId>& ids, const ActivationQuery& q,
+                                                            ActCkpt ckpt) const;
   ModuleId add(ModuleId parent, ModuleNode n);
   void feeds(ModuleId from, ModuleId to);
   // With the model's dropout: a hidden-size Dropout node `name` under `parent`, fed by `after`, returned in its

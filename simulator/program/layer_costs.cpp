@@ -74,6 +74,11 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 }  // namespace
 
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
+  FSDP_ASSERT(in.graph && in.strategy, "layer_cost needs a graph and a strategy");
+  return layer_cost(in, layer, layer_ckpt(*in.strategy, in.graph->node(layer).layer));
+}
+
+LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   FSDP_ASSERT(in.graph && in.strategy && in.runtime, "layer_cost needs a graph, a strategy and a runtime");
   const ModuleGraph& g = *in.graph;
   const Strategy& s = *in.strategy;
@@ -87,8 +92,11 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   const double res = tensor_bytes(TensorClass::Residual, q);
   const Widths w = widths_of(g, layer, q);
   LayerCost c;
+  c.ckpt = ckpt;
   c.params = static_cast<double>(g.params_under(layer));
   const int64_t toks = s.micro_batch * s.seq_len;
+  // The GEMMs the per-op policy runs again (a property of the layer's op order, whatever its mode).
+  const std::vector<ModuleId> sac_recomputed = g.op_sac(layer).recomputed_mms;
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     c.matmul_flops_per_token += n.flops_per_token;
@@ -100,17 +108,21 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
       c.shape.window = n.window;
     }
     if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
-    c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n)});
+    const bool sac = std::find(sac_recomputed.begin(), sac_recomputed.end(), leaf) != sac_recomputed.end();
+    if (ckpt == ActCkpt::Full || (ckpt == ActCkpt::SelectiveOp && sac))
+      c.recompute_matmul_flops_per_token += n.flops_per_token;
+    c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac});
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
     for (const auto& t : s.lora.target_modules)
       if (t == n.short_name) c.lora_params += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
   }
   if (s.method == Method::Full) c.lora_params = 0;
-  // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer.
-  c.saved_bytes =
-      s.act_ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, s.act_ckpt);
+  // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer; the per-op policy also
+  // the outputs it caches (ModuleGraph::op_sac).
+  c.saved_bytes = ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, ckpt);
   c.saved_bytes_unckpt = tokens * g.saved_bytes_per_token(layer, q, ActCkpt::None);
+  c.recompute_bytes = tokens * g.recomputed_bytes_per_token(layer, q, ckpt);
 
   // Memory-bound traffic of the forward per token: the non-GEMM kernels read their inputs and write their
   // outputs (bytes = (in + out) x dtype):
@@ -138,7 +150,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   // MLP: up and activation).
   const double residual = 2.0 * tokens * h * res;
   c.forward_transient = residual;
-  if (s.act_ckpt == ActCkpt::Full && rt.checkpointed_forward_keeps_layer_tensors)
+  if (ckpt == ActCkpt::Full && rt.checkpointed_forward_keeps_layer_tensors)
     c.forward_transient = std::max(residual, tokens * pb * (3.0 * h + 4.0 * w.q + (w.gated ? 4.0 : 2.0) * w.ffn));
 
   // Working memory of the backward, beyond the activations already counted: the larger of its two stages, as

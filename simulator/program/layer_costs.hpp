@@ -14,8 +14,9 @@
 namespace fsdp {
 
 struct GemmShape {
-  int64_t m = 0, n = 0, k = 0;  // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
-  double weight = 1.0;          // fraction of tokens (MoE experts see k/E of them)
+  int64_t m = 0, n = 0, k = 0;     // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
+  double weight = 1.0;             // fraction of tokens (MoE experts see k/E of them)
+  bool op_sac_recomputed = false;  // run again in backward under ActCkpt::SelectiveOp (ModuleGraph::op_sac)
 };
 
 // A layer's shapes for the compute cost model (timeline/op_cost.cpp).
@@ -26,15 +27,18 @@ struct LayerShape {
 };
 
 struct LayerCost {
-  double params = 0;         // every parameter of the layer
-  double lora_params = 0;    // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
-  double linear_params = 0;  // its linears' weights (what QLoRA quantises)
-  // Bytes of one micro-batch: saved for backward under the strategy's checkpointing mode, and without
-  // checkpointing (what a full recomputation rematerialises).
+  double params = 0;             // every parameter of the layer
+  double lora_params = 0;        // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
+  double linear_params = 0;      // its linears' weights (what QLoRA quantises)
+  ActCkpt ckpt = ActCkpt::None;  // the layer's checkpointing mode (layer_ckpt), which the fields below assume
+  // Bytes of one micro-batch: saved for backward under the layer's checkpointing mode, without checkpointing, and
+  // what its backward rematerialises (ModuleGraph::recomputed_bytes_per_token).
   double saved_bytes = 0;
   double saved_bytes_unckpt = 0;
+  double recompute_bytes = 0;
   double matmul_flops_per_token = 0;
-  double attention_flops_per_token = 0;  // causal: half the score/value products
+  double recompute_matmul_flops_per_token = 0;  // the GEMM FLOPs its backward runs again
+  double attention_flops_per_token = 0;         // causal: half the score/value products
   double elementwise_bytes_per_token = 0;
   double forward_transient = 0;   // working memory of its forward beyond what it saves
   double backward_transient = 0;  // working memory of its backward (recomputation not included)
@@ -49,6 +53,8 @@ struct LayerCostInput {
   double tokens = 0;  // of one micro-batch
 };
 
+// A decoder layer under checkpointing mode `ckpt`, or under the mode the strategy gives it (layer_ckpt).
+LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt);
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer);
 
 }  // namespace fsdp

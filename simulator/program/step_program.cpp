@@ -45,6 +45,8 @@ namespace {
 
 // The training loop's scalar collectives carry one fp64 value (executor clip_grad_norm and the loss).
 constexpr double kScalarBytes = 8.0;
+// FlashAttention-2's backward is 2.5x its forward in FLOPs (arXiv 2307.08691 sec. 3.2: 5 GEMMs against 2).
+constexpr double kAttentionBackwardRatio = 2.5;
 
 double ceil_div(double a, double b) { return std::ceil(a / b); }
 
@@ -82,7 +84,10 @@ struct Emitter {
   std::vector<double> unit_elementwise, unit_forward_transient, unit_backward_transient;
   std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;       // per unit
-  std::vector<double> recompute_bytes;  // per unit: what a full recompute of one layer rematerialises
+  std::vector<double> recompute_bytes;  // per unit: what its backward rematerialises at once (the largest layer's)
+  // Per unit, what its backward adds by recomputation under its layers' modes (layer_ckpt): GEMM FLOPs, attention
+  // FLOPs (the forward run again) and memory-bound bytes (the forward's kernels run again).
+  std::vector<double> recompute_flops, recompute_attn_flops, recompute_elementwise;
   // The root's activations on the head side (the final norm's and the head's saved inputs): released by
   // the loss backward, which runs their backward; the embedding side waits for the root's backward.
   double head_act = 0;
@@ -174,18 +179,26 @@ struct Emitter {
     constexpr double kQLoraBytesPerParam = (4.0 + 0.127) / 8.0;
     // Every decoder layer's costs from its own nodes (program/layer_costs.hpp); a unit sums its layers'.
     LayerCostInput lin{&g, &s, &rt, q, tokens};
-    // Layers of one structure cost the same: each class is derived once (ModuleGraph::layer_classes).
+    // Layers of one structure cost the same under one checkpointing mode: each (class, mode) is derived once
+    // (ModuleGraph::layer_classes; every:N gives a class's layers two modes, layer_ckpt). Shapes are the class's.
+    std::vector<std::pair<int64_t, ActCkpt>> cost_keys;
+    std::vector<int32_t> shape_of_class(g.layers().size(), -1);
     for (size_t l = 0; l < g.layers().size(); ++l) {
-      const size_t cls = static_cast<size_t>(g.layer_classes()[l]);
-      if (cls == l) {
-        class_costs.push_back(layer_cost(lin, g.layers()[l]));
-        prog.layer_shapes.push_back(class_costs.back().shape);
-        layer_class.push_back(static_cast<int32_t>(class_costs.size() - 1));
-      } else {
-        layer_class.push_back(layer_class[cls]);
+      const int64_t cls = g.layer_classes()[l];
+      const std::pair<int64_t, ActCkpt> key{cls, layer_ckpt(s, static_cast<int64_t>(l))};
+      auto idx = static_cast<int32_t>(std::find(cost_keys.begin(), cost_keys.end(), key) - cost_keys.begin());
+      if (static_cast<size_t>(idx) == cost_keys.size()) {
+        cost_keys.push_back(key);
+        class_costs.push_back(layer_cost(lin, g.layers()[l], key.second));
       }
+      int32_t& shape = shape_of_class[static_cast<size_t>(cls)];
+      if (shape < 0) {
+        shape = static_cast<int32_t>(prog.layer_shapes.size());
+        prog.layer_shapes.push_back(class_costs[static_cast<size_t>(idx)].shape);
+      }
+      layer_class.push_back(idx);
+      prog.layer_shape_of.push_back(shape);
     }
-    prog.layer_shape_of = layer_class;
     if (s.method == Method::Full)
       for (ModuleId c : g.children(g.root())) {
         const ModuleKind k = g.node(c).kind;
@@ -221,6 +234,7 @@ struct Emitter {
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {
       double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0, rec_all = 0, ew = 0, ft = 0, bt = 0;
+      double rec_mm = 0, rec_at = 0, rec_ew = 0;
       bool first = true;
       for (const LayerCost* lc : costs_of(u)) {
         act += lc->saved_bytes;
@@ -230,17 +244,17 @@ struct Emitter {
         bt = std::max(bt, lc->backward_transient);
         mm += lc->matmul_flops_per_token;
         at += lc->attention_flops_per_token;
-        // Full: a layer's region rematerialises its activations one layer at a time (the largest counts);
-        // selective: only what the attention core did not save, the difference between the layer's saved
-        // tensors without and with it (Korthikanti et al. 2022).
-        const double layer_rec = s.act_ckpt == ActCkpt::Selective
-                                     ? std::max(0.0, lc->saved_bytes_unckpt - lc->saved_bytes)
-                                     : lc->saved_bytes_unckpt;
-        rec = std::max(rec, layer_rec);
+        rec_mm += lc->recompute_matmul_flops_per_token;
+        rec_at += recomputes_attention(lc->ckpt) ? lc->attention_flops_per_token : 0.0;
+        rec_ew += recomputes_layer_forward(lc->ckpt) ? tokens * lc->elementwise_bytes_per_token : 0.0;
+        // A layer's region rematerialises its activations one layer at a time (the largest counts): under Full all
+        // it saves without checkpointing; selective: only what the attention core did not save (Korthikanti et al.
+        // 2022); selective-op: what the per-op policy did not cache (LayerCost::recompute_bytes).
+        rec = std::max(rec, lc->recompute_bytes);
         if (first) first_saved = lc->saved_bytes;
         first = false;
       }
-      if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit && u.num_layers() > 0) {
+      if (unit_checkpoint_region() && u.num_layers() > 0) {
         // One region per unit: only the unit's input is kept, and backward rematerialises all its layers.
         act = first_saved;
         rec = rec_all;
@@ -264,8 +278,41 @@ struct Emitter {
       act_bytes.push_back(act);
       fwd_flops.push_back(mm * tokens);
       attn_flops.push_back(at * tokens);
-      recompute_bytes.push_back(s.act_ckpt == ActCkpt::None ? 0.0 : rec);
+      recompute_bytes.push_back(rec);
+      recompute_flops.push_back(rec_mm * tokens);
+      recompute_attn_flops.push_back(rec_at * tokens);
+      recompute_elementwise.push_back(rec_ew);
     }
+  }
+
+  // Full checkpointing of every layer on a runtime that checkpoints a unit as one region (fsdp-run's CheckpointFn
+  // over the unit's layers): only the unit's input is kept. every:N checkpoints layer by layer (a region each).
+  bool unit_checkpoint_region() const {
+    return s.act_ckpt == ActCkpt::Full && s.ckpt_every <= 1 && rt.checkpoint_per_unit;
+  }
+  // The share of a unit's layers that are checkpointed (any mode); a unit without layers (the root) counts as the
+  // model's layers do, as checkpointing of the whole model was counted before modes differed by layer.
+  double checkpointed_share(int ui) const {
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+    int64_t first = u.first_layer, last = u.last_layer;
+    if (u.num_layers() == 0) {
+      first = 0;
+      last = static_cast<int64_t>(g.layers().size()) - 1;
+    }
+    if (last < first) return s.act_ckpt == ActCkpt::None ? 0.0 : 1.0;
+    double n = 0;
+    for (int64_t l = first; l <= last; ++l) n += layer_ckpt(s, l) == ActCkpt::None ? 0.0 : 1.0;
+    return n / static_cast<double>(last - first + 1);
+  }
+  // A layer's share of its unit's backward work (recomputation included): GEMMs, attention, memory-bound bytes.
+  static double backward_gemm_weight(const LayerCost& lc) {
+    return 2.0 * lc.matmul_flops_per_token + lc.recompute_matmul_flops_per_token;
+  }
+  static double backward_attention_weight(const LayerCost& lc) {
+    return lc.attention_flops_per_token * (kAttentionBackwardRatio + (recomputes_attention(lc.ckpt) ? 1.0 : 0.0));
+  }
+  static double backward_elementwise_weight(const LayerCost& lc) {
+    return lc.elementwise_bytes_per_token * (2.0 + (recomputes_layer_forward(lc.ckpt) ? 1.0 : 0.0));
   }
 
   // The costs of a unit's decoder layers, in forward order.
@@ -395,24 +442,25 @@ struct Emitter {
     b.unit = ui;
     b.micro_batch = mbi;
     b.phase = Phase::Backward;
-    // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus the recomputed forward.
-    const double recompute = s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
-    b.matmul_flops = fwd_flops[static_cast<size_t>(ui)] * (2.0 + recompute);
+    const size_t i = static_cast<size_t>(ui);
+    // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus what its layers' modes recompute.
+    b.matmul_flops = fwd_flops[i] * 2.0 + recompute_flops[i];
     b.layers = static_cast<double>(u.num_layers());
     b.first_layer = u.first_layer;
     b.last_layer = u.last_layer;
     // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
-    // are rank-r and negligible).
-    b.gemm_passes = (s.method == Method::Full ? 2.0 : 1.0) + recompute;
-    b.attn_fwd_passes = s.act_ckpt != ActCkpt::None ? 1.0 : 0.0;
+    // are rank-r and negligible). The recomputed GEMMs and attention forward are priced layer by layer under
+    // each layer's mode (timeline/op_cost.cpp, layer_ckpt).
+    b.gemm_passes = s.method == Method::Full ? 2.0 : 1.0;
+    b.attn_fwd_passes = 0;
     b.attn_bwd_passes = 1;
     // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
     // and full checkpointing also recompute the attention forward.
-    b.attention_flops = attn_flops[static_cast<size_t>(ui)] * (2.5 + (s.act_ckpt != ActCkpt::None ? 1.0 : 0.0));
-    b.transient_bytes = backward_transient(static_cast<size_t>(ui));
+    b.attention_flops = attn_flops[i] * kAttentionBackwardRatio + recompute_attn_flops[i];
+    b.transient_bytes = backward_transient(i);
     // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
-    // outgoing one: twice the forward traffic; plus a forward's worth when recomputed.
-    b.elementwise_bytes = unit_elementwise_bytes(u) * (2.0 + recompute);
+    // outgoing one: twice the forward traffic; plus a forward's worth where the layer's forward runs again.
+    b.elementwise_bytes = unit_elementwise_bytes(u) * 2.0 + recompute_elementwise[i];
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
     return b;
@@ -637,9 +685,9 @@ void Emitter::emit_sharded() {
         double trained = 0, mm_sum = 0, at_sum = 0, ew_sum = 0, saved_sum = 0;
         for (const LayerCost* lc : layers) {
           trained += layer_train(*lc);
-          mm_sum += lc->matmul_flops_per_token;
-          at_sum += lc->attention_flops_per_token;
-          ew_sum += lc->elementwise_bytes_per_token;
+          mm_sum += backward_gemm_weight(*lc);
+          at_sum += backward_attention_weight(*lc);
+          ew_sum += backward_elementwise_weight(*lc);
           saved_sum += lc->saved_bytes;
         }
         auto share = [](double part, double whole) { return whole > 0 ? part / whole : 0.0; };
@@ -649,9 +697,9 @@ void Emitter::emit_sharded() {
         for (int64_t i = 0; i < nl; ++i) {
           const LayerCost& lc = *layers[static_cast<size_t>(nl - 1 - i)];
           Op part = b;
-          part.matmul_flops *= share(lc.matmul_flops_per_token, mm_sum);
-          part.attention_flops *= share(lc.attention_flops_per_token, at_sum);
-          part.elementwise_bytes *= share(lc.elementwise_bytes_per_token, ew_sum);
+          part.matmul_flops *= share(backward_gemm_weight(lc), mm_sum);
+          part.attention_flops *= share(backward_attention_weight(lc), at_sum);
+          part.elementwise_bytes *= share(backward_elementwise_weight(lc), ew_sum);
           part.layers = 1;
           part.first_layer = part.last_layer = u.last_layer - i;
           part.on_issue = {};
@@ -660,7 +708,7 @@ void Emitter::emit_sharded() {
           part.on_complete.push_back({MemoryCategory::Activations, -act_total * share(lc.saved_bytes, saved_sum)});
           if (i == nl - 1) part.on_complete.push_back({MemoryCategory::UnshardedGrads, own * pb - head});
           // A unit-wide checkpoint region is recomputed whole, then consumed layer by layer.
-          if (s.act_ckpt == ActCkpt::Full && rt.checkpoint_per_unit) {
+          if (unit_checkpoint_region()) {
             part.transient_bytes = backward_transient(static_cast<size_t>(ui)) - rematerialised;
             rematerialised += lc.saved_bytes_unckpt;
           }
@@ -792,10 +840,11 @@ void Emitter::emit_replicated() {
     for (int ui = 0; ui < n; ++ui) {
       Op f = forward_op(ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
-      // in which case they are recomputed).
-      double cast = casts ? train(ui) * pb : 0.0;
-      if (cast > 0 && s.act_ckpt == ActCkpt::None) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
-      if (s.act_ckpt != ActCkpt::None) f.transient_bytes += cast;
+      // in which case they are recomputed): the unit's checkpointed share of them is transient.
+      const double cast = casts ? train(ui) * pb : 0.0;
+      const double recast = cast * checkpointed_share(ui);
+      if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
+      f.transient_bytes += recast;
       push(f);
     }
     push_loss_ops(mbi);
@@ -805,8 +854,9 @@ void Emitter::emit_replicated() {
     for (int ui : order) {
       double p = train(ui);
       Op b = backward_op(ui, mbi);
-      double cast = casts ? p * pb : 0.0;
-      if (s.act_ckpt != ActCkpt::None) b.transient_bytes += cast;
+      const double cast = casts ? p * pb : 0.0;
+      const double recast = cast * checkpointed_share(ui);
+      b.transient_bytes += recast;
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps
       // only a partition and holds the full gradient of a bucket until it is reduced.
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
@@ -819,7 +869,7 @@ void Emitter::emit_replicated() {
       } else if (s.kind == StrategyKind::Zero2) {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
-      if (cast > 0 && s.act_ckpt == ActCkpt::None) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
+      if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
       int bop = push(b);
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay

@@ -34,11 +34,13 @@ constexpr std::array<std::pair<StrategyKind, const char*>, 8> kStrategies{{
     {StrategyKind::FsdpGradOp, "fsdp-grad-op"},
     {StrategyKind::Hsdp, "hsdp"},
 }};
-constexpr std::array<std::pair<ActCkpt, const char*>, 3> kActCkpt{{
+constexpr std::array<std::pair<ActCkpt, const char*>, 4> kActCkpt{{
     {ActCkpt::None, "none"},
     {ActCkpt::Full, "full"},
     {ActCkpt::Selective, "selective"},
+    {ActCkpt::SelectiveOp, "selective-op"},
 }};
+constexpr const char* kEveryPrefix = "every:";
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffload{{
     {Offload::None, "none"},
     {Offload::Optimizer, "optimizer"},
@@ -94,7 +96,46 @@ std::string to_string(const WrapPolicy& w) {
 }
 
 bool parse_strategy_kind(const std::string& s, StrategyKind& o) { return value_of(s, o, kStrategies); }
-bool parse_act_ckpt(const std::string& s, ActCkpt& o) { return value_of(s, o, kActCkpt); }
+std::string act_ckpt_name(ActCkpt mode, int64_t every) {
+  if (mode == ActCkpt::Full && every > 1) return kEveryPrefix + std::to_string(every);
+  return to_string(mode);
+}
+std::string act_ckpt_name(const Strategy& s) { return act_ckpt_name(s.act_ckpt, s.ckpt_every); }
+
+bool parse_act_ckpt(const std::string& s, ActCkpt& mode, int64_t& every) {
+  const std::string prefix = kEveryPrefix;
+  if (s.rfind(prefix, 0) == 0) {
+    int64_t n = 0;
+    if (!parse_i64(s.substr(prefix.size()), n) || n < 1) return false;
+    mode = ActCkpt::Full;  // every:1 is full
+    every = n;
+    return true;
+  }
+  ActCkpt m{};
+  if (!value_of(s, m, kActCkpt)) return false;
+  mode = m;
+  every = 1;
+  return true;
+}
+
+bool parse_act_ckpt(const std::string& s, ActCkpt& mode) {
+  int64_t every = 1;
+  ActCkpt m{};
+  if (!parse_act_ckpt(s, m, every) || every != 1) return false;
+  mode = m;
+  return true;
+}
+
+ActCkpt layer_ckpt(const Strategy& s, int64_t layer) {
+  if (s.act_ckpt != ActCkpt::Full || s.ckpt_every <= 1) return s.act_ckpt;
+  // torchtitan _apply_layer_sac (torchtitan/distributed/activation_checkpoint.py, pytorch/torchtitan@1f029641):
+  //   _layer_sac_count += 1; if not ac_freq or _layer_sac_count % ac_freq == 0: checkpoint_wrapper(block)
+  // with the count starting at 0 and the blocks wrapped in order (apply_ac: layers.named_children()).
+  return (layer + 1) % s.ckpt_every == 0 ? ActCkpt::Full : ActCkpt::None;
+}
+
+bool recomputes_attention(ActCkpt m) { return m == ActCkpt::Full || m == ActCkpt::Selective; }
+bool recomputes_layer_forward(ActCkpt m) { return m == ActCkpt::Full || m == ActCkpt::SelectiveOp; }
 bool parse_offload(const std::string& s, Offload& o) { return value_of(s, o, kOffload); }
 bool parse_dtype(const std::string& s, DType& o) { return value_of(s, o, kDType); }
 bool parse_optimizer(const std::string& s, Optimizer& o) { return value_of(s, o, kOptimizer); }

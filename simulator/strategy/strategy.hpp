@@ -20,7 +20,14 @@ enum class StrategyKind {
 };
 
 enum class WrapKind { Layer, EveryK, Size, Model };
-enum class ActCkpt { None, Full, Selective };
+// Activation checkpointing of a decoder layer (layer_ckpt says which applies to which layer):
+//   None        autograd keeps every tensor the layer's backward needs;
+//   Full        the whole layer is recomputed in backward from its input (torch.utils.checkpoint of the block);
+//   Selective   ours: only the attention core's internals are recomputed (Korthikanti et al. 2022,
+//               arXiv 2205.05198 sec. 4.2), everything else is kept;
+//   SelectiveOp torchtitan's per-op policy (selective_ac_option = "op"): the whole layer is checkpointed, but the
+//               outputs of every other matmul and of the attention kernel are cached (ModuleGraph::op_sac).
+enum class ActCkpt { None, Full, Selective, SelectiveOp };
 enum class Offload { None, Optimizer, Params };
 enum class DType { Fp32, Bf16, Fp16 };
 enum class Optimizer { AdamW, Sgd };
@@ -44,6 +51,9 @@ struct Strategy {
   WrapPolicy wrap;
   bool reshard_after_forward = true;
   ActCkpt act_ckpt = ActCkpt::None;
+  // With act_ckpt Full: only every ckpt_every-th decoder layer is checkpointed (torchtitan's selective layer AC,
+  // selective_ac_option = "N"; layer_ckpt); 1 = every layer (plain full checkpointing).
+  int64_t ckpt_every = 1;
   Offload offload = Offload::None;
   DType param_dtype = DType::Bf16;   // the dtype compute uses
   DType reduce_dtype = DType::Fp32;  // gradient reduction dtype
@@ -62,7 +72,7 @@ struct Strategy {
 
 // Text names used in CLI flags and plan.yaml (round-trip exactly).
 const char* to_string(StrategyKind);
-const char* to_string(ActCkpt);
+const char* to_string(ActCkpt);  // the mode's name alone; a strategy's policy is act_ckpt_name
 const char* to_string(Offload);
 const char* to_string(DType);
 const char* to_string(Optimizer);
@@ -71,13 +81,31 @@ const char* to_string(AttentionImpl);
 std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
-bool parse_act_ckpt(const std::string&, ActCkpt&);
+// The checkpointing policy's text name: "none", "full", "selective" (ours, the attention core),
+// "selective-op" (torchtitan's per-op policy) or "every:N" (full on every N-th layer, N >= 2; "every:1" is
+// "full" and parses to it).
+std::string act_ckpt_name(ActCkpt mode, int64_t every);
+std::string act_ckpt_name(const Strategy&);
+bool parse_act_ckpt(const std::string&, ActCkpt& mode, int64_t& every);
+bool parse_act_ckpt(const std::string&, ActCkpt& mode);  // a mode alone: every:N with N >= 2 is refused
+inline constexpr const char* kActCkptNames = "none, full, selective, selective-op, every:N";
 bool parse_offload(const std::string&, Offload&);
 bool parse_dtype(const std::string&, DType&);
 bool parse_optimizer(const std::string&, Optimizer&);
 bool parse_method(const std::string&, Method&);
 bool parse_attention(const std::string&, AttentionImpl&);
 bool parse_wrap(const std::string&, WrapPolicy&);  // "layer", "every:K", "size:N", "model"
+
+// The checkpointing mode of decoder layer `layer` (0-based) under the strategy: every consumer (memory walk,
+// step program, op costs, layer costs, fsdp-run) asks this per layer. every:N checkpoints the layers torchtitan's
+// _apply_layer_sac does: it counts the blocks it wraps from 1 and checkpoints block c where c % N == 0, i.e.
+// layer indices N-1, 2N-1, ... (torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f029641).
+ActCkpt layer_ckpt(const Strategy&, int64_t layer);
+// What a mode recomputes in backward: the layer's GEMMs (all under Full; SelectiveOp those it does not cache),
+// the attention kernel's forward, the memory-bound kernels (norms, rotary, activations, adds), and so the eager
+// runtime's layer forward once more.
+bool recomputes_attention(ActCkpt);
+bool recomputes_layer_forward(ActCkpt);  // the layer's forward runs again (Full, SelectiveOp)
 
 int dtype_bytes(DType);
 bool shards_params(StrategyKind);     // zero3, fsdp, fsdp-grad-op, hsdp

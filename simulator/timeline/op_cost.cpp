@@ -37,28 +37,38 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   double compute = 0;
   // The curves price the mean of a linear layer's three GEMMs; the forward one (x W^T) takes
   // matmul_forward_ratio of that mean and the two backward ones share the rest. A backward op's passes are
-  // its two gradients (one for a frozen base) plus, under full checkpointing, the recomputed forward.
+  // its two gradients (one for a frozen base); what its layers recompute is a forward pass of their GEMMs.
   const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
   auto pass_weight = [&](double passes) {
     if (op.kind != OpKind::Backward && op.kind != OpKind::LossBackward) return passes * fwd_ratio;
-    const double recomputed = op.kind == OpKind::Backward && s.act_ckpt == ActCkpt::Full ? 1.0 : 0.0;
-    return recomputed * fwd_ratio + (passes - recomputed) * bwd_ratio;
+    return passes * bwd_ratio;
   };
-  // Each decoder layer the op computes is priced with its own shapes (program/layer_costs.hpp); consecutive
-  // layers of one class cost the same and are priced once.
+  const bool backward = op.kind == OpKind::Backward;
+  // Each decoder layer the op computes is priced with its own shapes (program/layer_costs.hpp) and, in backward,
+  // its own checkpointing mode (layer_ckpt): under full checkpointing all its GEMMs and the attention forward run
+  // again, under the per-op policy the GEMMs it did not cache (GemmShape::op_sac_recomputed), under ours the
+  // attention forward. Consecutive layers of one class and mode cost the same and are priced once.
   int32_t priced_class = -1;
+  ActCkpt priced_mode = ActCkpt::None;
   double layer_time = 0;
+  const HostOverhead& ho = hw.host_overhead(dt);
   for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
     const int32_t cls = p.layer_shape_of[static_cast<size_t>(l)];
-    if (cls != priced_class) {
+    const ActCkpt mode = backward ? layer_ckpt(s, l) : ActCkpt::None;
+    if (cls != priced_class || mode != priced_mode) {
       const LayerShape& ls = p.layer_shapes[static_cast<size_t>(cls)];
       layer_time = 0;
       if (op.gemm_passes > 0) {
-        double gemms = 0;
-        for (const GemmShape& g : ls.gemms) gemms += gemm_time(hw, g, dt);
-        layer_time += pass_weight(op.gemm_passes) * gemms;
+        double gemms = 0, recomputed = 0;
+        for (const GemmShape& g : ls.gemms) {
+          const double t = gemm_time(hw, g, dt);
+          gemms += t;
+          if (mode == ActCkpt::Full || (mode == ActCkpt::SelectiveOp && g.op_sac_recomputed)) recomputed += t;
+        }
+        layer_time += pass_weight(op.gemm_passes) * gemms + fwd_ratio * recomputed;
       }
-      if (op.attn_fwd_passes > 0 || op.attn_bwd_passes > 0) {
+      const double attn_fwd = op.attn_fwd_passes + (recomputes_attention(mode) ? 1.0 : 0.0);
+      if (attn_fwd > 0 || op.attn_bwd_passes > 0) {
         AttentionShape a;
         a.batch = p.attn_batch;
         a.seq_len = p.attn_seq;
@@ -67,10 +77,16 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
         a.head_dim = ls.head_dim;
         a.causal = true;
         a.window = ls.window;
-        layer_time += op.attn_fwd_passes * attention_forward_time(hw, a, dt).value +
+        layer_time += attn_fwd * attention_forward_time(hw, a, dt).value +
                       op.attn_bwd_passes * attention_backward_time(hw, a, dt).value;
       }
+      // The eager runtime's host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate): a decoder
+      // layer's forward, its backward, plus the forward again where the layer's mode reruns it.
+      if (op.kind == OpKind::Forward) layer_time += ho.layer_forward.value;
+      if (backward)
+        layer_time += ho.layer_backward.value + (recomputes_layer_forward(mode) ? ho.layer_forward.value : 0.0);
       priced_class = cls;
+      priced_mode = mode;
     }
     compute += layer_time;
   }
@@ -80,13 +96,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;
   if (op.elementwise_bytes > 0)
     compute += memory_bound_time(hw, Bytes(op.elementwise_bytes), master_side ? s.master_dtype : dt).value;
-  // The eager runtime's per-pass host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate):
-  // a decoder layer's forward, its backward (plus the recomputed forward under full checkpointing), and the
-  // embedding + head + loss around the Loss ops.
-  const HostOverhead& ho = hw.host_overhead(dt);
-  if (op.kind == OpKind::Forward && op.layers > 0) compute += op.layers * ho.layer_forward.value;
-  if (op.kind == OpKind::Backward && op.layers > 0)
-    compute += op.layers * (ho.layer_backward.value + (s.act_ckpt == ActCkpt::Full ? ho.layer_forward.value : 0.0));
+  // The eager runtime's per-pass host overhead of the embedding + head + loss around the Loss ops (the decoder
+  // layers' is priced with each layer above).
   if (op.kind == OpKind::Loss) compute += ho.head_forward.value;
   if (op.kind == OpKind::LossBackward) compute += ho.head_backward.value;
   // The runtime's per-unit machinery, charged once per unit and micro-batch, with the unit's backward.

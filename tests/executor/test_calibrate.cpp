@@ -288,6 +288,10 @@ TEST_CASE("a written profile loads with load_hardware and round-trips") {
   hw.device_cores = 0.5;
   hw.elementwise_bandwidth_bf16 = BytesPerSecond(7.46902e9);
   hw.matmul_forward_ratio_fp32 = 1.468;
+  // cpu.yaml carries calibrate's fp32 elementwise rate and bf16 forward ratio: cleared, so that the dtypes
+  // without one are checked to be left out of the file and to fall back.
+  hw.elementwise_bandwidth_fp32 = BytesPerSecond(0);
+  hw.matmul_forward_ratio_bf16 = 0;
   hw.collective_in_step_factor = 1.23;
   hw.collective_in_step_factor_shared_cores = 0.91;
   hw.collective_in_step_factor_fp32 = 0.84;

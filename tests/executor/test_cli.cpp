@@ -224,6 +224,13 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   REQUIRE(first != std::string::npos);
   CHECK(r.out.find(msg, first + 1) == std::string::npos);
   CHECK(r.out.find("rank") == std::string::npos);  // no rank was started, none failed
+  // torchtitan's per-op checkpointing policy is the simulator's only: refused by name, exit 2.
+  PlanFile sac = small_plan(StrategyKind::Fsdp, "layer", 1);
+  sac.strategy.act_ckpt = ActCkpt::SelectiveOp;
+  r = sh(kBin + " " + write_plan(d, sac, "sac.yaml") + " --steps 1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("--act-ckpt selective-op is torchtitan's per-op policy; fsdp-run runs none, full, selective and "
+                   "every:N") != std::string::npos);
 }
 
 TEST_CASE("robustness: a killed rank makes the others exit naming it, in bounded time") {

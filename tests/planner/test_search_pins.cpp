@@ -32,6 +32,7 @@ void check_pins_respected(const SearchRequest& req, const SearchResult& r) {
     if (p.wrap && shards_parameters(s.kind)) CHECK(same_wrap(s.wrap, *p.wrap));
     if (p.reshard_after_forward) CHECK(s.reshard_after_forward == *p.reshard_after_forward);
     if (p.act_ckpt) CHECK(s.act_ckpt == *p.act_ckpt);
+    if (p.act_ckpt) CHECK(s.ckpt_every == p.ckpt_every.value_or(1));
     if (p.offload) CHECK(s.offload == *p.offload);
     if (p.param_dtype) CHECK(s.param_dtype == *p.param_dtype);
     if (p.reduce_dtype) CHECK(s.reduce_dtype == *p.reduce_dtype);
@@ -73,6 +74,20 @@ TEST_CASE("pins: every evaluated candidate has the pinned values, and the pinned
     CHECK(r.evaluated + r.pruned == 72);  // 4 wraps x 2 reshards x 3 offloads x 3 dtypes
     CHECK(r.families.size() == 1);
     CHECK(r.families.count("fsdp") == 1);
+  }
+  SUBCASE("torchtitan's checkpointing modes, pinned: every:2 and selective-op") {
+    req.pins.strategy = StrategyKind::Fsdp;
+    req.pins.micro_batch = 1;
+    req.pins.act_ckpt = ActCkpt::Full;
+    req.pins.ckpt_every = 2;
+    SearchResult r = search_plans(req);
+    check_pins_respected(req, r);
+    CHECK(r.evaluated + r.pruned == 72);
+    req.pins.act_ckpt = ActCkpt::SelectiveOp;
+    req.pins.ckpt_every.reset();
+    r = search_plans(req);
+    check_pins_respected(req, r);
+    CHECK(r.evaluated + r.pruned == 72);
   }
   SUBCASE("wrap, reshard-after-forward and offload, strategy free") {
     req.pins.wrap = WrapPolicy{WrapKind::EveryK, 2, 0};

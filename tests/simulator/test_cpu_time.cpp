@@ -113,6 +113,8 @@ TEST_CASE("host overhead: per decoder layer pass, the recomputed forward, and th
   RuntimeProfile rt = runtime("fsdp-run");
   const Cluster c{1, 1};
   HardwareProfile base = hardware("cpu");
+  // The shipped cpu.yaml carries calibrate's host overheads: the step is compared against none at all.
+  base.host_overhead_fp32 = base.host_overhead_bf16 = HostOverhead{};
   HardwareProfile hw = base;
   hw.host_overhead_fp32 = HostOverhead{Seconds(200e-6), Seconds(300e-6), Seconds(40e-6), Seconds(90e-6)};
   hw.host_overhead_bf16 = HostOverhead{Seconds(250e-6), Seconds(350e-6), Seconds(50e-6), Seconds(120e-6)};
@@ -222,17 +224,19 @@ TEST_CASE("elementwise traffic is priced at the dtype's calibrated rate; the opt
   REQUIRE(fwd);
   REQUIRE(opt);
   const double f0 = op_duration(*fwd, p, hw, c, s), o0 = op_duration(*opt, p, hw, c, s);
-  // A bf16 rate slows the layer's elementwise kernels by exactly their bytes at the new rate; the fp32
-  // optimizer does not move.
+  // A bf16 rate slows the layer's elementwise kernels by exactly their bytes at the new rate less their bytes at
+  // the profile's (cpu.yaml has calibrate's per-dtype rates); the fp32 optimizer does not move.
   HardwareProfile slow = hw;
   slow.elementwise_bandwidth_bf16 = BytesPerSecond(hw.memory_bandwidth.value / 4);
   const double share = cpu_compute_slowdown(hw, 1);
   CHECK(op_duration(*fwd, p, slow, c, s) - f0 ==
-        doctest::Approx(share * fwd->elementwise_bytes * (4.0 - 1.0) / hw.memory_bandwidth.value));
+        doctest::Approx(share * fwd->elementwise_bytes *
+                        (4.0 / hw.memory_bandwidth.value - 1.0 / hw.elementwise_bandwidth(DType::Bf16).value)));
   CHECK(op_duration(*opt, p, slow, c, s) == doctest::Approx(o0));
   slow.elementwise_bandwidth_fp32 = BytesPerSecond(hw.memory_bandwidth.value / 2);
   CHECK(op_duration(*opt, p, slow, c, s) - o0 ==
-        doctest::Approx(share * opt->elementwise_bytes * (2.0 - 1.0) / hw.memory_bandwidth.value));
+        doctest::Approx(share * opt->elementwise_bytes *
+                        (2.0 / hw.memory_bandwidth.value - 1.0 / hw.elementwise_bandwidth(DType::Fp32).value)));
 }
 
 TEST_CASE(
@@ -305,25 +309,28 @@ TEST_CASE("the forward GEMM's ratio: forward passes at r, backward gradients at 
       return t;
     };
     const double head = matmul_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, DType::Fp32).value;
+    // cpu.yaml's own fp32 ratio (calibrate's, 1.013 with OpenBLAS) is r0: moving it to 1.5 adds (1.5 - r0) of a
+    // GEMM's mean time to each forward GEMM and takes (1.5 - r0) / 2 from each of the two gradient GEMMs.
+    const double dr = 1.5 - hw.matmul_forward_ratio(DType::Fp32);
     int checked = 0;
     for (const Op& op : p.ops) {
       const double d = op_duration(op, p, fr, c, s) - op_duration(op, p, hw, c, s);
       if (op.kind == OpKind::Forward && op.layers > 0) {
-        CHECK(d == doctest::Approx(0.5 * layer_gemms_of(op)));
+        CHECK(d == doctest::Approx(dr * layer_gemms_of(op)));
         ++checked;
       }
       if (op.kind == OpKind::Backward && op.layers > 0) {
-        // Two gradient passes at 0.75 each (-0.5 together), plus +0.5 for a recomputed forward.
-        CHECK(d == doctest::Approx((ckpt == ActCkpt::Full ? 0.0 : -0.5) * layer_gemms_of(op)));
+        // Two gradient passes at -dr / 2 each (-dr together), plus +dr for a recomputed forward.
+        CHECK(d == doctest::Approx((ckpt == ActCkpt::Full ? 0.0 : -dr) * layer_gemms_of(op)));
         ++checked;
       }
-      if (op.kind == OpKind::Loss) CHECK(d == doctest::Approx(0.5 * head));
-      if (op.kind == OpKind::LossBackward) CHECK(d == doctest::Approx(-0.5 * head));
+      if (op.kind == OpKind::Loss) CHECK(d == doctest::Approx(dr * head));
+      if (op.kind == OpKind::LossBackward) CHECK(d == doctest::Approx(-dr * head));
     }
     CHECK(checked == 8);
   }
-  CHECK(hw.matmul_forward_ratio(DType::Bf16) == 1.0);  // absent: the three GEMMs alike
-  CHECK(fr.matmul_forward_ratio(DType::Bf16) == 1.0);  // fp32's ratio is fp32's alone
+  CHECK(hw.matmul_forward_ratio(DType::Fp16) == 1.0);  // absent (cpu.yaml has fp32 and bf16): the three GEMMs alike
+  CHECK(fr.matmul_forward_ratio(DType::Bf16) == hw.matmul_forward_ratio(DType::Bf16));  // fp32's ratio is fp32's alone
 }
 
 TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-batch, with its backward") {
@@ -334,6 +341,8 @@ TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-b
   const HardwareProfile& base = one.base;
   HardwareProfile& hw = one.hw;
   hw.host_overhead_bf16.unit = Seconds(500e-6);
+  // cpu.yaml's own bf16 unit time (calibrate's) is what 500 us replaces.
+  const double du = 500e-6 - base.host_overhead(DType::Bf16).unit.value;
   for (int64_t accum : {1, 2}) {
     Strategy s = fsdp_strategy(DType::Bf16, ActCkpt::None);
     s.grad_accum = accum;
@@ -341,8 +350,8 @@ TEST_CASE("the runtime's per-unit machinery is charged once per unit and micro-b
     const double with = simulate(SimulationInput{&g, &hw, &rt, c, s}, &prog).time.step_s;
     const double without = simulate(SimulationInput{&g, &base, &rt, c, s}).time.step_s;
     CAPTURE(accum);
-    CHECK(with - without == doctest::Approx(500e-6 * static_cast<double>(prog.units.size() * accum)));
-    // fp32 has no unit entry: nothing changes.
+    CHECK(with - without == doctest::Approx(du * static_cast<double>(prog.units.size() * accum)));
+    // fp32's unit entry is not touched: nothing changes.
     const Strategy f = fsdp_strategy(DType::Fp32, ActCkpt::None);
     CHECK(simulate(SimulationInput{&g, &hw, &rt, c, f}).time.step_s ==
           doctest::Approx(simulate(SimulationInput{&g, &base, &rt, c, f}).time.step_s));

@@ -8,7 +8,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "comm/collective_cost.hpp"
+#include "compute/compute_cost.hpp"
 #include "core/errors.hpp"
 #include "hardware/hardware_profile.hpp"
 
@@ -57,7 +60,8 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST_CASE("every shipped hardware profile loads and is consistent") {
   auto names = list_hardware(kRoot);
-  for (const char* required : {"a100-80gb", "a100-40gb", "a800-80gb", "h100-80gb", "h200-141gb", "l40s-48gb", "cpu"})
+  for (const char* required : {"a100-80gb", "a100-40gb", "a800-80gb", "h100-80gb", "h200-141gb", "l40s-48gb", "cpu",
+                               "p4d-a100-40gb", "p5-h100-80gb", "meta-roce-h100-80gb"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), required) != names.end(), required);
   CHECK(std::is_sorted(names.begin(), names.end()));
   for (const auto& n : names) {
@@ -75,6 +79,13 @@ TEST_CASE("every shipped hardware profile loads and is consistent") {
     CHECK(hw.cpu_cores >= 1);
     CHECK(hw.host_memory.value > 0);
     if (hw.device_kind == "cpu") CHECK(hw.device_memory <= hw.host_memory);
+    // Shipped profiles carry no power limit: none of them warns.
+    CHECK(hardware_warnings(hw).empty());
+    // A shipped derived profile is a few keys over a shipped base.
+    if (!hw.base_source.empty()) {
+      CHECK(std::filesystem::path(hw.base_source).parent_path() == std::filesystem::path(kRoot) / "hwprofiles");
+      CHECK(read_text(hw.source).find("\nbase: ") != std::string::npos);
+    }
   }
 }
 
@@ -123,27 +134,40 @@ TEST_CASE("optional per-dtype curves and a CPU device's cores load; absent, the 
     const std::string m = load_error(replace_once(text, from, to), tag);
     for (const char* k : keys) CHECK_MESSAGE(contains(m, k), m);
   };
-  // cpu.yaml without its measured in-step factors: the optional keys are added back below.
+  // cpu.yaml without its optional measured keys: the in-step factors, and the per-dtype curves, host overhead,
+  // elementwise rates and forward-GEMM ratios that fsdp-run calibrate measured for it (each such key with the
+  // lines indented under it). The optional keys are added back below.
   std::string cpu;
   {
+    const std::vector<std::string> optional = {"  in_step_factor",
+                                               "  matmul_efficiency_bf16:",
+                                               "  attention_forward_efficiency_bf16:",
+                                               "  attention_backward_efficiency_bf16:",
+                                               "  host_overhead:",
+                                               "  elementwise_bandwidth:",
+                                               "  matmul_forward_ratio:"};
     std::istringstream in(read_text(kRoot + "/hwprofiles/cpu.yaml"));
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind("  in_step_factor", 0) != 0) cpu += line + "\n";
+    bool under_optional = false;  // inside an optional key's block (its lines are indented deeper)
+    for (std::string line; std::getline(in, line);) {
+      if (under_optional && line.rfind("   ", 0) == 0) continue;
+      under_optional = false;
+      for (const std::string& key : optional) under_optional = under_optional || line.rfind(key, 0) == 0;
+      if (!under_optional) cpu += line + "\n";
+    }
   }
   HardwareProfile plain = load_hardware(write_temp_profile(cpu, "cpu_plain"), kRoot);
   CHECK(plain.matmul_efficiency_bf16.empty());
   CHECK(&plain.matmul_curve(DType::Bf16) == &plain.matmul_efficiency);
   CHECK(&plain.attention_backward_curve(DType::Fp16) == &plain.attention_backward_efficiency);
-  CHECK(plain.device_cores == 2);  // Eigen's rates on both cores
+  CHECK(plain.device_cores == 1);  // calibrate's rates: one core per rank, 2 ranks on the 2 cores
   HardwareProfile whole =
-      load_hardware(write_temp_profile(replace_once(cpu, "  cores: 2\n", ""), "cpu_nocores"), kRoot);
+      load_hardware(write_temp_profile(replace_once(cpu, "  cores: 1\n", ""), "cpu_nocores"), kRoot);
   CHECK(whole.device_cores == 0);  // absent: the whole node (cpu_compute_slowdown)
   const std::string extra =
       "  matmul_efficiency_bf16:\n    - {gemm_flops: 1.0e6, efficiency: 0.2}\n    - {gemm_flops: 1.0e8, efficiency: "
       "0.9}\n"
       "  attention_forward_efficiency_fp16:\n    - {attention_flops: 1.0e6, efficiency: 0.3}\n";
-  const std::string with =
-      replace_once(replace_once(cpu, "  cores: 2\n", "  cores: 1\n"), "node:\n", extra + "node:\n");
+  const std::string with = replace_once(cpu, "node:\n", extra + "node:\n");  // cpu.yaml's `cores: 1` kept
   HardwareProfile hw = load_hardware(write_temp_profile(with, "cpu_dtype"), kRoot);
   REQUIRE(hw.matmul_efficiency_bf16.x.size() == 2);
   CHECK(hw.matmul_curve(DType::Bf16).at(1e8) == doctest::Approx(0.9));
@@ -368,4 +392,342 @@ TEST_CASE("the loader refuses bad hardware files with file:line:key") {
     std::string m = load_error("name: [unclosed\n", "garbage");
     CHECK(contains(m, "garbage.yaml"));
   }
+}
+
+// ---- Derived profiles (`base:`), the network description, clocks and power (docs/hardware.md) ----
+
+namespace {
+
+// The InputError message of loading `path` ("" if it loaded).
+std::string error_of(const std::string& path) {
+  try {
+    load_hardware(path, kRoot);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a derived profile overrides the keys it gives, key by key, and inherits the rest") {
+  const HardwareProfile h100 = load_hardware("h100-80gb", kRoot);
+  SUBCASE("one nested key") {
+    const std::string path =
+        write_temp_profile("base: h100-80gb\nname: four-nics\nnode:\n  nics_per_node: 4\n", "derived_nics");
+    const HardwareProfile hw = load_hardware(path, kRoot);
+    CHECK(hw.name == "four-nics");
+    CHECK(hw.source == path);
+    CHECK(hw.base_source == kRoot + "/hwprofiles/h100-80gb.yaml");
+    CHECK(hw.nics_per_node == 4);
+    // Everything else of node is the base's, and so are the other sections.
+    CHECK(hw.gpus_per_node == h100.gpus_per_node);
+    CHECK(hw.inter_node.bandwidth == h100.inter_node.bandwidth);
+    CHECK(hw.inter_node.latency == h100.inter_node.latency);
+    CHECK(hw.inter_node.bus_efficiency.x == h100.inter_node.bus_efficiency.x);
+    CHECK(std::string(to_string(hw.fabric)) == "infiniband");
+    CHECK(hw.host_memory == h100.host_memory);
+    CHECK(hw.device_memory == h100.device_memory);
+    CHECK(hw.peak_flops(DType::Bf16) == h100.peak_flops(DType::Bf16));
+    CHECK(hw.collective_base_latency == h100.collective_base_latency);
+    CHECK(hw.backend.name == h100.backend.name);
+    CHECK(hw.device_kind == "cuda");
+  }
+  SUBCASE("a key of a tier two mappings down") {
+    const HardwareProfile hw = load_hardware(
+        write_temp_profile("base: h100-80gb\nname: slow-nics\nnode:\n  inter_node:\n    bandwidth: \"200 Gb/s\"\n",
+                           "derived_tier"),
+        kRoot);
+    CHECK(hw.inter_node.bandwidth.value == doctest::Approx(200 * kGB / 8));
+    CHECK(hw.inter_node.latency == h100.inter_node.latency);
+    CHECK(hw.inter_node.bus_efficiency.efficiency == h100.inter_node.bus_efficiency.efficiency);
+    CHECK(hw.intra_node.bandwidth == h100.intra_node.bandwidth);
+    CHECK(hw.nics_per_node == h100.nics_per_node);
+  }
+  SUBCASE("a list (a curve) replaces the base's whole list") {
+    REQUIRE(h100.intra_node.bus_efficiency.x.size() > 2);
+    const HardwareProfile hw = load_hardware(
+        write_temp_profile("base: h100-80gb\nname: flat-nvlink\nnode:\n  intra_node:\n    bus_efficiency:\n"
+                           "      - {message: \"1 MiB\", efficiency: 0.5}\n"
+                           "      - {message: \"1 GiB\", efficiency: 0.75}\n",
+                           "derived_curve"),
+        kRoot);
+    REQUIRE(hw.intra_node.bus_efficiency.x.size() == 2);
+    CHECK(hw.intra_node.bus_efficiency.at(1 * kGiB) == doctest::Approx(0.75));
+    CHECK(hw.intra_node.bandwidth == h100.intra_node.bandwidth);
+    CHECK(hw.attention_efficiency.x == h100.attention_efficiency.x);  // a curve not given stays
+  }
+  SUBCASE("a derived profile may be the base of another; a relative path is the file's own directory's") {
+    write_temp_profile("base: h100-80gb\nname: mid\nnode:\n  nics_per_node: 4\n", "chain_mid");
+    const HardwareProfile hw = load_hardware(
+        write_temp_profile("base: chain_mid.yaml\nname: top\nnode:\n  inter_node:\n    fabric: roce\n", "chain_top"),
+        kRoot);
+    CHECK(hw.name == "top");
+    CHECK(hw.nics_per_node == 4);
+    CHECK(std::string(to_string(hw.fabric)) == "roce");
+    CHECK(hw.base_source == (std::filesystem::temp_directory_path() / "fsdp_hw_test" / "chain_mid.yaml").string());
+  }
+  SUBCASE("a dtype entry the base lacks must be whole; one it has is overridden key by key") {
+    const std::string whole = write_temp_profile(
+        "base: cpu\nname: cpu-overhead\ndevice:\n  host_overhead:\n    fp32: {layer_forward: \"200 us\", "
+        "layer_backward: \"300 us\", head_forward: \"40 us\", head_backward: \"90 us\"}\n",
+        "overhead_whole");
+    const HardwareProfile base = load_hardware(whole, kRoot);
+    const HardwareProfile hw =
+        load_hardware(write_temp_profile("base: overhead_whole.yaml\nname: cpu-unit\ndevice:\n  host_overhead:\n"
+                                         "    fp32: {unit: \"1 ms\"}\n",
+                                         "overhead_unit"),
+                      kRoot);
+    CHECK(hw.host_overhead_fp32.unit.value == doctest::Approx(1e-3));
+    CHECK(hw.host_overhead_fp32.layer_forward.value == doctest::Approx(200e-6));
+    CHECK(hw.host_overhead_fp32.head_backward.value == doctest::Approx(90e-6));
+    if (base.host_overhead_fp16.empty()) {
+      const std::string m = error_of(write_temp_profile(
+          "base: overhead_whole.yaml\nname: cpu-fp16\ndevice:\n  host_overhead:\n    fp16: {unit: \"1 ms\"}\n",
+          "overhead_new_entry"));
+      CHECK_MESSAGE(contains(m, "device.host_overhead.fp16.layer_forward"), m);
+      CHECK_MESSAGE(contains(m, "overhead_new_entry.yaml"), m);
+    }
+  }
+}
+
+TEST_CASE("a derived profile is read as strictly as a whole one, and errors name the file that holds the key") {
+  const std::string dir = (std::filesystem::temp_directory_path() / "fsdp_hw_test").string();
+  SUBCASE("an unknown key in the derived file") {
+    const std::string path =
+        write_temp_profile("base: h100-80gb\nname: typo\nnode:\n  inter_node:\n    lanes: 4\n", "derived_unknown");
+    const std::string m = error_of(path);
+    CHECK_MESSAGE(contains(m, path + ":5: unknown key 'node.inter_node.lanes'"), m);
+  }
+  SUBCASE("a bad value in the derived file names the derived file and line") {
+    const std::string path =
+        write_temp_profile("base: h100-80gb\nname: bad\ndevice:\n  memory: \"80 GB/s\"\n", "derived_bad_value");
+    const std::string m = error_of(path);
+    CHECK_MESSAGE(contains(m, path + ":4: key 'device.memory'"), m);
+    CHECK_MESSAGE(!contains(m, "h100-80gb.yaml"), m);
+  }
+  SUBCASE("a bad value in the base names the base, and the file it is the base of") {
+    const std::string base_path = write_temp_profile(
+        replace_once(read_text(kRoot + "/hwprofiles/a100-80gb.yaml"), "memory: \"80 GiB\"", "memory: \"80 GB/s\""),
+        "broken_base");
+    const std::string path = write_temp_profile("base: broken_base.yaml\nname: on-broken\n", "derived_on_broken");
+    const std::string m = error_of(path);
+    CHECK_MESSAGE(contains(m, base_path + ":8: key 'device.memory'"), m);
+    CHECK_MESSAGE(contains(m, "the base of " + path), m);
+  }
+  SUBCASE("a check between keys names the derived file's key") {
+    // The base's usable memory (81559 MiB) is more than the 40 GiB the derived file gives.
+    const std::string m =
+        error_of(write_temp_profile("base: h100-80gb\nname: small\ndevice:\n  memory: \"40 GiB\"\n", "derived_usable"));
+    CHECK_MESSAGE(contains(m, "derived_usable.yaml:4: key 'device.memory'"), m);
+    CHECK_MESSAGE(contains(m, "exceeds device.memory"), m);
+  }
+  SUBCASE("name is the derived file's own") {
+    const std::string m =
+        error_of(write_temp_profile("base: h100-80gb\nnode:\n  nics_per_node: 4\n", "derived_noname"));
+    CHECK_MESSAGE(contains(m, "derived_noname.yaml"), m);
+    CHECK_MESSAGE(contains(m, "key 'name': missing"), m);
+  }
+  SUBCASE("an unknown base name lists the shipped ones") {
+    const std::string path = write_temp_profile("base: h100\nname: x\n", "derived_bad_base");
+    const std::string m = error_of(path);
+    CHECK_MESSAGE(contains(m, path + ":1: key 'base': unknown hardware 'h100'"), m);
+    CHECK_MESSAGE(contains(m, "h100-80gb"), m);
+    CHECK_MESSAGE(contains(error_of(write_temp_profile("base: nowhere.yaml\nname: x\n", "derived_no_file")),
+                           "no such file: " + dir + "/nowhere.yaml"),
+                  "a missing base path");
+  }
+  SUBCASE("a cycle of bases is refused, naming the files") {
+    const std::string a = write_temp_profile("base: cycle_b.yaml\nname: a\n", "cycle_a");
+    const std::string b = write_temp_profile("base: cycle_a.yaml\nname: b\n", "cycle_b");
+    const std::string m = error_of(a);
+    CHECK_MESSAGE(contains(m, "the bases form a cycle"), m);
+    CHECK_MESSAGE(contains(m, a), m);
+    CHECK_MESSAGE(contains(m, b), m);
+    const std::string self = write_temp_profile("base: cycle_self.yaml\nname: self\n", "cycle_self");
+    CHECK_MESSAGE(contains(error_of(self), "cycle: " + self + " -> " + self), error_of(self));
+  }
+  SUBCASE("from text (the fuzzer), a base is a shipped name only") {
+    const HardwareProfile hw = parse_hardware_text("base: p4d-a100-40gb\nname: t\n", "text.yaml", kRoot);
+    CHECK(hw.nics_per_node == 4);
+    CHECK(hw.device_memory.value == doctest::Approx(40 * kGiB));
+    try {
+      parse_hardware_text("base: /etc/hosts.yaml\nname: t\n", "text.yaml", kRoot);
+      FAIL("a base path was followed");
+    } catch (const InputError& e) {
+      CHECK(contains(e.what(), "text.yaml:1: key 'base': only a shipped profile's name"));
+    }
+  }
+}
+
+TEST_CASE("the network: fabric, NICs per node and their bandwidth, as the collective model uses them") {
+  const HardwareProfile dgx = load_hardware("h100-80gb", kRoot);
+  const HardwareProfile p4d = load_hardware("p4d-a100-40gb", kRoot);
+  const HardwareProfile p5 = load_hardware("p5-h100-80gb", kRoot);
+  const HardwareProfile roce = load_hardware("meta-roce-h100-80gb", kRoot);
+  CHECK(network_summary(dgx) == "8 x 400 Gb/s InfiniBand per node (400 Gb/s per GPU)");  // DGX H100
+  CHECK(network_summary(p4d) == "4 x 100 Gb/s EFA per node (50 Gb/s per GPU)");          // AWS p4d.24xlarge
+  CHECK(network_summary(p5) == "32 x 100 Gb/s EFA per node (400 Gb/s per GPU)");         // AWS p5.48xlarge
+  CHECK(network_summary(roce) == "8 x 400 Gb/s RoCE per node (400 Gb/s per GPU)");
+  CHECK(network_summary(load_hardware("l40s-48gb", kRoot)) ==
+        "4 x 400 Gb/s per node (200 Gb/s per GPU), fabric not stated");
+  // One 400 Gb/s NIC per node, shared by its 8 GPUs.
+  const HardwareProfile shared = load_hardware(
+      write_temp_profile("base: h100-80gb\nname: one-nic\nnode:\n  nics_per_node: 1\n  inter_node: {fabric: roce}\n",
+                         "one_nic"),
+      kRoot);
+  CHECK(network_summary(shared) == "1 x 400 Gb/s RoCE per node (50 Gb/s per GPU)");
+  // NCCL prices RoCE as InfiniBand: the RoCE cluster's collectives cost what the DGX's do.
+  const CommGroup world = make_group(dgx, 32, 8);
+  CHECK(collective_time(roce, CollectiveKind::AllGather, Bytes(kGiB), world) ==
+        collective_time(dgx, CollectiveKind::AllGather, Bytes(kGiB), world));
+  // EFA's hop is NCCL's 14 us plus twice the plugin's 75 us (hwprofiles/p4d-a100-40gb.yaml).
+  CHECK(p4d.inter_node.latency.value == doctest::Approx(164 * kMicro));
+
+  SUBCASE("halving the NICs doubles the inter-node transfer of a large all-gather") {
+    const std::string half_path =
+        write_temp_profile("base: p4d-a100-40gb\nname: p4d-half\nnode:\n  nics_per_node: 2\n", "p4d_half");
+    const HardwareProfile half = load_hardware(half_path, kRoot);
+    for (int nodes : {2, 4, 16}) {
+      for (int per_node : {1, 8}) {
+        CAPTURE(nodes);
+        CAPTURE(per_node);
+        const CommGroup g = make_group(p4d, nodes * per_node, per_node);
+        const Bytes buffer(8 * kGiB);
+        const CollectiveCost full = ring_cost(p4d, CollectiveKind::AllGather, buffer, g);
+        const CollectiveCost halved = ring_cost(half, CollectiveKind::AllGather, buffer, g);
+        CHECK(halved.transfer.value == doctest::Approx(2 * full.transfer.value));
+        CHECK(halved.latency == full.latency);  // the NICs' count changes bandwidth, not the hops
+      }
+    }
+    // 4 x 100 Gb/s EFA against a DGX A100's 8 x 200 Gb/s: a quarter of the bandwidth per GPU, 4x the transfer.
+    const HardwareProfile dgx_a100 = load_hardware("a100-40gb", kRoot);
+    const CommGroup g = make_group(p4d, 32, 8);
+    CHECK(ring_cost(p4d, CollectiveKind::AllGather, Bytes(8 * kGiB), g).transfer.value ==
+          doctest::Approx(4 * ring_cost(dgx_a100, CollectiveKind::AllGather, Bytes(8 * kGiB), g).transfer.value));
+    // 32 x 100 Gb/s is a DGX H100's 8 x 400 Gb/s per node: the same transfer, a longer EFA hop.
+    const CollectiveCost on_p5 = ring_cost(p5, CollectiveKind::AllGather, Bytes(8 * kGiB), world);
+    const CollectiveCost on_dgx = ring_cost(dgx, CollectiveKind::AllGather, Bytes(8 * kGiB), world);
+    CHECK(on_p5.transfer.value == doctest::Approx(on_dgx.transfer.value));
+    CHECK(on_p5.latency > on_dgx.latency);
+  }
+  SUBCASE("the fabric is one of three, and only between nodes") {
+    CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\nnode:\n  inter_node: {fabric: omnipath}\n",
+                                               "fabric_bad")),
+                   "'omnipath' is not one of: infiniband, roce, efa"));
+    CHECK(contains(
+        error_of(write_temp_profile("base: h100-80gb\nname: x\nnode:\n  intra_node: {fabric: roce}\n", "fabric_intra")),
+        "unknown key 'node.intra_node.fabric'"));
+    CHECK(std::string(to_string(load_hardware("l40s-48gb", kRoot).fabric)) == "not stated");
+  }
+}
+
+TEST_CASE("clocks and power: a sustained clock scales the FLOP rates, a power limit alone warns") {
+  const HardwareProfile h100 = load_hardware("h100-80gb", kRoot);
+  const HardwareProfile a100 = load_hardware("a100-80gb", kRoot);
+  // The datasheet peaks are quoted at these clocks (whitepapers; hwprofiles/*.yaml).
+  CHECK(a100.boost_clock.value == doctest::Approx(1410e6));
+  CHECK(h100.boost_clock.value == doctest::Approx(1830e6));
+  CHECK(h100.boost_clock_of(DType::Fp32).value == doctest::Approx(1980e6));
+  CHECK(h100.boost_clock_of(DType::Bf16).value == doctest::Approx(1830e6));
+  CHECK(h100.clock_scale(DType::Bf16) == 1.0);
+  CHECK(clock_summary(h100) == "");
+
+  SUBCASE("a sustained clock below the boost lowers tensor-core and fp32 peaks, not memory bandwidth") {
+    const HardwareProfile hw = load_hardware(
+        write_temp_profile("base: h100-80gb\nname: capped\ndevice:\n  sustained_clock: \"1464 MHz\"\n", "clock_capped"),
+        kRoot);
+    CHECK(hw.clock_scale(DType::Bf16) == doctest::Approx(0.8));  // 1464 / 1830
+    CHECK(hw.peak_flops(DType::Bf16).value == doctest::Approx(989.5 * kTera * 0.8));
+    CHECK(hw.peak_flops(DType::Fp16).value == doctest::Approx(989.5 * kTera * 0.8));
+    CHECK(hw.peak_flops(DType::Fp32).value == doctest::Approx(67 * kTera * 1464 / 1980));
+    CHECK(hw.rated_peak_flops(DType::Bf16) == h100.rated_peak_flops(DType::Bf16));
+    CHECK(hw.memory_bandwidth == h100.memory_bandwidth);
+    CHECK(hardware_warnings(hw).empty());
+    CHECK(clock_summary(hw) == "sustained 1464 MHz of 1830 MHz boost (0.8 x tensor-core peak)");
+    // Every compute cost sees it: a large, compute-bound GEMM takes 1 / 0.8 as long.
+    CHECK(matmul_time(hw, 8192, 8192, 8192, DType::Bf16).value ==
+          doctest::Approx(matmul_time(h100, 8192, 8192, 8192, DType::Bf16).value / 0.8));
+  }
+  SUBCASE("a clock above the tensor-core boost is not credited") {
+    const HardwareProfile hw = load_hardware(
+        write_temp_profile("base: h100-80gb\nname: fast\ndevice:\n  sustained_clock: \"1.9 GHz\"\n", "clock_fast"),
+        kRoot);
+    CHECK(hw.clock_scale(DType::Bf16) == 1.0);
+    CHECK(hw.clock_scale(DType::Fp32) == doctest::Approx(1900.0 / 1980));
+  }
+  SUBCASE("clocks are refused when they cannot hold") {
+    CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  sustained_clock: \"2100 MHz\"\n",
+                                               "clock_above")),
+                   "exceeds the boost clock (1980 MHz)"));
+    // l40s-48gb states no boost clock: a sustained clock needs one given with it.
+    const std::string m = error_of(
+        write_temp_profile("base: l40s-48gb\nname: x\ndevice:\n  sustained_clock: \"2 GHz\"\n", "clock_no_boost"));
+    CHECK_MESSAGE(contains(m, "clock_no_boost.yaml:4: key 'device.sustained_clock': needs device.boost_clock"), m);
+    CHECK(load_hardware(write_temp_profile("base: l40s-48gb\nname: x\ndevice:\n  boost_clock: \"2520 MHz\"\n"
+                                           "  sustained_clock: \"2016 MHz\"\n",
+                                           "clock_given_boost"),
+                        kRoot)
+              .clock_scale(DType::Bf16) == doctest::Approx(0.8));
+    CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  sustained_clock: \"1464\"\n",
+                                               "clock_no_unit")),
+                   "key 'device.sustained_clock': expected a value with a unit such as '1830 MHz'"));
+    CHECK(contains(
+        error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  boost_clock: \"0 MHz\"\n", "clock_zero")),
+        "key 'device.boost_clock': must be positive"));
+  }
+  SUBCASE("a power limit below the TDP without a sustained clock warns; it is never silently ignored") {
+    const std::string path =
+        write_temp_profile("base: h100-80gb\nname: pl\ndevice:\n  power_limit: \"500 W\"\n", "power_limited");
+    const HardwareProfile hw = load_hardware(path, kRoot);
+    CHECK(hw.power_limit.value == doctest::Approx(500));
+    CHECK(hw.tdp.value == doctest::Approx(700));
+    CHECK(hw.peak_flops(DType::Bf16) == h100.peak_flops(DType::Bf16));  // not converted to a clock
+    const auto warnings = hardware_warnings(hw);
+    REQUIRE(warnings.size() == 1);
+    CHECK(contains(warnings[0], path));
+    CHECK(contains(warnings[0], "device.power_limit (500 W) is below device.tdp (700 W)"));
+    CHECK(contains(warnings[0], "device.sustained_clock"));
+    CHECK(contains(warnings[0], "nvidia-smi --query-gpu=clocks.sm"));
+    CHECK(clock_summary(hw) == "power limit 500 W of 700 W");
+    // With the clock measured under that limit, the limit is described and the clock prices it.
+    const HardwareProfile measured = load_hardware(
+        write_temp_profile("base: power_limited.yaml\nname: pl-measured\ndevice:\n  sustained_clock: \"1464 MHz\"\n",
+                           "power_measured"),
+        kRoot);
+    CHECK(hardware_warnings(measured).empty());
+    CHECK(measured.clock_scale(DType::Bf16) == doctest::Approx(0.8));
+    CHECK(contains(
+        error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  power_limit: \"0.8 kW\"\n", "power_above")),
+        "device.power_limit (800 W) exceeds device.tdp (700 W)"));
+    CHECK(contains(
+        error_of(write_temp_profile("base: cpu\nname: x\ndevice:\n  power_limit: \"100 W\"\n", "power_no_tdp")),
+        "key 'device.power_limit': needs device.tdp"));
+  }
+}
+
+TEST_CASE("SMs and GEMM tile shapes: optional, together, strict") {
+  const HardwareProfile hw = load_hardware(write_temp_profile("base: h100-80gb\nname: tiles\ndevice:\n  sm_count: 132\n"
+                                                              "  matmul_tiles: [[256, 128], [128, 128]]\n",
+                                                              "tiles_ok"),
+                                           kRoot);
+  CHECK(hw.sm_count == 132);
+  REQUIRE(hw.matmul_tiles.size() == 2);
+  CHECK(hw.matmul_tiles[0] == std::pair<int64_t, int64_t>{256, 128});
+  CHECK(hw.matmul_tiles[1] == std::pair<int64_t, int64_t>{128, 128});
+  // A derived profile replaces the list whole.
+  const HardwareProfile one = load_hardware(
+      write_temp_profile("base: tiles_ok.yaml\nname: one-tile\ndevice:\n  matmul_tiles: [[64, 64]]\n", "tiles_one"),
+      kRoot);
+  CHECK(one.sm_count == 132);
+  REQUIRE(one.matmul_tiles.size() == 1);
+  CHECK(one.matmul_tiles[0].first == 64);
+  CHECK(contains(error_of(write_temp_profile("base: cpu\nname: x\ndevice:\n  sm_count: 132\n", "tiles_alone")),
+                 "key 'device.sm_count': device.sm_count and device.matmul_tiles go together"));
+  CHECK(contains(error_of(write_temp_profile(
+                     "base: h100-80gb\nname: x\ndevice:\n  sm_count: 132\n  matmul_tiles: [[256, 0]]\n", "tiles_zero")),
+                 "key 'device.matmul_tiles': item 0: expected [rows, columns]"));
+  CHECK(contains(error_of(write_temp_profile(
+                     "base: h100-80gb\nname: x\ndevice:\n  sm_count: 132\n  matmul_tiles: [256, 128]\n", "tiles_flat")),
+                 "key 'device.matmul_tiles': item 0"));
 }

@@ -1,5 +1,7 @@
-// Step-time predictions against published measurements, each cited. The errors are stated in the
-// README ("Accuracy"); the tolerances here are the gates that keep them from regressing.
+// Step-time predictions against the H200 calibration measurements, and the timeline's invariants. The published
+// runs of other teams (torchtitan, IBM's FSDP runs, llm-foundry, ...) are the validation set of
+// tests/accuracy/published, simulated by tests/planner/test_published_runs.cpp (`fsdp-plan validate`). The errors
+// are stated in the README ("Accuracy"); the tolerances here are the gates that keep them from regressing.
 //
 // Which rows validate: no constant of the step-time model was fitted on any row used here. The
 // constants these predictions rest on and where each comes from (the comments in the profiles):
@@ -45,57 +47,6 @@ Prediction predict(const std::string& model, const std::string& hw_name, int64_t
 }
 
 }  // namespace
-
-TEST_CASE("torchtitan FSDP2 on 64 A100-80GB: published tokens/s per GPU") {
-  // pytorch/torchtitan docs/performance.md, "Llama 3 performance numbers" and "Llama 2 performance
-  // numbers": FSDP2 (1D), 64 A100 80GB (8 nodes), bf16, local batch as listed, global batch = local x 64
-  // (no accumulation), sequence 8192 for Llama 3 and 4096 for Llama 2 (torchtitan's train configs).
-  // Rows with torchtitan's "selective op" checkpointing are left out: it recomputes every other matmul,
-  // a different policy from our selective (attention core only).
-  // Band: today +15.9% to +18.7% (optimistic on all three rows); worst 18.7% -> 19 + 5 = 24%.
-  constexpr double kBand = 0.24;
-  struct Row {
-    const char* model;
-    int64_t mb, seq;
-    ActCkpt ck;
-    double published;
-  };
-  const Row rows[] = {
-      {"llama3-70b", 1, 8192, ActCkpt::Full, 331},
-      {"llama2-13b", 2, 4096, ActCkpt::None, 2162},
-      {"llama2-70b", 2, 4096, ActCkpt::Full, 353},
-  };
-  for (const Row& r : rows) {
-    Prediction p = predict(r.model, "a100-80gb", 8, 8, r.ck, r.mb, r.seq, "pytorch");
-    double err = (p.tokens_per_s_per_gpu - r.published) / r.published;
-    std::printf(
-        "torchtitan %-11s mb %lld seq %lld ckpt %-4s: published %5.0f, predicted %5.0f tokens/s/GPU (%+.1f%%; "
-        "not fitted on, gate %.0f%%)\n",
-        r.model, static_cast<long long>(r.mb), static_cast<long long>(r.seq), to_string(r.ck), r.published,
-        p.tokens_per_s_per_gpu, err * 100, kBand * 100);
-    CAPTURE(r.model);
-    CAPTURE(err);
-    CHECK(std::fabs(err) <= kBand);
-  }
-}
-
-TEST_CASE("IBM/PyTorch FSDP blog: Llama 2 7B on 128 A100s") {
-  // "Maximizing training throughput using PyTorch FSDP" (PyTorch blog, IBM and Meta, 2024-03-13):
-  // Llama 2 7B, 128 A100 80GB (16 nodes), FSDP with SDPA flash attention, bf16, sequence 4096:
-  // 3,700 tokens/s/GPU at 57% MFU and 57% HFU: equal MFU and HFU mean no recomputation, so no
-  // activation checkpointing. The per-GPU batch is not restated there; we take 2 (our prediction moves
-  // from 4,464 to 4,907 tokens/s between batch 1 and 4, so the choice is within the stated error).
-  // Band: today +27.2%; 28 + 5 = 33%.
-  constexpr double kBand = 0.33;
-  Prediction p = predict("llama2-7b", "a100-80gb", 16, 8, ActCkpt::None, 2, 4096, "pytorch");
-  double err = (p.tokens_per_s_per_gpu - 3700.0) / 3700.0;
-  std::printf(
-      "IBM FSDP blog llama2-7b 128 GPUs: published 3700, predicted %.0f tokens/s/GPU (%+.1f%%; not fitted on, gate "
-      "%.0f%%)\n",
-      p.tokens_per_s_per_gpu, err * 100, kBand * 100);
-  CAPTURE(err);
-  CHECK(std::fabs(err) <= kBand);
-}
 
 TEST_CASE("H200 calibration rows: the compute-only step time") {
   // ../shared/calibration/pytorch-h200.jsonl: world emulated on one H200 (collectives are no-ops), so

@@ -47,17 +47,31 @@ const EfficiencyCurve& bf16_curve(const EfficiencyCurve& shared, const Efficienc
   return own.empty() ? shared : own;
 }
 
-double roofline(const HardwareProfile& hw, const EfficiencyCurve& c, double flops, double bytes) {
-  const double rate = hw.peak_flops_bf16.value * efficiency(c.x, c.efficiency, flops);
+double roofline(const HardwareProfile& hw, const EfficiencyCurve& c, double flops, double bytes, double quantized = 1) {
+  const double rate = hw.peak_flops(DType::Bf16).value * efficiency(c.x, c.efficiency, flops) * quantized;
   return std::max(flops / rate, bytes / hw.memory_bandwidth.value);
 }
 
 constexpr double kBf16 = 2.0;  // bytes per element
 
-// C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs; A and B read, C written once.
+// Tile and wave quantization of a rows x cols GEMM output: the useful share of ceil(tiles / SMs) whole waves of
+// whole tiles, for the best of the profile's tiles (NVIDIA's Matrix Multiplication Background guide).
+double quantization(const HardwareProfile& hw, double rows, double cols) {
+  if (hw.sm_count <= 0) return 1.0;
+  double best = 0;
+  for (const auto& [tr, tc] : hw.matmul_tiles) {
+    const double waves = std::ceil(std::ceil(rows / double(tr)) * std::ceil(cols / double(tc)) / double(hw.sm_count));
+    best = std::max(best, rows * cols / (double(tr) * double(tc) * double(hw.sm_count) * waves));
+  }
+  return best;
+}
+
+// C[m,n] = A[m,k] B[k,n]: 2mnk FLOPs; A and B read, C written once. Every pass of a linear layer is priced at the
+// mean of its three GEMMs (the simulator's convention, timeline/op_cost.cpp): their quantizations' harmonic mean.
 double gemm(const HardwareProfile& hw, double m, double n, double k) {
   const EfficiencyCurve& c = bf16_curve(hw.matmul_efficiency, hw.matmul_efficiency_bf16);
-  return roofline(hw, c, 2.0 * m * n * k, kBf16 * (m * k + k * n + m * n));
+  const double q = 3.0 / (1.0 / quantization(hw, m, n) + 1.0 / quantization(hw, m, k) + 1.0 / quantization(hw, n, k));
+  return roofline(hw, c, 2.0 * m * n * k, kBf16 * (m * k + k * n + m * n), q);
 }
 
 struct Shape {
