@@ -22,15 +22,17 @@ namespace {
 const std::string kRoot = FSDP_SOURCE_ROOT;
 const std::string kDir = kRoot + "/tests/accuracy/published";
 
-// Today's worst row plus a margin, per quantity (the table printed by this test; README). A row priced with a
+// Today's worst row plus about 5 points, per quantity (the table printed by this test; README "Accuracy on published
+// runs", 2026-12-01: time 30.5% worst of the rows with every knob stated, 176.1% of the others, median 16.1%;
+// memory 36.4% and 59.7%, median 36.1%). A row priced with a
 // neighbour for a knob its source does not state, or that fsdp-plan does not model (the table's "priced with"
 // line), has its own, wider band: its error is partly the approximation's.
-constexpr double kTimeRowBand = 0.40;
-constexpr double kTimeApproximatedRowBand = 2.10;
-constexpr double kMemoryRowBand = 0.40;
+constexpr double kTimeRowBand = 0.36;
+constexpr double kTimeApproximatedRowBand = 1.85;
+constexpr double kMemoryRowBand = 0.42;
 constexpr double kMemoryApproximatedRowBand = 0.65;
 constexpr double kTimeMedianBand = 0.20;
-constexpr double kMemoryMedianBand = 0.50;
+constexpr double kMemoryMedianBand = 0.42;
 
 std::string scratch_dir(const std::string& name) {
   const auto d = std::filesystem::temp_directory_path() / ("fsdp-published-" + name + "-" + std::to_string(getpid()));
