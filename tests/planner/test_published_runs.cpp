@@ -43,6 +43,18 @@ std::string scratch_dir(const std::string& name) {
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+// The message load_published_runs refuses `dir` with ("" when it loads); the directory is removed.
+std::string load_error(const std::string& dir) {
+  std::string what;
+  try {
+    load_published_runs(dir);
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  return what;
+}
+
 const char* kRowTemplate = R"(source:
   id: one
   title: "t"
@@ -138,13 +150,7 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
   auto fails_with = [](const std::string& text, const std::string& file_name, const std::string& needle) {
     const std::string d = scratch_dir("bad");
     write(d + "/" + file_name, text);
-    std::string what;
-    try {
-      load_published_runs(d);
-    } catch (const InputError& e) {
-      what = e.what();
-    }
-    std::filesystem::remove_all(d);
+    const std::string what = load_error(d);
     CAPTURE(what);
     CHECK(what.find(file_name) != std::string::npos);
     CHECK(what.find(needle) != std::string::npos);
@@ -168,14 +174,7 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
   std::string two = t;
   two.replace(two.find("id: one"), 7, "id: two");
   write(d + "/two.yaml", two);
-  std::string what;
-  try {
-    load_published_runs(d);
-  } catch (const InputError& e) {
-    what = e.what();
-  }
-  std::filesystem::remove_all(d);
-  CHECK(what.find("row id 'r1'") != std::string::npos);
+  CHECK(load_error(d).find("row id 'r1'") != std::string::npos);
 }
 
 TEST_CASE("published runs: a knob the simulator does not model is reported, not priced") {
