@@ -211,6 +211,7 @@ int run_plan(const std::vector<std::string>& argv) {
     nlohmann::json j = plan_report_json(ctx, result);
     j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
+    if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));

@@ -80,6 +80,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name
     << "; objective " << ctx.objective << "\n";
+  // The links between nodes and the clock the profile prices, where they matter (docs/hardware.md).
+  if (!ctx.hardware->device_is_host() && ctx.cluster.nodes > 1)
+    o << bold << "network " << reset << network_summary(*ctx.hardware) << "\n";
+  if (const std::string clocks = clock_summary(*ctx.hardware); !clocks.empty())
+    o << bold << "clocks  " << reset << clocks << "\n";
   o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
     << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget " << format_gib(r.budget_bytes)
     << " GiB per GPU" << reset << "\n\n";

@@ -116,6 +116,10 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
     << ctx.hardware->name << " (" << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each), runtime " << ctx.runtime->name
     << "\n";
+  if (!ctx.hardware->device_is_host() && ctx.cluster.nodes > 1)
+    o << bold << "network  " << reset << network_summary(*ctx.hardware) << "\n";
+  if (const std::string clocks = clock_summary(*ctx.hardware); !clocks.empty())
+    o << bold << "clocks   " << reset << clocks << "\n";
   o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n\n";
   o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";
   // MiB for the small models of CPU runs, whose peaks would read 0.00 GiB.

@@ -31,12 +31,19 @@ Bytes matmul_bytes(int64_t m, int64_t n, int64_t k, DType dtype) {
 
 double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n) {
   if (hw.sm_count <= 0 || hw.matmul_tiles.empty() || m <= 0 || n <= 0) return 1.0;
-  const double sms = static_cast<double>(hw.sm_count);
+  // The search prices millions of GEMMs: 32-bit divisions where every operand fits (tile counts are at most m x n),
+  // else 64-bit ones.
+  constexpr int64_t kFits32 = int64_t{1} << 31;
+  const bool mn_small = m < kFits32 && n < kFits32 && m * n < kFits32 && hw.sm_count < kFits32;
   double best = 0;
   for (const auto& [tm, tn] : hw.matmul_tiles) {
-    const double tiles = std::ceil(double(m) / double(tm)) * std::ceil(double(n) / double(tn));
-    const double waves = std::ceil(tiles / sms);
-    best = std::max(best, double(m) * double(n) / (double(tm) * double(tn) * sms * waves));
+    const bool small = mn_small && tm < kFits32 && tn < kFits32;
+    auto ceil_div = [small](int64_t x, int64_t y) -> int64_t {
+      if (small) return (static_cast<uint32_t>(x) + static_cast<uint32_t>(y) - 1u) / static_cast<uint32_t>(y);
+      return (x + y - 1) / y;
+    };
+    const int64_t waves = ceil_div(ceil_div(m, tm) * ceil_div(n, tn), hw.sm_count);
+    best = std::max(best, double(m) * double(n) / (double(tm) * double(tn) * double(hw.sm_count) * double(waves)));
   }
   return best;
 }
