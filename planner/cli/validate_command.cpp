@@ -25,7 +25,8 @@ int run_validate(const std::vector<std::string>& argv) {
   const std::string dir = args.positional().empty()
                               ? (std::filesystem::path(root) / "tests" / "accuracy" / "published").string()
                               : args.positional()[0];
-  if (!std::filesystem::is_directory(dir)) throw InputError(dir + ": not a directory of published runs");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw InputError(dir + ": not a directory of published runs");
   std::cout << format_validation(validate_published(dir, root));
   return 0;
 }

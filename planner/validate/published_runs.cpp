@@ -171,6 +171,12 @@ std::string runtime_file(const std::string& config_root, const std::string& name
   return (fs::path(config_root) / "configs" / "runtimes" / (name + ".yaml")).string();
 }
 
+// Whether a file is there; a name the OS refuses (too long, say) is not (the non-throwing overload).
+bool file_exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec);
+}
+
 }  // namespace
 
 std::vector<PublishedSource> load_published_runs(const std::string& dir) {
@@ -268,13 +274,13 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   // Runtime: the framework's profile; one not shipped yet is priced by its nearest and said.
   std::string rt_name = row.runtime == "deepspeed" ? "deepspeed" : "pytorch";
   if (row.runtime == "fsdp1") {
-    if (fs::exists(runtime_file(config_root, "pytorch-fsdp1")))
+    if (file_exists(runtime_file(config_root, "pytorch-fsdp1")))
       rt_name = "pytorch-fsdp1";
     else
       res.approximations.push_back("FSDP1 priced as FSDP2");
   }
   if (row.compile) {
-    if (rt_name == "pytorch" && fs::exists(runtime_file(config_root, "pytorch-compile")))
+    if (rt_name == "pytorch" && file_exists(runtime_file(config_root, "pytorch-compile")))
       rt_name = "pytorch-compile";
     else
       res.approximations.push_back("torch.compile priced as eager");
@@ -285,7 +291,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
 
   // Model: a published-set model file (models/ beside the rows), else the zoo.
   const fs::path local = fs::path(row.file).parent_path() / "models" / (row.model + ".yaml");
-  ModelSpec spec = load_model(fs::exists(local) ? local.string() : row.model, config_root);
+  ModelSpec spec = load_model(file_exists(local.string()) ? local.string() : row.model, config_root);
 
   Strategy s;
   s.kind = *kind;

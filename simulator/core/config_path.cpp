@@ -20,7 +20,10 @@ std::string resolve_config(const std::string& name_or_path, const std::filesyste
   if (name_or_path.find('/') != std::string::npos || name_or_path.find(".yaml") != std::string::npos)
     return name_or_path;
   const std::string path = (dir / (name_or_path + ".yaml")).string();
-  if (std::filesystem::exists(path)) return path;
+  // The non-throwing overload: a name the OS refuses (too long, say) is an unknown name, not a crash (found by
+  // fuzz_hardware: a 300-byte `backend:` value).
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
   std::string known;
   for (const auto& n : config_names(dir)) known += (known.empty() ? "" : ", ") + n;
   throw InputError(flag + ": unknown " + what + " '" + name_or_path + "' (known: " + known + ")");
