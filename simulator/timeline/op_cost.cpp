@@ -32,7 +32,29 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 
 }  // namespace
 
+OpPrices price_gemms(const StepProgram& p, const HardwareProfile& hw, const Strategy& s) {
+  const DType dt = s.param_dtype;
+  OpPrices prices;
+  prices.layers.reserve(p.layer_shapes.size());
+  for (const LayerShape& ls : p.layer_shapes) {
+    LayerGemmTimes t;
+    for (const GemmShape& g : ls.gemms) {
+      const double one = gemm_time(hw, g, dt);
+      t.all += one;
+      if (g.op_sac_recomputed) t.op_sac_recomputed += one;
+    }
+    prices.layers.push_back(t);
+  }
+  prices.head = gemm_time(hw, p.head_gemm, dt);
+  return prices;
+}
+
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
+  return op_duration(op, p, hw, c, s, price_gemms(p, hw, s));
+}
+
+double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
+                   const OpPrices& prices) {
   const DType dt = s.param_dtype;  // the compute dtype: parameters are cast to it for forward and backward
   double compute = 0;
   // The curves price the mean of a linear layer's three GEMMs; the forward one (x W^T) takes
@@ -59,13 +81,11 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
       const LayerShape& ls = p.layer_shapes[static_cast<size_t>(cls)];
       layer_time = 0;
       if (op.gemm_passes > 0) {
-        double gemms = 0, recomputed = 0;
-        for (const GemmShape& g : ls.gemms) {
-          const double t = gemm_time(hw, g, dt);
-          gemms += t;
-          if (mode == ActCkpt::Full || (mode == ActCkpt::SelectiveOp && g.op_sac_recomputed)) recomputed += t;
-        }
-        layer_time += pass_weight(op.gemm_passes) * gemms + fwd_ratio * recomputed;
+        const LayerGemmTimes& g = prices.layers[static_cast<size_t>(cls)];
+        const double recomputed = mode == ActCkpt::Full          ? g.all
+                                  : mode == ActCkpt::SelectiveOp ? g.op_sac_recomputed
+                                                                 : 0;
+        layer_time += pass_weight(op.gemm_passes) * g.all + fwd_ratio * recomputed;
       }
       const double attn_fwd = op.attn_fwd_passes + (recomputes_attention(mode) ? 1.0 : 0.0);
       if (attn_fwd > 0 || op.attn_bwd_passes > 0) {
@@ -90,7 +110,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     }
     compute += layer_time;
   }
-  if (op.head_passes > 0) compute += pass_weight(op.head_passes) * gemm_time(hw, p.head_gemm, dt);
+  if (op.head_passes > 0) compute += pass_weight(op.head_passes) * prices.head;
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.
   const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;

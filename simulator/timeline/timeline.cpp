@@ -23,6 +23,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   const bool one_resource = !hw.backend.overlaps_compute;
   double compute_busy = 0;
   double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
+  const OpPrices prices = price_gemms(p, hw, s);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     const size_t resource = static_cast<size_t>(one_resource ? Stream::Compute : op.stream);
@@ -32,7 +33,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
       FSDP_ASSERT(d >= 0 && static_cast<size_t>(d) < i, "dependencies point backwards in program order");
       ready = std::max(ready, r.ops[static_cast<size_t>(d)].end);
     }
-    double dur = op_duration(op, p, hw, c, s);
+    double dur = op_duration(op, p, hw, c, s, prices);
     FSDP_ASSERT(dur >= 0, "negative op duration");
     r.ops[i] = OpTiming{ready, ready + dur};
     stream_free[resource] = ready + dur;
