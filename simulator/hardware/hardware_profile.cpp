@@ -111,9 +111,13 @@ const HostOverhead& HardwareProfile::host_overhead(DType d) const {
 }
 
 BytesPerSecond HardwareProfile::elementwise_bandwidth(DType d) const {
+  // The dtype's own entry (a rate, or a fraction of the memory's bandwidth), else fp32's, else the memory's.
   if (d == DType::Bf16 && elementwise_bandwidth_bf16.value > 0) return elementwise_bandwidth_bf16;
+  if (d == DType::Bf16 && elementwise_efficiency_bf16 > 0) return memory_bandwidth * elementwise_efficiency_bf16;
   if (d == DType::Fp16 && elementwise_bandwidth_fp16.value > 0) return elementwise_bandwidth_fp16;
+  if (d == DType::Fp16 && elementwise_efficiency_fp16 > 0) return memory_bandwidth * elementwise_efficiency_fp16;
   if (elementwise_bandwidth_fp32.value > 0) return elementwise_bandwidth_fp32;
+  if (elementwise_efficiency_fp32 > 0) return memory_bandwidth * elementwise_efficiency_fp32;
   return memory_bandwidth;
 }
 
@@ -350,10 +354,35 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     if (e.has("unit")) dst.unit = e.get_duration("unit");
     e.finish();
   });
+  // A dtype's elementwise rate is given absolute (a measured rate: a CPU) or as a fraction of memory_bandwidth (a
+  // GPU's eager kernels, which a derived profile with another memory keeps): one of the two per file, the file's
+  // own replacing what its base gave.
+  auto rate_of = [&hw](DType d) -> BytesPerSecond& {
+    return d == DType::Bf16   ? hw.elementwise_bandwidth_bf16
+           : d == DType::Fp16 ? hw.elementwise_bandwidth_fp16
+                              : hw.elementwise_bandwidth_fp32;
+  };
+  auto efficiency_of = [&hw](DType d) -> double& {
+    return d == DType::Bf16   ? hw.elementwise_efficiency_bf16
+           : d == DType::Fp16 ? hw.elementwise_efficiency_fp16
+                              : hw.elementwise_efficiency_fp32;
+  };
   per_dtype("elementwise_bandwidth", [&](ConfigMap& m, const char* key, DType d) {
-    (d == DType::Bf16   ? hw.elementwise_bandwidth_bf16
-     : d == DType::Fp16 ? hw.elementwise_bandwidth_fp16
-                        : hw.elementwise_bandwidth_fp32) = m.get_bandwidth(key);
+    rate_of(d) = m.get_bandwidth(key);
+    efficiency_of(d) = 0;
+  });
+  if (dev.has("elementwise_efficiency") && dev.has("elementwise_bandwidth")) {
+    ConfigMap rates = dev.get_map("elementwise_bandwidth");
+    ConfigMap fractions = dev.get_map("elementwise_efficiency");
+    for (DType d : {DType::Fp32, DType::Bf16, DType::Fp16})
+      if (rates.has(to_string(d)) && fractions.has(to_string(d)))
+        fractions.fail(to_string(d), "is also given as device.elementwise_bandwidth: give one of the two");
+  }
+  per_dtype("elementwise_efficiency", [&](ConfigMap& m, const char* key, DType d) {
+    double& dst = efficiency_of(d);
+    dst = m.get_double(key);
+    if (!(dst > 0 && dst <= 1)) m.fail(key, "must be within (0, 1]: a fraction of device.memory_bandwidth");
+    rate_of(d) = BytesPerSecond(0);
   });
   per_dtype("matmul_forward_ratio", [&](ConfigMap& m, const char* key, DType d) {
     double& dst = d == DType::Bf16   ? hw.matmul_forward_ratio_bf16

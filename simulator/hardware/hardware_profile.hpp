@@ -117,6 +117,11 @@ struct HardwareProfile {
   // dtype; 0 (absent): memory_bandwidth. A CPU needs it: its bf16 elementwise kernels convert every element
   // and run far below the memory's bandwidth (fsdp-run calibrate measures it, docs/calibrate.md).
   BytesPerSecond elementwise_bandwidth_fp32{0}, elementwise_bandwidth_bf16{0}, elementwise_bandwidth_fp16{0};
+  // `device.elementwise_efficiency.<dtype>` (optional, instead of the rate): the fraction of memory_bandwidth those
+  // kernels reach. A GPU's eager PyTorch kernels reach well under the HBM peak: a norm runs seven kernels with fp32
+  // casts, rotary slices and concatenates (docs/hardware.md "Elementwise kernels": measured against the byte counts
+  // of simulator/program/layer_costs.cpp).
+  double elementwise_efficiency_fp32 = 0, elementwise_efficiency_bf16 = 0, elementwise_efficiency_fp16 = 0;
   // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
   // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
   // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full

@@ -731,3 +731,35 @@ TEST_CASE("SMs and GEMM tile shapes: optional, together, strict") {
                      "base: h100-80gb\nname: x\ndevice:\n  sm_count: 132\n  matmul_tiles: [256, 128]\n", "tiles_flat")),
                  "key 'device.matmul_tiles': item 0"));
 }
+
+TEST_CASE("eager elementwise kernels: a fraction of the memory's bandwidth, kept by a derived profile's memory") {
+  const HardwareProfile a100 = load_hardware("a100-80gb", kRoot);
+  // hwprofiles/a100-80gb.yaml: 0.54 of 2039 GB/s in bf16 and fp16 (Liger-Kernel's eager norm and rotary); fp32
+  // (the optimizer's master side) at the memory's bandwidth.
+  CHECK(a100.elementwise_bandwidth(DType::Bf16).value == doctest::Approx(0.54 * 2039e9));
+  CHECK(a100.elementwise_bandwidth(DType::Fp16).value == doctest::Approx(0.54 * 2039e9));
+  CHECK(a100.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(2039e9));
+  // grand-teton-h100-96gb: the H100's fraction of its own 2.4 TB/s.
+  CHECK(load_hardware("grand-teton-h100-96gb", kRoot).elementwise_bandwidth(DType::Bf16).value ==
+        doctest::Approx(0.54 * 2400e9));
+  SUBCASE("a derived profile's rate replaces its base's fraction for that dtype, and the other way round") {
+    const HardwareProfile rate = load_hardware(
+        write_temp_profile("base: a100-80gb\nname: r\ndevice:\n  elementwise_bandwidth: {bf16: \"1 TB/s\"}\n",
+                           "ew_rate"),
+        kRoot);
+    CHECK(rate.elementwise_bandwidth(DType::Bf16).value == doctest::Approx(1e12));
+    CHECK(rate.elementwise_bandwidth(DType::Fp16).value == doctest::Approx(0.54 * 2039e9));
+    const HardwareProfile cpu_frac = load_hardware(
+        write_temp_profile("base: cpu\nname: f\ndevice:\n  elementwise_efficiency: {fp32: 0.5}\n", "ew_frac"), kRoot);
+    CHECK(cpu_frac.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(0.5 * cpu_frac.memory_bandwidth.value));
+  }
+  SUBCASE("one of the two per dtype and file; a fraction within (0, 1]") {
+    CHECK(contains(error_of(write_temp_profile("base: a100-80gb\nname: x\ndevice:\n  elementwise_bandwidth: {bf16: "
+                                               "\"1 TB/s\"}\n  elementwise_efficiency: {bf16: 0.5}\n",
+                                               "ew_both")),
+                   "key 'device.elementwise_efficiency.bf16': is also given as device.elementwise_bandwidth"));
+    CHECK(contains(error_of(write_temp_profile(
+                       "base: a100-80gb\nname: x\ndevice:\n  elementwise_efficiency: {bf16: 1.5}\n", "ew_range")),
+                   "key 'device.elementwise_efficiency.bf16': must be within (0, 1]"));
+  }
+}
