@@ -255,6 +255,8 @@ int run_plan(const std::vector<std::string>& argv) {
     plan.cluster.device = hw.device_kind;
     plan.cluster.nodes = cluster.nodes;
     plan.cluster.gpus_per_node = cluster.gpus_per_node;
+    if (!hw.device_is_host() && cluster.nodes > 1) plan.cluster.network = network_summary(hw);
+    plan.cluster.clocks = clock_summary(hw);
     plan.runtime = rt.name;
     plan.strategy = best.strategy;
     plan.prediction = plan_prediction(best.prediction);

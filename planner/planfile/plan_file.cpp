@@ -85,6 +85,8 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
     if (p.cluster.nodes > kMaxCount) c.fail("nodes", "must be at most 2^20");
     p.cluster.gpus_per_node = c.get_positive_int("gpus_per_node");
     if (p.cluster.gpus_per_node > kMaxCount) c.fail("gpus_per_node", "must be at most 2^20");
+    if (c.has("network")) p.cluster.network = c.get_string("network");
+    if (c.has("clocks")) p.cluster.clocks = c.get_string("clocks");
     c.finish();
   }
   p.runtime = root.get_string("runtime");
@@ -166,6 +168,8 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "device" << YAML::Value << p.cluster.device;
   out << YAML::Key << "nodes" << YAML::Value << p.cluster.nodes;
   out << YAML::Key << "gpus_per_node" << YAML::Value << p.cluster.gpus_per_node;
+  if (!p.cluster.network.empty()) out << YAML::Key << "network" << YAML::Value << p.cluster.network;
+  if (!p.cluster.clocks.empty()) out << YAML::Key << "clocks" << YAML::Value << p.cluster.clocks;
   out << YAML::EndMap;
   out << YAML::Key << "runtime" << YAML::Value << p.runtime;
   const Strategy& s = p.strategy;

@@ -28,6 +28,10 @@ struct ClusterShape {
   std::string device;    // "cuda" or "cpu"
   int64_t nodes = 1;
   int64_t gpus_per_node = 1;
+  // Descriptive, for the reader (optional; fsdp-run does not use them): the profile's network between nodes and
+  // the clocks it prices (hardware_profile.hpp network_summary, clock_summary), as the text report prints them.
+  std::string network;
+  std::string clocks;
   int64_t world_size() const { return nodes * gpus_per_node; }
 };
 

@@ -753,6 +753,11 @@ std::string render_html_report(const HtmlReportInput& in) {
        std::to_string(in.cluster.world_size()) + " GPUs (" + escape(in.hardware->device_kind) + "), " +
        gib(usable, "%.2f") + " GiB usable each; runtime " + escape(in.runtime->name) +
        (in.objective.empty() ? "" : "; objective " + escape(in.objective)) + "</p>\n";
+  // The links between nodes and the clock the profile prices, as the text report shows them (docs/hardware.md).
+  if (!in.hardware->device_is_host() && in.cluster.nodes > 1)
+    h += "<p id=\"network-line\"><b>network</b> " + escape(network_summary(*in.hardware)) + "</p>\n";
+  if (const std::string clocks = clock_summary(*in.hardware); !clocks.empty())
+    h += "<p id=\"clocks-line\"><b>clocks</b> " + escape(clocks) + "</p>\n";
   if (in.search) {
     const SearchResult& r = *in.search;
     h += "<p class=\"muted\" id=\"search-line\">searched " + svg::grouped(static_cast<double>(r.evaluated)) +

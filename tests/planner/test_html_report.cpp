@@ -512,3 +512,21 @@ TEST_CASE("comparison page: a predicted and a measured bar per category, the err
   CHECK(count(element(page, "table", "compare-memory-table"), "<tr>") == c.memory.size() + 1);
   CHECK(element(page, "table", "compare-time-table").find("-6.3%") != std::string::npos);  // (1.5 - 1.6) / 1.6
 }
+
+TEST_CASE("page: the network between nodes and the priced clock are named as in the text report") {
+  const Fixture& f = fixture();
+  HtmlReportInput in = f.input();
+  // One node: no network line; a100-80gb prices its datasheet clock, so no clocks line either.
+  std::string one = render_html_report(in);
+  CHECK(one.find("id=\"network-line\"") == std::string::npos);
+  CHECK(one.find("id=\"clocks-line\"") == std::string::npos);
+  in.cluster = Cluster{4, 8};
+  const std::string four = render_html_report(in);
+  CHECK(four.find("<p id=\"network-line\"><b>network</b> 8 x 200 Gb/s InfiniBand per node (200 Gb/s per GPU)</p>") !=
+        std::string::npos);
+  const HardwareProfile capped = parse_hardware_text(
+      "base: h100-80gb\nname: capped\ndevice:\n  sustained_clock: \"1464 MHz\"\n", "capped.yaml", kRoot);
+  in.hardware = &capped;
+  CHECK(render_html_report(in).find("<p id=\"clocks-line\"><b>clocks</b> sustained 1464 MHz of 1830 MHz boost (0.8 x "
+                                    "tensor-core peak)</p>") != std::string::npos);
+}

@@ -198,6 +198,8 @@ TEST_CASE("plan.yaml round-trips: write, read, re-simulate gives the same number
   CHECK(plan.model.name == "llama3-8b");
   CHECK(plan.cluster.nodes == 2);
   CHECK(plan.cluster.gpus_per_node == 8);
+  // The network between the nodes, as the text report names it (a100-80gb: 8 HDR NICs).
+  CHECK(plan.cluster.network == "8 x 200 Gb/s InfiniBand per node (200 Gb/s per GPU)");
   REQUIRE(plan.prediction.has_value());
   CHECK(plan.prediction->peak_bytes == doctest::Approx(chosen["memory"]["peak_bytes"].get<double>()));
   CHECK(plan.fsdp_run_command.find("fsdp-run") != std::string::npos);
