@@ -285,7 +285,13 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("torch.compile priced as eager");
   }
-  if (row.framework == "nanotron") res.approximations.push_back("nanotron's modules priced as PyTorch's");
+  // nanotron (DDP and its own ZeRO-1) has its own profile: configs/runtimes/nanotron.yaml.
+  if (row.framework == "nanotron") {
+    if (file_exists(runtime_file(config_root, "nanotron")))
+      rt_name = "nanotron";
+    else
+      res.approximations.push_back("nanotron's modules priced as PyTorch's");
+  }
   RuntimeProfile rt = load_runtime(rt_name, config_root);
   res.runtime = rt_name;
 

@@ -92,6 +92,10 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g,
     // (SPMD), so each GPU owns nics_per_node / gpus_per_node of the NIC bandwidth.
     double nic_share = hw.nics_per_node * hw.inter_node.bandwidth.value / hw.gpus_per_node;
     double net = g.ranks_per_node * nic_share * tier_bus_efficiency(hw.inter_node, kind).at(s);
+    // A fabric whose measured bus bandwidth falls with the node count (the profile's bus_efficiency_by_nodes,
+    // e.g. EFA on p5: hwprofiles/p5-h100-80gb.yaml) scales the network's share by its factor at this group's nodes.
+    if (!hw.inter_node.bus_efficiency_by_nodes.empty())
+      net *= hw.inter_node.bus_efficiency_by_nodes.at(static_cast<double>(g.nodes()));
     bw = have ? std::min(bw, net) : net;
     have = true;
   }

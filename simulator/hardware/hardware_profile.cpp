@@ -289,6 +289,8 @@ void read_tier(ConfigMap& parent, const std::string& key, bool inherit, LinkTier
                           std::pair{"bus_efficiency_reduce_scatter", &tier.bus_efficiency_reduce_scatter},
                           std::pair{"bus_efficiency_all_reduce", &tier.bus_efficiency_all_reduce}})
     if (t.has(k)) *curve = read_curve(t, k, "message", CurveX::Bytes);
+  if (t.has("bus_efficiency_by_nodes"))
+    tier.bus_efficiency_by_nodes = read_curve(t, "bus_efficiency_by_nodes", "nodes", CurveX::Number);
   if (fabric != nullptr && t.has("fabric")) {
     const std::string f = t.get_enum("fabric", {"infiniband", "roce", "efa"});
     *fabric = f == "infiniband" ? Fabric::InfiniBand : f == "roce" ? Fabric::RoCE : Fabric::Efa;

@@ -49,6 +49,11 @@ struct LinkTier {
   // transport whose collectives do not keep the ring's cost ratios needs them (Gloo on CPUs: its all-reduce
   // costs several all-gathers of the same buffer, and fsdp-run's reduce-scatter on Gloo is an all-reduce).
   EfficiencyCurve bus_efficiency_all_gather, bus_efficiency_reduce_scatter, bus_efficiency_all_reduce;
+  // Optional (inter-node tier): a factor on the bus efficiency by the number of nodes a collective spans
+  // (`bus_efficiency_by_nodes`, x = nodes), for fabrics whose measured bus bandwidth falls with the node
+  // count beyond what the ring's latency explains (EFA: docs/hardware.md, "The network between nodes").
+  // Empty means 1 at every node count.
+  EfficiencyCurve bus_efficiency_by_nodes;
 };
 
 // Host time of an eager runtime's operators that the kernel costs do not account for (ATen dispatch, output

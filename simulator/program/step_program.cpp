@@ -67,6 +67,9 @@ struct Emitter {
   // and gradients in the low precision, an fp32 master copy kept with the optimizer states and
   // partitioned like them. PyTorch's DDP/FSDP instead keep fp32 parameters and cast for compute.
   bool zero_layout = false;
+  // The gradient accumulator's layout (RuntimeProfile::fp32_grad_accumulation): compute-dtype parameters and
+  // per-micro-batch gradients, an fp32 master copy with the optimizer and one persistent fp32 gradient buffer.
+  bool accum32 = false;
   double sb = 0;  // bytes per element of the stored parameters / gradients
   double gb = 0;
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
@@ -166,11 +169,16 @@ struct Emitter {
     mixed = s.param_dtype != s.master_dtype;
     zero_layout = mixed && rt.zero_low_precision_params &&
                   (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
-    sb = zero_layout ? pb : mb;
+    // nanotron (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py FP32GradientAccumulator @
+    // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93): the model is built in the compute dtype, the accumulator keeps the
+    // fp32 copy of the parameters the optimizer updates and a contiguous fp32 buffer of every gradient.
+    accum32 = mixed && rt.fp32_grad_accumulation && (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1);
+    sb = zero_layout || accum32 ? pb : mb;
     // ZeRO-1/2 keep the gradient (partition) in the low precision and convert it to fp32 for the step;
     // ZeRO-3 reduce-scatters straight into the gradient partition in the reduce dtype (DeepSpeed
     // stage3.py: fp32 partitioned gradients; estimate_zero3_model_states_mem_needs counts 18 bytes/param).
     gb = zero_layout ? (s.kind == StrategyKind::Zero3 ? rb : pb) : mb;
+    if (accum32) gb = pb;  // autograd's .grad of a compute-dtype parameter
     prog.units = strategy_units(g, s);
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
@@ -505,6 +513,10 @@ struct Emitter {
     lb.unit = 0;
     // The gradients of the log-probabilities and of the (fp32) logits, beside the saved log-probabilities.
     lb.transient_bytes = logprobs * 2.0 + (rt.logits_kept_by_caller ? logits : 0.0);
+    // In place (RuntimeProfile::loss_backward_in_place): the saved probabilities become the fp32 logits' gradient;
+    // only the upcast's backward allocates, the compute-dtype gradient of the logits.
+    if (rt.loss_backward_in_place)
+      lb.transient_bytes = (upcasts ? logits : 0.0) + (rt.logits_kept_by_caller ? logits : 0.0);
     lb.on_complete.push_back({MemoryCategory::Activations, -(logprobs + head_act)});
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
@@ -824,9 +836,13 @@ void Emitter::emit_replicated() {
   if (buckets) {
     // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
     MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::UnshardedGrads : MemoryCategory::CommBuffers;
-    prog.persistent.push_back({cat, P * mb});
+    prog.persistent.push_back({cat, P * sb});  // DDP's buckets take the parameters' dtype
   }
-  const bool casts = mixed && !zero_layout && rt.autocast_caches_weight_casts;
+  // FP32GradientAccumulator.build_grad_buffers: one fp32 buffer of every trained parameter's gradient, for the run.
+  if (accum32) prog.persistent.push_back({MemoryCategory::ShardedGrads, P * 4.0});
+  // ZeRO-1 reduced once after the backward (RuntimeProfile::zero1_grads_reduced_after_backward).
+  const bool reduce_after_backward = s.kind == StrategyKind::Zero1 && rt.zero1_grads_reduced_after_backward;
+  const bool casts = mixed && !zero_layout && !accum32 && rt.autocast_caches_weight_casts;
   // DDP and ZeRO-1 reduce gradients in buckets: units' gradients join the open bucket in backward order, and
   // it is all-reduced once it holds bucket_cap_mb (torch/nn/parallel/distributed.py, bucket_cap_mb = 25;
   // executor/shard/sharded_model.cpp post_backward), the last one when backward ends. (PyTorch's first bucket
@@ -836,7 +852,9 @@ void Emitter::emit_replicated() {
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     double bucket_bytes = 0;
-    const bool sync = mbi == K - 1 || s.kind == StrategyKind::Zero2;  // DDP no_sync on all but the last
+    // DDP no_sync on all but the last
+    const bool sync = (mbi == K - 1 && !reduce_after_backward) || s.kind == StrategyKind::Zero2;
+    int last_backward = -1;
     for (int ui = 0; ui < n; ++ui) {
       Op f = forward_op(ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
@@ -860,7 +878,10 @@ void Emitter::emit_replicated() {
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps
       // only a partition and holds the full gradient of a bucket until it is reduced.
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
-      if (mbi == 0) {
+      if (accum32) {
+        // Every micro-batch's .grad is allocated by its backward and freed once added to the fp32 buffer.
+        b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
+      } else if (mbi == 0) {
         if (s.kind == StrategyKind::Zero2) {
           b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
         } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
@@ -871,6 +892,7 @@ void Emitter::emit_replicated() {
       }
       if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
       int bop = push(b);
+      last_backward = bop;
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
       // alive until the reduction is waited for, at the next unit's post-backward
@@ -943,6 +965,29 @@ void Emitter::emit_replicated() {
       r.group = GroupKind::World;
       push(r);
     }
+    if (accum32 && last_backward >= 0) {
+      // FP32GradientAccumulator.backward: after loss.backward(), fp32_grad.add_(half_param.grad) for every
+      // parameter (read 2 + 4, write 4 bytes), then half_param.grad = None.
+      Op a;
+      a.kind = OpKind::Reshard;
+      a.unit = 0;
+      a.micro_batch = mbi;
+      a.phase = Phase::PostBackward;
+      a.elementwise_bytes = P * (gb + 8.0);
+      a.on_complete.push_back({MemoryCategory::UnshardedGrads, -P * gb});
+      a.deps.push_back(last_backward);
+      last_backward = push(a);
+    }
+    if (reduce_after_backward && mbi == K - 1 && prog.layout.world > 1 && last_backward >= 0) {
+      // nanotron trainer.py training_step (@ 67c5ebb6a925cb47026b22013af8bd1bb6c46d93): without DDP (ZeRO-1 with
+      // accumulate_grad_in_fp32), sync_gradients_across_dp all-reduces the whole contiguous fp32 gradient buffer
+      // after train_batch_iter returns (FP32GradientAccumulator.sync_gradients_across_dp, reduce_scatter=False).
+      Op r = collective_op(OpKind::AllReduce, Stream::ReduceScatter, Phase::AllReduce, CollectiveKind::AllReduce,
+                           GroupKind::World, wire_bytes(P, accum32 ? 4.0 : rb, GroupKind::World),
+                           accum32 ? WireType::Fp32 : wire_type(s.reduce_dtype, GroupKind::World), -1, mbi);
+      r.deps.push_back(last_backward);
+      push(r);
+    }
     if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();
@@ -1001,7 +1046,7 @@ void Emitter::emit_optimizer_step() {
   const double grad_elems = shards_grads(s.kind) && !outside ? shard(P) : P;
   if (!host_opt) {
     prog.persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * mb});
-    if (zero_layout) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
+    if (zero_layout || accum32) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
     Op o;
     o.kind = OpKind::OptimizerStep;
     o.phase = Phase::OptimizerStep;
@@ -1012,6 +1057,8 @@ void Emitter::emit_optimizer_step() {
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
     // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
     if (zero_layout) o.transient_bytes = s.kind == StrategyKind::Zero3 ? 0.0 : opt_elems * mb;
+    // The accumulator's fp32 gradients are views of its buffer: nothing is converted for the step.
+    if (accum32) o.transient_bytes = 0.0;
     // Memory traffic as the runtime's optimizer moves it (training_loop.adamw_bytes_per_param: 28 B when
     // fused, 4 reads + 3 writes of fp32), given for fp32 masters and states: scaled to the master dtype.
     o.elementwise_bytes =
@@ -1037,7 +1084,7 @@ void Emitter::emit_optimizer_step() {
         a.group = GroupKind::World;
         a.unit = rt.zero_param_gather_per_unit ? ui : -1;
         a.comm_bytes = wire_bytes(rt.zero_param_gather_per_unit ? train(ui) : P, sb, GroupKind::World);
-        a.comm_dtype = wire_type(zero_layout ? s.param_dtype : s.master_dtype, GroupKind::World);
+        a.comm_dtype = wire_type(zero_layout || accum32 ? s.param_dtype : s.master_dtype, GroupKind::World);
         a.deps.push_back(opt_op);
         push(a);
       }

@@ -27,6 +27,7 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.norm_saves_fp32_input = mod.get_bool("norm_saves_fp32_input");
   r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
   r.logits_kept_by_caller = mod.get_bool("logits_kept_by_caller");
+  r.loss_backward_in_place = mod.get_bool("loss_backward_in_place");
   r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
   r.checkpointed_forward_keeps_layer_tensors = mod.get_bool("checkpointed_forward_keeps_layer_tensors");
   r.eager_softmax_fp32 = mod.get_bool("eager_softmax_fp32");
@@ -42,6 +43,8 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   r.replicated_grads_via_flat_copy = sh.get_bool("replicated_grads_via_flat_copy");
   r.zero_low_precision_params = sh.get_bool("zero_low_precision_params");
   r.zero_param_gather_per_unit = sh.get_bool("zero_param_gather_per_unit");
+  r.fp32_grad_accumulation = sh.get_bool("fp32_grad_accumulation");
+  r.zero1_grads_reduced_after_backward = sh.get_bool("zero1_grads_reduced_after_backward");
   r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
   sh.finish();
   ConfigMap loop = map.get_map("training_loop");

@@ -24,6 +24,10 @@ struct RuntimeProfile {
   bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
   bool logits_upcast_fp32 = false;     // the loss casts logits to fp32 before log_softmax
   bool logits_kept_by_caller = false;  // the model returns its logits, alive through the loss backward
+  // The cross-entropy's backward writes the logits' gradient into the probabilities it saved (a hand-written
+  // autograd function, nanotron's _ShardedCrossEntropy), instead of allocating the gradients of the log-probabilities
+  // and of the logits (log_softmax + nll_loss).
+  bool loss_backward_in_place = false;
   // Full activation checkpointing regions: each decoder layer (Hugging Face gradient_checkpointing), or
   // each wrap unit (fsdp-run: one region per unit, whatever its number of layers).
   bool checkpoint_per_unit = false;
@@ -41,6 +45,14 @@ struct RuntimeProfile {
   bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer
   // ZeRO-1/2 gather the updated parameter slices with one all-gather per wrap unit, not one for the model.
   bool zero_param_gather_per_unit = false;
+  // Mixed precision by a gradient accumulator rather than autocast (nanotron's FP32GradientAccumulator): the
+  // model's parameters are stored in the compute dtype, an fp32 master copy is kept for the optimizer (sharded
+  // with it under ZeRO-1), every micro-batch's compute-dtype .grad is added into one persistent fp32 buffer of
+  // all the gradients and freed, and the gradient reduction reduces that fp32 buffer.
+  bool fp32_grad_accumulation = false;
+  // ZeRO-1 without DDP: the gradients are all-reduced once, the whole buffer, after the last micro-batch's
+  // backward (not in buckets overlapping it).
+  bool zero1_grads_reduced_after_backward = false;
   // LoRA's adapters: one replicated flat buffer outside the wrap units, all-reduced once after the backward
   // (fsdp-run), or parameters of their units, sharded and reduced with them (PEFT under FSDP2 / DeepSpeed).
   bool lora_adapters_replicated = false;

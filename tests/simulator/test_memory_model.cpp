@@ -4,7 +4,10 @@
 
 #include <cmath>
 
+#include "comm/collective_cost.hpp"
+#include "comm/comm_group.hpp"
 #include "sim_fixtures.hpp"
+#include "timeline/timeline.hpp"
 
 using namespace fsdp;
 using namespace fsdp::test;
@@ -292,4 +295,98 @@ TEST_CASE("LoRA and QLoRA: frozen base without grads or optimizer state, adapter
   for (const Op& op : program(g, full, rt, 1, 8).ops)
     if (op.kind == OpKind::Backward) full_passes += op.gemm_passes * op.layers;
   CHECK(lora_passes == doctest::Approx(full_passes / 2.0));
+}
+
+// nanotron's FP32GradientAccumulator layout (configs/runtimes/nanotron.yaml; huggingface/nanotron
+// src/nanotron/optim/gradient_accumulator.py @ 67c5ebb6a925cb47026b22013af8bd1bb6c46d93): bf16 parameters (2), an
+// fp32 gradient buffer of every parameter (4), fp32 masters (4) and AdamW states (8) with the optimizer, and under
+// DDP its bf16 buckets (2, gradient_as_bucket_view False). DDP: 2 + 4 + 4 + 8 = 18 B of model states plus 2 of
+// buckets; ZeRO-1 (masters and states sharded, the fp32 gradient buffer not): 2 + 4 + 12 / N. The bf16 .grad lives
+// within each micro-batch's backward only (set to None once accumulated).
+TEST_CASE("nanotron runtime: bf16 params, full fp32 gradient buffer, masters and states with the optimizer") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  RuntimeProfile rt = runtime("nanotron");
+  CHECK(rt.fp32_grad_accumulation);
+  CHECK(rt.zero1_grads_reduced_after_backward);
+  const double P = static_cast<double>(g.total_params());
+  const double N = 16;
+  Strategy s = zero_strategy(StrategyKind::Ddp, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.grad_accum = 4;
+  StepProgram ddp = program(g, s, rt, 2, 8);
+  const MemoryBreakdown ms = model_state_bytes(ddp);
+  CHECK(cat(ms, MemoryCategory::ShardedParams) / P == doctest::Approx(2.0));
+  CHECK(cat(ms, MemoryCategory::ShardedGrads) / P == doctest::Approx(4.0));
+  CHECK(cat(ms, MemoryCategory::MasterParams) / P == doctest::Approx(4.0));
+  CHECK(cat(ms, MemoryCategory::OptimizerStates) / P == doctest::Approx(8.0));
+  CHECK(cat(ms, MemoryCategory::CommBuffers) / P == doctest::Approx(2.0));
+  s.kind = StrategyKind::Zero1;
+  StepProgram z1 = program(g, s, rt, 2, 8);
+  const MemoryBreakdown mz = model_state_bytes(z1);
+  double states = total(mz) - cat(mz, MemoryCategory::CommBuffers);
+  CHECK(states / P == doctest::Approx(2.0 + 4.0 + 12.0 / N).epsilon(1e-4));  // padding of shards only
+  // The bf16 gradients each backward allocates are all freed again within the step.
+  double grads = 0;
+  for (const Op& op : z1.ops) {
+    for (const MemEvent& e : op.on_issue)
+      if (e.category == MemoryCategory::UnshardedGrads) grads += e.bytes;
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::UnshardedGrads) grads += e.bytes;
+  }
+  CHECK(grads == doctest::Approx(0.0).epsilon(1e-9));
+}
+
+// trainer.py training_step: without DDP (ZeRO-1 with accumulate_grad_in_fp32) the fp32 gradient buffer is
+// all-reduced after train_batch_iter, so the whole all-reduce is exposed; DDP's bucketed all-reduce overlaps the
+// last backward. One all-reduce of P fp32 over the world, after the last backward and before the optimizer.
+TEST_CASE("nanotron ZeRO-1: one fp32 all-reduce of every gradient after the backward, exposed") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  RuntimeProfile rt = runtime("nanotron");
+  HardwareProfile hw = hardware("p5-h100-80gb");
+  Strategy s = zero_strategy(StrategyKind::Zero1, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.grad_accum = 2;
+  const Cluster c{4, 8};
+  ProgramInput in;
+  in.graph = &g;
+  in.cluster = c;
+  in.strategy = s;
+  in.runtime = &rt;
+  StepProgram p = emit_step_program(in);
+  int all_reduces = 0;
+  double bytes = 0;
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::AllReduce) {
+      ++all_reduces;
+      bytes = op.comm_bytes;
+    }
+  CHECK(all_reduces == 1);
+  CHECK(bytes == doctest::Approx(4.0 * static_cast<double>(g.total_params())));
+  TimelineResult t = run_timeline(p, hw, c, s);
+  // Nothing runs beside it: its time is exposed (the optimizer waits for it).
+  const CommGroup world = make_group(hw, 32, 8);
+  const double ar_s = collective_time(hw, CollectiveKind::AllReduce, Bytes(bytes), world).value;
+  CHECK(t.exposed_comm_s >= 0.99 * ar_s);
+  // It starts when the last backward (and the accumulation into the fp32 buffer) has ended, and the optimizer
+  // starts when it has ended.
+  int ar = -1, last_bwd = -1, opt = -1;
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+    const OpKind k = p.ops[static_cast<size_t>(i)].kind;
+    if (k == OpKind::AllReduce) ar = i;
+    if (k == OpKind::Backward || k == OpKind::Reshard) last_bwd = ar < 0 ? i : last_bwd;
+    if (k == OpKind::OptimizerStep) opt = i;
+  }
+  REQUIRE(ar >= 0);
+  REQUIRE(last_bwd >= 0);
+  REQUIRE(opt > ar);
+  CHECK(t.ops[static_cast<size_t>(ar)].start >= t.ops[static_cast<size_t>(last_bwd)].end);
+  CHECK(t.ops[static_cast<size_t>(opt)].start >= t.ops[static_cast<size_t>(ar)].end);
+  // With the flag off the ZeRO-1 gradients go in buckets during the last backward instead (several all-reduces).
+  RuntimeProfile overlapped = rt;
+  overlapped.zero1_grads_reduced_after_backward = false;
+  in.runtime = &overlapped;
+  StepProgram q = emit_step_program(in);
+  int buckets = 0;
+  for (const Op& op : q.ops) buckets += op.kind == OpKind::AllReduce ? 1 : 0;
+  CHECK(buckets > 1);
 }
