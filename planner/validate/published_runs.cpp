@@ -279,9 +279,13 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("FSDP1 priced as FSDP2");
   }
+  // torch.compile: the runtime's compiled profile, NAME-compile (configs/runtimes/pytorch-compile.yaml,
+  // pytorch-fsdp1-compile.yaml: the eager profile with the partitioner's saved set and Inductor's fused kernels);
+  // one without (DeepSpeed's engine) is priced as eager and said.
   if (row.compile) {
-    if (rt_name == "pytorch" && file_exists(runtime_file(config_root, "pytorch-compile")))
-      rt_name = "pytorch-compile";
+    const std::string compiled = rt_name + "-compile";
+    if (file_exists(runtime_file(config_root, compiled)))
+      rt_name = compiled;
     else
       res.approximations.push_back("torch.compile priced as eager");
   }

@@ -75,6 +75,8 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.softmax_fp32 ? 4.0 : dtype_bytes(q.compute);
     case TensorClass::SoftmaxCast:
       return q.softmax_fp32 && q.compute != DType::Fp32 ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::PointwiseOut:
+      return q.pointwise_outputs_saved ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -421,9 +423,11 @@ ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& m
     ModuleId up =
         add(parent, linear(mp + ".up_proj", "up_proj", i, m.hidden_size, ffn, m.mlp_bias, input, TensorClass::Compute));
     ModuleNode act = activation(mp, i, f, ffn);
-    // SiLU saves its input (the gate output); the gating multiply saves both operands.
+    // SiLU saves its input (the gate output); the gating multiply saves both operands. SiLU's output feeds only
+    // the multiply and, in backward, the multiply's gradient: a pointwise output a partitioning runtime recomputes
+    // from the saved gate (PointwiseOut; AOTAutograd's min-cut partitioner, configs/runtimes/pytorch-compile.yaml).
     act.saved.push_back(SavedTensor{mp + ".gate.out", f, false, TensorClass::Compute});
-    act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::Compute});
+    act.saved.push_back(SavedTensor{mp + ".act.out", f, false, TensorClass::PointwiseOut});
     act.saved.push_back(SavedTensor{mp + ".up.out", f, false, TensorClass::Compute});
     ModuleId a = add(parent, act);
     feeds(gate, a);

@@ -54,6 +54,8 @@ enum class TensorClass {
   LogProbs,      // the loss's log-probabilities: fp32 when logits are upcast, else the compute dtype
   SoftmaxOut,    // eager attention's softmax output: fp32 when the runtime's softmax runs in fp32
   SoftmaxCast,   // its cast back to the compute dtype (only when that differs from fp32)
+  PointwiseOut,  // a pointwise op's output that only pointwise ops consume (a gated MLP's SiLU output): the compute
+                 // dtype where the runtime's autograd saves it, else nothing (recomputed in the backward)
 };
 
 // A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
@@ -119,6 +121,7 @@ struct ActivationQuery {
   bool logits_upcast_fp32 = false;      // runtime's loss upcasts logits to fp32
   bool softmax_fp32 = false;            // runtime's eager softmax runs in fp32 and is cast back
   bool norm_mean_keeps_input = false;   // runtime's mean(x^2) in RMSNorm keeps x^2 for backward
+  bool pointwise_outputs_saved = true;  // runtime's autograd keeps PointwiseOut tensors (eager ops' backward formulas)
 };
 
 class ModuleGraph {

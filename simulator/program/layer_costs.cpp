@@ -71,6 +71,53 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
   return w;
 }
 
+// Memory-bound traffic of the forward per token, one kernel per op (eager PyTorch): the non-GEMM kernels read their
+// inputs and write their outputs (bytes = (in + out) x dtype):
+//  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
+//    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
+//    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
+//  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
+//  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
+//  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
+//  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
+double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32) {
+  double e = w.norm_elems * (norm_fp32 ? 32.0 : 4.0 * pb);
+  if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+  e += 2.0 * (w.q + 2.0 * w.kv) * pb;
+  e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
+  e += 2.0 * 3.0 * h * res;
+  if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
+  return e;
+}
+
+// The same layer when each chain of pointwise ops and reductions between two GEMM / attention kernels is one
+// kernel that reads the chain's inputs once and writes what leaves it (RuntimeProfile::fused_elementwise).
+// Inductor's scheduler merges a producer's loop nest into its consumers' (pytorch/pytorch
+// torch/_inductor/scheduler.py @ 26f1733f6a174ad8d3a7c9c08b372252b6e0bba8, Scheduler.fuse_nodes / fuse_nodes_once:
+// can_fuse over pointwise and reduction nodes sharing an iteration space), and GEMMs and attention stay extern
+// kernels between the chains. Per token:
+//  - each norm: the upcast, the mean of squares, rsqrt, the multiply, the cast back and the weight in one reduction
+//    kernel: read x, write y (2 tensors; its per-row statistic, 4 bytes, is left out);
+//  - rotary: one kernel reads q and k and writes them rotated (2 tensors of q + kv);
+//  - attention layout: nothing; the transposes to (batch, heads, seq, dim) are views, and Inductor's layout
+//    constraint for SDPA asks only for a dense last dimension (torch/_inductor/lowering.py sdpa_constraint,
+//    pytorch/pytorch @ 68b7b9529d9f296a6eb1a9db1a41ad6f8edee158: "sdpa requires dense last dimension"), which the
+//    rotary kernel's output and the projections' views have;
+//  - gated MLP: SiLU(gate) * up in one kernel: read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
+//  - two residual adds (r 2, w 1 each, residual dtype), except that an add whose sum feeds the next norm inside the
+//    layer (a sequential pre-norm block's post-attention norm) is that norm's kernel: it reads the add's inputs and
+//    writes the sum (the next residual) and the normed output, so the sum is not read back (one h less);
+//  - dropout: the mask is drawn inside its neighbour's kernel, which writes it (1 byte per element) for backward.
+double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm) {
+  double e = w.norm_elems * 2.0 * pb;
+  if (w.rope) e += 2.0 * (w.q + w.kv) * pb;
+  e += (w.gated ? 3.0 : 2.0) * w.ffn * pb;
+  e += 2.0 * 3.0 * h * res;
+  if (add_fused_into_norm) e -= h * res;
+  if (w.dropout) e += 2.0 * h;
+  return e;
+}
+
 }  // namespace
 
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
@@ -124,22 +171,10 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.saved_bytes_unckpt = tokens * g.saved_bytes_per_token(layer, q, ActCkpt::None);
   c.recompute_bytes = tokens * g.recomputed_bytes_per_token(layer, q, ckpt);
 
-  // Memory-bound traffic of the forward per token: the non-GEMM kernels read their inputs and write their
-  // outputs (bytes = (in + out) x dtype):
-  //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
-  //    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
-  //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
-  //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
-  //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
-  //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
-  //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
-  double e = w.norm_elems * (q.norm_fp32_internal ? 32.0 : 4.0 * pb);
-  if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
-  e += 2.0 * (w.q + 2.0 * w.kv) * pb;
-  e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
-  e += 2.0 * 3.0 * h * res;
-  if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
-  c.elementwise_bytes_per_token = e;
+  const ModelSpec& m = g.spec();
+  c.elementwise_bytes_per_token = rt.fused_elementwise
+                                      ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
+                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

@@ -38,6 +38,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.softmax_fp32 = rt.eager_softmax_fp32;
   q.logits_upcast_fp32 = rt.logits_upcast_fp32;
   q.norm_mean_keeps_input = rt.norm_mean_keeps_input;
+  q.pointwise_outputs_saved = rt.pointwise_outputs_saved;
   return q;
 }
 

@@ -1,6 +1,8 @@
 #include "runtime/runtime_profile.hpp"
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "core/config_map.hpp"
 #include "core/config_path.hpp"
@@ -8,64 +10,154 @@
 
 namespace fsdp {
 
-RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root) {
-  const std::string path =
-      resolve_config(name_or_path, std::filesystem::path(config_root) / "configs" / "runtimes", "--runtime", "runtime");
-  ConfigMap map = ConfigMap::load_file(path);
-  RuntimeProfile r;
+namespace {
+
+std::filesystem::path runtime_dir(const std::string& config_root) {
+  return std::filesystem::path(config_root) / "configs" / "runtimes";
+}
+
+std::string canonical(const std::string& path) {
+  std::error_code ec;
+  auto c = std::filesystem::weakly_canonical(path, ec);
+  return ec ? std::filesystem::absolute(path, ec).lexically_normal().string() : c.string();
+}
+
+// Whether to read `key` of `m`: always in a profile written whole (every key is required), and only where the
+// derived profile gives it (an absent key keeps the base's value), as hardware profiles' `base:` does
+// (simulator/hardware/hardware_profile.cpp).
+bool given(const ConfigMap& m, const std::string& key, bool inherit) { return !inherit || m.has(key); }
+
+// The files being loaded, the outermost first: canonical path (cycle detection) and the path as written.
+using Chain = std::vector<std::pair<std::string, std::string>>;
+
+RuntimeProfile load_file(const std::string& path, const std::string& config_root, Chain& chain);
+
+// `base: NAME_OR_PATH` of the profile in `map` (file `path`): a shipped runtime's name, or a path to a .yaml file
+// (relative to this one), loaded whole.
+RuntimeProfile load_base(ConfigMap& map, const std::string& path, const std::string& config_root, Chain& chain) {
+  const std::string base = map.get_string("base");
+  std::string base_path;
+  if (base.find('/') != std::string::npos || base.find(".yaml") != std::string::npos) {
+    std::filesystem::path p(base);
+    if (p.is_relative()) p = std::filesystem::path(path).parent_path() / p;
+    base_path = p.lexically_normal().string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(base_path, ec)) map.fail("base", "no such file: " + base_path);
+  } else {
+    try {
+      base_path = resolve_config(base, runtime_dir(config_root), "base", "runtime");
+    } catch (const InputError& e) {
+      map.fail("base", e.what());
+    }
+  }
+  const std::string key = canonical(base_path);
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (chain[i].first == key) {
+      std::string cycle;
+      for (size_t j = i; j < chain.size(); ++j) cycle += chain[j].second + " -> ";
+      map.fail("base", "the bases form a cycle: " + cycle + base_path);
+    }
+  try {
+    RuntimeProfile r = load_file(base_path, config_root, chain);
+    r.base_source = base_path;
+    return r;
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (in " + base_path + ", the base of " + path + ")");
+  }
+}
+
+RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string& config_root, Chain& chain) {
+  // A derived profile starts from its base: each key below overrides it, mapping by mapping, key by key.
+  const bool derived = map.has("base");
+  RuntimeProfile r = derived ? load_base(map, path, config_root, chain) : RuntimeProfile{};
   r.source = path;
-  r.name = map.get_string("name");
-  ConfigMap alloc = map.get_map("allocator");
-  r.allocation_rounding = alloc.get_bytes("rounding");
-  r.fragmentation_fraction = alloc.get_double("fragmentation_fraction");
-  if (r.fragmentation_fraction < 0 || r.fragmentation_fraction > 1)
-    alloc.fail("fragmentation_fraction", "must be within [0, 1]");
-  alloc.finish();
-  r.context_memory = map.get_bytes("context_memory");
-  r.nccl_memory_per_communicator = map.get_bytes("nccl_memory_per_communicator");
-  ConfigMap mod = map.get_map("modules");
-  r.norm_saves_fp32_input = mod.get_bool("norm_saves_fp32_input");
-  r.logits_upcast_fp32 = mod.get_bool("logits_upcast_fp32");
-  r.logits_kept_by_caller = mod.get_bool("logits_kept_by_caller");
-  r.loss_backward_in_place = mod.get_bool("loss_backward_in_place");
-  r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
-  r.checkpointed_forward_keeps_layer_tensors = mod.get_bool("checkpointed_forward_keeps_layer_tensors");
-  r.eager_softmax_fp32 = mod.get_bool("eager_softmax_fp32");
-  r.norm_mean_keeps_input = mod.get_bool("norm_mean_keeps_input");
-  mod.finish();
-  ConfigMap sh = map.get_map("sharding");
-  r.allgather_copy_out = sh.get_bool("allgather_copy_out");
-  r.root_reshard_after_forward = sh.get_bool("root_reshard_after_forward");
-  r.grads_in_reduce_dtype_before_reduce = sh.get_bool("reduce_dtype_copy_of_grads");
-  r.ddp_gradient_as_bucket_view = sh.get_bool("ddp_gradient_as_bucket_view");
-  r.autocast_caches_weight_casts = sh.get_bool("autocast_keeps_weight_casts");
-  r.grads_persist = sh.get_bool("grads_persist");
-  r.replicated_grads_via_flat_copy = sh.get_bool("replicated_grads_via_flat_copy");
-  r.zero_low_precision_params = sh.get_bool("zero_low_precision_params");
-  r.zero_param_gather_per_unit = sh.get_bool("zero_param_gather_per_unit");
-  r.fp32_grad_accumulation = sh.get_bool("fp32_grad_accumulation");
-  r.zero1_grads_reduced_after_backward = sh.get_bool("zero1_grads_reduced_after_backward");
-  r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
-  sh.finish();
-  ConfigMap loop = map.get_map("training_loop");
-  auto non_negative = [&](const char* key) {
-    const double v = loop.get_double(key);
-    if (!(v >= 0)) loop.fail(key, "must be a non-negative number of bytes");
-    return v;
+  r.name = map.get_string("name");  // always the file's own
+  // A mapping of the profile: read whole in a profile written whole, only where given in a derived one.
+  auto section = [&](const char* key, auto&& read) {
+    if (!given(map, key, derived)) return;
+    ConfigMap m = map.get_map(key);
+    auto has = [&](const char* k) { return given(m, k, derived); };
+    read(m, has);
+    m.finish();
   };
-  r.adamw_bytes_per_param = non_negative("adamw_bytes_per_param");
-  r.sgd_bytes_per_param = non_negative("sgd_bytes_per_param");
-  r.grad_norm_bytes_per_grad = non_negative("grad_norm_bytes_per_grad");
-  r.grad_pass_bytes_per_grad = non_negative("grad_pass_bytes_per_grad");
-  r.loss_all_reduce = loop.get_bool("loss_all_reduce");
-  r.adamw_temporaries_per_param = loop.get_double("adamw_temporaries_per_param");
-  if (!(r.adamw_temporaries_per_param >= 0))
-    loop.fail("adamw_temporaries_per_param", "must be a non-negative number of elements per parameter");
-  r.grad_norm_temporary_bytes_per_grad = non_negative("grad_norm_temporary_bytes_per_grad");
-  r.step_per_unit = loop.get_bool("step_per_unit");
-  loop.finish();
+  section("allocator", [&](ConfigMap& alloc, auto&& has) {
+    if (has("rounding")) r.allocation_rounding = alloc.get_bytes("rounding");
+    if (has("fragmentation_fraction")) {
+      r.fragmentation_fraction = alloc.get_double("fragmentation_fraction");
+      if (r.fragmentation_fraction < 0 || r.fragmentation_fraction > 1)
+        alloc.fail("fragmentation_fraction", "must be within [0, 1]");
+    }
+  });
+  if (given(map, "context_memory", derived)) r.context_memory = map.get_bytes("context_memory");
+  if (given(map, "nccl_memory_per_communicator", derived))
+    r.nccl_memory_per_communicator = map.get_bytes("nccl_memory_per_communicator");
+  section("modules", [&](ConfigMap& mod, auto&& has) {
+    auto flag = [&](const char* key, bool& field) {
+      if (has(key)) field = mod.get_bool(key);
+    };
+    flag("norm_saves_fp32_input", r.norm_saves_fp32_input);
+    flag("logits_upcast_fp32", r.logits_upcast_fp32);
+    flag("logits_kept_by_caller", r.logits_kept_by_caller);
+    flag("loss_backward_in_place", r.loss_backward_in_place);
+    if (has("checkpoint_region"))
+      r.checkpoint_per_unit = mod.get_enum("checkpoint_region", {"layer", "unit"}) == "unit";
+    flag("checkpointed_forward_keeps_layer_tensors", r.checkpointed_forward_keeps_layer_tensors);
+    flag("eager_softmax_fp32", r.eager_softmax_fp32);
+    flag("norm_mean_keeps_input", r.norm_mean_keeps_input);
+    flag("pointwise_outputs_saved", r.pointwise_outputs_saved);
+    flag("fused_elementwise", r.fused_elementwise);
+  });
+  section("sharding", [&](ConfigMap& sh, auto&& has) {
+    auto flag = [&](const char* key, bool& field) {
+      if (has(key)) field = sh.get_bool(key);
+    };
+    flag("allgather_copy_out", r.allgather_copy_out);
+    flag("root_reshard_after_forward", r.root_reshard_after_forward);
+    flag("reduce_dtype_copy_of_grads", r.grads_in_reduce_dtype_before_reduce);
+    flag("ddp_gradient_as_bucket_view", r.ddp_gradient_as_bucket_view);
+    flag("autocast_keeps_weight_casts", r.autocast_caches_weight_casts);
+    flag("grads_persist", r.grads_persist);
+    flag("replicated_grads_via_flat_copy", r.replicated_grads_via_flat_copy);
+    flag("zero_low_precision_params", r.zero_low_precision_params);
+    flag("zero_param_gather_per_unit", r.zero_param_gather_per_unit);
+    flag("fp32_grad_accumulation", r.fp32_grad_accumulation);
+    flag("zero1_grads_reduced_after_backward", r.zero1_grads_reduced_after_backward);
+    if (has("lora_adapters"))
+      r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
+  });
+  section("training_loop", [&](ConfigMap& loop, auto&& has) {
+    auto non_negative = [&](const char* key, double& field, const char* what) {
+      if (!has(key)) return;
+      field = loop.get_double(key);
+      if (!(field >= 0)) loop.fail(key, std::string("must be a non-negative number of ") + what);
+    };
+    non_negative("adamw_bytes_per_param", r.adamw_bytes_per_param, "bytes");
+    non_negative("sgd_bytes_per_param", r.sgd_bytes_per_param, "bytes");
+    non_negative("grad_norm_bytes_per_grad", r.grad_norm_bytes_per_grad, "bytes");
+    non_negative("grad_pass_bytes_per_grad", r.grad_pass_bytes_per_grad, "bytes");
+    if (has("loss_all_reduce")) r.loss_all_reduce = loop.get_bool("loss_all_reduce");
+    non_negative("adamw_temporaries_per_param", r.adamw_temporaries_per_param, "elements per parameter");
+    non_negative("grad_norm_temporary_bytes_per_grad", r.grad_norm_temporary_bytes_per_grad, "bytes");
+    if (has("step_per_unit")) r.step_per_unit = loop.get_bool("step_per_unit");
+  });
   map.finish();
   return r;
+}
+
+RuntimeProfile load_file(const std::string& path, const std::string& config_root, Chain& chain) {
+  ConfigMap map = ConfigMap::load_file(path);
+  chain.emplace_back(canonical(path), path);
+  RuntimeProfile r = parse(map, path, config_root, chain);
+  chain.pop_back();
+  return r;
+}
+
+}  // namespace
+
+RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root) {
+  const std::string path = resolve_config(name_or_path, runtime_dir(config_root), "--runtime", "runtime");
+  Chain chain;
+  return load_file(path, config_root, chain);
 }
 
 }  // namespace fsdp

@@ -12,6 +12,9 @@ namespace fsdp {
 struct RuntimeProfile {
   std::string name;
   std::string source;
+  // The profile it derives from (`base:`, the file it was read from), or "" for a profile written whole: a derived
+  // profile is its base with the keys it gives overriding the base's, key by key.
+  std::string base_source;
   // --- allocator ---
   Bytes allocation_rounding{512};  // every block is rounded up to this (CUDA caching allocator kMinBlockSize)
   // Reserved minus allocated at the peak, as a fraction of the memory that is allocated and freed within
@@ -60,6 +63,14 @@ struct RuntimeProfile {
   // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
   // backward saves self; 2.x saves only sizes and numel).
   bool norm_mean_keeps_input = false;
+  // Autograd keeps the outputs of pointwise ops that only pointwise ops consume, as each eager op's backward
+  // formula saves them (a gated MLP's SiLU output, saved by the gating multiply); false: they are recomputed in
+  // the backward's fused kernels from the tensors that are saved (AOTAutograd's min-cut partitioner).
+  bool pointwise_outputs_saved = true;
+  // Each chain of pointwise ops and reductions between two GEMM / attention kernels runs as one fused kernel that
+  // reads the chain's inputs once and writes what leaves it (Inductor), rather than one kernel per op reading and
+  // writing whole tensors (eager): program/layer_costs.cpp prices the layer's memory-bound traffic either way.
+  bool fused_elementwise = false;
   // --- the training loop around forward and backward (section training_loop) ---
   // Bytes the optimizer step moves per trained parameter with fp32 masters and states (scaled for other
   // master dtypes): 28 for a fused AdamW (read p, g, m, v; write p, m, v), more when it runs as separate

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -167,6 +168,40 @@ TEST_CASE("published runs: a row the simulator can price matches a direct simula
   REQUIRE(r.memory_error);
   CHECK(*r.measured_memory_gib == 40.0);
   std::filesystem::remove_all(d);
+}
+
+TEST_CASE("published runs: a torch.compile row is priced by its runtime's compiled profile where one is shipped") {
+  // configs/runtimes/pytorch-compile.yaml (FSDP2, DDP) and pytorch-fsdp1-compile.yaml; DeepSpeed has none.
+  auto priced = [](const std::string& runtime, const std::string& strategy) {
+    std::string text = kRowTemplate;
+    auto swap = [&](const std::string& from, const std::string& to) {
+      const auto pos = text.find(from);
+      REQUIRE(pos != std::string::npos);
+      text.replace(pos, from.size(), to);
+    };
+    swap("compile: false", "compile: true");
+    swap("runtime: fsdp2", "runtime: " + runtime);
+    swap("strategy: fsdp\n", "strategy: " + strategy + "\n");
+    const std::string d = scratch_dir("compile-" + runtime);
+    write(d + "/one.yaml", text);
+    const ValidationReport rep = validate_published(d, kRoot);
+    std::filesystem::remove_all(d);
+    REQUIRE(rep.results.size() == 1);
+    REQUIRE(rep.results[0].simulated);
+    return rep.results[0];
+  };
+  auto said = [](const RowResult& r, const std::string& what) {
+    return std::find(r.approximations.begin(), r.approximations.end(), what) != r.approximations.end();
+  };
+  const RowResult fsdp2 = priced("fsdp2", "fsdp");
+  CHECK(fsdp2.runtime == "pytorch-compile");
+  CHECK_FALSE(said(fsdp2, "torch.compile priced as eager"));
+  const RowResult fsdp1 = priced("fsdp1", "fsdp");
+  CHECK(fsdp1.runtime == "pytorch-fsdp1-compile");
+  CHECK_FALSE(said(fsdp1, "torch.compile priced as eager"));
+  const RowResult ds = priced("deepspeed", "zero3");
+  CHECK(ds.runtime == "deepspeed");
+  CHECK(said(ds, "torch.compile priced as eager"));
 }
 
 TEST_CASE("published runs: strict input, one message naming the file and key") {

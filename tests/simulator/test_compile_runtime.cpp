@@ -1,0 +1,172 @@
+// The torch.compile runtimes (configs/runtimes/pytorch-compile.yaml, pytorch-fsdp1-compile.yaml): profiles derived
+// with `base:` from the eager ones, and what they change in one Llama layer, against numbers derived by hand for
+// the Llama 3 8B shape of configs/models/llama3-8b.yaml (hidden h 4096, 32 query heads and 8 kv heads of 128, so
+// q 4096 and kv 1024 wide, FFN f 14336; bf16 parameters under FSDP, so the residual stream is bf16 too).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/errors.hpp"
+#include "model/model_loader.hpp"
+#include "model/module_graph.hpp"
+#include "program/layer_costs.hpp"
+#include "program/step_program.hpp"
+#include "runtime/runtime_profile.hpp"
+
+using namespace fsdp;
+
+namespace {
+
+constexpr double kH = 4096, kQ = 4096, kKv = 1024, kF = 14336, kHeads = 32;
+
+LayerCost llama3_8b_layer(const std::string& runtime) {
+  const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
+  const RuntimeProfile rt = load_runtime(runtime, FSDP_SOURCE_ROOT);
+  Strategy s;
+  s.micro_batch = 1;
+  s.seq_len = 4096;
+  const LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 1.0};
+  return layer_cost(in, g.layers().front(), ActCkpt::None);
+}
+
+// Writes `text` to NAME.yaml in a fresh directory of the temp directory and returns its path.
+std::string write_runtime(const std::string& name, const std::string& text) {
+  const auto dir = std::filesystem::temp_directory_path() / "fsdp_compile_runtime_test";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / (name + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// The InputError message of loading `path` ("" when it loads).
+std::string load_error(const std::string& path) {
+  try {
+    load_runtime(path, FSDP_SOURCE_ROOT);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("compile runtime: a derived profile is its base with the keys it gives") {
+  const RuntimeProfile eager = load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  const RuntimeProfile compiled = load_runtime("pytorch-compile", FSDP_SOURCE_ROOT);
+  CHECK(compiled.name == "pytorch-compile");
+  CHECK(std::filesystem::path(compiled.base_source).filename() == "pytorch.yaml");
+  CHECK(eager.base_source.empty());
+  // The keys it gives.
+  CHECK(eager.norm_saves_fp32_input);
+  CHECK_FALSE(compiled.norm_saves_fp32_input);
+  CHECK(eager.pointwise_outputs_saved);
+  CHECK_FALSE(compiled.pointwise_outputs_saved);
+  CHECK_FALSE(eager.fused_elementwise);
+  CHECK(compiled.fused_elementwise);
+  // Everything else is the base's.
+  CHECK(compiled.fragmentation_fraction == eager.fragmentation_fraction);
+  CHECK(compiled.context_memory.value == eager.context_memory.value);
+  CHECK(compiled.logits_upcast_fp32 == eager.logits_upcast_fp32);
+  CHECK(compiled.allgather_copy_out == eager.allgather_copy_out);
+  CHECK(compiled.adamw_bytes_per_param == eager.adamw_bytes_per_param);
+
+  const RuntimeProfile fsdp1 = load_runtime("pytorch-fsdp1", FSDP_SOURCE_ROOT);
+  const RuntimeProfile fsdp1c = load_runtime("pytorch-fsdp1-compile", FSDP_SOURCE_ROOT);
+  CHECK(fsdp1c.name == "pytorch-fsdp1-compile");
+  CHECK(fsdp1c.allgather_copy_out == fsdp1.allgather_copy_out);  // FSDP1's flat-parameter views, not FSDP2's copy
+  CHECK(fsdp1c.grads_in_reduce_dtype_before_reduce == fsdp1.grads_in_reduce_dtype_before_reduce);
+  CHECK(fsdp1c.fused_elementwise);
+  CHECK_FALSE(fsdp1c.pointwise_outputs_saved);
+}
+
+TEST_CASE("compile runtime: one Llama layer's saved bytes per token, eager against the min-cut partitioner") {
+  // Eager (pytorch: HF LlamaRMSNorm keeps its fp32 input and the normalised bf16 tensor), per token in bytes:
+  //   each norm: fp32 input 4h + rstd 4 + normalised 2h, and its output 2h (the next GEMMs' input): 8h + 4;
+  //   attention (SDPA): q 2q, k 2kv, v 2kv, output 2q, log-sum-exp 4 x heads;
+  //   gated MLP: gate 2f (SiLU's input), SiLU's output 2f and up 2f (the multiply's operands), product 2f.
+  const double attention = 4 * kQ + 4 * kKv + 4 * kHeads;
+  const double eager = 2 * (8 * kH + 4) + attention + 8 * kF;
+  CHECK(eager == 200840);
+  // Compiled (pytorch-compile): each norm keeps its bf16 input 2h and rstd 4, its output 2h as before; attention as
+  // eager; the MLP keeps gate, up and the product (6f), SiLU's output recomputed from the gate.
+  const double compiled = 2 * (4 * kH + 4) + attention + 6 * kF;
+  CHECK(compiled == 139400);
+  CHECK(llama3_8b_layer("pytorch").saved_bytes == doctest::Approx(eager));
+  CHECK(llama3_8b_layer("pytorch-compile").saved_bytes == doctest::Approx(compiled));
+  // The FSDP1 profiles' modules are the FSDP2 ones'.
+  CHECK(llama3_8b_layer("pytorch-fsdp1").saved_bytes == doctest::Approx(eager));
+  CHECK(llama3_8b_layer("pytorch-fsdp1-compile").saved_bytes == doctest::Approx(compiled));
+}
+
+TEST_CASE("compile runtime: one Llama layer's memory-bound bytes per token, eager kernels against fused ones") {
+  // Eager, per token in bytes (program/layer_costs.cpp eager_elementwise_bytes): the two HF norms 32 per element
+  // over 2h; rotary 7 r/w passes over q + kv; the attention layout one r/w pass over q + 2kv; SiLU and the gating
+  // multiply 5f; two residual adds 3h each; all bf16 (2 bytes).
+  const double eager = 2 * kH * 32 + 7 * 2 * (kQ + kKv) * 2 + 2 * (kQ + 2 * kKv) * 2 + 5 * kF * 2 + 2 * 3 * kH * 2;
+  CHECK(eager == 622592);
+  // Fused (fused_elementwise_bytes): each norm reads x and writes y (2h each); rotary reads q, k and writes them
+  // (2 (q + kv)); no layout copies; SiLU(gate) * up reads 2f and writes f; the residual adds 3h each, less the sum
+  // the post-attention norm would read back (h).
+  const double fused = 2 * 2 * kH * 2 + 2 * (kQ + kKv) * 2 + 3 * kF * 2 + (2 * 3 * kH - kH) * 2;
+  CHECK(fused == 180224);
+  CHECK(llama3_8b_layer("pytorch").elementwise_bytes_per_token == doctest::Approx(eager));
+  CHECK(llama3_8b_layer("pytorch-compile").elementwise_bytes_per_token == doctest::Approx(fused));
+}
+
+TEST_CASE("compile runtime: runtime profiles are parsed strictly, a derived one too") {
+  const std::string compiled = std::string(FSDP_SOURCE_ROOT) + "/configs/runtimes/pytorch-compile.yaml";
+  SUBCASE("a derived profile loads from a path, its base by name") {
+    const std::string path = write_runtime("derived_ok", "base: pytorch\nname: derived-ok\n");
+    CHECK(load_error(path) == "");
+    CHECK(load_runtime(path, FSDP_SOURCE_ROOT).name == "derived-ok");
+  }
+  SUBCASE("an unknown key in a derived profile's mapping is refused with its file and dotted key") {
+    const std::string path = write_runtime("bad_key", "base: pytorch\nname: bad\nmodules:\n  fused_pointwise: true\n");
+    const std::string m = load_error(path);
+    CHECK(contains(m, path));
+    CHECK(contains(m, "unknown key 'modules.fused_pointwise'"));
+  }
+  SUBCASE("an unknown top-level key is refused") {
+    const std::string path = write_runtime("bad_top", "base: pytorch\nname: bad\ninductor: true\n");
+    CHECK(contains(load_error(path), "unknown key 'inductor'"));
+  }
+  SUBCASE("a wrong type is refused with its key") {
+    const std::string path = write_runtime("bad_type", "base: pytorch\nname: bad\nmodules:\n  fused_elementwise: 3\n");
+    CHECK(contains(load_error(path), "modules.fused_elementwise"));
+  }
+  SUBCASE("a profile written whole must give the new keys") {
+    std::ifstream in(std::string(FSDP_SOURCE_ROOT) + "/configs/runtimes/pytorch.yaml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = "  fused_elementwise: false\n";
+    const auto pos = text.find(key);
+    REQUIRE(pos != std::string::npos);
+    const std::string path = write_runtime("missing_key", text.erase(pos, key.size()));
+    const std::string m = load_error(path);
+    CHECK(contains(m, path));
+    CHECK(contains(m, "modules.fused_elementwise"));
+    CHECK(contains(m, "missing"));
+  }
+  SUBCASE("an unknown base is refused, naming the shipped runtimes") {
+    const std::string path = write_runtime("bad_base", "base: pytorch-jit\nname: bad\n");
+    const std::string m = load_error(path);
+    CHECK(contains(m, "unknown runtime 'pytorch-jit'"));
+    CHECK(contains(m, "pytorch-compile"));
+  }
+  SUBCASE("bases that form a cycle are refused") {
+    const std::string a = write_runtime("cycle_a", "base: cycle_b.yaml\nname: a\n");
+    write_runtime("cycle_b", "base: cycle_a.yaml\nname: b\n");
+    CHECK(contains(load_error(a), "the bases form a cycle"));
+  }
+  SUBCASE("an error in the base names the base and the derived file") {
+    const std::string base = write_runtime("broken_base", "base: pytorch\nname: broken\nsharding:\n  turbo: true\n");
+    const std::string path = write_runtime("on_broken", "base: broken_base.yaml\nname: derived\n");
+    const std::string m = load_error(path);
+    CHECK(contains(m, "sharding.turbo"));
+    CHECK(contains(m, "the base of " + path));
+  }
+  CHECK(load_error(compiled) == "");
+}
