@@ -105,6 +105,8 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   row.act_ckpt = nullable_string(r, "act_ckpt");
   row.param_dtype = nullable_string(r, "param_dtype");
   row.reduce_dtype = nullable_string(r, "reduce_dtype");
+  if (r.has("master_dtype")) row.master_dtype = nullable_string(r, "master_dtype");
+  if (r.has("kernel_library")) row.kernel_library = nullable_string(r, "kernel_library");
   row.fp8 = r.get_bool("fp8");
   row.micro_batch = nullable_int(r, "micro_batch").value_or(0);
   row.seq = nullable_int(r, "seq").value_or(0);
@@ -157,6 +159,15 @@ std::optional<std::string> profile_of_gpu(const std::string& gpu) {
       {"l40s-48gb", "l40s-48gb"}};
   auto it = kProfiles.find(gpu);
   if (it == kProfiles.end()) return std::nullopt;
+  return it->second;
+}
+
+// A GPU named without its variant ("4xH100", "four A100 GPUs"): priced with the SXM part of the larger memory, the
+// one those sources' servers carry most often (DGX/HGX), and the table says so.
+std::optional<std::string> profile_of_unstated_variant(const std::string& gpu) {
+  static const std::map<std::string, std::string> kAssumed = {{"a100", "a100-80gb"}, {"h100", "h100-80gb"}};
+  auto it = kAssumed.find(gpu);
+  if (it == kAssumed.end()) return std::nullopt;
   return it->second;
 }
 
@@ -229,7 +240,16 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   if (row.fp8) return skip("float8 linears are not modelled");
   // A row may name the profile of its cluster (`hw`: a shipped or derived profile, e.g. an AWS instance type);
   // otherwise its GPU's shipped profile.
-  const auto profile = row.hw.empty() ? profile_of_gpu(row.gpu) : std::optional<std::string>(row.hw);
+  // A variant's bandwidths (HBM, NVLink or PCIe) set the step time but not the bytes a step allocates.
+  bool variant_unstated = false;
+  auto profile = row.hw.empty() ? profile_of_gpu(row.gpu) : std::optional<std::string>(row.hw);
+  if (!profile && row.hw.empty()) {
+    profile = profile_of_unstated_variant(row.gpu);
+    if (profile) {
+      res.approximations.push_back("GPU variant not stated: memory priced as " + *profile + ", time not compared");
+      variant_unstated = true;
+    }
+  }
   if (!profile) return skip("no hardware profile for GPU '" + row.gpu + "'");
   if (row.strategy.empty()) return skip("strategy not stated");
   const auto kind = strategy_of(row.strategy);
@@ -240,6 +260,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     return skip("activation checkpointing '" + row.act_ckpt + "' is not modelled");
   if (!row.offload.empty() && row.offload != "none")
     return skip("offload '" + row.offload + "' rows are not in the set yet");
+  // Liger-Kernel swaps the model's norms, rotary, SwiGLU and loss for fused Triton kernels (its fused linear
+  // cross-entropy never materialises the logits): a runtime of its own, not shipped yet.
+  if (!row.kernel_library.empty()) return skip("kernel library '" + row.kernel_library + "' is not modelled");
   if (!row.micro_batch) return skip("micro-batch not stated");
   if (!row.seq) return skip("sequence length not stated");
   if (!row.measured.tokens_per_s_per_gpu && !row.measured.step_time_s && !row.measured.peak_memory_gib)
@@ -324,6 +347,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     // a source that does not say is priced with fp32 reduction and the table says so.
     res.approximations.push_back("reduce dtype not stated: fp32");
   }
+  if (!row.master_dtype.empty()) {
+    DType md;
+    if (!parse_dtype(row.master_dtype, md)) return skip("master dtype '" + row.master_dtype + "'");
+    s.master_dtype = md;
+  }
   s.micro_batch = row.micro_batch;
   s.seq_len = row.seq;
   s.grad_accum = row.grad_accum.value_or(1);
@@ -350,7 +378,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     res.measured_tokens_per_s = *row.measured.tokens_per_s_per_gpu;
   else if (row.measured.step_time_s)
     res.measured_tokens_per_s = tokens_per_gpu_step / *row.measured.step_time_s;
-  if (res.measured_tokens_per_s)
+  if (res.measured_tokens_per_s && !variant_unstated)
     res.time_error = (*res.predicted_tokens_per_s - *res.measured_tokens_per_s) / *res.measured_tokens_per_s;
   if (row.measured.peak_memory_gib) {
     const std::string& k = row.measured.memory_kind;

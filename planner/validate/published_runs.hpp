@@ -36,6 +36,11 @@ struct PublishedRow {
   bool compile = false;
   std::string act_ckpt;
   std::string param_dtype, reduce_dtype;
+  // Optional: the dtype of the parameters the optimizer updates and of its states (LitGPT's bf16-true, DeepSpeed's
+  // bf16 master weights); absent, fp32 masters, mixed precision's default in every framework of the set.
+  std::string master_dtype;
+  // Optional: a kernel library the run swaps into the model (e.g. liger), which fsdp-plan does not model yet.
+  std::string kernel_library;
   bool fp8 = false;
   int64_t micro_batch = 0, seq = 0;  // 0: not stated
   std::optional<int64_t> grad_accum;

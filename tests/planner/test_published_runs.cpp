@@ -204,6 +204,39 @@ TEST_CASE("published runs: a torch.compile row is priced by its runtime's compil
   CHECK(said(ds, "torch.compile priced as eager"));
 }
 
+TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 masters; a kernel library is said") {
+  auto evaluated = [](const std::string& from, const std::string& to) {
+    std::string text = kRowTemplate;
+    const auto pos = text.find(from);
+    REQUIRE(pos != std::string::npos);
+    text.replace(pos, from.size(), to);
+    const std::string d = scratch_dir("variant");
+    write(d + "/one.yaml", text);
+    const ValidationReport rep = validate_published(d, kRoot);
+    std::filesystem::remove_all(d);
+    REQUIRE(rep.results.size() == 1);
+    return rep.results[0];
+  };
+  const RowResult exact = evaluated("gpu: h100-80gb-sxm", "gpu: h100-80gb-sxm");
+  // "4xH100": the 80 GB SXM part's memory, no time comparison (HBM and NVLink or PCIe set the time), said.
+  const RowResult h100 = evaluated("gpu: h100-80gb-sxm", "gpu: h100");
+  REQUIRE(h100.simulated);
+  CHECK(h100.hardware == "h100-80gb");
+  CHECK_FALSE(h100.time_error);
+  REQUIRE(h100.memory_error);
+  CHECK(*h100.predicted_memory_gib == doctest::Approx(*exact.predicted_memory_gib));
+  CHECK(std::find(h100.approximations.begin(), h100.approximations.end(),
+                  "GPU variant not stated: memory priced as h100-80gb, time not compared") !=
+        h100.approximations.end());
+  // bf16-true: no fp32 masters, bf16 optimizer states: less memory than the fp32-master default.
+  const RowResult bf16_true = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    master_dtype: bf16\n");
+  REQUIRE(bf16_true.simulated);
+  CHECK(*bf16_true.predicted_memory_gib < *exact.predicted_memory_gib);
+  const RowResult liger = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: liger\n");
+  CHECK_FALSE(liger.simulated);
+  CHECK(liger.not_simulated == "kernel library 'liger' is not modelled");
+}
+
 TEST_CASE("published runs: strict input, one message naming the file and key") {
   auto fails_with = [](const std::string& text, const std::string& file_name, const std::string& needle) {
     const std::string d = scratch_dir("bad");
