@@ -35,6 +35,10 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   ConfigMap sh = map.get_map("sharding");
   r.allgather_copy_out = sh.get_bool("allgather_copy_out");
   r.root_reshard_after_forward = sh.get_bool("root_reshard_after_forward");
+  // Optional: a runtime that says nothing reshards its last layer unit as the strategy says (FSDP2 fully_shard,
+  // FSDP1 and ZeRO-3 apply one setting to every unit); torchtitan.yaml sets it false.
+  if (sh.has("last_unit_reshard_after_forward"))
+    r.last_unit_reshard_after_forward = sh.get_bool("last_unit_reshard_after_forward");
   r.grads_in_reduce_dtype_before_reduce = sh.get_bool("reduce_dtype_copy_of_grads");
   r.ddp_gradient_as_bucket_view = sh.get_bool("ddp_gradient_as_bucket_view");
   r.autocast_caches_weight_casts = sh.get_bool("autocast_keeps_weight_casts");
