@@ -279,6 +279,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("FSDP1 priced as FSDP2");
   }
+  // torchtitan's own Llama, loop and FSDP2 setup (configs/runtimes/torchtitan.yaml); its torch.compile rows stay
+  // with the compile pricing below until a profile describes torchtitan's compiled blocks.
+  if (row.framework == "torchtitan" && row.runtime == "fsdp2" && !row.compile &&
+      file_exists(runtime_file(config_root, "torchtitan")))
+    rt_name = "torchtitan";
   if (row.compile) {
     if (rt_name == "pytorch" && file_exists(runtime_file(config_root, "pytorch-compile")))
       rt_name = "pytorch-compile";

@@ -32,6 +32,10 @@ constexpr double kTimeApproximatedRowBand = 1.85;
 constexpr double kMemoryRowBand = 0.42;
 constexpr double kMemoryApproximatedRowBand = 0.65;
 constexpr double kTimeMedianBand = 0.20;
+// Rows priced with configs/runtimes/torchtitan.yaml (torchtitan's own Llama and loop, 2026-12-01: the 8- and 128-GPU
+// Grand Teton H100 rows at +7.7% and +16.7% reserved, from +13.4% and +23.8% under the pytorch profile): today's
+// worst plus about 5 points, tighter than the approximated band their "power limit not modelled" line gives them.
+constexpr double kTorchtitanMemoryRowBand = 0.22;
 constexpr double kMemoryMedianBand = 0.42;
 
 std::string scratch_dir(const std::string& name) {
@@ -119,6 +123,7 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
     if (r.memory_error) {
       memory_errors.push_back(*r.memory_error);
       CHECK(std::fabs(*r.memory_error) <= (r.approximations.empty() ? kMemoryRowBand : kMemoryApproximatedRowBand));
+      if (r.runtime == "torchtitan") CHECK(std::fabs(*r.memory_error) <= kTorchtitanMemoryRowBand);
     }
   }
   // The set's size is part of what it proves (issue M12: 40 runs, 5 independent sources): a row or a source lost
@@ -138,12 +143,28 @@ TEST_CASE("published runs: a row the simulator can price matches a direct simula
   const RowResult& r = rep.results[0];
   REQUIRE(r.simulated);
   CHECK(r.hardware == "h100-80gb");
-  CHECK(r.runtime == "pytorch");
+  CHECK(r.runtime == "torchtitan");  // framework torchtitan on FSDP2, eager: configs/runtimes/torchtitan.yaml
   REQUIRE(r.time_error);
   CHECK(*r.time_error == doctest::Approx((*r.predicted_tokens_per_s - 5000.0) / 5000.0));
   REQUIRE(r.memory_error);
   CHECK(*r.measured_memory_gib == 40.0);
   std::filesystem::remove_all(d);
+}
+
+TEST_CASE("published runs: torchtitan's compiled rows keep the compile pricing, other frameworks PyTorch's") {
+  auto runtime_of = [](const std::string& from, const std::string& to) {
+    const std::string d = scratch_dir("titan");
+    std::string t = kRowTemplate;
+    t.replace(t.find(from), from.size(), to);
+    write(d + "/one.yaml", t);
+    const ValidationReport rep = validate_published(d, kRoot);
+    std::filesystem::remove_all(d);
+    REQUIRE(rep.results.size() == 1);
+    return rep.results[0].runtime;
+  };
+  const std::string compiled = runtime_of("compile: false", "compile: true");
+  CHECK((compiled == "pytorch" || compiled == "pytorch-compile"));
+  CHECK(runtime_of("framework: torchtitan", "framework: litgpt") == "pytorch");
 }
 
 TEST_CASE("published runs: strict input, one message naming the file and key") {
