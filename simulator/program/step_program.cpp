@@ -638,6 +638,9 @@ void Emitter::emit_sharded() {
     };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+      // The last layer unit is the first the backward gathers: a runtime that keeps it (torchtitan) saves that
+      // gather and holds its parameters through the loss (runtime profile last_unit_reshard_after_forward).
+      if (!u.is_root && ui == n - 1 && !rt.last_unit_reshard_after_forward) return true;
       return !unit_placement(s, u.is_root, rt.root_reshard_after_forward).reshard_after_forward;
     };
     // ---- forward ----

@@ -113,6 +113,11 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     };
     flag("allgather_copy_out", r.allgather_copy_out);
     flag("root_reshard_after_forward", r.root_reshard_after_forward);
+    // Optional even in a profile written whole: a runtime that says nothing reshards its last layer unit as the
+    // strategy says (FSDP2 fully_shard, FSDP1 and ZeRO-3 apply one setting to every unit); torchtitan.yaml sets it
+    // false.
+    if (sh.has("last_unit_reshard_after_forward"))
+      r.last_unit_reshard_after_forward = sh.get_bool("last_unit_reshard_after_forward");
     flag("reduce_dtype_copy_of_grads", r.grads_in_reduce_dtype_before_reduce);
     flag("ddp_gradient_as_bucket_view", r.ddp_gradient_as_bucket_view);
     flag("autocast_keeps_weight_casts", r.autocast_caches_weight_casts);

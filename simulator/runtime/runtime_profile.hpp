@@ -59,6 +59,10 @@ struct RuntimeProfile {
   // LoRA's adapters: one replicated flat buffer outside the wrap units, all-reduced once after the backward
   // (fsdp-run), or parameters of their units, sharded and reduced with them (PEFT under FSDP2 / DeepSpeed).
   bool lora_adapters_replicated = false;
+  // The last decoder-layer unit (the first the backward needs) frees its params after forward like the others;
+  // false keeps them gathered into the backward (torchtitan's apply_fsdp: reshard_after_forward=False for the
+  // last TransformerBlock, "since FSDP would prefetch it immediately"). Optional in the file (absent: true).
+  bool last_unit_reshard_after_forward = true;
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
   // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
   // backward saves self; 2.x saves only sizes and numel).

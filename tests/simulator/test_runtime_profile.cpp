@@ -1,0 +1,105 @@
+// configs/runtimes/torchtitan.yaml and the key it added (sharding.last_unit_reshard_after_forward): what the profile
+// says torchtitan @ 9dec370ad26b5f8e9a7333a0e36165018262644b does (the citations are the file's comments), the
+// key's strict parsing, and what it changes in the step program.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "sim_fixtures.hpp"
+
+using namespace fsdp;
+using namespace fsdp::test;
+
+namespace {
+
+// pytorch.yaml with `line` added under its sharding section, written to a scratch file; the loader's message
+// ("" when it loads).
+std::string load_error_with_sharding_line(const std::string& line) {
+  std::ifstream in(root() + "/configs/runtimes/pytorch.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  const std::string anchor = "sharding:\n";
+  const size_t at = yaml.find(anchor);
+  REQUIRE(at != std::string::npos);
+  yaml.insert(at + anchor.size(), "  " + line + "\n");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("fsdp-runtime-" + std::to_string(getpid()) + "-torchtitan.yaml");
+  std::ofstream(path) << yaml;
+  std::string what;
+  try {
+    load_runtime(path.string(), root());
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove(path);
+  return what;
+}
+
+Strategy titan_row() {
+  // tests/accuracy/published/torchtitan.yaml titan-h100-llama3-8b-8gpu-fsdp: FSDP2, per-op SAC, local batch 2 x 8192.
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::SelectiveOp;
+  s.micro_batch = 2;
+  s.seq_len = 8192;
+  return s;
+}
+
+int count_gathers(const StepProgram& p) {
+  int n = 0;
+  for (const Op& op : p.ops) n += op.kind == OpKind::Gather ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("runtime torchtitan: its Llama, loop and FSDP2 setup as its sources say") {
+  const RuntimeProfile t = runtime("torchtitan");
+  CHECK(t.name == "torchtitan");
+  CHECK(t.logits_upcast_fp32);                     // loss_fn: cross_entropy(pred.flatten(0, 1).float(), ...)
+  CHECK_FALSE(t.logits_kept_by_caller);            // train.py: del pred before loss.backward()
+  CHECK(t.norm_saves_fp32_input);                  // norms.py RMSNorm: self._norm(x.float()).type_as(x) * weight
+  CHECK_FALSE(t.autocast_caches_weight_casts);     // no torch.autocast: MixedPrecisionPolicy casts at the gather
+  CHECK_FALSE(t.root_reshard_after_forward);       // FSDP2 _lazy_init keeps the root unsharded
+  CHECK_FALSE(t.last_unit_reshard_after_forward);  // apply_fsdp: the last TransformerBlock is not resharded
+  CHECK(t.grad_norm_bytes_per_grad == 12);  // clip_grad_norm_(foreach=True): _foreach_norm r4, _foreach_mul_ r4 w4
+  // The other profiles say nothing of the key: every unit follows the strategy.
+  for (const char* name : {"pytorch", "pytorch-fsdp1", "deepspeed", "fsdp-run"})
+    CHECK(runtime(name).last_unit_reshard_after_forward);
+}
+
+TEST_CASE("runtime profile: last_unit_reshard_after_forward is parsed strictly") {
+  CHECK(load_error_with_sharding_line("last_unit_reshard_after_forward: false").empty());
+  CHECK(load_error_with_sharding_line("last_unit_reshard_after_forward: sometimes")
+            .find("last_unit_reshard_after_forward") != std::string::npos);
+  CHECK(load_error_with_sharding_line("last_unit_reshards: false").find("last_unit_reshards") != std::string::npos);
+}
+
+TEST_CASE("runtime profile: keeping the last layer unit after forward saves its backward gather and holds it") {
+  ModuleGraph g(zoo("llama3-8b"));
+  const Strategy s = titan_row();
+  const RuntimeProfile base = runtime("pytorch");
+  RuntimeProfile keep = base;
+  keep.last_unit_reshard_after_forward = false;
+  const StepProgram pb = program(g, s, base, 1, 8);
+  const StepProgram pk = program(g, s, keep, 1, 8);
+  CHECK(count_gathers(pk) == count_gathers(pb) - 1);
+  const MemoryResult mb = walk_memory(pb, base, 8);
+  const MemoryResult mk = walk_memory(pk, keep, 8);
+  // Both peak in the loss backward; the kept block's bf16 parameters (4096 x (4096 + 2 x 1024 + 4096) attention,
+  // 3 x 4096 x 14336 MLP, 2 x 4096 norms = 218,112,000) are the difference in unsharded parameters there.
+  REQUIRE(mb.peak_phase == mk.peak_phase);
+  CHECK(mb.peak_phase.find("loss backward") != std::string::npos);
+  const double layer_bf16 = 218112000.0 * 2.0;
+  CHECK(cat(mk.breakdown, MemoryCategory::UnshardedParams) - cat(mb.breakdown, MemoryCategory::UnshardedParams) ==
+        doctest::Approx(layer_bf16).epsilon(1e-3));
+  // Reshard-after-forward off for the whole strategy keeps the last unit anyway: the key changes nothing there.
+  Strategy no_reshard = s;
+  no_reshard.reshard_after_forward = false;
+  CHECK(count_gathers(program(g, no_reshard, keep, 1, 8)) == count_gathers(program(g, no_reshard, base, 1, 8)));
+}
