@@ -24,23 +24,23 @@ const std::string kRoot = FSDP_SOURCE_ROOT;
 const std::string kDir = kRoot + "/tests/accuracy/published";
 
 // Today's worst row plus about 5 points, per quantity (the table printed by this test; README "Accuracy on published
-// runs", 2026-12-01: time 30.5% worst of the rows with every knob stated, 152.0% of the others, median 15.1%;
-// memory 36.4% and 33.8%, median 6.9%). A row priced with a
-// neighbour for a knob its source does not state, or that fsdp-plan does not model (the table's "priced with"
-// line), has its own, wider band: its error is partly the approximation's.
-constexpr double kTimeRowBand = 0.36;
-constexpr double kTimeApproximatedRowBand = 1.57;
-constexpr double kMemoryRowBand = 0.42;
-constexpr double kMemoryApproximatedRowBand = 0.39;
-constexpr double kTimeMedianBand = 0.20;
+// runs", 2026-12-01, with eager PyTorch's elementwise kernels at 0.54 of HBM and the compile, nanotron and torchtitan
+// runtimes: time 14.6% worst of the rows with every knob stated, 23.5% of the others, median 4.9%; memory 6.9% and
+// 37.2%, median 7.0%). A row priced with a neighbour for a knob its source does not state, or that fsdp-plan does
+// not model (the table's "priced with" line), has its own, wider band: its error is partly the approximation's.
+constexpr double kTimeRowBand = 0.20;
+constexpr double kTimeApproximatedRowBand = 0.29;
+constexpr double kMemoryRowBand = 0.12;
+constexpr double kMemoryApproximatedRowBand = 0.42;
+constexpr double kTimeMedianBand = 0.10;
 constexpr double kMemoryMedianBand = 0.12;
 // The Ultra-Scale Playbook's rows, priced with the nanotron runtime and p5's measured EFA factor (2026-12-01): time
-// median 13.0%, worst 23.0% but for usp-1b-h100-8n-mbs2-ga2-zero0 (+152%: measured 16,057 tok/s, half of the same
-// cell's ZeRO-1 run and of its 1-node and 16-node neighbours); memory median 6.6%, worst 17.3%.
+// median 5.8%, worst 14.9% but for usp-1b-h100-8n-mbs2-ga2-zero0 (+117%: measured 16,057 tok/s, half of the same
+// cell's ZeRO-1 run and of its 1-node and 16-node neighbours, gated by no band); memory median 6.6%, worst 17.3%.
 const std::string kPlaybook = "ultrascale-playbook";
 const std::string kPlaybookOutlier = "usp-1b-h100-8n-mbs2-ga2-zero0";
-constexpr double kPlaybookTimeRowBand = 0.28;
-constexpr double kPlaybookTimeMedianBand = 0.18;
+constexpr double kPlaybookTimeRowBand = 0.20;
+constexpr double kPlaybookTimeMedianBand = 0.11;
 constexpr double kPlaybookMemoryRowBand = 0.23;
 constexpr double kPlaybookMemoryMedianBand = 0.12;
 // Rows priced with configs/runtimes/torchtitan.yaml (torchtitan's own Llama and loop, 2026-12-01: the 8- and 128-GPU
@@ -138,7 +138,8 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
     if (r.time_error) {
       sources_with_rows.insert(r.row->source_id);
       time_errors.push_back(*r.time_error);
-      CHECK(std::fabs(*r.time_error) <= (r.approximations.empty() ? kTimeRowBand : kTimeApproximatedRowBand));
+      if (r.row->id != kPlaybookOutlier)
+        CHECK(std::fabs(*r.time_error) <= (r.approximations.empty() ? kTimeRowBand : kTimeApproximatedRowBand));
     }
     if (r.memory_error) {
       memory_errors.push_back(*r.memory_error);
