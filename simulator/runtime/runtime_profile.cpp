@@ -91,10 +91,14 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
   if (given(map, "context_memory", derived)) r.context_memory = map.get_bytes("context_memory");
   if (given(map, "nccl_memory_per_communicator", derived))
     r.nccl_memory_per_communicator = map.get_bytes("nccl_memory_per_communicator");
-  section("modules", [&](ConfigMap& mod, auto&& has) {
-    auto flag = [&](const char* key, bool& field) {
-      if (has(key)) field = mod.get_bool(key);
+  // A boolean key of a section, read where given (the section's `has`).
+  auto flags_of = [](ConfigMap& m, auto& has) {
+    return [&m, &has](const char* key, bool& field) {
+      if (has(key)) field = m.get_bool(key);
     };
+  };
+  section("modules", [&](ConfigMap& mod, auto&& has) {
+    auto flag = flags_of(mod, has);
     flag("norm_saves_fp32_input", r.norm_saves_fp32_input);
     flag("logits_upcast_fp32", r.logits_upcast_fp32);
     flag("logits_kept_by_caller", r.logits_kept_by_caller);
@@ -108,9 +112,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     flag("fused_elementwise", r.fused_elementwise);
   });
   section("sharding", [&](ConfigMap& sh, auto&& has) {
-    auto flag = [&](const char* key, bool& field) {
-      if (has(key)) field = sh.get_bool(key);
-    };
+    auto flag = flags_of(sh, has);
     flag("allgather_copy_out", r.allgather_copy_out);
     flag("root_reshard_after_forward", r.root_reshard_after_forward);
     // Optional even in a profile written whole: a runtime that says nothing reshards its last layer unit as the
