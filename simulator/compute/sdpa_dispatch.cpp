@@ -60,7 +60,7 @@ bool cudnn_first(const SdpaInputs& in, std::vector<std::string>& notes, std::str
     if (!t.patch_known)
       notes.push_back(tv + " without a patch release: 2.5.1 or later assumed (cuDNN opt-in, pytorch#138522)");
     if (t.patch_known && t.patch == 0 && cc.major >= 9) {
-      why = "cuDNN first on sm " + to_string(cc) + " (torch 2.5.0)";
+      why = "cuDNN first on sm " + to_string(cc) + ": torch 2.5.0";
       return true;
     }
     return false;
@@ -72,7 +72,7 @@ bool cudnn_first(const SdpaInputs& in, std::vector<std::string>& notes, std::str
       return false;
     }
     if (*in.cudnn < 90900) return false;
-    why = "cuDNN first on sm " + to_string(cc) + " (" + tv + ")";
+    why = "cuDNN first on sm " + to_string(cc) + ": " + tv;
     return true;
   }
   if (t.at_least(2, 10)) {
@@ -82,7 +82,7 @@ bool cudnn_first(const SdpaInputs& in, std::vector<std::string>& notes, std::str
       return false;
     }
     if (*in.cudnn <= 91500) return false;
-    why = "cuDNN first on sm " + to_string(cc) + " (" + tv + ", cuDNN > 9.15.0)";
+    why = "cuDNN first on sm " + to_string(cc) + ": " + tv + ", cuDNN > 9.15.0";
     return true;
   }
   return false;
