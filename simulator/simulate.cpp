@@ -101,9 +101,72 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   return (frozen_base ? 4.0 : 6.0) * dense + attention;
 }
 
+std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareProfile& hw, const RuntimeProfile& rt,
+                                           const Strategy& s) {
+  if (s.attention != AttentionImpl::Sdpa || hw.device_is_host()) return std::nullopt;
+  if (!hw.compute_capability.known())
+    throw InputError(hw.source +
+                     ": attention sdpa chooses its kernel by the GPU's compute capability, which this profile does "
+                     "not give: add device.compute_capability (docs/hardware.md \"Attention kernels\")");
+  const ModelSpec& m = g.spec();
+  SdpaInputs in;
+  in.dtype = s.param_dtype;
+  in.head_dim_qk = m.head_dim;
+  // MLA's v head differs from its q/k head (nope + rope): model_spec.hpp MlaSpec.
+  in.head_dim_v = m.mla ? m.mla->v_head_dim : m.head_dim;
+  in.cc = hw.compute_capability;
+  // GPT-2's attention-probability dropout: attn_pdrop = 0.1 (Hugging Face GPT2Config's default and the released
+  // configs), the only dropout the model format has (ModelSpec::dropout).
+  in.dropout_p = m.dropout ? 0.1 : 0.0;
+  in.requires_grad = true;
+  if (!rt.torch_version.empty()) in.torch = parse_torch_version(rt.torch_version);
+  if (!rt.cudnn_version.empty()) in.cudnn = parse_cudnn_version(rt.cudnn_version);
+  bool any_global = false, any_masked = false;
+  for (int64_t i = 0; i < m.num_layers; ++i) (sdpa_layer_masked(m, i, s.seq_len) ? any_masked : any_global) = true;
+  SdpaResolution r;
+  r.global = select_sdpa_kernel(in);
+  if (any_masked) {
+    SdpaInputs masked = in;
+    masked.arbitrary_mask = true;
+    r.windowed = select_sdpa_kernel(masked);
+  }
+  auto needs_ratio = [&](const SdpaChoice& c) {
+    const char* key = c.kernel == SdpaKernel::MemoryEfficient ? "memory_efficient"
+                      : c.kernel == SdpaKernel::Cudnn         ? "cudnn"
+                                                              : nullptr;
+    if (key == nullptr) return;
+    const HardwareProfile::KernelRatio& ratio =
+        c.kernel == SdpaKernel::Cudnn ? hw.sdpa_cudnn_ratio : hw.sdpa_memory_efficient_ratio;
+    if (!ratio.given())
+      throw InputError(hw.source + ": attention sdpa runs the " + to_string(c.kernel) + " kernel here (" + c.reason +
+                       "), priced relative to the flash curves by device.sdpa_kernel_ratio." + key +
+                       ", which this profile does not give (docs/hardware.md \"Attention kernels\")");
+  };
+  if (any_global) needs_ratio(r.global);
+  if (r.windowed) needs_ratio(*r.windowed);
+  const std::string g_text = describe(r.global, s.param_dtype);
+  if (!r.windowed) {
+    r.description = g_text;
+  } else if (!any_global) {
+    r.description = describe(*r.windowed, s.param_dtype) + " (sliding-window layers: an attention mask)";
+  } else if (r.windowed->kernel == r.global.kernel) {
+    r.description = g_text;
+  } else {
+    r.description = g_text + " for global layers, " + to_string(r.windowed->kernel) +
+                    " for sliding-window layers (an attention mask)";
+  }
+  r.notes = r.global.notes;
+  return r;
+}
+
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
+  const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, in.strategy);
   ProgramInput pi;
+  if (sdpa) {
+    pi.sdpa_global = sdpa->global.kernel;
+    pi.sdpa_windowed = sdpa->windowed ? sdpa->windowed->kernel : sdpa->global.kernel;
+  }
   pi.graph = in.graph;
   pi.cluster = in.cluster;
   pi.strategy = in.strategy;
@@ -129,6 +192,15 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
   double peak = in.hardware->rated_peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;
+  if (sdpa) {
+    p.attention = sdpa->description;
+    p.attention_notes = sdpa->notes;
+  } else {
+    p.attention = to_string(s.attention);
+    // SDPA on a CPU runs its CPU kernels (math / the flash CPU kernel), priced by the CPU profile's curves as
+    // before the dispatch was modelled.
+    if (s.attention == AttentionImpl::Sdpa) p.attention += " (CPU kernels, priced as flash)";
+  }
   if (program_out) *program_out = std::move(prog);
   return p;
 }

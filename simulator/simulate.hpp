@@ -3,7 +3,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "compute/sdpa_dispatch.hpp"
 #include "hardware/cluster.hpp"
 #include "hardware/hardware_profile.hpp"
 #include "memory/memory_walk.hpp"
@@ -41,7 +43,27 @@ struct Prediction {
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;
   double model_flops_per_token = 0;  // 6N + attention (see README "MFU")
+  // The attention the step runs, as the reports name it: "flash", "eager", "sdpa -> flash",
+  // "sdpa -> memory-efficient (fp32)" (resolve_sdpa); `attention_notes`: what its dispatch assumed.
+  std::string attention;
+  std::vector<std::string> attention_notes;
 };
+
+// With attention sdpa on a CUDA device, the kernels PyTorch's SDPA dispatch runs (compute/sdpa_dispatch.hpp).
+struct SdpaResolution {
+  SdpaChoice global;                   // layers given is_causal and no mask
+  std::optional<SdpaChoice> windowed;  // sliding-window layers (an attention mask), where the model has any
+  std::string description;             // "sdpa -> flash", or both kinds of layer where their kernels differ
+  std::vector<std::string> notes;      // what the dispatch assumed (a torch or cuDNN version not stated)
+};
+
+// The kernels for the plan: from the model's head dims and attention dropout, the compute dtype, the device's
+// compute capability and the runtime's torch and cuDNN versions (RuntimeProfile::torch_version, cudnn_version).
+// nullopt where the strategy's attention is not sdpa, or on a CPU device (SDPA's CPU kernels: priced as flash,
+// as before the dispatch was modelled). InputError where a CUDA profile lacks device.compute_capability, or the
+// device.sdpa_kernel_ratio the chosen kernel is priced by.
+std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareProfile& hw, const RuntimeProfile& rt,
+                                           const Strategy& s);
 
 // Checks the strategy against the model and cluster; throws InputError naming the flag for a strategy
 // that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).

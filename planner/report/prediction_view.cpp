@@ -87,6 +87,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["time"] = t;
   j["throughput"] = {{"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}, {"tokens_per_step", p.tokens_per_step}};
   j["mfu"] = p.mfu;
+  j["attention"] = {{"kernel", p.attention}, {"notes", p.attention_notes}};
   return j;
 }
 
@@ -120,7 +121,11 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
     o << bold << "network  " << reset << network_summary(*ctx.hardware) << "\n";
   if (const std::string clocks = clock_summary(*ctx.hardware); !clocks.empty())
     o << bold << "clocks   " << reset << clocks << "\n";
-  o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n\n";
+  o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n";
+  // The attention kernel the step is priced with (sdpa: the one PyTorch's dispatch chooses, simulate.hpp).
+  o << bold << "attention " << reset << (p.attention.empty() ? to_string(ctx.strategy.attention) : p.attention) << "\n";
+  for (const std::string& n : p.attention_notes) o << "          " << n << "\n";
+  o << "\n";
   o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";
   // MiB for the small models of CPU runs, whose peaks would read 0.00 GiB.
   const bool mib = p.memory.device_total < kGiB;

@@ -361,7 +361,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   s.seq_len = row.seq;
   s.grad_accum = row.grad_accum.value_or(1);
   if (!row.grad_accum) res.approximations.push_back("accumulation not stated: 1");
-  s.attention = row.attention == "eager" || row.attention == "math" ? AttentionImpl::Eager : AttentionImpl::Flash;
+  // sdpa rows run PyTorch's dispatch (simulate.hpp resolve_sdpa) with the torch release the row states; the rows
+  // state no cuDNN version.
+  s.attention = row.attention == "eager" || row.attention == "math" ? AttentionImpl::Eager
+                : row.attention == "sdpa"                           ? AttentionImpl::Sdpa
+                                                                    : AttentionImpl::Flash;
   if (row.attention.empty()) res.approximations.push_back("attention not stated: flash");
   s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
   s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
@@ -370,8 +374,18 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   const Cluster cluster{nodes, gpn};
   validate_strategy(s, spec, cluster);
   ModuleGraph graph(std::move(spec));
-  SimulationInput in{&graph, &hw, &rt, cluster, s};
+  RuntimeProfile row_rt = rt;
+  row_rt.cudnn_version.clear();
+  row_rt.torch_version.clear();
+  if (const std::optional<TorchVersion> tv = parse_torch_version_prefix(row.torch_version))
+    row_rt.torch_version = to_string(*tv);
+  SimulationInput in{&graph, &hw, &row_rt, cluster, s};
   const Prediction p = simulate(in);
+  if (s.attention == AttentionImpl::Sdpa) {
+    res.attention = p.attention;
+    // What the dispatch assumed for a version the row does not state is a knob priced by a neighbour.
+    for (const std::string& n : p.attention_notes) res.approximations.push_back(n);
+  }
   res.simulated = true;
   res.fits = p.fits;
   res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
@@ -464,6 +478,7 @@ std::string format_validation(const ValidationReport& r) {
       for (size_t i = 0; i < x.approximations.size(); ++i) o << (i ? "; " : "") << x.approximations[i];
       o << "\n";
     }
+    if (!x.attention.empty()) o << "  " << std::string(16, ' ') << "attention " << x.attention << "\n";
     if (!x.fits) o << "  " << std::string(16, ' ') << "(predicted not to fit the GPU)\n";
     if (x.time_error) {
       time_all.push_back(*x.time_error);

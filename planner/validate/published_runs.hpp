@@ -71,6 +71,7 @@ struct RowResult {
   std::string not_simulated;  // why, when a knob the row states is not modelled (fp8, a GPU without a profile)
   std::string hardware, runtime, plan;      // what it was priced with
   std::vector<std::string> approximations;  // knobs priced by a neighbour (named in the table, never silent)
+  std::string attention;                    // attention sdpa: the kernel its dispatch chose ("sdpa -> flash")
   std::optional<double> predicted_tokens_per_s, measured_tokens_per_s, time_error;
   std::optional<double> predicted_memory_gib, measured_memory_gib, memory_error;
   bool fits = true;

@@ -100,16 +100,26 @@ Bytes attention_backward_bytes(const AttentionShape& a, DType dtype) {
 }
 
 Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
-  if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
-  Flops f = attention_forward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_forward_curve(dtype).at(f.value);
-  return roofline(hw, f, rate, attention_forward_bytes(a, dtype));
+  return attention_forward_time(hw, a, dtype, 1.0);
 }
 
 Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype) {
+  return attention_backward_time(hw, a, dtype, 1.0);
+}
+
+Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype, double rate_ratio) {
+  FSDP_ASSERT(rate_ratio > 0, "an attention kernel's rate ratio is positive");
+  if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
+  Flops f = attention_forward_flops(a);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.attention_forward_curve(dtype).at(f.value) * rate_ratio);
+  return roofline(hw, f, rate, attention_forward_bytes(a, dtype));
+}
+
+Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype, double rate_ratio) {
+  FSDP_ASSERT(rate_ratio > 0, "an attention kernel's rate ratio is positive");
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   Flops f = attention_backward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * hw.attention_backward_curve(dtype).at(f.value);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.attention_backward_curve(dtype).at(f.value) * rate_ratio);
   return roofline(hw, f, rate, attention_backward_bytes(a, dtype));
 }
 

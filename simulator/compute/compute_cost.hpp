@@ -51,6 +51,10 @@ Bytes attention_forward_bytes(const AttentionShape& a, DType dtype);
 Bytes attention_backward_bytes(const AttentionShape& a, DType dtype);
 Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
 Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype);
+// Another fused kernel (SDPA's memory-efficient or cuDNN backend) whose compute rate is `rate_ratio` times the flash
+// curves' (HardwareProfile::sdpa_*_ratio); 1: flash itself.
+Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype, double rate_ratio);
+Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype, double rate_ratio);
 
 // --- Memory-bound kernels (elementwise, norms, casts, copies): bytes read + written / the device's
 // elementwise bandwidth for the dtype they compute in (HardwareProfile::elementwise_bandwidth: HBM on a GPU,

@@ -318,6 +318,33 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
   for (auto [key, field] : {std::pair{"tdp", &hw.tdp}, std::pair{"power_limit", &hw.power_limit}})
     if (dev.has(key)) *field = read_power(dev, key);
   if (dev.has("sm_count")) hw.sm_count = positive_int(dev, "sm_count");
+  // `device.compute_capability: "9.0"`: strictly major.minor as NVIDIA's CUDA GPUs page lists it (a quoted string,
+  // so that YAML does not read 9.0 as the number 9).
+  if (dev.has("compute_capability")) {
+    const std::string text = dev.get_string("compute_capability");
+    const std::optional<ComputeCapability> cc = parse_compute_capability(text);
+    if (!cc)
+      dev.fail(
+          "compute_capability",
+          "'" + text + "' is not a compute capability: expected major.minor, e.g. \"9.0\" (NVIDIA's CUDA GPUs page)");
+    hw.compute_capability = *cc;
+  }
+  // `device.sdpa_kernel_ratio`: {memory_efficient, cudnn} -> {forward, backward}, each entry given whole.
+  if (dev.has("sdpa_kernel_ratio")) {
+    ConfigMap ratios = dev.get_map("sdpa_kernel_ratio");
+    for (auto [key, field] :
+         {std::pair{"memory_efficient", &hw.sdpa_memory_efficient_ratio}, std::pair{"cudnn", &hw.sdpa_cudnn_ratio}}) {
+      if (!ratios.has(key)) continue;
+      ConfigMap e = ratios.get_map(key);
+      for (auto [k, dst] : {std::pair{"forward", &field->forward}, std::pair{"backward", &field->backward}}) {
+        *dst = e.get_double(k);
+        // A kernel's throughput relative to flash's: positive; within (0, 4] keeps a typo (a percentage) out.
+        if (!(*dst > 0 && *dst <= 4)) e.fail(k, "must be within (0, 4]: a throughput ratio to the flash curve");
+      }
+      e.finish();
+    }
+    ratios.finish();
+  }
   if (dev.has("matmul_tiles")) hw.matmul_tiles = read_tiles(dev, "matmul_tiles");
   if (required("memory_bandwidth")) hw.memory_bandwidth = dev.get_bandwidth("memory_bandwidth");
   for (auto [key, x_key, curve] :
@@ -453,6 +480,27 @@ void check_profile(const HardwareProfile& hw, const ConfigMap& top, const Config
     fail_on_given({{dev, "cores"}, {node, "cpu_cores"}}, "device.cores (" + fmt("%.6g", hw.device_cores) +
                                                              ") exceeds node.cpu_cores (" +
                                                              std::to_string(hw.cpu_cores) + ")");
+  // A compute capability is a CUDA device's; a CPU's SDPA has its own kernels (docs/hardware.md "Attention kernels").
+  if (hw.compute_capability.known() && hw.device_kind != "cuda")
+    fail_on_given({{dev, "compute_capability"}, {&top, "device_kind"}},
+                  "only a cuda device has a compute capability (device.compute_capability)");
+  // A ratio applied to the flash curves must keep them within the peak: ratio x the curve's highest efficiency <= 1.
+  for (auto [key, r] :
+       {std::pair{"memory_efficient", &hw.sdpa_memory_efficient_ratio}, std::pair{"cudnn", &hw.sdpa_cudnn_ratio}}) {
+    if (!r->given()) continue;
+    for (auto [which, ratio, curve] : {std::tuple{"forward", r->forward, &hw.attention_efficiency},
+                                       std::tuple{"backward", r->backward, &hw.attention_backward_efficiency}}) {
+      double top_eff = 0;
+      for (double e : curve->efficiency) top_eff = std::max(top_eff, e);
+      if (ratio * top_eff > 1)
+        fail_on_given({{dev, "sdpa_kernel_ratio"},
+                       {dev, which[0] == 'f' ? "attention_forward_efficiency" : "attention_backward_efficiency"}},
+                      std::string("device.sdpa_kernel_ratio.") + key + "." + which + " (" + fmt("%.4g", ratio) +
+                          ") takes the attention curve above the peak (highest "
+                          "efficiency " +
+                          fmt("%.4g", top_eff) + ")");
+    }
+  }
   // Tile and wave quantization needs both the SMs and the tiles.
   if ((hw.sm_count > 0) != !hw.matmul_tiles.empty())
     fail_on_given({{dev, "sm_count"}, {dev, "matmul_tiles"}},

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/sdpa_dispatch.hpp"
 #include "core/units.hpp"
 #include "runtime/backend_profile.hpp"
 #include "strategy/strategy.hpp"
@@ -103,6 +104,19 @@ struct HardwareProfile {
   // quantization (CPUs).
   int sm_count = 0;
   std::vector<std::pair<int64_t, int64_t>> matmul_tiles;
+  // `device.compute_capability: "9.0"` (CUDA devices only; docs/hardware.md "Attention kernels"): the device's
+  // cudaDeviceProp major.minor, which PyTorch's SDPA dispatch reads to choose its kernel (compute/sdpa_dispatch.hpp).
+  // Unknown (0.0) where not given; a plan with attention sdpa on a CUDA device needs it.
+  ComputeCapability compute_capability;
+  // `device.sdpa_kernel_ratio.{memory_efficient,cudnn}: {forward: r, backward: r}` (optional; docs/hardware.md
+  // "Attention kernels"): the throughput of SDPA's memory-efficient (CUTLASS) and cuDNN kernels over the flash curves
+  // above (attention_forward_efficiency / attention_backward_efficiency), from published benchmarks of both kernels on
+  // one GPU. 0: not given; a plan whose sdpa dispatches to that kernel needs it.
+  struct KernelRatio {
+    double forward = 0, backward = 0;
+    bool given() const { return forward > 0; }
+  };
+  KernelRatio sdpa_memory_efficient_ratio, sdpa_cudnn_ratio;
   BytesPerSecond memory_bandwidth{0};             // HBM
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)

@@ -206,7 +206,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   const double mlp_stage = tokens * pb * (h + (w.gated ? 2.0 : 1.0) * w.ffn) + trained * w.mlp_out_params * pb;
   double attn_stage =
       tokens * pb * (2.0 * h + w.q + 2.0 * w.kv) + trained * w.mlp_params * pb - tokens * w.mlp_saved_per_token;
-  if (s.attention == AttentionImpl::Eager)
+  // q.attention: the attention whose tensors the run keeps (Eager also for sdpa dispatched to math).
+  if (q.attention == AttentionImpl::Eager)
     attn_stage += 2.0 * tokens * static_cast<double>(c.shape.heads) * static_cast<double>(s.seq_len) *
                   tensor_bytes(TensorClass::SoftmaxOut, q);
   c.backward_transient = std::max(mlp_stage, attn_stage);

@@ -42,6 +42,20 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   return q;
 }
 
+bool sdpa_layer_masked(const ModelSpec& m, int64_t layer, int64_t seq_len) {
+  const int64_t w = m.attention_window(layer);
+  return w > 0 && seq_len >= w;
+}
+
+ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt, SdpaKernel kernel) {
+  ActivationQuery q = activation_query(s, rt);
+  // SDPA's math backend is the composite softmax(q k^T / sqrt(d) + mask) v of eager ops, whose autograd saves what
+  // eager attention's does (pytorch/pytorch aten/src/ATen/native/transformers/attention.cpp @
+  // bc8cb28010a6b27e1817d38e1c1e0ac59b34477e, _scaled_dot_product_attention_math: matmul, softmax, dropout, matmul).
+  if (s.attention == AttentionImpl::Sdpa && kernel == SdpaKernel::Math) q.attention = AttentionImpl::Eager;
+  return q;
+}
+
 namespace {
 
 // The training loop's scalar collectives carry one fp64 value (executor clip_grad_norm and the loss).
@@ -57,6 +71,7 @@ struct Emitter {
   const RuntimeProfile& rt;
   StepProgram prog;
   ActivationQuery q;
+  SdpaKernel sdpa_memory = SdpaKernel::Flash;  // the sdpa kernel whose saved tensors the layers keep
   double tokens = 0;
   double pb = 0;  // compute (param) dtype bytes
   double mb = 0;  // master dtype bytes
@@ -159,7 +174,7 @@ struct Emitter {
   }
 
   void setup() {
-    q = activation_query(s, rt);
+    q = activation_query(s, rt, sdpa_memory);
     tokens = static_cast<double>(s.micro_batch * s.seq_len);
     prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
     pb = dtype_bytes(s.param_dtype);
@@ -1137,6 +1152,17 @@ StepProgram emit_step_program(const ProgramInput& in) {
   e.fp32_collectives = in.fp32_collectives_only;
   e.backend_gather_buffer = in.backend_gather_buffer;
   e.host_params_are_compute_params = in.host_device && in.strategy.param_dtype == in.strategy.master_dtype;
+  e.prog.sdpa_global = in.sdpa_global;
+  e.prog.sdpa_windowed = in.sdpa_windowed;
+  // The saved tensors follow the global layers' kernel, or the windowed layers' in a model that has only those.
+  // The two differ in what they save only where one is math and the other fused (a windowed layer's mask refused
+  // by flash and the memory-efficient kernel refusing the head dim): then the global layers' kernel is counted.
+  {
+    const ModelSpec& m = in.graph->spec();
+    bool any_global = false;
+    for (int64_t i = 0; i < m.num_layers; ++i) any_global = any_global || !sdpa_layer_masked(m, i, s.seq_len);
+    e.sdpa_memory = any_global ? in.sdpa_global : in.sdpa_windowed;
+  }
   StepLayout& lay = e.prog.layout;
   lay.world = in.cluster.world_size();
   if (s.kind == StrategyKind::Hsdp) {

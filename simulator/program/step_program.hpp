@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/sdpa_dispatch.hpp"
 #include "core/errors.hpp"
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
@@ -111,6 +112,10 @@ struct StepProgram {
   std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
   int64_t attn_batch = 0, attn_seq = 0;
+  // With attention sdpa: the kernels PyTorch's dispatch runs (ProgramInput::sdpa_global, sdpa_windowed): the
+  // timeline prices them.
+  SdpaKernel sdpa_global = SdpaKernel::Flash;    // layers attending every earlier token (is_causal, no mask)
+  SdpaKernel sdpa_windowed = SdpaKernel::Flash;  // sliding-window layers (an attention mask)
   std::vector<WrapUnit> units;
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;
@@ -132,11 +137,27 @@ struct ProgramInput {
   bool backend_gather_buffer = false;
   // The device is the host (a CPU run): offloaded state already lives where compute reads it.
   bool host_device = false;
+  // With strategy.attention sdpa, the kernels SDPA's dispatch chooses (simulate.hpp resolve_sdpa) for global and
+  // for sliding-window layers. The math kernel materialises the scores and probabilities like eager attention and
+  // saves what eager saves; the fused kernels (flash, memory-efficient, cuDNN) save the output and the log-sum-exp.
+  // A caller that has no hardware profile to dispatch on (a program emitted for its memory alone) leaves flash, what
+  // sdpa was priced as before the dispatch was modelled.
+  SdpaKernel sdpa_global = SdpaKernel::Flash;
+  SdpaKernel sdpa_windowed = SdpaKernel::Flash;
 };
 
 StepProgram emit_step_program(const ProgramInput& in);
 
 // Activation query for this strategy and runtime (dtype, attention, autocast, runtime module behaviour).
 ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt);
+
+// The same for the tensors `kernel` keeps when the strategy's attention is sdpa: math keeps eager attention's.
+ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt, SdpaKernel kernel);
+
+// Whether Hugging Face's sdpa path hands layer `layer` an attention mask instead of is_causal: a sliding window
+// no longer than the sequence (transformers src/transformers/masking_utils.py @
+// 2ccc6cae21faaf11631efa5fb9054687ae5dc931, _ignore_causal_mask_sdpa: the mask is skipped only while kv_length <
+// local_attention_size).
+bool sdpa_layer_masked(const ModelSpec& m, int64_t layer, int64_t seq_len);
 
 }  // namespace fsdp

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/sdpa_dispatch.hpp"
 #include "core/config_map.hpp"
 #include "core/config_path.hpp"
 #include "core/errors.hpp"
@@ -132,6 +133,22 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (has("lora_adapters"))
       r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
   });
+  // The software stack (optional in every profile; a derived one overrides it key by key), strictly parsed here
+  // (compute/sdpa_dispatch.hpp) and kept as written for the report.
+  if (map.has("sdpa")) {
+    ConfigMap sd = map.get_map("sdpa");
+    if (sd.has("torch_version")) {
+      r.torch_version = sd.get_string("torch_version");
+      if (!parse_torch_version(r.torch_version))
+        sd.fail("torch_version", "'" + r.torch_version + "' is not a torch release: expected e.g. \"2.11.0\"");
+    }
+    if (sd.has("cudnn_version")) {
+      r.cudnn_version = sd.get_string("cudnn_version");
+      if (!parse_cudnn_version(r.cudnn_version))
+        sd.fail("cudnn_version", "'" + r.cudnn_version + "' is not a cuDNN version: expected e.g. \"9.19\"");
+    }
+    sd.finish();
+  }
   section("training_loop", [&](ConfigMap& loop, auto&& has) {
     auto non_negative = [&](const char* key, double& field, const char* what) {
       if (!has(key)) return;

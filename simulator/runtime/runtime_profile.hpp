@@ -75,6 +75,12 @@ struct RuntimeProfile {
   // reads the chain's inputs once and writes what leaves it (Inductor), rather than one kernel per op reading and
   // writing whole tensors (eager): program/layer_costs.cpp prices the layer's memory-bound traffic either way.
   bool fused_elementwise = false;
+  // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
+  // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it
+  // loads, which decide whether cuDNN's attention comes first in SDPA's order on sm90 / sm100. Not given: the
+  // dispatch assumes nothing of them and says so.
+  std::string torch_version;
+  std::string cudnn_version;
   // --- the training loop around forward and backward (section training_loop) ---
   // Bytes the optimizer step moves per trained parameter with fp32 masters and states (scaled for other
   // master dtypes): 28 for a fused AdamW (read p, g, m, v; write p, m, v), more when it runs as separate

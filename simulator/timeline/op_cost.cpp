@@ -97,8 +97,29 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
         a.head_dim = ls.head_dim;
         a.causal = true;
         a.window = ls.window;
-        layer_time += attn_fwd * attention_forward_time(hw, a, dt).value +
-                      op.attn_bwd_passes * attention_backward_time(hw, a, dt).value;
+        // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
+        // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);
+        // math is priced as eager attention is, and flash as flash. A layer handed a mask (a sliding window, with
+        // no is_causal) has every query attend every key: the full s x s square, not the causal band.
+        double fwd_ratio_k = 1.0, bwd_ratio_k = 1.0;
+        if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
+          const bool masked = ls.window > 0 && p.attn_seq >= ls.window;
+          const SdpaKernel k = masked ? p.sdpa_windowed : p.sdpa_global;
+          const HardwareProfile::KernelRatio* r = k == SdpaKernel::MemoryEfficient ? &hw.sdpa_memory_efficient_ratio
+                                                  : k == SdpaKernel::Cudnn         ? &hw.sdpa_cudnn_ratio
+                                                                                   : nullptr;
+          if (r != nullptr) {
+            FSDP_ASSERT(r->given(), "resolve_sdpa checked the profile's kernel ratio");
+            fwd_ratio_k = r->forward;
+            bwd_ratio_k = r->backward;
+          }
+          if (masked) {
+            a.causal = false;
+            a.window = 0;
+          }
+        }
+        layer_time += attn_fwd * attention_forward_time(hw, a, dt, fwd_ratio_k).value +
+                      op.attn_bwd_passes * attention_backward_time(hw, a, dt, bwd_ratio_k).value;
       }
       // The eager runtime's host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate): a decoder
       // layer's forward, its backward, plus the forward again where the layer's mode reruns it.
