@@ -238,6 +238,12 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
       "pass plus the elementwise bytes the simulator counts for that pass / one elementwise bandwidth\n"
       "(relative least squares; fp32 at its measured rate). ";
   N["device.host_overhead"] = by + probe_how + s.overhead_note_fp32 + ";\n" + s.overhead_note_bf16;
+  // A measured rate replaces the base's fraction for its dtype (a profile gives one of the two per dtype); fp16 keeps
+  // the base's fraction, or fp32's rate.
+  if (hw.elementwise_bandwidth_fp32.value > 0) hw.elementwise_efficiency_fp32 = 0;
+  if (hw.elementwise_bandwidth_bf16.value > 0) hw.elementwise_efficiency_bf16 = 0;
+  N["device.elementwise_efficiency"] = from_base + ": the dtypes without a measured rate";
+  N["device.compute_capability"] = from_base;
   N["device.elementwise_bandwidth"] =
       by + s.note_elementwise_fp32 + ";\nbf16 " +
       (hw.elementwise_bandwidth_bf16.value > 0 ? "the bandwidth term of the host_overhead fit (see there)"

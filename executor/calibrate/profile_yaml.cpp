@@ -106,6 +106,12 @@ std::vector<DtypeMap> dtype_maps(const HardwareProfile& hw) {
        {overhead(hw.host_overhead_fp32), overhead(hw.host_overhead_bf16), overhead(hw.host_overhead_fp16)}},
       {"elementwise_bandwidth",
        {rate(hw.elementwise_bandwidth_fp32), rate(hw.elementwise_bandwidth_bf16), rate(hw.elementwise_bandwidth_fp16)}},
+      // A dtype's fraction of the memory's bandwidth, where it has no rate of its own (the base's, a GPU's eager
+      // kernels: hardware_profile.hpp elementwise_efficiency).
+      {"elementwise_efficiency",
+       {hw.elementwise_bandwidth_fp32.value > 0 ? std::string() : ratio(hw.elementwise_efficiency_fp32),
+        hw.elementwise_bandwidth_bf16.value > 0 ? std::string() : ratio(hw.elementwise_efficiency_bf16),
+        hw.elementwise_bandwidth_fp16.value > 0 ? std::string() : ratio(hw.elementwise_efficiency_fp16)}},
       {"matmul_forward_ratio",
        {ratio(hw.matmul_forward_ratio_fp32), ratio(hw.matmul_forward_ratio_bf16),
         ratio(hw.matmul_forward_ratio_fp16)}}};
@@ -133,6 +139,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
   for (const DtypeMap& m : dtype_maps(hw))
     if (m.any()) keys.push_back("device." + m.key);
   if (hw.device_cores > 0) keys.push_back("device.cores");
+  if (hw.compute_capability.known()) keys.push_back("device.compute_capability");
   if (hw.calibrated)
     for (const char* k : {"calibrated.runtime", "calibrated.runtime_build", "calibrated.cost_model_version"})
       keys.emplace_back(k);
@@ -182,6 +189,10 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
       if (!m.value[d].empty()) w.out() << "    " << kDtypeNames[d] << ": " << m.value[d] << "\n";
   }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
+  if (hw.compute_capability.known())
+    w.field(
+        2, "device.compute_capability", "compute_capability",
+        "\"" + std::to_string(hw.compute_capability.major) + "." + std::to_string(hw.compute_capability.minor) + "\"");
   w.open(0, "node", "node");
   w.field(2, "node.gpus_per_node", "gpus_per_node", std::to_string(hw.gpus_per_node));
   tier(w, "node.intra_node", "intra_node", hw.intra_node);

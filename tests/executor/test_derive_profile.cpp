@@ -248,6 +248,15 @@ TEST_CASE("derive_profile: a CUDA device's memory and copies come from the devic
   CHECK(d.hw.cpu_cores == in.base.cpu_cores);
   CHECK(d.hw.gpus_per_node == in.base.gpus_per_node);
   CHECK(note(d, "node.gpus_per_node").find("from --base") != std::string::npos);
+  // What calibrate does not measure is written as the base gave it: the compute capability (SDPA's dispatch) and,
+  // for a dtype without a measured elementwise rate, the base's fraction of the memory's bandwidth.
+  CHECK(d.hw.compute_capability.major == 9);
+  const std::string yaml = hardware_profile_yaml(d.hw, d.notes);
+  CHECK(yaml.find("compute_capability: \"9.0\"") != std::string::npos);
+  const bool bf16_measured = d.hw.elementwise_bandwidth_bf16.value > 0;
+  CHECK(yaml.find("elementwise_efficiency:") != std::string::npos);
+  CHECK((yaml.find("    bf16: 0.54\n") != std::string::npos) == !bf16_measured);
+  CHECK(yaml.find("    fp16: 0.54\n") != std::string::npos);
 }
 
 TEST_CASE("derive_profile: the written profile loads through the strict loader with the derived numbers") {
