@@ -302,10 +302,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("FSDP1 priced as FSDP2");
   }
-  // torchtitan's own Llama, loop and FSDP2 setup (configs/runtimes/torchtitan.yaml); its torch.compile rows stay
-  // with the compile pricing below until a profile describes torchtitan's compiled blocks.
-  if (row.framework == "torchtitan" && row.runtime == "fsdp2" && !row.compile &&
-      file_exists(runtime_file(config_root, "torchtitan")))
+  // torchtitan's own Llama, loop and FSDP2 setup (configs/runtimes/torchtitan.yaml); with torch.compile,
+  // torchtitan-compile.yaml below.
+  if (row.framework == "torchtitan" && row.runtime == "fsdp2" && file_exists(runtime_file(config_root, "torchtitan")))
     rt_name = "torchtitan";
   // torch.compile: the runtime's compiled profile, NAME-compile (configs/runtimes/pytorch-compile.yaml,
   // pytorch-fsdp1-compile.yaml: the eager profile with the partitioner's saved set and Inductor's fused kernels);

@@ -186,6 +186,7 @@ TEST_CASE("published runs: a torch.compile row is priced by its runtime's compil
       text.replace(pos, from.size(), to);
     };
     swap("compile: false", "compile: true");
+    swap("framework: torchtitan", "framework: litgpt");  // not a framework with a runtime profile of its own
     swap("runtime: fsdp2", "runtime: " + runtime);
     swap("strategy: fsdp\n", "strategy: " + strategy + "\n");
     const std::string d = scratch_dir("compile-" + runtime);
@@ -243,7 +244,7 @@ TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 maste
   CHECK(liger.not_simulated == "kernel library 'liger' is not modelled");
 }
 
-TEST_CASE("published runs: torchtitan's compiled rows keep the compile pricing, other frameworks PyTorch's") {
+TEST_CASE("published runs: torchtitan's rows are priced by its runtime, compiled by torchtitan-compile") {
   auto runtime_of = [](const std::string& from, const std::string& to) {
     const std::string d = scratch_dir("titan");
     std::string t = kRowTemplate;
@@ -255,7 +256,8 @@ TEST_CASE("published runs: torchtitan's compiled rows keep the compile pricing, 
     return rep.results[0].runtime;
   };
   const std::string compiled = runtime_of("compile: false", "compile: true");
-  CHECK(compiled == "pytorch-compile");
+  CHECK(compiled == "torchtitan-compile");
+  CHECK(runtime_of("compile: false", "compile: false") == "torchtitan");
   CHECK(runtime_of("framework: torchtitan", "framework: litgpt") == "pytorch");
 }
 
