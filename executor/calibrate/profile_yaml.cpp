@@ -190,9 +190,7 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   }
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   if (hw.compute_capability.known())
-    w.field(
-        2, "device.compute_capability", "compute_capability",
-        "\"" + std::to_string(hw.compute_capability.major) + "." + std::to_string(hw.compute_capability.minor) + "\"");
+    w.field(2, "device.compute_capability", "compute_capability", quoted(to_string(hw.compute_capability)));
   w.open(0, "node", "node");
   w.field(2, "node.gpus_per_node", "gpus_per_node", std::to_string(hw.gpus_per_node));
   tier(w, "node.intra_node", "intra_node", hw.intra_node);

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "compute/sdpa_dispatch.hpp"
+#include "core/versions.hpp"
 #include "core/units.hpp"
 #include "runtime/backend_profile.hpp"
 #include "strategy/strategy.hpp"

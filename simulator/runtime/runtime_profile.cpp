@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "compute/sdpa_dispatch.hpp"
+#include "core/versions.hpp"
 #include "core/config_map.hpp"
 #include "core/config_path.hpp"
 #include "core/errors.hpp"
