@@ -20,6 +20,33 @@ std::optional<int> read_number(const std::string& text, size_t& pos, size_t max_
   return v;
 }
 
+// A release "M.m" or "M.m.p" (each part at most two digits, M > 0). `whole`: nothing may follow; otherwise what
+// follows is ignored, a ".p" read where digits lead it ("2.8.0a0+5228986c39": 2.8.0).
+struct Release {
+  int major = 0, minor = 0;
+  std::optional<int> patch;
+};
+std::optional<Release> read_release(const std::string& text, bool whole) {
+  size_t pos = 0;
+  const std::optional<int> ma = read_number(text, pos, 2);
+  if (!ma || *ma == 0 || pos >= text.size() || text[pos] != '.') return std::nullopt;
+  ++pos;
+  const std::optional<int> mi = read_number(text, pos, 2);
+  if (!mi) return std::nullopt;
+  Release r{*ma, *mi, std::nullopt};
+  if (pos >= text.size()) return r;
+  if (!whole) {
+    size_t at = pos + 1;
+    if (text[pos] == '.') r.patch = read_number(text, at, 2);
+    return r;
+  }
+  if (text[pos] != '.') return std::nullopt;
+  ++pos;
+  r.patch = read_number(text, pos, 2);
+  if (!r.patch || pos != text.size()) return std::nullopt;
+  return r;
+}
+
 }  // namespace
 
 std::optional<ComputeCapability> parse_compute_capability(const std::string& text) {
@@ -36,44 +63,15 @@ std::optional<ComputeCapability> parse_compute_capability(const std::string& tex
 std::string to_string(const ComputeCapability& cc) { return std::to_string(cc.major) + "." + std::to_string(cc.minor); }
 
 std::optional<TorchVersion> parse_torch_version(const std::string& text) {
-  size_t pos = 0;
-  TorchVersion v;
-  const std::optional<int> ma = read_number(text, pos, 2);
-  if (!ma || pos >= text.size() || text[pos] != '.') return std::nullopt;
-  ++pos;
-  const std::optional<int> mi = read_number(text, pos, 2);
-  if (!mi) return std::nullopt;
-  v.major = *ma;
-  v.minor = *mi;
-  v.patch_known = false;
-  if (pos < text.size()) {
-    if (text[pos] != '.') return std::nullopt;
-    ++pos;
-    const std::optional<int> pa = read_number(text, pos, 2);
-    if (!pa || pos != text.size()) return std::nullopt;
-    v.patch = *pa;
-    v.patch_known = true;
-  }
-  if (v.major == 0) return std::nullopt;
-  return v;
+  const std::optional<Release> r = read_release(text, true);
+  if (!r) return std::nullopt;
+  return TorchVersion{r->major, r->minor, r->patch.value_or(0), r->patch.has_value()};
 }
 
 std::optional<TorchVersion> parse_torch_version_prefix(const std::string& text) {
-  size_t pos = 0;
-  const std::optional<int> ma = read_number(text, pos, 2);
-  if (!ma || *ma == 0 || pos >= text.size() || text[pos] != '.') return std::nullopt;
-  ++pos;
-  const std::optional<int> mi = read_number(text, pos, 2);
-  if (!mi) return std::nullopt;
-  TorchVersion v{*ma, *mi, 0, false};
-  if (pos < text.size() && text[pos] == '.') {
-    size_t p2 = pos + 1;
-    if (const std::optional<int> pa = read_number(text, p2, 2)) {
-      v.patch = *pa;
-      v.patch_known = true;
-    }
-  }
-  return v;
+  const std::optional<Release> r = read_release(text, false);
+  if (!r) return std::nullopt;
+  return TorchVersion{r->major, r->minor, r->patch.value_or(0), r->patch.has_value()};
 }
 
 std::string to_string(const TorchVersion& v) {
@@ -83,24 +81,13 @@ std::string to_string(const TorchVersion& v) {
 }
 
 std::optional<int> parse_cudnn_version(const std::string& text) {
-  size_t pos = 0;
-  const std::optional<int> ma = read_number(text, pos, 2);
-  if (!ma || *ma == 0 || pos >= text.size() || text[pos] != '.') return std::nullopt;
-  ++pos;
-  const std::optional<int> mi = read_number(text, pos, 2);
-  if (!mi) return std::nullopt;
-  int patch = 0;
-  if (pos < text.size()) {
-    if (text[pos] != '.') return std::nullopt;
-    ++pos;
-    const std::optional<int> pa = read_number(text, pos, 2);
-    if (!pa || pos != text.size()) return std::nullopt;
-    patch = *pa;
-  }
+  const std::optional<Release> r = read_release(text, true);
+  if (!r) return std::nullopt;
+  const int ma = r->major, mi = r->minor, patch = r->patch.value_or(0);
   // cuDNN 9's CUDNN_VERSION: CUDNN_MAJOR * 10000 + CUDNN_MINOR * 100 + CUDNN_PATCHLEVEL (cudnn_version.h); the
   // source compares against that form (8903 for 8.9.3 is cuDNN 8's *1000 + *100 form, below any 9.x).
-  if (*ma < 9) return *ma * 1000 + *mi * 100 + patch;
-  return *ma * 10000 + *mi * 100 + patch;
+  if (ma < 9) return ma * 1000 + mi * 100 + patch;
+  return ma * 10000 + mi * 100 + patch;
 }
 
 }  // namespace fsdp
