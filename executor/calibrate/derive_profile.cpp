@@ -392,12 +392,18 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
                           const std::string& key) {
       if (price > 0) {
         const double seen = std::max(0.0, in_step);
-        field = std::min(10.0, seen / price);
+        // Written as measured, however large: a cap would make the profile price collectives at a time no step
+        // took. A factor past 10 is said, since it usually means the machine was busy while the probe ran.
+        field = seen / price;
         N[key] = by + how + ": factor = " + fmt("%.2f ms", seen * 1e3) +
                  (in_step < 0 ? fmt(" (the step was %.2f ms faster than its local step)", -in_step * 1e3) : "") +
                  " / " + fmt("%.2f ms", price * 1e3);
       }
       rep << "calibrate: " << how << "; in-step factor " << (field ? fmt("%.3g", *field) : "absent") << "\n";
+      if (field && *field > 10)
+        rep << "calibrate: warning: " << key << fmt(" = %.3g", *field)
+            << ": the collectives took over 10x their priced time inside the step; if other work shared the machine "
+               "during calibrate, rerun it on an idle one\n";
     };
     set_factor(pr.step_s - pr.alone_s, pred.time.comm_s, what, factors[i].node, "collectives.in_step_factor" + sfx);
     // The same plan over twice as many ranks as CPUs: its local step is the rehearsal's scaled by the compute the
