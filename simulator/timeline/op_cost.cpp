@@ -32,17 +32,48 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 
 }  // namespace
 
-OpPrices price_gemms(const StepProgram& p, const HardwareProfile& hw, const Strategy& s) {
+OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Strategy& s) {
   const DType dt = s.param_dtype;
   OpPrices prices;
   prices.layers.reserve(p.layer_shapes.size());
   for (const LayerShape& ls : p.layer_shapes) {
-    LayerGemmTimes t;
+    LayerPrices t;
     for (const GemmShape& g : ls.gemms) {
       const double one = gemm_time(hw, g, dt);
-      t.all += one;
+      t.gemms += one;
       if (g.op_sac_recomputed) t.op_sac_recomputed += one;
     }
+    AttentionShape a;
+    a.batch = p.attn_batch;
+    a.seq_len = p.attn_seq;
+    a.heads = ls.heads;
+    a.kv_heads = ls.kv_heads;
+    a.head_dim = ls.head_dim;
+    a.causal = true;
+    a.window = ls.window;
+    // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
+    // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);
+    // math is priced as eager attention is, and flash as flash. A layer handed a mask (a sliding window, with
+    // no is_causal) has every query attend every key: the full s x s square, not the causal band.
+    double fwd_ratio_k = 1.0, bwd_ratio_k = 1.0;
+    if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
+      const bool masked = ls.window > 0 && p.attn_seq >= ls.window;
+      const SdpaKernel k = masked ? p.sdpa_windowed : p.sdpa_global;
+      const HardwareProfile::KernelRatio* r = k == SdpaKernel::MemoryEfficient ? &hw.sdpa_memory_efficient_ratio
+                                              : k == SdpaKernel::Cudnn         ? &hw.sdpa_cudnn_ratio
+                                                                               : nullptr;
+      if (r != nullptr) {
+        FSDP_ASSERT(r->given(), "resolve_sdpa checked the profile's kernel ratio");
+        fwd_ratio_k = r->forward;
+        bwd_ratio_k = r->backward;
+      }
+      if (masked) {
+        a.causal = false;
+        a.window = 0;
+      }
+    }
+    t.attention_forward = attention_forward_time(hw, a, dt, fwd_ratio_k).value;
+    t.attention_backward = attention_backward_time(hw, a, dt, bwd_ratio_k).value;
     prices.layers.push_back(t);
   }
   prices.head = gemm_time(hw, p.head_gemm, dt);
@@ -50,7 +81,7 @@ OpPrices price_gemms(const StepProgram& p, const HardwareProfile& hw, const Stra
 }
 
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
-  return op_duration(op, p, hw, c, s, price_gemms(p, hw, s));
+  return op_duration(op, p, hw, c, s, price_layers(p, hw, s));
 }
 
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
@@ -78,49 +109,16 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     const int32_t cls = p.layer_shape_of[static_cast<size_t>(l)];
     const ActCkpt mode = backward ? layer_ckpt(s, l) : ActCkpt::None;
     if (cls != priced_class || mode != priced_mode) {
-      const LayerShape& ls = p.layer_shapes[static_cast<size_t>(cls)];
       layer_time = 0;
+      const LayerPrices& lp = prices.layers[static_cast<size_t>(cls)];
       if (op.gemm_passes > 0) {
-        const LayerGemmTimes& g = prices.layers[static_cast<size_t>(cls)];
-        const double recomputed = mode == ActCkpt::Full          ? g.all
-                                  : mode == ActCkpt::SelectiveOp ? g.op_sac_recomputed
+        const double recomputed = mode == ActCkpt::Full          ? lp.gemms
+                                  : mode == ActCkpt::SelectiveOp ? lp.op_sac_recomputed
                                                                  : 0;
-        layer_time += pass_weight(op.gemm_passes) * g.all + fwd_ratio * recomputed;
+        layer_time += pass_weight(op.gemm_passes) * lp.gemms + fwd_ratio * recomputed;
       }
       const double attn_fwd = op.attn_fwd_passes + (recomputes_attention(mode) ? 1.0 : 0.0);
-      if (attn_fwd > 0 || op.attn_bwd_passes > 0) {
-        AttentionShape a;
-        a.batch = p.attn_batch;
-        a.seq_len = p.attn_seq;
-        a.heads = ls.heads;
-        a.kv_heads = ls.kv_heads;
-        a.head_dim = ls.head_dim;
-        a.causal = true;
-        a.window = ls.window;
-        // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
-        // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);
-        // math is priced as eager attention is, and flash as flash. A layer handed a mask (a sliding window, with
-        // no is_causal) has every query attend every key: the full s x s square, not the causal band.
-        double fwd_ratio_k = 1.0, bwd_ratio_k = 1.0;
-        if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
-          const bool masked = ls.window > 0 && p.attn_seq >= ls.window;
-          const SdpaKernel k = masked ? p.sdpa_windowed : p.sdpa_global;
-          const HardwareProfile::KernelRatio* r = k == SdpaKernel::MemoryEfficient ? &hw.sdpa_memory_efficient_ratio
-                                                  : k == SdpaKernel::Cudnn         ? &hw.sdpa_cudnn_ratio
-                                                                                   : nullptr;
-          if (r != nullptr) {
-            FSDP_ASSERT(r->given(), "resolve_sdpa checked the profile's kernel ratio");
-            fwd_ratio_k = r->forward;
-            bwd_ratio_k = r->backward;
-          }
-          if (masked) {
-            a.causal = false;
-            a.window = 0;
-          }
-        }
-        layer_time += attn_fwd * attention_forward_time(hw, a, dt, fwd_ratio_k).value +
-                      op.attn_bwd_passes * attention_backward_time(hw, a, dt, bwd_ratio_k).value;
-      }
+      layer_time += attn_fwd * lp.attention_forward + op.attn_bwd_passes * lp.attention_backward;
       // The eager runtime's host overhead (HostOverhead; CPU profiles measured by fsdp-run calibrate): a decoder
       // layer's forward, its backward, plus the forward again where the layer's mode reruns it.
       if (op.kind == OpKind::Forward) layer_time += ho.layer_forward.value;

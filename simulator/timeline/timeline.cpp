@@ -23,7 +23,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   const bool one_resource = !hw.backend.overlaps_compute;
   double compute_busy = 0;
   double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
-  const OpPrices prices = price_gemms(p, hw, s);
+  const OpPrices prices = price_layers(p, hw, s);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     const size_t resource = static_cast<size_t>(one_resource ? Stream::Compute : op.stream);

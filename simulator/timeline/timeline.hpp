@@ -33,18 +33,20 @@ struct TimelineResult {
   std::vector<OpTiming> ops;  // per op of the program
 };
 
-// The GEMM times of a program's layer classes and head, priced once per program: every op of a class computes
-// the same shapes (the search prices millions of ops, and the tile quantization of each GEMM is most of an op's
-// cost otherwise).
-struct LayerGemmTimes {
-  double all = 0;                // one pass of the layer's GEMMs (the mean of each linear's three)
+// The compute times of a program's layer classes and head, priced once per program: every op of a class computes
+// the same shapes (the search prices millions of ops, and the tile quantization of each GEMM and the attention
+// kernel's dispatch are most of an op's cost otherwise).
+struct LayerPrices {
+  double gemms = 0;              // one pass of the layer's GEMMs (the mean of each linear's three)
   double op_sac_recomputed = 0;  // the GEMMs the per-op checkpointing policy runs again
+  double attention_forward = 0;  // one forward pass of its attention core, on the kernel the strategy runs
+  double attention_backward = 0;
 };
 struct OpPrices {
-  std::vector<LayerGemmTimes> layers;  // by StepProgram::layer_shapes index
+  std::vector<LayerPrices> layers;  // by StepProgram::layer_shapes index
   double head = 0;
 };
-OpPrices price_gemms(const StepProgram& p, const HardwareProfile& hw, const Strategy& s);
+OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Strategy& s);
 
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
                    const OpPrices& prices);
