@@ -60,6 +60,15 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
 }
 
+Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) {
+  if (batch <= 0 || m <= 0 || n <= 0 || k <= 0) return Seconds(0);
+  const double b = double(batch);
+  const Flops f = matmul_flops(m, n, k) * b;
+  const FlopsPerSecond rate =
+      hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * tile_wave_efficiency(hw, batch * m, n));
+  return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype) * b);
+}
+
 double causal_keys_per_query(int64_t seq, int64_t window) {
   const double s = static_cast<double>(seq);
   if (window <= 0 || window >= seq) return s * 0.5;

@@ -23,6 +23,11 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
 // wave takes a whole one's time. The fraction of the issued work that is useful, for the best of the profile's tile
 // shapes (device.matmul_tiles, as cuBLAS's heuristic picks the kernel); 1 for a profile without them (CPUs).
 double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n);
+// One batched GEMM: `batch` independent products C[m,n] = A[m,k] B[k,n] in one launch (torch.matmul on 4-d tensors
+// calls bmm). Its rate is the profile's curve at the launch's FLOP count times the tile and wave quantization of the
+// batch's tiles, issued together (batch x m rows of output tiles, n columns); its bytes are every operand read and
+// every output written once.
+Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype);
 
 // --- Fused (flash) attention over a batch of sequences ---
 struct AttentionShape {

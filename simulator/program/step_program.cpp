@@ -1154,6 +1154,8 @@ StepProgram emit_step_program(const ProgramInput& in) {
   e.host_params_are_compute_params = in.host_device && in.strategy.param_dtype == in.strategy.master_dtype;
   e.prog.sdpa_global = in.sdpa_global;
   e.prog.sdpa_windowed = in.sdpa_windowed;
+  e.prog.eager_attention = hf_eager_attention(s.param_dtype, in.runtime->eager_softmax_fp32);
+  e.prog.sdpa_math_attention = sdpa_math_attention(s.param_dtype, parse_torch_version(in.runtime->torch_version));
   // The saved tensors follow the global layers' kernel, or the windowed layers' in a model that has only those.
   // The two differ in what they save only where one is math and the other fused (a windowed layer's mask refused
   // by flash and the memory-efficient kernel refusing the head dim): then the global layers' kernel is counted.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/sdpa_dispatch.hpp"
+#include "compute/unfused_attention.hpp"
 #include "core/errors.hpp"
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
@@ -116,6 +117,9 @@ struct StepProgram {
   // timeline prices them.
   SdpaKernel sdpa_global = SdpaKernel::Flash;    // layers attending every earlier token (is_causal, no mask)
   SdpaKernel sdpa_windowed = SdpaKernel::Flash;  // sliding-window layers (an attention mask)
+  // What unfused attention moves besides its GEMMs (compute/unfused_attention.hpp): attention eager, and SDPA's math
+  // backend where the dispatch chose it. The timeline prices them on a GPU.
+  UnfusedAttentionRecipe eager_attention, sdpa_math_attention;
   std::vector<WrapUnit> units;
   std::vector<MemEvent> persistent;  // allocated before the step and alive throughout (steady state)
   std::vector<Op> ops;

@@ -6,6 +6,7 @@
 
 #include "comm/collective_cost.hpp"
 #include "compute/compute_cost.hpp"
+#include "compute/unfused_attention.hpp"
 #include "timeline/timeline.hpp"
 
 namespace fsdp {
@@ -53,12 +54,17 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     a.window = ls.window;
     // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
     // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);
-    // math is priced as eager attention is, and flash as flash. A layer handed a mask (a sliding window, with
-    // no is_causal) has every query attend every key: the full s x s square, not the causal band.
+    // math is unfused attention as eager is (compute/unfused_attention.hpp), with its own recipe, and flash is
+    // flash. A layer handed a mask (a sliding window, with no is_causal) has every query attend every key: the
+    // full s x s square, not the causal band. On a CPU device the calibrated attention curves price every
+    // implementation (fsdp-run calibrate times the executor's own attention).
+    const UnfusedAttentionRecipe* unfused = nullptr;
+    if (s.attention == AttentionImpl::Eager && !hw.device_is_host()) unfused = &p.eager_attention;
     double fwd_ratio_k = 1.0, bwd_ratio_k = 1.0;
     if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
       const bool masked = ls.window > 0 && p.attn_seq >= ls.window;
       const SdpaKernel k = masked ? p.sdpa_windowed : p.sdpa_global;
+      if (k == SdpaKernel::Math) unfused = &p.sdpa_math_attention;
       const HardwareProfile::KernelRatio* r = k == SdpaKernel::MemoryEfficient ? &hw.sdpa_memory_efficient_ratio
                                               : k == SdpaKernel::Cudnn         ? &hw.sdpa_cudnn_ratio
                                                                                : nullptr;
@@ -72,8 +78,13 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
         a.window = 0;
       }
     }
-    t.attention_forward = attention_forward_time(hw, a, dt, fwd_ratio_k).value;
-    t.attention_backward = attention_backward_time(hw, a, dt, bwd_ratio_k).value;
+    if (unfused != nullptr) {
+      t.attention_forward = unfused_attention_forward_time(hw, a, *unfused).value;
+      t.attention_backward = unfused_attention_backward_time(hw, a, *unfused).value;
+    } else {
+      t.attention_forward = attention_forward_time(hw, a, dt, fwd_ratio_k).value;
+      t.attention_backward = attention_backward_time(hw, a, dt, bwd_ratio_k).value;
+    }
     prices.layers.push_back(t);
   }
   prices.head = gemm_time(hw, p.head_gemm, dt);

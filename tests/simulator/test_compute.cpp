@@ -2,9 +2,12 @@
 // and a check of the h200 profile against the measured H200 step times in ../shared/calibration.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "compute/compute_cost.hpp"
+#include "compute/unfused_attention.hpp"
 #include "core/errors.hpp"
 #include "hardware/hardware_profile.hpp"
 
@@ -165,6 +168,59 @@ TEST_CASE("attention FLOPs: 4 b s^2 h d forward, halved with a causal mask, back
   HardwareProfile hw = synthetic_device();
   CHECK(attention_forward_time(hw, a, DType::Bf16).value == doctest::Approx(f / 2 / (0.5 * 1000 * kTera)));
   CHECK(attention_backward_time(hw, a, DType::Bf16).value == doctest::Approx(2.5 * f / 2 / (0.25 * 1000 * kTera)));
+}
+
+TEST_CASE("unfused attention: the full square as batched GEMMs plus the score passes, golden numbers") {
+  HardwareProfile hw = synthetic_device();  // no tiles: no quantization; 4000 GB/s for every elementwise pass
+  // b = 2, s = 1024, 32 query heads over 8 kv heads, d = 128; causal, which unfused kernels do not exploit.
+  const AttentionShape a{2, 1024, 32, 8, 128, true};
+  const double bh = 64, s = 1024, d = 128;
+  const double gemm_f = 2.0 * s * s * d * bh;  // one of the six GEMMs: 1.7e10 FLOP, efficiency interpolated
+  CHECK(unfused_attention_forward_flops(a).value == doctest::Approx(2 * gemm_f));
+  CHECK(unfused_attention_backward_flops(a).value == doctest::Approx(4 * gemm_f));
+  // log2-interpolated efficiency between (1e9, 0.4) and (1e11, 0.8).
+  const double eff = 0.4 + 0.4 * (std::log2(gemm_f / 1e9) / std::log2(100.0));
+  // Each GEMM is a roofline of its own: at this shape the s x s operand makes them all memory bound on this device
+  // (2d = 256 FLOP per 2-byte score against its 250 FLOP per byte).
+  auto gemm = [&](double m, double n, double k, double peak, double bytes) {
+    return std::max(gemm_f / (eff * peak), bytes * bh * (m * k + k * n + m * n) / (4000 * kGB));
+  };
+  const double qk_bf16 = gemm(s, s, d, 1000 * kTera, 2), pv_bf16 = gemm(s, d, s, 1000 * kTera, 2);
+  CHECK(qk_bf16 > gemm_f / (eff * 1000 * kTera));
+  const double scores = bh * s * s, q = 2 * 1024 * 32 * 128.0, kv = q / 4;
+  SUBCASE("Hugging Face eager, bf16 with the fp32 softmax") {
+    const UnfusedAttentionRecipe r = hf_eager_attention(DType::Bf16, true);
+    CHECK(r.kernel_dtype == DType::Bf16);
+    // forward per score: scale 4 + mask add 6 + softmax 2+4 + cast 4+2 = 22 B; backward: cast 2+4, softmax
+    // 4+4+2, scale 4 = 20 B. repeat_kv: 2 x (kv + q) x 2 B each way.
+    CHECK(r.score_forward_bytes == 22);
+    CHECK(r.score_backward_bytes == 20);
+    const double expand = 2 * (kv + q) * 2;
+    CHECK(unfused_attention_forward_time(hw, a, r).value ==
+          doctest::Approx(qk_bf16 + pv_bf16 + (22 * scores + expand) / (4000 * kGB)));
+    CHECK(unfused_attention_backward_time(hw, a, r).value ==
+          doctest::Approx(qk_bf16 + 3 * pv_bf16 + (20 * scores + expand) / (4000 * kGB)));
+    // Slower than the causal flash kernel at this shape: the full square, and 22 B per score through HBM.
+    CHECK(unfused_attention_forward_time(hw, a, r).value > attention_forward_time(hw, a, DType::Bf16).value);
+  }
+  SUBCASE("SDPA math: torch 2.5 upcasts bf16 to fp32; 2.4 does not") {
+    const UnfusedAttentionRecipe up = sdpa_math_attention(DType::Bf16, parse_torch_version("2.5.0"));
+    CHECK(up.kernel_dtype == DType::Fp32);
+    CHECK(up.score_forward_bytes == 20);  // add_(mask) 12 + softmax 8
+    CHECK(up.score_backward_bytes == 12);
+    CHECK(up.qkv_forward_bytes == 16 + 4 * 6);  // two fp32 scalings (8 B each) + four casts (2 + 4 B)
+    const double fp32_gemms = gemm(s, s, d, 50 * kTera, 4) + gemm(s, d, s, 50 * kTera, 4);
+    CHECK(fp32_gemms == doctest::Approx(2 * gemm_f / (eff * 50 * kTera)));  // compute bound at the fp32 peak
+    CHECK(unfused_attention_forward_time(hw, a, up).value ==
+          doctest::Approx(fp32_gemms + (20 * scores + 40 * q) / (4000 * kGB) + 2 * (kv + q) * 2 / (4000 * kGB)));
+    const UnfusedAttentionRecipe old = sdpa_math_attention(DType::Bf16, parse_torch_version("2.4.1"));
+    CHECK(old.kernel_dtype == DType::Bf16);
+    CHECK(old.score_forward_bytes == 10);
+    CHECK(old.qkv_forward_bytes == 8);
+    // Not stated: a current release, which upcasts; fp32 training has nothing to upcast.
+    CHECK(sdpa_math_attention(DType::Bf16, std::nullopt).kernel_dtype == DType::Fp32);
+    CHECK(sdpa_math_attention(DType::Fp32, std::nullopt).qkv_forward_bytes == 16);
+  }
 }
 
 TEST_CASE("memory-bound kernels and the GPU optimizer step") {

@@ -5,6 +5,7 @@
 
 #include "compute/compute_cost.hpp"
 #include "compute/sdpa_dispatch.hpp"
+#include "compute/unfused_attention.hpp"
 #include "core/errors.hpp"
 #include "hardware/hardware_profile.hpp"
 #include "sim_fixtures.hpp"
@@ -252,6 +253,49 @@ TEST_CASE("sdpa time: the memory-efficient and cuDNN kernels at their ratio to t
   CHECK(plain.attention == "sdpa -> flash");
   CHECK(plain.time.step_s == doctest::Approx(flash.time.step_s));
   CHECK(plain.attention_notes.size() == 1);
+}
+
+TEST_CASE("sdpa time: the math kernel and eager attention are unfused attention, each with its own recipe") {
+  // llama3-8b at 4k tokens, no checkpointing: every layer runs its attention forward and backward once per micro-batch,
+  // so the step's compute moves by the layers x (unfused - flash) of one layer's attention, and by nothing else.
+  HardwareProfile a100 = hardware("a100-80gb");
+  ModuleGraph g(zoo("llama3-8b"));
+  RuntimeProfile rt = runtime("pytorch");
+  Strategy s;
+  s.seq_len = 4096;
+  s.micro_batch = 1;
+  s.param_dtype = DType::Bf16;
+  auto step = [&](AttentionImpl impl, const HardwareProfile& hw) {
+    s.attention = impl;
+    return simulate(SimulationInput{&g, &hw, &rt, Cluster{1, 8}, s});
+  };
+  AttentionShape a;
+  a.batch = 1;
+  a.seq_len = 4096;
+  a.heads = 32;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  const double flash_attn =
+      attention_forward_time(a100, a, DType::Bf16).value + attention_backward_time(a100, a, DType::Bf16).value;
+  const UnfusedAttentionRecipe eager = hf_eager_attention(DType::Bf16, rt.eager_softmax_fp32);
+  const double eager_attn =
+      unfused_attention_forward_time(a100, a, eager).value + unfused_attention_backward_time(a100, a, eager).value;
+  CHECK(eager_attn > 1.5 * flash_attn);
+  const Prediction flash = step(AttentionImpl::Flash, a100);
+  const Prediction eager_step = step(AttentionImpl::Eager, a100);
+  CHECK(eager_step.time.compute_s - flash.time.compute_s == doctest::Approx(32 * (eager_attn - flash_attn)));
+  // sm 7.0: the dispatch runs math, which torch 2.11 upcasts to fp32: its GEMMs at the fp32 rate, slower still.
+  HardwareProfile sm70 = a100;
+  sm70.compute_capability = ComputeCapability{7, 0};
+  const UnfusedAttentionRecipe math = sdpa_math_attention(DType::Bf16, parse_torch_version(rt.torch_version));
+  REQUIRE(math.kernel_dtype == DType::Fp32);
+  const double math_attn =
+      unfused_attention_forward_time(sm70, a, math).value + unfused_attention_backward_time(sm70, a, math).value;
+  CHECK(math_attn > eager_attn);
+  const Prediction sdpa_math = step(AttentionImpl::Sdpa, sm70);
+  REQUIRE(sdpa_math.attention.rfind("sdpa -> math", 0) == 0);
+  CHECK(sdpa_math.time.compute_s - step(AttentionImpl::Flash, sm70).time.compute_s ==
+        doctest::Approx(32 * (math_attn - flash_attn)));
 }
 
 TEST_CASE("sdpa: a CUDA profile without a compute capability, or without the ratio the kernel needs, is refused") {
