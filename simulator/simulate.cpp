@@ -181,6 +181,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.params = in.graph->total_params();
   p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host());
   p.usable_bytes = in.hardware->usable_device_memory.value;
+  if (!in.hardware->device_is_host()) cap_reserved_at_device(p.memory, p.usable_bytes);
   p.fits = p.memory.device_total <= p.usable_bytes;
   p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;
   p.time = run_timeline(prog, *in.hardware, in.cluster, in.strategy);

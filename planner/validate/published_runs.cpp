@@ -296,6 +296,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
 
   // Runtime: the framework's profile; one not shipped yet is priced by its nearest and said.
   std::string rt_name = row.runtime == "deepspeed" ? "deepspeed" : "pytorch";
+  // DeepSpeed's engine under Transformers' Trainer (ms-swift's trainers derive from it; accelerate launches it):
+  // configs/runtimes/transformers-deepspeed.yaml.
+  const bool trainer = row.framework == "ms-swift" || row.framework == "transformers" || row.framework == "accelerate";
+  if (row.runtime == "deepspeed" && trainer && file_exists(runtime_file(config_root, "transformers-deepspeed")))
+    rt_name = "transformers-deepspeed";
   if (row.runtime == "fsdp1") {
     if (file_exists(runtime_file(config_root, "pytorch-fsdp1")))
       rt_name = "pytorch-fsdp1";
@@ -346,6 +351,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     DType rd;
     if (!parse_dtype(row.reduce_dtype, rd)) return skip("reduce dtype '" + row.reduce_dtype + "'");
     s.reduce_dtype = rd;
+  } else if (rt.reduce_in_compute_dtype_by_default) {
+    // A runtime whose unconfigured reduction runs in the compute dtype (DeepSpeed's engine): what it does when the
+    // source does not say.
+    s.reduce_dtype = pd;
+    res.approximations.push_back(std::string("reduce dtype not stated: ") + to_string(pd) + ", the runtime's default");
   } else {
     // FSDP's MixedPrecision(param_dtype=bf16) without reduce_dtype reduces in param_dtype (torch FSDP docs);
     // a source that does not say is priced with fp32 reduction and the table says so.

@@ -185,6 +185,18 @@ MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t
   return r;
 }
 
+void cap_reserved_at_device(MemoryResult& r, double device_bytes) {
+  const size_t frag = static_cast<size_t>(MemoryCategory::Fragmentation);
+  const double outside = r.device_total - r.reserved_peak;  // context and NCCL: outside the allocator
+  const double room = device_bytes - outside;
+  if (r.reserved_peak <= room || r.peak_allocated > room) return;
+  const double cut = r.reserved_peak - room;
+  r.breakdown[frag] = std::max(0.0, r.breakdown[frag] - cut);
+  r.reserved_peak = room;
+  r.device_total = device_bytes;
+  r.capped_at_device = true;
+}
+
 }  // namespace fsdp
 
 namespace fsdp {

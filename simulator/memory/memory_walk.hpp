@@ -36,12 +36,20 @@ struct MemoryResult {
   int peak_op = -1;
   double host_bytes_per_node = 0;
   std::vector<MemorySample> samples;  // allocated bytes after each op's issue (for the trace counter)
+  bool capped_at_device = false;      // cap_reserved_at_device lowered the fragmentation to what the device holds
 };
 
 // `cuda`: the device has a CUDA context, NCCL buffers and a caching allocator (fragmentation). On CPU
 // (Gloo, the plain allocator that fsdp-run's counting wrapper measures) none of the three exists.
 MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node,
                          bool cuda = true);
+
+// The caching allocator's miss path, when cudaMalloc fails: it returns every unsplit cached block to CUDA and
+// retries (c10/cuda/CUDACachingAllocator.cpp malloc -> release_cached_blocks -> alloc_block(isRetry)), so reserved
+// memory never exceeds what the device gives while what is allocated fits: a step whose allocated peak fits in
+// `device_bytes` (the device's usable memory) runs with reserved at most device_bytes less the CUDA context and the
+// NCCL buffers. Lowers the fragmentation (and reserved_peak, device_total) to that; sets capped_at_device.
+void cap_reserved_at_device(MemoryResult& r, double device_bytes);
 
 }  // namespace fsdp
 

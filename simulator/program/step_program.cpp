@@ -183,7 +183,12 @@ struct Emitter {
     place = unit_placement(s, /*root=*/false, rt.root_reshard_after_forward);
     sharded = place.params_sharded;
     mixed = s.param_dtype != s.master_dtype;
-    zero_layout = mixed && rt.zero_low_precision_params &&
+    // DeepSpeed's ZeRO-3 keeps its master partition apart even in the parameters' dtype: stage3.py shares the bf16
+    // partition as the master only if `flat.device == self.device`, and self.device is the accelerator's device
+    // name, a string, which a torch.device never equals (pytorch/pytorch#153418), so it always clones
+    // (RuntimeProfile::zero3_master_copy_same_dtype).
+    const bool own_master = mixed || (s.kind == StrategyKind::Zero3 && rt.zero3_master_copy_same_dtype);
+    zero_layout = own_master && rt.zero_low_precision_params &&
                   (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
     // nanotron (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py FP32GradientAccumulator @
     // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93): the model is built in the compute dtype, the accumulator keeps the
@@ -404,7 +409,9 @@ struct Emitter {
   // The gradient storage kept until the optimizer step: allocated in the step (set_to_none=True
   // semantics, PyTorch's default since 2.0), or once for the whole run by runtimes that zero it in place.
   void keep_grads(Op& op, MemoryCategory cat, double bytes) {
-    if (rt.grads_persist) {
+    const bool zero3_buffer =
+        cat == MemoryCategory::ShardedGrads && s.kind == StrategyKind::Zero3 && rt.zero3_grad_partition_persistent;
+    if (rt.grads_persist || zero3_buffer) {
       prog.persistent.push_back({cat, bytes});
     } else {
       op.on_issue.push_back({cat, bytes});
@@ -1075,7 +1082,13 @@ void Emitter::emit_optimizer_step() {
         s.optimizer == Optimizer::AdamW ? step_elems_at_once(opt_elems) * rt.adamw_temporaries_per_param * mb : 0.0;
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
     // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
-    if (zero_layout) o.transient_bytes = s.kind == StrategyKind::Zero3 ? 0.0 : opt_elems * mb;
+    // ZeRO-3 updates its partition sub-group by sub-group (stage3.py _prepare_fp32_grad_for_sub_group:
+    // flatten(averaged_gradients).to(master dtype)): a flat copy of up to sub_group_size gradient elements, and its
+    // cast where the master dtype differs, alive while that sub-group steps.
+    if (zero_layout) {
+      const double sub = std::min(opt_elems, rt.zero3_step_sub_group_elems);
+      o.transient_bytes = s.kind == StrategyKind::Zero3 ? sub * (gb + (mb != gb ? mb : 0.0)) : opt_elems * mb;
+    }
     // The accumulator's fp32 gradients are views of its buffer: nothing is converted for the step.
     if (accum32) o.transient_bytes = 0.0;
     // Memory traffic as the runtime's optimizer moves it (training_loop.adamw_bytes_per_param: 28 B when

@@ -4,10 +4,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/versions.hpp"
 #include "core/config_map.hpp"
 #include "core/config_path.hpp"
 #include "core/errors.hpp"
+#include "core/versions.hpp"
 
 namespace fsdp {
 
@@ -121,6 +121,12 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     // false.
     if (sh.has("last_unit_reshard_after_forward"))
       r.last_unit_reshard_after_forward = sh.get_bool("last_unit_reshard_after_forward");
+    // Optional too (absent: PyTorch's behaviour): DeepSpeed ZeRO-3's layout and its default reduction dtype.
+    for (auto [key, field] : {std::pair{"zero3_master_copy_same_dtype", &r.zero3_master_copy_same_dtype},
+                              std::pair{"zero3_grad_partition_persistent", &r.zero3_grad_partition_persistent}})
+      if (sh.has(key)) *field = sh.get_bool(key);
+    if (sh.has("default_reduce_dtype"))
+      r.reduce_in_compute_dtype_by_default = sh.get_enum("default_reduce_dtype", {"fp32", "compute"}) == "compute";
     flag("reduce_dtype_copy_of_grads", r.grads_in_reduce_dtype_before_reduce);
     flag("ddp_gradient_as_bucket_view", r.ddp_gradient_as_bucket_view);
     flag("autocast_keeps_weight_casts", r.autocast_caches_weight_casts);
@@ -163,6 +169,12 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     non_negative("adamw_temporaries_per_param", r.adamw_temporaries_per_param, "elements per parameter");
     non_negative("grad_norm_temporary_bytes_per_grad", r.grad_norm_temporary_bytes_per_grad, "bytes");
     if (has("step_per_unit")) r.step_per_unit = loop.get_bool("step_per_unit");
+    // Optional (absent: 0, no sub-group copies).
+    if (loop.has("zero3_step_sub_group_elems")) {
+      r.zero3_step_sub_group_elems = loop.get_double("zero3_step_sub_group_elems");
+      if (!(r.zero3_step_sub_group_elems >= 0))
+        loop.fail("zero3_step_sub_group_elems", "must be a non-negative number of elements");
+    }
   });
   map.finish();
   return r;

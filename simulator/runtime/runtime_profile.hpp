@@ -63,6 +63,18 @@ struct RuntimeProfile {
   // false keeps them gathered into the backward (torchtitan's apply_fsdp: reshard_after_forward=False for the
   // last TransformerBlock, "since FSDP would prefetch it immediately"). Optional in the file (absent: true).
   bool last_unit_reshard_after_forward = true;
+  // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
+  // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
+  bool zero3_master_copy_same_dtype = false;
+  // - the gradient partition is one flat buffer allocated with the optimizer (grad_partitions_flat_buffer), alive
+  //   for the whole run, not allocated by the step;
+  bool zero3_grad_partition_persistent = false;
+  // - the step flattens up to this many elements of the gradient partition at once (sub_group_size) and casts them
+  //   to the master dtype: both copies alive during that sub-group's update.
+  double zero3_step_sub_group_elems = 0;
+  // The dtype gradients are reduced in when the user does not choose one: fp32 (false), or the compute dtype (true:
+  // DeepSpeed's engine communication_data_type and grad_accum_dtype follow the model's bf16 / fp16). Optional.
+  bool reduce_in_compute_dtype_by_default = false;
   bool eager_softmax_fp32 = false;  // eager attention's softmax runs in fp32 and is cast back to the compute dtype
   // The RMSNorm's mean(x^2) keeps its input, the squared tensor, for backward (LibTorch 1.13's mean.dim
   // backward saves self; 2.x saves only sizes and numel).

@@ -390,3 +390,84 @@ TEST_CASE("nanotron ZeRO-1: one fp32 all-reduce of every gradient after the back
   for (const Op& op : q.ops) buckets += op.kind == OpKind::AllReduce ? 1 : 0;
   CHECK(buckets > 1);
 }
+
+// deepspeed/runtime/zero/stage3.py (configs/runtimes/deepspeed.yaml): the bf16 partition, a master partition of its
+// own in every dtype, one persistent gradient partition buffer in the reduce dtype, and the step's flat copy of a
+// sub-group of gradients (and its cast to the master dtype). Golden numbers per parameter over N ranks.
+TEST_CASE("DeepSpeed ZeRO-3: own master partition, persistent gradient buffer, the sub-group copy at the step") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  const RuntimeProfile rt = runtime("deepspeed");
+  REQUIRE(rt.zero3_master_copy_same_dtype);
+  REQUIRE(rt.zero3_grad_partition_persistent);
+  REQUIRE(rt.zero3_step_sub_group_elems == 1e9);
+  REQUIRE(rt.reduce_in_compute_dtype_by_default);
+  const double P = static_cast<double>(g.total_params());
+  const double N = 16;
+  Strategy s = zero_strategy(StrategyKind::Zero3, DType::Bf16);
+  s.param_dtype = DType::Bf16;
+  auto persistent = [](const StepProgram& p, MemoryCategory c) {
+    double b = 0;
+    for (const MemEvent& e : p.persistent)
+      if (e.category == c) b += e.bytes;
+    return b;
+  };
+  auto step_transient = [](const StepProgram& p) {
+    for (const Op& o : p.ops)
+      if (o.kind == OpKind::OptimizerStep) return o.transient_bytes;
+    return -1.0;
+  };
+  SUBCASE("fp32 masters: bf16 grads, 2 + 2 + 4 + 8 bytes per parameter, and the flatten + fp32 cast") {
+    const StepProgram p = program(g, s, rt, 2, 8);
+    CHECK(persistent(p, MemoryCategory::ShardedParams) * N / P == doctest::Approx(2.0).epsilon(1e-3));
+    CHECK(persistent(p, MemoryCategory::ShardedGrads) * N / P == doctest::Approx(2.0).epsilon(1e-3));
+    CHECK(persistent(p, MemoryCategory::MasterParams) * N / P == doctest::Approx(4.0).epsilon(1e-3));
+    CHECK(persistent(p, MemoryCategory::OptimizerStates) * N / P == doctest::Approx(8.0).epsilon(1e-3));
+    // The whole partition is under one sub-group of 1e9 elements: 2 B flat + 4 B fp32 per element.
+    CHECK(step_transient(p) == doctest::Approx(persistent(p, MemoryCategory::ShardedGrads) / 2.0 * 6.0));
+  }
+  SUBCASE("bf16 masters and states (bf16_master_weights_and_grads): the master is still a copy") {
+    s.master_dtype = DType::Bf16;
+    const StepProgram p = program(g, s, rt, 2, 8);
+    CHECK(persistent(p, MemoryCategory::MasterParams) * N / P == doctest::Approx(2.0).epsilon(1e-3));
+    CHECK(persistent(p, MemoryCategory::OptimizerStates) * N / P == doctest::Approx(4.0).epsilon(1e-3));
+    // The flat bf16 copy only: .to(bf16) of a bf16 tensor is the tensor itself.
+    CHECK(step_transient(p) == doctest::Approx(persistent(p, MemoryCategory::ShardedGrads)));
+  }
+  SUBCASE("PyTorch's FSDP keeps none of this: no master copy in one dtype, gradients allocated by the step") {
+    s.kind = StrategyKind::Fsdp;
+    s.master_dtype = DType::Bf16;
+    const StepProgram p = program(g, s, runtime("pytorch"), 2, 8);
+    CHECK(persistent(p, MemoryCategory::MasterParams) == 0);
+    CHECK(persistent(p, MemoryCategory::ShardedGrads) == 0);
+  }
+}
+
+// CUDACachingAllocator's OOM retry frees its cached blocks before failing: reserved memory stays within the device
+// while the allocated peak fits; a peak that does not fit is left as it is (the plan does not fit).
+TEST_CASE("reserved memory is capped at the device while the allocated peak fits") {
+  MemoryResult r;
+  r.peak_allocated = 70;
+  r.reserved_peak = 85;
+  r.breakdown[static_cast<size_t>(MemoryCategory::Fragmentation)] = 15;
+  r.device_total = 86;  // 1 of context and NCCL
+  cap_reserved_at_device(r, 80);
+  CHECK(r.capped_at_device);
+  CHECK(r.reserved_peak == 79);
+  CHECK(r.device_total == 80);
+  CHECK(r.breakdown[static_cast<size_t>(MemoryCategory::Fragmentation)] == 9);
+  MemoryResult over = r;
+  over.capped_at_device = false;
+  over.peak_allocated = 79.5;
+  over.reserved_peak = 90;
+  over.device_total = 91;
+  cap_reserved_at_device(over, 80);
+  CHECK_FALSE(over.capped_at_device);
+  CHECK(over.device_total == 91);
+  MemoryResult fits = r;
+  fits.capped_at_device = false;
+  fits.reserved_peak = 60;
+  fits.device_total = 61;
+  cap_reserved_at_device(fits, 80);
+  CHECK_FALSE(fits.capped_at_device);
+  CHECK(fits.reserved_peak == 60);
+}

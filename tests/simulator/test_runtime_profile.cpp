@@ -80,6 +80,26 @@ TEST_CASE("runtime profile: last_unit_reshard_after_forward is parsed strictly")
   CHECK(load_error_with_sharding_line("last_unit_reshards: false").find("last_unit_reshards") != std::string::npos);
 }
 
+TEST_CASE("runtime profile: DeepSpeed's ZeRO-3 keys are optional and parsed strictly") {
+  CHECK(load_error_with_sharding_line("zero3_master_copy_same_dtype: true").empty());
+  CHECK(load_error_with_sharding_line("zero3_grad_partition_persistent: yes-please")
+            .find("zero3_grad_partition_persistent") != std::string::npos);
+  CHECK(load_error_with_sharding_line("default_reduce_dtype: compute").empty());
+  CHECK(load_error_with_sharding_line("default_reduce_dtype: bf16").find("default_reduce_dtype") != std::string::npos);
+  // Only the DeepSpeed profiles set them; Transformers' Trainer over DeepSpeed drops the logits before backward.
+  for (const char* name : {"pytorch", "pytorch-fsdp1", "torchtitan", "fsdp-run", "nanotron"}) {
+    const RuntimeProfile r = runtime(name);
+    CHECK_FALSE(r.zero3_master_copy_same_dtype);
+    CHECK_FALSE(r.zero3_grad_partition_persistent);
+    CHECK_FALSE(r.reduce_in_compute_dtype_by_default);
+    CHECK(r.zero3_step_sub_group_elems == 0);
+  }
+  const RuntimeProfile hf = runtime("transformers-deepspeed");
+  CHECK(hf.zero3_master_copy_same_dtype);
+  CHECK_FALSE(hf.logits_kept_by_caller);
+  CHECK(runtime("deepspeed").logits_kept_by_caller);
+}
+
 TEST_CASE("runtime profile: keeping the last layer unit after forward saves its backward gather and holds it") {
   ModuleGraph g(zoo("llama3-8b"));
   const Strategy s = titan_row();
