@@ -77,6 +77,17 @@ std::optional<std::string> untrained_length_warning(const ModelSpec& m, int64_t 
          "YaRN, ...) are not modelled";
 }
 
+Strategy language_model_strategy(const Strategy& s, const ModelSpec& m) {
+  if (!m.vision) return s;
+  if (m.vision->image_tokens <= 0)
+    throw InputError("--image-tokens: " + m.name +
+                     "'s vision tower takes images at any resolution, so the image tokens of a sample are not in "
+                     "its config: give --image-tokens N (the language-model tokens of the sample's images)");
+  Strategy out = s;
+  out.seq_len += m.vision->image_tokens;
+  return out;
+}
+
 double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base) {
   const ModelSpec& m = g.spec();
   // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)
@@ -92,11 +103,23 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
     dense -= static_cast<double>(m.moe_layers()) * expert *
              static_cast<double>(m.moe->num_experts - m.moe->experts_per_token);
   }
+  // A vision tower's parameters do their GEMM work on its own tokens (ModuleGraph::token_ratio: per sequence token,
+  // vision tokens / seq for the blocks and embeddings, image tokens / seq for the projector); the held blocks
+  // (past the feature layer) none.
+  for (ModuleId c : g.children(g.root())) {
+    const ModuleNode& n = g.node(c);
+    if (n.tokens_per_sample == 0 && n.runs) continue;
+    const double p = static_cast<double>(g.params_under(c));
+    dense -= p;
+    if (n.runs) dense += p * g.token_ratio(c, seq_len);
+  }
   // Each layer's score and value GEMMs, forward + backward (3x the forward): 6 s d_q for a causal global layer,
-  // a sliding layer's band for a local one (seq_flops_per_token).
+  // a sliding layer's band for a local one (seq_flops_per_token); a vision block's over its image, per
+  // sequence token.
   double attention = 0;
   for (ModuleId layer : g.layers())
-    for (ModuleId leaf : g.leaves_under(layer)) attention += 3.0 * seq_flops_per_token(g.node(leaf), seq_len);
+    for (ModuleId leaf : g.leaves_under(layer))
+      attention += 3.0 * seq_flops_per_token(g.node(leaf), seq_len) * g.token_ratio(layer, seq_len);
   // A frozen base (LoRA) needs no weight gradients: forward 2N + input gradients 2N.
   return (frozen_base ? 4.0 : 6.0) * dense + attention;
 }
@@ -161,7 +184,9 @@ std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareP
 
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
-  const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, in.strategy);
+  // The language model runs the sample's text tokens and its image tokens (language_model_strategy).
+  const Strategy s = language_model_strategy(in.strategy, in.graph->spec());
+  const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);
   ProgramInput pi;
   if (sdpa) {
     pi.sdpa_global = sdpa->global.kernel;
@@ -169,7 +194,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   }
   pi.graph = in.graph;
   pi.cluster = in.cluster;
-  pi.strategy = in.strategy;
+  pi.strategy = s;
   pi.runtime = in.runtime;
   // What the backend cannot do (configs/backends: Gloo in LibTorch 1.13 has no bf16/fp16 collectives and
   // gathers through a flat buffer of its own), and where the device's memory is.
@@ -184,8 +209,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   if (!in.hardware->device_is_host()) cap_reserved_at_device(p.memory, p.usable_bytes);
   p.fits = p.memory.device_total <= p.usable_bytes;
   p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;
-  p.time = run_timeline(prog, *in.hardware, in.cluster, in.strategy);
-  const Strategy& s = in.strategy;
+  p.time = run_timeline(prog, *in.hardware, in.cluster, s);
   double tokens_per_rank = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
   p.tokens_per_step = tokens_per_rank * static_cast<double>(in.cluster.world_size());
   p.tokens_per_s_per_gpu = p.time.step_s > 0 ? tokens_per_rank / p.time.step_s : 0.0;

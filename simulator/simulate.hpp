@@ -65,6 +65,11 @@ struct SdpaResolution {
 std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareProfile& hw, const RuntimeProfile& rt,
                                            const Strategy& s);
 
+// The strategy the language model runs: a vision-language model's sequence is the sample's text tokens (--seq)
+// and its image tokens (VisionSpec::image_tokens, or --image-tokens), so tokens per step and MFU count both.
+// InputError where the image tokens are not known (a dynamic-resolution tower without --image-tokens).
+Strategy language_model_strategy(const Strategy& s, const ModelSpec& m);
+
 // Checks the strategy against the model and cluster; throws InputError naming the flag for a strategy
 // that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c);

@@ -42,6 +42,7 @@ void check_model_supported(const ModelSpec& spec) {
       {spec.attn_logit_softcap > 0 || spec.final_logit_softcap > 0, "logit soft-capping (attn_/final_logit_softcap)"},
       {spec.scaled_embeddings, "scaled embeddings (scaled_embeddings)"},
       {spec.mla.has_value(), "multi-head latent attention layers (mla)"},
+      {spec.vision.has_value(), "vision towers (vision)"},
   };
   for (const auto& [used, feature] : unsupported)
     if (used) throw InputError("model " + spec.name + ": " + feature + " are not supported by fsdp-run yet");
@@ -182,6 +183,8 @@ at::Tensor act(const ModelSpec& s, const at::Tensor& x) {
       return at::gelu(x, "none");
     case ActivationFn::GeluTanh:
       return at::gelu(x, "tanh");
+    case ActivationFn::QuickGelu:  // transformers activations.py QuickGELUActivation
+      return x * at::sigmoid(1.702 * x);
   }
   return x;
 }

@@ -58,10 +58,22 @@ std::string shell_quote(const std::string& s) {
 }  // namespace
 
 int run_plan(const std::vector<std::string>& argv) {
-  std::set<std::string> values{
-      "--model",   "--hw",        "--nodes",       "--gpus-per-node",       "--gpus",
-      "--runtime", "--objective", "--tokens",      "--memory-headroom",     "--top",
-      "--out",     "--trace",     "--config-root", "--global-batch-tokens", "--max-micro-batch"};
+  std::set<std::string> values{"--model",
+                               "--hw",
+                               "--nodes",
+                               "--gpus-per-node",
+                               "--gpus",
+                               "--runtime",
+                               "--objective",
+                               "--tokens",
+                               "--memory-headroom",
+                               "--top",
+                               "--out",
+                               "--trace",
+                               "--config-root",
+                               "--image-tokens",
+                               "--global-batch-tokens",
+                               "--max-micro-batch"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   values.insert("--html");
   Args args(argv, values, {"--json", "--help", "--no-out"});
@@ -69,6 +81,7 @@ int run_plan(const std::vector<std::string>& argv) {
     std::cout << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
                  "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
                  "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
+                 "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
                  "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
                  "B ...]\n"
                  "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
@@ -81,6 +94,7 @@ int run_plan(const std::vector<std::string>& argv) {
   auto model_name = args.get("--model");
   if (!model_name) throw InputError("--model: required (e.g. --model 70b; fsdp-plan --list-models lists the zoo)");
   ModelSpec model = load_model(*model_name, root);
+  apply_image_tokens_flag(args, model);
   HardwareProfile hw = load_hardware(args.get_or("--hw", kDefaultHardware), root);
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
   validate_profiles(hw, rt);

@@ -53,7 +53,7 @@ void print_simulation(const Args& args, const SimulationContext& ctx, const Step
 
 int run_simulate(const std::vector<std::string>& argv) {
   std::set<std::string> values{"--model",   "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
-                               "--runtime", "--trace", "--config-root", "--plan"};
+                               "--runtime", "--trace", "--config-root", "--image-tokens",  "--plan"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   Args args(argv, values, {"--json", "--memory-timeline", "--help"});
   if (args.has("--help")) {
@@ -61,6 +61,7 @@ int run_simulate(const std::vector<std::string>& argv) {
                  "         [--strategy S] [--hsdp-group G] [--wrap W] [--reshard-after-forward true|false]\n"
                  "         [--act-ckpt A] [--offload O] [--param-dtype D] [--reduce-dtype D] [--micro-batch B]\n"
                  "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n"
+                 "         [--image-tokens N]    (a vision-language model's image tokens per sample)\n"
                  "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n";
     return 0;
   }
@@ -82,6 +83,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   auto model_name = args.get("--model");
   if (!model_name) throw InputError("--model: required (a zoo name such as llama3-8b, or a config.json path)");
   ModelSpec model = load_model(*model_name, root);
+  apply_image_tokens_flag(args, model);
   HardwareProfile hw = load_hardware(args.get_or("--hw", "a100-80gb"), root);
   RuntimeProfile rt = load_runtime(args.get_or("--runtime", "fsdp-run"), root);
   validate_profiles(hw, rt);

@@ -1,6 +1,7 @@
 #include "cli/strategy_flags.hpp"
 
 #include "core/errors.hpp"
+#include "model/model_loader.hpp"
 
 namespace fsdp {
 
@@ -85,6 +86,15 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);
   if (s.kind == StrategyKind::Hsdp && s.hsdp_group == 0 && !a.has("--hsdp-group"))
     throw InputError("--hsdp-group: --strategy hsdp needs a shard-group size");
+}
+
+void apply_image_tokens_flag(const Args& args, ModelSpec& m) {
+  if (!args.has("--image-tokens")) return;
+  const int64_t n = args.get_int_or("--image-tokens", 0);
+  if (n <= 0) throw InputError("--image-tokens: must be at least 1, got " + std::to_string(n));
+  if (!m.vision) throw InputError("--image-tokens: " + m.name + " has no vision tower");
+  m.vision->image_tokens = n;
+  validate_model(m, "--image-tokens");
 }
 
 }  // namespace fsdp

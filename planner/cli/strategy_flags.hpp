@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/args.hpp"
+#include "model/model_spec.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp {
@@ -14,5 +15,10 @@ const std::set<std::string>& strategy_value_flags();
 
 // Sets every knob given on the command line; InputError naming the flag for a bad value.
 void apply_strategy_flags(const Args& args, Strategy& s);
+
+// --image-tokens N: the language-model tokens of a sample's images for a vision-language model (VisionSpec::
+// image_tokens; its config.json gives one image at the tower's image size, or none for a dynamic-resolution
+// tower). InputError for a model without a vision tower, or a count that is not whole images.
+void apply_image_tokens_flag(const Args& args, ModelSpec& m);
 
 }  // namespace fsdp

@@ -64,7 +64,8 @@ enum class Arch {
   Falcon,
   GptNeoX,
   Qwen,
-  Gpt2
+  Gpt2,
+  Llava,  // LlavaForConditionalGeneration: a CLIP vision tower, a projector and the language model of text_config
 };
 
 struct ArchName {
@@ -96,6 +97,7 @@ constexpr ArchName kArchitectures[] = {
     {"GPTNeoXForCausalLM", "gpt_neox", Arch::GptNeoX},
     {"QWenLMHeadModel", "qwen", Arch::Qwen},
     {"GPT2LMHeadModel", "gpt2", Arch::Gpt2},
+    {"LlavaForConditionalGeneration", "llava", Arch::Llava},
 };
 
 // Sizes above this would overflow the parameter arithmetic downstream (vocab * hidden, layers *
@@ -134,7 +136,15 @@ class Reader {
     return it != root_.end() && !it->is_null();
   }
 
+  // A sub-config of a composite model (text_config, vision_config) is written as its differences from its class's
+  // defaults (transformers PretrainedConfig.to_diff_dict), so its shape keys may be absent: then they take the
+  // class's defaults, each named in the warning. `dims`: the class's defaults of the keys required elsewhere.
+  void set_class_defaults(const std::vector<std::pair<std::string, int64_t>>* dims) { class_dims_ = dims; }
+
   int64_t required_dim(const std::string& key) const {
+    if (!has(key) && class_dims_ != nullptr && !root_.contains(key))
+      for (const auto& [k, v] : *class_dims_)
+        if (k == key) return defaulted(key, std::to_string(v), v);
     if (!has(key)) {
       if (root_.contains(key)) fail(key, "is null; " + arch_ + " needs a positive integer");
       fail(key, "missing (required for " + arch_ + ")");
@@ -145,6 +155,17 @@ class Reader {
   int64_t optional_dim(const std::string& key, int64_t fallback) const {
     if (!has(key)) return defaulted(key, std::to_string(fallback), fallback);
     return dim(key);
+  }
+
+  // An integer of either sign (LLaVA's vision_feature_layer: -2 counts from the last hidden state).
+  int64_t optional_int(const std::string& key, int64_t fallback) const {
+    if (!has(key)) return defaulted(key, std::to_string(fallback), fallback);
+    const json& v = root_.at(key);
+    if (!v.is_number_integer()) fail(key, "expected an integer, got " + show(v));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxDim)) fail(key, "too large");
+    const int64_t n = v.get<int64_t>();
+    if (n > kMaxDim || n < -kMaxDim) fail(key, "too large: " + show(v));
+    return n;
   }
 
   double optional_positive(const std::string& key, double fallback) const {
@@ -245,6 +266,7 @@ class Reader {
   const std::string& text_;
   const std::string& source_;
   std::string arch_;
+  const std::vector<std::pair<std::string, int64_t>>* class_dims_ = nullptr;
   mutable std::vector<std::string> defaults_;
 };
 
@@ -305,7 +327,9 @@ ActivationFn activation_of(const Reader& r, const std::string& key, const std::s
   if (act == "silu" || act == "swish") return ActivationFn::Silu;
   if (act == "gelu") return ActivationFn::Gelu;
   if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return ActivationFn::GeluTanh;
-  r.fail(key, "activation '" + act + "' is not supported (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast)");
+  if (act == "quick_gelu") return ActivationFn::QuickGelu;
+  r.fail(key, "activation '" + act +
+                  "' is not supported (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu)");
 }
 
 int64_t checked_mul(const Reader& r, const std::string& key, int64_t a, int64_t b) {
@@ -880,6 +904,152 @@ void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
   }
 }
 
+// A composite model's sub-config (text_config, vision_config): the object, or an empty one (every key at its
+// class's default) when the key is absent or null, as the composite config classes build it.
+const json& sub_config(const Reader& top, const std::string& key) {
+  static const json kEmpty = json::object();
+  auto it = top.root().find(key);
+  if (it == top.root().end() || it->is_null()) {
+    top.note_default(key, "{} (every key at its class's default)");
+    return kEmpty;
+  }
+  if (!it->is_object()) top.fail(key, "expected an object (a sub-config), got " + show(*it));
+  return *it;
+}
+
+// The warning naming the keys of one reader that took their defaults.
+void warn_defaults(const Reader& r, const std::string& source, const std::string& where, const std::string& cls,
+                   std::vector<std::string>& out) {
+  if (r.defaults().empty()) return;
+  std::string list;
+  for (const auto& d : r.defaults()) list += (list.empty() ? "" : ", ") + d;
+  out.push_back(source + ": " + where + "not given, so the " + cls + " defaults of transformers are taken: " + list);
+}
+
+// LlamaConfig's defaults of the shape keys (configuration_llama.py): what a text_config that leaves them out gets.
+const std::vector<std::pair<std::string, int64_t>> kLlamaShape = {
+    {"vocab_size", 32000},     {"hidden_size", 4096},       {"intermediate_size", 11008},
+    {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048}};
+
+// CLIPVisionConfig's defaults (transformers models/clip/configuration_clip.py): hidden_size 768,
+// intermediate_size 3072, num_hidden_layers 12, num_attention_heads 12, num_channels 3, image_size 224,
+// patch_size 32, hidden_act "quick_gelu", layer_norm_eps 1e-5, attention_dropout 0.0. Without any vision_config,
+// LlavaConfig builds CLIPVisionConfig(intermediate_size=4096, hidden_size=1024, patch_size=14, image_size=336,
+// num_hidden_layers=24, num_attention_heads=16): CLIP ViT-L/14-336.
+const std::vector<std::pair<std::string, int64_t>> kClipVisionShape = {
+    {"hidden_size", 768},        {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+    {"num_attention_heads", 12}, {"image_size", 224},         {"patch_size", 32}};
+const std::vector<std::pair<std::string, int64_t>> kLlavaClipShape = {
+    {"hidden_size", 1024},       {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+    {"num_attention_heads", 16}, {"image_size", 336},         {"patch_size", 14}};
+
+// CLIPVisionModel (modeling_clip.py, the layout in vision_tower.cpp): LayerNorm blocks with biased q/k/v/out_proj
+// and fc1/fc2, a Conv2d patch embedding without bias, a CLS token, a learned position table, pre_layrnorm and
+// post_layernorm.
+VisionSpec read_clip_vision(const Reader& r) {
+  const std::string type = r.optional_string("model_type", "clip_vision_model");
+  if (type != "clip_vision_model")
+    r.fail("model_type", "vision tower '" + type + "' is not supported (clip_vision_model)");
+  VisionSpec v;
+  v.hidden_size = r.required_dim("hidden_size");
+  v.ffn_size = r.required_dim("intermediate_size");
+  v.num_layers = r.required_dim("num_hidden_layers");
+  v.num_heads = r.required_dim("num_attention_heads");
+  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
+  v.image_size = r.required_dim("image_size");
+  v.patch_size = r.required_dim("patch_size");
+  if (v.image_size % v.patch_size != 0)
+    r.fail("patch_size", std::to_string(v.patch_size) + " does not divide image_size " + std::to_string(v.image_size));
+  v.num_channels = r.optional_dim("num_channels", 3);
+  v.activation = activation_of(r, "hidden_act", "quick_gelu");
+  v.norm = NormType::LayerNorm;
+  v.norm_eps = r.optional_positive("layer_norm_eps", 1e-5);
+  if (r.optional_probability("attention_dropout", 0.0) > 0)
+    r.fail("attention_dropout", "dropout in the vision tower is not modelled");
+  v.qkv_bias = v.attn_out_bias = v.mlp_bias = true;
+  v.position_embedding = PositionEmbedding::Learned;
+  v.patch_bias = false;
+  v.class_token = true;
+  v.pre_norm = v.post_norm = true;
+  return v;
+}
+
+// LlavaForConditionalGeneration (transformers models/llava/configuration_llava.py, modeling_llava.py). LlavaConfig
+// defaults: vision_config None (-> CLIP ViT-L/14-336, kLlavaClipShape), text_config None (-> LlamaConfig; a dict
+// without model_type is "llama"), projector_hidden_act "gelu", vision_feature_select_strategy "default",
+// vision_feature_layer -2, multimodal_projector_bias True. LlavaMultiModalProjector: linear_1 (vision hidden ->
+// text hidden), act, linear_2 (text hidden -> text hidden), both biased. get_image_features runs the tower with
+// output_hidden_states and takes hidden_states[vision_feature_layer] (hidden_states[0] is the embeddings', [i]
+// the output of block i); "default" drops the CLS token's feature, "full" keeps it.
+//
+// vision_feature_layer -2 is the output of the second-to-last block: the last block and post_layernorm do not
+// reach the language model. They are counted (the checkpoint and LlavaForConditionalGeneration hold them) and
+// held with the root unit, but not run: transformers does run the last block in forward and drops its output, a
+// forward of 1 of 24 blocks that this plan does not price; no backward reaches it.
+void read_llava(const json& root, const std::string& text, const std::string& source, LoadedModel& out) {
+  ModelSpec& m = out.spec;
+  Reader top(root, text, source);
+  top.set_arch("LlavaForConditionalGeneration");
+  const json& tc = sub_config(top, "text_config");
+  Reader tr(tc, text, source);
+  tr.set_class_defaults(&kLlamaShape);
+  std::string text_arch = "LlamaForCausalLM";
+  Arch arch = Arch::Llama;
+  if (tr.has("architectures") || tr.has("model_type"))
+    arch = find_arch(tc, tr, &text_arch);
+  else
+    tr.note_default("model_type", "\"llama\"");
+  if (arch == Arch::Llava || arch == Arch::Gemma3)
+    tr.fail("architectures", "a composite model cannot be LLaVA's language model");
+  tr.set_arch(text_arch);
+  read_arch(arch, tr, m);
+  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;
+
+  const bool given = top.has("vision_config");
+  const json& vc = sub_config(top, "vision_config");
+  Reader vr(vc, text, source);
+  vr.set_arch("CLIPVisionModel");
+  vr.set_class_defaults(given ? &kClipVisionShape : &kLlavaClipShape);
+  VisionSpec v = read_clip_vision(vr);
+
+  const json* layer = top.has("vision_feature_layer") ? &top.root().at("vision_feature_layer") : nullptr;
+  if (layer && layer->is_array())
+    top.fail("vision_feature_layer", "features from several layers (a list) are not modelled");
+  const int64_t fl = top.optional_int("vision_feature_layer", -2);
+  const int64_t index = fl < 0 ? v.num_layers + 1 + fl : fl;  // hidden_states has num_layers + 1 entries
+  if (index < 1 || index > v.num_layers)
+    top.fail("vision_feature_layer",
+             std::to_string(fl) + " is not the output of one of the " + std::to_string(v.num_layers) + " blocks");
+  v.run_layers = index;
+  const std::string select = top.optional_string("vision_feature_select_strategy", "default");
+  if (select != "default" && select != "full")
+    top.fail("vision_feature_select_strategy", "'" + select + "' is not one of default, full");
+  v.class_token_to_lm = select == "full";
+  if (!top.optional_bool("multimodal_projector_bias", true))
+    top.fail("multimodal_projector_bias", "a projector without biases is not modelled");
+  v.merge = 1;
+  v.projector_norm = ProjectorNorm::None;
+  v.projector_hidden = m.hidden_size;
+  v.projector_activation = activation_of(top, "projector_hidden_act", "gelu");
+  v.image_tokens = v.tokens_per_image();  // one image; --image-tokens gives more
+  m.vision = v;
+
+  warn_defaults(top, source, "", "LlavaConfig", out.warnings);
+  warn_defaults(tr, source, "text_config: ", text_arch, out.warnings);
+  warn_defaults(vr, source, "vision_config: ", "CLIPVisionConfig", out.warnings);
+  for (auto& w : unmodelled_warnings(top, Arch::Llava, source)) out.warnings.push_back(std::move(w));
+  for (auto& w : unmodelled_warnings(tr, arch, source)) out.warnings.push_back(std::move(w));
+  if (v.run_layers < v.num_layers)
+    out.warnings.push_back(source + ": vision_feature_layer " + std::to_string(fl) + ": the vision tower's last " +
+                           std::to_string(v.num_layers - v.run_layers) +
+                           " block(s) and post_layernorm are counted but not run (transformers runs them in "
+                           "forward and drops their output; that forward is not priced, and no backward reaches "
+                           "them)");
+  out.warnings.push_back(source + ": " + std::to_string(v.image_tokens) + " image tokens per sample (one " +
+                         std::to_string(v.image_size) + "x" + std::to_string(v.image_size) +
+                         " image) join the language model's sequence; --image-tokens N sets another count");
+}
+
 }  // namespace
 
 LoadedModel read_hf_config(const std::string& json_text, const std::string& source_name) {
@@ -900,6 +1070,11 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   if (m.name.empty()) m.name = source_name;
   m.family = "decoder";
 
+  if (arch == Arch::Llava) {
+    read_llava(root, json_text, source_name, out);
+    validate_model(m, source_name);
+    return out;
+  }
   const json& body = arch == Arch::Gemma3 ? text_config_of(top) : root;
   Reader r(body, json_text, source_name);
   r.set_arch(arch_name);

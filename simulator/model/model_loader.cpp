@@ -42,10 +42,23 @@ const char* to_string(ActivationFn a) {
       return "gelu";
     case ActivationFn::GeluTanh:
       return "gelu_tanh";
+    case ActivationFn::QuickGelu:
+      return "quick_gelu";
   }
   return "?";
 }
 const char* to_string(PositionEmbedding p) { return p == PositionEmbedding::Rope ? "rope" : "learned"; }
+const char* to_string(ProjectorNorm n) {
+  switch (n) {
+    case ProjectorNorm::None:
+      return "none";
+    case ProjectorNorm::BeforeMerge:
+      return "before_merge";
+    case ProjectorNorm::AfterMerge:
+      return "after_merge";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -104,6 +117,54 @@ void validate_moe_mla(const ModelSpec& m, Bad bad) {
     bad("mla", "qk_norm, rotary_dim, sliding_window, attn_logit_softcap and dropout are not modelled with mla");
 }
 
+// VisionSpec's sizes, its image geometry and the projector against each other (model_spec.hpp).
+template <typename Bad>
+void validate_vision(const VisionSpec& v, Bad bad) {
+  constexpr int64_t kMaxSize = int64_t{1} << 31;
+  const std::pair<const char*, int64_t> sizes[] = {{"vision.hidden_size", v.hidden_size},
+                                                   {"vision.num_layers", v.num_layers},
+                                                   {"vision.num_heads", v.num_heads},
+                                                   {"vision.ffn_size", v.ffn_size},
+                                                   {"vision.patch_size", v.patch_size},
+                                                   {"vision.temporal_patch_size", v.temporal_patch_size},
+                                                   {"vision.num_channels", v.num_channels},
+                                                   {"vision.merge", v.merge},
+                                                   {"vision.projector_hidden", v.projector_hidden},
+                                                   {"vision.run_layers", v.run_layers}};
+  for (const auto& [key, n] : sizes)
+    if (n <= 0 || n > kMaxSize) bad(key, "must be within 1 .. 2^31, got " + std::to_string(n));
+  if (v.run_layers > v.num_layers)
+    bad("vision.run_layers", "must be at most vision.num_layers (" + std::to_string(v.num_layers) + "), got " +
+                                 std::to_string(v.run_layers));
+  if (v.hidden_size % v.num_heads != 0)
+    bad("vision.num_heads",
+        std::to_string(v.num_heads) + " does not divide vision.hidden_size " + std::to_string(v.hidden_size));
+  if (v.position_embedding == PositionEmbedding::Rope && v.head_dim() % 2 != 0)
+    bad("vision.num_heads", "2-D rotary embeddings need an even head size, got " + std::to_string(v.head_dim()));
+  if (v.image_size < 0 || v.image_size > kMaxSize) bad("vision.image_size", "must be within 1 .. 2^31 (or absent)");
+  if (v.image_size > 0) {
+    if (v.image_size % v.patch_size != 0)
+      bad("vision.image_size",
+          std::to_string(v.patch_size) + " (patch_size) does not divide " + std::to_string(v.image_size));
+    if ((v.image_size / v.patch_size) % v.merge != 0)
+      bad("vision.merge", std::to_string(v.merge) + " does not divide the " +
+                              std::to_string(v.image_size / v.patch_size) + " patches of an image side");
+  } else if (v.position_embedding == PositionEmbedding::Learned) {
+    bad("vision.image_size", "a learned position table needs a fixed image size");
+  }
+  if (v.image_size == 0 && v.class_token) bad("vision.class_token", "only modelled with a fixed image size");
+  if (v.image_tokens < 0 || v.image_tokens > kMaxSize) bad("vision.image_tokens", "must be within 1 .. 2^31");
+  if (v.image_tokens > 0 && v.image_size > 0 && v.image_tokens % v.tokens_per_image() != 0)
+    bad("vision.image_tokens", std::to_string(v.image_tokens) + " is not a whole number of images of " +
+                                   std::to_string(v.tokens_per_image()) + " tokens each");
+  if (v.window < 0 || v.window > kMaxSize) bad("vision.window", "must be within 1 .. 2^31 (or absent)");
+  if (v.global_layer_every < 0 || v.global_layer_every > v.num_layers)
+    bad("vision.global_layer_every", "must be within 0 .. vision.num_layers");
+  if (v.window == 0 && v.global_layer_every != 0) bad("vision.global_layer_every", "only meaningful with a window");
+  if (v.class_token_to_lm && !v.class_token) bad("vision.class_token_to_lm", "needs vision.class_token");
+  if (!(v.norm_eps > 0)) bad("vision.norm_eps", "must be positive");
+}
+
 }  // namespace
 
 void validate_model(const ModelSpec& m, const std::string& source) {
@@ -130,6 +191,7 @@ void validate_model(const ModelSpec& m, const std::string& source) {
     bad("head_dim", "rotary embeddings need an even head_dim, got " + std::to_string(m.head_dim));
   validate_layer_parts(m, bad);
   validate_moe_mla(m, bad);
+  if (m.vision) validate_vision(*m.vision, bad);
   if (m.moe) {
     if (m.moe->experts_per_token > m.moe->num_experts)
       bad("moe.experts_per_token",
@@ -226,6 +288,117 @@ MlaSpec parse_mla(ConfigMap& mla) {
   return a;
 }
 
+ActivationFn activation_key(ConfigMap& map, const std::string& key) {
+  const std::string act = map.get_enum(key, {"silu", "gelu", "gelu_tanh", "quick_gelu"});
+  return act == "silu"        ? ActivationFn::Silu
+         : act == "gelu"      ? ActivationFn::Gelu
+         : act == "gelu_tanh" ? ActivationFn::GeluTanh
+                              : ActivationFn::QuickGelu;
+}
+
+NormType norm_key(ConfigMap& map, const std::string& key) {
+  const std::string norm = map.get_enum(key, {"rmsnorm", "layernorm", "layernorm_no_params"});
+  return norm == "rmsnorm"     ? NormType::RmsNorm
+         : norm == "layernorm" ? NormType::LayerNorm
+                               : NormType::LayerNormNoParams;
+}
+
+// The vision map (configs/models/README.md "Vision towers"): the blocks' shape and parts, the image geometry and
+// the projector; the optional keys default to a ViT without windows, merge or projector norm.
+VisionSpec parse_vision(ConfigMap& map) {
+  VisionSpec v;
+  v.hidden_size = map.get_positive_int("hidden_size");
+  v.num_layers = map.get_positive_int("num_layers");
+  v.run_layers = map.has("run_layers") ? map.get_positive_int("run_layers") : v.num_layers;
+  v.num_heads = map.get_positive_int("num_heads");
+  v.ffn_size = map.get_positive_int("ffn_size");
+  v.gated_mlp = map.get_bool("gated_mlp");
+  v.activation = activation_key(map, "activation");
+  v.norm = norm_key(map, "norm");
+  v.norm_eps = map.get_positive_double("norm_eps");
+  v.qkv_bias = map.get_bool("qkv_bias");
+  v.attn_out_bias = map.get_bool("attn_out_bias");
+  v.mlp_bias = map.get_bool("mlp_bias");
+  v.position_embedding = map.get_enum("position_embedding", {"rope", "learned"}) == "rope" ? PositionEmbedding::Rope
+                                                                                           : PositionEmbedding::Learned;
+  v.patch_size = map.get_positive_int("patch_size");
+  if (map.has("temporal_patch_size")) v.temporal_patch_size = map.get_positive_int("temporal_patch_size");
+  if (map.has("num_channels")) v.num_channels = map.get_positive_int("num_channels");
+  if (map.has("image_size")) v.image_size = map.get_positive_int("image_size");
+  v.patch_bias = map.get_bool("patch_bias");
+  v.class_token = map.get_bool("class_token");
+  v.pre_norm = map.get_bool("pre_norm");
+  v.post_norm = map.get_bool("post_norm");
+  if (map.has("window")) {
+    v.window = map.get_positive_int("window");
+    v.global_layer_every = map.get_int("global_layer_every");  // required with a window: no silent pattern
+  } else if (map.has("global_layer_every")) {
+    map.fail("global_layer_every", "only meaningful with window");
+  }
+  if (map.has("merge")) v.merge = map.get_positive_int("merge");
+  if (map.has("projector_norm")) {
+    const std::string n = map.get_enum("projector_norm", {"none", "before_merge", "after_merge"});
+    v.projector_norm = n == "none"           ? ProjectorNorm::None
+                       : n == "before_merge" ? ProjectorNorm::BeforeMerge
+                                             : ProjectorNorm::AfterMerge;
+  }
+  if (map.has("projector_norm_type")) {
+    if (v.projector_norm == ProjectorNorm::None) map.fail("projector_norm_type", "only meaningful with projector_norm");
+    v.projector_norm_type = norm_key(map, "projector_norm_type");
+  }
+  v.projector_hidden = map.get_positive_int("projector_hidden");
+  v.projector_activation = activation_key(map, "projector_activation");
+  v.class_token_to_lm = optional_bool(map, "class_token_to_lm", false);
+  if (map.has("image_tokens")) v.image_tokens = map.get_positive_int("image_tokens");
+  map.finish();
+  // One image at the fixed size when the file gives no count (the reader of config.json does the same).
+  if (v.image_tokens == 0 && v.image_size > 0 && v.patch_size > 0 && v.merge > 0 &&
+      v.image_size % (v.patch_size * v.merge) == 0)
+    v.image_tokens = v.tokens_per_image();
+  return v;
+}
+
+void emit_vision(const VisionSpec& v, YAML::Emitter& out) {
+  const VisionSpec d;
+  out << YAML::Key << "vision" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "hidden_size" << YAML::Value << v.hidden_size;
+  out << YAML::Key << "num_layers" << YAML::Value << v.num_layers;
+  if (v.run_layers != v.num_layers) out << YAML::Key << "run_layers" << YAML::Value << v.run_layers;
+  out << YAML::Key << "num_heads" << YAML::Value << v.num_heads;
+  out << YAML::Key << "ffn_size" << YAML::Value << v.ffn_size;
+  out << YAML::Key << "gated_mlp" << YAML::Value << v.gated_mlp;
+  out << YAML::Key << "activation" << YAML::Value << to_string(v.activation);
+  out << YAML::Key << "norm" << YAML::Value << to_string(v.norm);
+  out << YAML::Key << "norm_eps" << YAML::Value << v.norm_eps;
+  out << YAML::Key << "qkv_bias" << YAML::Value << v.qkv_bias;
+  out << YAML::Key << "attn_out_bias" << YAML::Value << v.attn_out_bias;
+  out << YAML::Key << "mlp_bias" << YAML::Value << v.mlp_bias;
+  out << YAML::Key << "position_embedding" << YAML::Value << to_string(v.position_embedding);
+  out << YAML::Key << "patch_size" << YAML::Value << v.patch_size;
+  if (v.temporal_patch_size != d.temporal_patch_size)
+    out << YAML::Key << "temporal_patch_size" << YAML::Value << v.temporal_patch_size;
+  if (v.num_channels != d.num_channels) out << YAML::Key << "num_channels" << YAML::Value << v.num_channels;
+  if (v.image_size > 0) out << YAML::Key << "image_size" << YAML::Value << v.image_size;
+  out << YAML::Key << "patch_bias" << YAML::Value << v.patch_bias;
+  out << YAML::Key << "class_token" << YAML::Value << v.class_token;
+  out << YAML::Key << "pre_norm" << YAML::Value << v.pre_norm;
+  out << YAML::Key << "post_norm" << YAML::Value << v.post_norm;
+  if (v.window > 0) {
+    out << YAML::Key << "window" << YAML::Value << v.window;
+    out << YAML::Key << "global_layer_every" << YAML::Value << v.global_layer_every;
+  }
+  if (v.merge != d.merge) out << YAML::Key << "merge" << YAML::Value << v.merge;
+  if (v.projector_norm != ProjectorNorm::None) {
+    out << YAML::Key << "projector_norm" << YAML::Value << to_string(v.projector_norm);
+    out << YAML::Key << "projector_norm_type" << YAML::Value << to_string(v.projector_norm_type);
+  }
+  out << YAML::Key << "projector_hidden" << YAML::Value << v.projector_hidden;
+  out << YAML::Key << "projector_activation" << YAML::Value << to_string(v.projector_activation);
+  if (v.class_token_to_lm) out << YAML::Key << "class_token_to_lm" << YAML::Value << true;
+  if (v.image_tokens > 0) out << YAML::Key << "image_tokens" << YAML::Value << v.image_tokens;
+  out << YAML::EndMap;
+}
+
 // The optional MoE keys that differ from Mixtral's block, and the mla map.
 void emit_moe_mla(const ModelSpec& m, YAML::Emitter& out) {
   if (m.moe) {
@@ -270,8 +443,7 @@ ModelSpec parse_model_map(ConfigMap& map) {
   m.head_dim = map.get_positive_int("head_dim");
   m.ffn_size = map.get_positive_int("ffn_size");
   m.gated_mlp = map.get_bool("gated_mlp");
-  std::string act = map.get_enum("activation", {"silu", "gelu", "gelu_tanh"});
-  m.activation = act == "silu" ? ActivationFn::Silu : act == "gelu" ? ActivationFn::Gelu : ActivationFn::GeluTanh;
+  m.activation = activation_key(map, "activation");
   m.vocab_size = map.get_positive_int("vocab_size");
   m.tied_embeddings = map.get_bool("tied_embeddings");
   const std::string norm = map.get_enum("norm", {"rmsnorm", "layernorm", "layernorm_no_params"});
@@ -299,6 +471,10 @@ ModelSpec parse_model_map(ConfigMap& map) {
   if (map.has("mla")) {
     ConfigMap mla = map.get_map("mla");
     m.mla = parse_mla(mla);
+  }
+  if (map.has("vision")) {
+    ConfigMap vision = map.get_map("vision");
+    m.vision = parse_vision(vision);
   }
   map.finish();
   if (m.num_heads % m.num_kv_heads != 0)
@@ -334,6 +510,7 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
   out << YAML::Key << "dropout" << YAML::Value << m.dropout;
   emit_layer_parts(m, out);
   emit_moe_mla(m, out);
+  if (m.vision) emit_vision(*m.vision, out);
   out << YAML::EndMap;
 }
 

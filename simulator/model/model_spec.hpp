@@ -3,6 +3,7 @@
 // (module_graph.hpp) expands it into modules with parameters, FLOPs and saved bytes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,7 +17,8 @@ enum class NormType { RmsNorm, LayerNorm, LayerNormNoParams };
 // the heads (Qwen3Attention, Gemma3Attention: RMSNorm(head_dim)); or over the whole projection, num_heads *
 // head_dim for q and num_kv_heads * head_dim for k (Olmo2Attention: RMSNorm(num_heads * head_dim)).
 enum class QkNorm { None, PerHead, Projection };
-enum class ActivationFn { Silu, Gelu, GeluTanh };
+// QuickGelu: x * sigmoid(1.702 x) (transformers activations.py QuickGELUActivation; CLIP's hidden_act).
+enum class ActivationFn { Silu, Gelu, GeluTanh, QuickGelu };
 enum class PositionEmbedding { Rope, Learned };
 
 struct MoeSpec {
@@ -59,6 +61,81 @@ struct MlaSpec {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
+// How a vision tower's projector normalises its input (VisionSpec): not at all (LlavaMultiModalProjector); each
+// patch over the tower's width before the merge (Qwen2VL PatchMerger's ln_q); or each merged token over width x
+// merge^2 after it (InternVL's mlp1, LayerNorm(vit_hidden * (1 / downsample_ratio)^2)).
+enum class ProjectorNorm { None, BeforeMerge, AfterMerge };
+
+// A vision tower (ViT) in front of the language model, and the projector that maps its patches to image tokens
+// of the language model's width. Its blocks are decoder-style layers (pre-norm attention and MLP) of their own
+// width, built into the module graph's layer stack ahead of the decoder layers (module_graph.hpp), so FSDP wraps
+// them as units like decoder layers; they run on the vision tokens of a sample (vision_tokens()), with
+// bidirectional attention within each image (or each window), not on the language model's sequence.
+struct VisionSpec {
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;  // the blocks the checkpoint holds
+  int64_t run_layers = 0;  // the blocks that run: those up to the feature layer (LLaVA's vision_feature_layer)
+  int64_t num_heads = 0;
+  int64_t ffn_size = 0;
+  bool gated_mlp = false;  // Qwen2.5-VL's SwiGLU blocks; CLIP and Qwen2-VL: fc1, act, fc2
+  ActivationFn activation = ActivationFn::Gelu;
+  NormType norm = NormType::LayerNorm;
+  double norm_eps = 0;
+  bool qkv_bias = false;
+  bool attn_out_bias = false;
+  bool mlp_bias = false;
+  // Learned: a (patches + class token) x hidden table (CLIP, InternViT); Rope: 2-D rotary on q and k without
+  // parameters (Qwen2-VL VisionRotaryEmbedding).
+  PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  int64_t patch_size = 0;
+  int64_t temporal_patch_size = 1;  // Qwen2-VL's Conv3d over 2 frames (an image is repeated)
+  int64_t num_channels = 3;
+  int64_t image_size = 0;  // 0: dynamic resolution (Qwen2-VL): the image tokens are the run's to give
+  bool patch_bias = false;
+  bool class_token = false;  // a learned CLS token in front of the patches (CLIP)
+  bool pre_norm = false;     // a norm over the embeddings before the first block (CLIP's pre_layrnorm)
+  bool post_norm = false;    // CLIP's post_layernorm: over the pooled CLS token, held but not on the image path
+  // Windowed attention (Qwen2.5-VL): each query attends the `window` patches of its window, except in every
+  // `global_layer_every`-th block (0-based N-1, 2N-1, ...), which attends the whole image. 0: every block global.
+  int64_t window = 0;
+  int64_t global_layer_every = 0;
+  // The projector: `merge` x `merge` neighbouring patches become one image token of width hidden x merge^2
+  // (1: none), an optional norm, then Linear(hidden x merge^2 -> projector_hidden), the activation,
+  // Linear(projector_hidden -> the language model's hidden size), all with biases.
+  int64_t merge = 1;
+  ProjectorNorm projector_norm = ProjectorNorm::None;
+  NormType projector_norm_type = NormType::LayerNorm;
+  int64_t projector_hidden = 0;
+  ActivationFn projector_activation = ActivationFn::Gelu;
+  bool class_token_to_lm = false;  // the CLS token's feature is an image token too (LLaVA's select strategy "full")
+  // Image tokens per sample in the language model's sequence (the run's --image-tokens, else one image at
+  // image_size); 0: not known (dynamic resolution without --image-tokens: simulate refuses it).
+  int64_t image_tokens = 0;
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t merged_width() const { return hidden_size * merge * merge; }
+  // Patches of one image at image_size, and its image tokens; 0 with dynamic resolution.
+  int64_t patches_per_image() const {
+    return image_size > 0 ? (image_size / patch_size) * (image_size / patch_size) : 0;
+  }
+  int64_t tokens_per_image() const {
+    return image_size > 0 ? patches_per_image() / (merge * merge) + (class_token_to_lm ? 1 : 0) : 0;
+  }
+  // Images per sample: image_tokens of fixed-size images; with dynamic resolution one image of image_tokens.
+  int64_t images() const { return image_size > 0 ? image_tokens / tokens_per_image() : 1; }
+  // The tower's sequence for one image (its attention's keys): patches, and the CLS token.
+  int64_t seq_per_image() const {
+    const int64_t patches = image_size > 0 ? patches_per_image() : image_tokens * merge * merge;
+    return patches + (class_token ? 1 : 0);
+  }
+  int64_t vision_tokens() const { return images() * seq_per_image(); }
+  // The keys each query of block `layer` attends: its window, or the whole image.
+  int64_t attention_keys(int64_t layer) const {
+    const bool global = window == 0 || (global_layer_every > 0 && (layer + 1) % global_layer_every == 0);
+    return global ? seq_per_image() : std::min(window, seq_per_image());
+  }
+};
+
 struct ModelSpec {
   std::string name;
   std::string family;  // "decoder" (decoder-only causal LM); the only family so far
@@ -82,7 +159,8 @@ struct ModelSpec {
   bool mlp_bias = false;       // GPT-2
   bool dropout = false;        // GPT-2 style dropout after attention softmax, attention output and MLP
   std::optional<MoeSpec> moe;
-  std::optional<MlaSpec> mla;  // multi-head latent attention instead of q/k/v projections
+  std::optional<MlaSpec> mla;        // multi-head latent attention instead of q/k/v projections
+  std::optional<VisionSpec> vision;  // a vision tower and projector in front (vision-language models)
 
   // The parts below are optional in the YAML schema; each default is Llama's block (configs/models/README.md).
   // A decoder layer's norms. Llama: input_layernorm before attention and post_attention_layernorm before the
@@ -136,5 +214,6 @@ const char* to_string(NormType);
 const char* to_string(QkNorm);
 const char* to_string(ActivationFn);
 const char* to_string(PositionEmbedding);
+const char* to_string(ProjectorNorm);
 
 }  // namespace fsdp

@@ -8,8 +8,11 @@
 
 #include "compute/compute_cost.hpp"
 #include "core/errors.hpp"
+#include "model/module_parts.hpp"
 
 namespace fsdp {
+
+using namespace graph_parts;
 
 const char* to_string(ModuleKind k) {
   switch (k) {
@@ -47,6 +50,8 @@ const char* to_string(ModuleKind k) {
       return "head";
     case ModuleKind::Loss:
       return "loss";
+    case ModuleKind::Vision:
+      return "vision";
   }
   return "?";
 }
@@ -96,14 +101,15 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
   // shape, FLOPs and saved tensors, in execution order, and the layer's containers.
   std::vector<std::string> signatures;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    std::string sig;
+    std::string sig = std::to_string(g_[layers_[i]].tokens_per_sample) + ";";
     for (ModuleId c : children(layers_[i])) sig += std::string(to_string(g_[c].kind)) + ";";
     for (ModuleId leaf : leaves_under(layers_[i])) {
       const ModuleNode& n = g_[leaf];
       sig += std::string(to_string(n.kind)) + "," + n.short_name + "," + std::to_string(n.params) + "," +
              std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
              std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
-             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window);
+             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + "," +
+             std::to_string(n.attention_keys);
       for (const SavedTensor& t : n.saved)
         sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
                std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
@@ -131,13 +137,7 @@ ModuleId ModuleGraph::add(ModuleId parent, ModuleNode n) {
 
 void ModuleGraph::feeds(ModuleId from, ModuleId to) { boost::add_edge(from, to, ModuleEdge{EdgeKind::Feeds}, g_); }
 
-namespace {
-
-// Elementwise FLOPs per element are small next to GEMMs; counted for completeness with the
-// conventional costs used by Korthikanti et al. (arXiv 2205.05198) Appendix: they are
-// excluded from the 6N rule and from MFU (PaLM paper, arXiv 2204.02311 Appendix B).
-constexpr double kNormFlopsPerElem = 5.0;
-constexpr double kActFlopsPerElem = 4.0;
+namespace graph_parts {
 
 ModuleNode linear(std::string name, std::string short_name, int64_t layer, int64_t in, int64_t out, bool bias,
                   const std::string& input_id, TensorClass input_cls) {
@@ -158,15 +158,6 @@ ModuleNode linear(std::string name, std::string short_name, int64_t layer, int64
   n.output_id = n.name + ".out";  // the builders name it after the consumer that saves it, where one does
   return n;
 }
-
-// The shape of a norm: its weight's length, the elements it normalises per token, and the rows (statistics)
-// per token. A decoder norm: hidden, hidden, 1. A per-head q/k norm (Qwen3RMSNorm(head_dim) over q viewed as
-// heads x head_dim): head_dim, heads * head_dim, heads.
-struct NormShape {
-  int64_t weight = 0;
-  int64_t elems = 0;
-  int64_t rows = 1;
-};
 
 NormShape hidden_norm(const ModelSpec& m) { return NormShape{m.hidden_size, m.hidden_size, 1}; }
 
@@ -226,18 +217,18 @@ ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, 
   return n;
 }
 
-}  // namespace
+}  // namespace graph_parts
 
 ModuleId ModuleGraph::then_dropout(ModuleId parent, ModuleId after, const std::string& name, int64_t layer) {
-  if (!spec_.dropout) return after;
-  const ModuleId d = add(parent, dropout(name, layer, static_cast<double>(spec_.hidden_size), false, false));
+  if (!cur_->dropout) return after;
+  const ModuleId d = add(parent, dropout(name, layer, static_cast<double>(cur_->hidden_size), false, false));
   feeds(after, d);
   return d;
 }
 
 ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id) {
-  const ModelSpec& m = spec_;
-  const std::string p = "layers." + std::to_string(i);
+  const ModelSpec& m = *cur_;
+  const std::string p = prefix_ + std::to_string(i);
   ModuleNode attn_c;
   attn_c.name = p + ".self_attn";
   attn_c.short_name = "self_attn";
@@ -294,7 +285,12 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   core.heads = m.num_heads;
   core.kv_heads = m.num_kv_heads;
   core.head_dim = m.head_dim;
-  core.window = m.attention_window(i);
+  core.window = cur_vision_ ? 0 : m.attention_window(i);
+  // A vision block attends within its image (or window), both ways: its keys are fixed, and its scores are heads x
+  // keys per token whatever the language model's sequence; a decoder layer's are heads x seq (per_seq).
+  core.attention_keys = cur_vision_ ? cur_vision_->attention_keys(i) : 0;
+  const bool per_seq = core.attention_keys == 0;
+  const double score = static_cast<double>(m.num_heads) * (per_seq ? 1.0 : static_cast<double>(core.attention_keys));
   // QK^T and PV: 2 GEMMs of 2*s*d FLOPs per token per head (non-causal count; see seq_flops_per_token).
   core.flops_per_token_per_seq = 4.0 * static_cast<double>(m.q_dim());
   const double qd = static_cast<double>(m.q_dim());
@@ -312,15 +308,16 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.
   core.saved.push_back(SavedTensor{p + ".attn.k_expanded", qd, false, TensorClass::Compute, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v_expanded", qd, false, TensorClass::Compute, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.probs", heads, true, TensorClass::SoftmaxOut, true, true, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.probs_cast", heads, true, TensorClass::SoftmaxCast, true, true});
+  core.saved.push_back(
+      SavedTensor{p + ".attn.probs", score, per_seq, TensorClass::SoftmaxOut, true, true, false, true});
+  core.saved.push_back(SavedTensor{p + ".attn.probs_cast", score, per_seq, TensorClass::SoftmaxCast, true, true});
   // Soft-capping the scores, cap * tanh(scores / cap) (Gemma2Attention eager path): tanh keeps its output
   // for backward, one more score-sized tensor; fused kernels cap in the tile (FlashAttention-2 >= 2.6 softcap).
   if (m.attn_logit_softcap > 0)
-    core.saved.push_back(SavedTensor{p + ".attn.softcap", heads, true, TensorClass::Compute, true, true});
+    core.saved.push_back(SavedTensor{p + ".attn.softcap", score, per_seq, TensorClass::Compute, true, true});
   if (m.dropout) {
-    core.saved.push_back(SavedTensor{p + ".attn.dropout.mask", heads, true, TensorClass::Byte, true, true});
-    core.saved.push_back(SavedTensor{p + ".attn.dropout.out", heads, true, TensorClass::Compute, true, true});
+    core.saved.push_back(SavedTensor{p + ".attn.dropout.mask", score, per_seq, TensorClass::Byte, true, true});
+    core.saved.push_back(SavedTensor{p + ".attn.dropout.out", score, per_seq, TensorClass::Compute, true, true});
   }
   core.output_elems_per_token = m.q_dim();
   core.output_id = p + ".attn.out";
@@ -342,9 +339,9 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
 // and kv_b_proj), then the attention core's decompressed q and k (heads x (nope + rope): k_nope from kv_b_proj
 // with the one rotary key k_R, eq. 14, broadcast to every head) and v (heads x v_head_dim).
 ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const std::string& in_id) {
-  const ModelSpec& m = spec_;
+  const ModelSpec& m = *cur_;
   const MlaSpec& a = *m.mla;
-  const std::string p = "layers." + std::to_string(i);
+  const std::string p = prefix_ + std::to_string(i);
   const std::string sa = p + ".self_attn.";
   const int64_t qk = m.num_heads * a.qk_head_dim();
   const int64_t v_width = m.num_heads * a.v_head_dim;
@@ -412,7 +409,7 @@ ModuleId ModuleGraph::build_mla(ModuleId attn, int64_t i, ModuleId src, const st
 
 ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& mp, const std::string& in_id,
                                 int64_t ffn, double token_fraction) {
-  const ModelSpec& m = spec_;
+  const ModelSpec& m = *cur_;
   const double f = static_cast<double>(ffn) * token_fraction;
   // Routed experts see a gathered copy of their tokens (token_fraction < 1); dense MLPs read the norm output.
   const std::string input = token_fraction < 1.0 ? mp + ".in" : in_id;
@@ -461,8 +458,8 @@ ModuleId ModuleGraph::build_mlp(ModuleId parent, int64_t i, const std::string& m
 }
 
 ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id) {
-  const ModelSpec& m = spec_;
-  const std::string p = "layers." + std::to_string(i);
+  const ModelSpec& m = *cur_;
+  const std::string p = prefix_ + std::to_string(i);
   const double h = static_cast<double>(m.hidden_size);
   ModuleNode mlp_c;
   mlp_c.layer = i;
@@ -536,14 +533,15 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
 // A decoder layer from the spec's parts (model_spec.hpp): the optional norms around each sublayer, and the
 // attention and MLP one after the other (x + attn, then + mlp) or in parallel on the layer input.
 ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
-  const ModelSpec& m = spec_;
-  const std::string p = "layers." + std::to_string(i);
+  const ModelSpec& m = *cur_;
+  const std::string p = prefix_ + std::to_string(i);
   ModuleNode ln;
   ln.name = p;
   ln.short_name = "layer";
   ln.kind = ModuleKind::DecoderLayer;
-  ln.layer = i;
+  ln.layer = i + layer_offset_;  // its index in layers(): vision blocks come first
   ln.output_elems_per_token = m.hidden_size;
+  ln.tokens_per_sample = cur_vision_ ? cur_vision_->vision_tokens() : 0;
   ModuleId layer = add(stack, ln);
   // A norm of the layer fed by `src` and saving `in_id`; its output's id is "<name>.out".
   auto layer_norm = [&](const std::string& short_name, ModuleId src, const std::string& in_id) {
@@ -587,6 +585,13 @@ void ModuleGraph::build() {
   root.short_name = "model";
   root.kind = ModuleKind::Model;
   root_ = boost::add_vertex(root, g_);
+  // A vision tower first (vision_tower.cpp): its blocks open the layer stack, its projector's image tokens join the
+  // language model's sequence.
+  const ModuleId image_tokens = m.vision ? build_vision() : root_;
+  cur_ = &spec_;
+  cur_vision_ = nullptr;
+  prefix_ = "layers.";
+  layer_offset_ = static_cast<int64_t>(layers_.size());
 
   ModuleNode emb;
   emb.name = "embed_tokens";
@@ -619,6 +624,7 @@ void ModuleGraph::build() {
   ModuleId st = add(root_, stack);
   for (int64_t i = 0; i < m.num_layers; ++i) {
     ModuleId layer = build_layer(st, i, prev);
+    if (i == 0 && image_tokens != root_) feeds(image_tokens, layer);
     layers_.push_back(layer);
     prev = layer;
   }
@@ -684,7 +690,15 @@ int64_t ModuleGraph::total_params() const { return params_under(root_); }
 
 double seq_flops_per_token(const ModuleNode& n, int64_t seq) {
   if (n.flops_per_token_per_seq == 0) return 0;
+  // A vision block's bidirectional attention: every query attends all keys of its image or window.
+  if (n.attention_keys > 0) return n.flops_per_token_per_seq * static_cast<double>(n.attention_keys);
   return n.flops_per_token_per_seq * causal_keys_per_query(seq, n.window);
+}
+
+double ModuleGraph::token_ratio(ModuleId id, int64_t seq) const {
+  FSDP_ASSERT(seq > 0, "token_ratio needs a sequence length");
+  const int64_t t = g_[id].tokens_per_sample;
+  return t > 0 ? static_cast<double>(t) / static_cast<double>(seq) : 1.0;
 }
 
 double ModuleGraph::forward_flops_per_token(ModuleId id, int64_t seq) const {

@@ -35,8 +35,9 @@ enum class ModuleKind {
   Activation,     // SiLU / GELU (and the gating multiply for gated MLPs)
   Dropout,
   Router,
-  Head,  // lm_head (a Linear whose output is the logits)
-  Loss,  // causal-LM cross entropy
+  Head,    // lm_head (a Linear whose output is the logits)
+  Loss,    // causal-LM cross entropy
+  Vision,  // a vision tower's part outside its block stack: the patch embeddings, the projector (vision_tower.cpp)
 };
 
 const char* to_string(ModuleKind);
@@ -89,6 +90,15 @@ struct ModuleNode {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // AttentionCore: the layer's own attention shape
   int64_t window = 0;     // AttentionCore: keys a query attends at most (a sliding layer's window); 0: all earlier keys
   std::string output_id;  // Linear / Router / AttentionCore: the id its output has where a consumer saves it
+  // A vision module (a vision block, the tower's embeddings or its projector): it runs on this many tokens of a
+  // sample, not on the language model's sequence, and its per-token fields are per one of those tokens
+  // (ModuleGraph::token_ratio). 0: the language model's sequence.
+  int64_t tokens_per_sample = 0;
+  // AttentionCore of a vision block: bidirectional attention over this many keys per query (its image or window),
+  // whatever the sequence; 0: causal over the sequence (seq_flops_per_token).
+  int64_t attention_keys = 0;
+  // false: parameters the model holds that no step runs (a vision tower's blocks past its feature layer).
+  bool runs = true;
 };
 
 // Forward FLOPs per token of a node's sequence-dependent part (attention's score and value GEMMs) at sequence
@@ -131,12 +141,18 @@ class ModuleGraph {
   const ModuleGraphBase& graph() const { return g_; }
   const ModuleNode& node(ModuleId id) const { return g_[id]; }
   ModuleId root() const { return root_; }
-  const std::vector<ModuleId>& layers() const { return layers_; }  // decoder layers in order
+  // The layer stack in order: a vision tower's blocks (VisionSpec::run_layers), then the decoder layers. A layer
+  // node's `layer` is its index here.
+  const std::vector<ModuleId>& layers() const { return layers_; }
   // Per decoder layer: the index of the first layer of the same structure (its class).
   const std::vector<int64_t>& layer_classes() const { return layer_class_; }
   std::vector<ModuleId> children(ModuleId id) const;      // Contains edges, in build order
   std::vector<ModuleId> consumers(ModuleId id) const;     // Feeds edges out
   std::vector<ModuleId> leaves_under(ModuleId id) const;  // leaf modules in execution order
+
+  // The tokens module `id` runs on per token of the language model's sequence `seq`: a vision module's
+  // tokens_per_sample / seq, else 1. Per-token fields times this are per sequence token.
+  double token_ratio(ModuleId id, int64_t seq) const;
 
   int64_t total_params() const;
   int64_t params_under(ModuleId id) const;
@@ -164,6 +180,9 @@ class ModuleGraph {
   // place; without: `after`.
   ModuleId then_dropout(ModuleId parent, ModuleId after, const std::string& name, int64_t layer);
   void build();
+  // The vision tower (vision_tower.cpp): embeddings, its blocks into layers_, the held blocks, the projector;
+  // returns the projector's last node.
+  ModuleId build_vision();
   ModuleId build_layer(ModuleId stack, int64_t i, ModuleId input);
   // A layer's attention block fed by `src` (whose output, saved by q/k/v, is `in_id`); returns its last node.
   ModuleId build_attention(ModuleId layer, int64_t i, ModuleId src, const std::string& in_id);
@@ -176,6 +195,13 @@ class ModuleGraph {
                      double token_fraction);
 
   ModelSpec spec_;
+  // The stack the layer builders are building: its layers' spec (the model, or the vision blocks' own), the
+  // layers' name prefix, the index in layers_ of its first layer, and the vision tower when it is one.
+  ModelSpec vision_layers_spec_;
+  const ModelSpec* cur_ = &spec_;
+  const VisionSpec* cur_vision_ = nullptr;
+  std::string prefix_ = "layers.";
+  int64_t layer_offset_ = 0;
   std::vector<int64_t> subtree_params_;  // cached params_under per vertex
   ModuleGraphBase g_;
   ModuleId root_{};

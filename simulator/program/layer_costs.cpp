@@ -131,7 +131,11 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   const Strategy& s = *in.strategy;
   const RuntimeProfile& rt = *in.runtime;
   const ActivationQuery& q = in.query;
-  const double tokens = in.tokens;
+  // A vision block runs on its own tokens of each sample (ModuleNode::tokens_per_sample): its bytes are counted
+  // for those, and its per-token fields are returned per token of the language model's sequence (token_ratio).
+  const ModuleNode& node = g.node(layer);
+  const double ratio = g.token_ratio(layer, s.seq_len);
+  const double tokens = in.tokens * ratio;
   const double pb = dtype_bytes(s.param_dtype);
   // The layer's own widths, from its nodes (module_graph.hpp): a model whose layers differ needs no change here.
   const double h = static_cast<double>(g.node(layer).output_elems_per_token);
@@ -141,7 +145,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   LayerCost c;
   c.ckpt = ckpt;
   c.params = static_cast<double>(g.params_under(layer));
-  const int64_t toks = s.micro_batch * s.seq_len;
+  const int64_t toks = s.micro_batch * (node.tokens_per_sample > 0 ? node.tokens_per_sample : s.seq_len);
   // The GEMMs the per-op policy runs again (a property of the layer's op order, whatever its mode).
   const std::vector<ModuleId> sac_recomputed = g.op_sac(layer).recomputed_mms;
   for (ModuleId leaf : g.leaves_under(layer)) {
@@ -153,6 +157,10 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
       c.shape.kv_heads = n.kv_heads;
       c.shape.head_dim = n.head_dim;
       c.shape.window = n.window;
+      if (n.attention_keys > 0) {
+        c.shape.attn_seq = n.attention_keys;
+        c.shape.attn_batch = (toks + n.attention_keys - 1) / n.attention_keys;
+      }
     }
     if (n.kind != ModuleKind::Linear && n.kind != ModuleKind::Router) continue;
     const bool sac = std::find(sac_recomputed.begin(), sac_recomputed.end(), leaf) != sac_recomputed.end();
@@ -165,6 +173,9 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
       if (t == n.short_name) c.lora_params += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
   }
   if (s.method == Method::Full) c.lora_params = 0;
+  c.matmul_flops_per_token *= ratio;
+  c.attention_flops_per_token *= ratio;
+  c.recompute_matmul_flops_per_token *= ratio;
   // torch.utils.checkpoint keeps only the region's input (the residual stream) per layer; the per-op policy also
   // the outputs it caches (ModuleGraph::op_sac).
   c.saved_bytes = ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, ckpt);
@@ -175,6 +186,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.elementwise_bytes_per_token = rt.fused_elementwise
                                       ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
                                       : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal);
+  c.elementwise_bytes_per_token *= ratio;
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer
@@ -208,7 +220,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
       tokens * pb * (2.0 * h + w.q + 2.0 * w.kv) + trained * w.mlp_params * pb - tokens * w.mlp_saved_per_token;
   // q.attention: the attention whose tensors the run keeps (Eager also for sdpa dispatched to math).
   if (q.attention == AttentionImpl::Eager)
-    attn_stage += 2.0 * tokens * static_cast<double>(c.shape.heads) * static_cast<double>(s.seq_len) *
+    attn_stage += 2.0 * tokens * static_cast<double>(c.shape.heads) *
+                  static_cast<double>(c.shape.attn_seq > 0 ? c.shape.attn_seq : s.seq_len) *
                   tensor_bytes(TensorClass::SoftmaxOut, q);
   c.backward_transient = std::max(mlp_stage, attn_stage);
   return c;

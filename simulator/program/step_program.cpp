@@ -294,9 +294,14 @@ struct Emitter {
           ModuleKind k = g.node(c).kind;
           if (k == ModuleKind::LayerStack) continue;
           if (k == ModuleKind::Loss) continue;
-          flops_of(c, mm, at);
+          // A vision tower's embeddings and projector run on their own tokens (ModuleGraph::token_ratio).
+          const double r = g.token_ratio(c, s.seq_len);
+          double c_mm = 0, c_at = 0;
+          flops_of(c, c_mm, c_at);
+          mm += r * c_mm;
+          at += r * c_at;
           // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
-          const double saved = tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
+          const double saved = r * tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
           act += saved;
           if (k == ModuleKind::Norm || k == ModuleKind::Head) head_act += saved;
         }

@@ -10,8 +10,10 @@ WrapUnit layer_unit(const ModuleGraph& g, int64_t first, int64_t last) {
   WrapUnit u;
   u.first_layer = first;
   u.last_layer = last;
-  u.name = first == last ? "layers." + std::to_string(first)
-                         : "layers." + std::to_string(first) + "-" + std::to_string(last);
+  // Named after the modules: "layers.3", "layers.0-3", "vision_tower.layers.5" (a vision block, module_graph.hpp).
+  const std::string& first_name = g.node(g.layers()[static_cast<size_t>(first)]).name;
+  const std::string& last_name = g.node(g.layers()[static_cast<size_t>(last)]).name;
+  u.name = first == last ? first_name : first_name + "-" + last_name.substr(last_name.rfind('.') + 1);
   for (int64_t i = first; i <= last; ++i) {
     ModuleId id = g.layers()[static_cast<size_t>(i)];
     u.modules.push_back(id);
@@ -58,7 +60,10 @@ std::vector<WrapUnit> build_wrap_units(const ModuleGraph& g, const WrapPolicy& p
       if (!loose.empty() && !layer_units.empty()) {
         // Mixed: some layers wrapped, the small ones fall to the root (FSDP semantics). Only possible with
         // heterogeneous layers; our layers are uniform, so this is unreachable for zoo models.
-        FSDP_ASSERT(false, "heterogeneous decoder layers are not supported by size-based wrapping");
+        throw InputError("--wrap size:" + std::to_string(policy.min_params) +
+                         ": some layers reach it and some do not (a vision tower's blocks are smaller than the "
+                         "decoder layers); size-based wrapping of such a stack is not modelled: wrap by layer or "
+                         "every:K");
       }
       break;
     }

@@ -45,12 +45,14 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
       if (g.op_sac_recomputed) t.op_sac_recomputed += one;
     }
     AttentionShape a;
-    a.batch = p.attn_batch;
-    a.seq_len = p.attn_seq;
+    // A vision block attends within each image (or window), both ways (LayerShape::attn_seq).
+    const bool own = ls.attn_seq > 0;
+    a.batch = own ? ls.attn_batch : p.attn_batch;
+    a.seq_len = own ? ls.attn_seq : p.attn_seq;
     a.heads = ls.heads;
     a.kv_heads = ls.kv_heads;
     a.head_dim = ls.head_dim;
-    a.causal = true;
+    a.causal = !own;
     a.window = ls.window;
     // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
     // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);

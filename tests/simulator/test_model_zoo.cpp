@@ -52,6 +52,7 @@ constexpr Published kPublished[] = {
     {"qwen1.5-moe-a2.7b", 14'315'784'192},  // KerasHub qwen1.5_moe_2.7b_en params (card: 14.3B)
     {"deepseek-v2-lite", 15'706'484'224},   // InternLM agent demo banner (card: 15.7B)
     {"deepseek-v3", 671'026'419'200},       // main-model checkpoint tensors, MTP excluded (card: 671B)
+    {"llava-1.5-7b", 7'063'427'072},        // LlavaForConditionalGeneration.parameters() of llava-hf/llava-1.5-7b-hf
 };
 
 std::vector<std::string> zoo_names() {
