@@ -672,6 +672,10 @@ void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strate
                      to_string(strategy.kind));
   if (strategy.method == Method::QLora)
     throw InputError("fsdp-run does not implement method qlora (4-bit base weights) yet; use lora");
+  if (strategy.grad_sync == GradSync::LastMicroBatch)
+    throw InputError(
+        "fsdp-run reduces sharded gradients after every micro-batch; the plan asks for grad_sync "
+        "last-micro-batch (no_sync), which it does not run yet");
   if (strategy.method == Method::Lora && strategy.offload != Offload::None)
     throw InputError("method lora with offload is not supported");
   if (strategy.kind == StrategyKind::Hsdp) {

@@ -109,6 +109,7 @@ int run_plan(const std::vector<std::string>& argv) {
               << "; planning with --seq " << model.max_positions << "\n";
   }
   apply_strategy_flags(args, base);
+  check_grad_sync_runtime(base, rt);
   SearchRequest req;
   ModuleGraph graph(model);
   req.graph = &graph;
@@ -116,6 +117,9 @@ int run_plan(const std::vector<std::string>& argv) {
   req.runtime = &rt;
   req.base = base;
   req.pins = pins_from(args, base);
+  if (base.grad_sync == GradSync::LastMicroBatch)
+    std::cerr << "note: --grad-sync last-micro-batch applies to the fsdp, fsdp-grad-op and hsdp plans without "
+                 "offload; the others reduce as they do without it\n";
   // A key the program does not apply is said: replicated strategies compute and reduce per decoder layer
   // whatever the wrap (program/wrap_units.hpp strategy_units).
   if (req.pins.wrap && req.pins.wrap->kind != WrapKind::Layer) {

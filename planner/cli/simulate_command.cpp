@@ -107,6 +107,7 @@ int run_simulate(const std::vector<std::string>& argv) {
     throw InputError("--gpus-per-node: must be at least 1, got " + std::to_string(cluster.gpus_per_node));
   Strategy s;
   apply_strategy_flags(args, s);
+  check_grad_sync_runtime(s, rt);
   validate_strategy(s, model, cluster);
   warn_untrained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   ModuleGraph graph(model);

@@ -25,7 +25,8 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--attention",
                                            "--forward-prefetch",
                                            "--backward-prefetch",
-                                           "--ddp-bucket-mb"};
+                                           "--ddp-bucket-mb",
+                                           "--grad-sync"};
   return flags;
 }
 
@@ -45,6 +46,13 @@ int64_t positive(const Args& a, const std::string& flag, int64_t fallback) {
 }
 
 }  // namespace
+
+void check_grad_sync_runtime(const Strategy& s, const RuntimeProfile& rt) {
+  if (s.grad_sync == GradSync::LastMicroBatch && rt.name == "fsdp-run")
+    throw InputError(
+        "--grad-sync last-micro-batch: fsdp-run reduces sharded gradients after every micro-batch (it "
+        "does not run no_sync yet); plan it for --runtime pytorch, pytorch-fsdp1 or torchtitan");
+}
 
 void apply_strategy_flags(const Args& a, Strategy& s) {
   enum_flag(a, "--strategy", parse_strategy_kind, s.kind,
@@ -84,6 +92,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   s.forward_prefetch = a.get_int_or("--forward-prefetch", s.forward_prefetch);
   s.backward_prefetch = a.get_int_or("--backward-prefetch", s.backward_prefetch);
   s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);
+  enum_flag(a, "--grad-sync", parse_grad_sync, s.grad_sync, "every-micro-batch, last-micro-batch");
   if (s.kind == StrategyKind::Hsdp && s.hsdp_group == 0 && !a.has("--hsdp-group"))
     throw InputError("--hsdp-group: --strategy hsdp needs a shard-group size");
 }

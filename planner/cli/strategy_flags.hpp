@@ -6,6 +6,7 @@
 
 #include "cli/args.hpp"
 #include "model/model_spec.hpp"
+#include "runtime/runtime_profile.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp {
@@ -15,6 +16,10 @@ const std::set<std::string>& strategy_value_flags();
 
 // Sets every knob given on the command line; InputError naming the flag for a bad value.
 void apply_strategy_flags(const Args& args, Strategy& s);
+
+// --grad-sync last-micro-batch for the fsdp-run runtime: InputError (its executor reduces sharded gradients after
+// every micro-batch; executor/shard/sharded_model.cpp check_supported refuses such a plan too).
+void check_grad_sync_runtime(const Strategy& s, const RuntimeProfile& rt);
 
 // --image-tokens N: the language-model tokens of a sample's images for a vision-language model (VisionSpec::
 // image_tokens; its config.json gives one image at the tower's image size, or none for a dynamic-resolution

@@ -22,7 +22,7 @@ E enum_key(ConfigMap& m, const std::string& key, bool (*parse)(const std::string
   return out;
 }
 
-Strategy parse_strategy_map(ConfigMap& m) {
+Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   Strategy s;
   s.kind = enum_key(m, "kind", parse_strategy_kind, "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");
   s.hsdp_group = m.get_int("hsdp_group");
@@ -52,6 +52,7 @@ Strategy parse_strategy_map(ConfigMap& m) {
   s.lora.rank = m.get_int("lora_rank");
   s.lora.target_modules = m.get_string_list("lora_targets");
   if (s.method != Method::Full && s.lora.rank <= 0) m.fail("lora_rank", "must be positive with method lora/qlora");
+  if (version >= 2) s.grad_sync = enum_key(m, "grad_sync", parse_grad_sync, "every-micro-batch, last-micro-batch");
   m.finish();
   return s;
 }
@@ -92,7 +93,7 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
   p.runtime = root.get_string("runtime");
   {
     ConfigMap s = root.get_map("strategy");
-    p.strategy = parse_strategy_map(s);
+    p.strategy = parse_strategy_map(s, version);
   }
   {
     ConfigMap t = root.get_map("training");
@@ -193,6 +194,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "method" << YAML::Value << to_string(s.method);
   out << YAML::Key << "lora_rank" << YAML::Value << s.lora.rank;
   out << YAML::Key << "lora_targets" << YAML::Value << YAML::Flow << s.lora.target_modules;
+  out << YAML::Key << "grad_sync" << YAML::Value << to_string(s.grad_sync);
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "optimizer" << YAML::Value << to_string(s.optimizer);

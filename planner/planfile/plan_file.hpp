@@ -11,7 +11,9 @@
 
 namespace fsdp {
 
-inline constexpr int kPlanSchemaVersion = 1;
+// Version 2 added strategy.grad_sync; a version-1 file reduces on every micro-batch, the only behaviour it could
+// describe.
+inline constexpr int kPlanSchemaVersion = 2;
 
 struct TrainingHyperparams {
   double lr = 3e-4;

@@ -107,6 +107,7 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   row.reduce_dtype = nullable_string(r, "reduce_dtype");
   if (r.has("master_dtype")) row.master_dtype = nullable_string(r, "master_dtype");
   if (r.has("kernel_library")) row.kernel_library = nullable_string(r, "kernel_library");
+  if (r.has("grad_sync")) row.grad_sync = r.get_enum("grad_sync", {"every-micro-batch", "last-micro-batch"});
   row.fp8 = r.get_bool("fp8");
   row.micro_batch = nullable_int(r, "micro_batch").value_or(0);
   row.seq = nullable_int(r, "seq").value_or(0);
@@ -366,6 +367,8 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     if (!parse_dtype(row.master_dtype, md)) return skip("master dtype '" + row.master_dtype + "'");
     s.master_dtype = md;
   }
+  if (!row.grad_sync.empty() && !parse_grad_sync(row.grad_sync, s.grad_sync))
+    return skip("grad_sync '" + row.grad_sync + "'");
   s.micro_batch = row.micro_batch;
   s.seq_len = row.seq;
   s.grad_accum = row.grad_accum.value_or(1);

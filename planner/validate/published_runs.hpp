@@ -41,6 +41,7 @@ struct PublishedRow {
   std::string master_dtype;
   // Optional: a kernel library the run swaps into the model (e.g. liger), which fsdp-plan does not model yet.
   std::string kernel_library;
+  std::string grad_sync;  // optional: "last-micro-batch" (no_sync accumulation); absent: every micro-batch
   bool fp8 = false;
   int64_t micro_batch = 0, seq = 0;  // 0: not stated
   std::optional<int64_t> grad_accum;

@@ -590,6 +590,12 @@ void Emitter::emit_sharded() {
   const int K = static_cast<int>(s.grad_accum);
   const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
   const bool hsdp = place.replica_all_reduce;
+  // grad_sync last-micro-batch (FSDP1 no_sync, FSDP2 set_requires_gradient_sync(False)): the post-backward of a
+  // micro-batch before the last keeps the unit's unsharded gradient (the first) or adds this micro-batch's into it
+  // and frees it (the others); the last adds its own and reduce-scatters the sum. The sharded gradient appears with
+  // that one reduce-scatter.
+  const bool accumulate_unsharded = s.grad_sync == GradSync::LastMicroBatch && K > 1;
+  const int first_reduced_mb = accumulate_unsharded ? K - 1 : 0;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
   if (!offload_params) {
@@ -774,11 +780,21 @@ void Emitter::emit_sharded() {
       post.unit = ui;
       post.micro_batch = mbi;
       post.phase = Phase::PostBackward;
-      post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
-      post.elementwise_bytes = rs_input > 0 ? full * pb + rs_input : 0.0;
       post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
-      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       post.deps.push_back(bop);
+      if (accumulate_unsharded && mbi > 0) {
+        // AccumulateGrad into the kept unsharded gradient (read both, write one), this micro-batch's freed.
+        post.elementwise_bytes += 3.0 * full * pb;
+        post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      }
+      if (mbi < first_reduced_mb) {
+        // Not reduced: the unit's kept gradient waits for the last micro-batch.
+        push(post);
+        continue;
+      }
+      post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
+      post.elementwise_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
+      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int pop = push(post);
       // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
       // reduce-scatter (fsdp-run's ShardedModel wait_pending; one reduction step in flight).
@@ -795,7 +811,7 @@ void Emitter::emit_sharded() {
       r.deps.push_back(pop);
       const double rs_output = shard(train(ui)) * rb;
       r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
-      if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
+      if (mbi == first_reduced_mb) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
       // Without low-precision collectives the adapter stages a bf16/fp16 input in fp32 (executor/dist/comm.cpp
       // reduce_scatter_impl: all-reduce of an fp32 copy, then the slice).
       const double rs_staging = stages_fp32(GroupKind::Shard) && rb < 4.0 ? full * 4.0 : 0.0;

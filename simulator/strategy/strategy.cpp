@@ -66,6 +66,11 @@ constexpr std::array<std::pair<AttentionImpl, const char*>, 3> kAttention{{
     {AttentionImpl::Eager, "eager"},
 }};
 
+constexpr std::array<std::pair<GradSync, const char*>, 2> kGradSync{{
+    {GradSync::EveryMicroBatch, "every-micro-batch"},
+    {GradSync::LastMicroBatch, "last-micro-batch"},
+}};
+
 bool parse_i64(const std::string& s, int64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size();
@@ -80,6 +85,7 @@ const char* to_string(DType k) { return name_of(k, kDType); }
 const char* to_string(Optimizer k) { return name_of(k, kOptimizer); }
 const char* to_string(Method k) { return name_of(k, kMethod); }
 const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
+const char* to_string(GradSync k) { return name_of(k, kGradSync); }
 
 std::string to_string(const WrapPolicy& w) {
   switch (w.kind) {
@@ -141,6 +147,13 @@ bool parse_dtype(const std::string& s, DType& o) { return value_of(s, o, kDType)
 bool parse_optimizer(const std::string& s, Optimizer& o) { return value_of(s, o, kOptimizer); }
 bool parse_method(const std::string& s, Method& o) { return value_of(s, o, kMethod); }
 bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s, o, kAttention); }
+bool parse_grad_sync(const std::string& s, GradSync& o) { return value_of(s, o, kGradSync); }
+
+bool grad_sync_applies(const Strategy& s) {
+  const bool fsdp_family =
+      s.kind == StrategyKind::Fsdp || s.kind == StrategyKind::FsdpGradOp || s.kind == StrategyKind::Hsdp;
+  return fsdp_family && s.offload == Offload::None;
+}
 
 bool parse_wrap(const std::string& s, WrapPolicy& w) {
   if (s == "layer") {

@@ -33,6 +33,12 @@ enum class DType { Fp32, Bf16, Fp16 };
 enum class Optimizer { AdamW, Sgd };
 enum class Method { Full, Lora, QLora };
 enum class AttentionImpl { Flash, Sdpa, Eager };
+// When a sharded-gradient strategy (fsdp, fsdp-grad-op, hsdp) reduces its gradients under accumulation: after every
+// micro-batch's backward (FSDP's default), or only after the last, the earlier micro-batches accumulating the
+// unsharded gradients on every rank (FSDP1 FullyShardedDataParallel.no_sync(), FSDP2
+// FSDPModule.set_requires_gradient_sync(False); Lightning Fabric's no_backward_sync and accelerate's
+// accumulate() call them): 1/K of the reduce-scatters, at the memory of the whole unsharded gradient.
+enum class GradSync { EveryMicroBatch, LastMicroBatch };
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::Layer;
@@ -68,6 +74,7 @@ struct Strategy {
   int64_t forward_prefetch = 1;   // units gathered ahead in forward
   int64_t backward_prefetch = 1;  // units gathered ahead in backward
   int64_t ddp_bucket_mb = 25;     // DDP bucket_cap_mb
+  GradSync grad_sync = GradSync::EveryMicroBatch;
 };
 
 // Text names used in CLI flags and plan.yaml (round-trip exactly).
@@ -78,6 +85,7 @@ const char* to_string(DType);
 const char* to_string(Optimizer);
 const char* to_string(Method);
 const char* to_string(AttentionImpl);
+const char* to_string(GradSync);  // "every-micro-batch", "last-micro-batch"
 std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
@@ -94,6 +102,11 @@ bool parse_dtype(const std::string&, DType&);
 bool parse_optimizer(const std::string&, Optimizer&);
 bool parse_method(const std::string&, Method&);
 bool parse_attention(const std::string&, AttentionImpl&);
+bool parse_grad_sync(const std::string&, GradSync&);
+// Whether grad_sync last-micro-batch means something for this strategy: an FSDP-family kind without offload (DDP and
+// ZeRO-1 reduce on the last micro-batch anyway; DeepSpeed refuses no_sync with partitioned gradients; offload with
+// it is not modelled).
+bool grad_sync_applies(const Strategy&);
 bool parse_wrap(const std::string&, WrapPolicy&);  // "layer", "every:K", "size:N", "model"
 
 // The checkpointing mode of decoder layer `layer` (0-based) under the strategy: every consumer (memory walk,

@@ -37,6 +37,10 @@ TEST_CASE("simulate: bad flags and names") {
   expect_error("simulate --model 8b --nodes -3", "--nodes");
   expect_error("simulate --model 8b --micro-batch 0", "--micro-batch");
   expect_error("simulate --model 8b --micro-batch many", "--micro-batch");
+  expect_error("simulate --model 8b --grad-sync sometimes", "--grad-sync");
+  expect_error("simulate --model 8b --strategy zero3 --grad-accum 4 --grad-sync last-micro-batch --runtime pytorch",
+               "--grad-sync");
+  expect_error("simulate --model 8b --grad-accum 4 --grad-sync last-micro-batch", "fsdp-run reduces");
   expect_error("simulate --model 8b --strategy hsdp --hsdp-group 3 --nodes 1", "--hsdp-group");
   expect_error("simulate --model 8b --strategy hsdp", "--hsdp-group");
   expect_error("simulate --model 8b --wrap every:0", "--wrap");

@@ -222,8 +222,22 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 1"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 2"), 20, "fsdp_plan_version: 9");
   CHECK_THROWS_WITH_AS(parse_plan_text(newer, "p.yaml"), doctest::Contains("schema version 9"), InputError);
+  // Version 2 requires strategy.grad_sync; a version-1 file has none and reduces on every micro-batch.
+  std::string v1 = text;
+  v1.replace(v1.find("fsdp_plan_version: 2"), 20, "fsdp_plan_version: 1");
+  const size_t gs = v1.find("  grad_sync: every-micro-batch\n");
+  REQUIRE(gs != std::string::npos);
+  std::string v1_without = v1;
+  v1_without.erase(gs, std::string("  grad_sync: every-micro-batch\n").size());
+  CHECK(parse_plan_text(v1_without, "p.yaml").strategy.grad_sync == GradSync::EveryMicroBatch);
+  CHECK_THROWS_WITH_AS(parse_plan_text(v1, "p.yaml"), doctest::Contains("unknown key 'strategy.grad_sync'"),
+                       InputError);
+  std::string v2_without = text;
+  v2_without.erase(text.find("  grad_sync: every-micro-batch\n"),
+                   std::string("  grad_sync: every-micro-batch\n").size());
+  CHECK_THROWS_WITH_AS(parse_plan_text(v2_without, "p.yaml"), doctest::Contains("grad_sync"), InputError);
   CHECK_THROWS_WITH_AS(parse_plan_text(text + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
                        InputError);
   std::remove(path.c_str());

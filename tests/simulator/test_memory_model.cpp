@@ -471,3 +471,57 @@ TEST_CASE("reserved memory is capped at the device while the allocated peak fits
   CHECK_FALSE(fits.capped_at_device);
   CHECK(fits.reserved_peak == 60);
 }
+
+// grad_sync last-micro-batch (FSDP1 no_sync, FSDP2 set_requires_gradient_sync(False)): micro-batches before the last
+// keep every unit's unsharded gradient, the last reduce-scatters the sum, once per unit.
+TEST_CASE("grad_sync last-micro-batch: the unsharded gradients are kept across micro-batches, reduced once") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  const RuntimeProfile rt = runtime("pytorch-fsdp1");
+  Strategy s = zero_strategy(StrategyKind::Fsdp, DType::Bf16);
+  s.param_dtype = s.master_dtype = DType::Bf16;  // bf16-true, as LitGPT's rows
+  s.grad_accum = 4;
+  const StepProgram every = program(g, s, rt, 1, 4);
+  s.grad_sync = GradSync::LastMicroBatch;
+  const StepProgram last = program(g, s, rt, 1, 4);
+  auto count = [](const StepProgram& p, OpKind k, int mb) {
+    int c = 0;
+    for (const Op& o : p.ops) c += o.kind == k && (mb < 0 || o.micro_batch == mb) ? 1 : 0;
+    return c;
+  };
+  const int units = static_cast<int>(last.units.size());
+  // Emitted micro-batches: the first, one middle, the last (StepLayout::micro_batches_emitted).
+  CHECK(count(every, OpKind::ReduceScatter, -1) == 3 * units);
+  CHECK(count(last, OpKind::ReduceScatter, -1) == units);
+  CHECK(count(last, OpKind::ReduceScatter, 3) == units);
+  // What micro-batch 0 leaves allocated: the whole unsharded bf16 gradient (padded units), and no sharded one.
+  double kept = 0, sharded_before_last = 0, balance = 0;
+  auto tally = [&](const Op& o, const MemEvent& e) {
+    if (e.category == MemoryCategory::UnshardedGrads) {
+      if (o.micro_batch == 0) kept += e.bytes;
+      balance += e.bytes;
+    }
+    if (e.category == MemoryCategory::ShardedGrads && e.bytes > 0 && o.micro_batch < 3) sharded_before_last += e.bytes;
+  };
+  for (const Op& o : last.ops) {
+    for (const MemEvent& e : o.on_issue) tally(o, e);
+    for (const MemEvent& e : o.on_complete) tally(o, e);
+  }
+  const double P = static_cast<double>(g.total_params());
+  CHECK(kept / (2.0 * P) == doctest::Approx(1.0).epsilon(0.01));
+  CHECK(sharded_before_last == 0);
+  CHECK(balance == doctest::Approx(0.0).epsilon(1e-9));
+  // The peak carries that gradient: higher than reducing every micro-batch by about the gradient less its shard.
+  const MemoryResult me = walk_memory(every, rt, 4), ml = walk_memory(last, rt, 4);
+  CHECK(ml.peak_allocated - me.peak_allocated > 0.5 * 2.0 * P);
+  CHECK(ml.peak_allocated - me.peak_allocated < 2.0 * P);
+  // Only where it means something.
+  for (StrategyKind k : {StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Zero3}) {
+    Strategy bad = s;
+    bad.kind = k;
+    CHECK_THROWS_WITH_AS(validate_strategy(bad, g.spec(), Cluster{1, 4}), doctest::Contains("--grad-sync"), InputError);
+  }
+  Strategy off = s;
+  off.offload = Offload::Optimizer;
+  CHECK_THROWS_WITH_AS(validate_strategy(off, g.spec(), Cluster{1, 4}), doctest::Contains("offload"), InputError);
+  CHECK_NOTHROW(validate_strategy(s, g.spec(), Cluster{1, 4}));
+}
