@@ -70,6 +70,7 @@ enum class Arch {
   // merger in front of a Qwen2 language model (its keys at the top level, or in text_config)
   Qwen2VL,
   Qwen25VL,
+  ChatGlm,  // THUDM's ChatGLM2/3 and GLM-4 remote code (ChatGLMModel, ChatGLMForConditionalGeneration)
 };
 
 struct ArchName {
@@ -104,6 +105,8 @@ constexpr ArchName kArchitectures[] = {
     {"LlavaForConditionalGeneration", "llava", Arch::Llava},
     {"Qwen2VLForConditionalGeneration", "qwen2_vl", Arch::Qwen2VL},
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", Arch::Qwen25VL},
+    {"ChatGLMModel", "chatglm", Arch::ChatGlm},
+    {"ChatGLMForConditionalGeneration", "chatglm", Arch::ChatGlm},
 };
 
 // Sizes above this would overflow the parameter arithmetic downstream (vocab * hidden, layers *
@@ -813,6 +816,53 @@ void read_qwen(const Reader& r, ModelSpec& m) {
       r.optional_probability("attn_dropout_prob", 0.0) > 0 || r.optional_probability("emb_dropout_prob", 0.0) > 0;
 }
 
+// ChatGLMModel / ChatGLMForConditionalGeneration (THUDM's remote code, THUDM/glm-4-9b-chat and THUDM/chatglm3-6b
+// configuration_chatglm.py, modeling_chatglm.py). ChatGLMConfig defaults: num_layers 28, padded_vocab_size 65024,
+// hidden_size 4096, ffn_hidden_size 13696, kv_channels 128, num_attention_heads 32, seq_length 2048,
+// hidden_dropout 0.0, attention_dropout 0.0, layernorm_epsilon 1e-5, rmsnorm True,
+// apply_residual_connection_post_layernorm False, post_layer_norm True, add_bias_linear False, add_qkv_bias False,
+// multi_query_attention False, multi_query_group_num 1, rope_ratio 1 (GLM-4's file; ChatGLM2's has none: base
+// 10000), fp32_residual_connection False, quantization_bit 0, pre_seq_len None. The modules: embedding
+// word_embeddings (padded_vocab_size x hidden); GLMBlock: input_layernorm, SelfAttention (query_key_value: hidden ->
+// heads x kv_channels + 2 x multi_query_group_num x kv_channels with multi_query_attention, else 3 x heads x
+// kv_channels, bias = add_bias_linear or add_qkv_bias; dense: heads x kv_channels -> hidden, bias = add_bias_linear),
+// post_attention_layernorm, MLP (dense_h_to_4h: hidden -> 2 x ffn_hidden_size, swiglu, dense_4h_to_h, bias =
+// add_bias_linear); RMSNorm with rmsnorm, else LayerNorm; final_layernorm with post_layer_norm; output_layer
+// (hidden -> padded_vocab_size, no bias, its own weight). RotaryEmbedding(rotary_dim // 2) with rotary_dim =
+// kv_channels: the first half of each head is rotated, with base 10000 x rope_ratio.
+void read_chatglm(const Reader& r, ModelSpec& m) {
+  m.hidden_size = r.required_dim("hidden_size");
+  m.num_layers = r.required_dim("num_layers");
+  m.num_heads = r.required_dim("num_attention_heads");
+  m.head_dim = r.optional_dim("kv_channels", 128);
+  checked_mul(r, "kv_channels", m.head_dim, m.num_heads);
+  const bool mqa = r.optional_bool("multi_query_attention", false);
+  m.num_kv_heads = mqa ? r.optional_dim("multi_query_group_num", 1) : m.num_heads;
+  m.ffn_size = r.required_dim("ffn_hidden_size");
+  m.gated_mlp = true;                 // dense_h_to_4h is gate and up side by side; swiglu = silu(x1) * x2
+  m.activation = ActivationFn::Silu;  // modeling_chatglm.py swiglu: F.silu
+  m.vocab_size = r.required_dim("padded_vocab_size");
+  m.tied_embeddings = false;  // output_layer is a Linear of its own (tie_word_embeddings is not read)
+  m.norm = r.optional_bool("rmsnorm", true) ? NormType::RmsNorm : NormType::LayerNorm;
+  m.norm_eps = r.optional_positive("layernorm_epsilon", 1e-5);
+  m.position_embedding = PositionEmbedding::Rope;
+  m.rope_theta = 10000.0 * r.optional_positive("rope_ratio", 1.0);  // RotaryEmbedding base = 10000 * rope_ratio
+  m.rotary_dim = m.head_dim / 2;
+  m.max_positions = r.required_dim("seq_length");
+  const bool bias = r.optional_bool("add_bias_linear", false);
+  m.qkv_bias = bias || r.optional_bool("add_qkv_bias", false);
+  m.attn_out_bias = m.mlp_bias = bias;
+  m.dropout = r.optional_probability("hidden_dropout", 0.0) > 0 || r.optional_probability("attention_dropout", 0.0) > 0;
+  if (r.optional_bool("apply_residual_connection_post_layernorm", false))
+    r.fail("apply_residual_connection_post_layernorm", "a residual taken after the norm is not modelled");
+  if (!r.optional_bool("post_layer_norm", true))
+    r.fail("post_layer_norm", "a model without the final norm is not modelled");
+  if (r.optional_bool("fp32_residual_connection", false))
+    r.fail("fp32_residual_connection", "an fp32 residual stream is not modelled");
+  if (r.has("pre_seq_len"))
+    r.fail("pre_seq_len", "P-tuning v2's prefix encoder (its parameters and prefix keys) is not modelled");
+}
+
 // GPT2LMHeadModel. GPT2Config defaults (configuration_gpt2.py): n_inner=None (-> 4 * n_embd in
 // GPT2Block), activation_function="gelu_new", resid_pdrop=embd_pdrop=attn_pdrop=0.1,
 // layer_norm_epsilon=1e-5; tie_word_embeddings comes from PretrainedConfig (True).
@@ -866,6 +916,11 @@ constexpr Unmodelled kQwenWindow = {"use_sliding_window",
                                     "sliding-window layers are not modelled: every layer is planned with global "
                                     "attention"};
 
+// ChatGLM's quantization_bit: the remote code quantizes the weights to 4 or 8 bits on load (quantization.py).
+constexpr Unmodelled kChatGlmQuant = {"quantization_bit",
+                                      "the weights are quantized on load; memory is planned for the plan's parameter "
+                                      "dtype (for a 4-bit frozen base, --method qlora)"};
+
 // DeepSeek-V3's multi-token-prediction module (the checkpoint's model.layers.61, deepseek-ai/DeepSeek-V3
 // README_WEIGHTS.md): DeepseekV3ForCausalLM does not build it, and the published 671B leaves it out.
 constexpr Unmodelled kMtp = {"num_nextn_predict_layers",
@@ -902,6 +957,7 @@ std::vector<std::string> unmodelled_warnings(const Reader& r, Arch arch, const s
       arch == Arch::Qwen2VL || arch == Arch::Qwen25VL)
     add(kQwenWindow);
   if (arch == Arch::DeepseekV3) add(kMtp);
+  if (arch == Arch::ChatGlm) add(kChatGlmQuant);
   return out;
 }
 
@@ -926,6 +982,9 @@ void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
       break;
     case Arch::GptNeoX:
       read_gpt_neox(r, m);
+      break;
+    case Arch::ChatGlm:
+      read_chatglm(r, m);
       break;
     default:
       read_llama_like(arch, r, m);
