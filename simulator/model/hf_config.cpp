@@ -66,6 +66,11 @@ enum class Arch {
   Qwen,
   Gpt2,
   Llava,  // LlavaForConditionalGeneration: a CLIP vision tower, a projector and the language model of text_config
+  // Qwen2VLForConditionalGeneration / Qwen2_5_VLForConditionalGeneration: a dynamic-resolution ViT with a patch
+  // merger in front of a Qwen2 language model (its keys at the top level, or in text_config)
+  Qwen2VL,
+  Qwen25VL,
+  ChatGlm,  // THUDM's ChatGLM2/3 and GLM-4 remote code (ChatGLMModel, ChatGLMForConditionalGeneration)
 };
 
 struct ArchName {
@@ -98,6 +103,10 @@ constexpr ArchName kArchitectures[] = {
     {"QWenLMHeadModel", "qwen", Arch::Qwen},
     {"GPT2LMHeadModel", "gpt2", Arch::Gpt2},
     {"LlavaForConditionalGeneration", "llava", Arch::Llava},
+    {"Qwen2VLForConditionalGeneration", "qwen2_vl", Arch::Qwen2VL},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", Arch::Qwen25VL},
+    {"ChatGLMModel", "chatglm", Arch::ChatGlm},
+    {"ChatGLMForConditionalGeneration", "chatglm", Arch::ChatGlm},
 };
 
 // Sizes above this would overflow the parameter arithmetic downstream (vocab * hidden, layers *
@@ -376,6 +385,11 @@ LlamaStyle llama_style(Arch arch) {
     // Qwen2Config: 32 kv heads, 1e-6, 10000 (its sliding window only with use_sliding_window).
     case Arch::Qwen2:
       return {32, 0, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
+    // Qwen2VLConfig / Qwen2_5_VLConfig (their text config, transformers v4.51 configuration_qwen2_vl.py,
+    // configuration_qwen2_5_vl.py): 8 kv heads, rms_norm_eps 1e-5, rope_theta 1e6.
+    case Arch::Qwen2VL:
+    case Arch::Qwen25VL:
+      return {8, 0, "rms_norm_eps", 1e-5, 1e6, false, "hidden_act", "silu", 0};
     // Qwen3Config: 32 kv heads, head_dim 128, 1e-6, 10000.
     case Arch::Qwen3:
       return {32, 128, "rms_norm_eps", 1e-6, 10000.0, false, "hidden_act", "silu", 0};
@@ -536,7 +550,10 @@ void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec
       break;
     }
     case Arch::Qwen2:
-      m.qkv_bias = true;  // Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False
+    case Arch::Qwen2VL:
+    case Arch::Qwen25VL:
+      // Qwen2Attention, Qwen2VLAttention, Qwen2_5_VLAttention: q/k/v_proj bias=True, o_proj bias=False.
+      m.qkv_bias = true;
       break;
     case Arch::Mistral:
     case Arch::Mixtral:
@@ -799,6 +816,53 @@ void read_qwen(const Reader& r, ModelSpec& m) {
       r.optional_probability("attn_dropout_prob", 0.0) > 0 || r.optional_probability("emb_dropout_prob", 0.0) > 0;
 }
 
+// ChatGLMModel / ChatGLMForConditionalGeneration (THUDM's remote code, THUDM/glm-4-9b-chat and THUDM/chatglm3-6b
+// configuration_chatglm.py, modeling_chatglm.py). ChatGLMConfig defaults: num_layers 28, padded_vocab_size 65024,
+// hidden_size 4096, ffn_hidden_size 13696, kv_channels 128, num_attention_heads 32, seq_length 2048,
+// hidden_dropout 0.0, attention_dropout 0.0, layernorm_epsilon 1e-5, rmsnorm True,
+// apply_residual_connection_post_layernorm False, post_layer_norm True, add_bias_linear False, add_qkv_bias False,
+// multi_query_attention False, multi_query_group_num 1, rope_ratio 1 (GLM-4's file; ChatGLM2's has none: base
+// 10000), fp32_residual_connection False, quantization_bit 0, pre_seq_len None. The modules: embedding
+// word_embeddings (padded_vocab_size x hidden); GLMBlock: input_layernorm, SelfAttention (query_key_value: hidden ->
+// heads x kv_channels + 2 x multi_query_group_num x kv_channels with multi_query_attention, else 3 x heads x
+// kv_channels, bias = add_bias_linear or add_qkv_bias; dense: heads x kv_channels -> hidden, bias = add_bias_linear),
+// post_attention_layernorm, MLP (dense_h_to_4h: hidden -> 2 x ffn_hidden_size, swiglu, dense_4h_to_h, bias =
+// add_bias_linear); RMSNorm with rmsnorm, else LayerNorm; final_layernorm with post_layer_norm; output_layer
+// (hidden -> padded_vocab_size, no bias, its own weight). RotaryEmbedding(rotary_dim // 2) with rotary_dim =
+// kv_channels: the first half of each head is rotated, with base 10000 x rope_ratio.
+void read_chatglm(const Reader& r, ModelSpec& m) {
+  m.hidden_size = r.required_dim("hidden_size");
+  m.num_layers = r.required_dim("num_layers");
+  m.num_heads = r.required_dim("num_attention_heads");
+  m.head_dim = r.optional_dim("kv_channels", 128);
+  checked_mul(r, "kv_channels", m.head_dim, m.num_heads);
+  const bool mqa = r.optional_bool("multi_query_attention", false);
+  m.num_kv_heads = mqa ? r.optional_dim("multi_query_group_num", 1) : m.num_heads;
+  m.ffn_size = r.required_dim("ffn_hidden_size");
+  m.gated_mlp = true;                 // dense_h_to_4h is gate and up side by side; swiglu = silu(x1) * x2
+  m.activation = ActivationFn::Silu;  // modeling_chatglm.py swiglu: F.silu
+  m.vocab_size = r.required_dim("padded_vocab_size");
+  m.tied_embeddings = false;  // output_layer is a Linear of its own (tie_word_embeddings is not read)
+  m.norm = r.optional_bool("rmsnorm", true) ? NormType::RmsNorm : NormType::LayerNorm;
+  m.norm_eps = r.optional_positive("layernorm_epsilon", 1e-5);
+  m.position_embedding = PositionEmbedding::Rope;
+  m.rope_theta = 10000.0 * r.optional_positive("rope_ratio", 1.0);  // RotaryEmbedding base = 10000 * rope_ratio
+  m.rotary_dim = m.head_dim / 2;
+  m.max_positions = r.required_dim("seq_length");
+  const bool bias = r.optional_bool("add_bias_linear", false);
+  m.qkv_bias = bias || r.optional_bool("add_qkv_bias", false);
+  m.attn_out_bias = m.mlp_bias = bias;
+  m.dropout = r.optional_probability("hidden_dropout", 0.0) > 0 || r.optional_probability("attention_dropout", 0.0) > 0;
+  if (r.optional_bool("apply_residual_connection_post_layernorm", false))
+    r.fail("apply_residual_connection_post_layernorm", "a residual taken after the norm is not modelled");
+  if (!r.optional_bool("post_layer_norm", true))
+    r.fail("post_layer_norm", "a model without the final norm is not modelled");
+  if (r.optional_bool("fp32_residual_connection", false))
+    r.fail("fp32_residual_connection", "an fp32 residual stream is not modelled");
+  if (r.has("pre_seq_len"))
+    r.fail("pre_seq_len", "P-tuning v2's prefix encoder (its parameters and prefix keys) is not modelled");
+}
+
 // GPT2LMHeadModel. GPT2Config defaults (configuration_gpt2.py): n_inner=None (-> 4 * n_embd in
 // GPT2Block), activation_function="gelu_new", resid_pdrop=embd_pdrop=attn_pdrop=0.1,
 // layer_norm_epsilon=1e-5; tie_word_embeddings comes from PretrainedConfig (True).
@@ -852,6 +916,11 @@ constexpr Unmodelled kQwenWindow = {"use_sliding_window",
                                     "sliding-window layers are not modelled: every layer is planned with global "
                                     "attention"};
 
+// ChatGLM's quantization_bit: the remote code quantizes the weights to 4 or 8 bits on load (quantization.py).
+constexpr Unmodelled kChatGlmQuant = {"quantization_bit",
+                                      "the weights are quantized on load; memory is planned for the plan's parameter "
+                                      "dtype (for a 4-bit frozen base, --method qlora)"};
+
 // DeepSeek-V3's multi-token-prediction module (the checkpoint's model.layers.61, deepseek-ai/DeepSeek-V3
 // README_WEIGHTS.md): DeepseekV3ForCausalLM does not build it, and the published 671B leaves it out.
 constexpr Unmodelled kMtp = {"num_nextn_predict_layers",
@@ -866,14 +935,29 @@ bool is_set(const json& root, const char* key) {
   return !(it->is_object() && it->empty());
 }
 
+// Qwen2-VL's multimodal rotary embedding (M-RoPE: rope_scaling {"type": "mrope", "mrope_section": [t, h, w]};
+// Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb in modeling_qwen2_vl.py): the rotary dims of each head are
+// split into sections rotated by the temporal, height and width positions. The same rotary work on q and k, and no
+// parameters: modelled as rotary, so its rope_scaling is not warned as an unmodelled scaling.
+bool is_mrope(Arch arch, const json& root) {
+  if (arch != Arch::Qwen2VL && arch != Arch::Qwen25VL) return false;
+  auto it = root.find("rope_scaling");
+  return it != root.end() && it->is_object() && it->contains("mrope_section");
+}
+
 std::vector<std::string> unmodelled_warnings(const Reader& r, Arch arch, const std::string& source) {
   std::vector<std::string> out;
   auto add = [&](const Unmodelled& u) {
     if (is_set(r.root(), u.key)) out.push_back(source + ": key '" + u.key + "' is set: " + u.why);
   };
-  for (const auto& u : kUnmodelled) add(u);
-  if (arch == Arch::Qwen2 || arch == Arch::Qwen3 || arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe) add(kQwenWindow);
+  const bool mrope = is_mrope(arch, r.root());
+  for (const auto& u : kUnmodelled)
+    if (!(mrope && std::string(u.key) == "rope_scaling")) add(u);
+  if (arch == Arch::Qwen2 || arch == Arch::Qwen3 || arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe ||
+      arch == Arch::Qwen2VL || arch == Arch::Qwen25VL)
+    add(kQwenWindow);
   if (arch == Arch::DeepseekV3) add(kMtp);
+  if (arch == Arch::ChatGlm) add(kChatGlmQuant);
   return out;
 }
 
@@ -898,6 +982,9 @@ void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
       break;
     case Arch::GptNeoX:
       read_gpt_neox(r, m);
+      break;
+    case Arch::ChatGlm:
+      read_chatglm(r, m);
       break;
     default:
       read_llama_like(arch, r, m);
@@ -999,7 +1086,7 @@ void read_llava(const json& root, const std::string& text, const std::string& so
     arch = find_arch(tc, tr, &text_arch);
   else
     tr.note_default("model_type", "\"llama\"");
-  if (arch == Arch::Llava || arch == Arch::Gemma3)
+  if (arch == Arch::Llava || arch == Arch::Gemma3 || arch == Arch::Qwen2VL || arch == Arch::Qwen25VL)
     tr.fail("architectures", "a composite model cannot be LLaVA's language model");
   tr.set_arch(text_arch);
   read_arch(arch, tr, m);
@@ -1050,6 +1137,153 @@ void read_llava(const json& root, const std::string& text, const std::string& so
                          " image) join the language model's sequence; --image-tokens N sets another count");
 }
 
+// Qwen2VLVisionConfig's defaults (transformers v4.51 models/qwen2_vl/configuration_qwen2_vl.py): depth 32, embed_dim
+// 1280, hidden_size 3584 (the merger's output: the language model's width), hidden_act "quick_gelu", mlp_ratio 4,
+// num_heads 16, in_channels 3, patch_size 14, spatial_merge_size 2, temporal_patch_size 2. Qwen2_5_VLVisionConfig's
+// (models/qwen2_5_vl/configuration_qwen2_5_vl.py): depth 32, hidden_size 3584 (the tower's width), hidden_act "silu",
+// intermediate_size 3420, num_heads 16, in_channels 3, patch_size 14, spatial_merge_size 2, temporal_patch_size 2,
+// window_size 112, out_hidden_size 3584, fullatt_block_indexes [7, 15, 23, 31]. The hub's config.json files also
+// carry in_chans and spatial_patch_size, which neither class reads (the patch embedding takes in_channels and
+// patch_size): they are ignored.
+const std::vector<std::pair<std::string, int64_t>> kQwen2VlVisionShape = {
+    {"depth", 32}, {"embed_dim", 1280}, {"hidden_size", 3584}, {"num_heads", 16}, {"patch_size", 14}};
+const std::vector<std::pair<std::string, int64_t>> kQwen25VlVisionShape = {
+    {"depth", 32},     {"hidden_size", 3584}, {"intermediate_size", 3420},
+    {"num_heads", 16}, {"patch_size", 14},    {"out_hidden_size", 3584}};
+// Qwen2VLTextConfig's / Qwen2_5_VLTextConfig's shape defaults: what a text_config (transformers >= 4.53 writes one)
+// leaves out.
+const std::vector<std::pair<std::string, int64_t>> kQwen2VlTextShape = {
+    {"vocab_size", 152064},    {"hidden_size", 8192},       {"intermediate_size", 29568},
+    {"num_hidden_layers", 80}, {"num_attention_heads", 64}, {"max_position_embeddings", 32768}};
+
+// Qwen2.5-VL's fullatt_block_indexes: the blocks that attend the whole image; the others attend their window. Only
+// "every N-th block" (0-based N-1, 2N-1, ...) is modelled (VisionSpec::global_layer_every); an empty list: none.
+int64_t full_attention_every(const Reader& r, int64_t depth) {
+  std::vector<int64_t> blocks;
+  if (!r.has("fullatt_block_indexes")) {
+    r.note_default("fullatt_block_indexes", "[7, 15, 23, 31]");
+    blocks = {7, 15, 23, 31};
+  } else {
+    const json& list = r.root().at("fullatt_block_indexes");
+    if (!list.is_array()) r.fail("fullatt_block_indexes", "expected a list of block indices, got " + show(list));
+    for (const json& b : list) {
+      if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() >= depth)
+        r.fail("fullatt_block_indexes", show(b) + " is not a block index below depth " + std::to_string(depth));
+      blocks.push_back(b.get<int64_t>());
+    }
+  }
+  if (blocks.empty()) return 0;
+  const int64_t every = blocks.front() + 1;
+  std::vector<int64_t> pattern;
+  for (int64_t i = every - 1; i < depth; i += every) pattern.push_back(i);
+  if (blocks != pattern)
+    r.fail("fullatt_block_indexes",
+           "the pattern is not \"every N-th block attends the whole image\", the only one modelled");
+  return every;
+}
+
+// Qwen2VLForConditionalGeneration and Qwen2_5_VLForConditionalGeneration (transformers v4.51
+// models/qwen2_vl/{configuration,modeling}_qwen2_vl.py, models/qwen2_5_vl/{configuration,modeling}_qwen2_5_vl.py).
+// The language model is Qwen2's decoder (Qwen2VLDecoderLayer: q/k/v biased, o_proj not; M-RoPE, is_mrope), its keys
+// at the top level (the hub's files; Qwen2VLConfig builds its text config from them) or in text_config. The tower
+// (vision_tower.cpp): PatchEmbed, a Conv3d of in_channels x temporal_patch_size x patch^2 -> width without bias; 2-D
+// rotary (VisionRotaryEmbedding, no parameters); `depth` blocks: Qwen2-VL's Qwen2VLVisionBlock (norm1, norm2 =
+// LayerNorm(embed_dim, eps=1e-6); attn.qkv (width -> 3 x width) and attn.proj biased; VisionMlp fc1 (width ->
+// int(embed_dim * mlp_ratio)), act, fc2, biased), Qwen2.5-VL's Qwen2_5_VLVisionBlock (Qwen2RMSNorm(hidden_size,
+// eps=1e-6); the same attention; Qwen2_5_VLMLP gate/up/down_proj with bias=True); the merger PatchMerger(dim =
+// hidden_size (2.5: out_hidden_size), context_dim = the width): ln_q over each patch (LayerNorm(context_dim,
+// eps=1e-6); 2.5: Qwen2RMSNorm), then spatial_merge_size^2 patches side by side through Linear(width x merge^2 -> the
+// same), nn.GELU(), Linear(-> dim), biased. Qwen2.5-VL's blocks attend windows of (window_size // spatial_merge_size
+// // patch_size) merged tokens a side (get_window_index), except fullatt_block_indexes. Dynamic resolution: no image
+// size, so the image tokens of a sample are the run's to give (--image-tokens).
+void read_qwen2_vl(Arch arch, const json& root, const std::string& text, const std::string& source, LoadedModel& out) {
+  ModelSpec& m = out.spec;
+  const bool v25 = arch == Arch::Qwen25VL;
+  const std::string cls = v25 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
+  Reader top(root, text, source);
+  top.set_arch(cls);
+  const bool nested = top.has("text_config");
+  const json& tc = nested ? sub_config(top, "text_config") : root;
+  Reader tr(tc, text, source);
+  tr.set_arch(cls);
+  if (nested) tr.set_class_defaults(&kQwen2VlTextShape);
+  read_llama_like(arch, tr, m);
+  checked_mul(tr, "num_attention_heads", m.head_dim, m.num_heads);
+
+  const json& vc = sub_config(top, "vision_config");
+  Reader vr(vc, text, source);
+  const std::string vcls = v25 ? "Qwen2_5_VLVisionConfig" : "Qwen2VLVisionConfig";
+  vr.set_arch(vcls);
+  vr.set_class_defaults(v25 ? &kQwen25VlVisionShape : &kQwen2VlVisionShape);
+  const std::string expected = v25 ? "qwen2_5_vl" : "qwen2_vl";
+  const std::string type = vr.optional_string("model_type", expected);
+  if (type != expected) vr.fail("model_type", "vision tower '" + type + "' is not " + cls + "'s (" + expected + ")");
+  VisionSpec v;
+  v.num_layers = v.run_layers = vr.required_dim("depth");
+  std::string out_key;
+  int64_t out_dim = 0;
+  if (v25) {
+    v.hidden_size = vr.required_dim("hidden_size");
+    v.ffn_size = vr.required_dim("intermediate_size");
+    v.gated_mlp = true;
+    v.activation = activation_of(vr, "hidden_act", "silu");
+    v.norm = NormType::RmsNorm;
+    out_key = "out_hidden_size";
+  } else {
+    v.hidden_size = vr.required_dim("embed_dim");
+    const double ratio = vr.optional_positive("mlp_ratio", 4.0);
+    const double ffn = std::floor(static_cast<double>(v.hidden_size) * ratio);  // int(embed_dim * mlp_ratio)
+    if (!(ffn >= 1) || ffn > static_cast<double>(kMaxDim)) vr.fail("mlp_ratio", "gives no MLP width");
+    v.ffn_size = static_cast<int64_t>(ffn);
+    v.gated_mlp = false;
+    v.activation = activation_of(vr, "hidden_act", "quick_gelu");
+    v.norm = NormType::LayerNorm;
+    out_key = "hidden_size";
+  }
+  out_dim = vr.required_dim(out_key);
+  if (out_dim != m.hidden_size)
+    vr.fail(out_key, "the merger's output (" + std::to_string(out_dim) + ") must be the language model's hidden_size " +
+                         std::to_string(m.hidden_size));
+  v.num_heads = vr.required_dim("num_heads");
+  head_dim_of(vr, "num_heads", v.hidden_size, v.num_heads);
+  v.norm_eps = 1e-6;  // fixed in the modeling code (both blocks and ln_q)
+  v.qkv_bias = v.attn_out_bias = v.mlp_bias = true;
+  v.position_embedding = PositionEmbedding::Rope;
+  v.num_channels = vr.optional_dim("in_channels", 3);
+  v.patch_size = vr.required_dim("patch_size");
+  v.temporal_patch_size = vr.optional_dim("temporal_patch_size", 2);
+  v.image_size = 0;  // dynamic resolution
+  v.patch_bias = v.class_token = v.pre_norm = v.post_norm = false;
+  v.merge = vr.optional_dim("spatial_merge_size", 2);
+  if (v25) {
+    const int64_t window_size = vr.optional_dim("window_size", 112);
+    const int64_t side = window_size / v.merge / v.patch_size;  // vit_merger_window_size
+    if (side == 0)
+      vr.fail("window_size", std::to_string(window_size) + " pixels is less than one merged token (" +
+                                 std::to_string(v.merge * v.patch_size) + ")");
+    v.window = checked_mul(vr, "window_size", side * v.merge, side * v.merge);
+    v.global_layer_every = full_attention_every(vr, v.num_layers);
+  }
+  v.projector_norm = ProjectorNorm::BeforeMerge;
+  v.projector_norm_type = v.norm;
+  v.projector_hidden = checked_mul(vr, "spatial_merge_size", v.hidden_size, v.merge * v.merge);
+  v.projector_activation = ActivationFn::Gelu;  // nn.GELU(): erf
+  v.image_tokens = 0;                           // the run's --image-tokens
+  m.vision = v;
+
+  warn_defaults(top, source, "", v25 ? "Qwen2_5_VLConfig" : "Qwen2VLConfig", out.warnings);
+  warn_defaults(tr, source, nested ? "text_config: " : "", cls, out.warnings);
+  warn_defaults(vr, source, "vision_config: ", vcls, out.warnings);
+  if (nested)
+    for (auto& w : unmodelled_warnings(top, arch, source)) out.warnings.push_back(std::move(w));
+  for (auto& w : unmodelled_warnings(tr, arch, source)) out.warnings.push_back(std::move(w));
+  out.warnings.push_back(source + ": dynamic resolution: the image tokens of a sample (each " +
+                         std::to_string(v.merge) + "x" + std::to_string(v.merge) + " patches of " +
+                         std::to_string(v.patch_size) + "x" + std::to_string(v.patch_size) +
+                         " pixels) are not in "
+                         "the config; give --image-tokens N (simulate refuses without it)");
+}
+
 }  // namespace
 
 LoadedModel read_hf_config(const std::string& json_text, const std::string& source_name) {
@@ -1072,6 +1306,11 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
 
   if (arch == Arch::Llava) {
     read_llava(root, json_text, source_name, out);
+    validate_model(m, source_name);
+    return out;
+  }
+  if (arch == Arch::Qwen2VL || arch == Arch::Qwen25VL) {
+    read_qwen2_vl(arch, root, json_text, source_name, out);
     validate_model(m, source_name);
     return out;
   }

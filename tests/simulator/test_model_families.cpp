@@ -46,6 +46,18 @@
 //                      there too: "Total parameters: 671B" for embedding, 61 layers and head; MTP "11.5B unique");
 //                      671,026,419,200 is the sum of the main model's checkpoint tensors with the FP8 scales left
 //                      out (a checkpoint-header audit), e_score_correction_bias included.
+//   chatglm2-6b.json   THUDM/chatglm2-6b config.json as transformers printed it ("Model config ChatGLMConfig", the
+//                      file's keys and values) when a fine-tuning run loaded the hub checkpoint (a LLaMA-Factory
+//                      training log). No verbatim THUDM/chatglm3-6b config.json was found (the copies seen were
+//                      hand-written stand-ins); ChatGLM3-6B has the same module shapes. Count 6,243,584,000:
+//                      model.num_parameters() of ChatGLM2-6B (a module-by-module tally, "ChatGLM2-6B的参数量
+//                      ... 总参数量:6243584000", and a table of model sizes, "chatglm2-6b 6.24B 6243584000") and of
+//                      ChatGLM3-6B (a fine-tuning script: "参数量：6243584000"; "6243584000 (100.00%) are trainable").
+//   glm-4-9b-chat.json THUDM/glm-4-9b-chat config.json as transformers printed it when LLaMA-Factory loaded hub
+//                      snapshot f6e0743b285dd808084530f070ad08e504386750 (a deployment guide's log; auto_map's
+//                      values carry the "THUDM/glm-4-9b-chat--" prefix transformers adds). Count 9,399,951,360: the
+//                      trainable parameters of that ChatGLMForConditionalGeneration ("9399951360 (100.00%) are
+//                      trainable"), and THUDM/GLM-4's demo banner ("with 9399951360 (9.4B) parameters").
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -117,6 +129,8 @@ constexpr Published kPublished[] = {
     {"qwen1.5-moe-a2.7b", "Qwen2MoeForCausalLM", 14'315'784'192},
     {"deepseek-v2-lite", "DeepseekV2ForCausalLM", 15'706'484'224},
     {"deepseek-v3", "DeepseekV3ForCausalLM", 671'026'419'200},
+    {"chatglm2-6b", "ChatGLMModel", 6'243'584'000},
+    {"glm-4-9b-chat", "ChatGLMModel", 9'399'951'360},
 };
 
 // The attention core of decoder layer `l`.
@@ -575,4 +589,65 @@ TEST_CASE("moe families: warnings, refusals, and the YAML schema's new keys") {
   CHECK(contains(yaml_error("  v_head_dim: 128", "  v_head_dim: 128\n  v_dim: 1"), "v_dim"));  // unknown key
   CHECK(contains(yaml_error("head_dim: 192", "head_dim: 128"), "qk_nope_head_dim + qk_rope_head_dim"));
   CHECK(contains(yaml_error("first_dense_layers: 1", "first_dense_layers: 28"), "first_dense_layers"));
+}
+
+TEST_CASE("chatglm families: THUDM's ChatGLMModel from config.json") {
+  const fsdp::LoadedModel loaded = read("glm-4-9b-chat");
+  const ModelSpec& m = loaded.spec;
+  // multi_query_attention with multi_query_group_num 2: GQA of 32 query heads over 2 kv heads of kv_channels 128.
+  CHECK(m.num_heads == 32);
+  CHECK(m.num_kv_heads == 2);
+  CHECK(m.head_dim == 128);
+  CHECK(m.ffn_size == 13696);
+  CHECK(m.vocab_size == 151552);         // padded_vocab_size
+  CHECK(m.max_positions == 131072);      // seq_length
+  CHECK(m.rope_theta == 10000.0 * 500);  // rope_ratio
+  CHECK(m.rotary_dims() == 64);          // RotaryEmbedding(kv_channels // 2)
+  CHECK(m.qkv_bias);                     // add_qkv_bias
+  CHECK_FALSE(m.attn_out_bias);          // add_bias_linear
+  CHECK_FALSE(m.mlp_bias);
+  CHECK_FALSE(m.tied_embeddings);
+  CHECK(m.norm == fsdp::NormType::RmsNorm);
+  CHECK(m.norm_eps == doctest::Approx(1.5625e-7));
+  // One layer: the fused query_key_value (4096 -> 4096 + 2 x 2 x 128, biased), dense, dense_h_to_4h (gate and up),
+  // dense_4h_to_h, two RMSNorms; the same model as GLM-4-9B read as GlmForCausalLM.
+  const ModuleGraph g(m);
+  CHECK(g.params_under(g.layers()[0]) ==
+        (4096 * 4608 + 4608) + 4096 * 4096 + 4096 * 2 * 13696 + 13696 * 4096 + 2 * 4096);
+  CHECK(g.total_params() == ModuleGraph(read("glm4-9b").spec).total_params());
+  // ChatGLM2 has no rope_ratio: the base stays 10000, named in the warning.
+  const fsdp::LoadedModel glm2 = read("chatglm2-6b");
+  CHECK(glm2.spec.rope_theta == 10000.0);
+  CHECK(contains(all_warnings(glm2), "rope_ratio = 1"));
+  CHECK(glm2.spec.max_positions == 32768);
+
+  json j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["multi_query_attention"] = false;  // MHA: multi_query_group_num is not read
+  CHECK(fsdp::parse_hf_config(j.dump(), "c.json").num_kv_heads == 32);
+  j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["add_bias_linear"] = true;  // every linear biased
+  const ModelSpec biased = fsdp::parse_hf_config(j.dump(), "c.json");
+  CHECK((biased.attn_out_bias && biased.mlp_bias && biased.qkv_bias));
+  j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["rmsnorm"] = false;
+  CHECK(fsdp::parse_hf_config(j.dump(), "c.json").norm == fsdp::NormType::LayerNorm);
+  for (const char* key : {"apply_residual_connection_post_layernorm", "fp32_residual_connection"}) {
+    j = json::parse(read_fixture("glm-4-9b-chat"));
+    j[key] = true;
+    CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "c.json"); }), std::string("'") + key + "'"));
+  }
+  j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["post_layer_norm"] = false;
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "c.json"); }), "'post_layer_norm'"));
+  j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["pre_seq_len"] = 128;
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "c.json"); }), "'pre_seq_len'"));
+  j = json::parse(read_fixture("glm-4-9b-chat"));
+  j["quantization_bit"] = 4;
+  CHECK(contains(all_warnings(fsdp::read_hf_config(j.dump(), "c.json")), "'quantization_bit' is set"));
+  CHECK_FALSE(contains(all_warnings(loaded), "quantization_bit"));  // 0: not set
+  // The zoo files read the same.
+  CHECK(ModuleGraph(fsdp::load_model("glm-4-9b-chat", FSDP_SOURCE_ROOT)).total_params() == 9'399'951'360);
+  CHECK(fsdp::load_model("glm-4-9b-chat", FSDP_SOURCE_ROOT).rope_theta == m.rope_theta);
+  CHECK(ModuleGraph(fsdp::load_model("chatglm2-6b", FSDP_SOURCE_ROOT)).total_params() == 6'243'584'000);
 }

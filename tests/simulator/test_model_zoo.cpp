@@ -53,6 +53,10 @@ constexpr Published kPublished[] = {
     {"deepseek-v2-lite", 15'706'484'224},   // InternLM agent demo banner (card: 15.7B)
     {"deepseek-v3", 671'026'419'200},       // main-model checkpoint tensors, MTP excluded (card: 671B)
     {"llava-1.5-7b", 7'063'427'072},        // LlavaForConditionalGeneration.parameters() of llava-hf/llava-1.5-7b-hf
+    {"qwen2-vl-7b", 8'291'375'616},         // Qwen/Qwen2-VL-7B-Instruct safetensors metadata parameter count
+    {"qwen2.5-vl-7b", 8'292'166'656},       // Qwen/Qwen2.5-VL-7B-Instruct HF numParameters; model.parameters()
+    {"chatglm2-6b", 6'243'584'000},         // model.num_parameters() of THUDM/chatglm2-6b (and chatglm3-6b)
+    {"glm-4-9b-chat", 9'399'951'360},       // model.num_parameters() of THUDM/glm-4-9b-chat; GLM-4 demo banner
 };
 
 std::vector<std::string> zoo_names() {

@@ -11,6 +11,23 @@
 //                      LlavaForConditionalGeneration.from_pretrained("llava-hf/llava-1.5-7b-hf").parameters()
 //                      (Hugging Face's "Fine-tuning LLaVA" notes, and a test of the dxz serving engine asserting
 //                      count_parameters(model) == 7063427072).
+//   qwen2-vl-7b.json   Qwen/Qwen2-VL-7B-Instruct config.json. No verbatim copy was found; the keys and values are those
+//                      inlined, key for key and in the hub file's order, as `cfg` in VARGPT-family's Qwen2-VL
+//                      preparation script (prepare_vargpt_qwen2vl_v1_1, which builds VARGPT-v1.1 from
+//                      Qwen/Qwen2-VL-7B-Instruct) with two edits back to the hub file: that copy renames model_type
+//                      to "vargpt_qwen2_vl" (here "qwen2_vl") and leaves out the architectures list (here
+//                      ["Qwen2VLForConditionalGeneration"]); Python's True/False are written as JSON. Every shape
+//                      value is untouched. Count 8,291,375,616: the safetensors metadata parameter count of
+//                      Qwen/Qwen2-VL-7B-Instruct (HfApi.get_safetensors_metadata, "BF16"), as tabulated in the GIMMICK
+//                      benchmark's model registry (get_model_sizes).
+//   qwen2.5-vl-7b.json Qwen/Qwen2.5-VL-7B-Instruct config.json as printed in a layer-skipping study's README (the
+//                      "/data/share/Qwen2.5-VL-7B-Instruct/config.json" it edits), without the three keys that study
+//                      appends (skip_layer_mlp, skip_layer_attn, mlp_scalars); the same keys and values as
+//                      NVIDIA/TensorRT-LLM's Qwen2.5-VL-7B-Instruct test config (tests/unittest/_torch/modeling/
+//                      test_modeling_qwen2_5_vl.py, which shrinks num_hidden_layers and depth and says so). Count
+//                      8,292,166,656: Hugging Face's numParameters of Qwen/Qwen2.5-VL-7B-Instruct, and the
+//                      model.parameters() sum printed by a Qwen2.5-VL fine-tuning script (8292166656 in all,
+//                      676550144 in the visual module, 7615616512 left when it is frozen).
 #include <doctest/doctest.h>
 
 #include <functional>
@@ -259,4 +276,172 @@ TEST_CASE("vlm families: the zoo's vision models read the same as their config.j
                    fsdp::parse_model_map(bad);
                  }),
                  "patch_sise"));
+}
+
+namespace {
+
+// Qwen2-VL-7B's vision block (modeling_qwen2_vl.py Qwen2VLVisionBlock): qkv 1280 -> 3840 + bias, proj 1280 x 1280 +
+// bias, fc1 1280 -> 5120 + bias, fc2 5120 -> 1280 + bias, norm1/norm2 LayerNorm (weight and bias).
+constexpr int64_t kQwen2VlBlock =
+    (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + (1280 * 5120 + 5120) + (5120 * 1280 + 1280) + 2 * 2 * 1280;
+// Qwen2.5-VL-7B's (Qwen2_5_VLVisionBlock): the same attention, gate/up 1280 -> 3420 and down 3420 -> 1280 all biased,
+// two RMSNorm weights.
+constexpr int64_t kQwen25VlBlock =
+    (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + 2 * (1280 * 3420 + 3420) + (3420 * 1280 + 1280) + 2 * 1280;
+// The Conv3d patch embedding: 3 channels x 2 frames x 14 x 14 -> 1280, no bias.
+constexpr int64_t kQwenPatchEmbed = 3 * 2 * 14 * 14 * 1280;
+// The merger's two linears: 5120 -> 5120 and 5120 -> 3584, biased.
+constexpr int64_t kQwenMergerLinears = (5120 * 5120 + 5120) + (5120 * 3584 + 3584);
+// The language model: Qwen2-7B's (its zoo count, Qwen/Qwen2-7B safetensors total_size / 2), the same shapes.
+constexpr int64_t kQwen2_7b = 7'615'616'512;
+
+}  // namespace
+
+TEST_CASE("vlm families: Qwen2-VL-7B and Qwen2.5-VL-7B from their config.json give their published counts exactly") {
+  const ModelSpec q2 = read("qwen2-vl-7b").spec;
+  const ModuleGraph g2(q2);
+  CHECK(g2.total_params() == 8'291'375'616);
+  CHECK(g2.params_under(child(g2, "vision_tower.embeddings")) == kQwenPatchEmbed);  // rotary: no position table
+  CHECK(g2.params_under(child(g2, "vision_tower.layers")) == 32 * kQwen2VlBlock);
+  CHECK(g2.params_under(child(g2, "multi_modal_projector")) == 2 * 1280 + kQwenMergerLinears);  // ln_q LayerNorm
+  CHECK(g2.total_params() - g2.params_under(child(g2, "vision_tower.embeddings")) -
+            g2.params_under(child(g2, "vision_tower.layers")) - g2.params_under(child(g2, "multi_modal_projector")) ==
+        kQwen2_7b);
+  for (auto c : g2.children(g2.root())) CHECK(g2.node(c).name != "vision_tower.held");  // every block runs
+  const fsdp::VisionSpec& v2 = *q2.vision;
+  CHECK(v2.activation == fsdp::ActivationFn::QuickGelu);
+  CHECK(v2.norm == fsdp::NormType::LayerNorm);
+  CHECK_FALSE(v2.gated_mlp);
+  CHECK(v2.ffn_size == 5120);
+  CHECK(v2.window == 0);
+  CHECK(v2.image_size == 0);  // dynamic resolution
+  CHECK(q2.max_positions == 32768);
+  CHECK(q2.qkv_bias);
+  CHECK_FALSE(q2.attn_out_bias);
+
+  const ModelSpec q25 = read("qwen2.5-vl-7b").spec;
+  const ModuleGraph g25(q25);
+  CHECK(g25.total_params() == 8'292'166'656);
+  // The published split: 676,550,144 in the visual module (patch embedding, blocks, merger), 7,615,616,512 in the rest.
+  const int64_t visual = g25.params_under(child(g25, "vision_tower.embeddings")) +
+                         g25.params_under(child(g25, "vision_tower.layers")) +
+                         g25.params_under(child(g25, "multi_modal_projector"));
+  CHECK(visual == 676'550'144);
+  CHECK(visual == kQwenPatchEmbed + 32 * kQwen25VlBlock + 1280 + kQwenMergerLinears);  // ln_q RMSNorm
+  CHECK(g25.total_params() - visual == kQwen2_7b);
+  const fsdp::VisionSpec& v25 = *q25.vision;
+  CHECK(v25.gated_mlp);
+  CHECK(v25.norm == fsdp::NormType::RmsNorm);
+  CHECK(v25.projector_norm_type == fsdp::NormType::RmsNorm);
+  // window_size 112 // spatial_merge_size 2 // patch 14 = 4 merged tokens a side: 8 x 8 patches; blocks 7, 15, 23, 31
+  // attend the whole image.
+  CHECK(v25.window == 64);
+  CHECK(v25.global_layer_every == 8);
+  CHECK(q25.max_positions == 128000);
+}
+
+TEST_CASE("vlm families: Qwen2-VL's dynamic resolution takes its image tokens from --image-tokens") {
+  ModelSpec m = read("qwen2.5-vl-7b").spec;
+  fsdp::Strategy s;
+  s.seq_len = 2048;
+  CHECK(contains(input_error([&] { fsdp::language_model_strategy(s, m); }), "--image-tokens"));
+  // 1024 image tokens: one image of 1024 x 2 x 2 = 4096 patches in the tower, 1024 tokens in the language model.
+  m.vision->image_tokens = 1024;
+  fsdp::validate_model(m, "q.json");
+  CHECK(fsdp::language_model_strategy(s, m).seq_len == 2048 + 1024);
+  CHECK(m.vision->vision_tokens() == 4096);
+  const ModuleGraph g(m);
+  REQUIRE(g.layers().size() == 32 + 28);
+  CHECK(g.node(g.layers()[0]).tokens_per_sample == 4096);
+  CHECK(g.node(child(g, "multi_modal_projector")).tokens_per_sample == 1024);
+  // A windowed block attends its 64 patches, a full-attention block (7, 15, ...) all 4096; they are different layer
+  // classes, and the windowed blocks share one.
+  CHECK(core_of(g, 0).attention_keys == 64);
+  CHECK(core_of(g, 6).attention_keys == 64);
+  CHECK(core_of(g, 7).attention_keys == 4096);
+  CHECK(core_of(g, 31).attention_keys == 4096);
+  CHECK(g.layer_classes()[6] == 0);
+  CHECK(g.layer_classes()[7] == 7);
+  CHECK(g.layer_classes()[15] == 7);
+  CHECK(g.layer_classes()[32] == 32);
+  // Its rotary is 2-D rotary on q and k: FLOPs, no parameters.
+  bool rotary = false;
+  for (auto leaf : g.leaves_under(g.layers()[0])) rotary = rotary || g.node(leaf).kind == ModuleKind::Rotary;
+  CHECK(rotary);
+  // A windowed block's attention FLOPs per vision token are its 64 keys', whatever the sequence.
+  CHECK(fsdp::seq_flops_per_token(core_of(g, 0), 8192) == 4.0 * 1280 * 64);
+  // The merger's norm runs per patch: a weight of the tower's width, over the 4 patches of each image token.
+  bool merger_norm = false;
+  for (auto leaf : g.leaves_under(child(g, "multi_modal_projector")))
+    if (g.node(leaf).kind == ModuleKind::Norm) {
+      merger_norm = true;
+      CHECK(g.node(leaf).params == 1280);
+      CHECK(g.node(leaf).output_elems_per_token == 4 * 1280);
+    }
+  CHECK(merger_norm);
+}
+
+TEST_CASE("vlm families: Qwen2-VL's warnings, and what its reader refuses") {
+  const std::string w2 = all_warnings(read("qwen2-vl-7b"));
+  CHECK(contains(w2, "vision_config: not given, so the Qwen2VLVisionConfig defaults of transformers are taken"));
+  CHECK(contains(w2, "hidden_act = \"quick_gelu\""));
+  CHECK(contains(w2, "in_channels = 3"));
+  CHECK(contains(w2, "dynamic resolution"));
+  CHECK(contains(w2, "--image-tokens"));
+  // M-RoPE is rotary: its rope_scaling is not an unmodelled scaling.
+  CHECK_FALSE(contains(w2, "'rope_scaling'"));
+  const std::string w25 = all_warnings(read("qwen2.5-vl-7b"));
+  CHECK(contains(w25, "Qwen2_5_VLVisionConfig defaults"));
+  CHECK_FALSE(contains(w25, "fullatt_block_indexes"));
+  CHECK_FALSE(contains(w25, "'rope_scaling'"));
+
+  json j = json::parse(read_fixture("qwen2.5-vl-7b"));
+  j["rope_scaling"] = json{{"type", "yarn"}, {"factor", 4.0}};  // not M-RoPE: warned as for the other families
+  CHECK(contains(all_warnings(fsdp::read_hf_config(j.dump(), "q.json")), "'rope_scaling'"));
+  j = json::parse(read_fixture("qwen2.5-vl-7b"));
+  j["vision_config"]["fullatt_block_indexes"] = json::array({7, 15, 31});
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "q.json"); }), "'fullatt_block_indexes'"));
+  j["vision_config"]["fullatt_block_indexes"] = json::array();  // every block windowed
+  CHECK(fsdp::parse_hf_config(j.dump(), "q.json").vision->global_layer_every == 0);
+  j["vision_config"]["out_hidden_size"] = 4096;
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "q.json"); }), "'out_hidden_size'"));
+  j = json::parse(read_fixture("qwen2-vl-7b"));
+  j["vision_config"]["hidden_size"] = 1536;
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "q.json"); }), "'hidden_size'"));
+  j = json::parse(read_fixture("qwen2-vl-7b"));
+  j["vision_config"]["model_type"] = "siglip_vision_model";
+  CHECK(contains(input_error([&] { fsdp::parse_hf_config(j.dump(), "q.json"); }), "siglip_vision_model"));
+  // Newer transformers write the language model into text_config: the same model.
+  j = json::parse(read_fixture("qwen2-vl-7b"));
+  json text = json::object();
+  for (const char* k :
+       {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "rms_norm_eps", "rope_theta", "vocab_size", "max_position_embeddings", "tie_word_embeddings"}) {
+    text[k] = j[k];
+    j.erase(k);
+  }
+  j["text_config"] = text;
+  CHECK(ModuleGraph(fsdp::parse_hf_config(j.dump(), "q.json")).total_params() == 8'291'375'616);
+}
+
+TEST_CASE("vlm families: the Qwen2-VL zoo files read the same as their config.json and write back") {
+  for (const auto& [name, count] : {std::pair<std::string, int64_t>{"qwen2-vl-7b", 8'291'375'616},
+                                    std::pair<std::string, int64_t>{"qwen2.5-vl-7b", 8'292'166'656}}) {
+    INFO(name);
+    const ModelSpec zoo = fsdp::load_model(name, FSDP_SOURCE_ROOT);
+    CHECK(ModuleGraph(zoo).total_params() == count);
+    const ModelSpec hf = read(name).spec;
+    CHECK(zoo.vision->window == hf.vision->window);
+    CHECK(zoo.vision->global_layer_every == hf.vision->global_layer_every);
+    CHECK(zoo.vision->projector_norm == hf.vision->projector_norm);
+    CHECK(zoo.vision->projector_norm_type == hf.vision->projector_norm_type);
+    CHECK(zoo.vision->image_tokens == 0);
+    YAML::Emitter out;
+    fsdp::emit_model_map(zoo, out);
+    fsdp::ConfigMap map = fsdp::ConfigMap::load_string(out.c_str(), "emitted.yaml");
+    const ModelSpec back = fsdp::parse_model_map(map);
+    CHECK(ModuleGraph(back).total_params() == count);
+    CHECK(back.vision->window == zoo.vision->window);
+    CHECK(back.vision->temporal_patch_size == 2);
+  }
 }
