@@ -78,6 +78,10 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     return t;
   };
   double persistent_total = total(cur);
+  // The reduce stream's pool (RuntimeProfile::sharded_grads_in_reduce_stream_pool): the sharded gradients the step
+  // allocates, live now and at most; in the steady state the pool keeps its most from the step before.
+  const bool rs_pool = cuda && rt.sharded_grads_in_reduce_stream_pool;
+  double rs_live = 0, rs_most = 0, rs_live_at_peak = 0;
   r.peak_allocated = persistent_total;
   r.breakdown = cur;
   r.peak_phase = "before the step";
@@ -91,6 +95,10 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
+    if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
+      rs_live += rounded(e.bytes, round_to);
+      rs_most = std::max(rs_most, rs_live);
+    }
     ledger.apply(e, p, static_cast<size_t>(&o - p.ops.data()));
   };
   auto complete = [&](const Op& o) {
@@ -137,6 +145,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       r.peak_allocated = t;
       r.breakdown = during;
       r.peak_op = static_cast<int>(i);
+      rs_live_at_peak = rs_live;
     }
     if (op.stream == Stream::ReduceScatter) {
       pending.push_back(&op);
@@ -164,6 +173,11 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // sized requests; modelled as a fraction of the step's dynamic (non-persistent) memory at the peak.
   double dynamic = std::max(0.0, r.peak_allocated - persistent_total);
   double frag = cuda ? rt.fragmentation_fraction * dynamic : 0.0;
+  // What the reduce stream's pool holds beyond its live gradients at the peak: cached, unusable by compute.
+  if (rs_pool) {
+    r.reduce_pool_cached = std::max(0.0, rs_most - rs_live_at_peak);
+    frag += r.reduce_pool_cached;
+  }
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;
   double nccl = cuda ? rt.nccl_memory_per_communicator.value * p.communicators : 0.0;

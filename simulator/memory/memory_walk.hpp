@@ -36,7 +36,10 @@ struct MemoryResult {
   int peak_op = -1;
   double host_bytes_per_node = 0;
   std::vector<MemorySample> samples;  // allocated bytes after each op's issue (for the trace counter)
-  bool capped_at_device = false;      // cap_reserved_at_device lowered the fragmentation to what the device holds
+  // Of the fragmentation: the reduce stream pool's cached sharded-gradient blocks (RuntimeProfile::
+  // sharded_grads_in_reduce_stream_pool), reserved and not allocated at the peak.
+  double reduce_pool_cached = 0;
+  bool capped_at_device = false;  // cap_reserved_at_device lowered the fragmentation to what the device holds
 };
 
 // `cuda`: the device has a CUDA context, NCCL buffers and a caching allocator (fragmentation). On CPU

@@ -88,6 +88,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       if (r.fragmentation_fraction < 0 || r.fragmentation_fraction > 1)
         alloc.fail("fragmentation_fraction", "must be within [0, 1]");
     }
+    if (alloc.has("sharded_grads_in_reduce_stream_pool"))
+      r.sharded_grads_in_reduce_stream_pool = alloc.get_bool("sharded_grads_in_reduce_stream_pool");
   });
   if (given(map, "context_memory", derived)) r.context_memory = map.get_bytes("context_memory");
   if (given(map, "nccl_memory_per_communicator", derived))

@@ -20,6 +20,12 @@ struct RuntimeProfile {
   // Reserved minus allocated at the peak, as a fraction of the memory that is allocated and freed within
   // a step (activations, unsharded params/grads, transients): blocks freed out of order stay cached.
   double fragmentation_fraction = 0;
+  // The sharded gradients are allocated on the reduce-scatter stream (FSDP2 foreach_reduce and FSDP1 _reduce_grad
+  // allocate the reduce-scatter output under that stream, and the .grad is a view of it): the caching allocator
+  // never hands a block freed on one stream to another (CUDACachingAllocator.cpp: "Once freed, blocks can be
+  // re-allocated on the same stream, but not on any other stream"), so after zero_grad frees them their blocks stay
+  // reserved in that stream's pool, out of the compute stream's reach. Optional in the file (absent: false).
+  bool sharded_grads_in_reduce_stream_pool = false;
   // --- fixed costs outside the allocator's statistics ---
   Bytes context_memory{0};                // CUDA context + kernels + cuBLAS/cuDNN handles (workspace category)
   Bytes nccl_memory_per_communicator{0};  // NCCL channel buffers (nccl category)

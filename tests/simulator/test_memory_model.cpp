@@ -525,3 +525,39 @@ TEST_CASE("grad_sync last-micro-batch: the unsharded gradients are kept across m
   CHECK_THROWS_WITH_AS(validate_strategy(off, g.spec(), Cluster{1, 4}), doctest::Contains("offload"), InputError);
   CHECK_NOTHROW(validate_strategy(s, g.spec(), Cluster{1, 4}));
 }
+
+// FSDP2 / FSDP1 allocate the sharded gradients on the reduce-scatter stream; freed by zero_grad, their blocks stay in
+// that stream's pool (CUDACachingAllocator reuses a block only on its own stream): reserved beyond the fraction.
+TEST_CASE("the reduce stream's pool keeps the sharded gradients' blocks reserved at a peak where they are freed") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  const RuntimeProfile rt = runtime("pytorch");
+  REQUIRE(rt.sharded_grads_in_reduce_stream_pool);
+  Strategy s = zero_strategy(StrategyKind::Fsdp, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.seq_len = 4096;
+  s.micro_batch = 4;
+  const StepProgram p = program(g, s, rt, 1, 8);
+  const MemoryResult r = walk_memory(p, rt, 8);
+  const double grads = cat(model_state_bytes(p), MemoryCategory::ShardedGrads);
+  REQUIRE(grads > 0);
+  // The peak is in the first micro-batch's loss backward, before any reduce-scatter: the whole pool is cached.
+  REQUIRE(r.peak_phase.find("loss backward") != std::string::npos);
+  CHECK(r.reduce_pool_cached == doctest::Approx(grads).epsilon(1e-3));
+  const double persistent = [&] {
+    double b = 0;
+    for (const MemEvent& e : p.persistent) b += e.bytes;
+    return b;
+  }();
+  CHECK(r.reserved_peak - r.peak_allocated ==
+        doctest::Approx(rt.fragmentation_fraction * (r.peak_allocated - persistent) + grads).epsilon(1e-6));
+  // Not on a CPU device (no caching allocator), not for DDP (gradients on the compute stream), not for DeepSpeed
+  // (its gradient partition is persistent).
+  CHECK(walk_memory(p, rt, 8, /*cuda=*/false).reduce_pool_cached == 0);
+  Strategy ddp = s;
+  ddp.kind = StrategyKind::Ddp;
+  CHECK(walk_memory(program(g, ddp, rt, 1, 8), rt, 8).reduce_pool_cached == 0);
+  Strategy z3 = s;
+  z3.kind = StrategyKind::Zero3;
+  const RuntimeProfile ds = runtime("deepspeed");
+  CHECK(walk_memory(program(g, z3, ds, 1, 8), ds, 8).reduce_pool_cached == 0);
+}

@@ -13,8 +13,9 @@
 //  - the mechanism: predicted reserved - predicted allocated = fraction x the step's dynamic memory at the
 //    peak (allocated - persistent model states), to rounding;
 //  - the fit still describes its rows as it did when it was made: each row's reserved error within the
-//    worst today (-20.2%, llama3-8b with checkpointing) rounded up to 21%, and their root mean square within
-//    today's 9.7% rounded up to 10%. A change to the walk that moves these fails here and needs a refit;
+//    worst today (-22.1%, llama3-8b with checkpointing) rounded up to 23%, and their root mean square within
+//    today's 10.1% rounded up to 11% (refitted when the FSDP rows' reduce stream pool was counted apart: 0.248). A
+//    change to the walk that moves these fails here and needs a refit;
 //  - the least-squares fraction over the rows is printed beside the shipped one (the refit to compare).
 #include <doctest/doctest.h>
 
@@ -91,10 +92,11 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
     for (const MemEvent& e : p.persistent) persistent += e.bytes;
     const double dynamic = r.peak_allocated - persistent;
     REQUIRE(dynamic > 0);
+    // Besides the fraction, the reduce stream pool's cached gradient blocks (FSDP2 rows; 0 for DDP).
     CHECK(r.reserved_peak - r.peak_allocated ==
-          doctest::Approx(rt.fragmentation_fraction * dynamic).epsilon(1e-6).scale(kGiB));
-    CHECK(std::fabs(er) <= 0.21);
-    fit_dg += dynamic * (measured_reserved - measured_alloc);
+          doctest::Approx(rt.fragmentation_fraction * dynamic + r.reduce_pool_cached).epsilon(1e-6).scale(kGiB));
+    CHECK(std::fabs(er) <= 0.23);
+    fit_dg += dynamic * (measured_reserved - measured_alloc - r.reduce_pool_cached);
     fit_dd += dynamic * dynamic;
     sum_sq_reserved += er * er;
     worst_alloc = std::max(worst_alloc, std::fabs(ea));
@@ -109,5 +111,5 @@ TEST_CASE("pytorch runtime vs measured DDP/FSDP2 peaks on an H200") {
       worst_alloc * 100, rows, worst_reserved * 100, rms_reserved * 100);
   std::printf("fragmentation_fraction: shipped %.3f, least squares over these rows with today's walk %.3f\n",
               rt.fragmentation_fraction, fit_dg / fit_dd);
-  CHECK(rms_reserved <= 0.10);
+  CHECK(rms_reserved <= 0.11);
 }
