@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/errors.hpp"
+#include "model/model_loader.hpp"
 
 namespace fsdp::test {
 
@@ -37,6 +38,20 @@ inline std::string input_error(const std::function<void()>& f) {
   }
   FAIL("expected an InputError, nothing was thrown");
   return "";
+}
+
+// A fixture read as a config.json (model/model_loader.hpp read_hf_config), named after its file.
+inline LoadedModel read_hf_fixture(const std::string& stem) {
+  return read_hf_config(read_fixture(stem), stem + ".json");
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Every warning of a loaded model, one a line.
+inline std::string all_warnings(const LoadedModel& m) {
+  std::string s;
+  for (const auto& w : m.warnings) s += w + "\n";
+  return s;
 }
 
 }  // namespace fsdp::test

@@ -239,13 +239,7 @@ TEST_CASE("time per mode on llama3-8b, 8 x H100: what each mode recomputes, pric
     gemms += t;
     if (gs.op_sac_recomputed) sac_gemms += t;
   }
-  AttentionShape a;
-  a.batch = 1;
-  a.seq_len = 4096;
-  a.heads = 32;
-  a.kv_heads = 8;
-  a.head_dim = 128;
-  a.causal = true;
+  const AttentionShape a{1, 4096, 32, 8, 128, true};  // batch, seq, heads, kv heads, head dim, causal
   const double attn_fwd = attention_forward_time(hw, a, dt).value;
   const LayerCostInput in{&g, &none_s, &rt, activation_query(none_s, rt), kTokens};
   const double ew = kTokens * layer_cost(in, g.layers()[0]).elementwise_bytes_per_token;

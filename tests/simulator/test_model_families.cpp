@@ -88,25 +88,11 @@ using fsdp::ModuleGraph;
 using fsdp::ModuleKind;
 using json = nlohmann::json;
 
-fsdp::LoadedModel read(const std::string& stem) { return fsdp::read_hf_config(read_fixture(stem), stem + ".json"); }
+using fsdp::test::all_warnings;
+using fsdp::test::contains;
+using fsdp::test::input_error;
 
-std::string input_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("expected an InputError");
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string all_warnings(const fsdp::LoadedModel& m) {
-  std::string s;
-  for (const auto& w : m.warnings) s += w + "\n";
-  return s;
-}
+fsdp::LoadedModel read(const std::string& stem) { return fsdp::test::read_hf_fixture(stem); }
 
 struct Published {
   const char* stem;

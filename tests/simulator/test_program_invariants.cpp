@@ -79,11 +79,11 @@ TEST_CASE("every strategy x knob combination of a small model walks balanced and
   const ModuleGraph g(m);
   const RuntimeProfile runtimes[] = {runtime("fsdp-run"), runtime("pytorch")};
   const HardwareProfile hws[] = {hardware("cpu"), hardware("a100-80gb")};
-  const StrategyKind kinds[] = {StrategyKind::NoShard, StrategyKind::Ddp,  StrategyKind::Zero1,
-                                StrategyKind::Zero2,   StrategyKind::Zero3, StrategyKind::Fsdp,
+  const StrategyKind kinds[] = {StrategyKind::NoShard,    StrategyKind::Ddp,   StrategyKind::Zero1,
+                                StrategyKind::Zero2,      StrategyKind::Zero3, StrategyKind::Fsdp,
                                 StrategyKind::FsdpGradOp, StrategyKind::Hsdp};
-  const WrapPolicy wraps[] = {{WrapKind::Layer, 1, 0}, {WrapKind::EveryK, 2, 0}, {WrapKind::Model, 1, 0},
-                              {WrapKind::Size, 1, 500000}};
+  const WrapPolicy wraps[] = {
+      {WrapKind::Layer, 1, 0}, {WrapKind::EveryK, 2, 0}, {WrapKind::Model, 1, 0}, {WrapKind::Size, 1, 500000}};
   const std::pair<DType, DType> dtypes[] = {
       {DType::Bf16, DType::Fp32}, {DType::Bf16, DType::Bf16}, {DType::Fp32, DType::Fp32}, {DType::Fp32, DType::Bf16}};
   Counts n;

@@ -215,12 +215,7 @@ TEST_CASE("sdpa time: the memory-efficient and cuDNN kernels at their ratio to t
   REQUIRE(h100.sdpa_memory_efficient_ratio.given());
   REQUIRE(h100.sdpa_cudnn_ratio.given());
   // A compute-bound call (llama3-8b's shape at 8k tokens): its time scales as 1 / ratio.
-  AttentionShape a;
-  a.batch = 1;
-  a.seq_len = 8192;
-  a.heads = 32;
-  a.kv_heads = 8;
-  a.head_dim = 128;
+  const AttentionShape a{1, 8192, 32, 8, 128, true};  // batch, seq, heads, kv heads, head dim, causal
   const double flash_f = attention_forward_time(h100, a, DType::Bf16).value;
   const double flash_b = attention_backward_time(h100, a, DType::Bf16).value;
   CHECK(attention_forward_time(h100, a, DType::Bf16, h100.sdpa_cudnn_ratio.forward).value ==
@@ -269,12 +264,7 @@ TEST_CASE("sdpa time: the math kernel and eager attention are unfused attention,
     s.attention = impl;
     return simulate(SimulationInput{&g, &hw, &rt, Cluster{1, 8}, s});
   };
-  AttentionShape a;
-  a.batch = 1;
-  a.seq_len = 4096;
-  a.heads = 32;
-  a.kv_heads = 8;
-  a.head_dim = 128;
+  const AttentionShape a{1, 4096, 32, 8, 128, true};  // batch, seq, heads, kv heads, head dim, causal
   const double flash_attn =
       attention_forward_time(a100, a, DType::Bf16).value + attention_backward_time(a100, a, DType::Bf16).value;
   const UnfusedAttentionRecipe eager = hf_eager_attention(DType::Bf16, rt.eager_softmax_fp32);
