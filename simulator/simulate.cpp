@@ -79,11 +79,16 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
 
 std::optional<std::string> untrained_length_warning(const ModelSpec& m, int64_t seq_len,
                                                     const std::string& seq_source) {
-  if (m.position_embedding != PositionEmbedding::Rope || seq_len <= m.max_positions) return std::nullopt;
+  // A vision-language model's language model runs the text and the sample's image tokens (language_model_strategy).
+  const int64_t image = m.vision ? std::max<int64_t>(0, m.vision->image_tokens) : 0;
+  if (m.position_embedding != PositionEmbedding::Rope || seq_len + image <= m.max_positions) return std::nullopt;
   // The model readers skip rope_scaling and the like (configs/models/README.md), so nothing here knows whether
   // the checkpoint was extended; the prediction is for plain rotary attention at seq_len.
-  return seq_source + " " + std::to_string(seq_len) + " exceeds " + m.name + "'s max_positions " +
-         "(max_position_embeddings) of " + std::to_string(m.max_positions) +
+  const std::string length = image > 0 ? std::to_string(seq_len) + " plus " + std::to_string(image) +
+                                             " image tokens (" + std::to_string(seq_len + image) + ")"
+                                       : std::to_string(seq_len);
+  return seq_source + " " + length + " exceeds " + m.name + "'s max_positions " + "(max_position_embeddings) of " +
+         std::to_string(m.max_positions) +
          ": the model was not trained for that length, and RoPE scaling / long-context settings (rope_scaling, " +
          "YaRN, ...) are not modelled";
 }

@@ -102,11 +102,15 @@ int run_plan(const std::vector<std::string>& argv) {
   base.seq_len = kDefaultSeq;
   // The default sequence never exceeds what the model was trained for (learned positions cannot, RoPE models were
   // not trained beyond it): a longer --seq is the user's to ask for, and gets untrained_length_warning.
-  if (!args.has("--seq") && model.max_positions < kDefaultSeq) {
-    base.seq_len = model.max_positions;
+  // A vision-language model's positions hold the sample's image tokens too.
+  const int64_t image_tokens = model.vision ? std::max<int64_t>(0, model.vision->image_tokens) : 0;
+  const int64_t text_positions = model.max_positions - image_tokens;
+  if (!args.has("--seq") && text_positions < kDefaultSeq && text_positions > 0) {
+    base.seq_len = text_positions;
     std::cerr << "note: " << model.name << " has " << model.max_positions
               << (model.position_embedding == PositionEmbedding::Learned ? " learned positions" : " positions")
-              << "; planning with --seq " << model.max_positions << "\n";
+              << (image_tokens > 0 ? " (" + std::to_string(image_tokens) + " of them for the image tokens)" : "")
+              << "; planning with --seq " << text_positions << "\n";
   }
   apply_strategy_flags(args, base);
   check_grad_sync_runtime(base, rt);

@@ -65,3 +65,16 @@ TEST_CASE("plan: --seq beyond a RoPE model's max_positions warns once; the plan 
   CHECK(fits.code == 0);
   CHECK(fits.err.find("warning") == std::string::npos);
 }
+
+TEST_CASE(
+    "a vision-language model's positions hold its image tokens: the default --seq leaves room, a longer one warns") {
+  // llava-1.5-7b: 4096 positions, 576 image tokens (one 336 px image of 14 px patches).
+  auto plan = run_cli("--model llava-1.5-7b --gpus 8 --no-out");
+  CAPTURE(plan.err);
+  CHECK(plan.code == 0);
+  CHECK(plan.err.find("(576 of them for the image tokens); planning with --seq 3520") != std::string::npos);
+  CHECK(plan.err.find("warning:") == std::string::npos);
+  auto sim = run_cli("simulate --model llava-1.5-7b --gpus 8 --seq 4096 --json");
+  CHECK(sim.code == 0);
+  CHECK(count(sim.err, "warning: --seq 4096 plus 576 image tokens (4672) exceeds llava-1.5-7b's max_positions") == 1);
+}
