@@ -291,6 +291,18 @@ TEST_CASE("derive_profile: the written profile loads through the strict loader w
   CHECK(*back.collective_in_step_factor == doctest::Approx(*d.hw.collective_in_step_factor).epsilon(1e-3));
   for (const GemmSample& g : s.bf16)
     CHECK(matmul_time(back, g.m, g.n, g.k, DType::Bf16).value == doctest::Approx(g.seconds).epsilon(0.02));
+  // A busy machine's factor past 10 (CI, 2026-12-02: 21.9) is written and loads back as measured.
+  s.probes[0].step_s =
+      s.probes[0].alone_s + 22 * (s.probes[0].step_s - s.probes[0].alone_s) / *d.hw.collective_in_step_factor;
+  const DerivedProfile busy = derive_profile(s, in);
+  REQUIRE(*busy.hw.collective_in_step_factor > 10);
+  {
+    std::ofstream out(path);
+    out << hardware_profile_yaml(busy.hw, busy.notes);
+  }
+  const HardwareProfile busy_back = load_hardware(path, FSDP_SOURCE_ROOT);
+  std::filesystem::remove(path);
+  CHECK(*busy_back.collective_in_step_factor == doctest::Approx(*busy.hw.collective_in_step_factor).epsilon(1e-3));
 }
 
 }  // namespace fsdp::exec::test
