@@ -63,15 +63,15 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--offload",
         std::string(to_string(s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
   if (s.grad_sync == GradSync::LastMicroBatch && !grad_sync_applies(s)) {
-    // DDP and ZeRO-1 already reduce on the last micro-batch only (DDP no_sync); DeepSpeed's ZeRO-2/3 refuse it
-    // (deepspeed/runtime/engine.py no_sync: "no_sync context manager is incompatible with gradient partitioning
+    // DDP, ZeRO-1 and no-shard already reduce on the last micro-batch only (DDP no_sync); DeepSpeed's ZeRO-2/3 refuse
+    // it (deepspeed/runtime/engine.py no_sync: "no_sync context manager is incompatible with gradient partitioning
     // logic of ZeRO stage 2/3").
     if (s.offload != Offload::None) bad("--grad-sync", "last-micro-batch with offload is not modelled");
-    bad("--grad-sync", std::string("last-micro-batch applies to fsdp, fsdp-grad-op and hsdp, not ") +
-                           to_string(s.kind) +
-                           (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1
-                                ? " (which reduces on the last micro-batch already)"
-                                : " (DeepSpeed's engine refuses no_sync with partitioned gradients)"));
+    bad("--grad-sync",
+        std::string("last-micro-batch applies to fsdp, fsdp-grad-op and hsdp, not ") + to_string(s.kind) +
+            (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::NoShard
+                 ? " (which reduces on the last micro-batch already)"
+                 : " (DeepSpeed's engine refuses no_sync with partitioned gradients)"));
   }
   if (s.offload == Offload::Params && !shards_params(s.kind))
     bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");

@@ -367,8 +367,8 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     if (!parse_dtype(row.master_dtype, md)) return skip("master dtype '" + row.master_dtype + "'");
     s.master_dtype = md;
   }
-  if (!row.grad_sync.empty() && !parse_grad_sync(row.grad_sync, s.grad_sync))
-    return skip("grad_sync '" + row.grad_sync + "'");
+  // The row reader has checked the name (get_enum over the same names).
+  if (!row.grad_sync.empty()) FSDP_ASSERT(parse_grad_sync(row.grad_sync, s.grad_sync), "grad_sync read strictly");
   s.micro_batch = row.micro_batch;
   s.seq_len = row.seq;
   s.grad_accum = row.grad_accum.value_or(1);

@@ -74,31 +74,35 @@ Flops unfused_attention_forward_flops(const AttentionShape& a) {
 
 Flops unfused_attention_backward_flops(const AttentionShape& a) { return unfused_attention_forward_flops(a) * 2.0; }
 
-Seconds unfused_attention_forward_time(const HardwareProfile& hw, const AttentionShape& a,
-                                       const UnfusedAttentionRecipe& r) {
+namespace {
+
+// One pass of unfused attention: `sd_gemms` batched GEMMs with s x s outputs over d and `ds_gemms` with s x d
+// outputs over s, `score_bytes` and `qkv_bytes` per score and per query-sized element through its elementwise
+// kernels, and the k / v expansion (in the dtype q arrives in, before any upcast).
+Seconds unfused_pass_time(const HardwareProfile& hw, const AttentionShape& a, const UnfusedAttentionRecipe& r,
+                          double sd_gemms, double ds_gemms, double score_bytes, double qkv_bytes) {
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   const int64_t bh = a.batch * a.heads, s = a.seq_len, d = a.head_dim;
   const DType dt = r.kernel_dtype;
-  // S = Q K^T: s x s outputs over d; O = P V: s x d outputs over s.
-  const Seconds gemms = batched_matmul_time(hw, bh, s, s, d, dt) + batched_matmul_time(hw, bh, s, d, s, dt);
+  const Seconds gemms =
+      batched_matmul_time(hw, bh, s, s, d, dt) * sd_gemms + batched_matmul_time(hw, bh, s, d, s, dt) * ds_gemms;
   const Elems e = elems(a);
-  const double bytes = e.scores * r.score_forward_bytes + e.q * r.qkv_forward_bytes;
-  // The expansion runs before any upcast, in the dtype q arrives in.
-  return gemms + memory_bound_time(hw, Bytes(bytes), dt) +
+  return gemms + memory_bound_time(hw, Bytes(e.scores * score_bytes + e.q * qkv_bytes), dt) +
          memory_bound_time(hw, Bytes(expand_kv_bytes(a, r)), r.input_dtype);
 }
 
+}  // namespace
+
+// Forward: S = Q K^T (s x s over d), O = P V (s x d over s).
+Seconds unfused_attention_forward_time(const HardwareProfile& hw, const AttentionShape& a,
+                                       const UnfusedAttentionRecipe& r) {
+  return unfused_pass_time(hw, a, r, 1.0, 1.0, r.score_forward_bytes, r.qkv_forward_bytes);
+}
+
+// Backward: dP = dO V^T (s x s over d); dV = P^T dO, dQ = dS K, dK = dS^T Q (s x d over s).
 Seconds unfused_attention_backward_time(const HardwareProfile& hw, const AttentionShape& a,
                                         const UnfusedAttentionRecipe& r) {
-  if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
-  const int64_t bh = a.batch * a.heads, s = a.seq_len, d = a.head_dim;
-  const DType dt = r.kernel_dtype;
-  // dP = dO V^T (s x s over d); dV = P^T dO, dQ = dS K, dK = dS^T Q (s x d over s).
-  const Seconds gemms = batched_matmul_time(hw, bh, s, s, d, dt) + batched_matmul_time(hw, bh, s, d, s, dt) * 3.0;
-  const Elems e = elems(a);
-  const double bytes = e.scores * r.score_backward_bytes + e.q * r.qkv_backward_bytes;
-  return gemms + memory_bound_time(hw, Bytes(bytes), dt) +
-         memory_bound_time(hw, Bytes(expand_kv_bytes(a, r)), r.input_dtype);
+  return unfused_pass_time(hw, a, r, 1.0, 3.0, r.score_backward_bytes, r.qkv_backward_bytes);
 }
 
 }  // namespace fsdp
