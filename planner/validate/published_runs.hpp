@@ -49,6 +49,9 @@ struct PublishedRow {
   struct Measured {
     std::optional<double> tokens_per_s_per_gpu, step_time_s, mfu, tflops_per_gpu, peak_memory_gib;
     std::string memory_kind;  // reserved | allocated | nvidia-smi | empty
+    // Optional: the peak allocated from the end of the micro-batches' backward through the optimizer step (a
+    // max_memory_allocated() read after reset_peak_memory_stats() there: nanotron's "Mem Alloc").
+    std::optional<double> step_peak_allocated_gib;
   } measured;
 };
 
@@ -75,6 +78,8 @@ struct RowResult {
   std::string attention;                    // attention sdpa: the kernel its dispatch chose ("sdpa -> flash")
   std::optional<double> predicted_tokens_per_s, measured_tokens_per_s, time_error;
   std::optional<double> predicted_memory_gib, measured_memory_gib, memory_error;
+  // The step window's allocated peak (Measured::step_peak_allocated_gib; MemoryResult::peak_allocated_after_backward).
+  std::optional<double> predicted_step_allocated_gib, measured_step_allocated_gib, step_allocated_error;
   bool fits = true;
   bool fitted = false;  // some constant was fitted on this row
 };

@@ -161,6 +161,15 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   }
   flush_pending();
   for (int g : gathers_open) complete(p.ops[static_cast<size_t>(g)]);
+  {
+    // The micro-batches end with the last backward compute or post-backward hook (the autograd engine's final
+    // callbacks run inside loss.backward()).
+    int last_backward = -1;
+    for (size_t i = 0; i < p.ops.size(); ++i)
+      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) last_backward = static_cast<int>(i);
+    for (const MemorySample& m : r.samples)
+      if (m.op > last_backward) r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, m.allocated);
+  }
   ledger.check_balanced(p);
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];

@@ -1136,8 +1136,18 @@ void Emitter::emit_optimizer_step() {
         a.collective = CollectiveKind::AllGather;
         a.group = GroupKind::World;
         a.unit = rt.zero_param_gather_per_unit ? ui : -1;
-        a.comm_bytes = wire_bytes(rt.zero_param_gather_per_unit ? train(ui) : P, sb, GroupKind::World);
+        const double gathered = rt.zero_param_gather_per_unit ? train(ui) : P;
+        a.comm_bytes = wire_bytes(gathered, sb, GroupKind::World);
         a.comm_dtype = wire_type(zero_layout || accum32 ? s.param_dtype : s.master_dtype, GroupKind::World);
+        // The gather's staging copies (RuntimeProfile::zero_param_gather_replica_copies / _shard_copies), in the
+        // stored parameters' dtype, alive until it ends.
+        const double staging =
+            (rt.zero_param_gather_replica_copies * gathered + rt.zero_param_gather_shard_copies * shard(gathered)) *
+            sb;
+        if (staging > 0 && prog.layout.world > 1) {
+          a.on_issue.push_back({MemoryCategory::CommBuffers, staging});
+          a.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
+        }
         a.deps.push_back(opt_op);
         push(a);
       }

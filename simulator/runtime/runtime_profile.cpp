@@ -1,5 +1,6 @@
 #include "runtime/runtime_profile.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -136,6 +137,13 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     flag("replicated_grads_via_flat_copy", r.replicated_grads_via_flat_copy);
     flag("zero_low_precision_params", r.zero_low_precision_params);
     flag("zero_param_gather_per_unit", r.zero_param_gather_per_unit);
+    // Optional (absent: 0, no staging copies).
+    for (auto [key, field] : {std::pair{"zero_param_gather_replica_copies", &r.zero_param_gather_replica_copies},
+                              std::pair{"zero_param_gather_shard_copies", &r.zero_param_gather_shard_copies}})
+      if (sh.has(key)) {
+        *field = sh.get_double(key);
+        if (!(*field >= 0) || !std::isfinite(*field)) sh.fail(key, "must be a non-negative number of copies");
+      }
     flag("fp32_grad_accumulation", r.fp32_grad_accumulation);
     flag("zero1_grads_reduced_after_backward", r.zero1_grads_reduced_after_backward);
     if (has("lora_adapters"))

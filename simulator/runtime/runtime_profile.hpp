@@ -54,6 +54,12 @@ struct RuntimeProfile {
   bool replicated_grads_via_flat_copy = false;  // replicated strategies copy a unit's grads into a flat buffer
   // ZeRO-1/2 gather the updated parameter slices with one all-gather per wrap unit, not one for the model.
   bool zero_param_gather_per_unit = false;
+  // What that gather allocates beyond the parameters it writes into, alive while it runs (optional in the file;
+  // absent: 0, a gather straight into the parameters): staging copies of the whole replica, and of the rank's own
+  // slice, in the parameters' dtype. nanotron's all_gather_coalesced flattens the rank's slice and every rank's
+  // output slices, and c10d's list all_gather stages its output in one more flat tensor: 2 and 1.
+  double zero_param_gather_replica_copies = 0;
+  double zero_param_gather_shard_copies = 0;
   // Mixed precision by a gradient accumulator rather than autocast (nanotron's FP32GradientAccumulator): the
   // model's parameters are stored in the compute dtype, an fp32 master copy is kept for the optimizer (sharded
   // with it under ZeRO-1), every micro-batch's compute-dtype .grad is added into one persistent fp32 buffer of

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -122,4 +123,44 @@ TEST_CASE("runtime profile: keeping the last layer unit after forward saves its 
   Strategy no_reshard = s;
   no_reshard.reshard_after_forward = false;
   CHECK(count_gathers(program(g, no_reshard, keep, 1, 8)) == count_gathers(program(g, no_reshard, base, 1, 8)));
+}
+
+TEST_CASE("runtime profile: ZeRO's parameter gather staging is optional, parsed strictly and held during the gather") {
+  CHECK(load_error_with_sharding_line("zero_param_gather_replica_copies: 1").empty());
+  CHECK(load_error_with_sharding_line("zero_param_gather_replica_copies: -1").find("zero_param_gather_replica_copies") !=
+        std::string::npos);
+  CHECK(load_error_with_sharding_line("zero_param_gather_shard_copies: many").find("zero_param_gather_shard_copies") !=
+        std::string::npos);
+  for (const char* name : {"pytorch", "pytorch-fsdp1", "torchtitan", "fsdp-run", "deepspeed"}) {
+    CHECK(runtime(name).zero_param_gather_replica_copies == 0);
+    CHECK(runtime(name).zero_param_gather_shard_copies == 0);
+  }
+  // nanotron's ZeRO-1 (configs/runtimes/nanotron.yaml): 2 bf16 copies of the replica and 1 of the rank's slice.
+  const RuntimeProfile nano = runtime("nanotron");
+  REQUIRE(nano.zero_param_gather_replica_copies == 2);
+  REQUIRE(nano.zero_param_gather_shard_copies == 1);
+  RuntimeProfile bare = nano;
+  bare.zero_param_gather_replica_copies = 0;
+  bare.zero_param_gather_shard_copies = 0;
+  ModuleGraph g(zoo("llama3-8b"));
+  Strategy s;
+  s.kind = StrategyKind::Zero1;
+  s.param_dtype = DType::Bf16;
+  s.micro_batch = 1;
+  s.seq_len = 4096;
+  s.grad_accum = 2;
+  const int64_t world = 16;
+  const MemoryResult with = walk_memory(program(g, s, nano, 2, 8), nano, 8);
+  const MemoryResult without = walk_memory(program(g, s, bare, 2, 8), bare, 8);
+  const double P = static_cast<double>(g.total_params());
+  const double slice = std::ceil(P / static_cast<double>(world));
+  CHECK(with.peak_allocated_after_backward - without.peak_allocated_after_backward ==
+        doctest::Approx((2.0 * P + slice) * 2.0).epsilon(1e-3));
+  // The window's peak is the gather: bf16 parameters, the fp32 gradient accumulator and the staging over the whole
+  // replica, the fp32 master slice and Adam's two states over the rank's slice (nanotron's "Mem Alloc": 10 B per
+  // parameter and 14 B per parameter over DP on the Ultra-Scale Playbook's runs).
+  CHECK(with.peak_allocated_after_backward == doctest::Approx(10.0 * P + 14.0 * slice).epsilon(2e-3));
+  // At one rank there is nothing to gather and nothing is staged.
+  CHECK(walk_memory(program(g, s, nano, 1, 1), nano, 1).peak_allocated_after_backward ==
+        doctest::Approx(walk_memory(program(g, s, bare, 1, 1), bare, 1).peak_allocated_after_backward));
 }
