@@ -116,11 +116,39 @@ Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape&
   return attention_backward_time(hw, a, dtype, 1.0);
 }
 
+namespace {
+
+// The fraction of the device's peak a fused attention call of `f` FLOPs runs at, read from `curve`.
+// With a reference call (HardwareProfile::attention_reference_*: FlashAttention's benchmarks, 16k tokens per call
+// over 16 heads, the sequence varied) the curve is read at the FLOPs of the reference call of this call's sequence,
+// f x (reference tokens x heads) / (this call's tokens x heads): the kernel's work per thread block (one block of
+// query rows of one head against its keys) is what the sequence sets, and more sequences or heads add blocks, not
+// work per block. A call with fewer blocks than the device has SMs leaves the rest idle: FlashAttention-2 launches
+// one block per 128 query rows of each head and sequence (grid (ceil(seqlen_q / kBlockM), b, h), kBlockM 128 for
+// head dims up to 128 on sm80 and sm90: pytorch/pytorch aten/src/ATen/native/transformers/cuda/flash_attn/
+// flash_fwd_launch_template.h @ 04ff5bebd3a737cd53c7858de8998a37a4003c49 run_flash_fwd, run_mha_fwd_hdim128).
+double attention_fraction(const HardwareProfile& hw, const EfficiencyCurve& curve, const AttentionShape& a, Flops f) {
+  if (hw.attention_reference_tokens <= 0) return curve.at(f.value);
+  const double tokens_heads = double(a.batch) * double(a.seq_len) * double(a.heads);
+  const double reference = double(hw.attention_reference_tokens) * double(hw.attention_reference_heads);
+  double fraction = curve.at(f.value * reference / tokens_heads);
+  if (hw.sm_count > 0) {
+    constexpr int64_t kQueryRowsPerBlock = 128;
+    const double blocks = double((a.seq_len + kQueryRowsPerBlock - 1) / kQueryRowsPerBlock) * double(a.batch) *
+                          double(a.heads);
+    fraction *= std::min(1.0, blocks / double(hw.sm_count));
+  }
+  return fraction;
+}
+
+}  // namespace
+
 Seconds attention_forward_time(const HardwareProfile& hw, const AttentionShape& a, DType dtype, double rate_ratio) {
   FSDP_ASSERT(rate_ratio > 0, "an attention kernel's rate ratio is positive");
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   Flops f = attention_forward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.attention_forward_curve(dtype).at(f.value) * rate_ratio);
+  FlopsPerSecond rate =
+      hw.peak_flops(dtype) * (attention_fraction(hw, hw.attention_forward_curve(dtype), a, f) * rate_ratio);
   return roofline(hw, f, rate, attention_forward_bytes(a, dtype));
 }
 
@@ -128,7 +156,8 @@ Seconds attention_backward_time(const HardwareProfile& hw, const AttentionShape&
   FSDP_ASSERT(rate_ratio > 0, "an attention kernel's rate ratio is positive");
   if (a.batch <= 0 || a.seq_len <= 0) return Seconds(0);
   Flops f = attention_backward_flops(a);
-  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.attention_backward_curve(dtype).at(f.value) * rate_ratio);
+  FlopsPerSecond rate =
+      hw.peak_flops(dtype) * (attention_fraction(hw, hw.attention_backward_curve(dtype), a, f) * rate_ratio);
   return roofline(hw, f, rate, attention_backward_bytes(a, dtype));
 }
 

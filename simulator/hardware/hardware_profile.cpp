@@ -346,6 +346,12 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     ratios.finish();
   }
   if (dev.has("matmul_tiles")) hw.matmul_tiles = read_tiles(dev, "matmul_tiles");
+  if (dev.has("attention_reference")) {
+    ConfigMap ref = dev.get_map("attention_reference");
+    hw.attention_reference_tokens = positive_int(ref, "tokens_per_call");
+    hw.attention_reference_heads = positive_int(ref, "heads");
+    ref.finish();
+  }
   if (required("memory_bandwidth")) hw.memory_bandwidth = dev.get_bandwidth("memory_bandwidth");
   for (auto [key, x_key, curve] :
        {std::tuple{"matmul_efficiency", "gemm_flops", &hw.matmul_efficiency},

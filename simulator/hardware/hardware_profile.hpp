@@ -121,6 +121,12 @@ struct HardwareProfile {
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)
   EfficiencyCurve attention_backward_efficiency;  // by attention FLOPs per call (backward kernel)
+  // `device.attention_reference: {tokens_per_call: 16384, heads: 16}` (optional; docs/hardware.md "Attention
+  // kernels"): the calls the attention curves were read at. FlashAttention's benchmarks vary the sequence with the
+  // tokens per call and the heads held fixed, so a curve point is a sequence length, not a batch size: a call of
+  // other tokens x heads is priced at the FLOPs the reference call of its sequence has (compute_cost.cpp). Absent
+  // (0): the curves are by FLOPs per call as measured (fsdp-run calibrate's probes).
+  int64_t attention_reference_tokens = 0, attention_reference_heads = 0;
   // Optional curves of one compute dtype (`matmul_efficiency_bf16`, ...): empty means the dtype uses the
   // curve above. CPUs need them: LibTorch runs fp32 and bf16 GEMMs in different libraries (BLAS, oneDNN).
   EfficiencyCurve matmul_efficiency_bf16, matmul_efficiency_fp16;

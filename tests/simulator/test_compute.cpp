@@ -170,6 +170,38 @@ TEST_CASE("attention FLOPs: 4 b s^2 h d forward, halved with a causal mask, back
   CHECK(attention_backward_time(hw, a, DType::Bf16).value == doctest::Approx(2.5 * f / 2 / (0.25 * 1000 * kTera)));
 }
 
+TEST_CASE("attention curves read at a reference call: the sequence sets the point, blocks beyond the SMs") {
+  HardwareProfile hw = synthetic_device();
+  // Forward 0.2 at 1e10 FLOPs, 0.4 at 1e12; reference calls of 4096 tokens over 8 heads; 100 SMs.
+  hw.attention_efficiency = EfficiencyCurve{{1e10, 1e12}, {0.2, 0.4}};
+  hw.attention_reference_tokens = 4096;
+  hw.attention_reference_heads = 8;
+  hw.sm_count = 100;
+  auto seconds = [&](int64_t batch, int64_t seq, int64_t heads) {
+    const AttentionShape a{batch, seq, heads, heads, 128, true};
+    return attention_forward_time(hw, a, DType::Bf16).value;
+  };
+  auto at = [](double flops, double e) { return flops / (e * 1000 * kTera); };
+  // seq 16384, one sequence of 8 heads (128 x 8 = 1024 blocks of 128 query rows): its tokens x heads are 4x the
+  // reference's, so the curve is read at a quarter of its FLOPs.
+  const double f16k = 2.0 * 16384.0 * 16384.0 * 8.0 * 128.0;  // causal forward, 5.5e11
+  const double x = f16k / 4.0;                               // 1.37e11
+  const double e = 0.2 + (0.4 - 0.2) * (std::log2(x) - std::log2(1e10)) / (std::log2(1e12) - std::log2(1e10));
+  CHECK(seconds(1, 16384, 8) == doctest::Approx(at(f16k, e)));
+  // More sequences or more heads of that sequence: more blocks of the same work, the same rate (read by FLOPs per
+  // call, twice the FLOPs would have been a faster point of the curve).
+  CHECK(seconds(2, 16384, 8) == doctest::Approx(2.0 * seconds(1, 16384, 8)));
+  CHECK(seconds(1, 16384, 16) == doctest::Approx(2.0 * seconds(1, 16384, 8)));
+  // Fewer blocks than SMs: one sequence of 512 tokens over 8 heads is 4 x 8 = 32 blocks on 100 SMs, 0.32 of them
+  // busy; its reference point (8 x 512 tokens x 8 heads: 2.1e9 FLOPs) is below the curve's first, 0.2.
+  const double f512 = 2.0 * 512.0 * 512.0 * 8.0 * 128.0;
+  CHECK(seconds(1, 512, 8) == doctest::Approx(at(f512, 0.2 * 0.32)));
+  // Without a reference the curve is by FLOPs per call, as measured (calibrated CPU profiles): no block count either.
+  hw.attention_reference_tokens = 0;
+  hw.attention_reference_heads = 0;
+  CHECK(seconds(1, 512, 8) == doctest::Approx(at(f512, 0.2)));
+}
+
 TEST_CASE("unfused attention: the full square as batched GEMMs plus the score passes, golden numbers") {
   HardwareProfile hw = synthetic_device();  // no tiles: no quantization; 4000 GB/s for every elementwise pass
   // b = 2, s = 1024, 32 query heads over 8 kv heads, d = 128; causal, which unfused kernels do not exploit.

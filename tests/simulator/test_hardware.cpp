@@ -769,3 +769,31 @@ TEST_CASE("eager elementwise kernels: a fraction of the memory's bandwidth, kept
                    "key 'device.elementwise_efficiency.bf16': must be within (0, 1]"));
   }
 }
+
+TEST_CASE("the attention curves' reference call: shipped on the GPU profiles read from FlashAttention's benchmarks") {
+  for (const char* name : {"a100-80gb", "a100-40gb", "a800-80gb", "h100-80gb", "h200-141gb", "l40s-48gb",
+                           "p5-h100-80gb", "grand-teton-h100-96gb"}) {
+    const HardwareProfile hw = load_hardware(name, kRoot);
+    CAPTURE(name);
+    CHECK(hw.attention_reference_tokens == 16384);
+    CHECK(hw.attention_reference_heads == 16);
+  }
+  CHECK(load_hardware("cpu", kRoot).attention_reference_tokens == 0);  // curves by FLOPs per call as calibrated
+  const HardwareProfile own = load_hardware(
+      write_temp_profile("base: h100-80gb\nname: ref\ndevice:\n  attention_reference: {tokens_per_call: 8192, heads: 32}\n",
+                         "ref_ok"),
+      kRoot);
+  CHECK(own.attention_reference_tokens == 8192);
+  CHECK(own.attention_reference_heads == 32);
+  CHECK(contains(error_of(write_temp_profile(
+                     "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 0, heads: 16}\n",
+                     "ref_zero")),
+                 "tokens_per_call"));
+  CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  attention_reference: "
+                                             "{tokens_per_call: 16384, heads: 16, seq: 4096}\n",
+                                             "ref_unknown")),
+                 "seq"));
+  CHECK(contains(error_of(write_temp_profile(
+                     "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 16384}\n", "ref_half")),
+                 "heads"));
+}

@@ -47,9 +47,15 @@ const EfficiencyCurve& bf16_curve(const EfficiencyCurve& shared, const Efficienc
   return own.empty() ? shared : own;
 }
 
-double roofline(const HardwareProfile& hw, const EfficiencyCurve& c, double flops, double bytes, double quantized = 1) {
-  const double rate = hw.peak_flops(DType::Bf16).value * efficiency(c.x, c.efficiency, flops) * quantized;
+// `flops` at the rate the curve gives at `curve_x` (the call's own FLOPs unless said), times `quantized`.
+double roofline_at(const HardwareProfile& hw, const EfficiencyCurve& c, double flops, double curve_x, double bytes,
+                   double quantized) {
+  const double rate = hw.peak_flops(DType::Bf16).value * efficiency(c.x, c.efficiency, curve_x) * quantized;
   return std::max(flops / rate, bytes / hw.memory_bandwidth.value);
+}
+
+double roofline(const HardwareProfile& hw, const EfficiencyCurve& c, double flops, double bytes, double quantized = 1) {
+  return roofline_at(hw, c, flops, flops, bytes, quantized);
 }
 
 constexpr double kBf16 = 2.0;  // bytes per element
@@ -114,11 +120,19 @@ double expected_step(const HardwareProfile& hw, const Row& r) {
   const double b = static_cast<double>(r.micro_batch), s = static_cast<double>(r.seq);
   const double fwd_flops = 4.0 * b * s * s * m.heads * m.head_dim / 2.0;
   const double fwd_bytes = kBf16 * (2.0 * t * q + 2.0 * t * kv), bwd_bytes = kBf16 * (4.0 * t * q + 4.0 * t * kv);
-  const double attn_fwd =
-      roofline(hw, bf16_curve(hw.attention_efficiency, hw.attention_efficiency_bf16), fwd_flops, fwd_bytes);
+  // Every profile here reads its curves at FlashAttention's benchmark call (device.attention_reference: 16k tokens x
+  // 16 heads a call, the sequence varied): the curve point of this call's sequence is the reference call's FLOPs,
+  // scaled from this call's tokens x heads to the reference's. FA2's grid has one block per 128 query rows of each
+  // head, b x h x s / 128 blocks, more than the SMs in every row here (no idle SMs).
+  REQUIRE(hw.attention_reference_tokens == 16384);
+  REQUIRE(hw.attention_reference_heads == 16);
+  const double to_reference = 16384.0 * 16.0 / (b * s * m.heads);
+  REQUIRE(b * m.heads * s / 128.0 >= hw.sm_count);
+  const double attn_fwd = roofline_at(hw, bf16_curve(hw.attention_efficiency, hw.attention_efficiency_bf16), fwd_flops,
+                                      fwd_flops * to_reference, fwd_bytes, 1.0);
   const double attn_bwd =
-      roofline(hw, bf16_curve(hw.attention_backward_efficiency, hw.attention_backward_efficiency_bf16), 2.5 * fwd_flops,
-               bwd_bytes);
+      roofline_at(hw, bf16_curve(hw.attention_backward_efficiency, hw.attention_backward_efficiency_bf16),
+                  2.5 * fwd_flops, 2.5 * fwd_flops * to_reference, bwd_bytes, 1.0);
   const double attn_recompute = r.ckpt != ActCkpt::None ? 1.0 : 0.0;
   const double attention = (1.0 + attn_recompute) * attn_fwd + attn_bwd;
   return m.layers * (layer + attention) + head;
