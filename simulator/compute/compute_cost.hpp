@@ -37,7 +37,7 @@ struct AttentionShape {
   int64_t kv_heads = 1;  // key/value heads (GQA/MQA when fewer than heads)
   int64_t head_dim = 1;
   bool causal = true;
-  int64_t window = 0;  // local attention: a query attends at most this many keys (0: all; causal only)
+  int64_t window = 0;    // local attention: a query attends at most this many keys (0: all; causal only)
   bool chunked = false;  // the window is fixed chunks of `window` tokens, not a band (causal_keys_per_query)
 };
 // Keys a query attends on average in causal attention over seq tokens, each query attending at most `window`

@@ -37,7 +37,8 @@ const std::vector<std::pair<std::string, int64_t>> kInternVisionShape = {
 
 VisionSpec read_intern_vit(const Reader& r) {
   const std::string type = r.optional_string("model_type", "intern_vit_6b");
-  if (type != "intern_vit_6b") r.fail("model_type", "vision tower '" + type + "' is not InternVisionModel's (intern_vit_6b)");
+  if (type != "intern_vit_6b")
+    r.fail("model_type", "vision tower '" + type + "' is not InternVisionModel's (intern_vit_6b)");
   VisionSpec v;
   v.hidden_size = r.required_dim("hidden_size");
   v.num_layers = v.run_layers = r.required_dim("num_hidden_layers");
@@ -47,7 +48,8 @@ VisionSpec read_intern_vit(const Reader& r) {
   v.gated_mlp = false;
   v.activation = activation_of(r, "hidden_act", "gelu");
   const std::string norm = r.optional_string("norm_type", "rms_norm");
-  if (norm != "rms_norm" && norm != "layer_norm") r.fail("norm_type", "'" + norm + "' is not one of rms_norm, layer_norm");
+  if (norm != "rms_norm" && norm != "layer_norm")
+    r.fail("norm_type", "'" + norm + "' is not one of rms_norm, layer_norm");
   v.norm = norm == "rms_norm" ? NormType::RmsNorm : NormType::LayerNorm;
   v.norm_eps = r.optional_positive("layer_norm_eps", 1e-6);
   v.qkv_bias = r.optional_bool("qkv_bias", false);
@@ -82,7 +84,8 @@ void read_internvl(const json& root, const std::string& text, const std::string&
   const json& lc = sub_config(top, "llm_config");
   Reader lr(lc, text, source);
   if (!lr.has("architectures"))
-    lr.fail("architectures", "missing in llm_config: InternVLChatConfig builds the language model from architectures[0]");
+    lr.fail("architectures",
+            "missing in llm_config: InternVLChatConfig builds the language model from architectures[0]");
   std::vector<std::string> llm_unmodelled;
   const std::string llm = read_language_model(lr, "LlamaForCausalLM", m, llm_unmodelled, source);
 
@@ -124,8 +127,9 @@ void read_internvl(const json& root, const std::string& text, const std::string&
   warn_defaults(vr, source, "vision_config: ", "InternVisionConfig", out.warnings);
   for (auto& w : llm_unmodelled) out.warnings.push_back(std::move(w));
   if (vr.optional_probability("drop_path_rate", 0.0) > 0)
-    out.warnings.push_back(source + ": key 'drop_path_rate' is set: stochastic depth's per-sample masks and scaling "
-                                    "in the vision tower are not counted");
+    out.warnings.push_back(source +
+                           ": key 'drop_path_rate' is set: stochastic depth's per-sample masks and scaling "
+                           "in the vision tower are not counted");
   if (v.run_layers < v.num_layers)
     out.warnings.push_back(source + ": select_layer " + std::to_string(select) + ": the vision tower's last " +
                            std::to_string(v.num_layers - v.run_layers) +

@@ -47,14 +47,19 @@ namespace fsdp::hf {
 namespace {
 
 // Llama4TextConfig's defaults of the shape keys: what a text_config written as a diff leaves out.
-const std::vector<std::pair<std::string, int64_t>> kLlama4TextShape = {
-    {"vocab_size", 202048},        {"hidden_size", 5120},       {"intermediate_size", 8192},
-    {"intermediate_size_mlp", 16384}, {"num_hidden_layers", 48}, {"num_attention_heads", 40},
-    {"max_position_embeddings", 131072}};
+const std::vector<std::pair<std::string, int64_t>> kLlama4TextShape = {{"vocab_size", 202048},
+                                                                       {"hidden_size", 5120},
+                                                                       {"intermediate_size", 8192},
+                                                                       {"intermediate_size_mlp", 16384},
+                                                                       {"num_hidden_layers", 48},
+                                                                       {"num_attention_heads", 40},
+                                                                       {"max_position_embeddings", 131072}};
 // Llama4VisionConfig's.
 const std::vector<std::pair<std::string, int64_t>> kLlama4VisionShape = {
-    {"hidden_size", 768},  {"num_hidden_layers", 34}, {"num_attention_heads", 16},    {"intermediate_size", 5632},
-    {"image_size", 448},   {"patch_size", 14},        {"projector_input_dim", 4096}, {"projector_output_dim", 4096},
+    {"hidden_size", 768},          {"num_hidden_layers", 34},
+    {"num_attention_heads", 16},   {"intermediate_size", 5632},
+    {"image_size", 448},           {"patch_size", 14},
+    {"projector_input_dim", 4096}, {"projector_output_dim", 4096},
     {"vision_output_dim", 7680}};
 
 // An integer list entry, 0 or 1 (or a boolean).
@@ -101,7 +106,8 @@ int64_t moe_step(const Reader& r, int64_t layers) {
   bool same = it->size() == pattern.size();
   for (size_t i = 0; same && i < pattern.size(); ++i)
     same = (*it)[i].is_number_integer() && (*it)[i].get<int64_t>() == pattern[i];
-  if (!same) r.fail("moe_layers", "the list is not \"every N-th layer\" (interleave_moe_layer_step), the only pattern modelled");
+  if (!same)
+    r.fail("moe_layers", "the list is not \"every N-th layer\" (interleave_moe_layer_step), the only pattern modelled");
   return step;
 }
 
@@ -157,13 +163,15 @@ VisionSpec read_llama4_vision(const Reader& r) {
   v.merge = static_cast<int64_t>(merge);
   const int64_t shuffled = checked_mul(r, "pixel_shuffle_ratio", v.hidden_size, v.merge * v.merge);
   if (v.ffn_size != shuffled)
-    r.fail("intermediate_size", "the vision adapter's fc1 reads it and the pixel-shuffled patches are hidden_size x (1 / "
-                                "pixel_shuffle_ratio)^2 = " + std::to_string(shuffled) + " wide: they must be equal");
+    r.fail("intermediate_size",
+           "the vision adapter's fc1 reads it and the pixel-shuffled patches are hidden_size x (1 / "
+           "pixel_shuffle_ratio)^2 = " +
+               std::to_string(shuffled) + " wide: they must be equal");
   const int64_t adapter_in = r.required_dim("projector_input_dim");
   const int64_t adapter_out = r.required_dim("projector_output_dim");
   if (adapter_in != adapter_out)
-    r.fail("projector_output_dim", "fc2 reads fc1's output (projector_input_dim " + std::to_string(adapter_in) +
-                                       "): they must be equal");
+    r.fail("projector_output_dim",
+           "fc2 reads fc1's output (projector_input_dim " + std::to_string(adapter_in) + "): they must be equal");
   if (r.required_dim("vision_output_dim") != adapter_out)
     r.fail("vision_output_dim", "multi_modal_projector.linear_1 reads the adapter's output (projector_output_dim " +
                                     std::to_string(adapter_out) + "): they must be equal");
@@ -216,13 +224,13 @@ void read_llama4_text(const Reader& r, ModelSpec& m) {
   moe.num_experts = r.optional_dim("num_local_experts", 16);
   moe.experts_per_token = r.optional_dim("num_experts_per_tok", 1);
   if (moe.experts_per_token > moe.num_experts)
-    r.fail("num_experts_per_tok", std::to_string(moe.experts_per_token) + " exceeds num_local_experts " +
-                                      std::to_string(moe.num_experts));
+    r.fail("num_experts_per_tok",
+           std::to_string(moe.experts_per_token) + " exceeds num_local_experts " + std::to_string(moe.num_experts));
   moe.expert_ffn_size = expert_ffn;
   moe.shared_experts = 1;  // Llama4TextMoe.shared_expert: Llama4TextMLP of intermediate_size
   if (step > m.num_layers)
-    r.fail("interleave_moe_layer_step", std::to_string(step) + " leaves every layer dense (num_hidden_layers " +
-                                            std::to_string(m.num_layers) + ")");
+    r.fail("interleave_moe_layer_step",
+           std::to_string(step) + " leaves every layer dense (num_hidden_layers " + std::to_string(m.num_layers) + ")");
   moe.layer_step = step;
   m.moe = moe;
 }
@@ -231,9 +239,10 @@ void warn_llama4_text(const Reader& r, const std::string& source, std::vector<st
   // attn_temperature_tuning: on by default (True; the hub's files write 4), off when false or 0.
   const auto it = r.root().find("attn_temperature_tuning");
   if (it == r.root().end() || it->is_null() || is_set(r.root(), "attn_temperature_tuning"))
-    out.push_back(source + ": key 'attn_temperature_tuning' is set: the NoPE layers scale q by a per-position factor "
-                           "(Llama4TextAttention: log1p(floor((position + 1) / floor_scale)) x attn_scale + 1), one "
-                           "multiply of q without parameters, which is not priced");
+    out.push_back(source +
+                  ": key 'attn_temperature_tuning' is set: the NoPE layers scale q by a per-position factor "
+                  "(Llama4TextAttention: log1p(floor((position + 1) / floor_scale)) x attn_scale + 1), one "
+                  "multiply of q without parameters, which is not priced");
   if (moe_step(r, r.required_dim("num_hidden_layers")) > 0)
     out.push_back(source +
                   ": the MoE layers are planned with top-k routing (each expert's GEMMs on num_experts_per_tok / "

@@ -224,10 +224,7 @@ bool optional_bool(ConfigMap& map, const std::string& key, bool absent) {
 QkNorm qk_norm_key(ConfigMap& map, const std::string& key, bool l2) {
   const std::string q = l2 ? map.get_enum(key, {"none", "per_head", "projection", "l2"})
                            : map.get_enum(key, {"none", "per_head", "projection"});
-  return q == "none"       ? QkNorm::None
-         : q == "per_head" ? QkNorm::PerHead
-         : q == "l2"       ? QkNorm::L2
-                           : QkNorm::Projection;
+  return q == "none" ? QkNorm::None : q == "per_head" ? QkNorm::PerHead : q == "l2" ? QkNorm::L2 : QkNorm::Projection;
 }
 
 void parse_layer_parts(ConfigMap& map, ModelSpec& m) {

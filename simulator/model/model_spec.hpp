@@ -228,7 +228,8 @@ struct ModelSpec {
   int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // Whether decoder layer `layer` applies rotary (rope models; not its NoPE layers).
   bool rotary_layer(int64_t layer) const {
-    return position_embedding == PositionEmbedding::Rope && (nope_layer_every == 0 || (layer + 1) % nope_layer_every != 0);
+    return position_embedding == PositionEmbedding::Rope &&
+           (nope_layer_every == 0 || (layer + 1) % nope_layer_every != 0);
   }
   // The attention window of decoder layer `layer`: the sliding window, or 0 for a global layer.
   int64_t attention_window(int64_t layer) const {

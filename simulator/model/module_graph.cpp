@@ -110,8 +110,8 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
       sig += std::string(to_string(n.kind)) + "," + n.short_name + "," + std::to_string(n.params) + "," +
              std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
              std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
-             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + std::to_string(n.chunked) + "," +
-             std::to_string(n.attention_keys);
+             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + std::to_string(n.chunked) +
+             "," + std::to_string(n.attention_keys);
       for (const SavedTensor& t : n.saved)
         sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
                std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
