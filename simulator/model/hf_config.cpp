@@ -806,15 +806,7 @@ const std::vector<std::pair<std::string, int64_t>> kLlavaClipShape = {
 // and fc1/fc2, a Conv2d patch embedding without bias, a CLS token, a learned position table, pre_layrnorm and
 // post_layernorm.
 VisionSpec read_clip_vision(const Reader& r) {
-  const std::string type = r.optional_string("model_type", "clip_vision_model");
-  if (type != "clip_vision_model")
-    r.fail("model_type", "vision tower '" + type + "' is not supported (clip_vision_model)");
-  VisionSpec v;
-  v.hidden_size = r.required_dim("hidden_size");
-  v.ffn_size = r.required_dim("intermediate_size");
-  v.num_layers = r.required_dim("num_hidden_layers");
-  v.num_heads = r.required_dim("num_attention_heads");
-  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
+  VisionSpec v = read_vit_shape(r, "clip_vision_model", "CLIPVisionModel");
   v.image_size = r.required_dim("image_size");
   v.patch_size = r.required_dim("patch_size");
   if (v.image_size % v.patch_size != 0)
@@ -866,11 +858,7 @@ void read_llava(const json& root, const std::string& text, const std::string& so
   if (layer && layer->is_array())
     top.fail("vision_feature_layer", "features from several layers (a list) are not modelled");
   const int64_t fl = top.optional_int("vision_feature_layer", -2);
-  const int64_t index = fl < 0 ? v.num_layers + 1 + fl : fl;  // hidden_states has num_layers + 1 entries
-  if (index < 1 || index > v.num_layers)
-    top.fail("vision_feature_layer",
-             std::to_string(fl) + " is not the output of one of the " + std::to_string(v.num_layers) + " blocks");
-  v.run_layers = index;
+  v.run_layers = feature_layer_blocks(top, "vision_feature_layer", -2, v.num_layers);
   const std::string select = top.optional_string("vision_feature_select_strategy", "default");
   if (select != "default" && select != "full")
     top.fail("vision_feature_select_strategy", "'" + select + "' is not one of default, full");

@@ -20,7 +20,6 @@
 // One 448 x 448 tile of 14-pixel patches is 1024 patches and 256 image tokens (num_image_token); dynamic_image_size
 // cuts an image into up to max_dynamic_patch tiles (and a thumbnail), so the tiles of a sample are the run's to give
 // with --image-tokens (one tile by default, said in a warning).
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -36,16 +35,7 @@ const std::vector<std::pair<std::string, int64_t>> kInternVisionShape = {
     {"num_attention_heads", 25}, {"image_size", 224},          {"patch_size", 14}};
 
 VisionSpec read_intern_vit(const Reader& r) {
-  const std::string type = r.optional_string("model_type", "intern_vit_6b");
-  if (type != "intern_vit_6b")
-    r.fail("model_type", "vision tower '" + type + "' is not InternVisionModel's (intern_vit_6b)");
-  VisionSpec v;
-  v.hidden_size = r.required_dim("hidden_size");
-  v.num_layers = v.run_layers = r.required_dim("num_hidden_layers");
-  v.num_heads = r.required_dim("num_attention_heads");
-  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
-  v.ffn_size = r.required_dim("intermediate_size");
-  v.gated_mlp = false;
+  VisionSpec v = read_vit_shape(r, "intern_vit_6b", "InternVisionModel");
   v.activation = activation_of(r, "hidden_act", "gelu");
   const std::string norm = r.optional_string("norm_type", "rms_norm");
   if (norm != "rms_norm" && norm != "layer_norm")
@@ -100,16 +90,8 @@ void read_internvl(const json& root, const std::string& text, const std::string&
     top.fail("force_image_size", "differs from vision_config's image_size " + std::to_string(v.image_size) +
                                      " (an interpolated position table is not modelled)");
   const int64_t select = top.optional_int("select_layer", -1);
-  const int64_t index = select < 0 ? v.num_layers + 1 + select : select;  // hidden_states has num_layers + 1 entries
-  if (index < 1 || index > v.num_layers)
-    top.fail("select_layer",
-             std::to_string(select) + " is not the output of one of the " + std::to_string(v.num_layers) + " blocks");
-  v.run_layers = index;
-  const double ratio = top.optional_positive("downsample_ratio", 0.5);
-  const double merge = std::round(1.0 / ratio);
-  if (!(merge >= 1) || merge * ratio != 1.0 || merge > 64)
-    top.fail("downsample_ratio", "only 1 / N for a whole N is modelled (N x N patches become one token)");
-  v.merge = static_cast<int64_t>(merge);
+  v.run_layers = feature_layer_blocks(top, "select_layer", -1, v.num_layers);
+  v.merge = merge_of_ratio(top, "downsample_ratio", 0.5);
   for (const char* key : {"use_backbone_lora", "use_llm_lora"})
     if (top.optional_int(key, 0) != 0)
       top.fail(key, "LoRA adapters built into the model are not modelled (plan them with --method lora)");

@@ -36,7 +36,6 @@
 // So the projector is three linears without biases with GELU between them (VisionSpec::projector_layers 3); the
 // shapes must chain: intermediate_size = hidden x (1 / ratio)^2 (fc1 reads the shuffled patches), projector_input_dim
 // = projector_output_dim, vision_output_dim = projector_output_dim; anything else would not run and is refused.
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -129,16 +128,7 @@ void check_layer_types(const Reader& r, const ModelSpec& m) {
 
 // Llama4VisionModel and its projector (the top of this file) from vision_config.
 VisionSpec read_llama4_vision(const Reader& r) {
-  const std::string type = r.optional_string("model_type", "llama4_vision_model");
-  if (type != "llama4_vision_model")
-    r.fail("model_type", "vision tower '" + type + "' is not Llama4VisionModel's (llama4_vision_model)");
-  VisionSpec v;
-  v.hidden_size = r.required_dim("hidden_size");
-  v.num_layers = v.run_layers = r.required_dim("num_hidden_layers");
-  v.num_heads = r.required_dim("num_attention_heads");
-  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
-  v.ffn_size = r.required_dim("intermediate_size");
-  v.gated_mlp = false;
+  VisionSpec v = read_vit_shape(r, "llama4_vision_model", "Llama4VisionModel");
   v.activation = ActivationFn::Gelu;  // Llama4VisionMLP: nn.GELU(), hidden_act is not read
   v.norm = NormType::LayerNorm;
   v.norm_eps = 1e-5;  // nn.LayerNorm(hidden)'s default: norm_eps is not read
@@ -156,11 +146,7 @@ VisionSpec read_llama4_vision(const Reader& r) {
   v.post_norm = false;  // layernorm_post is on the image path: the projector's norm below
   for (const char* key : {"attention_dropout", "projector_dropout"})
     if (r.optional_probability(key, 0.0) > 0) r.fail(key, "dropout in the vision encoder is not modelled");
-  const double ratio = r.optional_positive("pixel_shuffle_ratio", 0.5);
-  const double merge = std::round(1.0 / ratio);
-  if (!(merge >= 1) || merge * ratio != 1.0 || merge > 64)
-    r.fail("pixel_shuffle_ratio", "only 1 / N for a whole N is modelled (N x N patches become one token)");
-  v.merge = static_cast<int64_t>(merge);
+  v.merge = merge_of_ratio(r, "pixel_shuffle_ratio", 0.5);
   const int64_t shuffled = checked_mul(r, "pixel_shuffle_ratio", v.hidden_size, v.merge * v.merge);
   if (v.ffn_size != shuffled)
     r.fail("intermediate_size",

@@ -1,6 +1,8 @@
 // The shared pieces of the config.json readers (hf_reader.hpp).
 #include "model/hf_reader.hpp"
 
+#include <cmath>
+
 namespace fsdp::hf {
 
 ActivationFn activation_of(const Reader& r, const std::string& key, const std::string& fallback) {
@@ -45,6 +47,35 @@ void warn_defaults(const Reader& r, const std::string& source, const std::string
   std::string list;
   for (const auto& d : r.defaults()) list += (list.empty() ? "" : ", ") + d;
   out.push_back(source + ": " + where + "not given, so the " + cls + " defaults of transformers are taken: " + list);
+}
+
+VisionSpec read_vit_shape(const Reader& r, const std::string& type, const std::string& cls) {
+  const std::string given = r.optional_string("model_type", type);
+  if (given != type) r.fail("model_type", "vision tower '" + given + "' is not " + cls + "'s (" + type + ")");
+  VisionSpec v;
+  v.hidden_size = r.required_dim("hidden_size");
+  v.num_layers = v.run_layers = r.required_dim("num_hidden_layers");
+  v.num_heads = r.required_dim("num_attention_heads");
+  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
+  v.ffn_size = r.required_dim("intermediate_size");
+  v.gated_mlp = false;
+  return v;
+}
+
+int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t fallback, int64_t num_layers) {
+  const int64_t given = r.optional_int(key, fallback);
+  const int64_t index = given < 0 ? num_layers + 1 + given : given;
+  if (index < 1 || index > num_layers)
+    r.fail(key, std::to_string(given) + " is not the output of one of the " + std::to_string(num_layers) + " blocks");
+  return index;
+}
+
+int64_t merge_of_ratio(const Reader& r, const std::string& key, double fallback) {
+  const double ratio = r.optional_positive(key, fallback);
+  const double merge = std::round(1.0 / ratio);
+  if (!(merge >= 1) || merge * ratio != 1.0 || merge > 64)
+    r.fail(key, "only 1 / N for a whole N is modelled (N x N patches become one token)");
+  return static_cast<int64_t>(merge);
 }
 
 bool is_set(const json& root, const char* key) {

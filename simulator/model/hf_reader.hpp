@@ -193,6 +193,17 @@ int64_t head_dim_of(const Reader& r, const std::string& heads_key, int64_t hidde
 // A composite model's sub-config (text_config, vision_config): the object, or an empty one (every key at its
 // class's default) when the key is absent or null, as the composite config classes build it.
 const json& sub_config(const Reader& top, const std::string& key);
+// The shape every ViT config shares (CLIPVisionConfig, Llama4VisionConfig, InternVisionConfig): model_type, which must
+// be `type` (`cls`'s), hidden_size, num_hidden_layers (all of them run), num_attention_heads (dividing the hidden
+// size), intermediate_size (a plain fc1, act, fc2 MLP).
+VisionSpec read_vit_shape(const Reader& r, const std::string& type, const std::string& cls);
+// The blocks that run when the features are taken from hidden_states[key] (LLaVA's vision_feature_layer, InternVL's
+// select_layer; hidden_states has num_layers + 1 entries, a negative index counts from the end): the index, refused
+// (naming `key`) unless it is the output of one of the blocks.
+int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t fallback, int64_t num_layers);
+// N for a pixel shuffle by the ratio under `key` (Llama 4's pixel_shuffle_ratio, InternVL's downsample_ratio): N x N
+// patches become one token; only 1 / N for a whole N is modelled.
+int64_t merge_of_ratio(const Reader& r, const std::string& key, double fallback);
 // The warning naming the keys of one reader that took their defaults.
 void warn_defaults(const Reader& r, const std::string& source, const std::string& where, const std::string& cls,
                    std::vector<std::string>& out);

@@ -42,9 +42,7 @@
 //                      2,205,754,368: GIMMICK's safetensors parameter count of OpenGVLab/InternVL2_5-2B.
 #include <doctest/doctest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 
 #include "compute/compute_cost.hpp"
@@ -66,13 +64,6 @@ using fsdp::test::read_fixture;
 using json = nlohmann::json;
 
 fsdp::LoadedModel read(const std::string& stem) { return fsdp::test::read_hf_fixture(stem); }
-
-fsdp::ModuleId child(const ModuleGraph& g, const std::string& name) {
-  for (auto c : g.children(g.root()))
-    if (g.node(c).name == name) return c;
-  FAIL("no " << name);
-  return g.root();
-}
 
 // The leaf of layer-stack entry `l` with this short name; nullptr when there is none.
 const fsdp::ModuleNode* leaf(const ModuleGraph& g, size_t l, const std::string& short_name) {
@@ -112,10 +103,10 @@ TEST_CASE("llama4: Scout and Maverick from their config.json give their publishe
   CHECK(gs.total_params() == 108'641'793'536);
   // Every layer MoE: the router (5120 x 16), 16 routed experts and one shared expert of 8192.
   const int64_t scout_layer = kL4Attention + 5120 * 16 + 17 * swiglu(8192);
-  CHECK(gs.params_under(child(gs, "layers")) == 48 * scout_layer);
-  CHECK(gs.params_under(child(gs, "vision_tower.layers")) == 34 * kL4VisionBlock);
-  CHECK(gs.params_under(child(gs, "vision_tower.embeddings")) == kL4VisionEmbeddings);
-  CHECK(gs.params_under(child(gs, "multi_modal_projector")) == kL4Projector);
+  CHECK(gs.params_under(fsdp::test::root_child(gs, "layers")) == 48 * scout_layer);
+  CHECK(gs.params_under(fsdp::test::root_child(gs, "vision_tower.layers")) == 34 * kL4VisionBlock);
+  CHECK(gs.params_under(fsdp::test::root_child(gs, "vision_tower.embeddings")) == kL4VisionEmbeddings);
+  CHECK(gs.params_under(fsdp::test::root_child(gs, "multi_modal_projector")) == kL4Projector);
   CHECK(gs.total_params() ==
         48 * scout_layer + 34 * kL4VisionBlock + kL4VisionEmbeddings + kL4Projector + kL4Embeddings);
 
@@ -125,7 +116,7 @@ TEST_CASE("llama4: Scout and Maverick from their config.json give their publishe
   // interleave_moe_layer_step 2: 24 MoE layers of 128 experts and a shared one, 24 dense of intermediate_size_mlp.
   const int64_t moe_layer = kL4Attention + 5120 * 128 + 129 * swiglu(8192);
   const int64_t dense_layer = kL4Attention + swiglu(16384);
-  CHECK(gm.params_under(child(gm, "layers")) == 24 * moe_layer + 24 * dense_layer);
+  CHECK(gm.params_under(fsdp::test::root_child(gm, "layers")) == 24 * moe_layer + 24 * dense_layer);
   CHECK(maverick.moe_layers() == 24);
   CHECK_FALSE(maverick.is_moe_layer(0));
   CHECK(maverick.is_moe_layer(1));
@@ -207,7 +198,7 @@ TEST_CASE("llama4: the MoE layers are units of the FSDP wrap, and the image toke
   // The blocks rotate q and k beside the learned table; the projector is three linears without biases.
   CHECK(count(g, 0, ModuleKind::Rotary) == 1);
   int64_t linears = 0;
-  for (auto id : g.leaves_under(child(g, "multi_modal_projector")))
+  for (auto id : g.leaves_under(fsdp::test::root_child(g, "multi_modal_projector")))
     if (g.node(id).kind == ModuleKind::Linear) {
       ++linears;
       CHECK(g.node(id).params == g.node(id).in_features * g.node(id).out_features);
@@ -279,9 +270,9 @@ TEST_CASE("internvl: InternVL2.5-8B, -2B and -26B from their config.json give th
   const ModelSpec m8 = read("internvl2-8b").spec;
   const ModuleGraph g8(m8);
   CHECK(g8.total_params() == 8'075'365'376);
-  CHECK(g8.params_under(child(g8, "vision_tower.layers")) == 24 * kVit300Block);
-  CHECK(g8.params_under(child(g8, "vision_tower.embeddings")) == kVit300Embeddings);
-  CHECK(g8.params_under(child(g8, "multi_modal_projector")) == mlp1(4096));
+  CHECK(g8.params_under(fsdp::test::root_child(g8, "vision_tower.layers")) == 24 * kVit300Block);
+  CHECK(g8.params_under(fsdp::test::root_child(g8, "vision_tower.embeddings")) == kVit300Embeddings);
+  CHECK(g8.params_under(fsdp::test::root_child(g8, "multi_modal_projector")) == mlp1(4096));
   // The language model is internlm2_5-7b-chat: InternLM2ForCausalLM read by its own mapping, 92553 rows.
   CHECK(m8.vocab_size == 92553);
   CHECK(m8.num_kv_heads == 8);
@@ -289,7 +280,7 @@ TEST_CASE("internvl: InternVL2.5-8B, -2B and -26B from their config.json give th
 
   const ModuleGraph g2(read("internvl2.5-2b").spec);
   CHECK(g2.total_params() == 2'205'754'368);
-  CHECK(g2.params_under(child(g2, "multi_modal_projector")) == mlp1(2048));
+  CHECK(g2.params_under(fsdp::test::root_child(g2, "multi_modal_projector")) == mlp1(2048));
 
   // InternViT-6B: RMSNorm blocks of 3200 with q/k RMSNorms over the projection and no qkv bias.
   const ModelSpec m26 = read("internvl2-26b").spec;
@@ -297,7 +288,7 @@ TEST_CASE("internvl: InternVL2.5-8B, -2B and -26B from their config.json give th
   CHECK(g26.total_params() == 25'514'186'112);
   const int64_t vit6b_block = 3200 * 9600 + 2 * 3200 + (3200 * 3200 + 3200) + (3200 * 12800 + 12800) +
                               (12800 * 3200 + 3200) + 2 * 3200 + 2 * 3200;
-  CHECK(g26.params_under(child(g26, "vision_tower.layers")) == 45 * vit6b_block);
+  CHECK(g26.params_under(fsdp::test::root_child(g26, "vision_tower.layers")) == 45 * vit6b_block);
   CHECK(m26.vision->qk_norm == fsdp::QkNorm::Projection);
   CHECK(leaf(g26, 0, "q_norm")->params == 3200);
 }
@@ -318,7 +309,7 @@ TEST_CASE("internvl: layer scales, pixel shuffle and mlp1 are parts of the graph
   CHECK(ls1->saved.at(0).elems_per_token == 1024);
   CHECK(count(g, 0, ModuleKind::Rotary) == 0);  // a learned table only
   // mlp1's LayerNorm over each merged token of 4 x 1024.
-  for (auto id : g.leaves_under(child(g, "multi_modal_projector")))
+  for (auto id : g.leaves_under(fsdp::test::root_child(g, "multi_modal_projector")))
     if (g.node(id).kind == ModuleKind::Norm) CHECK(g.node(id).output_elems_per_token == 4096);
   fsdp::Strategy s;
   s.seq_len = 2048;
@@ -389,17 +380,8 @@ TEST_CASE("llama4 and internvl: the zoo files read the same as their config.json
   CHECK(fsdp::load_model("maverick", FSDP_SOURCE_ROOT).name == "llama4-maverick-17b-128e");
   // The schema's new keys are checked as the others: chunked_attention needs a window, an unknown vision key is
   // refused.
-  std::ifstream in(std::string(FSDP_SOURCE_ROOT) + "/configs/models/llama4-scout-17b-16e.yaml");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto yaml_error = [&](const std::string& from, const std::string& to) {
-    std::string text = ss.str();
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-    return input_error([&] {
-      fsdp::ConfigMap map = fsdp::ConfigMap::load_string(text, "m.yaml");
-      fsdp::parse_model_map(map);
-    });
+  auto yaml_error = [](const std::string& from, const std::string& to) {
+    return fsdp::test::zoo_edit_error("llama4-scout-17b-16e", from, to);
   };
   CHECK(contains(yaml_error("sliding_window: 8192\nglobal_layer_every: 4\n", ""), "chunked_attention"));
   CHECK(contains(yaml_error("  block_rotary: true", "  block_rotary: true\n  block_rotry: true"), "block_rotry"));
