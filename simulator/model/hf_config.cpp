@@ -858,7 +858,7 @@ void read_llava(const json& root, const std::string& text, const std::string& so
   if (layer && layer->is_array())
     top.fail("vision_feature_layer", "features from several layers (a list) are not modelled");
   const int64_t fl = top.optional_int("vision_feature_layer", -2);
-  v.run_layers = feature_layer_blocks(top, "vision_feature_layer", -2, v.num_layers);
+  v.run_layers = feature_layer_blocks(top, "vision_feature_layer", fl, v.num_layers);
   const std::string select = top.optional_string("vision_feature_select_strategy", "default");
   if (select != "default" && select != "full")
     top.fail("vision_feature_select_strategy", "'" + select + "' is not one of default, full");

@@ -90,7 +90,7 @@ void read_internvl(const json& root, const std::string& text, const std::string&
     top.fail("force_image_size", "differs from vision_config's image_size " + std::to_string(v.image_size) +
                                      " (an interpolated position table is not modelled)");
   const int64_t select = top.optional_int("select_layer", -1);
-  v.run_layers = feature_layer_blocks(top, "select_layer", -1, v.num_layers);
+  v.run_layers = feature_layer_blocks(top, "select_layer", select, v.num_layers);
   v.merge = merge_of_ratio(top, "downsample_ratio", 0.5);
   for (const char* key : {"use_backbone_lora", "use_llm_lora"})
     if (top.optional_int(key, 0) != 0)

@@ -62,8 +62,7 @@ VisionSpec read_vit_shape(const Reader& r, const std::string& type, const std::s
   return v;
 }
 
-int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t fallback, int64_t num_layers) {
-  const int64_t given = r.optional_int(key, fallback);
+int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t given, int64_t num_layers) {
   const int64_t index = given < 0 ? num_layers + 1 + given : given;
   if (index < 1 || index > num_layers)
     r.fail(key, std::to_string(given) + " is not the output of one of the " + std::to_string(num_layers) + " blocks");

@@ -198,9 +198,10 @@ const json& sub_config(const Reader& top, const std::string& key);
 // size), intermediate_size (a plain fc1, act, fc2 MLP).
 VisionSpec read_vit_shape(const Reader& r, const std::string& type, const std::string& cls);
 // The blocks that run when the features are taken from hidden_states[key] (LLaVA's vision_feature_layer, InternVL's
-// select_layer; hidden_states has num_layers + 1 entries, a negative index counts from the end): the index, refused
+// select_layer, its value `given`; hidden_states has num_layers + 1 entries, a negative index counts from the end):
+// the index, refused
 // (naming `key`) unless it is the output of one of the blocks.
-int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t fallback, int64_t num_layers);
+int64_t feature_layer_blocks(const Reader& r, const std::string& key, int64_t given, int64_t num_layers);
 // N for a pixel shuffle by the ratio under `key` (Llama 4's pixel_shuffle_ratio, InternVL's downsample_ratio): N x N
 // patches become one token; only 1 / N for a whole N is modelled.
 int64_t merge_of_ratio(const Reader& r, const std::string& key, double fallback);
