@@ -13,7 +13,10 @@
 // models/qwen2_vl/modeling_qwen2_vl.py PatchEmbed (Conv3d(in_channels, embed_dim, (temporal_patch_size,
 // patch_size, patch_size), bias=False)), VisionRotaryEmbedding (no parameters), Qwen2VLVisionBlock (norm1,
 // attn.qkv + attn.proj biased, norm2, mlp fc1/fc2), PatchMerger (ln_q over context_dim, mlp: Linear(context_dim x
-// spatial_merge_size^2 -> same), GELU, Linear(-> dim)).
+// spatial_merge_size^2 -> same), GELU, Linear(-> dim)); models/llama4/modeling_llama4.py @ 000c33fd
+// (Llama4VisionModel: 2-D rotary in the blocks beside positional_embedding_vlm, layernorm_post, the pixel-shuffle
+// vision_adapter's fc1 / fc2 and multi_modal_projector.linear_1: three linears without biases); OpenGVLab/InternVL
+// modeling_intern_vit.py @ 2d93b099 (InternVisionEncoderLayer's layer scales ls1 / ls2, q_norm / k_norm).
 #include <algorithm>
 
 #include "core/errors.hpp"
