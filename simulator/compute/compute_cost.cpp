@@ -69,10 +69,15 @@ Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m,
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype) * b);
 }
 
-double causal_keys_per_query(int64_t seq, int64_t window) {
+double causal_keys_per_query(int64_t seq, int64_t window, bool chunked) {
   const double s = static_cast<double>(seq);
   if (window <= 0 || window >= seq) return s * 0.5;
   const double w = static_cast<double>(window);
+  if (chunked) {
+    const double whole = static_cast<double>(seq / window);
+    const double rest = s - whole * w;
+    return (whole * w * w + rest * rest) / (2.0 * s);
+  }
   return w - w * w / (2.0 * s);
 }
 
@@ -80,7 +85,7 @@ Flops attention_forward_flops(const AttentionShape& a) {
   FSDP_ASSERT(a.causal || a.window == 0, "a local-attention window is modelled for causal attention only");
   if (a.window > 0 && a.window < a.seq_len)
     return Flops(4.0 * double(a.batch) * double(a.seq_len) * double(a.heads) * double(a.head_dim) *
-                 causal_keys_per_query(a.seq_len, a.window));
+                 causal_keys_per_query(a.seq_len, a.window, a.chunked));
   double s = double(a.seq_len);
   double f = 4.0 * double(a.batch) * s * s * double(a.heads) * double(a.head_dim);
   // With a causal mask FlashAttention skips the blocks above the diagonal (FlashAttention-2 paper,

@@ -37,14 +37,18 @@ struct AttentionShape {
   int64_t kv_heads = 1;  // key/value heads (GQA/MQA when fewer than heads)
   int64_t head_dim = 1;
   bool causal = true;
-  int64_t window = 0;  // local attention: a query attends at most this many keys (0: all; causal only)
+  int64_t window = 0;    // local attention: a query attends at most this many keys (0: all; causal only)
+  bool chunked = false;  // the window is fixed chunks of `window` tokens, not a band (causal_keys_per_query)
 };
 // Keys a query attends on average in causal attention over seq tokens, each query attending at most `window`
 // earlier keys (0: all of them). Global: seq / 2, the lower triangle (FlashAttention-2 paper, arXiv 2307.08691,
 // sec. 3.1.1). Sliding (window < seq): query t attends min(t, window) keys, so sum_t = seq * window -
 // window^2 / 2 pairs (continuous count), the band FlashAttention's local attention computes
-// (flash_attn_func window_size=(window, 0): only blocks inside the band are visited).
-double causal_keys_per_query(int64_t seq, int64_t window);
+// (flash_attn_func window_size=(window, 0): only blocks inside the band are visited). Chunked (window < seq): the
+// sequence is cut into chunks of `window` tokens and each query attends the earlier keys of its own chunk
+// (transformers masking_utils.py create_chunked_causal_mask, Llama 4's attention_chunk_size): n = seq / window whole
+// chunks of window^2 / 2 pairs and a last one of r = seq - n window tokens, r^2 / 2 pairs (the same continuous count).
+double causal_keys_per_query(int64_t seq, int64_t window, bool chunked = false);
 // Forward 4 * b * s^2 * h * d (QK^T and PV), halved when causal (a sliding window: 4 * b * s * h * d *
 // causal_keys_per_query); backward 2.5x forward (the
 // convention of flash-attention's benchmarks/benchmark_flash_attention.py).

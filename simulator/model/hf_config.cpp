@@ -34,13 +34,14 @@
 
 #include "core/duplicate_keys.hpp"
 #include "core/errors.hpp"
+#include "model/hf_reader.hpp"
 #include "model/model_loader.hpp"
 
 namespace fsdp {
 
 namespace {
 
-using json = nlohmann::json;
+using namespace hf;
 
 enum class Arch {
   Llama,
@@ -71,6 +72,10 @@ enum class Arch {
   Qwen2VL,
   Qwen25VL,
   ChatGlm,  // THUDM's ChatGLM2/3 and GLM-4 remote code (ChatGLMModel, ChatGLMForConditionalGeneration)
+  // Llama 4 (hf_llama4.cpp): the text model alone, and with its vision encoder and projector
+  Llama4Text,
+  Llama4,
+  InternVLChat,  // InternVL's remote-code InternVLChatModel: InternViT, mlp1 and an llm_config (hf_internvl.cpp)
 };
 
 struct ArchName {
@@ -107,177 +112,16 @@ constexpr ArchName kArchitectures[] = {
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", Arch::Qwen25VL},
     {"ChatGLMModel", "chatglm", Arch::ChatGlm},
     {"ChatGLMForConditionalGeneration", "chatglm", Arch::ChatGlm},
+    {"Llama4ForCausalLM", "llama4_text", Arch::Llama4Text},
+    {"Llama4ForConditionalGeneration", "llama4", Arch::Llama4},
+    {"InternVLChatModel", "internvl_chat", Arch::InternVLChat},
 };
-
-// Sizes above this would overflow the parameter arithmetic downstream (vocab * hidden, layers *
-// hidden * ffn in int64); no published model comes near it.
-constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
 
 std::string known_architectures() {
   std::string s;
   for (const auto& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.architecture);
   return s;
 }
-
-// A short, printable rendering of a JSON value for messages.
-std::string show(const json& v) {
-  std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
-  return s;
-}
-
-class Reader {
- public:
-  Reader(const json& root, const std::string& text, const std::string& source)
-      : root_(root), text_(text), source_(source) {}
-
-  void set_arch(const std::string& arch) { arch_ = arch; }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& message) const {
-    int line = line_of(key);
-    std::string where = line > 0 ? source_ + ":" + std::to_string(line) : source_;
-    throw InputError(where + ": key '" + key + "': " + message);
-  }
-
-  // Present with a non-null value (HF writes null for "use the default").
-  bool has(const std::string& key) const {
-    auto it = root_.find(key);
-    return it != root_.end() && !it->is_null();
-  }
-
-  // A sub-config of a composite model (text_config, vision_config) is written as its differences from its class's
-  // defaults (transformers PretrainedConfig.to_diff_dict), so its shape keys may be absent: then they take the
-  // class's defaults, each named in the warning. `dims`: the class's defaults of the keys required elsewhere.
-  void set_class_defaults(const std::vector<std::pair<std::string, int64_t>>* dims) { class_dims_ = dims; }
-
-  int64_t required_dim(const std::string& key) const {
-    if (!has(key) && class_dims_ != nullptr && !root_.contains(key))
-      for (const auto& [k, v] : *class_dims_)
-        if (k == key) return defaulted(key, std::to_string(v), v);
-    if (!has(key)) {
-      if (root_.contains(key)) fail(key, "is null; " + arch_ + " needs a positive integer");
-      fail(key, "missing (required for " + arch_ + ")");
-    }
-    return dim(key);
-  }
-
-  int64_t optional_dim(const std::string& key, int64_t fallback) const {
-    if (!has(key)) return defaulted(key, std::to_string(fallback), fallback);
-    return dim(key);
-  }
-
-  // An integer of either sign (LLaVA's vision_feature_layer: -2 counts from the last hidden state).
-  int64_t optional_int(const std::string& key, int64_t fallback) const {
-    if (!has(key)) return defaulted(key, std::to_string(fallback), fallback);
-    const json& v = root_.at(key);
-    if (!v.is_number_integer()) fail(key, "expected an integer, got " + show(v));
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(kMaxDim)) fail(key, "too large");
-    const int64_t n = v.get<int64_t>();
-    if (n > kMaxDim || n < -kMaxDim) fail(key, "too large: " + show(v));
-    return n;
-  }
-
-  double optional_positive(const std::string& key, double fallback) const {
-    if (!has(key)) return defaulted(key, number(fallback), fallback);
-    const json& v = root_.at(key);
-    if (!v.is_number()) fail(key, "expected a number, got " + show(v));
-    double d = v.get<double>();
-    if (!std::isfinite(d) || !(d > 0)) fail(key, "must be a positive number, got " + show(v));
-    return d;
-  }
-
-  double optional_probability(const std::string& key, double fallback) const {
-    if (!has(key)) return defaulted(key, number(fallback), fallback);
-    const json& v = root_.at(key);
-    if (!v.is_number()) fail(key, "expected a number, got " + show(v));
-    double d = v.get<double>();
-    if (!(d >= 0 && d <= 1)) fail(key, "must be a probability in [0, 1], got " + show(v));
-    return d;
-  }
-
-  bool optional_bool(const std::string& key, bool fallback) const {
-    if (!has(key)) return defaulted(key, fallback ? "true" : "false", fallback);
-    const json& v = root_.at(key);
-    if (!v.is_boolean()) fail(key, "expected true or false, got " + show(v));
-    return v.get<bool>();
-  }
-
-  std::string optional_string(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return defaulted(key, "\"" + fallback + "\"", fallback);
-    const json& v = root_.at(key);
-    if (!v.is_string()) fail(key, "expected a string, got " + show(v));
-    return v.get<std::string>();
-  }
-
-  // A number that may be absent or null (its own default): a cap, a window. Not a default when absent.
-  std::optional<double> nullable_positive(const std::string& key, std::optional<double> fallback) const {
-    if (root_.contains(key) && root_.at(key).is_null()) return std::nullopt;
-    if (!root_.contains(key)) {
-      defaulted(key, fallback ? number(*fallback) : "null", 0);
-      return fallback;
-    }
-    return optional_positive(key, 0);
-  }
-
-  // A value the modeling code derives when the key is absent (head_dim = hidden / heads), for the warning.
-  void note_default(const std::string& key, const std::string& value) const { defaulted(key, value, 0); }
-
-  // "key = value" for every optional key that took its default, in reading order.
-  const std::vector<std::string>& defaults() const { return defaults_; }
-  const json& root() const { return root_; }
-
- private:
-  int64_t dim(const std::string& key) const {
-    const json& v = root_.at(key);
-    if (!v.is_number_integer()) fail(key, "expected a positive integer, got " + show(v));
-    if (v.is_number_unsigned()) {
-      if (v.get<uint64_t>() > static_cast<uint64_t>(kMaxDim))
-        fail(key, "too large: " + show(v) + " (at most " + std::to_string(kMaxDim) + ")");
-    }
-    int64_t n = v.get<int64_t>();
-    if (n <= 0) fail(key, "must be a positive integer, got " + show(v));
-    if (n > kMaxDim) fail(key, "too large: " + show(v) + " (at most " + std::to_string(kMaxDim) + ")");
-    return n;
-  }
-
-  // The line of the first `"key" :` in the text (top-level keys come first in every config.json
-  // we have seen); 0 when it cannot be found.
-  int line_of(const std::string& key) const {
-    std::string quoted = "\"" + key + "\"";
-    for (size_t pos = text_.find(quoted); pos != std::string::npos; pos = text_.find(quoted, pos + 1)) {
-      size_t after = pos + quoted.size();
-      while (after < text_.size() &&
-             (text_[after] == ' ' || text_[after] == '\t' || text_[after] == '\r' || text_[after] == '\n'))
-        ++after;
-      if (after < text_.size() && text_[after] == ':') {
-        int line = 1;
-        for (size_t i = 0; i < pos; ++i)
-          if (text_[i] == '\n') ++line;
-        return line;
-      }
-    }
-    return 0;
-  }
-
-  template <typename T>
-  T defaulted(const std::string& key, const std::string& shown, T value) const {
-    defaults_.push_back(key + " = " + shown);
-    return value;
-  }
-
-  static std::string number(double v) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-  }
-
-  const json& root_;
-  const std::string& text_;
-  const std::string& source_;
-  std::string arch_;
-  const std::vector<std::pair<std::string, int64_t>>* class_dims_ = nullptr;
-  mutable std::vector<std::string> defaults_;
-};
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
@@ -328,33 +172,6 @@ Arch find_arch(const json& root, const Reader& r, std::string* name) {
            "'" + type + "' is not supported and there is no 'architectures' list; supported: " + known_architectures());
   }
   r.fail("architectures", "missing (and no model_type either); expected one of: " + known_architectures());
-}
-
-ActivationFn activation_of(const Reader& r, const std::string& key, const std::string& fallback) {
-  std::string act = r.optional_string(key, fallback);
-  // Names from transformers src/transformers/activations.py ACT2CLS.
-  if (act == "silu" || act == "swish") return ActivationFn::Silu;
-  if (act == "gelu") return ActivationFn::Gelu;
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return ActivationFn::GeluTanh;
-  if (act == "quick_gelu") return ActivationFn::QuickGelu;
-  r.fail(key, "activation '" + act +
-                  "' is not supported (silu, swish, gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu)");
-}
-
-int64_t checked_mul(const Reader& r, const std::string& key, int64_t a, int64_t b) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(a, b, &out) || out > kMaxDim)
-    r.fail(key,
-           std::to_string(a) + " * " + std::to_string(b) + " is too large (at most " + std::to_string(kMaxDim) + ")");
-  return out;
-}
-
-// head_dim when the config does not give one: hidden_size / num_attention_heads, which every
-// supported modeling file requires to divide (e.g. GPT2Attention raises otherwise).
-int64_t head_dim_of(const Reader& r, const std::string& heads_key, int64_t hidden, int64_t heads) {
-  if (hidden % heads != 0)
-    r.fail(heads_key, std::to_string(heads) + " does not divide the hidden size " + std::to_string(hidden));
-  return hidden / heads;
 }
 
 // The defaults of one transformers config class for the keys the Llama-style readers share, and the
@@ -896,21 +713,6 @@ void read_gpt2(const Reader& r, ModelSpec& m) {
 }
 
 // Keys that change memory or time and that the model does not describe: named in a warning when they are set.
-struct Unmodelled {
-  const char* key;
-  const char* why;
-};
-
-constexpr Unmodelled kUnmodelled[] = {
-    {"quantization_config",
-     "the checkpoint is quantized; memory is planned for the plan's parameter dtype (for a 4-bit frozen base, "
-     "--method qlora)"},
-    {"rope_scaling", "RoPE scaling changes no parameter and is not modelled; max_positions is max_position_embeddings"},
-    {"final_logit_softcapping",
-     "the tanh over the logits keeps one more logits-sized tensor for backward, which is not counted"},
-    {"clip_qkv", "the clamp of q, k and v is not modelled"},
-};
-
 // use_sliding_window with Qwen2/Qwen3 slides only the layers from max_window_layers on: not modelled.
 constexpr Unmodelled kQwenWindow = {"use_sliding_window",
                                     "sliding-window layers are not modelled: every layer is planned with global "
@@ -927,14 +729,6 @@ constexpr Unmodelled kMtp = {"num_nextn_predict_layers",
                              "the multi-token-prediction module (its extra decoder layer, eh_proj and norms) is "
                              "neither counted nor trained: the plan is for the 671B main model"};
 
-bool is_set(const json& root, const char* key) {
-  auto it = root.find(key);
-  if (it == root.end() || it->is_null()) return false;
-  if (it->is_boolean()) return it->get<bool>();
-  if (it->is_number()) return it->get<double>() != 0;
-  return !(it->is_object() && it->empty());
-}
-
 // Qwen2-VL's multimodal rotary embedding (M-RoPE: rope_scaling {"type": "mrope", "mrope_section": [t, h, w]};
 // Qwen2VLRotaryEmbedding, apply_multimodal_rotary_pos_emb in modeling_qwen2_vl.py): the rotary dims of each head are
 // split into sections rotated by the temporal, height and width positions. The same rotary work on q and k, and no
@@ -947,17 +741,14 @@ bool is_mrope(Arch arch, const json& root) {
 
 std::vector<std::string> unmodelled_warnings(const Reader& r, Arch arch, const std::string& source) {
   std::vector<std::string> out;
-  auto add = [&](const Unmodelled& u) {
-    if (is_set(r.root(), u.key)) out.push_back(source + ": key '" + u.key + "' is set: " + u.why);
-  };
-  const bool mrope = is_mrope(arch, r.root());
-  for (const auto& u : kUnmodelled)
-    if (!(mrope && std::string(u.key) == "rope_scaling")) add(u);
+  auto add = [&](const Unmodelled& u) { warn_if_set(r, u, source, out); };
+  warn_common_unmodelled(r, source, is_mrope(arch, r.root()), out);
   if (arch == Arch::Qwen2 || arch == Arch::Qwen3 || arch == Arch::Qwen2Moe || arch == Arch::Qwen3Moe ||
       arch == Arch::Qwen2VL || arch == Arch::Qwen25VL)
     add(kQwenWindow);
   if (arch == Arch::DeepseekV3) add(kMtp);
   if (arch == Arch::ChatGlm) add(kChatGlmQuant);
+  if (arch == Arch::Llama4Text) warn_llama4_text(r, source, out);
   return out;
 }
 
@@ -986,31 +777,12 @@ void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
     case Arch::ChatGlm:
       read_chatglm(r, m);
       break;
+    case Arch::Llama4Text:
+      read_llama4_text(r, m);
+      break;
     default:
       read_llama_like(arch, r, m);
   }
-}
-
-// A composite model's sub-config (text_config, vision_config): the object, or an empty one (every key at its
-// class's default) when the key is absent or null, as the composite config classes build it.
-const json& sub_config(const Reader& top, const std::string& key) {
-  static const json kEmpty = json::object();
-  auto it = top.root().find(key);
-  if (it == top.root().end() || it->is_null()) {
-    top.note_default(key, "{} (every key at its class's default)");
-    return kEmpty;
-  }
-  if (!it->is_object()) top.fail(key, "expected an object (a sub-config), got " + show(*it));
-  return *it;
-}
-
-// The warning naming the keys of one reader that took their defaults.
-void warn_defaults(const Reader& r, const std::string& source, const std::string& where, const std::string& cls,
-                   std::vector<std::string>& out) {
-  if (r.defaults().empty()) return;
-  std::string list;
-  for (const auto& d : r.defaults()) list += (list.empty() ? "" : ", ") + d;
-  out.push_back(source + ": " + where + "not given, so the " + cls + " defaults of transformers are taken: " + list);
 }
 
 // LlamaConfig's defaults of the shape keys (configuration_llama.py): what a text_config that leaves them out gets.
@@ -1034,15 +806,7 @@ const std::vector<std::pair<std::string, int64_t>> kLlavaClipShape = {
 // and fc1/fc2, a Conv2d patch embedding without bias, a CLS token, a learned position table, pre_layrnorm and
 // post_layernorm.
 VisionSpec read_clip_vision(const Reader& r) {
-  const std::string type = r.optional_string("model_type", "clip_vision_model");
-  if (type != "clip_vision_model")
-    r.fail("model_type", "vision tower '" + type + "' is not supported (clip_vision_model)");
-  VisionSpec v;
-  v.hidden_size = r.required_dim("hidden_size");
-  v.ffn_size = r.required_dim("intermediate_size");
-  v.num_layers = r.required_dim("num_hidden_layers");
-  v.num_heads = r.required_dim("num_attention_heads");
-  head_dim_of(r, "num_attention_heads", v.hidden_size, v.num_heads);
+  VisionSpec v = read_vit_shape(r, "clip_vision_model", "CLIPVisionModel");
   v.image_size = r.required_dim("image_size");
   v.patch_size = r.required_dim("patch_size");
   if (v.image_size % v.patch_size != 0)
@@ -1080,17 +844,8 @@ void read_llava(const json& root, const std::string& text, const std::string& so
   const json& tc = sub_config(top, "text_config");
   Reader tr(tc, text, source);
   tr.set_class_defaults(&kLlamaShape);
-  std::string text_arch = "LlamaForCausalLM";
-  Arch arch = Arch::Llama;
-  if (tr.has("architectures") || tr.has("model_type"))
-    arch = find_arch(tc, tr, &text_arch);
-  else
-    tr.note_default("model_type", "\"llama\"");
-  if (arch == Arch::Llava || arch == Arch::Gemma3 || arch == Arch::Qwen2VL || arch == Arch::Qwen25VL)
-    tr.fail("architectures", "a composite model cannot be LLaVA's language model");
-  tr.set_arch(text_arch);
-  read_arch(arch, tr, m);
-  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;
+  std::vector<std::string> text_unmodelled;
+  const std::string text_arch = read_language_model(tr, "LlamaForCausalLM", m, text_unmodelled, source);
 
   const bool given = top.has("vision_config");
   const json& vc = sub_config(top, "vision_config");
@@ -1103,11 +858,7 @@ void read_llava(const json& root, const std::string& text, const std::string& so
   if (layer && layer->is_array())
     top.fail("vision_feature_layer", "features from several layers (a list) are not modelled");
   const int64_t fl = top.optional_int("vision_feature_layer", -2);
-  const int64_t index = fl < 0 ? v.num_layers + 1 + fl : fl;  // hidden_states has num_layers + 1 entries
-  if (index < 1 || index > v.num_layers)
-    top.fail("vision_feature_layer",
-             std::to_string(fl) + " is not the output of one of the " + std::to_string(v.num_layers) + " blocks");
-  v.run_layers = index;
+  v.run_layers = feature_layer_blocks(top, "vision_feature_layer", fl, v.num_layers);
   const std::string select = top.optional_string("vision_feature_select_strategy", "default");
   if (select != "default" && select != "full")
     top.fail("vision_feature_select_strategy", "'" + select + "' is not one of default, full");
@@ -1125,7 +876,7 @@ void read_llava(const json& root, const std::string& text, const std::string& so
   warn_defaults(tr, source, "text_config: ", text_arch, out.warnings);
   warn_defaults(vr, source, "vision_config: ", "CLIPVisionConfig", out.warnings);
   for (auto& w : unmodelled_warnings(top, Arch::Llava, source)) out.warnings.push_back(std::move(w));
-  for (auto& w : unmodelled_warnings(tr, arch, source)) out.warnings.push_back(std::move(w));
+  for (auto& w : text_unmodelled) out.warnings.push_back(std::move(w));
   if (v.run_layers < v.num_layers)
     out.warnings.push_back(source + ": vision_feature_layer " + std::to_string(fl) + ": the vision tower's last " +
                            std::to_string(v.num_layers - v.run_layers) +
@@ -1286,6 +1037,35 @@ void read_qwen2_vl(Arch arch, const json& root, const std::string& text, const s
 
 }  // namespace
 
+std::string hf::read_language_model(Reader& r, const std::string& fallback, ModelSpec& m,
+                                    std::vector<std::string>& unmodelled, const std::string& source) {
+  std::string name = fallback;
+  Arch arch = Arch::Llama;
+  bool found = false;
+  if (r.has("architectures") || r.has("model_type")) {
+    arch = find_arch(r.root(), r, &name);
+    found = true;
+  }
+  if (!found) {
+    for (const auto& a : kArchitectures)
+      if (fallback == a.architecture) {
+        arch = a.arch;
+        r.note_default("model_type", "\"" + std::string(a.model_type) + "\"");
+        found = true;
+      }
+    FSDP_ASSERT(found, "read_language_model: the fallback is a class of the table");
+  }
+  if (arch == Arch::Llava || arch == Arch::Gemma3 || arch == Arch::Qwen2VL || arch == Arch::Qwen25VL ||
+      arch == Arch::Llama4 || arch == Arch::InternVLChat)
+    r.fail("architectures", "a composite model cannot be a composite model's language model");
+  r.set_arch(name);
+  read_arch(arch, r, m);
+  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head (model_spec.hpp)
+  checked_mul(r, "head_dim", m.head_dim, m.num_heads);
+  for (auto& w : unmodelled_warnings(r, arch, source)) unmodelled.push_back(std::move(w));
+  return name;
+}
+
 LoadedModel read_hf_config(const std::string& json_text, const std::string& source_name) {
   json root = parse_json(json_text, source_name);
   if (!root.is_object()) throw InputError(source_name + ":1: expected a JSON object (a config.json) at the top level");
@@ -1311,6 +1091,11 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   }
   if (arch == Arch::Qwen2VL || arch == Arch::Qwen25VL) {
     read_qwen2_vl(arch, root, json_text, source_name, out);
+    validate_model(m, source_name);
+    return out;
+  }
+  if (arch == Arch::Llama4 || arch == Arch::InternVLChat) {
+    (arch == Arch::Llama4 ? read_llama4 : read_internvl)(root, json_text, source_name, out);
     validate_model(m, source_name);
     return out;
   }

@@ -31,6 +31,8 @@ const char* to_string(QkNorm n) {
       return "per_head";
     case QkNorm::Projection:
       return "projection";
+    case QkNorm::L2:
+      return "l2";
   }
   return "?";
 }
@@ -80,6 +82,13 @@ void validate_layer_parts(const ModelSpec& m, Bad bad) {
   if (m.global_layer_every < 0 || m.global_layer_every > m.num_layers)
     bad("global_layer_every", "must be within 0 .. num_layers, got " + std::to_string(m.global_layer_every));
   if (m.sliding_window == 0 && m.global_layer_every != 0) bad("global_layer_every", "only meaningful with a window");
+  if (m.sliding_window == 0 && m.chunked_attention) bad("chunked_attention", "only meaningful with a window");
+  if (m.nope_layer_every < 0 || m.nope_layer_every > m.num_layers)
+    bad("nope_layer_every", "must be within 0 .. num_layers, got " + std::to_string(m.nope_layer_every));
+  if (m.nope_layer_every != 0 && m.position_embedding != PositionEmbedding::Rope)
+    bad("nope_layer_every", "only meaningful with rope");
+  if (m.qk_norm == QkNorm::L2 && m.position_embedding != PositionEmbedding::Rope)
+    bad("qk_norm", "l2 normalises the rotated q and k of the rotary layers: only meaningful with rope");
   for (const auto& [key, cap] : {std::pair<const char*, double>{"attn_logit_softcap", m.attn_logit_softcap},
                                  std::pair<const char*, double>{"final_logit_softcap", m.final_logit_softcap}})
     if (!(cap >= 0) || !std::isfinite(cap)) bad(key, "must be a positive number (or absent)");
@@ -162,6 +171,11 @@ void validate_vision(const VisionSpec& v, Bad bad) {
     bad("vision.global_layer_every", "must be within 0 .. vision.num_layers");
   if (v.window == 0 && v.global_layer_every != 0) bad("vision.global_layer_every", "only meaningful with a window");
   if (v.class_token_to_lm && !v.class_token) bad("vision.class_token_to_lm", "needs vision.class_token");
+  if (v.projector_layers < 1 || v.projector_layers > 16)
+    bad("vision.projector_layers", "must be within 1 .. 16, got " + std::to_string(v.projector_layers));
+  if (v.block_rotary && v.position_embedding != PositionEmbedding::Learned)
+    bad("vision.block_rotary", "rotary beside a learned table: only meaningful with position_embedding: learned");
+  if (v.qk_norm == QkNorm::L2) bad("vision.qk_norm", "l2 is a language model's norm (its rotary layers)");
   if (!(v.norm_eps > 0)) bad("vision.norm_eps", "must be positive");
 }
 
@@ -206,6 +220,13 @@ bool optional_bool(ConfigMap& map, const std::string& key, bool absent) {
   return map.has(key) ? map.get_bool(key) : absent;
 }
 
+// qk_norm's names (model_spec.hpp QkNorm); l2 only for a language model's layers.
+QkNorm qk_norm_key(ConfigMap& map, const std::string& key, bool l2) {
+  const std::string q = l2 ? map.get_enum(key, {"none", "per_head", "projection", "l2"})
+                           : map.get_enum(key, {"none", "per_head", "projection"});
+  return q == "none" ? QkNorm::None : q == "per_head" ? QkNorm::PerHead : q == "l2" ? QkNorm::L2 : QkNorm::Projection;
+}
+
 void parse_layer_parts(ConfigMap& map, ModelSpec& m) {
   m.pre_attention_norm = optional_bool(map, "pre_attention_norm", true);
   m.pre_mlp_norm = optional_bool(map, "pre_mlp_norm", true);
@@ -213,8 +234,7 @@ void parse_layer_parts(ConfigMap& map, ModelSpec& m) {
   m.post_mlp_norm = optional_bool(map, "post_mlp_norm", false);
   m.parallel_block = optional_bool(map, "parallel_block", false);
   if (map.has("qk_norm")) {
-    const std::string q = map.get_enum("qk_norm", {"none", "per_head", "projection"});
-    m.qk_norm = q == "none" ? QkNorm::None : q == "per_head" ? QkNorm::PerHead : QkNorm::Projection;
+    m.qk_norm = qk_norm_key(map, "qk_norm", true);
   }
   if (map.has("rotary_dim")) {
     if (m.position_embedding != PositionEmbedding::Rope) map.fail("rotary_dim", "only meaningful with rope");
@@ -224,8 +244,14 @@ void parse_layer_parts(ConfigMap& map, ModelSpec& m) {
   if (map.has("sliding_window")) {
     m.sliding_window = map.get_positive_int("sliding_window");
     m.global_layer_every = map.get_int("global_layer_every");  // required with a window: no silent pattern
-  } else if (map.has("global_layer_every")) {
-    map.fail("global_layer_every", "only meaningful with sliding_window");
+    m.chunked_attention = optional_bool(map, "chunked_attention", false);
+  } else {
+    for (const char* key : {"global_layer_every", "chunked_attention"})
+      if (map.has(key)) map.fail(key, "only meaningful with sliding_window");
+  }
+  if (map.has("nope_layer_every")) {
+    if (m.position_embedding != PositionEmbedding::Rope) map.fail("nope_layer_every", "only meaningful with rope");
+    m.nope_layer_every = map.get_positive_int("nope_layer_every");
   }
   if (map.has("attn_logit_softcap")) m.attn_logit_softcap = map.get_positive_double("attn_logit_softcap");
   if (map.has("final_logit_softcap")) m.final_logit_softcap = map.get_positive_double("final_logit_softcap");
@@ -248,7 +274,9 @@ void emit_layer_parts(const ModelSpec& m, YAML::Emitter& out) {
   if (m.sliding_window != 0) {
     out << YAML::Key << "sliding_window" << YAML::Value << m.sliding_window;
     out << YAML::Key << "global_layer_every" << YAML::Value << m.global_layer_every;
+    flag("chunked_attention", m.chunked_attention, d.chunked_attention);
   }
+  if (m.nope_layer_every != 0) out << YAML::Key << "nope_layer_every" << YAML::Value << m.nope_layer_every;
   if (m.attn_logit_softcap > 0) out << YAML::Key << "attn_logit_softcap" << YAML::Value << m.attn_logit_softcap;
   if (m.final_logit_softcap > 0) out << YAML::Key << "final_logit_softcap" << YAML::Value << m.final_logit_softcap;
   flag("scaled_embeddings", m.scaled_embeddings, d.scaled_embeddings);
@@ -321,6 +349,9 @@ VisionSpec parse_vision(ConfigMap& map) {
   v.mlp_bias = map.get_bool("mlp_bias");
   v.position_embedding = map.get_enum("position_embedding", {"rope", "learned"}) == "rope" ? PositionEmbedding::Rope
                                                                                            : PositionEmbedding::Learned;
+  v.block_rotary = optional_bool(map, "block_rotary", false);
+  if (map.has("qk_norm")) v.qk_norm = qk_norm_key(map, "qk_norm", false);
+  v.layer_scale = optional_bool(map, "layer_scale", false);
   v.patch_size = map.get_positive_int("patch_size");
   if (map.has("temporal_patch_size")) v.temporal_patch_size = map.get_positive_int("temporal_patch_size");
   if (map.has("num_channels")) v.num_channels = map.get_positive_int("num_channels");
@@ -346,6 +377,8 @@ VisionSpec parse_vision(ConfigMap& map) {
     if (v.projector_norm == ProjectorNorm::None) map.fail("projector_norm_type", "only meaningful with projector_norm");
     v.projector_norm_type = norm_key(map, "projector_norm_type");
   }
+  if (map.has("projector_layers")) v.projector_layers = map.get_positive_int("projector_layers");
+  v.projector_bias = optional_bool(map, "projector_bias", true);
   v.projector_hidden = map.get_positive_int("projector_hidden");
   v.projector_activation = activation_key(map, "projector_activation");
   v.class_token_to_lm = optional_bool(map, "class_token_to_lm", false);
@@ -374,6 +407,9 @@ void emit_vision(const VisionSpec& v, YAML::Emitter& out) {
   out << YAML::Key << "attn_out_bias" << YAML::Value << v.attn_out_bias;
   out << YAML::Key << "mlp_bias" << YAML::Value << v.mlp_bias;
   out << YAML::Key << "position_embedding" << YAML::Value << to_string(v.position_embedding);
+  if (v.block_rotary) out << YAML::Key << "block_rotary" << YAML::Value << true;
+  if (v.qk_norm != QkNorm::None) out << YAML::Key << "qk_norm" << YAML::Value << to_string(v.qk_norm);
+  if (v.layer_scale) out << YAML::Key << "layer_scale" << YAML::Value << true;
   out << YAML::Key << "patch_size" << YAML::Value << v.patch_size;
   if (v.temporal_patch_size != d.temporal_patch_size)
     out << YAML::Key << "temporal_patch_size" << YAML::Value << v.temporal_patch_size;
@@ -392,6 +428,9 @@ void emit_vision(const VisionSpec& v, YAML::Emitter& out) {
     out << YAML::Key << "projector_norm" << YAML::Value << to_string(v.projector_norm);
     out << YAML::Key << "projector_norm_type" << YAML::Value << to_string(v.projector_norm_type);
   }
+  if (v.projector_layers != d.projector_layers)
+    out << YAML::Key << "projector_layers" << YAML::Value << v.projector_layers;
+  if (!v.projector_bias) out << YAML::Key << "projector_bias" << YAML::Value << false;
   out << YAML::Key << "projector_hidden" << YAML::Value << v.projector_hidden;
   out << YAML::Key << "projector_activation" << YAML::Value << to_string(v.projector_activation);
   if (v.class_token_to_lm) out << YAML::Key << "class_token_to_lm" << YAML::Value << true;

@@ -15,8 +15,11 @@ namespace fsdp {
 enum class NormType { RmsNorm, LayerNorm, LayerNormNoParams };
 // Normalisation of q and k before rotary: none; per head over head_dim with one head_dim-wide weight shared by
 // the heads (Qwen3Attention, Gemma3Attention: RMSNorm(head_dim)); or over the whole projection, num_heads *
-// head_dim for q and num_kv_heads * head_dim for k (Olmo2Attention: RMSNorm(num_heads * head_dim)).
-enum class QkNorm { None, PerHead, Projection };
+// head_dim for q and num_kv_heads * head_dim for k (Olmo2Attention: RMSNorm(num_heads * head_dim)); or L2: per head
+// without a weight, after rotary and on the rotary layers only (Llama4TextL2Norm, built when use_qk_norm and the
+// layer uses rope: transformers models/llama4/modeling_llama4.py Llama4TextAttention @
+// 000c33fdfde12e1ffafbfcdb3c926df5727a00b6).
+enum class QkNorm { None, PerHead, Projection, L2 };
 // QuickGelu: x * sigmoid(1.702 x) (transformers activations.py QuickGELUActivation; CLIP's hidden_act).
 enum class ActivationFn { Silu, Gelu, GeluTanh, QuickGelu };
 enum class PositionEmbedding { Rope, Learned };
@@ -87,6 +90,15 @@ struct VisionSpec {
   // Learned: a (patches + class token) x hidden table (CLIP, InternViT); Rope: 2-D rotary on q and k without
   // parameters (Qwen2-VL VisionRotaryEmbedding).
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  // The blocks also rotate q and k (2-D rotary, no parameters) beside a learned table (Llama 4's vision encoder:
+  // positional_embedding_vlm and Llama4VisionRotaryEmbedding, modeling_llama4.py @ 000c33fd).
+  bool block_rotary = false;
+  // q/k norms of the blocks (InternViT-6B's qk_normalization: RMSNorm over the whole projection, Projection).
+  QkNorm qk_norm = QkNorm::None;
+  // Layer scale: each sublayer's output times a learned hidden-wide vector before its residual add (InternViT's
+  // ls1, ls2: InternVisionEncoderLayer, OpenGVLab/InternVL internvl_chat/internvl/model/internvl_chat/
+  // modeling_intern_vit.py @ 2d93b099ffbbf45d1db59710914f26fce4494104).
+  bool layer_scale = false;
   int64_t patch_size = 0;
   int64_t temporal_patch_size = 1;  // Qwen2-VL's Conv3d over 2 frames (an image is repeated)
   int64_t num_channels = 3;
@@ -100,9 +112,14 @@ struct VisionSpec {
   int64_t window = 0;
   int64_t global_layer_every = 0;
   // The projector: `merge` x `merge` neighbouring patches become one image token of width hidden x merge^2
-  // (1: none), an optional norm, then Linear(hidden x merge^2 -> projector_hidden), the activation,
-  // Linear(projector_hidden -> the language model's hidden size), all with biases.
+  // (1: none), an optional norm, then `projector_layers` linears with the activation between each two:
+  // Linear(hidden x merge^2 -> projector_hidden), act, [Linear(projector_hidden -> projector_hidden), act, ...]
+  // Linear(projector_hidden -> the language model's hidden size); biased unless projector_bias is false. LLaVA,
+  // Qwen2-VL, InternVL: 2 biased linears; Llama 4: 3 without biases (its vision adapter's fc1 and fc2, each followed
+  // by GELU, and multi_modal_projector.linear_1).
   int64_t merge = 1;
+  int64_t projector_layers = 2;
+  bool projector_bias = true;
   ProjectorNorm projector_norm = ProjectorNorm::None;
   NormType projector_norm_type = NormType::LayerNorm;
   int64_t projector_hidden = 0;
@@ -185,6 +202,13 @@ struct ModelSpec {
   // is_sliding = bool((layer_idx + 1) % sliding_window_pattern)); 0: every layer slides (Mistral).
   int64_t sliding_window = 0;
   int64_t global_layer_every = 0;
+  // With a window: the local layers attend within fixed chunks of sliding_window tokens (query t the keys from
+  // t - t mod w to t) instead of a window sliding with the query (Llama 4's attention_chunk_size,
+  // create_chunked_causal_mask).
+  bool chunked_attention = false;
+  // Every N-th layer (0-based N-1, 2N-1, ...) applies no rotary (NoPE; Llama 4's no_rope_layers, default
+  // no_rope_layer_interval 4); 0: every layer rotates (rope only).
+  int64_t nope_layer_every = 0;
   // tanh soft-capping, cap * tanh(x / cap), of the attention scores and of the final logits (Gemma 2); 0: none.
   // No parameters; the attention cap keeps one more score-sized tensor under eager attention.
   double attn_logit_softcap = 0;
@@ -202,6 +226,11 @@ struct ModelSpec {
   }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t rotary_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Whether decoder layer `layer` applies rotary (rope models; not its NoPE layers).
+  bool rotary_layer(int64_t layer) const {
+    return position_embedding == PositionEmbedding::Rope &&
+           (nope_layer_every == 0 || (layer + 1) % nope_layer_every != 0);
+  }
   // The attention window of decoder layer `layer`: the sliding window, or 0 for a global layer.
   int64_t attention_window(int64_t layer) const {
     if (sliding_window == 0) return 0;

@@ -52,6 +52,8 @@ const char* to_string(ModuleKind k) {
       return "loss";
     case ModuleKind::Vision:
       return "vision";
+    case ModuleKind::Scale:
+      return "scale";
   }
   return "?";
 }
@@ -108,8 +110,8 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
       sig += std::string(to_string(n.kind)) + "," + n.short_name + "," + std::to_string(n.params) + "," +
              std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
              std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
-             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + "," +
-             std::to_string(n.attention_keys);
+             std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + std::to_string(n.chunked) +
+             "," + std::to_string(n.attention_keys);
       for (const SavedTensor& t : n.saved)
         sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
                std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
@@ -192,7 +194,33 @@ ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::
 // q_norm / k_norm over `heads` heads of the projection (model_spec.hpp QkNorm).
 NormShape qk_norm_shape(const ModelSpec& m, int64_t heads) {
   const int64_t width = heads * m.head_dim;
-  return m.qk_norm == QkNorm::PerHead ? NormShape{m.head_dim, width, heads} : NormShape{width, width, 1};
+  const bool per_head = m.qk_norm == QkNorm::PerHead || m.qk_norm == QkNorm::L2;
+  return per_head ? NormShape{m.head_dim, width, heads} : NormShape{width, width, 1};
+}
+
+ModuleNode qk_norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id, int64_t heads) {
+  if (m.qk_norm != QkNorm::L2) return norm(std::move(name), m.norm, layer, input_id, qk_norm_shape(m, heads));
+  // Llama4TextL2Norm: x * rsqrt(mean(x^2) + eps) in fp32, cast back, no weight: an RMSNorm's statistics and saved
+  // input, without the weight and so without the normalised tensor kept for the weight's multiply.
+  ModuleNode n = norm(std::move(name), NormType::RmsNorm, layer, input_id, qk_norm_shape(m, heads));
+  n.params = 0;
+  std::erase_if(n.saved, [](const SavedTensor& t) { return t.cls == TensorClass::NormInternal; });
+  return n;
+}
+
+// InternVisionEncoderLayer: x + attn(norm1(x)) * ls1, then + mlp(norm2(x)) * ls2 (modeling_intern_vit.py @ 2d93b099).
+// One multiply per element; autograd keeps the sublayer's output for ls's gradient (the vector itself is a parameter).
+ModuleNode layer_scale(std::string name, int64_t layer, int64_t hidden, const std::string& input_id) {
+  ModuleNode n;
+  n.short_name = name.substr(name.rfind('.') + 1);
+  n.name = std::move(name);
+  n.kind = ModuleKind::Scale;
+  n.layer = layer;
+  n.params = hidden;
+  n.flops_per_token = static_cast<double>(hidden);
+  n.saved.push_back(SavedTensor{input_id, static_cast<double>(hidden), false, TensorClass::Compute});
+  n.output_elems_per_token = hidden;
+  return n;
 }
 
 // The MLP's activation function (with the gating multiply for gated MLPs), `f` elements per token.
@@ -244,9 +272,12 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
                                 TensorClass::Compute));
   for (ModuleId x : {q, k, v}) feeds(src, x);
   // The projections' outputs as their consumers save them: the q/k norms' inputs, else (without rotary) the
-  // attention core's q and k; v goes to the core as it is.
-  const bool rope = m.position_embedding == PositionEmbedding::Rope;
-  if (m.qk_norm != QkNorm::None) {
+  // attention core's q and k; v goes to the core as it is. Llama 4's NoPE layers rotate nothing, and its L2 q/k
+  // norm runs on the rotary layers only, after rotary (the norms' inputs are then the rotary's outputs).
+  const bool rope = m.rotary_layer(i);
+  const bool l2 = m.qk_norm == QkNorm::L2;
+  const bool qk_norms = m.qk_norm != QkNorm::None && (!l2 || rope);
+  if (qk_norms && !l2) {
     g_[q].output_id = p + ".q_proj.out";
     g_[k].output_id = p + ".k_proj.out";
   } else if (!rope) {
@@ -255,13 +286,17 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   }
   g_[v].output_id = p + ".attn.v";
   ModuleId q_src = q, k_src = k;
-  if (m.qk_norm != QkNorm::None) {
-    // q_norm and k_norm on the projections before rotary (Qwen3Attention, Gemma3Attention, Olmo2Attention).
-    q_src = add(attn, norm(p + ".self_attn.q_norm", m.norm, i, p + ".q_proj.out", qk_norm_shape(m, m.num_heads)));
-    k_src = add(attn, norm(p + ".self_attn.k_norm", m.norm, i, p + ".k_proj.out", qk_norm_shape(m, m.num_kv_heads)));
-    feeds(q, q_src);
-    feeds(k, k_src);
-  }
+  // q_norm and k_norm on the projections before rotary (Qwen3Attention, Gemma3Attention, Olmo2Attention), or after
+  // it (Llama 4's L2 norm, whose inputs are the rotated q and k).
+  auto add_qk_norms = [&](const std::string& q_in, const std::string& k_in) {
+    const ModuleId qn = add(attn, qk_norm(p + ".self_attn.q_norm", m, i, q_in, m.num_heads));
+    const ModuleId kn = add(attn, qk_norm(p + ".self_attn.k_norm", m, i, k_in, m.num_kv_heads));
+    feeds(q_src, qn);
+    feeds(k_src, kn);
+    q_src = qn;
+    k_src = kn;
+  };
+  if (qk_norms && !l2) add_qk_norms(p + ".q_proj.out", p + ".k_proj.out");
   if (rope) {
     ModuleNode rot;
     rot.name = p + ".self_attn.rotary";
@@ -277,6 +312,7 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
     feeds(k_src, r);
     q_src = k_src = r;
   }
+  if (qk_norms && l2) add_qk_norms(p + ".attn.q_rot", p + ".attn.k_rot");
   ModuleNode core;
   core.name = p + ".self_attn.core";
   core.short_name = "attention";
@@ -286,6 +322,7 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   core.kv_heads = m.num_kv_heads;
   core.head_dim = m.head_dim;
   core.window = cur_vision_ ? 0 : m.attention_window(i);
+  core.chunked = core.window > 0 && m.chunked_attention;
   // A vision block attends within its image (or window), both ways: its keys are fixed, and its scores are heads x
   // keys per token whatever the language model's sequence; a decoder layer's are heads x seq (per_seq).
   core.attention_keys = cur_vision_ ? cur_vision_->attention_keys(i) : 0;
@@ -558,6 +595,12 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
     attn_in = p + ".input_layernorm.out";
   }
   ModuleId attn_last = build_attention(layer, i, attn_src, attn_in);
+  const bool scaled = cur_vision_ && cur_vision_->layer_scale;
+  if (scaled) {
+    const ModuleId ls1 = add(layer, layer_scale(p + ".ls1", i, m.hidden_size, p + ".attn.proj_out"));
+    feeds(attn_last, ls1);
+    attn_last = ls1;
+  }
   // Gemma names the norm on the attention output post_attention_layernorm, and the one before the MLP
   // pre_feedforward_layernorm; Llama's post_attention_layernorm is the one before the MLP.
   if (m.post_attention_norm) attn_last = layer_norm("post_attention_layernorm", attn_last, p + ".attn.proj_out");
@@ -575,6 +618,7 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   }
   ModuleId mlp = build_mlp_block(layer, i, mlp_src, mlp_in);
   if (m.post_mlp_norm) layer_norm("post_feedforward_layernorm", mlp, p + ".mlp.out");
+  if (scaled) feeds(mlp, add(layer, layer_scale(p + ".ls2", i, m.hidden_size, p + ".mlp.out")));
   return layer;
 }
 
@@ -692,7 +736,7 @@ double seq_flops_per_token(const ModuleNode& n, int64_t seq) {
   if (n.flops_per_token_per_seq == 0) return 0;
   // A vision block's bidirectional attention: every query attends all keys of its image or window.
   if (n.attention_keys > 0) return n.flops_per_token_per_seq * static_cast<double>(n.attention_keys);
-  return n.flops_per_token_per_seq * causal_keys_per_query(seq, n.window);
+  return n.flops_per_token_per_seq * causal_keys_per_query(seq, n.window, n.chunked);
 }
 
 double ModuleGraph::token_ratio(ModuleId id, int64_t seq) const {

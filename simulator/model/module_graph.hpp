@@ -38,6 +38,7 @@ enum class ModuleKind {
   Head,    // lm_head (a Linear whose output is the logits)
   Loss,    // causal-LM cross entropy
   Vision,  // a vision tower's part outside its block stack: the patch embeddings, the projector (vision_tower.cpp)
+  Scale,   // an elementwise multiply by a learned hidden-wide vector (InternViT's layer scale ls1, ls2)
 };
 
 const char* to_string(ModuleKind);
@@ -89,6 +90,7 @@ struct ModuleNode {
                                        // residual stream's width (its hidden size)
   int64_t heads = 0, kv_heads = 0, head_dim = 0;  // AttentionCore: the layer's own attention shape
   int64_t window = 0;     // AttentionCore: keys a query attends at most (a sliding layer's window); 0: all earlier keys
+  bool chunked = false;   // AttentionCore: the window is fixed chunks of `window` tokens (ModelSpec::chunked_attention)
   std::string output_id;  // Linear / Router / AttentionCore: the id its output has where a consumer saves it
   // A vision module (a vision block, the tower's embeddings or its projector): it runs on this many tokens of a
   // sample, not on the language model's sequence, and its per-token fields are per one of those tokens

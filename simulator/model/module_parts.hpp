@@ -32,6 +32,10 @@ NormShape hidden_norm(const ModelSpec& m);
 ModuleNode norm(std::string name, NormType type, int64_t layer, const std::string& input_id, NormShape shape);
 ModuleNode norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id);
 NormShape qk_norm_shape(const ModelSpec& m, int64_t heads);
+// A layer's q_norm or k_norm over `heads` heads of its projection (model_spec.hpp QkNorm).
+ModuleNode qk_norm(std::string name, const ModelSpec& m, int64_t layer, const std::string& input_id, int64_t heads);
+// A sublayer's output times a learned hidden-wide vector (InternViT's ls1 / ls2), reading the tensor `input_id`.
+ModuleNode layer_scale(std::string name, int64_t layer, int64_t hidden, const std::string& input_id);
 // The MLP's activation function (with the gating multiply for gated MLPs), `f` elements per token.
 ModuleNode activation(const std::string& mlp, int64_t layer, double f, int64_t ffn);
 ModuleNode dropout(std::string name, int64_t layer, double elems, bool per_seq, bool attention_internal);

@@ -13,7 +13,10 @@
 // models/qwen2_vl/modeling_qwen2_vl.py PatchEmbed (Conv3d(in_channels, embed_dim, (temporal_patch_size,
 // patch_size, patch_size), bias=False)), VisionRotaryEmbedding (no parameters), Qwen2VLVisionBlock (norm1,
 // attn.qkv + attn.proj biased, norm2, mlp fc1/fc2), PatchMerger (ln_q over context_dim, mlp: Linear(context_dim x
-// spatial_merge_size^2 -> same), GELU, Linear(-> dim)).
+// spatial_merge_size^2 -> same), GELU, Linear(-> dim)); models/llama4/modeling_llama4.py @ 000c33fd
+// (Llama4VisionModel: 2-D rotary in the blocks beside positional_embedding_vlm, layernorm_post, the pixel-shuffle
+// vision_adapter's fc1 / fc2 and multi_modal_projector.linear_1: three linears without biases); OpenGVLab/InternVL
+// modeling_intern_vit.py @ 2d93b099 (InternVisionEncoderLayer's layer scales ls1 / ls2, q_norm / k_norm).
 #include <algorithm>
 
 #include "core/errors.hpp"
@@ -43,7 +46,9 @@ ModelSpec vision_block_spec(const ModelSpec& model, const VisionSpec& v) {
   b.vocab_size = 1;  // no embedding table of its own: never read by the layer builders
   b.norm = v.norm;
   b.norm_eps = v.norm_eps;
-  b.position_embedding = v.position_embedding;
+  // Llama 4's blocks rotate q and k (2-D rotary) beside the learned table the embeddings add.
+  b.position_embedding = v.block_rotary ? PositionEmbedding::Rope : v.position_embedding;
+  b.qk_norm = v.qk_norm;
   b.max_positions = v.seq_per_image();
   b.qkv_bias = v.qkv_bias;
   b.attn_out_bias = v.attn_out_bias;
@@ -142,7 +147,7 @@ ModuleId ModuleGraph::build_vision() {
 
   // The projector, per image token: merge x merge patches (their features side by side, hidden x merge^2), the
   // optional norm (per patch before the merge: weight hidden over merge^2 rows of a token; after: one row of
-  // hidden x merge^2), linear_1, the activation, linear_2 to the language model's width.
+  // hidden x merge^2), then linear_1, the activation, ..., the last linear to the language model's width.
   const int64_t mm = v.merge * v.merge;
   const int64_t in = v.merged_width();
   ModuleNode proj_c;
@@ -161,22 +166,31 @@ ModuleId ModuleGraph::build_vision() {
     prev = n;
     in_id = "multi_modal_projector.norm.out";
   }
+  // The projector's linears, with the activation between each two (VisionSpec::projector_layers); each activation
+  // keeps its input, the linear's output, for backward.
   const std::string p = "multi_modal_projector";
-  const ModuleId l1 =
-      add(proj, linear(p + ".linear_1", "linear_1", -1, in, v.projector_hidden, true, in_id, TensorClass::Compute));
-  g_[l1].lora_target = false;
-  g_[l1].output_id = p + ".linear_1.out";
-  feeds(prev, l1);
-  ModuleNode act = activation(p, -1, static_cast<double>(v.projector_hidden), v.projector_hidden);
-  act.saved.push_back(
-      SavedTensor{p + ".linear_1.out", static_cast<double>(v.projector_hidden), false, TensorClass::Compute});
-  const ModuleId a = add(proj, act);
-  feeds(l1, a);
-  const ModuleId l2 = add(proj, linear(p + ".linear_2", "linear_2", -1, v.projector_hidden, spec_.hidden_size, true,
-                                       p + ".act.out", TensorClass::Compute));
-  g_[l2].lora_target = false;
-  feeds(a, l2);
-  return l2;
+  int64_t width = in;
+  ModuleId last = prev;
+  for (int64_t k = 1; k <= v.projector_layers; ++k) {
+    const std::string lin = p + ".linear_" + std::to_string(k);
+    const bool final_layer = k == v.projector_layers;
+    const int64_t out = final_layer ? spec_.hidden_size : v.projector_hidden;
+    const ModuleId l = add(proj, linear(lin, "linear_" + std::to_string(k), -1, width, out, v.projector_bias, in_id,
+                                        TensorClass::Compute));
+    g_[l].lora_target = false;
+    g_[l].output_id = lin + ".out";
+    feeds(last, l);
+    last = l;
+    width = out;
+    if (final_layer) break;
+    ModuleNode act = activation(lin, -1, static_cast<double>(out), out);
+    act.saved.push_back(SavedTensor{lin + ".out", static_cast<double>(out), false, TensorClass::Compute});
+    const ModuleId a = add(proj, act);
+    feeds(l, a);
+    last = a;
+    in_id = lin + ".act.out";
+  }
+  return last;
 }
 
 }  // namespace fsdp

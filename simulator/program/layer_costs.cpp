@@ -157,6 +157,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
       c.shape.kv_heads = n.kv_heads;
       c.shape.head_dim = n.head_dim;
       c.shape.window = n.window;
+      c.shape.chunked = n.chunked;
       if (n.attention_keys > 0) {
         c.shape.attn_seq = n.attention_keys;
         c.shape.attn_batch = (toks + n.attention_keys - 1) / n.attention_keys;

@@ -23,7 +23,8 @@ struct GemmShape {
 struct LayerShape {
   std::vector<GemmShape> gemms;  // forward GEMMs (linears and the router)
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t window = 0;  // a sliding layer's attention window (ModuleNode::window); 0: global
+  int64_t window = 0;    // a sliding layer's attention window (ModuleNode::window); 0: global
+  bool chunked = false;  // the window is fixed chunks (ModuleNode::chunked)
   // A vision block's own attention (ModuleNode::attention_keys): bidirectional, attn_batch sequences (the
   // micro-batch's images or windows) of attn_seq keys each; 0: the program's, causal over the sequence.
   int64_t attn_seq = 0, attn_batch = 0;

@@ -54,6 +54,7 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     a.head_dim = ls.head_dim;
     a.causal = !own;
     a.window = ls.window;
+    a.chunked = ls.chunked;
     // attention sdpa: the kernel PyTorch's dispatch chose for this kind of layer (StepProgram::sdpa_*). The
     // memory-efficient and cuDNN kernels run at their ratio to the flash curves (device.sdpa_kernel_ratio);
     // math is unfused attention as eager is (compute/unfused_attention.hpp), with its own recipe, and flash is

@@ -1,5 +1,5 @@
 // Shared helpers of the input tests (config.json readers, strict parsing): the Hugging Face fixtures under
-// tests/data/hf/ and the message of an expected InputError.
+// tests/data/hf/, the message of an expected InputError, a zoo file's refusal after an edit, a graph's top modules.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -11,6 +11,7 @@
 
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
+#include "model/module_graph.hpp"
 
 namespace fsdp::test {
 
@@ -52,6 +53,28 @@ inline std::string all_warnings(const LoadedModel& m) {
   std::string s;
   for (const auto& w : m.warnings) s += w + "\n";
   return s;
+}
+
+// The InputError of configs/models/<zoo>.yaml with the first `from` replaced by `to`, read as a model map.
+inline std::string zoo_edit_error(const std::string& zoo, const std::string& from, const std::string& to) {
+  std::ifstream in(std::string(FSDP_SOURCE_ROOT) + "/configs/models/" + zoo + ".yaml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), to);
+  return input_error([&] {
+    ConfigMap map = ConfigMap::load_string(text, "m.yaml");
+    parse_model_map(map);
+  });
+}
+
+// The root's child module of this name (embed_tokens, layers, vision_tower.layers, multi_modal_projector, ...).
+inline ModuleId root_child(const ModuleGraph& g, const std::string& name) {
+  for (auto c : g.children(g.root()))
+    if (g.node(c).name == name) return c;
+  FAIL("no " << name);
+  return g.root();
 }
 
 }  // namespace fsdp::test

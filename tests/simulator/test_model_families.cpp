@@ -560,17 +560,8 @@ TEST_CASE("moe families: warnings, refusals, and the YAML schema's new keys") {
     fsdp::ConfigMap map = fsdp::ConfigMap::load_string(out.c_str(), "emitted.yaml");
     CHECK(ModuleGraph(fsdp::parse_model_map(map)).total_params() == ModuleGraph(zoo).total_params());
   }
-  auto yaml_error = [&](const std::string& from, const std::string& to) {
-    std::ifstream in(std::string(FSDP_SOURCE_ROOT) + "/configs/models/deepseek-v2-lite.yaml");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    std::string text = ss.str();
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-    return input_error([&] {
-      fsdp::ConfigMap map = fsdp::ConfigMap::load_string(text, "m.yaml");
-      fsdp::parse_model_map(map);
-    });
+  auto yaml_error = [](const std::string& from, const std::string& to) {
+    return fsdp::test::zoo_edit_error("deepseek-v2-lite", from, to);
   };
   CHECK(contains(yaml_error("  v_head_dim: 128", "  v_head_dim: 128\n  v_dim: 1"), "v_dim"));  // unknown key
   CHECK(contains(yaml_error("head_dim: 192", "head_dim: 128"), "qk_nope_head_dim + qk_rope_head_dim"));

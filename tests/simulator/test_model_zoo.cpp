@@ -57,6 +57,10 @@ constexpr Published kPublished[] = {
     {"qwen2.5-vl-7b", 8'292'166'656},       // Qwen/Qwen2.5-VL-7B-Instruct HF numParameters; model.parameters()
     {"chatglm2-6b", 6'243'584'000},         // model.num_parameters() of THUDM/chatglm2-6b (and chatglm3-6b)
     {"glm-4-9b-chat", 9'399'951'360},       // model.num_parameters() of THUDM/glm-4-9b-chat; GLM-4 demo banner
+    {"llama4-scout-17b-16e", 108'641'793'536},      // HF safetensors total of meta-llama/Llama-4-Scout-17B-16E-Instruct
+    {"llama4-maverick-17b-128e", 401'583'781'376},  // Fireworks AI's parameter_count of Llama 4 Maverick
+    {"internvl2.5-8b", 8'075'365'376},              // OpenGVLab/InternVL2_5-8B safetensors parameter count (GIMMICK)
+    {"internvl2.5-2b", 2'205'754'368},              // OpenGVLab/InternVL2_5-2B safetensors parameter count (GIMMICK)
 };
 
 std::vector<std::string> zoo_names() {
@@ -123,10 +127,16 @@ TEST_CASE("zoo: tiny has a few million parameters") {
 }
 
 TEST_CASE("zoo: aliases resolve to their models") {
-  // Issue 2: aliases 7b, 8b, 13b, 70b, 72b, 405b.
+  // Issue 2: aliases 7b, 8b, 13b, 70b, 72b, 405b; issue M13: scout, maverick.
   const std::map<std::string, std::string> expected = {
-      {"7b", "llama2-7b"},   {"8b", "llama3-8b"},  {"13b", "llama2-13b"},
-      {"70b", "llama3-70b"}, {"72b", "qwen2-72b"}, {"405b", "llama3.1-405b"},
+      {"7b", "llama2-7b"},
+      {"8b", "llama3-8b"},
+      {"13b", "llama2-13b"},
+      {"70b", "llama3-70b"},
+      {"72b", "qwen2-72b"},
+      {"405b", "llama3.1-405b"},
+      {"scout", "llama4-scout-17b-16e"},
+      {"maverick", "llama4-maverick-17b-128e"},
   };
   for (const auto& [alias, target] : expected) {
     INFO("alias: " << alias);

@@ -60,14 +60,6 @@ using fsdp::test::input_error;
 
 fsdp::LoadedModel read(const std::string& stem) { return fsdp::test::read_hf_fixture(stem); }
 
-// The root's child of this name.
-fsdp::ModuleId child(const ModuleGraph& g, const std::string& name) {
-  for (auto c : g.children(g.root()))
-    if (g.node(c).name == name) return c;
-  FAIL("no " << name);
-  return g.root();
-}
-
 const fsdp::ModuleNode& core_of(const ModuleGraph& g, size_t l) {
   for (auto leaf : g.leaves_under(g.layers()[l]))
     if (g.node(leaf).kind == ModuleKind::AttentionCore) return g.node(leaf);
@@ -101,15 +93,17 @@ TEST_CASE("vlm families: LLaVA-1.5-7B from its config.json gives its published c
   CHECK(v.activation == fsdp::ActivationFn::QuickGelu);
   // vision_feature_layer -2: 23 blocks run, the 24th and post_layernorm are held.
   CHECK(v.run_layers == 23);
-  CHECK(g.params_under(child(g, "vision_tower.held")) == kClipLayer + 2048);
-  CHECK_FALSE(g.node(child(g, "vision_tower.held")).runs);
+  CHECK(g.params_under(fsdp::test::root_child(g, "vision_tower.held")) == kClipLayer + 2048);
+  CHECK_FALSE(g.node(fsdp::test::root_child(g, "vision_tower.held")).runs);
   // The parts, each from its modeling file: embeddings (patch conv 3 x 14 x 14 -> 1024 without bias, CLS,
   // 577 positions, pre_layrnorm), the blocks, the projector (1024 -> 4096 -> 4096, biased).
-  CHECK(g.params_under(child(g, "vision_tower.embeddings")) == 3 * 14 * 14 * 1024 + 1024 + 577 * 1024 + 2048);
-  CHECK(g.params_under(child(g, "vision_tower.layers")) == 23 * kClipLayer);
-  CHECK(g.params_under(child(g, "multi_modal_projector")) == (1024 * 4096 + 4096) + (4096 * 4096 + 4096));
+  CHECK(g.params_under(fsdp::test::root_child(g, "vision_tower.embeddings")) ==
+        3 * 14 * 14 * 1024 + 1024 + 577 * 1024 + 2048);
+  CHECK(g.params_under(fsdp::test::root_child(g, "vision_tower.layers")) == 23 * kClipLayer);
+  CHECK(g.params_under(fsdp::test::root_child(g, "multi_modal_projector")) ==
+        (1024 * 4096 + 4096) + (4096 * 4096 + 4096));
   // The language model alone: Llama-2-7B with the 32064-row embedding and head.
-  CHECK(g.params_under(child(g, "layers")) == kLlamaLayers);
+  CHECK(g.params_under(fsdp::test::root_child(g, "layers")) == kLlamaLayers);
 }
 
 TEST_CASE("vlm families: the vision blocks open the layer stack as units of their own") {
@@ -203,10 +197,10 @@ TEST_CASE("vlm families: the image tokens join the language model's sequence, an
   const ModelSpec one = read("llava-1.5-7b").spec;
   const ModuleGraph g(one);
   const int64_t seq = 2048 + 576;
-  const double vision_run = static_cast<double>(g.params_under(child(g, "vision_tower.layers")) +
-                                                g.params_under(child(g, "vision_tower.embeddings")));
-  const double projector = static_cast<double>(g.params_under(child(g, "multi_modal_projector")));
-  const double lm = static_cast<double>(g.params_under(child(g, "layers")) + 4096 + 32064 * 4096);
+  const double vision_run = static_cast<double>(g.params_under(fsdp::test::root_child(g, "vision_tower.layers")) +
+                                                g.params_under(fsdp::test::root_child(g, "vision_tower.embeddings")));
+  const double projector = static_cast<double>(g.params_under(fsdp::test::root_child(g, "multi_modal_projector")));
+  const double lm = static_cast<double>(g.params_under(fsdp::test::root_child(g, "layers")) + 4096 + 32064 * 4096);
   const double attention = 3.0 * 32 * 4.0 * 4096 * (seq / 2.0) + 3.0 * 23 * 4.0 * 1024 * 577 * 577.0 / seq;
   const double expected = 6.0 * (lm + vision_run * 577.0 / seq + projector * 576.0 / seq) + attention;
   CHECK(fsdp::model_flops_per_token(g, seq, false) == doctest::Approx(expected).epsilon(1e-9));
@@ -287,11 +281,14 @@ TEST_CASE("vlm families: Qwen2-VL-7B and Qwen2.5-VL-7B from their config.json gi
   const ModelSpec q2 = read("qwen2-vl-7b").spec;
   const ModuleGraph g2(q2);
   CHECK(g2.total_params() == 8'291'375'616);
-  CHECK(g2.params_under(child(g2, "vision_tower.embeddings")) == kQwenPatchEmbed);  // rotary: no position table
-  CHECK(g2.params_under(child(g2, "vision_tower.layers")) == 32 * kQwen2VlBlock);
-  CHECK(g2.params_under(child(g2, "multi_modal_projector")) == 2 * 1280 + kQwenMergerLinears);  // ln_q LayerNorm
-  CHECK(g2.total_params() - g2.params_under(child(g2, "vision_tower.embeddings")) -
-            g2.params_under(child(g2, "vision_tower.layers")) - g2.params_under(child(g2, "multi_modal_projector")) ==
+  CHECK(g2.params_under(fsdp::test::root_child(g2, "vision_tower.embeddings")) ==
+        kQwenPatchEmbed);  // rotary: no position table
+  CHECK(g2.params_under(fsdp::test::root_child(g2, "vision_tower.layers")) == 32 * kQwen2VlBlock);
+  CHECK(g2.params_under(fsdp::test::root_child(g2, "multi_modal_projector")) ==
+        2 * 1280 + kQwenMergerLinears);  // ln_q LayerNorm
+  CHECK(g2.total_params() - g2.params_under(fsdp::test::root_child(g2, "vision_tower.embeddings")) -
+            g2.params_under(fsdp::test::root_child(g2, "vision_tower.layers")) -
+            g2.params_under(fsdp::test::root_child(g2, "multi_modal_projector")) ==
         kQwen2_7b);
   for (auto c : g2.children(g2.root())) CHECK(g2.node(c).name != "vision_tower.held");  // every block runs
   const fsdp::VisionSpec& v2 = *q2.vision;
@@ -309,9 +306,9 @@ TEST_CASE("vlm families: Qwen2-VL-7B and Qwen2.5-VL-7B from their config.json gi
   const ModuleGraph g25(q25);
   CHECK(g25.total_params() == 8'292'166'656);
   // The published split: 676,550,144 in the visual module (patch embedding, blocks, merger), 7,615,616,512 in the rest.
-  const int64_t visual = g25.params_under(child(g25, "vision_tower.embeddings")) +
-                         g25.params_under(child(g25, "vision_tower.layers")) +
-                         g25.params_under(child(g25, "multi_modal_projector"));
+  const int64_t visual = g25.params_under(fsdp::test::root_child(g25, "vision_tower.embeddings")) +
+                         g25.params_under(fsdp::test::root_child(g25, "vision_tower.layers")) +
+                         g25.params_under(fsdp::test::root_child(g25, "multi_modal_projector"));
   CHECK(visual == 676'550'144);
   CHECK(visual == kQwenPatchEmbed + 32 * kQwen25VlBlock + 1280 + kQwenMergerLinears);  // ln_q RMSNorm
   CHECK(g25.total_params() - visual == kQwen2_7b);
@@ -339,7 +336,7 @@ TEST_CASE("vlm families: Qwen2-VL's dynamic resolution takes its image tokens fr
   const ModuleGraph g(m);
   REQUIRE(g.layers().size() == 32 + 28);
   CHECK(g.node(g.layers()[0]).tokens_per_sample == 4096);
-  CHECK(g.node(child(g, "multi_modal_projector")).tokens_per_sample == 1024);
+  CHECK(g.node(fsdp::test::root_child(g, "multi_modal_projector")).tokens_per_sample == 1024);
   // A windowed block attends its 64 patches, a full-attention block (7, 15, ...) all 4096; they are different layer
   // classes, and the windowed blocks share one.
   CHECK(core_of(g, 0).attention_keys == 64);
@@ -358,7 +355,7 @@ TEST_CASE("vlm families: Qwen2-VL's dynamic resolution takes its image tokens fr
   CHECK(fsdp::seq_flops_per_token(core_of(g, 0), 8192) == 4.0 * 1280 * 64);
   // The merger's norm runs per patch: a weight of the tower's width, over the 4 patches of each image token.
   bool merger_norm = false;
-  for (auto leaf : g.leaves_under(child(g, "multi_modal_projector")))
+  for (auto leaf : g.leaves_under(fsdp::test::root_child(g, "multi_modal_projector")))
     if (g.node(leaf).kind == ModuleKind::Norm) {
       merger_norm = true;
       CHECK(g.node(leaf).params == 1280);
