@@ -77,20 +77,23 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
 
-std::optional<std::string> untrained_length_warning(const ModelSpec& m, int64_t seq_len,
-                                                    const std::string& seq_source) {
+void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string& seq_source) {
   // A vision-language model's language model runs the text and the sample's image tokens (language_model_strategy).
   const int64_t image = m.vision ? std::max<int64_t>(0, m.vision->image_tokens) : 0;
-  if (m.position_embedding != PositionEmbedding::Rope || seq_len + image <= m.max_positions) return std::nullopt;
-  // The model readers skip rope_scaling and the like (configs/models/README.md), so nothing here knows whether
-  // the checkpoint was extended; the prediction is for plain rotary attention at seq_len.
+  const int64_t limit = std::max(m.max_positions, m.rope_scaled_positions);
+  if (m.position_embedding != PositionEmbedding::Rope || seq_len + image <= limit) return;
   const std::string length = image > 0 ? std::to_string(seq_len) + " plus " + std::to_string(image) +
                                              " image tokens (" + std::to_string(seq_len + image) + ")"
                                        : std::to_string(seq_len);
-  return seq_source + " " + length + " exceeds " + m.name + "'s max_positions " + "(max_position_embeddings) of " +
-         std::to_string(m.max_positions) +
-         ": the model was not trained for that length, and RoPE scaling / long-context settings (rope_scaling, " +
-         "YaRN, ...) are not modelled";
+  std::string msg = seq_source + " " + length + " exceeds " + m.name +
+                    "'s max_positions (max_position_embeddings) of " + std::to_string(m.max_positions);
+  if (m.rope_scaled_positions > 0)
+    msg += " and its rope_scaling's extension to " + std::to_string(m.rope_scaled_positions) +
+           " (factor x original_max_position_embeddings)";
+  msg += ": the model was not trained for that length";
+  if (m.rope_scaled_positions == 0)
+    msg += " (a config.json whose rope_scaling has a factor, or rope_scaled_positions in a model file, extends it)";
+  throw InputError(msg);
 }
 
 Strategy language_model_strategy(const Strategy& s, const ModelSpec& m) {

@@ -74,12 +74,12 @@ Strategy language_model_strategy(const Strategy& s, const ModelSpec& m);
 // that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c);
 
-// A RoPE model planned at a sequence beyond its max_positions (max_position_embeddings in config.json) is not an
-// error, since rotary positions have no table to run past, but the model was not trained for that length: the
-// warning to print, naming the model, its max_positions and the sequence length, which `seq_source` says where it
-// came from ("--seq", "plan.yaml: strategy.seq_len"); nullopt when the sequence fits. (Learned positions beyond
-// the table are refused by validate_strategy.)
-std::optional<std::string> untrained_length_warning(const ModelSpec& m, int64_t seq_len, const std::string& seq_source);
+// A RoPE model's sequence (text plus a vision-language model's image tokens) beyond the positions it was trained for,
+// max_positions (max_position_embeddings), or beyond what its rope_scaling extends them to (rope_scaled_positions),
+// is an InputError naming `seq_source` ("--seq", "plan.yaml: strategy.seq_len"), the model and both limits: the
+// model was not trained for that length, the same for every family. (Learned positions beyond their table are
+// refused by validate_strategy.)
+void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string& seq_source);
 
 // Checks that the hardware profile may price the runtime: a calibrated profile's fitted overheads belong to
 // the runtime and the cost-model version it was fitted against; InputError naming the profile and the reason.

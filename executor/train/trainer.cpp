@@ -105,6 +105,7 @@ void check_plan_runnable(const PlanFile& plan) {
     throw InputError("plan strategy: micro_batch, seq_len and grad_accum must be >= 1");
   if (s.seq_len > plan.model.max_positions && plan.model.position_embedding == PositionEmbedding::Learned)
     throw InputError("plan strategy.seq_len exceeds the model's max_positions");
+  check_trained_length(plan.model, s.seq_len, "plan strategy.seq_len");
   ShardedModel::check_supported(plan.model, s, static_cast<int>(plan.cluster.world_size()));
 }
 
@@ -133,9 +134,6 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
   const Strategy& s = plan.strategy;
   check_plan_runnable(plan);
   check_run_config(cfg);
-  if (const auto w = untrained_length_warning(plan.model, s.seq_len, cfg.plan_path + ": strategy.seq_len");
-      w && t.notes())
-    *t.notes() << "fsdp-run: warning: " << *w << "\n";
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
   t.model = std::make_unique<ShardedModel>(plan.model, s, comm, MemTracker::instance(), t.device, cfg.seed);
   comm.set_progress(0, "input checks");

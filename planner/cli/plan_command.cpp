@@ -100,18 +100,7 @@ int run_plan(const std::vector<std::string>& argv) {
   validate_profiles(hw, rt);
   Strategy base;
   base.seq_len = kDefaultSeq;
-  // The default sequence never exceeds what the model was trained for (learned positions cannot, RoPE models were
-  // not trained beyond it): a longer --seq is the user's to ask for, and gets untrained_length_warning.
-  // A vision-language model's positions hold the sample's image tokens too.
-  const int64_t image_tokens = model.vision ? std::max<int64_t>(0, model.vision->image_tokens) : 0;
-  const int64_t text_positions = model.max_positions - image_tokens;
-  if (!args.has("--seq") && text_positions < kDefaultSeq && text_positions > 0) {
-    base.seq_len = text_positions;
-    std::cerr << "note: " << model.name << " has " << model.max_positions
-              << (model.position_embedding == PositionEmbedding::Learned ? " learned positions" : " positions")
-              << (image_tokens > 0 ? " (" + std::to_string(image_tokens) + " of them for the image tokens)" : "")
-              << "; planning with --seq " << text_positions << "\n";
-  }
+  apply_default_seq(args, model, base);
   apply_strategy_flags(args, base);
   check_grad_sync_runtime(base, rt);
   SearchRequest req;
@@ -192,7 +181,7 @@ int run_plan(const std::vector<std::string>& argv) {
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
                        std::to_string(cluster.world_size()));
   }
-  warn_untrained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
+  check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
 
   SearchResult result;
   if (auto_nodes) {
@@ -301,7 +290,7 @@ int run_show(const std::vector<std::string>& argv) {
   if (auto html = args.get("--html")) {
     // Re-simulate the plan on the hardware and runtime it names, and draw it.
     auto sim = simulate_plan(plan, config_root_from(argv));
-    warn_untrained_length(plan, args.positional()[0]);
+    check_trained_length(plan, args.positional()[0]);
     HtmlReportInput hin;
     hin.model = &plan.model;
     hin.hardware = &sim->hardware;

@@ -27,13 +27,8 @@ std::string config_root_from(const std::vector<std::string>& argv) {
   return FSDP_SOURCE_ROOT;
 }
 
-void warn_untrained_length(const ModelSpec& model, int64_t seq_len, const std::string& seq_source) {
-  if (auto warning = untrained_length_warning(model, seq_len, seq_source))
-    std::cerr << "fsdp-plan: warning: " << *warning << "\n";
-}
-
-void warn_untrained_length(const PlanFile& plan, const std::string& plan_path) {
-  warn_untrained_length(plan.model, plan.strategy.seq_len, plan_path + ": strategy.seq_len");
+void check_trained_length(const PlanFile& plan, const std::string& plan_path) {
+  check_trained_length(plan.model, plan.strategy.seq_len, plan_path + ": strategy.seq_len");
 }
 
 namespace {
@@ -75,7 +70,7 @@ int run_simulate(const std::vector<std::string>& argv) {
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
     PlanFile plan = read_plan_file(*plan_path);
     auto sim = simulate_plan(plan, root);
-    warn_untrained_length(plan, *plan_path);
+    check_trained_length(plan, *plan_path);
     print_simulation(args, SimulationContext{&plan.model, &sim->hardware, &sim->runtime, sim->cluster, plan.strategy},
                      sim->program, sim->prediction);
     return 0;
@@ -106,10 +101,11 @@ int run_simulate(const std::vector<std::string>& argv) {
   if (cluster.gpus_per_node <= 0)
     throw InputError("--gpus-per-node: must be at least 1, got " + std::to_string(cluster.gpus_per_node));
   Strategy s;
+  apply_default_seq(args, model, s);
   apply_strategy_flags(args, s);
   check_grad_sync_runtime(s, rt);
   validate_strategy(s, model, cluster);
-  warn_untrained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
+  check_trained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   ModuleGraph graph(model);
   SimulationInput in{&graph, &hw, &rt, cluster, s};
   StepProgram program;

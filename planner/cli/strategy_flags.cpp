@@ -1,5 +1,8 @@
 #include "cli/strategy_flags.hpp"
 
+#include <algorithm>
+#include <iostream>
+
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 
@@ -52,6 +55,18 @@ void check_grad_sync_runtime(const Strategy& s, const RuntimeProfile& rt) {
     throw InputError(
         "--grad-sync last-micro-batch: fsdp-run reduces sharded gradients after every micro-batch (it "
         "does not run no_sync yet); plan it for --runtime pytorch, pytorch-fsdp1 or torchtitan");
+}
+
+void apply_default_seq(const Args& args, const ModelSpec& m, Strategy& s) {
+  if (args.has("--seq")) return;
+  const int64_t image_tokens = m.vision ? std::max<int64_t>(0, m.vision->image_tokens) : 0;
+  const int64_t text_positions = m.max_positions - image_tokens;
+  if (text_positions >= s.seq_len || text_positions <= 0) return;
+  s.seq_len = text_positions;
+  std::cerr << "note: " << m.name << " has " << m.max_positions
+            << (m.position_embedding == PositionEmbedding::Learned ? " learned positions" : " positions")
+            << (image_tokens > 0 ? " (" + std::to_string(image_tokens) + " of them for the image tokens)" : "")
+            << "; planning with --seq " << text_positions << "\n";
 }
 
 void apply_strategy_flags(const Args& a, Strategy& s) {

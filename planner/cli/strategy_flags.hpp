@@ -21,6 +21,11 @@ void apply_strategy_flags(const Args& args, Strategy& s);
 // every micro-batch; executor/shard/sharded_model.cpp check_supported refuses such a plan too).
 void check_grad_sync_runtime(const Strategy& s, const RuntimeProfile& rt);
 
+// Without --seq: the default sequence (Strategy's, 4096), or the model's text positions where it has fewer (a
+// vision-language model's positions hold its image tokens too), with a note on stderr: the default never exceeds
+// what the model was trained for. Call before apply_strategy_flags (a --seq given replaces it).
+void apply_default_seq(const Args& args, const ModelSpec& m, Strategy& s);
+
 // --image-tokens N: the language-model tokens of a sample's images for a vision-language model (VisionSpec::
 // image_tokens; its config.json gives one image at the tower's image size, or none for a dynamic-resolution
 // tower). InputError for a model without a vision tower, or a count that is not whole images.

@@ -123,7 +123,8 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   row.measured.tflops_per_gpu = nullable_double(m, "tflops_per_gpu");
   row.measured.peak_memory_gib = nullable_double(m, "peak_memory_gib");
   row.measured.memory_kind = nullable_string(m, "memory_kind");
-  if (m.has("step_peak_allocated_gib")) row.measured.step_peak_allocated_gib = nullable_double(m, "step_peak_allocated_gib");
+  if (m.has("step_peak_allocated_gib"))
+    row.measured.step_peak_allocated_gib = nullable_double(m, "step_peak_allocated_gib");
   if (!row.measured.memory_kind.empty() && row.measured.memory_kind != "reserved" &&
       row.measured.memory_kind != "allocated" && row.measured.memory_kind != "nvidia-smi")
     m.fail("memory_kind", "expected reserved, allocated, nvidia-smi or null, got '" + row.measured.memory_kind + "'");

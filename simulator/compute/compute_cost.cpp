@@ -139,8 +139,8 @@ double attention_fraction(const HardwareProfile& hw, const EfficiencyCurve& curv
   double fraction = curve.at(f.value * reference / tokens_heads);
   if (hw.sm_count > 0) {
     constexpr int64_t kQueryRowsPerBlock = 128;
-    const double blocks = double((a.seq_len + kQueryRowsPerBlock - 1) / kQueryRowsPerBlock) * double(a.batch) *
-                          double(a.heads);
+    const double blocks =
+        double((a.seq_len + kQueryRowsPerBlock - 1) / kQueryRowsPerBlock) * double(a.batch) * double(a.heads);
     fraction *= std::min(1.0, blocks / double(hw.sm_count));
   }
   return fraction;

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/versions.hpp"
 #include "core/units.hpp"
+#include "core/versions.hpp"
 #include "runtime/backend_profile.hpp"
 #include "strategy/strategy.hpp"
 

@@ -166,9 +166,11 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // callbacks run inside loss.backward()).
     int last_backward = -1;
     for (size_t i = 0; i < p.ops.size(); ++i)
-      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) last_backward = static_cast<int>(i);
+      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward)
+        last_backward = static_cast<int>(i);
     for (const MemorySample& m : r.samples)
-      if (m.op > last_backward) r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, m.allocated);
+      if (m.op > last_backward)
+        r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, m.allocated);
   }
   ledger.check_balanced(p);
   if (r.peak_op >= 0) {

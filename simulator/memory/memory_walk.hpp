@@ -29,9 +29,10 @@ struct MemoryResult {
   // the floor in 5 runs of 6, the bound in 1), so the bound is what must fit and the pair is what a measurement
   // is checked against. Equal to peak_allocated when the program has no backend buffers (every CUDA program).
   double peak_allocated_floor = 0;
-  // The most allocated from the end of the last backward (its compute and post-backward hooks) to the step's end: the gradient reductions still
-  // in flight, the norm, the optimizer and ZeRO's parameter gather (what a max_memory_allocated() read after
-  // torch.cuda.reset_peak_memory_stats() at the end of the micro-batches sees; nanotron's "Mem Alloc").
+  // The most allocated from the end of the last backward (its compute and post-backward hooks) to the step's end: the
+  // gradient reductions still in flight, the norm, the optimizer and ZeRO's parameter gather (what a
+  // max_memory_allocated() read after torch.cuda.reset_peak_memory_stats() at the end of the micro-batches sees;
+  // nanotron's "Mem Alloc").
   double peak_allocated_after_backward = 0;
   double reserved_peak = 0;     // peak_allocated + fragmentation (torch max_memory_reserved)
   double device_total = 0;      // reserved + CUDA context/workspace + NCCL: what must fit on the GPU

@@ -785,6 +785,16 @@ void read_arch(Arch arch, const Reader& r, ModelSpec& m) {
   }
 }
 
+// A family's mapping (read_arch) and what every decoder's reading ends with: rope_scaling's extension of the positions,
+// a rotary dimension of the whole head written as 0 (model_spec.hpp), and the query width within range.
+void read_decoder(Arch arch, const Reader& r, ModelSpec& m) {
+  read_arch(arch, r, m);
+  if (m.position_embedding == PositionEmbedding::Rope)
+    m.rope_scaled_positions = rope_scaled_positions(r, m.max_positions);
+  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;
+  checked_mul(r, "head_dim", m.head_dim, m.num_heads);
+}
+
 // LlamaConfig's defaults of the shape keys (configuration_llama.py): what a text_config that leaves them out gets.
 const std::vector<std::pair<std::string, int64_t>> kLlamaShape = {
     {"vocab_size", 32000},     {"hidden_size", 4096},       {"intermediate_size", 11008},
@@ -1059,9 +1069,7 @@ std::string hf::read_language_model(Reader& r, const std::string& fallback, Mode
       arch == Arch::Llama4 || arch == Arch::InternVLChat)
     r.fail("architectures", "a composite model cannot be a composite model's language model");
   r.set_arch(name);
-  read_arch(arch, r, m);
-  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head (model_spec.hpp)
-  checked_mul(r, "head_dim", m.head_dim, m.num_heads);
+  read_decoder(arch, r, m);
   for (auto& w : unmodelled_warnings(r, arch, source)) unmodelled.push_back(std::move(w));
   return name;
 }
@@ -1102,9 +1110,7 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   const json& body = arch == Arch::Gemma3 ? text_config_of(top) : root;
   Reader r(body, json_text, source_name);
   r.set_arch(arch_name);
-  read_arch(arch, r, m);
-  if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head (model_spec.hpp)
-  checked_mul(r, "head_dim", m.head_dim, m.num_heads);
+  read_decoder(arch, r, m);
   validate_model(m, source_name);
 
   if (!r.defaults().empty()) {

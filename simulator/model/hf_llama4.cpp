@@ -191,6 +191,7 @@ void read_llama4_text(const Reader& r, ModelSpec& m) {
   m.position_embedding = PositionEmbedding::Rope;
   m.rope_theta = r.optional_positive("rope_theta", 500000.0);
   m.max_positions = r.required_dim("max_position_embeddings");
+  m.rope_scaled_positions = rope_scaled_positions(r, m.max_positions);
   m.dropout = r.optional_probability("attention_dropout", 0.0) > 0;
   m.qkv_bias = m.attn_out_bias = r.optional_bool("attention_bias", false);
   m.nope_layer_every = nope_interval(r, m.num_layers);

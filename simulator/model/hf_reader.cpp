@@ -95,13 +95,38 @@ constexpr Unmodelled kUnmodelled[] = {
     {"quantization_config",
      "the checkpoint is quantized; memory is planned for the plan's parameter dtype (for a 4-bit frozen base, "
      "--method qlora)"},
-    {"rope_scaling", "RoPE scaling changes no parameter and is not modelled; max_positions is max_position_embeddings"},
+    {"rope_scaling",
+     "RoPE scaling changes no parameter, FLOP or saved tensor; its factor x original_max_position_embeddings is the "
+     "longest --seq the model is planned for (rope_scaled_positions)"},
     {"final_logit_softcapping",
      "the tanh over the logits keeps one more logits-sized tensor for backward, which is not counted"},
     {"clip_qkv", "the clamp of q, k and v is not modelled"},
 };
 
 }  // namespace
+
+int64_t rope_scaled_positions(const Reader& r, int64_t max_positions) {
+  auto it = r.root().find("rope_scaling");
+  if (it == r.root().end() || !it->is_object()) return 0;
+  const json& rs = *it;
+  auto f = rs.find("factor");
+  if (f == rs.end() || f->is_null()) return 0;
+  if (!f->is_number() || !(f->get<double>() > 0))
+    r.fail("rope_scaling", "factor must be a positive number, got " + f->dump());
+  int64_t original = max_positions;
+  for (const json* where : {&rs, &r.root()}) {
+    auto o = where->find("original_max_position_embeddings");
+    if (o != where->end() && o->is_number_integer() && o->get<int64_t>() > 0) {
+      original = o->get<int64_t>();
+      break;
+    }
+  }
+  const double scaled = std::floor(f->get<double>() * static_cast<double>(original));
+  constexpr double kMaxSize = static_cast<double>(int64_t{1} << 31);
+  if (scaled > kMaxSize) r.fail("rope_scaling", "factor x original_max_position_embeddings exceeds 2^31");
+  const int64_t n = static_cast<int64_t>(scaled);
+  return n > max_positions ? n : 0;
+}
 
 void warn_common_unmodelled(const Reader& r, const std::string& source, bool mrope, std::vector<std::string>& out) {
   for (const auto& u : kUnmodelled)

@@ -216,6 +216,13 @@ struct Unmodelled {
 };
 bool is_set(const json& root, const char* key);
 void warn_if_set(const Reader& r, const Unmodelled& u, const std::string& source, std::vector<std::string>& out);
+// The positions a config's rope_scaling extends RoPE to (ModelSpec::rope_scaled_positions): factor x
+// original_max_position_embeddings (in rope_scaling, or beside it, Phi-3's), else x max_positions; 0 without a
+// rope_scaling, for M-RoPE and for one without a factor (LongRoPE's long_factor / short_factor lists: the
+// max_position_embeddings such a config gives is already the extended length). A factor that is not a positive
+// number is an error naming rope_scaling.factor.
+int64_t rope_scaled_positions(const Reader& r, int64_t max_positions);
+
 // The keys every family warns about (quantization_config, rope_scaling, ...); `mrope`: rope_scaling is Qwen2-VL's
 // M-RoPE (rotary, modelled), not a scaling.
 void warn_common_unmodelled(const Reader& r, const std::string& source, bool mrope, std::vector<std::string>& out);

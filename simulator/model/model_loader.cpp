@@ -194,6 +194,8 @@ void validate_model(const ModelSpec& m, const std::string& source) {
                                                    {"vocab_size", m.vocab_size},   {"max_positions", m.max_positions}};
   for (const auto& [key, v] : sizes)
     if (v <= 0 || v > kMaxSize) bad(key, "must be within 1 .. 2^31, got " + std::to_string(v));
+  if (m.rope_scaled_positions < 0 || m.rope_scaled_positions > kMaxSize)
+    bad("rope_scaled_positions", "must be within 1 .. 2^31, got " + std::to_string(m.rope_scaled_positions));
   if (m.moe && (m.moe->num_experts > kMaxSize || m.moe->expert_ffn_size > kMaxSize || m.moe->shared_experts > kMaxSize))
     bad("moe", "sizes must be at most 2^31");
   if (m.num_heads % m.num_kv_heads != 0)
@@ -498,6 +500,11 @@ ModelSpec parse_model_map(ConfigMap& map) {
     map.fail("rope_theta", "only meaningful with position_embedding: rope");
   }
   m.max_positions = map.get_positive_int("max_positions");
+  if (map.has("rope_scaled_positions")) {
+    if (m.position_embedding != PositionEmbedding::Rope)
+      map.fail("rope_scaled_positions", "only meaningful with position_embedding: rope");
+    m.rope_scaled_positions = map.get_positive_int("rope_scaled_positions");
+  }
   m.qkv_bias = map.get_bool("qkv_bias");
   m.attn_out_bias = map.get_bool("attn_out_bias");
   m.mlp_bias = map.get_bool("mlp_bias");
@@ -543,6 +550,8 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
   out << YAML::Key << "position_embedding" << YAML::Value << to_string(m.position_embedding);
   if (m.position_embedding == PositionEmbedding::Rope) out << YAML::Key << "rope_theta" << YAML::Value << m.rope_theta;
   out << YAML::Key << "max_positions" << YAML::Value << m.max_positions;
+  if (m.rope_scaled_positions > 0)
+    out << YAML::Key << "rope_scaled_positions" << YAML::Value << m.rope_scaled_positions;
   out << YAML::Key << "qkv_bias" << YAML::Value << m.qkv_bias;
   out << YAML::Key << "attn_out_bias" << YAML::Value << m.attn_out_bias;
   out << YAML::Key << "mlp_bias" << YAML::Value << m.mlp_bias;

@@ -171,6 +171,11 @@ struct ModelSpec {
   PositionEmbedding position_embedding = PositionEmbedding::Rope;
   double rope_theta = 0;  // only for rope
   int64_t max_positions = 0;
+  // RoPE models whose config extends the rotary positions (Hugging Face rope_scaling with a factor: linear, dynamic,
+  // yarn, llama3): factor x the positions it was trained at (original_max_position_embeddings, else max_positions),
+  // the longest sequence the extension is for. 0: no extension. A sequence beyond max(max_positions, this) is refused
+  // (check_trained_length, simulate.hpp); the extension changes no parameter, FLOP or saved tensor.
+  int64_t rope_scaled_positions = 0;
   bool qkv_bias = false;       // Qwen, GPT-2
   bool attn_out_bias = false;  // GPT-2
   bool mlp_bias = false;       // GPT-2

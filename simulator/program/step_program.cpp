@@ -1142,8 +1142,7 @@ void Emitter::emit_optimizer_step() {
         // The gather's staging copies (RuntimeProfile::zero_param_gather_replica_copies / _shard_copies), in the
         // stored parameters' dtype, alive until it ends.
         const double staging =
-            (rt.zero_param_gather_replica_copies * gathered + rt.zero_param_gather_shard_copies * shard(gathered)) *
-            sb;
+            (rt.zero_param_gather_replica_copies * gathered + rt.zero_param_gather_shard_copies * shard(gathered)) * sb;
         if (staging > 0 && prog.layout.world > 1) {
           a.on_issue.push_back({MemoryCategory::CommBuffers, staging});
           a.on_complete.push_back({MemoryCategory::CommBuffers, -staging});

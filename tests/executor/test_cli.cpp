@@ -544,20 +544,28 @@ TEST_CASE("bad input is refused before the first step: flags, checkpoint directo
                    weights + ": the safetensors header is a JSON array, not an object of tensors");
 }
 
-TEST_CASE("a plan beyond a RoPE model's max_positions runs, with one warning naming the plan and the lengths") {
+TEST_CASE("a plan beyond a RoPE model's max_positions is refused before any rank starts, naming the lengths") {
   TmpDir d;
-  PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 1);
+  PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 2);
   p.strategy.seq_len = p.model.max_positions + 32;
   const std::string plan = write_plan(d, p);
-  Result r = sh(kBin + " " + plan + " --steps 1");
+  Result r = sh(kBin + " --nproc-per-node 2 " + plan + " --steps 1 --timeout 20");
   INFO(r.out);
+  CHECK(r.code == 2);
+  CHECK(r.out.find("plan strategy.seq_len " + std::to_string(p.strategy.seq_len) + " exceeds " + p.model.name +
+                   "'s max_positions (max_position_embeddings) of " + std::to_string(p.model.max_positions)) !=
+        std::string::npos);
+  CHECK(r.out.find("step 1") == std::string::npos);
+  CHECK(r.out.find("died or hung") == std::string::npos);
+  // rope_scaling's extension (rope_scaled_positions) lets the same length run.
+  p.model.rope_scaled_positions = p.strategy.seq_len;
+  r = sh(kBin + " " + write_plan(d, p, "scaled.yaml") + " --steps 1");
   CHECK(r.code == 0);
-  CHECK(r.out.find("fsdp-run: warning: " + plan + ": strategy.seq_len " + std::to_string(p.strategy.seq_len) +
-                   " exceeds") != std::string::npos);
+  p.model.rope_scaled_positions = 0;
   p.strategy.seq_len = p.model.max_positions;
   r = sh(kBin + " " + write_plan(d, p, "fits.yaml") + " --steps 1");
   CHECK(r.code == 0);
-  CHECK(r.out.find("warning") == std::string::npos);
+  CHECK(r.out.find("exceeds") == std::string::npos);
 }
 
 }  // namespace fsdp::exec::test

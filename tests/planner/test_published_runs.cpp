@@ -25,8 +25,8 @@ const std::string kDir = kRoot + "/tests/accuracy/published";
 
 // Today's worst row plus about 5 points, per quantity (the table printed by this test; README "Accuracy on published
 // runs", 2026-12-02, with eager PyTorch's elementwise kernels at 0.54 of HBM, the compile, nanotron, torchtitan and
-// transformers-deepspeed runtimes, DeepSpeed's ZeRO-3 layout, grad_sync, the reduce stream pool and the attention curves
-// read at the call's sequence: time 14.7% worst of the rows with every knob stated, 23.3% of the others, median
+// transformers-deepspeed runtimes, DeepSpeed's ZeRO-3 layout, grad_sync, the reduce stream pool and the attention
+// curves read at the call's sequence: time 14.7% worst of the rows with every knob stated, 23.3% of the others, median
 // 4.6%; memory 6.9% and 16.8%, median 4.4%). A row
 // priced with a neighbour for a knob its source does not state, or that fsdp-plan does not model (the table's
 // "priced with" line), has its own, wider band: its error is partly the approximation's.

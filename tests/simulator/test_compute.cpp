@@ -185,7 +185,7 @@ TEST_CASE("attention curves read at a reference call: the sequence sets the poin
   // seq 16384, one sequence of 8 heads (128 x 8 = 1024 blocks of 128 query rows): its tokens x heads are 4x the
   // reference's, so the curve is read at a quarter of its FLOPs.
   const double f16k = 2.0 * 16384.0 * 16384.0 * 8.0 * 128.0;  // causal forward, 5.5e11
-  const double x = f16k / 4.0;                               // 1.37e11
+  const double x = f16k / 4.0;                                // 1.37e11
   const double e = 0.2 + (0.4 - 0.2) * (std::log2(x) - std::log2(1e10)) / (std::log2(1e12) - std::log2(1e10));
   CHECK(seconds(1, 16384, 8) == doctest::Approx(at(f16k, e)));
   // More sequences or more heads of that sequence: more blocks of the same work, the same rate (read by FLOPs per

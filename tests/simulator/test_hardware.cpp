@@ -780,20 +780,21 @@ TEST_CASE("the attention curves' reference call: shipped on the GPU profiles rea
   }
   CHECK(load_hardware("cpu", kRoot).attention_reference_tokens == 0);  // curves by FLOPs per call as calibrated
   const HardwareProfile own = load_hardware(
-      write_temp_profile("base: h100-80gb\nname: ref\ndevice:\n  attention_reference: {tokens_per_call: 8192, heads: 32}\n",
-                         "ref_ok"),
+      write_temp_profile(
+          "base: h100-80gb\nname: ref\ndevice:\n  attention_reference: {tokens_per_call: 8192, heads: 32}\n", "ref_ok"),
       kRoot);
   CHECK(own.attention_reference_tokens == 8192);
   CHECK(own.attention_reference_heads == 32);
-  CHECK(contains(error_of(write_temp_profile(
-                     "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 0, heads: 16}\n",
-                     "ref_zero")),
-                 "tokens_per_call"));
+  CHECK(contains(
+      error_of(write_temp_profile(
+          "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 0, heads: 16}\n", "ref_zero")),
+      "tokens_per_call"));
   CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  attention_reference: "
                                              "{tokens_per_call: 16384, heads: 16, seq: 4096}\n",
                                              "ref_unknown")),
                  "seq"));
-  CHECK(contains(error_of(write_temp_profile(
-                     "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 16384}\n", "ref_half")),
-                 "heads"));
+  CHECK(
+      contains(error_of(write_temp_profile(
+                   "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 16384}\n", "ref_half")),
+               "heads"));
 }

@@ -127,8 +127,9 @@ TEST_CASE("runtime profile: keeping the last layer unit after forward saves its 
 
 TEST_CASE("runtime profile: ZeRO's parameter gather staging is optional, parsed strictly and held during the gather") {
   CHECK(load_error_with_sharding_line("zero_param_gather_replica_copies: 1").empty());
-  CHECK(load_error_with_sharding_line("zero_param_gather_replica_copies: -1").find("zero_param_gather_replica_copies") !=
-        std::string::npos);
+  CHECK(
+      load_error_with_sharding_line("zero_param_gather_replica_copies: -1").find("zero_param_gather_replica_copies") !=
+      std::string::npos);
   CHECK(load_error_with_sharding_line("zero_param_gather_shard_copies: many").find("zero_param_gather_shard_copies") !=
         std::string::npos);
   for (const char* name : {"pytorch", "pytorch-fsdp1", "torchtitan", "fsdp-run", "deepspeed"}) {
