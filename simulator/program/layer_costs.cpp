@@ -22,8 +22,68 @@ struct Widths {
   double mlp_out_params = 0;
 };
 
+// A mixture-of-experts block's parts, for its backward stages (moe_backward_peak); absent in a dense layer.
+struct MoeParts {
+  bool present = false;
+  double k = 0;                // experts per token
+  double shared_ffn = 0;       // the shared experts' intermediate widths, summed
+  double shared_params = 0;    // the shared experts' and the shared gate's parameters
+  double shared_out_params = 0;  // their output projections'
+  double routed_params = 0;    // the routed experts'
+  double shared_saved = 0;     // per token: what the shared path saves beyond the block's input
+  double routed_saved = 0;     // per token: what the routed experts save (their gathered inputs included)
+};
+
 double token_fraction(const ModuleNode& n) {
   return n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+}
+
+// The output projection of MLP `m` (its last linear).
+const ModuleNode* last_linear(const ModuleGraph& g, ModuleId m) {
+  const ModuleNode* last = nullptr;
+  for (ModuleId leaf : g.leaves_under(m))
+    if (g.node(leaf).kind == ModuleKind::Linear) last = &g.node(leaf);
+  return last;
+}
+
+MoeParts moe_parts_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  MoeParts p;
+  for (ModuleId c : g.children(layer)) {
+    if (g.node(c).kind != ModuleKind::Moe) continue;
+    p.present = true;
+    std::vector<ModuleId> router, shared, routed;
+    for (ModuleId e : g.children(c)) {
+      const ModuleNode& n = g.node(e);
+      if (n.kind == ModuleKind::Router) router.push_back(e);
+      if (n.short_name == "expert") routed.push_back(e);
+      if (n.short_name == "shared_expert" || n.short_name == "shared_expert_gate") shared.push_back(e);
+    }
+    FSDP_ASSERT(router.size() == 1 && !routed.empty(), "an MoE block has one router and routed experts");
+    const ModuleNode& r = g.node(router[0]);
+    p.k = r.saved.size() > 2 ? r.saved[2].elems_per_token : 0;  // the router's top-k indices (module_graph.cpp)
+    // The block's input is saved by the router and read again by the shared path: what the shared path and the
+    // experts add beyond the router's tensors is what their backward releases.
+    const double router_saved = g.saved_bytes_per_token(router, q, ActCkpt::None);
+    auto with_router = [&](std::vector<ModuleId> ids) {
+      ids.push_back(router[0]);
+      return g.saved_bytes_per_token(ids, q, ActCkpt::None) - router_saved;
+    };
+    p.shared_saved = with_router(shared);
+    p.routed_saved = with_router(routed);
+    for (ModuleId e : routed) p.routed_params += static_cast<double>(g.params_under(e));
+    for (ModuleId e : shared) {
+      p.shared_params += static_cast<double>(g.params_under(e));
+      if (g.node(e).kind != ModuleKind::Mlp) continue;
+      const ModuleNode* out = last_linear(g, e);
+      p.shared_out_params += static_cast<double>(out->params);
+      for (ModuleId leaf : g.leaves_under(e))
+        if (g.node(leaf).kind == ModuleKind::Linear && g.node(leaf).short_name != "shared_expert_gate") {
+          p.shared_ffn += static_cast<double>(g.node(leaf).out_features);
+          break;
+        }
+    }
+  }
+  return p;
 }
 
 Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
