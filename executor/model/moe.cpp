@@ -39,18 +39,22 @@ at::Tensor top_k_experts(const at::Tensor& probs, int64_t k) {
 // experts (Qwen2-MoE's times sigmoid(shared_expert_gate(x))).
 //
 // Dispatch is by sorting, as torchtitan's MoE does (torchtitan/models/moe/moe.py TokenReorderer: argsort of the
-// chosen experts, then routed_input = x[token_indices_experts_sorted]; its routed_output is added back per token with
-// scatter_add) and Megatron-LM's token dispatcher permutes tokens by expert (megatron/core/transformer/moe/
-// moe_utils.py permute / unpermute), rather than Hugging Face's loop of per-expert index copies: one buffer of all
-// routed tokens in expert order, each expert a contiguous slice of it. The buffers, N tokens, top-k, E experts:
+// chosen experts, then routed_input = x[token_indices_experts_sorted]) and Megatron-LM's token dispatcher permutes
+// tokens by expert (megatron/core/transformer/moe/moe_utils.py permute / unpermute), rather than Hugging Face's loop
+// of per-expert index copies: one buffer of all routed tokens in expert order, each expert a contiguous slice of it.
+// The experts' outputs are put back in token order (the inverse permutation) and summed per token with their
+// weights, instead of index_add_ into the output (Hugging Face), whose autograd keeps its whole source for backward
+// (derivatives.yaml index_add: source's gradient is expand_as(source)). The buffers, N tokens, top-k, E experts:
 //  - router logits [N, E] in the compute dtype (fp32 copy for the softmax); probabilities [N, E] fp32, saved;
 //  - the chosen experts [N, k] int64, saved (the gather of their probabilities); with norm_topk_prob the gathered
-//    probabilities [N, k] and their sums [N, 1], fp32, saved by the division;
-//  - token_of [N k] int64: the token of each routed slot in expert order, saved (dispatch and combine);
-//  - order [N k] int64: the routed slots in expert order, saved (the weights' gather into that order);
+//    probabilities [N, k] and their sums [N, 1], fp32, saved by the division; the weights [N, k] in the compute
+//    dtype, saved by the weighting multiply;
+//  - token_of and unpermute [N k] int64: the token of each routed row in expert order, and the row of each
+//    (token, choice) slot, saved by the dispatch gather and the gather back to token order;
 //  - dispatched [N k, H]: the routed copies of the tokens, saved (the experts' gate/up input);
 //  - each expert's gate, up, activation and product [n_e, ffn] (n_e tokens routed to it; sum n_e = N k), saved;
-//  - routed outputs [N k, H] and their weights [N k, 1], saved by the weighting multiply; combined [N, H].
+//  - the experts' outputs joined [N k, H], then in token order [N, k, H] (saved by the weighting multiply), the
+//    weighted products [N, k, H] and their sum [N, H].
 // Every token goes to exactly k experts (no capacity, no token dropped), so the buffers are N k tokens whatever
 // the experts' load; only each expert's GEMM shape depends on it.
 at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h) {
@@ -63,14 +67,15 @@ at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string&
   if (m.norm_topk_prob) weights = weights / weights.sum(-1, true);
   weights = weights.to(h.scalar_type());
 
-  at::Tensor order, token_of;
+  at::Tensor token_of, unpermute;
   std::vector<int64_t> counts(static_cast<std::size_t>(m.num_experts));
   {
     at::NoGradGuard no_grad;
     const at::Tensor flat = chosen.reshape({-1});  // slot t * k + j: token t's j-th expert
     // A stable sort keeps each expert's tokens in token order.
-    order = std::get<1>(at::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+    const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
     token_of = at::div(order, k, "floor");
+    unpermute = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));
     const at::Tensor n = at::bincount(flat, {}, m.num_experts).cpu();
     const auto a = n.accessor<int64_t, 1>();
     for (int64_t e = 0; e < m.num_experts; ++e) counts[static_cast<std::size_t>(e)] = a[e];
@@ -81,8 +86,10 @@ at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string&
     if (counts[static_cast<std::size_t>(e)] > 0)
       outs.push_back(
           dense_mlp(s, p, prefix + ".experts." + std::to_string(e), per_expert[static_cast<std::size_t>(e)]));
-  const at::Tensor routed = at::cat(outs, 0) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);
-  at::Tensor y = at::zeros_like(x).index_add(0, token_of, routed);
+  // Back in token order, [N, k, H], and summed over each token's k experts with their weights: a fixed order of
+  // the k terms (best expert first), the same whatever else the micro-batch holds.
+  const at::Tensor routed = at::cat(outs, 0).index_select(0, unpermute).view({-1, k, H});
+  at::Tensor y = (routed * weights.unsqueeze(2)).sum(1);
 
   if (m.shared_experts > 0) {
     at::Tensor shared = dense_mlp(s, p, shared_name(m, prefix, 0), x);

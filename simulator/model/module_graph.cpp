@@ -503,13 +503,15 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
   feeds(src, r);
   // Token dispatch and combine, what a dropless top-k block keeps for backward beyond the experts' own tensors (each
   // token routed k times: k slots per token whatever the experts' load):
-  //  - the token of each routed slot (the dispatch gather's and the combine's index_add / scatter_add index) and the
-  //    slot of each routed row (the routing weights' gather into dispatch order), k int64 each: Hugging Face's
-  //    per-expert top_x and idx (Qwen2MoeSparseMoeBlock: hidden_states[None, top_x], routing_weights[top_x, idx],
-  //    index_add_(0, top_x, ...)), torchtitan's token_indices_experts_sorted (torchtitan/models/moe/moe.py
-  //    TokenReorderer), Megatron-LM's permutation map (megatron/core/transformer/moe/moe_utils.py permute);
+  //  - two int64 index maps of k per token: the token of each routed row in expert order (the dispatch gather's
+  //    index) and the way back (fsdp-run's moe.cpp: the row of each (token, choice) slot); Hugging Face's per-expert
+  //    top_x and idx (Qwen2MoeSparseMoeBlock: hidden_states[None, top_x], routing_weights[top_x, idx]),
+  //    torchtitan's token_indices_experts_sorted (torchtitan/models/moe/moe.py TokenReorderer), Megatron-LM's
+  //    sorted_indices (megatron/core/transformer/moe/moe_utils.py permute / unpermute);
   //  - the experts' outputs and their routing weights, k x hidden and k per token, kept by the weighting multiply
-  //    (Hugging Face: expert_layer(current_state) * routing_weights[top_x, idx, None]).
+  //    (Hugging Face: expert_layer(current_state) * routing_weights[top_x, idx, None]). Hugging Face's combine,
+  //    index_add_ of the weighted outputs, keeps its source too (a second k x hidden); fsdp-run's sum over each
+  //    token's k outputs keeps nothing.
   // The gathered copies of the tokens each expert reads are the experts' own (build_mlp's "<expert>.in").
   g_[block].saved.push_back(SavedTensor{p + ".moe.dispatch_indices", 2.0 * k, false, TensorClass::Index});
   g_[block].saved.push_back(SavedTensor{p + ".moe.routed_out", k * h, false, TensorClass::Compute});
