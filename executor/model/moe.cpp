@@ -28,9 +28,14 @@ void moe_param_defs(const ModelSpec& s, const std::string& prefix, int layer, st
     out.push_back({prefix + ".shared_expert_gate.weight", {1, s.hidden_size}, ParamInit::Normal, layer});
 }
 
-at::Tensor top_k_experts(const at::Tensor& probs, int64_t k) {
+at::Tensor router_scores_fp64(const at::Tensor& x, const at::Tensor& router) {
   at::NoGradGuard no_grad;
-  return std::get<1>(at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(1, 0, k).contiguous();
+  return at::linear(x.to(at::kDouble), router.to(at::kDouble));
+}
+
+at::Tensor top_k_experts(const at::Tensor& scores, int64_t k) {
+  at::NoGradGuard no_grad;
+  return std::get<1>(at::sort(scores, /*stable=*/true, /*dim=*/-1, /*descending=*/true)).narrow(1, 0, k).contiguous();
 }
 
 // Routing as Hugging Face's sparse MoE blocks do it (MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock.forward): router
@@ -61,8 +66,9 @@ at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string&
   const MoeSpec& m = *s.moe;
   const int64_t H = s.hidden_size, k = m.experts_per_token;
   at::Tensor x = h.reshape({-1, H});
-  at::Tensor probs = at::softmax(linear(p, prefix + ".gate", x).to(at::kFloat), -1);
-  const at::Tensor chosen = top_k_experts(probs, k);
+  const at::Tensor& router = param(p, prefix + ".gate.weight");
+  at::Tensor probs = at::softmax(at::linear(x, router).to(at::kFloat), -1);
+  const at::Tensor chosen = top_k_experts(router_scores_fp64(x, router), k);
   at::Tensor weights = probs.gather(1, chosen);
   if (m.norm_topk_prob) weights = weights / weights.sum(-1, true);
   weights = weights.to(h.scalar_type());
@@ -80,15 +86,20 @@ at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string&
     const auto a = n.accessor<int64_t, 1>();
     for (int64_t e = 0; e < m.num_experts; ++e) counts[static_cast<std::size_t>(e)] = a[e];
   }
-  const std::vector<at::Tensor> per_expert = x.index_select(0, token_of).split_with_sizes(counts);
-  std::vector<at::Tensor> outs;
-  for (int64_t e = 0; e < m.num_experts; ++e)
-    if (counts[static_cast<std::size_t>(e)] > 0)
-      outs.push_back(
-          dense_mlp(s, p, prefix + ".experts." + std::to_string(e), per_expert[static_cast<std::size_t>(e)]));
+  // The experts' outputs joined in expert order; the per-expert outputs are released as soon as they are joined.
+  at::Tensor routed;
+  {
+    const std::vector<at::Tensor> per_expert = x.index_select(0, token_of).split_with_sizes(counts);
+    std::vector<at::Tensor> outs;
+    for (int64_t e = 0; e < m.num_experts; ++e)
+      if (counts[static_cast<std::size_t>(e)] > 0)
+        outs.push_back(
+            dense_mlp(s, p, prefix + ".experts." + std::to_string(e), per_expert[static_cast<std::size_t>(e)]));
+    routed = at::cat(outs, 0);
+  }
   // Back in token order, [N, k, H], and summed over each token's k experts with their weights: a fixed order of
   // the k terms (best expert first), the same whatever else the micro-batch holds.
-  const at::Tensor routed = at::cat(outs, 0).index_select(0, unpermute).view({-1, k, H});
+  routed = routed.index_select(0, unpermute).view({-1, k, H});
   at::Tensor y = (routed * weights.unsqueeze(2)).sum(1);
 
   if (m.shared_experts > 0) {

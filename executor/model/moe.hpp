@@ -26,9 +26,18 @@ void moe_param_defs(const ModelSpec& s, const std::string& prefix, int layer, st
 // The MoE block on the post-attention norm's output h [B, T, H]; returns [B, T, H].
 at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h);
 
-// The routing of N tokens: for each token its top-k experts, best first ([N, k] int64). Ties between equal
-// probabilities go to the lower expert index (a stable descending sort), so a token is routed the same way
-// whatever else is in its micro-batch, on every rank and in every run.
-at::Tensor top_k_experts(const at::Tensor& probs, int64_t k);
+// The scores the routing chooses by: the router logits of x [N, H] recomputed in fp64, without autograd. A GEMM's
+// rounding depends on its shape (the rows beside a token), so fp32 logits of one token may differ in their last
+// bit between a micro-batch of 2 rows and one of 8, and flip a near tie between two experts; in fp64 such
+// differences are 2^29 times smaller than fp32's resolution, and the choice is a function of the token alone
+// (Megatron-LM routes in fp32 or fp64 for the same reason: --moe-router-dtype,
+// megatron/core/transformer/moe/router.py). The softmax probabilities that weight the experts stay the fp32 ones
+// autograd differentiates.
+at::Tensor router_scores_fp64(const at::Tensor& x, const at::Tensor& router);
+
+// The routing of N tokens by their scores [N, E] (logits or probabilities: the order is the same): for each token its
+// top-k experts, best first ([N, k] int64). Ties between equal scores go to the lower expert index (a stable descending
+// sort), so a token is routed the same way whatever else is in its micro-batch, on every rank and in every run.
+at::Tensor top_k_experts(const at::Tensor& scores, int64_t k);
 
 }  // namespace fsdp::exec
