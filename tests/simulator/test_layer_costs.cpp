@@ -11,12 +11,20 @@
 
 using namespace fsdp;
 
+namespace {
+// A strategy of `micro_batch` sequences of `seq` tokens, the rest at its defaults.
+Strategy batch_of(int64_t micro_batch, int64_t seq) {
+  Strategy s;
+  s.micro_batch = micro_batch;
+  s.seq_len = seq;
+  return s;
+}
+}  // namespace
+
 TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the layer's nodes") {
   const ModuleGraph g(load_model("llama3-70b", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("pytorch", FSDP_SOURCE_ROOT);
-  Strategy s;
-  s.micro_batch = 1;
-  s.seq_len = 4096;
+  const Strategy s = batch_of(1, 4096);
   LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 4096.0};
   const LayerCost c = layer_cost(in, g.layers().front());
   CHECK(c.shape.heads == 64);
@@ -52,9 +60,7 @@ TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the 
 TEST_CASE("layer costs: an MoE block's saved tensors and its backward at the first expert (tiny-moe, fsdp-run)") {
   const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
-  Strategy s;
-  s.micro_batch = 2;
-  s.seq_len = 64;
+  Strategy s = batch_of(2, 64);
   s.attention = AttentionImpl::Eager;
   const ActivationQuery q = activation_query(s, rt);
   ModuleId block = g.layers().front();
