@@ -61,6 +61,7 @@ TEST_CASE("layer costs: an MoE block's saved tensors and its backward at the fir
   const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
   Strategy s = batch_of(2, 64);
+  s.param_dtype = DType::Fp32;
   s.attention = AttentionImpl::Eager;
   const ActivationQuery q = activation_query(s, rt);
   ModuleId block = g.layers().front();
