@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include "core/errors.hpp"
-
 namespace fsdp::exec {
 
 namespace {
@@ -50,7 +48,8 @@ at::Tensor top_k_experts(const at::Tensor& scores, int64_t k) {
 // The experts' outputs are put back in token order (the inverse permutation) and summed per token with their
 // weights, instead of index_add_ into the output (Hugging Face), whose autograd keeps its whole source for backward
 // (derivatives.yaml index_add: source's gradient is expand_as(source)). The buffers, N tokens, top-k, E experts:
-//  - router logits [N, E] in the compute dtype (fp32 copy for the softmax); probabilities [N, E] fp32, saved;
+//  - router logits [N, E] in the compute dtype (fp32 copy for the softmax); probabilities [N, E] fp32, saved; the
+//    scores the choice is made by, fp64 [N, E] from an fp64 copy of x [N, H], and their sort, released at once;
 //  - the chosen experts [N, k] int64, saved (the gather of their probabilities); with norm_topk_prob the gathered
 //    probabilities [N, k] and their sums [N, 1], fp32, saved by the division; the weights [N, k] in the compute
 //    dtype, saved by the weighting multiply;
