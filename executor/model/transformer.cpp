@@ -8,20 +8,13 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "model/moe.hpp"
 
 namespace fsdp::exec {
-
-int64_t ParamDef::numel() const {
-  int64_t n = 1;
-  for (auto s : shape) n *= s;
-  return n;
-}
 
 void check_model_supported(const ModelSpec& spec) {
   if (spec.family != "decoder")
     throw InputError("model " + spec.name + ": family '" + spec.family + "' is not supported by fsdp-run");
-  if (spec.moe)
-    throw InputError("model " + spec.name + ": MoE layers are not supported by fsdp-run yet (plan a dense model)");
   if (spec.dropout)
     throw InputError("model " + spec.name + ": dropout is not supported by fsdp-run (set dropout: false)");
   if (spec.num_heads % spec.num_kv_heads != 0)
@@ -36,7 +29,8 @@ void check_model_supported(const ModelSpec& spec) {
            spec.post_attention_norm || spec.post_mlp_norm,
        "norm placements other than Llama's pre-norm (pre_/post_attention_norm, pre_/post_mlp_norm)"},
       {spec.parallel_block, "parallel attention + MLP blocks (parallel_block)"},
-      {spec.qk_norm != QkNorm::None, "q/k norms (qk_norm)"},
+      {spec.qk_norm == QkNorm::Projection, "q/k norms over the whole projection (qk_norm: projection)"},
+      {spec.moe && spec.moe->router_bias, "routers with a score-correction bias (moe.router_bias)"},
       {spec.rotary_dim != 0, "partial rotary embeddings (rotary_dim)"},
       {spec.sliding_window != 0, "sliding-window and chunked attention (sliding_window, chunked_attention)"},
       {spec.nope_layer_every != 0, "layers without rotary (nope_layer_every)"},
@@ -71,16 +65,19 @@ std::vector<ParamDef> model_param_defs(const ModelSpec& s) {
     if (s.qkv_bias) add("self_attn.v_proj.bias", {s.kv_dim()}, ParamInit::Zeros);
     add("self_attn.o_proj.weight", {H, s.q_dim()}, ParamInit::Normal);
     if (s.attn_out_bias) add("self_attn.o_proj.bias", {H}, ParamInit::Zeros);
+    // Qwen3Attention: q_norm and k_norm are Qwen3RMSNorm(head_dim), one weight shared by the heads.
+    if (s.qk_norm == QkNorm::PerHead) {
+      add("self_attn.q_norm.weight", {s.head_dim}, ParamInit::Ones);
+      if (ln) add("self_attn.q_norm.bias", {s.head_dim}, ParamInit::Zeros);
+      add("self_attn.k_norm.weight", {s.head_dim}, ParamInit::Ones);
+      if (ln) add("self_attn.k_norm.bias", {s.head_dim}, ParamInit::Zeros);
+    }
     add("post_attention_layernorm.weight", {H}, ParamInit::Ones);
     if (ln) add("post_attention_layernorm.bias", {H}, ParamInit::Zeros);
-    if (s.gated_mlp) {
-      add("mlp.gate_proj.weight", {s.ffn_size, H}, ParamInit::Normal);
-      if (s.mlp_bias) add("mlp.gate_proj.bias", {s.ffn_size}, ParamInit::Zeros);
-    }
-    add("mlp.up_proj.weight", {s.ffn_size, H}, ParamInit::Normal);
-    if (s.mlp_bias) add("mlp.up_proj.bias", {s.ffn_size}, ParamInit::Zeros);
-    add("mlp.down_proj.weight", {H, s.ffn_size}, ParamInit::Normal);
-    if (s.mlp_bias) add("mlp.down_proj.bias", {H}, ParamInit::Zeros);
+    if (s.is_moe_layer(l))
+      moe_param_defs(s, p + "mlp", l, d);
+    else
+      dense_mlp_param_defs(s, p + "mlp", s.ffn_size, l, d);
   }
   d.push_back({"model.norm.weight", {H}, ParamInit::Ones, -1});
   if (ln) d.push_back({"model.norm.bias", {H}, ParamInit::Zeros, -1});
@@ -139,57 +136,6 @@ at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
 
 namespace {
 
-const at::Tensor& get(const ParamMap& p, const std::string& name) {
-  auto it = p.find(name);
-  FSDP_ASSERT(it != p.end(), "missing parameter " + name);
-  return it->second;
-}
-const at::Tensor* find(const ParamMap& p, const std::string& name) {
-  auto it = p.find(name);
-  return it == p.end() ? nullptr : &it->second;
-}
-
-// RMSNorm in fp32, as Hugging Face LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then
-// cast back and scale by the weight (Zhang & Sennrich 2019, arXiv:1910.07467).
-at::Tensor norm(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
-  const at::Tensor& w = get(p, prefix + ".weight");
-  if (s.norm == NormType::LayerNorm) {
-    return at::layer_norm(x, {s.hidden_size}, w, get(p, prefix + ".bias"), s.norm_eps);
-  }
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, true) + s.norm_eps);
-  return w * (xf * r).to(x.scalar_type());
-}
-
-// y = x W^T + b, plus the LoRA update x A^T B^T when the module has adapters (Hu et al.
-// 2021, arXiv:2106.09685; scaling alpha/r = 1, see lora_param_defs).
-at::Tensor linear(const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
-  const at::Tensor* b = find(p, prefix + ".bias");
-  at::Tensor y = at::linear(x, get(p, prefix + ".weight"), b ? *b : at::Tensor());
-  const at::Tensor* A = find(p, prefix + ".lora_A.weight");
-  // The adapters are fp32 leaves; they compute in the activations' dtype (autocast's cast of the weights, as
-  // PyTorch runs PEFT under bf16 autocast), their gradients flow back to the fp32 leaves through the cast.
-  if (A != nullptr) {
-    const at::ScalarType dt = x.scalar_type();
-    y = y + at::linear(at::linear(x, A->to(dt)), get(p, prefix + ".lora_B.weight").to(dt));
-  }
-  return y;
-}
-
-at::Tensor act(const ModelSpec& s, const at::Tensor& x) {
-  switch (s.activation) {
-    case ActivationFn::Silu:
-      return at::silu(x);
-    case ActivationFn::Gelu:
-      return at::gelu(x, "none");
-    case ActivationFn::GeluTanh:
-      return at::gelu(x, "tanh");
-    case ActivationFn::QuickGelu:  // transformers activations.py QuickGELUActivation
-      return x * at::sigmoid(1.702 * x);
-  }
-  return x;
-}
-
 // Rotary embedding (Su et al. 2021, arXiv:2104.09864) in the rotate_half layout of
 // Hugging Face modeling_llama.py: x*cos + rotate_half(x)*sin, inv_freq = theta^(-2i/d).
 at::Tensor apply_rope(const ModelSpec& s, const at::Tensor& x /*[B, h, T, d]*/, const ForwardOptions& opts) {
@@ -229,10 +175,10 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
 }
 
 at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor& tokens) {
-  at::Tensor h = at::embedding(get(p, "model.embed_tokens.weight"), tokens);
+  at::Tensor h = at::embedding(param(p, "model.embed_tokens.weight"), tokens);
   if (s.position_embedding == PositionEmbedding::Learned) {
     const int64_t T = tokens.size(1);
-    h = h + get(p, "model.embed_positions.weight").narrow(0, 0, T).unsqueeze(0);
+    h = h + param(p, "model.embed_positions.weight").narrow(0, 0, T).unsqueeze(0);
   }
   return h;
 }
@@ -243,9 +189,16 @@ at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t nh = s.num_heads, nkv = s.num_kv_heads, hd = s.head_dim;
   at::Tensor h = norm(s, p, pre + "input_layernorm", x);
-  at::Tensor q = linear(p, pre + "self_attn.q_proj", h).view({B, T, nh, hd}).transpose(1, 2);
-  at::Tensor k = linear(p, pre + "self_attn.k_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
+  at::Tensor q = linear(p, pre + "self_attn.q_proj", h).view({B, T, nh, hd});
+  at::Tensor k = linear(p, pre + "self_attn.k_proj", h).view({B, T, nkv, hd});
   at::Tensor v = linear(p, pre + "self_attn.v_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
+  // Qwen3Attention: q_norm / k_norm over each head's head_dim, before rotary (modeling_qwen3.py).
+  if (s.qk_norm == QkNorm::PerHead) {
+    q = norm(s, p, pre + "self_attn.q_norm", q);
+    k = norm(s, p, pre + "self_attn.k_norm", k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   if (s.position_embedding == PositionEmbedding::Rope) {
     q = apply_rope(s, q, opts);
     k = apply_rope(s, k, opts);
@@ -258,14 +211,12 @@ at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
   at::Tensor x1 = x + linear(p, pre + "self_attn.o_proj", o);
   at::Tensor h2 = norm(s, p, pre + "post_attention_layernorm", x1);
-  at::Tensor m = s.gated_mlp ? act(s, linear(p, pre + "mlp.gate_proj", h2)) * linear(p, pre + "mlp.up_proj", h2)
-                             : act(s, linear(p, pre + "mlp.up_proj", h2));
-  return x1 + linear(p, pre + "mlp.down_proj", m);
+  return x1 + (s.is_moe_layer(layer) ? moe_forward(s, p, pre + "mlp", h2) : dense_mlp(s, p, pre + "mlp", h2));
 }
 
 at::Tensor head_loss(const ModelSpec& s, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets) {
   at::Tensor h = norm(s, p, "model.norm", x);
-  const at::Tensor& w = s.tied_embeddings ? get(p, "model.embed_tokens.weight") : get(p, "lm_head.weight");
+  const at::Tensor& w = s.tied_embeddings ? param(p, "model.embed_tokens.weight") : param(p, "lm_head.weight");
   at::Tensor logits = at::linear(h, w).to(at::kFloat);
   return at::cross_entropy_loss(logits.view({-1, s.vocab_size}), targets.reshape({-1}));
 }

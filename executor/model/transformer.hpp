@@ -1,8 +1,8 @@
 // The decoder-only transformer of configs/models, written functionally: every
 // forward function takes its parameters as tensors, so the sharding layer
 // (shard/) decides where parameters live and when they are gathered. Parameter
-// names follow Hugging Face's LlamaForCausalLM (modeling_llama.py), so a state
-// dict is directly exportable.
+// names follow Hugging Face's LlamaForCausalLM (modeling_llama.py; Qwen3's q_norm / k_norm, modeling_qwen3.py;
+// the MoE blocks of moe.hpp), so a state dict is directly exportable.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,19 +14,10 @@
 #include <vector>
 
 #include "model/model_spec.hpp"
+#include "model/ops.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp::exec {
-
-enum class ParamInit { Normal, Ones, Zeros, LoraA };
-
-struct ParamDef {
-  std::string name;
-  std::vector<int64_t> shape;
-  ParamInit init = ParamInit::Normal;
-  int layer = -1;  // decoder layer index, -1 for the root (embeddings, final norm, head)
-  int64_t numel() const;
-};
 
 // All parameters in a fixed canonical order: embeddings, layers 0..L-1, final norm, head.
 std::vector<ParamDef> model_param_defs(const ModelSpec& spec);
@@ -36,7 +27,8 @@ std::vector<ParamDef> model_param_defs(const ModelSpec& spec);
 // "<module>.lora_B.weight" [out, r]. The plan has no lora_alpha: scaling alpha/r is 1.
 std::vector<ParamDef> lora_param_defs(const ModelSpec& spec, int64_t rank, const std::vector<std::string>& targets);
 
-// InputError for what the executor cannot run yet (MoE, dropout).
+// InputError naming what the executor cannot run (dropout, and the parts beyond Llama's block other than q/k norms
+// per head and MoE blocks).
 void check_model_supported(const ModelSpec& spec);
 
 // Deterministic initialisation of parameter `index`: a CPU generator seeded from
@@ -44,8 +36,6 @@ void check_model_supported(const ModelSpec& spec);
 // Normal(0, 0.02) for matrices and embeddings (Hugging Face LlamaConfig
 // initializer_range = 0.02), ones for norm weights, zeros for biases.
 at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed);
-
-using ParamMap = std::unordered_map<std::string, at::Tensor>;
 
 // The attention core (softmax(QK^T/sqrt(d) + causal mask) V) as a callable, so
 // selective activation checkpointing can recompute exactly this part.

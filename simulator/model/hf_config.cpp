@@ -466,10 +466,12 @@ MoeSpec routed_experts(const Reader& r, const std::string& experts_key, int64_t 
 // (layer_idx + 1) % decoder_sparse_step == 0 (Qwen2MoeDecoderLayer); the others keep a dense MLP of
 // intermediate_size. Qwen2MoeConfig: 60 experts, top-4, moe_intermediate_size 1408, one shared expert of
 // shared_expert_intermediate_size 5632 with its sigmoid shared_expert_gate. Qwen3MoeConfig: 128 experts, top-8,
-// moe_intermediate_size 768, no shared expert. norm_topk_prob only renormalises the top-k weights (no parameters).
+// moe_intermediate_size 768, no shared expert. norm_topk_prob (default False in both classes) renormalises the top-k
+// weights (no parameters: MoeSpec::norm_topk_prob).
 MoeSpec read_qwen_moe(Arch arch, const Reader& r) {
   const bool qwen2 = arch == Arch::Qwen2Moe;
   MoeSpec moe = routed_experts(r, "num_experts", qwen2 ? 60 : 128, qwen2 ? 4 : 8);
+  moe.norm_topk_prob = r.optional_bool("norm_topk_prob", false);
   moe.expert_ffn_size = r.optional_dim("moe_intermediate_size", qwen2 ? 1408 : 768);
   if (qwen2) {
     moe.shared_experts = 1;
@@ -498,6 +500,8 @@ std::optional<MoeSpec> read_deepseek_moe(Arch arch, const Reader& r) {
   if (r.optional_dim("moe_layer_freq", 1) != 1)
     r.fail("moe_layer_freq", "MoE layers other than every layer after first_k_dense_replace are not modelled");
   MoeSpec moe = routed_experts(r, "n_routed_experts", 256, 8);
+  // norm_topk_prob: default False in DeepSeek-V2's remote configuration_deepseek.py, True in DeepseekV3Config.
+  moe.norm_topk_prob = r.optional_bool("norm_topk_prob", v3);
   moe.expert_ffn_size = r.optional_dim("moe_intermediate_size", v3 ? 2048 : 1407);
   moe.shared_experts = r.has("n_shared_experts") || v3 ? 1 : 0;
   if (moe.shared_experts > 0)

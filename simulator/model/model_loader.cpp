@@ -300,6 +300,7 @@ MoeSpec parse_moe(ConfigMap& moe) {
   if (s.shared_expert_gate && s.shared_experts == 0)
     moe.fail("shared_expert_gate", "only meaningful with shared_experts");
   s.router_bias = optional_bool(moe, "router_bias", false);
+  s.norm_topk_prob = optional_bool(moe, "norm_topk_prob", true);
   if (moe.has("first_dense_layers")) s.first_dense_layers = moe.get_int("first_dense_layers");
   if (s.first_dense_layers < 0) moe.fail("first_dense_layers", "must not be negative");
   if (moe.has("layer_step")) s.layer_step = moe.get_positive_int("layer_step");
@@ -454,6 +455,7 @@ void emit_moe_mla(const ModelSpec& m, YAML::Emitter& out) {
       out << YAML::Key << "shared_expert_ffn_size" << YAML::Value << e.shared_expert_ffn_size;
     if (e.shared_expert_gate) out << YAML::Key << "shared_expert_gate" << YAML::Value << true;
     if (e.router_bias) out << YAML::Key << "router_bias" << YAML::Value << true;
+    if (e.norm_topk_prob != d.norm_topk_prob) out << YAML::Key << "norm_topk_prob" << YAML::Value << e.norm_topk_prob;
     if (e.first_dense_layers != d.first_dense_layers)
       out << YAML::Key << "first_dense_layers" << YAML::Value << e.first_dense_layers;
     if (e.layer_step != d.layer_step) out << YAML::Key << "layer_step" << YAML::Value << e.layer_step;

@@ -38,6 +38,10 @@ struct MoeSpec {
   // A per-expert bias added to the routing scores for the top-k choice (DeepseekV3TopkRouter's
   // e_score_correction_bias: num_experts parameters, no FLOPs worth counting).
   bool router_bias = false;
+  // The top-k routing weights divided by their sum (Mixtral always: MixtralSparseMoeBlock's routing_weights /=
+  // routing_weights.sum(dim=-1, keepdim=True); Qwen2-MoE / Qwen3-MoE when config.norm_topk_prob, default False in
+  // both config classes, true in Qwen3-30B-A3B's config.json); false: the softmax probabilities as they are.
+  bool norm_topk_prob = true;
   // Which layers are MoE: layers [0, first_dense_layers) keep the dense MLP (DeepSeek's first_k_dense_replace);
   // after them, every layer_step-th one (0-based indices with (i + 1) % layer_step == 0: Qwen2-MoE's
   // decoder_sparse_step) is MoE and the others dense (ffn_size).

@@ -528,10 +528,32 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
   // Routing probabilities in fp32 for the top-k softmax (Mixtral's router upcasts).
   router.saved.push_back(
       SavedTensor{p + ".router.probs", static_cast<double>(moe.num_experts), false, TensorClass::Fp32});
+  // The top-k choice, k int64 indices per token, kept by the gather of the chosen probabilities (torch.topk's
+  // backward in MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock, probs.gather in fsdp-run's moe.cpp); renormalising
+  // them (norm_topk_prob) keeps the chosen probabilities and their per-token sum, fp32, for the division's backward.
+  const double k = static_cast<double>(moe.experts_per_token);
+  router.saved.push_back(SavedTensor{p + ".router.topk_indices", k, false, TensorClass::Index});
+  if (moe.norm_topk_prob)
+    router.saved.push_back(SavedTensor{p + ".router.topk_probs_and_sum", k + 1.0, false, TensorClass::Fp32});
   router.output_elems_per_token = moe.num_experts;
   ModuleId r = add(block, router);
   feeds(src, r);
-  const double frac = static_cast<double>(moe.experts_per_token) / static_cast<double>(moe.num_experts);
+  // Token dispatch and combine, what a dropless top-k block keeps for backward beyond the experts' own tensors (each
+  // token routed k times: k slots per token whatever the experts' load):
+  //  - two int64 index maps of k per token: the token of each routed row in expert order (the dispatch gather's
+  //    index) and the way back (fsdp-run's moe.cpp: the row of each (token, choice) slot); Hugging Face's per-expert
+  //    top_x and idx (Qwen2MoeSparseMoeBlock: hidden_states[None, top_x], routing_weights[top_x, idx]),
+  //    torchtitan's token_indices_experts_sorted (torchtitan/models/moe/moe.py TokenReorderer), Megatron-LM's
+  //    sorted_indices (megatron/core/transformer/moe/moe_utils.py permute / unpermute);
+  //  - the experts' outputs and their routing weights, k x hidden and k per token, kept by the weighting multiply
+  //    (Hugging Face: expert_layer(current_state) * routing_weights[top_x, idx, None]). Hugging Face's combine,
+  //    index_add_ of the weighted outputs, keeps its source too (a second k x hidden); fsdp-run's sum over each
+  //    token's k outputs keeps nothing.
+  // The gathered copies of the tokens each expert reads are the experts' own (build_mlp's "<expert>.in").
+  g_[block].saved.push_back(SavedTensor{p + ".moe.dispatch_indices", 2.0 * k, false, TensorClass::Index});
+  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_out", k * h, false, TensorClass::Compute});
+  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_weights", k, false, TensorClass::Compute});
+  const double frac = k / static_cast<double>(moe.num_experts);
   for (int64_t e = 0; e < moe.num_experts; ++e) {
     ModuleNode ex;
     ex.name = p + ".block_sparse_moe.experts." + std::to_string(e);

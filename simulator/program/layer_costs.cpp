@@ -22,8 +22,87 @@ struct Widths {
   double mlp_out_params = 0;
 };
 
+// A mixture-of-experts block's parts, for its backward (moe_stage in layer_cost); absent in a dense layer. Widths are
+// per token; saved bytes per token; parameters whole.
+struct MoeParts {
+  bool present = false;
+  double k = 0;                  // experts per token
+  double experts = 0;            // routed experts
+  double expert_ffn = 0;         // one routed expert's intermediate width
+  double shared_ffn = 0;         // the shared experts' intermediate widths, summed
+  double shared_params = 0;      // the shared experts' and the shared gate's parameters
+  double shared_out_params = 0;  // the shared experts' output projections'
+  double routed_params = 0;      // the routed experts'
+  double routed_out_params = 0;  // their output projections'
+  double shared_saved = 0;       // what the shared path saves beyond the block's input
+  double routed_saved = 0;       // what the routed experts save, their gathered inputs included
+  double dispatched = 0;         // of which the gathered inputs (k x hidden)
+  double combine_saved = 0;      // the experts' outputs and their weights, kept by the weighting multiply
+};
+
 double token_fraction(const ModuleNode& n) {
   return n.flops_per_token / (2.0 * static_cast<double>(n.in_features) * static_cast<double>(n.out_features));
+}
+
+// The output projection of MLP `m` (its last linear).
+const ModuleNode* last_linear(const ModuleGraph& g, ModuleId m) {
+  const ModuleNode* last = nullptr;
+  for (ModuleId leaf : g.leaves_under(m))
+    if (g.node(leaf).kind == ModuleKind::Linear) last = &g.node(leaf);
+  return last;
+}
+
+MoeParts moe_parts_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  MoeParts p;
+  for (ModuleId c : g.children(layer)) {
+    if (g.node(c).kind != ModuleKind::Moe) continue;
+    p.present = true;
+    std::vector<ModuleId> router, shared, routed;
+    for (ModuleId e : g.children(c)) {
+      const ModuleNode& n = g.node(e);
+      if (n.kind == ModuleKind::Router) router.push_back(e);
+      if (n.short_name == "expert") routed.push_back(e);
+      if (n.short_name == "shared_expert" || n.short_name == "shared_expert_gate") shared.push_back(e);
+    }
+    FSDP_ASSERT(router.size() == 1 && !routed.empty(), "an MoE block has one router and routed experts");
+    const ModuleNode& r = g.node(router[0]);
+    const double h = static_cast<double>(r.in_features);
+    p.experts = static_cast<double>(routed.size());
+    // The gathered input of an expert is its container's saved tensor, hidden x k / E per token (module_graph.cpp).
+    const SavedTensor& in = g.node(routed[0]).saved.at(0);
+    p.k = in.elems_per_token / h * p.experts;
+    p.dispatched = p.k * h * tensor_bytes(in.cls, q);
+    p.combine_saved = p.k * (h + 1.0) * tensor_bytes(TensorClass::Compute, q);
+    // The block's input is saved by the router and read again by the shared path: what the shared path and the
+    // experts add beyond the router's tensors is what their backward releases.
+    const double router_saved = g.saved_bytes_per_token(router, q, ActCkpt::None);
+    auto with_router = [&](std::vector<ModuleId> ids) {
+      ids.push_back(router[0]);
+      return g.saved_bytes_per_token(ids, q, ActCkpt::None) - router_saved;
+    };
+    p.shared_saved = with_router(shared);
+    p.routed_saved = with_router(routed);
+    for (ModuleId e : routed) {
+      p.routed_params += static_cast<double>(g.params_under(e));
+      p.routed_out_params += static_cast<double>(last_linear(g, e)->params);
+    }
+    for (ModuleId leaf : g.leaves_under(routed[0]))
+      if (g.node(leaf).kind == ModuleKind::Linear) {
+        p.expert_ffn = static_cast<double>(g.node(leaf).out_features);
+        break;
+      }
+    for (ModuleId e : shared) {
+      p.shared_params += static_cast<double>(g.params_under(e));
+      if (g.node(e).kind != ModuleKind::Mlp) continue;  // the shared gate
+      p.shared_out_params += static_cast<double>(last_linear(g, e)->params);
+      for (ModuleId leaf : g.leaves_under(e))
+        if (g.node(leaf).kind == ModuleKind::Linear) {
+          p.shared_ffn += static_cast<double>(g.node(leaf).out_features);
+          break;
+        }
+    }
+  }
+  return p;
 }
 
 Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
@@ -211,12 +290,17 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   //    allocation trace of a checkpointed layer's backward: tests/accuracy/README.md).
   //  - attention stage: the MLP's saved tensors are released and its weight gradients are complete; the
   //    hidden-size gradients, the q/k/v gradients and, for eager attention, the gradients of the probabilities
-  //    and of the scores (heads x seq per token each, in the softmax's dtype; fused kernels recompute them in
-  //    tiles).
+  //    and of the scores (heads x seq per token each, in the softmax's dtype; fused
+  //    kernels recompute them in tiles).
   // The layer's weight gradients are allocated when its op completes (the ops' on_complete), so the stages
   // count only those produced before their peak; a frozen base (LoRA) produces none.
   const double trained = s.method == Method::Full ? 1.0 : 0.0;
-  const double mlp_stage = tokens * pb * (h + (w.gated ? 2.0 : 1.0) * w.ffn) + trained * w.mlp_out_params * pb;
+  // A mixture-of-experts block's MLP stage is its shared experts' (they run last in forward, so first back); the
+  // routed experts are a stage of their own (below).
+  const MoeParts moe = moe_parts_of(g, layer, q);
+  const double mlp_ffn = moe.present ? moe.shared_ffn : w.ffn;
+  const double mlp_out_params = moe.present ? moe.shared_out_params : w.mlp_out_params;
+  const double mlp_stage = tokens * pb * (h + (w.gated ? 2.0 : 1.0) * mlp_ffn) + trained * mlp_out_params * pb;
   double attn_stage =
       tokens * pb * (2.0 * h + w.q + 2.0 * w.kv) + trained * w.mlp_params * pb - tokens * w.mlp_saved_per_token;
   // q.attention: the attention whose tensors the run keeps (Eager also for sdpa dispatched to math).
@@ -225,6 +309,27 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
                   static_cast<double>(c.shape.attn_seq > 0 ? c.shape.attn_seq : s.seq_len) *
                   tensor_bytes(TensorClass::SoftmaxOut, q);
   c.backward_transient = std::max(mlp_stage, attn_stage);
+  // A mixture-of-experts block walks back its shared path, the weighting and the return to token order, then its
+  // experts one by one (autograd runs the latest node first: the last expert first, moe.hpp), the dispatch, the
+  // router. It peaks at the first expert's backward (the last one run), where these live together: the incoming
+  // and the block input's gradients (hidden each), the gradient of the experts' joined outputs (k x hidden: the
+  // cat's backward hands each expert a view of it) with the input gradients of the experts already walked (k x
+  // hidden, less the first expert's k / E share, gathered by the split's backward), that expert's d(product),
+  // d(activation) and d(up) (its k / E of the tokens; net 2 ffn wide, as a dense MLP stage), and the weight gradients
+  // of every expert but the first one's gate and up projections. By then the shared path's saved tensors, the
+  // weighting's and every other expert's are released, except the gathered inputs: one buffer that all the experts'
+  // views keep (measured on fsdp-run's allocation trace: tests/accuracy/README.md, "MoE").
+  if (moe.present) {
+    const double first = moe.k / moe.experts;  // the first expert's share of the tokens, uniform load
+    const double acts =
+        tokens * pb * (2.0 * h + 2.0 * moe.k * h - first * h + (w.gated ? 2.0 : 1.0) * first * moe.expert_ffn);
+    const double grads =
+        trained * pb *
+        (moe.shared_params + moe.routed_params * (1.0 - 1.0 / moe.experts) + moe.routed_out_params / moe.experts);
+    const double released = tokens * (moe.shared_saved + moe.combine_saved +
+                                      (moe.routed_saved - moe.dispatched) * (1.0 - 1.0 / moe.experts));
+    c.backward_transient = std::max(c.backward_transient, acts + grads - released);
+  }
   return c;
 }
 

@@ -209,11 +209,12 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   CHECK(r.code == 2);
   r = sh(kBin + " " + (d / "missing.yaml"));
   CHECK(r.code == 2);
-  PlanFile moe = small_plan(StrategyKind::Fsdp, "layer", 1);
-  moe.model.moe = MoeSpec{4, 2, 0, 32};
+  // MoE runs (issue M13); DeepSeek-V3's routing with its score-correction bias does not, and is named.
+  PlanFile moe = small_plan(StrategyKind::Fsdp, "layer", 1, 2, small_moe_model());
+  moe.model.moe->router_bias = true;
   r = sh(kBin + " " + write_plan(d, moe, "moe.yaml"));
   CHECK(r.code == 2);
-  CHECK(r.out.find("MoE") != std::string::npos);
+  CHECK(r.out.find("moe.router_bias") != std::string::npos);
   // A plan fsdp-run cannot run is refused once, by the launcher, before any rank starts.
   PlanFile offload = small_plan(StrategyKind::Zero1, "layer", 2);
   offload.strategy.offload = Offload::Optimizer;

@@ -83,6 +83,33 @@ inline ModelSpec small_gpt_model() {
   return m;
 }
 
+// small_model with Qwen3's q/k norms per head (Qwen3Attention: q_norm, k_norm over head_dim before rotary).
+inline ModelSpec small_qwen3_model() {
+  ModelSpec m = small_model();
+  m.name = "exec-test-qwen3";
+  m.qk_norm = QkNorm::PerHead;
+  return m;
+}
+
+// small_model's attention with MoE MLPs after a dense first layer: 5 routed experts of 29, top-2, the probabilities
+// as they are (Qwen2-MoE's norm_topk_prob false), one shared expert of 37 behind its sigmoid gate (Qwen2-MoE). Odd
+// sizes, so every world size pads; mixtral_like turns it into Mixtral's block (renormalised top-k, no shared expert).
+inline ModelSpec small_moe_model(bool mixtral_like = false) {
+  ModelSpec m = small_model();
+  m.name = mixtral_like ? "exec-test-mixtral" : "exec-test-moe";
+  MoeSpec e;
+  e.num_experts = 5;
+  e.experts_per_token = 2;
+  e.expert_ffn_size = 29;
+  e.shared_experts = mixtral_like ? 0 : 1;
+  e.shared_expert_ffn_size = mixtral_like ? 0 : 37;
+  e.shared_expert_gate = !mixtral_like;
+  e.norm_topk_prob = mixtral_like;
+  e.first_dense_layers = 1;
+  m.moe = e;
+  return m;
+}
+
 inline PlanFile small_plan(StrategyKind kind, const std::string& wrap, int world, int64_t micro_batch = 2,
                            const ModelSpec& model = small_model()) {
   PlanFile p;

@@ -16,6 +16,8 @@
 #include "io/data.hpp"
 #include "io/safetensors.hpp"
 #include "model/model_loader.hpp"
+#include "model/module_graph.hpp"
+#include "model/moe.hpp"
 #include "model/transformer.hpp"
 #include "runtime/runtime_profile.hpp"
 #include "shard/sharded_model.hpp"
@@ -66,12 +68,106 @@ TEST_CASE("model: parameters, names, deterministic initialisation, refusals") {
   CHECK(at::equal(a, b));
   CHECK(!at::equal(a, c));
   CHECK(a.std().item<double>() == doctest::Approx(0.02).epsilon(0.05));
-  ModelSpec moe = s;
-  moe.moe = MoeSpec{8, 2, 0, 128};
-  CHECK_THROWS_AS(check_model_supported(moe), InputError);
   ModelSpec drop = s;
   drop.dropout = true;
   CHECK_THROWS_AS(check_model_supported(drop), InputError);
+}
+
+// Each refusal names its feature (issue M13: what fsdp-run cannot run stays refused, naming it).
+TEST_CASE("model: q/k norms per head and MoE run; the parts fsdp-run does not build are refused by name") {
+  const ModelSpec s = load_model("tiny", FSDP_SOURCE_ROOT);
+  CHECK_NOTHROW(check_model_supported(load_model("tiny-qwen3", FSDP_SOURCE_ROOT)));
+  CHECK_NOTHROW(check_model_supported(load_model("tiny-moe", FSDP_SOURCE_ROOT)));
+  auto refused = [](const ModelSpec& m) {
+    try {
+      check_model_supported(m);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ModelSpec olmo2 = s;
+  olmo2.qk_norm = QkNorm::Projection;
+  CHECK(refused(olmo2).find("qk_norm: projection") != std::string::npos);
+  ModelSpec v3 = load_model("tiny-moe", FSDP_SOURCE_ROOT);
+  v3.moe->router_bias = true;
+  CHECK(refused(v3).find("moe.router_bias") != std::string::npos);
+  CHECK(refused(load_model("deepseek-v2-lite", FSDP_SOURCE_ROOT)).find("(mla)") != std::string::npos);
+  CHECK(refused(load_model("mistral-7b", FSDP_SOURCE_ROOT)).find("(sliding_window)") != std::string::npos);
+  CHECK(refused(load_model("llava-1.5-7b", FSDP_SOURCE_ROOT)).find("(vision)") != std::string::npos);
+}
+
+// The executor's parameter definitions are the simulator's module graph, layer by layer and at the root: the wrap
+// units, their flat buffers and every memory category the two compare depend on it.
+TEST_CASE("model: tiny-qwen3's and tiny-moe's parameters equal the module graph's, layer by layer") {
+  for (const char* name : {"tiny", "tiny-qwen3", "tiny-moe", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"}) {
+    INFO(name);
+    const ModelSpec spec = load_model(name, FSDP_SOURCE_ROOT);
+    const ModuleGraph g(spec);
+    std::vector<int64_t> per_layer(static_cast<std::size_t>(spec.num_layers));
+    int64_t root = 0;
+    for (const ParamDef& d : model_param_defs(spec))
+      (d.layer < 0 ? root : per_layer[static_cast<std::size_t>(d.layer)]) += d.numel();
+    int64_t layers = 0;
+    for (int64_t l = 0; l < spec.num_layers; ++l) {
+      CHECK(per_layer[static_cast<std::size_t>(l)] == g.params_under(g.layers()[static_cast<std::size_t>(l)]));
+      layers += per_layer[static_cast<std::size_t>(l)];
+    }
+    CHECK(layers + root == g.total_params());
+  }
+  const auto defs = model_param_defs(load_model("tiny-moe", FSDP_SOURCE_ROOT));
+  auto has = [&](const std::string& n) {
+    return std::any_of(defs.begin(), defs.end(), [&](const ParamDef& d) { return d.name == n; });
+  };
+  CHECK(has("model.layers.0.mlp.gate.weight"));
+  CHECK(has("model.layers.3.mlp.experts.7.down_proj.weight"));
+  CHECK(has("model.layers.1.mlp.shared_expert.up_proj.weight"));
+  CHECK(has("model.layers.1.mlp.shared_expert_gate.weight"));
+  const auto q3 = model_param_defs(load_model("tiny-qwen3", FSDP_SOURCE_ROOT));
+  CHECK(std::any_of(q3.begin(), q3.end(), [](const ParamDef& d) {
+    return d.name == "model.layers.2.self_attn.k_norm.weight" && d.shape == std::vector<int64_t>{32};
+  }));
+}
+
+// The MoE block against Hugging Face's per-token definition (Qwen2MoeSparseMoeBlock.forward): softmax over the
+// router logits, the top-k probabilities (renormalised when norm_topk_prob), sum_j w_j expert_j(x), plus
+// sigmoid(shared_expert_gate(x)) shared_expert(x), token by token.
+TEST_CASE("MoE block: sorted dispatch equals the per-token definition; ties go to the lower expert") {
+  for (bool mixtral : {false, true}) {
+    INFO("mixtral-like " << mixtral);
+    const ModelSpec s = small_moe_model(mixtral);
+    const MoeSpec& m = *s.moe;
+    std::vector<ParamDef> defs;
+    moe_param_defs(s, "mlp", 1, defs);
+    ParamMap p;
+    for (std::size_t i = 0; i < defs.size(); ++i)
+      p[defs[i].name] = init_param(defs[i], static_cast<int64_t>(i), 11) * 20.0;  // routing far from uniform
+    at::manual_seed(3);
+    const at::Tensor h = at::randn({2, 7, s.hidden_size});
+    const at::Tensor got = moe_forward(s, p, "mlp", h);
+    const at::Tensor x = h.reshape({-1, s.hidden_size});
+    for (int64_t t = 0; t < x.size(0); ++t) {
+      const at::Tensor xt = x.narrow(0, t, 1);
+      const at::Tensor probs = at::softmax(at::linear(xt, p.at("mlp.gate.weight")), -1).squeeze(0);
+      const auto [w, idx] = at::topk(probs, m.experts_per_token);
+      const at::Tensor weights = mixtral ? w / w.sum() : w;
+      at::Tensor want = at::zeros_like(xt);
+      for (int64_t j = 0; j < m.experts_per_token; ++j)
+        want = want + weights[j] * dense_mlp(s, p, "mlp.experts." + std::to_string(idx[j].item<int64_t>()), xt);
+      if (!mixtral)
+        want = want + at::sigmoid(at::linear(xt, p.at("mlp.shared_expert_gate.weight"))) *
+                          dense_mlp(s, p, "mlp.shared_expert", xt);
+      CHECK(rel_err(got.reshape({-1, s.hidden_size}).narrow(0, t, 1), want) < 1e-6);
+    }
+  }
+  // Equal probabilities: the lower expert first, whatever the row's neighbours.
+  const at::Tensor tied = at::tensor({0.1f, 0.3f, 0.3f, 0.2f, 0.3f, 0.4f, 0.4f, 0.1f}).view({2, 4});
+  const at::Tensor top = top_k_experts(tied, 2);
+  CHECK(top[0][0].item<int64_t>() == 1);
+  CHECK(top[0][1].item<int64_t>() == 2);
+  CHECK(top[1][0].item<int64_t>() == 1);
+  CHECK(top[1][1].item<int64_t>() == 2);
+  CHECK(at::equal(top_k_experts(tied.narrow(0, 1, 1), 2), top.narrow(0, 1, 1)));
 }
 
 TEST_CASE("model: one layer's forward is causal and the loss starts near log(vocab)") {

@@ -11,12 +11,20 @@
 
 using namespace fsdp;
 
+namespace {
+// A strategy of `micro_batch` sequences of `seq` tokens, the rest at its defaults.
+Strategy batch_of(int64_t micro_batch, int64_t seq) {
+  Strategy s;
+  s.micro_batch = micro_batch;
+  s.seq_len = seq;
+  return s;
+}
+}  // namespace
+
 TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the layer's nodes") {
   const ModuleGraph g(load_model("llama3-70b", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("pytorch", FSDP_SOURCE_ROOT);
-  Strategy s;
-  s.micro_batch = 1;
-  s.seq_len = 4096;
+  const Strategy s = batch_of(1, 4096);
   LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 4096.0};
   const LayerCost c = layer_cost(in, g.layers().front());
   CHECK(c.shape.heads == 64);
@@ -40,4 +48,43 @@ TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the 
   const LayerCost last = layer_cost(in, g.layers().back());
   CHECK(last.params == c.params);
   CHECK(last.saved_bytes == c.saved_bytes);
+}
+
+// configs/models/tiny-moe.yaml under fsdp-run, fp32, 2 x 64 tokens: hidden 128, 8 routed experts of 96, top-2, one
+// shared expert of 192 behind its gate. What the MoE block keeps for backward, per token, each tensor named in
+// module_graph.cpp build_mlp_block and allocated by executor/model/moe.cpp: the router's input (128 x 4 B), fp32
+// probabilities (8 x 4) and top-k indices (2 x 8); the dispatch indices (2 x 2 x 8), the experts' outputs in token
+// order and their weights (2 x 128 x 4, 2 x 4); each token's k = 2 routed copies (2 x 128 x 4) with the experts'
+// gate, activation, up and product (2 x 4 x 96 x 4); the shared expert's four (4 x 192 x 4), its gate's sigmoid (4)
+// and the shared output it multiplies (128 x 4).
+TEST_CASE("layer costs: an MoE block's saved tensors and its backward at the first expert (tiny-moe, fsdp-run)") {
+  const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  Strategy s = batch_of(2, 64);
+  s.param_dtype = DType::Fp32;
+  s.attention = AttentionImpl::Eager;
+  const ActivationQuery q = activation_query(s, rt);
+  ModuleId block = g.layers().front();
+  for (ModuleId c : g.children(g.layers().front()))
+    if (g.node(c).kind == ModuleKind::Moe) block = c;
+  REQUIRE(g.node(block).kind == ModuleKind::Moe);
+  const double router = 128 * 4 + 8 * 4 + 2 * 8, dispatch = 2 * 2 * 8, combine = 2 * 128 * 4 + 2 * 4;
+  const double routed = 2 * 128 * 4 + 2 * 4 * 96 * 4, shared = 4 * 192 * 4 + 4 + 128 * 4;
+  CHECK(g.saved_bytes_per_token(block, q, ActCkpt::None) == router + dispatch + combine + routed + shared);
+
+  // The backward peaks at the first expert's (the last one autograd walks): the incoming and the block input's
+  // gradients (2 x 128), the joined outputs' gradient with the 7 other experts' input gradients (2 x 2 x 128 less
+  // the first expert's 2/8 share), that expert's two ffn-wide gradients for its 2/8 of the tokens, every weight
+  // gradient but the first expert's gate and up projections, less what is released by then: the shared path's and
+  // the weighting's saved tensors and 7/8 of the experts' (their gathered inputs stay: one buffer).
+  const double tokens = 128, pb = 4;
+  const double expert = 3 * 96 * 128, shared_params = 3 * 192 * 128 + 128;
+  const double acts = tokens * pb * (2 * 128 + 2 * 2 * 128 - 0.25 * 128 + 2 * 0.25 * 96);
+  const double grads = pb * (shared_params + 7 * expert + 96 * 128);
+  const double released = tokens * (shared + combine + (routed - 2 * 128 * 4) * 7.0 / 8.0);
+  LayerCostInput in{&g, &s, &rt, q, tokens};
+  const LayerCost c = layer_cost(in, g.layers().front());
+  CHECK(c.backward_transient == doctest::Approx(acts + grads - released));
+  // fsdp-run measured 828,032 bytes for it (tests/accuracy/README.md "Q/k norms and MoE"): within 2%.
+  CHECK(c.backward_transient == doctest::Approx(828032).epsilon(0.02));
 }

@@ -435,6 +435,11 @@ TEST_CASE("moe families: routed, shared and dense-first layers from config.json"
   CHECK(q3.moe->shared_experts == 0);
   CHECK(q3.qk_norm == fsdp::QkNorm::PerHead);
   CHECK(q3.moe_layers() == 48);
+  // norm_topk_prob: true in Qwen3-30B-A3B's config.json, false in Qwen1.5-MoE-A2.7B's and DeepSeek-V2-Lite's.
+  CHECK(q3.moe->norm_topk_prob);
+  CHECK_FALSE(read("qwen1.5-moe-a2.7b").spec.moe->norm_topk_prob);
+  CHECK_FALSE(read("deepseek-v2-lite").spec.moe->norm_topk_prob);
+  CHECK(read("deepseek-v3").spec.moe->norm_topk_prob);
 
   const ModelSpec q2 = read("qwen1.5-moe-a2.7b").spec;
   REQUIRE(q2.moe);
@@ -555,10 +560,13 @@ TEST_CASE("moe families: warnings, refusals, and the YAML schema's new keys") {
     INFO(stem);
     const ModelSpec zoo = fsdp::load_model(stem, FSDP_SOURCE_ROOT);
     CHECK(ModuleGraph(zoo).total_params() == ModuleGraph(read(stem).spec).total_params());
+    CHECK(zoo.moe->norm_topk_prob == read(stem).spec.moe->norm_topk_prob);
     YAML::Emitter out;
     fsdp::emit_model_map(zoo, out);
     fsdp::ConfigMap map = fsdp::ConfigMap::load_string(out.c_str(), "emitted.yaml");
-    CHECK(ModuleGraph(fsdp::parse_model_map(map)).total_params() == ModuleGraph(zoo).total_params());
+    const ModelSpec back = fsdp::parse_model_map(map);
+    CHECK(ModuleGraph(back).total_params() == ModuleGraph(zoo).total_params());
+    CHECK(back.moe->norm_topk_prob == zoo.moe->norm_topk_prob);
   }
   auto yaml_error = [](const std::string& from, const std::string& to) {
     return fsdp::test::zoo_edit_error("deepseek-v2-lite", from, to);
