@@ -31,6 +31,8 @@ void check_model_supported(const ModelSpec& spec) {
       {spec.parallel_block, "parallel attention + MLP blocks (parallel_block)"},
       {spec.qk_norm == QkNorm::Projection, "q/k norms over the whole projection (qk_norm: projection)"},
       {spec.moe && spec.moe->router_bias, "routers with a score-correction bias (moe.router_bias)"},
+      {spec.moe && spec.moe->capacity_factor > 0,
+       "expert capacities (moe.capacity_factor): fsdp-run's experts compute every routed token"},
       {spec.rotary_dim != 0, "partial rotary embeddings (rotary_dim)"},
       {spec.sliding_window != 0, "sliding-window and chunked attention (sliding_window, chunked_attention)"},
       {spec.nope_layer_every != 0, "layers without rotary (nope_layer_every)"},

@@ -301,6 +301,14 @@ MoeSpec parse_moe(ConfigMap& moe) {
     moe.fail("shared_expert_gate", "only meaningful with shared_experts");
   s.router_bias = optional_bool(moe, "router_bias", false);
   s.norm_topk_prob = optional_bool(moe, "norm_topk_prob", true);
+  if (moe.has("capacity_factor")) {
+    s.capacity_factor = moe.get_positive_double("capacity_factor");
+    // A factor beyond the experts' count would give an expert more rows than there are routed tokens.
+    if (s.capacity_factor > static_cast<double>(s.num_experts))
+      moe.fail("capacity_factor", "must be within (0, num_experts]");
+  }
+  s.pad_to_capacity = optional_bool(moe, "pad_to_capacity", false);
+  if (s.pad_to_capacity && s.capacity_factor == 0) moe.fail("pad_to_capacity", "only meaningful with capacity_factor");
   if (moe.has("first_dense_layers")) s.first_dense_layers = moe.get_int("first_dense_layers");
   if (s.first_dense_layers < 0) moe.fail("first_dense_layers", "must not be negative");
   if (moe.has("layer_step")) s.layer_step = moe.get_positive_int("layer_step");
@@ -456,6 +464,8 @@ void emit_moe_mla(const ModelSpec& m, YAML::Emitter& out) {
     if (e.shared_expert_gate) out << YAML::Key << "shared_expert_gate" << YAML::Value << true;
     if (e.router_bias) out << YAML::Key << "router_bias" << YAML::Value << true;
     if (e.norm_topk_prob != d.norm_topk_prob) out << YAML::Key << "norm_topk_prob" << YAML::Value << e.norm_topk_prob;
+    if (e.capacity_factor > 0) out << YAML::Key << "capacity_factor" << YAML::Value << e.capacity_factor;
+    if (e.pad_to_capacity) out << YAML::Key << "pad_to_capacity" << YAML::Value << true;
     if (e.first_dense_layers != d.first_dense_layers)
       out << YAML::Key << "first_dense_layers" << YAML::Value << e.first_dense_layers;
     if (e.layer_step != d.layer_step) out << YAML::Key << "layer_step" << YAML::Value << e.layer_step;

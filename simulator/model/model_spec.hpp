@@ -42,6 +42,22 @@ struct MoeSpec {
   // routing_weights.sum(dim=-1, keepdim=True); Qwen2-MoE / Qwen3-MoE when config.norm_topk_prob, default False in
   // both config classes, true in Qwen3-30B-A3B's config.json); false: the softmax probabilities as they are.
   bool norm_topk_prob = true;
+  // Expert capacity: each expert takes at most capacity_factor x its uniform share of the routed tokens (tokens x
+  // top-k / experts); 0: dropless, every routed token computed (Hugging Face's blocks, torchtitan, fsdp-run). With
+  // pad_to_capacity every expert computes and buffers exactly that many rows, padding when fewer arrive
+  // (DeepSpeed-MoE's dispatch into [experts, capacity, hidden]: deepspeed/moe/sharded_moe.py top1gating / top2gating,
+  // capacity = ceil(tokens / experts x capacity_factor) per choice; Megatron-LM --moe-expert-capacity-factor with
+  // --moe-pad-expert-input-to-capacity, megatron/core/transformer/moe/moe_utils.py get_capacity); without it an expert
+  // computes what arrives up to its capacity, under a uniform load min(1, capacity_factor) of its share (the rest
+  // dropped).
+  double capacity_factor = 0;
+  bool pad_to_capacity = false;
+  // The rows each expert computes per routed token of its uniform share (1 dropless): capacity_factor padded, at
+  // most 1 when tokens beyond capacity are dropped.
+  double expert_load_factor() const {
+    if (capacity_factor <= 0) return 1.0;
+    return pad_to_capacity ? capacity_factor : (capacity_factor < 1.0 ? capacity_factor : 1.0);
+  }
   // Which layers are MoE: layers [0, first_dense_layers) keep the dense MLP (DeepSeek's first_k_dense_replace);
   // after them, every layer_step-th one (0-based indices with (i + 1) % layer_step == 0: Qwen2-MoE's
   // decoder_sparse_step) is MoE and the others dense (ffn_size).

@@ -551,9 +551,12 @@ ModuleId ModuleGraph::build_mlp_block(ModuleId layer, int64_t i, ModuleId src, c
   //    token's k outputs keeps nothing.
   // The gathered copies of the tokens each expert reads are the experts' own (build_mlp's "<expert>.in").
   g_[block].saved.push_back(SavedTensor{p + ".moe.dispatch_indices", 2.0 * k, false, TensorClass::Index});
-  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_out", k * h, false, TensorClass::Compute});
-  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_weights", k, false, TensorClass::Compute});
-  const double frac = k / static_cast<double>(moe.num_experts);
+  // Under an expert capacity (MoeSpec::expert_load_factor) the experts' rows are their capacity (padded) or what
+  // fits in it (dropped beyond): the experts' outputs and everything each expert computes scale with it.
+  const double load = moe.expert_load_factor();
+  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_out", k * h * load, false, TensorClass::Compute});
+  g_[block].saved.push_back(SavedTensor{p + ".moe.routed_weights", k * load, false, TensorClass::Compute});
+  const double frac = k / static_cast<double>(moe.num_experts) * load;
   for (int64_t e = 0; e < moe.num_experts; ++e) {
     ModuleNode ex;
     ex.name = p + ".block_sparse_moe.experts." + std::to_string(e);

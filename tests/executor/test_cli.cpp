@@ -560,11 +560,13 @@ TEST_CASE("a plan beyond a RoPE model's max_positions is refused before any rank
   CHECK(r.out.find("died or hung") == std::string::npos);
   // rope_scaling's extension (rope_scaled_positions) lets the same length run.
   p.model.rope_scaled_positions = p.strategy.seq_len;
-  r = sh(kBin + " " + write_plan(d, p, "scaled.yaml") + " --steps 1");
+  r = sh(kBin + " --nproc-per-node 2 " + write_plan(d, p, "scaled.yaml") + " --steps 1 --timeout 20");
+  INFO(r.out);
   CHECK(r.code == 0);
   p.model.rope_scaled_positions = 0;
   p.strategy.seq_len = p.model.max_positions;
-  r = sh(kBin + " " + write_plan(d, p, "fits.yaml") + " --steps 1");
+  r = sh(kBin + " --nproc-per-node 2 " + write_plan(d, p, "fits.yaml") + " --steps 1 --timeout 20");
+  INFO(r.out);
   CHECK(r.code == 0);
   CHECK(r.out.find("exceeds") == std::string::npos);
 }

@@ -92,8 +92,12 @@ TEST_CASE("model: q/k norms per head and MoE run; the parts fsdp-run does not bu
   ModelSpec v3 = load_model("tiny-moe", FSDP_SOURCE_ROOT);
   v3.moe->router_bias = true;
   CHECK(refused(v3).find("moe.router_bias") != std::string::npos);
+  ModelSpec capped = v3;
+  capped.moe->router_bias = false;
+  capped.moe->capacity_factor = 1.25;
+  CHECK(refused(capped).find("moe.capacity_factor") != std::string::npos);
   CHECK(refused(load_model("deepseek-v2-lite", FSDP_SOURCE_ROOT)).find("(mla)") != std::string::npos);
-  CHECK(refused(load_model("mistral-7b", FSDP_SOURCE_ROOT)).find("(sliding_window)") != std::string::npos);
+  CHECK(refused(load_model("mistral-7b", FSDP_SOURCE_ROOT)).find("sliding_window") != std::string::npos);
   CHECK(refused(load_model("llava-1.5-7b", FSDP_SOURCE_ROOT)).find("(vision)") != std::string::npos);
 }
 

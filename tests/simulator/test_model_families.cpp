@@ -636,3 +636,58 @@ TEST_CASE("chatglm families: THUDM's ChatGLMModel from config.json") {
   CHECK(fsdp::load_model("glm-4-9b-chat", FSDP_SOURCE_ROOT).rope_theta == m.rope_theta);
   CHECK(ModuleGraph(fsdp::load_model("chatglm2-6b", FSDP_SOURCE_ROOT)).total_params() == 6'243'584'000);
 }
+
+TEST_CASE("moe families: an expert capacity scales what the experts compute and keep, padded or dropped") {
+  // tiny-moe's block under capacities; the root's forward FLOPs and saved bytes change only through the experts'
+  // rows (MoeSpec::expert_load_factor).
+  const ModelSpec base = fsdp::load_model("tiny-moe", FSDP_SOURCE_ROOT);
+  REQUIRE(base.moe);
+  auto with = [&](double factor, bool pad) {
+    ModelSpec m = base;
+    m.moe->capacity_factor = factor;
+    m.moe->pad_to_capacity = pad;
+    return m;
+  };
+  CHECK(with(0, false).moe->expert_load_factor() == 1.0);
+  CHECK(with(1.25, true).moe->expert_load_factor() == 1.25);
+  CHECK(with(1.25, false).moe->expert_load_factor() == 1.0);  // uniform load: nothing beyond capacity
+  CHECK(with(0.5, false).moe->expert_load_factor() == 0.5);   // half the routed rows dropped
+  const int64_t seq = 64;
+  fsdp::ActivationQuery q;
+  q.seq_len = seq;
+  auto flops = [&](const ModelSpec& m) {
+    ModuleGraph g(m);
+    return g.forward_flops_per_token(g.root(), seq);
+  };
+  auto saved = [&](const ModelSpec& m) {
+    ModuleGraph g(m);
+    return g.saved_bytes_per_token(g.root(), q, fsdp::ActCkpt::None);
+  };
+  const double f1 = flops(base), f_pad = flops(with(1.25, true)), f_drop = flops(with(0.5, false));
+  CHECK(f_pad > f1);
+  CHECK(f_drop < f1);
+  // Linear in the load factor: what a quarter more rows add at 1.25 is half what half the rows take away at 0.5.
+  CHECK((f_pad - f1) == doctest::Approx(0.5 * (f1 - f_drop)));
+  CHECK(flops(with(1.25, false)) == doctest::Approx(f1));
+  CHECK(saved(with(1.25, true)) > saved(base));
+  CHECK(saved(with(0.5, false)) < saved(base));
+  // Parameters do not change.
+  CHECK(ModuleGraph(with(1.25, true)).total_params() == ModuleGraph(base).total_params());
+
+  // The YAML keys: optional, strict, written back.
+  YAML::Emitter out;
+  fsdp::emit_model_map(with(1.25, true), out);
+  fsdp::ConfigMap map = fsdp::ConfigMap::load_string(out.c_str(), "emitted.yaml");
+  const ModelSpec back = fsdp::parse_model_map(map);
+  CHECK(back.moe->capacity_factor == 1.25);
+  CHECK(back.moe->pad_to_capacity);
+  auto yaml_error = [](const std::string& from, const std::string& to) {
+    return fsdp::test::zoo_edit_error("tiny-moe", from, to);
+  };
+  CHECK(contains(yaml_error("  experts_per_token: 2", "  experts_per_token: 2\n  pad_to_capacity: true"),
+                 "pad_to_capacity"));
+  CHECK(contains(yaml_error("  experts_per_token: 2", "  experts_per_token: 2\n  capacity_factor: 0"),
+                 "capacity_factor"));
+  CHECK(contains(yaml_error("  experts_per_token: 2", "  experts_per_token: 2\n  capacity_factor: 9"),
+                 "capacity_factor"));
+}
