@@ -141,6 +141,12 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       during[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     double t = total(during);
     r.samples.push_back(MemorySample{static_cast<int>(i), t});
+    // The micro-batches end with the last backward compute or post-backward hook (the autograd engine's final
+    // callbacks run inside loss.backward()): the window after it starts over at each of them.
+    if (op.kind == OpKind::Backward || op.phase == Phase::PostBackward)
+      r.peak_allocated_after_backward = 0;
+    else
+      r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, t);
     if (t > r.peak_allocated) {
       r.peak_allocated = t;
       r.breakdown = during;
@@ -161,17 +167,6 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   }
   flush_pending();
   for (int g : gathers_open) complete(p.ops[static_cast<size_t>(g)]);
-  {
-    // The micro-batches end with the last backward compute or post-backward hook (the autograd engine's final
-    // callbacks run inside loss.backward()).
-    int last_backward = -1;
-    for (size_t i = 0; i < p.ops.size(); ++i)
-      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward)
-        last_backward = static_cast<int>(i);
-    for (const MemorySample& m : r.samples)
-      if (m.op > last_backward)
-        r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, m.allocated);
-  }
   ledger.check_balanced(p);
   if (r.peak_op >= 0) {
     const Op& op = p.ops[static_cast<size_t>(r.peak_op)];
