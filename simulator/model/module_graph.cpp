@@ -93,10 +93,24 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
   // Children are added after their parents, so a reverse sweep over vertices sums subtrees bottom-up.
   const size_t n = boost::num_vertices(g_);
   subtree_params_.assign(n, 0);
+  children_.assign(n, {});
   for (size_t v = n; v-- > 0;) {
     subtree_params_[v] += g_[v].params;
     for (auto [it, end] = boost::in_edges(v, g_); it != end; ++it)
       if (g_[*it].kind == EdgeKind::Contains) subtree_params_[boost::source(*it, g_)] += subtree_params_[v];
+  }
+  for (size_t v = 0; v < n; ++v)
+    for (auto [it, end] = boost::out_edges(v, g_); it != end; ++it)
+      if (g_[*it].kind == EdgeKind::Contains) children_[v].push_back(boost::target(*it, g_));
+  // A module's leaves are its own children's leaves in order (a leaf is its own); children come after their parent
+  // in vertex order, so a reverse sweep has them ready.
+  leaves_.assign(n, {});
+  for (size_t v = n; v-- > 0;) {
+    if (children_[v].empty()) {
+      leaves_[v].push_back(static_cast<ModuleId>(v));
+      continue;
+    }
+    for (ModuleId c : children_[v]) leaves_[v].insert(leaves_[v].end(), leaves_[c].begin(), leaves_[c].end());
   }
   // Layers of one structure share a class (the first such layer's index): what is derived from a layer's
   // nodes is derived once per class (program/layer_costs.hpp). The signature is every leaf's kind, short name,
@@ -725,31 +739,10 @@ void ModuleGraph::build() {
   feeds(hd, ls);
 }
 
-std::vector<ModuleId> ModuleGraph::children(ModuleId id) const {
-  std::vector<ModuleId> out;
-  for (auto [it, end] = boost::out_edges(id, g_); it != end; ++it)
-    if (g_[*it].kind == EdgeKind::Contains) out.push_back(boost::target(*it, g_));
-  return out;
-}
-
 std::vector<ModuleId> ModuleGraph::consumers(ModuleId id) const {
   std::vector<ModuleId> out;
   for (auto [it, end] = boost::out_edges(id, g_); it != end; ++it)
     if (g_[*it].kind == EdgeKind::Feeds) out.push_back(boost::target(*it, g_));
-  return out;
-}
-
-std::vector<ModuleId> ModuleGraph::leaves_under(ModuleId id) const {
-  std::vector<ModuleId> out;
-  std::vector<ModuleId> stack{id};
-  // Depth-first in build order (children are added in execution order).
-  while (!stack.empty()) {
-    ModuleId cur = stack.back();
-    stack.pop_back();
-    auto ch = children(cur);
-    if (ch.empty()) out.push_back(cur);
-    for (auto it = ch.rbegin(); it != ch.rend(); ++it) stack.push_back(*it);
-  }
   return out;
 }
 

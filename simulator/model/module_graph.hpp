@@ -148,9 +148,11 @@ class ModuleGraph {
   const std::vector<ModuleId>& layers() const { return layers_; }
   // Per decoder layer: the index of the first layer of the same structure (its class).
   const std::vector<int64_t>& layer_classes() const { return layer_class_; }
-  std::vector<ModuleId> children(ModuleId id) const;      // Contains edges, in build order
-  std::vector<ModuleId> consumers(ModuleId id) const;     // Feeds edges out
-  std::vector<ModuleId> leaves_under(ModuleId id) const;  // leaf modules in execution order
+  // Contains edges, in build order, and the leaf modules under a module in execution order: derived once when the
+  // graph is built (the planner asks for them per unit of every candidate it simulates).
+  const std::vector<ModuleId>& children(ModuleId id) const { return children_[id]; }
+  std::vector<ModuleId> consumers(ModuleId id) const;  // Feeds edges out
+  const std::vector<ModuleId>& leaves_under(ModuleId id) const { return leaves_[id]; }
 
   // The tokens module `id` runs on per token of the language model's sequence `seq`: a vision module's
   // tokens_per_sample / seq, else 1. Per-token fields times this are per sequence token.
@@ -204,7 +206,9 @@ class ModuleGraph {
   const VisionSpec* cur_vision_ = nullptr;
   std::string prefix_ = "layers.";
   int64_t layer_offset_ = 0;
-  std::vector<int64_t> subtree_params_;  // cached params_under per vertex
+  std::vector<int64_t> subtree_params_;          // cached params_under per vertex
+  std::vector<std::vector<ModuleId>> children_;  // per vertex: its Contains children in build order
+  std::vector<std::vector<ModuleId>> leaves_;    // per vertex: the leaves under it in execution order
   ModuleGraphBase g_;
   ModuleId root_{};
   std::vector<ModuleId> layers_;

@@ -1223,6 +1223,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
   e.setup();
+  // Room for the ops up front: a unit issues at most ~8 ops a micro-batch (gathers, compute, reshard, reduction)
+  // and a few in the optimizer phase; growing the vector instead copied every op several times per candidate.
+  e.prog.ops.reserve(e.prog.units.size() * static_cast<size_t>(8 * lay.micro_batches_emitted + 4) + 32);
   if (shards_params(s.kind)) {
     e.emit_sharded();
   } else {
