@@ -18,5 +18,6 @@ int run_list_models(const std::vector<std::string>& argv);
 int run_list_hardware(const std::vector<std::string>& argv);
 int run_compare(const std::vector<std::string>& argv);
 int run_validate(const std::vector<std::string>& argv);
+int run_export(const std::vector<std::string>& argv);
 
 }  // namespace fsdp

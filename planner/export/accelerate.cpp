@@ -25,7 +25,7 @@ const char* fsdp1_strategy(const Strategy& s) {
     case StrategyKind::Hsdp:
       return "HYBRID_SHARD";
     default:
-      return s.reshard_after_forward ? "FULL_SHARD" : "SHARD_GRAD_OP";
+      return "FULL_SHARD";
   }
 }
 

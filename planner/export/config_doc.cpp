@@ -41,6 +41,7 @@ const KeyRule& rule_for(const FileTable& table, const std::string& key, const st
 
 // Text read from a file -> the key table's type.
 json typed(const std::string& text, const KeyRule& rule, const std::string& where) {
+  if (rule.nullable && (text == "null" || text == "~" || text == "None")) return nullptr;
   auto fail = [&]() -> json { throw InputError(where + ": '" + text + "' is not a " + rule.type); };
   if (rule.type == "string" || rule.type == "call") return text;
   if (rule.type == "bool") {
@@ -168,6 +169,8 @@ void emit_yaml(YAML::Emitter& e, const json& j) {
     e << YAML::Flow << YAML::BeginSeq;
     for (const auto& x : j) emit_yaml(e, x);
     e << YAML::EndSeq;
+  } else if (j.is_null()) {
+    e << YAML::Null;
   } else if (j.is_string()) {
     e << j.get<std::string>();
   } else if (j.is_boolean()) {
@@ -193,6 +196,9 @@ void flatten_yaml(const YAML::Node& n, const std::string& prefix, const FileTabl
       json list = json::array();
       for (const auto& x : kv.second) list.push_back(x.as<std::string>());
       add(out, key, list, where);
+    } else if (kv.second.IsNull()) {
+      if (!rule.nullable) throw InputError(where + ": " + key + " must not be null");
+      add(out, key, nullptr, where);
     } else {
       add(out, key, typed(kv.second.as<std::string>(), rule, where + ": " + key), where);
     }
@@ -205,6 +211,7 @@ void check_against_table(const FlatDoc& doc, const FileTable& table, const std::
   for (const auto& [key, v] : doc) {
     const std::string where = spec_path + ": " + table.name;
     const KeyRule& rule = rule_for(table, key, where);
+    if (v.is_null() && rule.nullable) continue;
     if (!type_matches(v, rule.type))
       throw InputError(where + ": key '" + key + "' = " + v.dump() + " is not of type " + rule.type);
     if (!rule.values.empty()) {

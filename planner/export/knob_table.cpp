@@ -68,10 +68,10 @@ bool set_lora_targets(Strategy& s, const std::string& v, const Cluster&) {
 }
 
 const std::vector<Knob> kKnobs{
-    {"strategy", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.kind)); },
+    {"strategy", "--strategy", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.kind)); },
      set_kind},
     // "node": a shard group of one node's GPUs (FSDP1 HYBRID_SHARD shards within a node).
-    {"hsdp_group", true, is_hsdp,
+    {"hsdp_group", "--hsdp-group", true, is_hsdp,
      [](const Strategy& s, const Cluster& c) {
        return s.hsdp_group == c.gpus_per_node ? std::string("node") : std::to_string(s.hsdp_group);
      },
@@ -82,40 +82,40 @@ const std::vector<Knob> kKnobs{
        }
        return parse_count(v, s.hsdp_group) && s.hsdp_group > 0;
      }},
-    {"wrap", true, sharded, [](const Strategy& s, const Cluster&) { return to_string(s.wrap); },
+    {"wrap", "--wrap", true, sharded, [](const Strategy& s, const Cluster&) { return to_string(s.wrap); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_wrap(v, s.wrap); }},
-    {"reshard_after_forward", true, reshard_applies,
+    {"reshard_after_forward", "--reshard-after-forward", true, reshard_applies,
      [](const Strategy& s, const Cluster&) { return std::string(s.reshard_after_forward ? "true" : "false"); },
      [](Strategy& s, const std::string& v, const Cluster&) {
        if (v != "true" && v != "false") return false;
        s.reshard_after_forward = v == "true";
        return true;
      }},
-    {"act_ckpt", true, always, [](const Strategy& s, const Cluster&) { return act_ckpt_name(s); },
+    {"act_ckpt", "--act-ckpt", true, always, [](const Strategy& s, const Cluster&) { return act_ckpt_name(s); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_act_ckpt(v, s.act_ckpt, s.ckpt_every); }},
-    {"offload", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.offload)); },
+    {"offload", "--offload", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.offload)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_offload(v, s.offload); }},
     // param / reduce / master dtypes as one value: a target's precision settings fix them together.
-    {"dtypes", true, always, dtypes_value, set_dtypes},
-    {"grad_sync", false, grad_sync_applies,
+    {"dtypes", "--param-dtype", true, always, dtypes_value, set_dtypes},
+    {"grad_sync", "--grad-sync", false, grad_sync_applies,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.grad_sync)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_grad_sync(v, s.grad_sync); }},
-    {"forward_prefetch", false, sharded,
+    {"forward_prefetch", "--forward-prefetch", false, sharded,
      [](const Strategy& s, const Cluster&) { return std::to_string(s.forward_prefetch); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.forward_prefetch); }},
-    {"backward_prefetch", false, sharded,
+    {"backward_prefetch", "--backward-prefetch", false, sharded,
      [](const Strategy& s, const Cluster&) { return std::to_string(s.backward_prefetch); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.backward_prefetch); }},
-    {"ddp_bucket_mb", false, is_ddp, [](const Strategy& s, const Cluster&) { return std::to_string(s.ddp_bucket_mb); },
+    {"ddp_bucket_mb", "--ddp-bucket-mb", false, is_ddp, [](const Strategy& s, const Cluster&) { return std::to_string(s.ddp_bucket_mb); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.ddp_bucket_mb); }},
-    {"method", false, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.method)); },
+    {"method", "--method", false, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.method)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_method(v, s.method); }},
-    {"lora_targets", false, adapted,
+    {"lora_targets", "--lora-targets", false, adapted,
      [](const Strategy& s, const Cluster&) { return join(s.lora.target_modules, ","); }, set_lora_targets},
-    {"optimizer", false, always,
+    {"optimizer", "--optimizer", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.optimizer)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_optimizer(v, s.optimizer); }},
-    {"attention", false, always,
+    {"attention", "--attention", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
 };
@@ -170,6 +170,14 @@ bool rule_admits(const KnobRule& rule, const std::string& value) {
   return false;
 }
 
+std::string nearest_value(const KnobRule& rule, const std::string& value) {
+  if (rule.knob == "lora_targets") return nearest_lora_targets(rule, value);
+  auto it = rule.nearest.find(value);
+  if (it == rule.nearest.end() && value.find(':') != std::string::npos)
+    it = rule.nearest.find(value.substr(0, value.find(':')) + ":N");
+  return it != rule.nearest.end() ? it->second : rule.values.front();
+}
+
 std::string KnobViolation::message() const {
   return knob + " " + value + ": " + rule->why + " (expresses " + join(rule->values, ", ") + "; " +
          rule->source.text() + ")";
@@ -193,13 +201,7 @@ Strategy nearest_expressible(const TargetSpec& spec, Strategy s, const Cluster& 
     if (violations.empty()) return s;
     for (const KnobViolation& v : violations) {
       const Knob* k = find_knob(v.knob);
-      std::string to;
-      if (v.knob == "lora_targets") {
-        to = nearest_lora_targets(*v.rule, v.value);
-      } else {
-        auto it = v.rule->nearest.find(v.value);
-        to = it != v.rule->nearest.end() ? it->second : v.rule->values.front();
-      }
+      const std::string to = nearest_value(*v.rule, v.value);
       if (!k->set(s, to, c))
         throw InputError(spec.spec_path + ": capabilities." + v.knob + ": nearest value '" + to +
                          "' is not a value fsdp-plan can set");

@@ -15,6 +15,7 @@ namespace fsdp {
 
 struct Knob {
   const char* name;
+  const char* flag;  // the fsdp-plan flag that pins it
   bool searched;  // the search enumerates it (strategy, wrap, ...); the others come from the base strategy
   bool (*applies)(const Strategy&);
   std::string (*value)(const Strategy&, const Cluster&);
@@ -27,6 +28,11 @@ const Knob* find_knob(const std::string& name);
 
 // Whether a capability's values admit `value` (patterns every:N, size:N and any; lora_targets by module).
 bool rule_admits(const KnobRule& rule, const std::string& value);
+
+// The value a knob takes in the nearest plan when the target does not admit `value`: the rule's `nearest` entry
+// (exact, then by pattern every:N / size:N), for lora_targets the admitted modules with partly adapted groups
+// completed, else the rule's first value.
+std::string nearest_value(const KnobRule& rule, const std::string& value);
 
 struct KnobViolation {
   std::string knob;

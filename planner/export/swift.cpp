@@ -57,12 +57,12 @@ class SwiftTarget final : public Target {
     d.emplace_back("learning_rate", plan.training.lr);
     d.emplace_back("weight_decay", plan.training.weight_decay);
     d.emplace_back("max_grad_norm", plan.training.grad_clip);
-    d.emplace_back("dataset", "<your dataset>");
+    d.emplace_back("dataset", std::vector<std::string>{"${DATASET}"});
     r.files.push_back(f);
-    r.notes.push_back("swift_sft.sh: set --dataset to your data set (an id or a path); packing fills every "
+    r.notes.push_back("Set DATASET to your data set (a ModelScope / Hugging Face id or a path); --packing fills every "
                       "sequence to max_length tokens, the plan's sequence.");
     r.notes.push_back("Run on every node with NODE_RANK set (0 on the node at MASTER_ADDR).");
-    r.launch_command = "NNODES=" + std::to_string(plan.cluster.nodes) +
+    r.launch_command = "DATASET=\"${DATASET:?set DATASET to your data set}\" NNODES=" + std::to_string(plan.cluster.nodes) +
                        " NODE_RANK=\"${NODE_RANK:-0}\" MASTER_ADDR=\"${MASTER_ADDR:-localhost}\" "
                        "MASTER_PORT=\"${MASTER_PORT:-29500}\" NPROC_PER_NODE=" +
                        std::to_string(plan.cluster.gpus_per_node) + " sh swift_sft.sh";

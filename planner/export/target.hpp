@@ -10,6 +10,7 @@
 
 #include "export/config_doc.hpp"
 #include "export/target_spec.hpp"
+#include "hardware/cluster.hpp"
 #include "planfile/plan_file.hpp"
 
 namespace fsdp {

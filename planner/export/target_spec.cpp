@@ -177,6 +177,7 @@ TargetSpec load_target_spec(const std::string& config_root, const std::string& t
         kr.type = k.get_enum("type", kKeyTypes);
         if (k.has("values")) kr.values = k.get_string_list("values");
         if (k.has("min")) kr.min = k.get_double("min");
+        if (k.has("nullable")) kr.nullable = k.get_bool("nullable");
         kr.source = citation_or(k, "source", file_source);
         k.finish();
         ft.keys[key] = kr;

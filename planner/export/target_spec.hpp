@@ -40,6 +40,7 @@ struct KeyRule {
   std::string type;
   std::vector<std::string> values;
   std::optional<double> min;
+  bool nullable = false;  // null (None) is a value too, e.g. torchtune's max_steps_per_epoch
   Citation source;
 };
 

@@ -35,6 +35,7 @@ class TorchtuneTarget final : public Target {
     d.emplace_back("tokenizer.max_seq_len", s.seq_len);
     d.emplace_back("dataset._component_", "torchtune.datasets.alpaca_cleaned_dataset");
     d.emplace_back("dataset.packed", true);
+    d.emplace_back("seed", nullptr);
     d.emplace_back("shuffle", true);
     d.emplace_back("model._component_", lora ? model.at("lora_builder") : model.at("builder"));
     if (lora) {
@@ -61,13 +62,17 @@ class TorchtuneTarget final : public Target {
     d.emplace_back("resume_from_checkpoint", false);
     d.emplace_back("batch_size", s.micro_batch);
     d.emplace_back("epochs", 1);
+    d.emplace_back("max_steps_per_epoch", nullptr);
     d.emplace_back("gradient_accumulation_steps", s.grad_accum);
     d.emplace_back("optimizer._component_", "torch.optim.AdamW");
     d.emplace_back("optimizer.lr", plan.training.lr);
     d.emplace_back("optimizer.weight_decay", plan.training.weight_decay);
     d.emplace_back("optimizer.fused", true);
+    d.emplace_back("lr_scheduler._component_", "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup");
+    d.emplace_back("lr_scheduler.num_warmup_steps", 100);
+    // Full logits and one cross-entropy, as the pytorch runtime prices the loss (not the chunked loss).
     d.emplace_back("loss._component_", "torch.nn.CrossEntropyLoss");
-    d.emplace_back("clip_grad_norm", plan.training.grad_clip);
+    d.emplace_back("clip_grad_norm", plan.training.grad_clip > 0 ? json(plan.training.grad_clip) : json(nullptr));
     d.emplace_back("compile", false);
     d.emplace_back("device", "cuda");
     d.emplace_back("dtype", s.param_dtype == DType::Bf16 ? "bf16" : "fp32");
@@ -80,6 +85,8 @@ class TorchtuneTarget final : public Target {
     d.emplace_back("metric_logger.log_dir", "/tmp/torchtune/fsdp-plan/logs");
     d.emplace_back("log_every_n_steps", 1);
     d.emplace_back("log_peak_memory_stats", true);
+    d.emplace_back("profiler._component_", "torchtune.training.setup_torch_profiler");
+    d.emplace_back("profiler.enabled", false);
     r.files.push_back(f);
     r.notes.push_back("First, on every node: tune download " + model.at("hf_id") + " --output-dir " + dir +
                       "; dataset: alpaca_cleaned (replace dataset._component_ with yours).");
