@@ -205,8 +205,7 @@ int run_plan(const std::vector<std::string>& argv) {
     req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
     target_model(*target, model.name);  // a model the target cannot name is refused before the search
     target_notes = restrict_search(*target, [&](const std::string& f) { return args.has(f); }, req);
-    std::cerr << "target " << target->target << " " << target->version << " (" << target->writes_for
-              << "), predicted with runtime " << target->runtime << ":\n";
+    std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
     for (const auto& n : target_notes) std::cerr << "  " << n << "\n";
   }
 

@@ -21,11 +21,13 @@ const Target& target_by_name(const std::string& name) {
     if (t->name() == name) return *t;
     known += (known.empty() ? "" : ", ") + t->name();
   }
-  throw InputError("--target: unknown target '" + name + "' (known: " + known + ")");
+  throw InputError("unknown target '" + name + "' (known: " + known + ")");
 }
 
 std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name) {
   if (const auto* m = spec.model(model_name)) return *m;
+  // A target without a models table (fsdp-run) carries the model itself: plan.yaml embeds its description.
+  if (spec.models.empty() && !spec.models_accept_path) return {{"name", model_name}};
   // A model read from a directory or config.json: the Hugging Face loaders take the directory itself.
   const bool is_path = model_name.find('/') != std::string::npos;
   if (is_path && spec.models_accept_path) {
@@ -59,8 +61,8 @@ std::string hf_model_dir(const std::string& hf_id) {
 }
 
 std::string shell_header(const TargetSpec& spec) {
-  return "#!/bin/sh\n# Written by fsdp-plan for " + spec.writes_for + " (" + spec.source.repository + "@" +
-         spec.source.commit.substr(0, 12) + ").\nset -eu\n";
+  return "#!/bin/sh\n# Written by fsdp-plan for " + spec.writes_for + "; keys read from " + spec.source.repository +
+         "@" + spec.source.commit.substr(0, 12) + ".\nset -eu\n";
 }
 
 }  // namespace fsdp

@@ -99,19 +99,19 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
     }
   }
   if (const KnobRule* r = plain_rule(spec, "dtypes")) {
-    // The master dtype is the base strategy's: when every expressible triple has the same one, it is pinned.
-    std::string master;
-    bool one = true;
-    for (const auto& v : r->values) {
-      const std::string m = v.substr(v.rfind('/') + 1);
-      one = one && (master.empty() || master == m);
-      master = m;
-    }
+    // The master dtype is the base strategy's (the search enumerates param and reduce dtypes only): the user's
+    // --master-dtype if some expressible triple has it, else the master of the target's first (preferred) triple.
+    auto master_of = [](const std::string& v) { return v.substr(v.rfind('/') + 1); };
+    const std::string current = to_string(base.master_dtype);
+    bool admitted = false;
+    for (const auto& v : r->values) admitted = admitted || master_of(v) == current;
+    if (given("--master-dtype") && !admitted)
+      refuse(spec, *find_knob("dtypes"), find_knob("dtypes")->value(base, c), *r);
+    const std::string preferred = master_of(r->values.front());
     DType d{};
-    if (one && parse_dtype(master, d) && d != base.master_dtype) {
-      if (given("--master-dtype")) refuse(spec, *find_knob("dtypes"), find_knob("dtypes")->value(base, c), *r);
+    if (!given("--master-dtype") && preferred != current && parse_dtype(preferred, d)) {
       base.master_dtype = d;
-      notes.push_back("pinned master dtype " + master + ": " + r->why);
+      notes.push_back("pinned master dtype " + preferred + " (not " + current + "): " + r->why);
     }
     notes.push_back("precision (param/reduce/master) " + values_text(*r) + " only: " + r->why);
   }
@@ -132,7 +132,7 @@ void explain_excluded_families(const TargetSpec& spec, SearchResult& r) {
     const std::string name = to_string(k);
     if (rule_admits(*rule, name) || r.families.count(name)) continue;
     FamilyVerdict v;
-    v.reason = spec.target + " " + spec.version + " cannot run it: " + rule->why;
+    v.reason = spec.target + " " + spec.version + " cannot run it (it runs " + values_text(*rule) + ")";
     r.families[name] = v;
   }
 }

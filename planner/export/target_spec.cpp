@@ -5,6 +5,7 @@
 
 #include "core/config_map.hpp"
 #include "core/errors.hpp"
+#include "export/knob_table.hpp"
 
 namespace fsdp {
 
@@ -79,7 +80,7 @@ std::vector<std::string> target_versions(const std::string& config_root, const s
   if (std::find(names.begin(), names.end(), target) == names.end()) {
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw InputError("--target: unknown target '" + target + "' (known: " + known + ")");
+    throw InputError("unknown target '" + target + "' (known: " + known + ")");
   }
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(targets_dir(config_root) / target))
@@ -155,6 +156,21 @@ TargetSpec load_target_spec(const std::string& config_root, const std::string& t
           r.together.push_back(group);
         }
       }
+      const Knob* k = find_knob(r.knob);
+      if (!k) {
+        std::string known;
+        for (const Knob& kn : knob_table()) known += (known.empty() ? "" : ", ") + std::string(kn.name);
+        caps.fail(knob, "unknown knob '" + r.knob + "' (known: " + known + ")");
+      }
+      // Every concrete value must be one fsdp-plan can set (patterns every:N, size:N and any match values).
+      auto check_value = [&](const std::string& v, const std::string& key) {
+        if (v == "any" || v == "every:N" || v == "size:N") return;
+        Strategy probe;
+        probe.method = Method::Lora;
+        if (!k->set(probe, v, Cluster{2, 8})) c.fail(key, "'" + v + "' is not a value of " + r.knob);
+      };
+      for (const auto& v : r.values) check_value(v, "values");
+      for (const auto& [from, to] : r.nearest) check_value(to, "nearest");
       r.why = c.get_string("why");
       r.source = citation_or(c, "source", t.source);
       c.finish();
