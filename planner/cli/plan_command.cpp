@@ -84,17 +84,18 @@ int run_plan(const std::vector<std::string>& argv) {
   values.insert("--target-version");
   Args args(argv, values, {"--json", "--help", "--no-out"});
   if (args.has("--help")) {
-    std::cout << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
-                 "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
-                 "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
-                 "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
-                 "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
-                 "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
-                 "B ...]\n"
-                 "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
-                 "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
-                 "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
-                 "       fsdp-plan --list-models | --list-hardware\n";
+    std::cout
+        << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
+           "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
+           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
+           "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
+           "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
+           "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
+           "B ...]\n"
+           "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
+           "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
+           "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
+           "       fsdp-plan --list-models | --list-hardware\n";
     return 0;
   }
   if (!args.positional().empty()) throw InputError("unexpected argument '" + args.positional()[0] + "'");
@@ -204,7 +205,8 @@ int run_plan(const std::vector<std::string>& argv) {
   if (target) {
     req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
     target_model(*target, model.name);  // a model the target cannot name is refused before the search
-    target_notes = restrict_search(*target, [&](const std::string& f) { return args.has(f); }, req);
+    target_notes = restrict_search(
+        *target, [&](const std::string& f) { return args.has(f); }, req);
     std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
     for (const auto& n : target_notes) std::cerr << "  " << n << "\n";
   }
@@ -251,12 +253,8 @@ int run_plan(const std::vector<std::string>& argv) {
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
     if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
     if (target)
-      j["target"] = {{"name", target->target},
-                     {"version", target->version},
-                     {"writes_for", target->writes_for},
-                     {"runtime", target->runtime},
-                     {"notes", target_notes},
-                     {"filtered", result.filtered}};
+      j["target"] = {{"name", target->target},     {"version", target->version}, {"writes_for", target->writes_for},
+                     {"runtime", target->runtime}, {"notes", target_notes},      {"filtered", result.filtered}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));

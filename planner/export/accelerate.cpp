@@ -105,9 +105,10 @@ class AccelerateTarget final : public Target {
     for (auto& kv : script)
       if (kv.first == "gradient_checkpointing") kv.second = false;
     r.files.push_back(WrittenFile{kScriptArgs, script, {}, "", false});
-    r.notes.push_back("train.py: your Trainer script: it parses training_args.json with HfArgumentParser"
-                      "(TrainingArguments).parse_json_file, loads the model of script_args.json (its torch_dtype and "
-                      "attn_implementation) and trains max_seq_length-token sequences.");
+    r.notes.push_back(
+        "train.py: your Trainer script: it parses training_args.json with HfArgumentParser"
+        "(TrainingArguments).parse_json_file, loads the model of script_args.json (its torch_dtype and "
+        "attn_implementation) and trains max_seq_length-token sequences.");
     r.notes.push_back("Run on every node with NODE_RANK set (0 on the node at MASTER_ADDR).");
     r.launch_command = "accelerate launch --config_file accelerate_config.yaml --num_machines " +
                        std::to_string(plan.cluster.nodes) + " --num_processes " +
@@ -142,10 +143,10 @@ class AccelerateTarget final : public Target {
         s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
         if (s.kind == StrategyKind::Hsdp) s.hsdp_group = cluster.gpus_per_node;
       }
-      s.offload = doc_get(a, "fsdp_config.fsdp_offload_params", kAccelerate).get<bool>() ? Offload::Params
-                                                                                          : Offload::None;
+      s.offload =
+          doc_get(a, "fsdp_config.fsdp_offload_params", kAccelerate).get<bool>() ? Offload::Params : Offload::None;
       s.act_ckpt = doc_get(a, "fsdp_config.fsdp_activation_checkpointing", kAccelerate).get<bool>() ? ActCkpt::Full
-                                                                                                     : ActCkpt::None;
+                                                                                                    : ActCkpt::None;
     }
     s.micro_batch = doc_get(t, "per_device_train_batch_size", kTraining).get<int64_t>();
     s.grad_accum = doc_get(t, "gradient_accumulation_steps", kTraining).get<int64_t>();

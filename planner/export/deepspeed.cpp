@@ -49,9 +49,10 @@ class DeepSpeedTarget final : public Target {
       hosts += "node-" + std::to_string(n) + " slots=" + std::to_string(plan.cluster.gpus_per_node) + "\n";
     r.files.push_back(WrittenFile{"hostfile", {}, {}, hosts, false});
     r.notes.push_back("hostfile: replace node-0 ... with your hosts' names (DeepSpeed reaches them over ssh).");
-    r.notes.push_back("train.py: your script: it builds the model of script_args.json (from_pretrained with its "
-                      "torch_dtype and attn_implementation, gradient_checkpointing_enable() when set), trains "
-                      "max_seq_length-token sequences and calls deepspeed.initialize(config=\"ds_config.json\").");
+    r.notes.push_back(
+        "train.py: your script: it builds the model of script_args.json (from_pretrained with its "
+        "torch_dtype and attn_implementation, gradient_checkpointing_enable() when set), trains "
+        "max_seq_length-token sequences and calls deepspeed.initialize(config=\"ds_config.json\").");
     r.launch_command = "deepspeed --hostfile hostfile --num_nodes " + std::to_string(plan.cluster.nodes) +
                        " --num_gpus " + std::to_string(plan.cluster.gpus_per_node) +
                        " --master_addr \"${MASTER_ADDR:-node-0}\" --master_port \"${MASTER_PORT:-29500}\" "

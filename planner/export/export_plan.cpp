@@ -25,9 +25,9 @@ std::string prediction_text(const PlanFile& plan, const Strategy& s, const Targe
   nearest.runtime = spec.runtime;
   auto sim = simulate_plan(nearest, config_root);
   const Prediction& p = sim->prediction;
-  return fmt("%.0f", p.tokens_per_s_per_gpu) + " tokens/s/GPU, " + format_gib(p.memory.device_total) +
-         " GiB per GPU" + (p.fits ? "" : " (does not fit: " + format_gib(p.usable_bytes) + " GiB usable)") +
-         " on runtime " + spec.runtime;
+  return fmt("%.0f", p.tokens_per_s_per_gpu) + " tokens/s/GPU, " + format_gib(p.memory.device_total) + " GiB per GPU" +
+         (p.fits ? "" : " (does not fit: " + format_gib(p.usable_bytes) + " GiB usable)") + " on runtime " +
+         spec.runtime;
 }
 
 }  // namespace
@@ -37,8 +37,8 @@ ExportResult export_plan(const PlanFile& plan, const TargetSpec& spec, const std
   const Cluster c = cluster_of(plan);
   const auto violations = inexpressible(spec, plan.strategy, c);
   if (!violations.empty()) {
-    std::string msg = spec.target + " " + spec.version + " cannot express this plan (" +
-                      one_line_strategy(plan.strategy) + "):";
+    std::string msg =
+        spec.target + " " + spec.version + " cannot express this plan (" + one_line_strategy(plan.strategy) + "):";
     for (const auto& v : violations) msg += "\n  " + v.message();
     const Strategy nearest = nearest_expressible(spec, plan.strategy, c);
     msg += "\nthe nearest plan " + spec.target + " runs: " + one_line_strategy(nearest) + " -> " +

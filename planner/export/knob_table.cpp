@@ -68,8 +68,8 @@ bool set_lora_targets(Strategy& s, const std::string& v, const Cluster&) {
 }
 
 const std::vector<Knob> kKnobs{
-    {"strategy", "--strategy", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.kind)); },
-     set_kind},
+    {"strategy", "--strategy", true, always,
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.kind)); }, set_kind},
     // "node": a shard group of one node's GPUs (FSDP1 HYBRID_SHARD shards within a node).
     {"hsdp_group", "--hsdp-group", true, is_hsdp,
      [](const Strategy& s, const Cluster& c) {
@@ -93,7 +93,8 @@ const std::vector<Knob> kKnobs{
      }},
     {"act_ckpt", "--act-ckpt", true, always, [](const Strategy& s, const Cluster&) { return act_ckpt_name(s); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_act_ckpt(v, s.act_ckpt, s.ckpt_every); }},
-    {"offload", "--offload", true, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.offload)); },
+    {"offload", "--offload", true, always,
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.offload)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_offload(v, s.offload); }},
     // param / reduce / master dtypes as one value: a target's precision settings fix them together.
     {"dtypes", "--param-dtype", true, always, dtypes_value, set_dtypes},
@@ -106,9 +107,11 @@ const std::vector<Knob> kKnobs{
     {"backward_prefetch", "--backward-prefetch", false, sharded,
      [](const Strategy& s, const Cluster&) { return std::to_string(s.backward_prefetch); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.backward_prefetch); }},
-    {"ddp_bucket_mb", "--ddp-bucket-mb", false, is_ddp, [](const Strategy& s, const Cluster&) { return std::to_string(s.ddp_bucket_mb); },
+    {"ddp_bucket_mb", "--ddp-bucket-mb", false, is_ddp,
+     [](const Strategy& s, const Cluster&) { return std::to_string(s.ddp_bucket_mb); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.ddp_bucket_mb); }},
-    {"method", "--method", false, always, [](const Strategy& s, const Cluster&) { return std::string(to_string(s.method)); },
+    {"method", "--method", false, always,
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.method)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_method(v, s.method); }},
     {"lora_targets", "--lora-targets", false, adapted,
      [](const Strategy& s, const Cluster&) { return join(s.lora.target_modules, ","); }, set_lora_targets},

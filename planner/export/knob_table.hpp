@@ -16,7 +16,7 @@ namespace fsdp {
 struct Knob {
   const char* name;
   const char* flag;  // the fsdp-plan flag that pins it
-  bool searched;  // the search enumerates it (strategy, wrap, ...); the others come from the base strategy
+  bool searched;     // the search enumerates it (strategy, wrap, ...); the others come from the base strategy
   bool (*applies)(const Strategy&);
   std::string (*value)(const Strategy&, const Cluster&);
   // Sets the knob to a value named by a capability (a concrete value, not a pattern); false if it cannot.

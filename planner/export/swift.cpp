@@ -59,13 +59,15 @@ class SwiftTarget final : public Target {
     d.emplace_back("max_grad_norm", plan.training.grad_clip);
     d.emplace_back("dataset", std::vector<std::string>{"${DATASET}"});
     r.files.push_back(f);
-    r.notes.push_back("Set DATASET to your data set (a ModelScope / Hugging Face id or a path); --packing fills every "
-                      "sequence to max_length tokens, the plan's sequence.");
+    r.notes.push_back(
+        "Set DATASET to your data set (a ModelScope / Hugging Face id or a path); --packing fills every "
+        "sequence to max_length tokens, the plan's sequence.");
     r.notes.push_back("Run on every node with NODE_RANK set (0 on the node at MASTER_ADDR).");
-    r.launch_command = "DATASET=\"${DATASET:?set DATASET to your data set}\" NNODES=" + std::to_string(plan.cluster.nodes) +
-                       " NODE_RANK=\"${NODE_RANK:-0}\" MASTER_ADDR=\"${MASTER_ADDR:-localhost}\" "
-                       "MASTER_PORT=\"${MASTER_PORT:-29500}\" NPROC_PER_NODE=" +
-                       std::to_string(plan.cluster.gpus_per_node) + " sh swift_sft.sh";
+    r.launch_command =
+        "DATASET=\"${DATASET:?set DATASET to your data set}\" NNODES=" + std::to_string(plan.cluster.nodes) +
+        " NODE_RANK=\"${NODE_RANK:-0}\" MASTER_ADDR=\"${MASTER_ADDR:-localhost}\" "
+        "MASTER_PORT=\"${MASTER_PORT:-29500}\" NPROC_PER_NODE=" +
+        std::to_string(plan.cluster.gpus_per_node) + " sh swift_sft.sh";
     return r;
   }
 
@@ -87,8 +89,9 @@ class SwiftTarget final : public Target {
     const bool bf16 = get("torch_dtype").get<std::string>() == "bfloat16";
     s.param_dtype = s.reduce_dtype = bf16 ? DType::Bf16 : DType::Fp32;
     const std::string attn = get("attn_impl").get<std::string>();
-    s.attention = attn == "flash_attn" ? AttentionImpl::Flash : attn == "eager" ? AttentionImpl::Eager
-                                                                                : AttentionImpl::Sdpa;
+    s.attention = attn == "flash_attn" ? AttentionImpl::Flash
+                  : attn == "eager"    ? AttentionImpl::Eager
+                                       : AttentionImpl::Sdpa;
     s.seq_len = get("max_length").get<int64_t>();
     s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
     s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();

@@ -44,6 +44,6 @@ void apply_fixed_knobs(const TargetSpec& spec, Strategy& s, const Cluster& c);
 
 // Shared text of the launch scripts.
 std::string hf_model_dir(const std::string& hf_id);  // /tmp/<last path component>, as the targets' own examples
-std::string shell_header(const TargetSpec& spec);   // "#!/bin/sh" and the release it writes for
+std::string shell_header(const TargetSpec& spec);    // "#!/bin/sh" and the release it writes for
 
 }  // namespace fsdp

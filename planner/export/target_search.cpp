@@ -26,8 +26,8 @@ std::string who(const TargetSpec& spec) { return spec.target + " " + spec.versio
                    " (it expresses " + values_text(r) + "; " + r.source.text() + ")");
 }
 
-const std::vector<StrategyKind> kAllKinds{StrategyKind::Ddp,  StrategyKind::NoShard, StrategyKind::Zero1,
-                                          StrategyKind::Zero2, StrategyKind::Fsdp,   StrategyKind::Zero3,
+const std::vector<StrategyKind> kAllKinds{StrategyKind::Ddp,        StrategyKind::NoShard, StrategyKind::Zero1,
+                                          StrategyKind::Zero2,      StrategyKind::Fsdp,    StrategyKind::Zero3,
                                           StrategyKind::FsdpGradOp, StrategyKind::Hsdp};
 
 }  // namespace

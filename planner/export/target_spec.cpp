@@ -16,9 +16,8 @@ namespace fs = std::filesystem;
 fs::path targets_dir(const std::string& config_root) { return fs::path(config_root) / "configs" / "targets"; }
 
 bool is_commit(const std::string& c) {
-  return c.size() == 40 && std::all_of(c.begin(), c.end(), [](char ch) {
-           return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
-         });
+  return c.size() == 40 &&
+         std::all_of(c.begin(), c.end(), [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); });
 }
 
 // A citation map: `path` required, `repository` and `commit` default to the enclosing citation's.

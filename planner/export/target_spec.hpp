@@ -45,8 +45,8 @@ struct KeyRule {
 };
 
 struct FileTable {
-  std::string name;    // the written file's name, e.g. job.toml
-  std::string format;  // toml, python, json, yaml, args (a command line), hostfile
+  std::string name;                     // the written file's name, e.g. job.toml
+  std::string format;                   // toml, python, json, yaml, args (a command line), hostfile
   std::map<std::string, KeyRule> keys;  // dotted key path -> rule
 };
 

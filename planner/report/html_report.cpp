@@ -1,5 +1,4 @@
 #include "report/html_report.hpp"
-#include "report/identical_plans.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/format.hpp"
+#include "report/identical_plans.hpp"
 #include "report/plan_report.hpp"
 #include "report/svg.hpp"
 
@@ -635,8 +635,8 @@ std::string plans_table(const std::vector<Candidate>& ranked, int top, const Str
     bool is_chosen = chosen && same_strategy(s, *chosen);
     double headroom = p.usable_bytes > 0 ? (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100 : 0;
     double exposed = p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100 : 0;
-    h += std::string(is_chosen ? "<tr class=\"chosen\">" : "<tr>") + td(std::to_string(i + 1), true) +
-         td(names) + td(shards_params(s.kind) ? to_string(s.wrap) : "-") +
+    h += std::string(is_chosen ? "<tr class=\"chosen\">" : "<tr>") + td(std::to_string(i + 1), true) + td(names) +
+         td(shards_params(s.kind) ? to_string(s.wrap) : "-") +
          td(shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-") + td(act_ckpt_name(s)) +
          td(to_string(s.offload)) + td(std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype)) +
          td(std::to_string(s.micro_batch) + " \u00d7 " + std::to_string(s.grad_accum), true) +
@@ -809,17 +809,17 @@ std::string render_html_report(const HtmlReportInput& in) {
     const SearchResult& r = *in.search;
     const std::vector<PlanRow> rows = merge_identical(r.ranked, static_cast<size_t>(std::max(in.top_n, 0)));
     for (size_t i = 0; i < rows.size(); ++i) {
-      const std::string label = rows[i].names.size() > 1 ? rows[i].name_text() + " " +
-                                                               short_strategy(rows[i].plan->strategy, false)
-                                                         : short_strategy(rows[i].plan->strategy);
+      const std::string label = rows[i].names.size() > 1
+                                    ? rows[i].name_text() + " " + short_strategy(rows[i].plan->strategy, false)
+                                    : short_strategy(rows[i].plan->strategy);
       bars.push_back(bar_of(*rows[i].plan, "#" + std::to_string(i + 1) + "  " + label, "top plans", in.chosen));
     }
     for (const FamilyRow& f : merge_families(r.families))
       if (f.verdict->best)
-        bars.push_back(bar_of(*f.verdict->best,
-                              f.name + (f.verdict->feasible ? ": " : " \u2717 ") +
-                                  short_strategy(f.verdict->best->strategy, false),
-                              "best of each strategy family (or its smallest, if none fits)", in.chosen));
+        bars.push_back(bar_of(
+            *f.verdict->best,
+            f.name + (f.verdict->feasible ? ": " : " \u2717 ") + short_strategy(f.verdict->best->strategy, false),
+            "best of each strategy family (or its smallest, if none fits)", in.chosen));
   } else if (p && in.chosen) {
     MemoryBar b;
     b.label = "re-simulated: " + short_strategy(*in.chosen);

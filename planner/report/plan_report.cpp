@@ -159,8 +159,7 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     }
     fam[name]["strategy_names"] = f.names;
     // The other names point at it rather than repeating its numbers.
-    for (size_t k = 1; k < f.names.size(); ++k)
-      fam[f.names[k]] = {{"feasible", v.feasible}, {"same_as", name}};
+    for (size_t k = 1; k < f.names.size(); ++k) fam[f.names[k]] = {{"feasible", v.feasible}, {"same_as", name}};
   }
   j["families"] = fam;
   j["search"] = {{"evaluated", r.evaluated},

@@ -168,9 +168,8 @@ TEST_CASE("targets: a key table or capability the program does not know is refus
 }
 
 TEST_CASE("export: every family's best plan per target, model and cluster writes key-table keys and reads back") {
-  const std::vector<Case> cases{{"llama3-8b", "a100-80gb", 2, false},
-                                {"llama3-70b", "h100-80gb", 8, false},
-                                {"qwen2-7b", "a100-80gb", 1, true}};
+  const std::vector<Case> cases{
+      {"llama3-8b", "a100-80gb", 2, false}, {"llama3-70b", "h100-80gb", 8, false}, {"qwen2-7b", "a100-80gb", 1, true}};
   int exported_total = 0;
   for (const Case& cs : cases) {
     for (const auto& t : all_targets()) {
@@ -195,11 +194,13 @@ TEST_CASE("export: every family's best plan per target, model and cluster writes
       const KnobRule* method = spec.rule("method", StrategyKind::Fsdp);
       if (cs.lora && method && !rule_admits(*method, "lora")) {
         // The user asked for LoRA: a target without it refuses, naming the flag and the knob.
-        CHECK_THROWS_WITH_AS(restrict_search(spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req),
+        CHECK_THROWS_WITH_AS(restrict_search(
+                                 spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req),
                              doctest::Contains("--method"), InputError);
         continue;
       }
-      restrict_search(spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req);
+      restrict_search(
+          spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req);
       const SearchResult r = search_plans(setup->req);
       REQUIRE(!r.ranked.empty());
       for (const Candidate& c : r.ranked) REQUIRE(inexpressible(spec, c.strategy, setup->req.cluster).empty());
@@ -406,7 +407,9 @@ TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad target
 
 TEST_CASE("cli: export writes an expressible plan's files and refuses the rest, naming the knob") {
   const std::string dir = tmp_dir("cli_export");
-  auto r = test::run_cli("--model llama3-8b --nodes 2 --strategy zero3 --wrap layer --reshard-after-forward true --act-ckpt full --out " + dir + "/plan.yaml");
+  auto r = test::run_cli(
+      "--model llama3-8b --nodes 2 --strategy zero3 --wrap layer --reshard-after-forward true --act-ckpt full --out " +
+      dir + "/plan.yaml");
   REQUIRE(r.code == 0);
   r = test::run_cli("export " + dir + "/plan.yaml --to deepspeed --out " + dir + "/ds");
   CAPTURE(r.err);
