@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "export/export_plan.hpp"
+#include "export/target_table.hpp"
 #include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 
@@ -45,6 +46,14 @@ int run_export(const std::vector<std::string>& argv) {
   std::cout << "\n";
   for (const auto& n : r.notes) std::cout << "  note: " << n << "\n";
   std::cout << "launch: " << r.launch_command << "\n";
+  return 0;
+}
+
+int run_list_targets(const std::vector<std::string>& argv) {
+  Args args(argv, {"--config-root"}, {"--list-targets"});
+  if (!args.positional().empty())
+    throw InputError("--list-targets: unexpected argument '" + args.positional()[0] + "'");
+  std::cout << targets_markdown(config_root_from(argv));
   return 0;
 }
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     for (const auto& a : args) {
       if (a == "--list-models") return fsdp::run_list_models(args);
       if (a == "--list-hardware") return fsdp::run_list_hardware(args);
+      if (a == "--list-targets") return fsdp::run_list_targets(args);
     }
     return fsdp::run_plan(args);
   } catch (const fsdp::InputError& e) {

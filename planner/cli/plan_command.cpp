@@ -308,9 +308,10 @@ int run_plan(const std::vector<std::string>& argv) {
     plan.torchrun_command = "torchrun --nnodes " + std::to_string(cluster.nodes) + " --nproc-per-node " +
                             std::to_string(cluster.gpus_per_node) + " --no-python fsdp-run " + shell_quote(out);
     write_plan_file(plan, out);
-    if (!args.has("--json"))
+    if (!args.has("--json") && !target)
       std::cout << "\nwrote " << out << "\n  run on one node:  " << plan.fsdp_run_command
                 << "\n  run on the cluster: " << plan.torchrun_command << "\n";
+    if (!args.has("--json") && target) std::cout << "\nwrote " << out << "\n";
     if (target) {
       // The target's files next to plan.yaml (the search kept only plans it expresses, so this never refuses).
       const std::string dir = std::filesystem::path(out).parent_path().string();

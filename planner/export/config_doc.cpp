@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <sstream>
 
@@ -158,6 +160,23 @@ void flatten_json(const json& j, const std::string& prefix, const FileTable& tab
   }
 }
 
+// Whether a YAML 1.1 reader (PyYAML's safe_load, which accelerate and torchtune's OmegaConf use) reads the plain
+// scalar as something other than a string: a bool (yes/no/on/off/true/false), null, or a number (0-prefixed as
+// octal: torchtune's max_filename "00004"). Those strings are written quoted.
+bool yaml11_non_string(const std::string& v) {
+  if (v.empty()) return true;
+  std::string lower;
+  for (char ch : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* word : {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"})
+    if (lower == word) return true;
+  bool numeric = true;
+  for (char ch : v)
+    numeric = numeric && (std::isdigit(static_cast<unsigned char>(ch)) || ch == '.' || ch == '-' || ch == '+' ||
+                          ch == 'e' || ch == 'E' || ch == '_' || ch == ':');
+  return numeric &&
+         std::any_of(v.begin(), v.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+}
+
 void emit_yaml(YAML::Emitter& e, const json& j) {
   if (j.is_object()) {
     e << YAML::BeginMap;
@@ -173,7 +192,11 @@ void emit_yaml(YAML::Emitter& e, const json& j) {
   } else if (j.is_null()) {
     e << YAML::Null;
   } else if (j.is_string()) {
-    e << j.get<std::string>();
+    const std::string v = j.get<std::string>();
+    if (yaml11_non_string(v))
+      e << YAML::DoubleQuoted << v;
+    else
+      e << v;
   } else if (j.is_boolean()) {
     e << j.get<bool>();
   } else if (j.is_number_integer()) {

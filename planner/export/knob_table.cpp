@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 
 #include "core/errors.hpp"
 
@@ -58,6 +59,10 @@ bool set_kind(Strategy& s, const std::string& v, const Cluster& c) {
   if (!parse_strategy_kind(v, s.kind)) return false;
   if (s.kind == StrategyKind::Hsdp && s.hsdp_group <= 0) s.hsdp_group = c.gpus_per_node;
   if (s.kind != StrategyKind::Hsdp) s.hsdp_group = 0;
+  // As the search builds each kind's plans (plan_search.cpp): replicated kinds compute one decoder layer per unit
+  // and have no resharding, SHARD_GRAD_OP keeps the parameters after forward.
+  if (!shards_params(s.kind)) s.wrap = WrapPolicy{};
+  if (!shards_params(s.kind)) s.reshard_after_forward = true;
   if (s.kind == StrategyKind::FsdpGradOp) s.reshard_after_forward = false;
   return true;
 }
@@ -156,6 +161,38 @@ std::string nearest_lora_targets(const KnobRule& rule, const std::string& value)
 }  // namespace
 
 const std::vector<Knob>& knob_table() { return kKnobs; }
+
+const std::vector<std::string>& knob_samples(const std::string& knob) {
+  static const std::map<std::string, std::vector<std::string>> samples{
+      {"strategy", {"ddp", "no-shard", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "hsdp"}},
+      {"hsdp_group", {"node", "4"}},
+      {"wrap", {"layer", "every:2", "size:100000000", "model"}},
+      {"reshard_after_forward", {"true", "false"}},
+      {"act_ckpt", {"none", "full", "selective", "selective-op", "every:2"}},
+      {"offload", {"none", "optimizer", "params"}},
+      {"dtypes", {"bf16/fp32/fp32", "bf16/bf16/fp32", "bf16/bf16/bf16", "fp32/fp32/fp32"}},
+      {"grad_sync", {"every-micro-batch", "last-micro-batch"}},
+      {"forward_prefetch", {"0", "1", "2"}},
+      {"backward_prefetch", {"0", "1", "2"}},
+      {"ddp_bucket_mb", {"25", "100"}},
+      {"method", {"full", "lora", "qlora"}},
+      {"lora_targets", {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "q_proj,gate_proj", "q_proj,fc1"}},
+      {"optimizer", {"adamw", "sgd"}},
+      {"attention", {"flash", "sdpa", "eager"}},
+  };
+  auto it = samples.find(knob);
+  FSDP_ASSERT(it != samples.end(), "knob " + knob + " has no samples");
+  return it->second;
+}
+
+std::string sample_label(const std::string& knob, const std::string& sample) {
+  if (sample == "any") return "any";
+  if (sample.rfind("every:", 0) == 0) return "every:N";
+  if (sample.rfind("size:", 0) == 0) return "size:N";
+  if (knob == "hsdp_group" && sample != "node") return "other";
+  if (knob == "ddp_bucket_mb" && sample != "25") return "other";
+  return sample;
+}
 
 const Knob* find_knob(const std::string& name) {
   for (const Knob& k : kKnobs)

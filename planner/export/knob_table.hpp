@@ -26,6 +26,14 @@ struct Knob {
 const std::vector<Knob>& knob_table();
 const Knob* find_knob(const std::string& name);
 
+// Concrete values of a knob that span what fsdp-plan can plan (every strategy, each wrap and checkpointing kind,
+// a prefetch depth of 0, 1 and 2, ...): what the targets' knob tables list as expressed or not, and what the tests
+// try against every capability.
+const std::vector<std::string>& knob_samples(const std::string& knob);
+// A sample as the knob tables show it: every:2 as every:N, size:100000000 as size:N, a shard group of 4 (not a
+// node) as "other".
+std::string sample_label(const std::string& knob, const std::string& sample);
+
 // Whether a capability's values admit `value` (patterns every:N, size:N and any; lora_targets by module).
 bool rule_admits(const KnobRule& rule, const std::string& value);
 

@@ -113,7 +113,8 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
       base.master_dtype = d;
       notes.push_back("pinned master dtype " + preferred + " (not " + current + "): " + r->why);
     }
-    notes.push_back("precision (param/reduce/master) " + values_text(*r) + " only: " + r->why);
+    if (!(notes.size() && notes.back().rfind("pinned master dtype", 0) == 0))
+      notes.push_back("precision (param/reduce/master) " + values_text(*r) + " only: " + r->why);
   }
   if (const KnobRule* r = plain_rule(spec, "act_ckpt"); r && !req.pins.act_ckpt)
     notes.push_back("act_ckpt " + values_text(*r) + " only: " + r->why);

@@ -234,23 +234,6 @@ TEST_CASE("export: every knob a target cannot express is refused with its reason
   auto setup = test::search_setup("llama3-8b", "a100-80gb", 2);
   const ModelSpec& model = setup->graph->spec();
   const Cluster cluster = setup->req.cluster;
-  const std::map<std::string, std::vector<std::string>> candidates{
-      {"strategy", {"ddp", "no-shard", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "hsdp"}},
-      {"hsdp_group", {"node", "4"}},
-      {"wrap", {"layer", "every:2", "model", "size:100000000"}},
-      {"reshard_after_forward", {"true", "false"}},
-      {"act_ckpt", {"none", "full", "selective", "selective-op", "every:2"}},
-      {"offload", {"none", "optimizer", "params"}},
-      {"dtypes", {"bf16/fp32/fp32", "bf16/bf16/fp32", "bf16/bf16/bf16", "fp32/fp32/fp32"}},
-      {"grad_sync", {"every-micro-batch", "last-micro-batch"}},
-      {"forward_prefetch", {"1", "2", "0"}},
-      {"backward_prefetch", {"1", "2", "0"}},
-      {"ddp_bucket_mb", {"25", "100"}},
-      {"method", {"full", "lora", "qlora"}},
-      {"lora_targets", {"q_proj,v_proj", "q_proj,gate_proj", "q_proj,fc1"}},
-      {"optimizer", {"adamw", "sgd"}},
-      {"attention", {"flash", "sdpa", "eager"}},
-  };
   int refusals = 0;
   for (const auto& t : all_targets()) {
     const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
@@ -260,8 +243,7 @@ TEST_CASE("export: every knob a target cannot express is refused with its reason
       CAPTURE(rule.knob);
       const Knob* k = find_knob(rule.knob);
       REQUIRE(k != nullptr);
-      REQUIRE(candidates.count(rule.knob));
-      for (const std::string& value : candidates.at(rule.knob)) {
+      for (const std::string& value : knob_samples(rule.knob)) {
         if (rule_admits(rule, value)) continue;
         // A plan where the knob applies (the rule's kind, sharding for wrap and prefetch, an adapter for LoRA).
         Strategy s;
@@ -297,6 +279,68 @@ TEST_CASE("export: every knob a target cannot express is refused with its reason
     }
   }
   CHECK(refusals >= 60);
+}
+
+TEST_CASE("export: every value a target expresses round-trips, knob by knob (ddp, no-shard, hsdp, LoRA, ...)") {
+  // The searches above export only the plans that fit; this writes every expressible value of every knob, fitting
+  // or not, on llama3-8b over 2 x 8 GPUs, and reads it back.
+  auto setup = test::search_setup("llama3-8b", "a100-80gb", 2);
+  const ModelSpec& model = setup->graph->spec();
+  const Cluster cluster = setup->req.cluster;
+  int round_trips = 0;
+  for (const auto& t : all_targets()) {
+    const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
+    const Strategy base = nearest_expressible(spec, Strategy{}, cluster);
+    REQUIRE(inexpressible(spec, base, cluster).empty());
+    // Each knob value on each strategy kind the target runs (DDP's buckets and checkpointing, HSDP's groups, ...).
+    std::vector<Strategy> kinds;
+    for (const std::string& kind : knob_samples("strategy")) {
+      Strategy s = base;
+      find_knob("strategy")->set(s, kind, cluster);
+      if (inexpressible(spec, s, cluster).empty()) kinds.push_back(s);
+    }
+    REQUIRE(!kinds.empty());
+    for (const Knob& k : knob_table()) {
+      for (const std::string& value : knob_samples(k.name))
+        for (const Strategy& kind_base : kinds) {
+          Strategy s = kind_base;
+          if (std::string(k.name) == "lora_targets") continue;  // below, with an adapter method
+          REQUIRE(k.set(s, value, cluster));
+          if (s.method != Method::Full) {
+            s.lora.rank = 8;
+            s.lora.target_modules = {"q_proj", "v_proj"};
+          }
+          // A knob that does not apply to the plan is not part of it (the search normalises it away).
+          if (!k.applies(s) || !inexpressible(spec, s, cluster).empty()) continue;
+          CAPTURE(t.target);
+          CAPTURE(t.version);
+          CAPTURE(k.name);
+          CAPTURE(value);
+          const PlanFile plan = plan_for(model, setup->hw, cluster, s, spec.runtime);
+          const std::string dir = tmp_dir("knob");
+          write_export(export_plan(plan, spec, kRoot), spec, dir);
+          CHECK(full_text(import_export(dir, spec, plan.cluster)) == full_text(s));
+          fs::remove_all(dir);
+          ++round_trips;
+        }
+    }
+    // LoRA with each admitted module list, where the target has LoRA.
+    Strategy lora = base;
+    lora.method = Method::Lora;
+    lora.lora.rank = 32;
+    for (const std::string& mods : knob_samples("lora_targets")) {
+      find_knob("lora_targets")->set(lora, mods, cluster);
+      if (!inexpressible(spec, lora, cluster).empty()) continue;
+      CAPTURE(t.target);
+      CAPTURE(mods);
+      const std::string dir = tmp_dir("lora");
+      write_export(export_plan(plan_for(model, setup->hw, cluster, lora, spec.runtime), spec, kRoot), spec, dir);
+      CHECK(full_text(import_export(dir, spec, ClusterShape{"a100-80gb", "cuda", 2, 8, "", ""})) == full_text(lora));
+      fs::remove_all(dir);
+      ++round_trips;
+    }
+  }
+  CHECK(round_trips >= 100);
 }
 
 TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed JSON, torchtune LoRA)") {
