@@ -18,5 +18,8 @@ int run_list_models(const std::vector<std::string>& argv);
 int run_list_hardware(const std::vector<std::string>& argv);
 int run_compare(const std::vector<std::string>& argv);
 int run_validate(const std::vector<std::string>& argv);
+int run_export(const std::vector<std::string>& argv);
+// The targets' knob tables in Markdown (planner/export/target_table.hpp), as the README shows them.
+int run_list_targets(const std::vector<std::string>& argv);
 
 }  // namespace fsdp

@@ -16,9 +16,11 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "compare") return fsdp::run_compare({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "validate") return fsdp::run_validate({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "show") return fsdp::run_show({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "export") return fsdp::run_export({args.begin() + 1, args.end()});
     for (const auto& a : args) {
       if (a == "--list-models") return fsdp::run_list_models(args);
       if (a == "--list-hardware") return fsdp::run_list_hardware(args);
+      if (a == "--list-targets") return fsdp::run_list_targets(args);
     }
     return fsdp::run_plan(args);
   } catch (const fsdp::InputError& e) {

@@ -3,12 +3,16 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
 #include "cli/strategy_flags.hpp"
 #include "core/errors.hpp"
+#include "export/export_plan.hpp"
+#include "export/target_search.hpp"
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
 #include "report/html_report.hpp"
@@ -76,17 +80,22 @@ int run_plan(const std::vector<std::string>& argv) {
                                "--max-micro-batch"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   values.insert("--html");
+  values.insert("--target");
+  values.insert("--target-version");
   Args args(argv, values, {"--json", "--help", "--no-out"});
   if (args.has("--help")) {
-    std::cout << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
-                 "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
-                 "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
-                 "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
-                 "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
-                 "B ...]\n"
-                 "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
-                 "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
-                 "       fsdp-plan --list-models | --list-hardware\n";
+    std::cout
+        << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
+           "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
+           "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
+           "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
+           "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
+           "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
+           "B ...]\n"
+           "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
+           "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
+           "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
+           "       fsdp-plan --list-models | --list-hardware\n";
     return 0;
   }
   if (!args.positional().empty()) throw InputError("unexpected argument '" + args.positional()[0] + "'");
@@ -96,7 +105,17 @@ int run_plan(const std::vector<std::string>& argv) {
   ModelSpec model = load_model(*model_name, root);
   apply_image_tokens_flag(args, model);
   HardwareProfile hw = load_hardware(args.get_or("--hw", kDefaultHardware), root);
-  RuntimeProfile rt = load_runtime(args.get_or("--runtime", kDefaultRuntime), root);
+  // --target: the framework the plan is launched with; its runtime profile predicts it (configs/targets).
+  std::optional<TargetSpec> target;
+  if (auto t = args.get("--target")) {
+    target = load_target_spec(root, *t, args.get_or("--target-version", ""));
+    if (args.has("--runtime") && args.get_or("--runtime", "") != target->runtime)
+      throw InputError("--runtime: " + target->target + " " + target->version + " is predicted with runtime " +
+                       target->runtime + " (" + target->spec_path + "); drop --runtime or --target");
+  } else if (args.has("--target-version")) {
+    throw InputError("--target-version: needs --target");
+  }
+  RuntimeProfile rt = load_runtime(target ? target->runtime : args.get_or("--runtime", kDefaultRuntime), root);
   validate_profiles(hw, rt);
   Strategy base;
   base.seq_len = kDefaultSeq;
@@ -110,6 +129,7 @@ int run_plan(const std::vector<std::string>& argv) {
   req.runtime = &rt;
   req.base = base;
   req.pins = pins_from(args, base);
+  std::vector<std::string> target_notes;
   if (base.grad_sync == GradSync::LastMicroBatch)
     std::cerr << "note: --grad-sync last-micro-batch applies to the fsdp, fsdp-grad-op and hsdp plans without "
                  "offload; the others reduce as they do without it\n";
@@ -182,6 +202,14 @@ int run_plan(const std::vector<std::string>& argv) {
                        std::to_string(cluster.world_size()));
   }
   check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
+  if (target) {
+    req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
+    target_model(*target, model.name);  // a model the target cannot name is refused before the search
+    target_notes = restrict_search(
+        *target, [&](const std::string& f) { return args.has(f); }, req);
+    std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
+    for (const auto& n : target_notes) std::cerr << "  " << n << "\n";
+  }
 
   SearchResult result;
   if (auto_nodes) {
@@ -217,12 +245,16 @@ int run_plan(const std::vector<std::string>& argv) {
     req.cluster = cluster;
     result = search_plans(req);
   }
+  if (target) explain_excluded_families(*target, result);
   PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens};
   if (args.has("--json")) {
     nlohmann::json j = plan_report_json(ctx, result);
     j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
     if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
+    if (target)
+      j["target"] = {{"name", target->target},     {"version", target->version}, {"writes_for", target->writes_for},
+                     {"runtime", target->runtime}, {"notes", target_notes},      {"filtered", result.filtered}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));
@@ -276,9 +308,21 @@ int run_plan(const std::vector<std::string>& argv) {
     plan.torchrun_command = "torchrun --nnodes " + std::to_string(cluster.nodes) + " --nproc-per-node " +
                             std::to_string(cluster.gpus_per_node) + " --no-python fsdp-run " + shell_quote(out);
     write_plan_file(plan, out);
-    if (!args.has("--json"))
+    if (!args.has("--json") && !target)
       std::cout << "\nwrote " << out << "\n  run on one node:  " << plan.fsdp_run_command
                 << "\n  run on the cluster: " << plan.torchrun_command << "\n";
+    if (!args.has("--json") && target) std::cout << "\nwrote " << out << "\n";
+    if (target) {
+      // The target's files next to plan.yaml (the search kept only plans it expresses, so this never refuses).
+      const std::string dir = std::filesystem::path(out).parent_path().string();
+      const ExportResult ex = export_plan(plan, *target, root);
+      const auto written = write_export(ex, *target, dir.empty() ? "." : dir);
+      if (!args.has("--json")) {
+        std::cout << "wrote " << target->target << " " << target->version << ":";
+        for (const auto& w : written) std::cout << " " << w;
+        std::cout << "\n  launch: " << ex.launch_command << "\n";
+      }
+    }
   }
   return 0;
 }

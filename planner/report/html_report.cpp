@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/format.hpp"
+#include "report/identical_plans.hpp"
 #include "report/plan_report.hpp"
 #include "report/svg.hpp"
 
@@ -625,14 +626,17 @@ std::string plans_table(const std::vector<Candidate>& ranked, int top, const Str
                   th("ckpt") + th("offload") + th("dtypes") + th("mb \u00d7 acc", true) + th("peak GiB", true) +
                   th("free", true) + th("exposed", true) + th("step", true) + th("MFU", true) + th("tok/s/GPU", true) +
                   "</tr></thead><tbody>\n";
-  for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < top; ++i) {
-    const Strategy& s = ranked[i].strategy;
-    const Prediction& p = ranked[i].prediction;
+  const std::vector<PlanRow> rows = merge_identical(ranked, static_cast<size_t>(std::max(top, 0)));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Strategy& s = rows[i].plan->strategy;
+    const Prediction& p = rows[i].plan->prediction;
+    std::string names = rows[i].name_text();
+    if (s.kind == StrategyKind::Hsdp) names += ":" + std::to_string(s.hsdp_group);
     bool is_chosen = chosen && same_strategy(s, *chosen);
     double headroom = p.usable_bytes > 0 ? (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100 : 0;
     double exposed = p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100 : 0;
-    h += std::string(is_chosen ? "<tr class=\"chosen\">" : "<tr>") + td(std::to_string(i + 1), true) +
-         td(kind_name(s)) + td(shards_params(s.kind) ? to_string(s.wrap) : "-") +
+    h += std::string(is_chosen ? "<tr class=\"chosen\">" : "<tr>") + td(std::to_string(i + 1), true) + td(names) +
+         td(shards_params(s.kind) ? to_string(s.wrap) : "-") +
          td(shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-") + td(act_ckpt_name(s)) +
          td(to_string(s.offload)) + td(std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype)) +
          td(std::to_string(s.micro_batch) + " \u00d7 " + std::to_string(s.grad_accum), true) +
@@ -646,7 +650,9 @@ std::string plans_table(const std::vector<Candidate>& ranked, int top, const Str
 std::string families_table(const SearchResult& r) {
   std::string h = "<table id=\"families\"><thead><tr>" + th("family") + th("verdict") + th("best plan (or smallest)") +
                   th("peak GiB", true) + th("tok/s/GPU", true) + th("why it does not fit") + "</tr></thead><tbody>\n";
-  for (const auto& [name, v] : r.families) {
+  for (const FamilyRow& f : merge_families(r.families)) {
+    const std::string& name = f.name;
+    const FamilyVerdict& v = *f.verdict;
     std::string verdict = v.feasible ? "fits" : v.best ? "does not fit" : "not applicable";
     std::string cls = v.feasible ? "ok" : "bad";
     h += "<tr><td class=\"nw\">" + escape(name) + "</td><td class=\"nw " + cls + "\">" +
@@ -801,14 +807,19 @@ std::string render_html_report(const HtmlReportInput& in) {
   std::vector<MemoryBar> bars;
   if (in.search) {
     const SearchResult& r = *in.search;
-    for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < in.top_n; ++i)
-      bars.push_back(bar_of(r.ranked[i], "#" + std::to_string(i + 1) + "  " + short_strategy(r.ranked[i].strategy),
-                            "top plans", in.chosen));
-    for (const auto& [name, v] : r.families)
-      if (v.best)
-        bars.push_back(bar_of(*v.best,
-                              name + (v.feasible ? ": " : " \u2717 ") + short_strategy(v.best->strategy, false),
-                              "best of each strategy family (or its smallest, if none fits)", in.chosen));
+    const std::vector<PlanRow> rows = merge_identical(r.ranked, static_cast<size_t>(std::max(in.top_n, 0)));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string label = rows[i].names.size() > 1
+                                    ? rows[i].name_text() + " " + short_strategy(rows[i].plan->strategy, false)
+                                    : short_strategy(rows[i].plan->strategy);
+      bars.push_back(bar_of(*rows[i].plan, "#" + std::to_string(i + 1) + "  " + label, "top plans", in.chosen));
+    }
+    for (const FamilyRow& f : merge_families(r.families))
+      if (f.verdict->best)
+        bars.push_back(bar_of(
+            *f.verdict->best,
+            f.name + (f.verdict->feasible ? ": " : " \u2717 ") + short_strategy(f.verdict->best->strategy, false),
+            "best of each strategy family (or its smallest, if none fits)", in.chosen));
   } else if (p && in.chosen) {
     MemoryBar b;
     b.label = "re-simulated: " + short_strategy(*in.chosen);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/format.hpp"
+#include "report/identical_plans.hpp"
 
 namespace fsdp {
 
@@ -90,7 +91,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     << " GiB per GPU" << reset << "\n\n";
   if (r.ranked.empty()) {
     o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
-    for (const auto& [name, v] : r.families) o << "  " << family_line(name, v) << "\n";
+    for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
     o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq, or --offload params.\n";
     return o.str();
   }
@@ -100,11 +101,12 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
                 "strategy", "wrap", "reshard", "ckpt", "offload", "dtypes", "mb x acc", "peak GiB", "headroom",
                 "exposed", "step s", "MFU", "tok/s/GPU");
   o << line;
-  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < ctx.top_n; ++i) {
-    const Candidate& c = r.ranked[i];
+  const std::vector<PlanRow> rows = merge_identical(r.ranked, static_cast<size_t>(ctx.top_n));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Candidate& c = *rows[i].plan;
     const Strategy& s = c.strategy;
     const Prediction& p = c.prediction;
-    std::string kind = to_string(s.kind);
+    std::string kind = rows[i].name_text();
     if (s.kind == StrategyKind::Hsdp) kind += ":" + std::to_string(s.hsdp_group);
     std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
@@ -120,13 +122,13 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   }
   o << dim
     << "  (peak = device total incl. fragmentation, NCCL and context; exposed = communication not hidden"
-       " behind compute, share of the step)"
+       " behind compute, share of the step; a = b: the runtime runs both names identically)"
     << reset << "\n\n";
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
   o << bold << "why the others lose (best of each strategy family)" << reset << "\n";
-  for (const auto& [name, v] : r.families) o << "  " << family_line(name, v) << "\n";
+  for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
   return o.str();
 }
 
@@ -139,16 +141,25 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     j["chosen"] = nullptr;
   }
   nlohmann::json cands = nlohmann::json::array();
-  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < ctx.top_n; ++i)
-    cands.push_back(candidate_json(ctx, r.ranked[i]));
+  // One entry per plan the runtime runs identically under several names: `strategy_names` lists them.
+  for (const PlanRow& row : merge_identical(r.ranked, static_cast<size_t>(ctx.top_n))) {
+    nlohmann::json c = candidate_json(ctx, *row.plan);
+    c["strategy_names"] = row.names;
+    cands.push_back(c);
+  }
   j["candidates"] = cands;
   nlohmann::json fam = nlohmann::json::object();
-  for (const auto& [name, v] : r.families) {
+  for (const FamilyRow& f : merge_families(r.families)) {
+    const FamilyVerdict& v = *f.verdict;
+    const std::string& name = f.names.front();
     if (v.feasible && v.best) {
       fam[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
     } else {
-      fam[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
+      fam[name] = {{"feasible", false}, {"reason", family_line(f.name, v)}, {"needed_bytes", v.needed_bytes}};
     }
+    fam[name]["strategy_names"] = f.names;
+    // The other names point at it rather than repeating its numbers.
+    for (size_t k = 1; k < f.names.size(); ++k) fam[f.names[k]] = {{"feasible", v.feasible}, {"same_as", name}};
   }
   j["families"] = fam;
   j["search"] = {{"evaluated", r.evaluated},

@@ -223,6 +223,10 @@ SearchResult search_plans(const SearchRequest& req) {
                   // The user's grad_sync last-micro-batch holds for the candidates it applies to (plan_command
                   // says so); the others reduce as they always do.
                   if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
+                  if (req.accept && !req.accept(s)) {
+                    ++res.filtered;
+                    continue;
+                  }
                   if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
                       per_step_tokens > req.global_batch_tokens * 1.5) {
                     ++res.pruned;  // overshoots the global batch: not the batch the user asked for

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -47,6 +48,10 @@ struct SearchRequest {
   Objective objective = Objective::Throughput;
   double train_tokens = 0;  // for Objective::Cost
   int64_t max_micro_batch = 64;
+  // Candidates this returns false for are skipped before they are simulated (counted in `filtered`): how a caller
+  // restricts the search to what a framework can run (planner/export/target_search.hpp) without the search knowing
+  // about frameworks.
+  std::function<bool(const Strategy&)> accept;
 };
 
 struct Candidate {
@@ -71,6 +76,7 @@ struct SearchResult {
   int64_t evaluated = 0;
   int64_t feasible = 0;
   int64_t pruned = 0;
+  int64_t filtered = 0;  // rejected by SearchRequest::accept
   double seconds = 0;
   double budget_bytes = 0;
 };

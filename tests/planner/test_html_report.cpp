@@ -14,6 +14,7 @@
 #include "cli_runner.hpp"
 #include "model/model_loader.hpp"
 #include "report/html_report.hpp"
+#include "report/identical_plans.hpp"
 #include "report/plan_report.hpp"
 #include "report/svg.hpp"
 #include "report/trace_writer.hpp"
@@ -361,9 +362,11 @@ TEST_CASE("page: self-contained, balanced, every section present, numbers as in 
   CHECK(sum == doctest::Approx(p.memory.device_total).epsilon(1e-9));
   // Memory chart: top plans then one bar per family with a best (or smallest) candidate.
   std::string mem = element(page, "svg", "memory-chart");
+  // Plans and families the runtime runs identically under two names are one bar (report/identical_plans.hpp).
   size_t families_with_best = 0;
-  for (const auto& [name, v] : f.result.families) families_with_best += v.best ? 1 : 0;
-  size_t top = std::min<size_t>(5, f.result.ranked.size());
+  const auto family_rows = merge_families(f.result.families);
+  for (const FamilyRow& row : family_rows) families_with_best += row.verdict->best ? 1 : 0;
+  size_t top = merge_identical(f.result.ranked, 5).size();
   CHECK(count(mem, "<g class=\"bar") == top + families_with_best);
   CHECK(count(mem, "<g class=\"bar chosen\"") >= 1);
   char total[32];
@@ -371,9 +374,10 @@ TEST_CASE("page: self-contained, balanced, every section present, numbers as in 
   CHECK(mem.find(total) != std::string::npos);
   // Verdicts: one row per family, with the reason for those that do not fit.
   std::string verdicts = element(page, "table", "families");
-  CHECK(count(verdicts, "<tr>") == f.result.families.size() + 1);
-  for (const auto& [name, v] : f.result.families)
-    if (!v.feasible) CHECK(verdicts.find(svg::escape(family_line(name, v))) != std::string::npos);
+  CHECK(count(verdicts, "<tr>") == family_rows.size() + 1);
+  for (const FamilyRow& row : family_rows)
+    if (!row.verdict->feasible)
+      CHECK(verdicts.find(svg::escape(family_line(row.name, *row.verdict))) != std::string::npos);
   // Top plans: the first row is the chosen one.
   std::string plans = element(page, "table", "top-plans");
   CHECK(count(plans, "<tr class=\"chosen\">") >= 1);

@@ -1,0 +1,111 @@
+// ms-swift (modelscope/ms-swift): `swift sft` over torchrun with DeepSpeed's ZeRO configs it ships (zero1, zero2,
+// zero3 and their _offload variants). Its command line is its config: swift_sft.sh, typed by the key table. v3
+// names the method --train_type, v4 --tuner_type.
+#include "export/export_plan.hpp"
+#include "export/hf_script_args.hpp"
+#include "export/target.hpp"
+
+namespace fsdp {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kScript = "swift_sft.sh";
+
+std::string method_key(const TargetSpec& spec) {
+  return spec.file(kScript).keys.count("tuner_type") ? "tuner_type" : "train_type";
+}
+
+// ms-swift's ds_config names (swift/llm/ds_config, swift/config).
+std::string ds_config(const Strategy& s) {
+  const std::string stage = s.kind == StrategyKind::Zero1 ? "zero1" : s.kind == StrategyKind::Zero2 ? "zero2" : "zero3";
+  return s.offload == Offload::None ? stage : stage + "_offload";
+}
+
+class SwiftTarget final : public Target {
+ public:
+  std::string name() const override { return "swift"; }
+
+  ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
+    const Strategy& s = plan.strategy;
+    const auto model = target_model(spec, plan.model_name);
+    ExportResult r;
+    WrittenFile f{kScript, {}, {}, "", true};
+    f.header = {"#!/bin/sh", "# Written by fsdp-plan for " + spec.writes_for + ".",
+                "# NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT and NPROC_PER_NODE come from launch.sh.", "set -eu",
+                "swift sft \\"};
+    FlatDoc& d = f.keys;
+    d.emplace_back("model", model.at("hf_id"));
+    d.emplace_back(method_key(spec), s.method == Method::Lora ? "lora" : "full");
+    if (s.method == Method::Lora) {
+      d.emplace_back("lora_rank", s.lora.rank);
+      d.emplace_back("lora_alpha", 2 * s.lora.rank);
+      d.emplace_back("target_modules", s.lora.target_modules);
+    }
+    d.emplace_back("torch_dtype", s.param_dtype == DType::Bf16 ? "bfloat16" : "float32");
+    d.emplace_back("attn_impl", s.attention == AttentionImpl::Flash   ? "flash_attn"
+                                : s.attention == AttentionImpl::Eager ? "eager"
+                                                                      : "sdpa");
+    d.emplace_back("max_length", s.seq_len);
+    d.emplace_back("packing", true);
+    d.emplace_back("per_device_train_batch_size", s.micro_batch);
+    d.emplace_back("gradient_accumulation_steps", s.grad_accum);
+    d.emplace_back("gradient_checkpointing", s.act_ckpt == ActCkpt::Full);
+    d.emplace_back("deepspeed", ds_config(s));
+    d.emplace_back("optim", "adamw_torch");
+    d.emplace_back("learning_rate", plan.training.lr);
+    d.emplace_back("weight_decay", plan.training.weight_decay);
+    d.emplace_back("max_grad_norm", plan.training.grad_clip);
+    d.emplace_back("dataset", std::vector<std::string>{"${DATASET}"});
+    r.files.push_back(f);
+    r.notes.push_back(
+        "Set DATASET to your data set (a ModelScope / Hugging Face id or a path); --packing fills every "
+        "sequence to max_length tokens, the plan's sequence.");
+    r.notes.push_back("Run on every node with NODE_RANK set (0 on the node at MASTER_ADDR).");
+    r.launch_command =
+        "DATASET=\"${DATASET:?set DATASET to your data set}\" NNODES=" + std::to_string(plan.cluster.nodes) +
+        " NODE_RANK=\"${NODE_RANK:-0}\" MASTER_ADDR=\"${MASTER_ADDR:-localhost}\" "
+        "MASTER_PORT=\"${MASTER_PORT:-29500}\" NPROC_PER_NODE=" +
+        std::to_string(plan.cluster.gpus_per_node) + " sh swift_sft.sh";
+    return r;
+  }
+
+  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+    const auto files = read_export(dir, spec);
+    const FlatDoc& d = files.at(kScript);
+    auto get = [&](const std::string& k) -> const json& { return doc_get(d, k, kScript); };
+    Strategy s;
+    const std::string ds = get("deepspeed").get<std::string>();
+    const std::string stage = ds.substr(0, 5);
+    s.kind = stage == "zero1" ? StrategyKind::Zero1 : stage == "zero2" ? StrategyKind::Zero2 : StrategyKind::Zero3;
+    const bool offload = ds.size() > 5;
+    s.offload = !offload ? Offload::None : s.kind == StrategyKind::Zero3 ? Offload::Params : Offload::Optimizer;
+    s.method = get(method_key(spec)).get<std::string>() == "lora" ? Method::Lora : Method::Full;
+    if (s.method == Method::Lora) {
+      s.lora.rank = get("lora_rank").get<int64_t>();
+      s.lora.target_modules = get("target_modules").get<std::vector<std::string>>();
+    }
+    const bool bf16 = get("torch_dtype").get<std::string>() == "bfloat16";
+    s.param_dtype = s.reduce_dtype = bf16 ? DType::Bf16 : DType::Fp32;
+    const std::string attn = get("attn_impl").get<std::string>();
+    s.attention = attn == "flash_attn" ? AttentionImpl::Flash
+                  : attn == "eager"    ? AttentionImpl::Eager
+                                       : AttentionImpl::Sdpa;
+    s.seq_len = get("max_length").get<int64_t>();
+    s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
+    s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();
+    s.act_ckpt = get("gradient_checkpointing").get<bool>() ? ActCkpt::Full : ActCkpt::None;
+    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
+    return s;
+  }
+};
+
+}  // namespace
+
+const Target& swift_target() {
+  static const SwiftTarget t;
+  return t;
+}
+
+}  // namespace fsdp

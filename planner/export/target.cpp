@@ -1,0 +1,68 @@
+#include "export/target.hpp"
+
+#include "core/errors.hpp"
+#include "export/knob_table.hpp"
+
+namespace fsdp {
+
+// One per target file.
+const Target& fsdp_run_target();
+const Target& torchtitan_target();
+const Target& deepspeed_target();
+const Target& accelerate_target();
+const Target& swift_target();
+const Target& torchtune_target();
+
+const Target& target_by_name(const std::string& name) {
+  const Target* all[] = {&fsdp_run_target(),   &torchtitan_target(), &deepspeed_target(),
+                         &accelerate_target(), &swift_target(),      &torchtune_target()};
+  std::string known;
+  for (const Target* t : all) {
+    if (t->name() == name) return *t;
+    known += (known.empty() ? "" : ", ") + t->name();
+  }
+  throw InputError("unknown target '" + name + "' (known: " + known + ")");
+}
+
+std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name) {
+  if (const auto* m = spec.model(model_name)) return *m;
+  // A target without a models table (fsdp-run) carries the model itself: plan.yaml embeds its description.
+  if (spec.models.empty() && !spec.models_accept_path) return {{"name", model_name}};
+  // A model read from a directory or config.json: the Hugging Face loaders take the directory itself.
+  const bool is_path = model_name.find('/') != std::string::npos;
+  if (is_path && spec.models_accept_path) {
+    std::string dir = model_name;
+    const std::string cfg = "/config.json";
+    if (dir.size() > cfg.size() && dir.compare(dir.size() - cfg.size(), cfg.size(), cfg) == 0)
+      dir.resize(dir.size() - cfg.size());
+    return {{"hf_id", dir}};
+  }
+  std::string known;
+  for (const auto& [k, _] : spec.models) known += (known.empty() ? "" : ", ") + k;
+  throw InputError(spec.spec_path + ": models: " + spec.target + " " + spec.version + " has no name for model '" +
+                   model_name + "' (it names: " + known +
+                   (spec.models_accept_path ? "; or give the model as a Hugging Face model directory)" : ")"));
+}
+
+void apply_fixed_knobs(const TargetSpec& spec, Strategy& s, const Cluster& c) {
+  for (const Knob& k : knob_table()) {
+    const KnobRule* r = spec.rule(k.name, s.kind);
+    if (!r || r->values.size() != 1 || !k.applies(s)) continue;
+    const std::string& v = r->values.front();
+    if (v == "any" || v == "every:N" || v == "size:N") continue;
+    if (!rule_admits(*r, k.value(s, c))) k.set(s, v, c);
+  }
+}
+
+std::string hf_model_dir(const std::string& hf_id) {
+  if (!hf_id.empty() && hf_id.front() == '/') return hf_id;  // already a local directory
+  const auto slash = hf_id.rfind('/');
+  return "/tmp/" + (slash == std::string::npos ? hf_id : hf_id.substr(slash + 1));
+}
+
+std::string shell_header(const TargetSpec& spec) {
+  return "#!/bin/sh\n# Written by fsdp-plan for " + spec.writes_for + "; keys read from " + spec.source.repository +
+         "@" + spec.source.commit.substr(0, 12) + ".\nset -eu\n";
+}
+
+}  // namespace fsdp

@@ -1,0 +1,183 @@
+// torchtitan (pytorch/torchtitan): FSDP2 / HSDP / DDP over a device mesh, configured by a TOML job config up to
+// v0.2.2 and by a Python function returning Trainer.Config after (configs/targets/torchtitan/*.yaml cite both).
+#include "core/errors.hpp"
+#include "export/export_plan.hpp"
+#include "export/target.hpp"
+#include "report/prediction_view.hpp"
+
+namespace fsdp {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kTomlFile = "job.toml";
+constexpr const char* kPythonFile = "fsdp_plan_config.py";
+
+bool is_python(const TargetSpec& spec) { return spec.files.front().format == "python"; }
+
+const char* torch_dtype(DType d) { return d == DType::Bf16 ? "bfloat16" : "float32"; }
+
+DType dtype_of(const json& v) { return v.get<std::string>() == "bfloat16" ? DType::Bf16 : DType::Fp32; }
+
+// The data-parallel mesh: dp_replicate x dp_shard (torchtitan/distributed/parallel_dims.py).
+std::pair<int64_t, int64_t> mesh(const Strategy& s, int64_t world) {
+  switch (s.kind) {
+    case StrategyKind::Ddp:
+      return {world, 1};
+    case StrategyKind::Hsdp:
+      return {world / s.hsdp_group, s.hsdp_group};
+    default:
+      return {1, world};
+  }
+}
+
+// The keys both schemas share (the v0.2.2 Training / Parallelism dataclasses moved into configs.py unchanged).
+void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
+  const auto [replicate, shard] = mesh(s, world);
+  d.emplace_back("training.enable_cpu_offload", s.offload == Offload::Params);
+  d.emplace_back("training.dtype", torch_dtype(s.master_dtype));
+  d.emplace_back("training.mixed_precision_param", torch_dtype(s.param_dtype));
+  d.emplace_back("training.mixed_precision_reduce", torch_dtype(s.reduce_dtype));
+  d.emplace_back("parallelism.data_parallel_replicate_degree", replicate);
+  d.emplace_back("parallelism.data_parallel_shard_degree", shard);
+  d.emplace_back("parallelism.fsdp_reshard_after_forward", s.reshard_after_forward ? "always" : "never");
+  d.emplace_back("parallelism.tensor_parallel_degree", 1);
+  d.emplace_back("parallelism.pipeline_parallel_degree", 1);
+}
+
+class TorchtitanTarget final : public Target {
+ public:
+  std::string name() const override { return "torchtitan"; }
+
+  ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
+    const Strategy& s = plan.strategy;
+    const auto model = target_model(spec, plan.model_name);
+    const int64_t world = plan.cluster.world_size();
+    const int64_t tokens_per_micro = s.micro_batch * s.seq_len;
+    ExportResult r;
+    WrittenFile f;
+    std::string config_arg;
+    if (!is_python(spec)) {
+      f.name = kTomlFile;
+      f.header = {"Written by fsdp-plan for " + spec.writes_for + ".", "Plan: " + one_line_strategy(plan.strategy)};
+      FlatDoc& d = f.keys;
+      d.emplace_back("job.description", "fsdp-plan: " + plan.model_name);
+      d.emplace_back("model.name", model.at("name"));
+      d.emplace_back("model.flavor", model.at("flavor"));
+      d.emplace_back("model.hf_assets_path", "./assets/hf/" + hf_model_dir(model.at("hf_id")).substr(5));
+      d.emplace_back("optimizer.name", "AdamW");
+      d.emplace_back("optimizer.lr", plan.training.lr);
+      d.emplace_back("optimizer.eps", plan.training.eps);
+      d.emplace_back("optimizer.weight_decay", plan.training.weight_decay);
+      d.emplace_back("training.local_batch_size", s.micro_batch);
+      d.emplace_back("training.global_batch_size", s.micro_batch * world * s.grad_accum);
+      d.emplace_back("training.seq_len", s.seq_len);
+      d.emplace_back("training.max_norm", plan.training.grad_clip);
+      common_keys(d, s, world);
+      if (s.act_ckpt == ActCkpt::None) {
+        d.emplace_back("activation_checkpoint.mode", "none");
+      } else if (s.act_ckpt == ActCkpt::Full && s.ckpt_every == 1) {
+        d.emplace_back("activation_checkpoint.mode", "full");
+      } else {
+        d.emplace_back("activation_checkpoint.mode", "selective");
+        d.emplace_back("activation_checkpoint.selective_ac_option",
+                       s.act_ckpt == ActCkpt::SelectiveOp ? std::string("op") : std::to_string(s.ckpt_every));
+      }
+      config_arg = std::string("--job.config_file ") + kTomlFile;
+    } else {
+      f.name = kPythonFile;
+      f.header = {"# Written by fsdp-plan for " + spec.writes_for + ".",
+                  "# Plan: " + one_line_strategy(plan.strategy),
+                  "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+                  "from torchtitan.models." + model.at("name") + " import model_registry",
+                  "from torchtitan.models." + model.at("name") + ".config_registry import " + model.at("config_fn"),
+                  "from torchtitan.trainer import Trainer",
+                  "",
+                  "",
+                  "def fsdp_plan() -> Trainer.Config:"};
+      FlatDoc& d = f.keys;
+      d.emplace_back("config", model.at("config_fn") + "()");
+      d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"sdpa\")");
+      d.emplace_back("training.num_tokens_per_microbatch_per_dp_rank", tokens_per_micro);
+      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * world * s.grad_accum);
+      d.emplace_back("training.max_context_length", s.seq_len);
+      d.emplace_back("training.max_norm", plan.training.grad_clip);
+      common_keys(d, s, world);
+      d.emplace_back("activation_checkpoint", s.act_ckpt == ActCkpt::None   ? "None"
+                                              : s.act_ckpt == ActCkpt::Full ? "FullAC.Config()"
+                                                                            : "SelectiveAC.Config()");
+      config_arg = "--module fsdp_plan_config --config fsdp_plan";
+    }
+    r.files.push_back(f);
+    r.notes.push_back("Run from this directory in a torchtitan checkout of " + spec.source.commit.substr(0, 12) +
+                      " (PYTHONPATH=. for the Python config); the tokenizer comes from python "
+                      "scripts/download_hf_assets.py --repo_id " +
+                      model.at("hf_id") + " --assets tokenizer.");
+    r.launch_command = "PYTORCH_ALLOC_CONF=expandable_segments:True PYTHONPATH=.:${PYTHONPATH:-} torchrun --nnodes " +
+                       std::to_string(plan.cluster.nodes) + " --nproc_per_node " +
+                       std::to_string(plan.cluster.gpus_per_node) +
+                       " --node_rank \"${NODE_RANK:-0}\" --rdzv_backend c10d --rdzv_endpoint "
+                       "\"${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}\" -m torchtitan.train " +
+                       config_arg;
+    return r;
+  }
+
+  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+    const auto files = read_export(dir, spec);
+    const std::string name = is_python(spec) ? kPythonFile : kTomlFile;
+    const FlatDoc& d = files.at(name);
+    auto get = [&](const std::string& k) -> const json& { return doc_get(d, k, name); };
+    Strategy s;
+    const int64_t replicate = get("parallelism.data_parallel_replicate_degree").get<int64_t>();
+    const int64_t shard = get("parallelism.data_parallel_shard_degree").get<int64_t>();
+    if (replicate * shard != cluster.world_size())
+      throw InputError(name + ": data_parallel_replicate_degree x data_parallel_shard_degree = " +
+                       std::to_string(replicate * shard) + ", not the world size " +
+                       std::to_string(cluster.world_size()));
+    s.kind = shard > 1 && replicate > 1 ? StrategyKind::Hsdp : shard > 1 ? StrategyKind::Fsdp : StrategyKind::Ddp;
+    if (replicate == 1 && shard == 1) s.kind = StrategyKind::Fsdp;
+    s.hsdp_group = s.kind == StrategyKind::Hsdp ? shard : 0;
+    s.reshard_after_forward = get("parallelism.fsdp_reshard_after_forward").get<std::string>() != "never";
+    s.offload = get("training.enable_cpu_offload").get<bool>() ? Offload::Params : Offload::None;
+    s.master_dtype = dtype_of(get("training.dtype"));
+    s.param_dtype = dtype_of(get("training.mixed_precision_param"));
+    s.reduce_dtype = dtype_of(get("training.mixed_precision_reduce"));
+    const int64_t world = cluster.world_size();
+    if (!is_python(spec)) {
+      s.micro_batch = get("training.local_batch_size").get<int64_t>();
+      s.seq_len = get("training.seq_len").get<int64_t>();
+      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * world);
+      const std::string mode = get("activation_checkpoint.mode").get<std::string>();
+      if (mode == "selective") {
+        const std::string opt = get("activation_checkpoint.selective_ac_option").get<std::string>();
+        if (opt == "op") {
+          s.act_ckpt = ActCkpt::SelectiveOp;
+        } else {
+          s.act_ckpt = ActCkpt::Full;
+          s.ckpt_every = std::stoll(opt);
+        }
+      } else {
+        s.act_ckpt = mode == "full" ? ActCkpt::Full : ActCkpt::None;
+      }
+    } else {
+      s.seq_len = get("training.max_context_length").get<int64_t>();
+      const int64_t per_micro = get("training.num_tokens_per_microbatch_per_dp_rank").get<int64_t>();
+      s.micro_batch = per_micro / s.seq_len;
+      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * world);
+      const std::string ac = get("activation_checkpoint").get<std::string>();
+      s.act_ckpt = ac == "None" ? ActCkpt::None : ac == "FullAC.Config()" ? ActCkpt::Full : ActCkpt::SelectiveOp;
+    }
+    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
+    return s;
+  }
+};
+
+}  // namespace
+
+const Target& torchtitan_target() {
+  static const TorchtitanTarget t;
+  return t;
+}
+
+}  // namespace fsdp

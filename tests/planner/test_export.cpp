@@ -1,0 +1,489 @@
+// Targets (planner/export/): every target and version loads strictly and cites its sources; the best plan of every
+// strategy family a target can run, for several models and clusters, exports only keys of the target's key table and
+// reads back into the same strategy; every knob a target cannot express is refused with its reason and the nearest
+// plan; the CLI's --target and export.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "cli_runner.hpp"
+#include "core/errors.hpp"
+#include "export/export_plan.hpp"
+#include "export/knob_table.hpp"
+#include "export/target_search.hpp"
+#include "export/target_table.hpp"
+#include "report/prediction_view.hpp"
+#include "search_fixtures.hpp"
+
+namespace fs = std::filesystem;
+using namespace fsdp;
+
+namespace {
+
+const std::string kRoot = FSDP_SOURCE_ROOT;
+
+struct TargetRef {
+  std::string target, version;
+};
+
+std::vector<TargetRef> all_targets() {
+  std::vector<TargetRef> out;
+  for (const auto& t : target_names(kRoot))
+    for (const auto& v : target_versions(kRoot, t)) out.push_back({t, v});
+  return out;
+}
+
+std::string tmp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("fsdp_export_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// Every field of the strategy (the LoRA modules as a set: a target may list them in its own order).
+std::string full_text(const Strategy& s) {
+  std::vector<std::string> mods = s.lora.target_modules;
+  std::sort(mods.begin(), mods.end());
+  std::string m;
+  for (const auto& x : mods) m += x + ",";
+  return one_line_strategy(s) + " group=" + std::to_string(s.hsdp_group) +
+         " reshard=" + std::to_string(s.reshard_after_forward) + " ckpt=" + act_ckpt_name(s) +
+         " master=" + to_string(s.master_dtype) + " mb=" + std::to_string(s.micro_batch) +
+         " acc=" + std::to_string(s.grad_accum) + " seq=" + std::to_string(s.seq_len) +
+         " opt=" + to_string(s.optimizer) + " method=" + to_string(s.method) + " r=" + std::to_string(s.lora.rank) +
+         " mods=" + m + " attn=" + to_string(s.attention) + " fp=" + std::to_string(s.forward_prefetch) +
+         " bp=" + std::to_string(s.backward_prefetch) + " bucket=" + std::to_string(s.ddp_bucket_mb) +
+         " sync=" + to_string(s.grad_sync);
+}
+
+PlanFile plan_for(const ModelSpec& m, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
+                  const std::string& runtime) {
+  PlanFile p;
+  p.model_name = m.name;
+  p.model = m;
+  p.cluster.hardware = hw.name;
+  p.cluster.device = hw.device_kind;
+  p.cluster.nodes = c.nodes;
+  p.cluster.gpus_per_node = c.gpus_per_node;
+  p.runtime = runtime;
+  p.strategy = s;
+  return p;
+}
+
+struct Case {
+  std::string model;
+  std::string hw;
+  int64_t nodes;
+  bool lora;
+};
+
+}  // namespace
+
+TEST_CASE("targets: every target and version loads strictly, cites commits and names a runtime that loads") {
+  const auto targets = all_targets();
+  std::set<std::string> names;
+  for (const auto& t : targets) names.insert(t.target + " " + t.version);
+  // The releases M14 asks for, each a file.
+  for (const char* want : {"torchtitan v0.2.2", "torchtitan python-b5bcd76", "deepspeed v0.19", "accelerate v1.14",
+                           "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v2"})
+    CHECK_MESSAGE(names.count(want), want);
+  for (const auto& t : target_names(kRoot)) {
+    CAPTURE(t);
+    CHECK(target_by_name(t).name() == t);
+    int defaults = 0;
+    for (const auto& v : target_versions(kRoot, t)) defaults += load_target_spec(kRoot, t, v).is_default ? 1 : 0;
+    CHECK(defaults == 1);
+    CHECK(load_target_spec(kRoot, t, "").is_default);
+  }
+  for (const auto& t : targets) {
+    CAPTURE(t.target);
+    CAPTURE(t.version);
+    const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
+    CHECK_NOTHROW(load_runtime(spec.runtime, kRoot));
+    CHECK(spec.source.commit.size() == 40);
+    CHECK(!spec.runtime_why.empty());
+    for (const KnobRule& r : spec.capabilities) {
+      CHECK(find_knob(r.knob) != nullptr);
+      CHECK(!r.why.empty());
+      CHECK(r.source.commit.size() == 40);
+      CHECK(!r.source.path.empty());
+    }
+    for (const FileTable& f : spec.files)
+      for (const auto& [key, rule] : f.keys) {
+        CAPTURE(key);
+        CHECK(rule.source.commit.size() == 40);
+        CHECK(rule.source.repository.find('/') != std::string::npos);
+      }
+  }
+}
+
+TEST_CASE("targets: the README's knob tables are the data's (fsdp-plan --list-targets)") {
+  const std::string readme = test::slurp(kRoot + "/README.md");
+  const std::string begin = "<!-- targets:begin -->\n", end = "\n<!-- targets:end -->";
+  const auto b = readme.find(begin), e = readme.find(end);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  std::string generated = targets_markdown(kRoot);
+  while (!generated.empty() && generated.back() == '\n') generated.pop_back();
+  CHECK(readme.substr(b + begin.size(), e - b - begin.size()) == generated);
+}
+
+TEST_CASE("targets: a key table or capability the program does not know is refused naming the file and key") {
+  const std::string root = tmp_dir("badroot");
+  for (const char* d : {"configs/models", "configs/runtimes", "configs/backends", "hwprofiles"}) {
+    fs::create_directories(fs::path(root) / d);
+    fs::remove(fs::path(root) / d);
+    fs::create_directory_symlink(fs::path(kRoot) / d, fs::path(root) / d);
+  }
+  fs::create_directories(fs::path(root) / "configs/targets/torchtitan");
+  std::ifstream in(fs::path(kRoot) / "configs/targets/torchtitan/v0.2.2.yaml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string good = ss.str();
+  auto write = [&](const std::string& text) {
+    std::ofstream(fs::path(root) / "configs/targets/torchtitan/v0.2.2.yaml") << text;
+  };
+  auto refused = [&](const std::string& mention) {
+    try {
+      load_target_spec(root, "torchtitan", "v0.2.2");
+      FAIL("loaded a broken target file");
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      CAPTURE(msg);
+      CHECK(msg.find("v0.2.2.yaml") != std::string::npos);
+      CHECK(msg.find(mention) != std::string::npos);
+    }
+  };
+  write(good + "colour: blue\n");
+  refused("colour");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string bad = good;
+    REQUIRE(bad.find(from) != std::string::npos);
+    bad.replace(bad.find(from), from.size(), to);
+    write(bad);
+  };
+  with("training.seq_len: {type: int, min: 1}", "training.seq_len: {type: int, min: 1, units: tokens}");
+  refused("units");
+  with("  wrap:\n", "  warp:\n");
+  refused("warp");
+  with("values: [none, params]", "values: [none, disk]");
+  refused("disk");
+  with("commit: 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce", "commit: v0.2.2");
+  refused("commit");
+  with("training.seq_len: {type: int", "training.seq_len: {type: integer");
+  refused("integer");
+  fs::remove_all(root);
+}
+
+TEST_CASE("export: every family's best plan per target, model and cluster writes key-table keys and reads back") {
+  const std::vector<Case> cases{
+      {"llama3-8b", "a100-80gb", 2, false}, {"llama3-70b", "h100-80gb", 8, false}, {"qwen2-7b", "a100-80gb", 1, true}};
+  int exported_total = 0;
+  for (const Case& cs : cases) {
+    for (const auto& t : all_targets()) {
+      CAPTURE(cs.model);
+      CAPTURE(t.target);
+      CAPTURE(t.version);
+      const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
+      auto setup = test::search_setup(cs.model, cs.hw, cs.nodes, spec.runtime);
+      const ModelSpec& model = setup->graph->spec();
+      std::set<std::string> given;
+      if (cs.lora) {
+        setup->req.base.method = Method::Lora;
+        setup->req.base.lora.rank = 16;
+        setup->req.base.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+        given = {"--method", "--lora-rank", "--lora-targets"};
+      }
+      const bool names_model = spec.models.empty() || spec.model(cs.model) != nullptr;
+      if (!names_model) {
+        CHECK_THROWS_WITH_AS(target_model(spec, cs.model), doctest::Contains(cs.model.c_str()), InputError);
+        continue;
+      }
+      const KnobRule* method = spec.rule("method", StrategyKind::Fsdp);
+      if (cs.lora && method && !rule_admits(*method, "lora")) {
+        // The user asked for LoRA: a target without it refuses, naming the flag and the knob.
+        CHECK_THROWS_WITH_AS(restrict_search(
+                                 spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req),
+                             doctest::Contains("--method"), InputError);
+        continue;
+      }
+      restrict_search(
+          spec, [&](const std::string& f) { return given.count(f) > 0; }, setup->req);
+      const SearchResult r = search_plans(setup->req);
+      REQUIRE(!r.ranked.empty());
+      for (const Candidate& c : r.ranked) REQUIRE(inexpressible(spec, c.strategy, setup->req.cluster).empty());
+      int exported = 0;
+      for (const auto& [family, verdict] : r.families) {
+        if (!verdict.feasible || !verdict.best) continue;
+        CAPTURE(family);
+        const PlanFile plan = plan_for(model, setup->hw, setup->req.cluster, verdict.best->strategy, spec.runtime);
+        const ExportResult ex = export_plan(plan, spec, kRoot);
+        // Every key of every written file is in the key table, of its type and value (export_plan checks; the
+        // files are rendered, parsed back with the table, and checked again).
+        for (const WrittenFile& f : ex.files)
+          if (f.raw_text.empty()) CHECK_NOTHROW(check_against_table(f.keys, spec.file(f.name), spec.spec_path));
+        const std::string dir = tmp_dir(t.target + "_" + family);
+        write_export(ex, spec, dir);
+        for (const FileTable& ft : spec.files) CHECK(fs::exists(fs::path(dir) / ft.name));
+        CHECK(fs::exists(fs::path(dir) / "launch.sh"));
+        const Strategy back = import_export(dir, spec, plan.cluster);
+        CHECK(full_text(back) == full_text(plan.strategy));
+        fs::remove_all(dir);
+        ++exported;
+      }
+      CHECK(exported > 0);
+      exported_total += exported;
+    }
+  }
+  MESSAGE("family best plans exported and read back: ", exported_total);
+  CHECK(exported_total >= 50);
+}
+
+TEST_CASE("export: every knob a target cannot express is refused with its reason and the nearest plan") {
+  auto setup = test::search_setup("llama3-8b", "a100-80gb", 2);
+  const ModelSpec& model = setup->graph->spec();
+  const Cluster cluster = setup->req.cluster;
+  int refusals = 0;
+  for (const auto& t : all_targets()) {
+    const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
+    for (const KnobRule& rule : spec.capabilities) {
+      CAPTURE(t.target);
+      CAPTURE(t.version);
+      CAPTURE(rule.knob);
+      const Knob* k = find_knob(rule.knob);
+      REQUIRE(k != nullptr);
+      for (const std::string& value : knob_samples(rule.knob)) {
+        if (rule_admits(rule, value)) continue;
+        // A plan where the knob applies (the rule's kind, sharding for wrap and prefetch, an adapter for LoRA).
+        Strategy s;
+        if (!rule.kinds.empty()) s.kind = rule.kinds.front();
+        if (s.kind == StrategyKind::Hsdp) s.hsdp_group = cluster.gpus_per_node;
+        if (rule.knob == "ddp_bucket_mb") s.kind = StrategyKind::Ddp;
+        if (rule.knob == "hsdp_group") s.kind = StrategyKind::Hsdp;
+        if (rule.knob == "lora_targets" || value == "lora" || value == "qlora") {
+          s.method = Method::Lora;
+          s.lora.rank = 8;
+          s.lora.target_modules = {"q_proj", "v_proj"};
+        }
+        REQUIRE(k->set(s, value, cluster));
+        if (!k->applies(s)) continue;
+        if (spec.rule(rule.knob, s.kind) != &rule) continue;  // a kind-specific rule decides for this kind
+        const PlanFile plan = plan_for(model, setup->hw, cluster, s, "fsdp-run");
+        CAPTURE(value);
+        try {
+          export_plan(plan, spec, kRoot);
+          FAIL("exported a plan with " << rule.knob << " " << value);
+        } catch (const InputError& e) {
+          const std::string msg = e.what();
+          CAPTURE(msg);
+          CHECK(msg.find(rule.knob + " " + value + ": " + rule.why) != std::string::npos);
+          CHECK(msg.find(rule.source.path) != std::string::npos);
+          CHECK(msg.find("the nearest plan " + spec.target + " runs: ") != std::string::npos);
+          CHECK(msg.find("tokens/s/GPU") != std::string::npos);
+        }
+        // The nearest plan is one the target expresses.
+        CHECK(inexpressible(spec, nearest_expressible(spec, s, cluster), cluster).empty());
+        ++refusals;
+      }
+    }
+  }
+  MESSAGE("refusals checked: ", refusals);
+  CHECK(refusals >= 200);
+}
+
+TEST_CASE("export: every value a target expresses round-trips, knob by knob (ddp, no-shard, hsdp, LoRA, ...)") {
+  // The searches above export only the plans that fit; this writes every expressible value of every knob, fitting
+  // or not, on llama3-8b over 2 x 8 GPUs, and reads it back.
+  auto setup = test::search_setup("llama3-8b", "a100-80gb", 2);
+  const ModelSpec& model = setup->graph->spec();
+  const Cluster cluster = setup->req.cluster;
+  int round_trips = 0;
+  for (const auto& t : all_targets()) {
+    const TargetSpec spec = load_target_spec(kRoot, t.target, t.version);
+    const Strategy base = nearest_expressible(spec, Strategy{}, cluster);
+    REQUIRE(inexpressible(spec, base, cluster).empty());
+    // Each knob value on each strategy kind the target runs (DDP's buckets and checkpointing, HSDP's groups, ...).
+    std::vector<Strategy> kinds;
+    for (const std::string& kind : knob_samples("strategy")) {
+      Strategy s = base;
+      find_knob("strategy")->set(s, kind, cluster);
+      if (inexpressible(spec, s, cluster).empty()) kinds.push_back(s);
+    }
+    REQUIRE(!kinds.empty());
+    for (const Knob& k : knob_table()) {
+      for (const std::string& value : knob_samples(k.name))
+        for (const Strategy& kind_base : kinds) {
+          Strategy s = kind_base;
+          if (std::string(k.name) == "lora_targets") continue;  // below, with an adapter method
+          REQUIRE(k.set(s, value, cluster));
+          if (s.method != Method::Full) {
+            s.lora.rank = 8;
+            s.lora.target_modules = {"q_proj", "v_proj"};
+          }
+          // A knob that does not apply to the plan is not part of it (the search normalises it away).
+          if (!k.applies(s) || !inexpressible(spec, s, cluster).empty()) continue;
+          CAPTURE(t.target);
+          CAPTURE(t.version);
+          CAPTURE(k.name);
+          CAPTURE(value);
+          const PlanFile plan = plan_for(model, setup->hw, cluster, s, spec.runtime);
+          const std::string dir = tmp_dir("knob");
+          write_export(export_plan(plan, spec, kRoot), spec, dir);
+          CHECK(full_text(import_export(dir, spec, plan.cluster)) == full_text(s));
+          fs::remove_all(dir);
+          ++round_trips;
+        }
+    }
+    // LoRA with each admitted module list, where the target has LoRA.
+    Strategy lora = base;
+    lora.method = Method::Lora;
+    lora.lora.rank = 32;
+    for (const std::string& mods : knob_samples("lora_targets")) {
+      find_knob("lora_targets")->set(lora, mods, cluster);
+      if (!inexpressible(spec, lora, cluster).empty()) continue;
+      CAPTURE(t.target);
+      CAPTURE(mods);
+      const std::string dir = tmp_dir("lora");
+      write_export(export_plan(plan_for(model, setup->hw, cluster, lora, spec.runtime), spec, kRoot), spec, dir);
+      CHECK(full_text(import_export(dir, spec, ClusterShape{"a100-80gb", "cuda", 2, 8, "", ""})) == full_text(lora));
+      fs::remove_all(dir);
+      ++round_trips;
+    }
+  }
+  MESSAGE("knob values round-tripped: ", round_trips);
+  CHECK(round_trips >= 600);
+}
+
+TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed JSON, torchtune LoRA)") {
+  auto setup = test::search_setup("llama3-8b", "a100-80gb", 2);
+  const Cluster c = setup->req.cluster;
+  Strategy s;
+  s.kind = StrategyKind::Hsdp;
+  s.hsdp_group = 8;
+  s.act_ckpt = ActCkpt::Full;
+  s.ckpt_every = 2;
+  s.micro_batch = 2;
+  s.grad_accum = 4;
+  s.attention = AttentionImpl::Sdpa;
+  const TargetSpec tt = load_target_spec(kRoot, "torchtitan", "v0.2.2");
+  ExportResult ex = export_plan(plan_for(setup->graph->spec(), setup->hw, c, s, tt.runtime), tt, kRoot);
+  const FlatDoc& d = ex.files.front().keys;
+  CHECK(doc_get(d, "parallelism.data_parallel_replicate_degree", "t") == 2);
+  CHECK(doc_get(d, "parallelism.data_parallel_shard_degree", "t") == 8);
+  CHECK(doc_get(d, "training.global_batch_size", "t") == 2 * 16 * 4);
+  CHECK(doc_get(d, "activation_checkpoint.mode", "t") == "selective");
+  CHECK(doc_get(d, "activation_checkpoint.selective_ac_option", "t") == "2");
+  CHECK(doc_get(d, "model.flavor", "t") == "8B");
+  CHECK(render_file(ex.files.front(), tt.file("job.toml")).find("[parallelism]\n") != std::string::npos);
+
+  Strategy z;
+  z.kind = StrategyKind::Zero3;
+  z.offload = Offload::Params;
+  z.reduce_dtype = DType::Bf16;
+  z.micro_batch = 4;
+  z.grad_accum = 8;
+  const TargetSpec ds = load_target_spec(kRoot, "deepspeed", "");
+  ex = export_plan(plan_for(setup->graph->spec(), setup->hw, c, z, ds.runtime), ds, kRoot);
+  const FlatDoc& j = ex.files.front().keys;
+  CHECK(doc_get(j, "zero_optimization.stage", "d") == 3);
+  CHECK(doc_get(j, "zero_optimization.offload_param.device", "d") == "cpu");
+  CHECK(doc_get(j, "communication_data_type", "d") == "bf16");
+  CHECK(doc_get(j, "train_batch_size", "d") == 4 * 16 * 8);
+  CHECK(std::any_of(ex.files.begin(), ex.files.end(), [](const WrittenFile& f) {
+    return f.name == "hostfile" && f.raw_text == "node-0 slots=8\nnode-1 slots=8\n";
+  }));
+
+  Strategy l;
+  l.kind = StrategyKind::Fsdp;
+  l.method = Method::Lora;
+  l.lora.rank = 16;
+  l.lora.target_modules = {"q_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  l.param_dtype = l.reduce_dtype = l.master_dtype = DType::Bf16;
+  l.attention = AttentionImpl::Sdpa;
+  auto qwen = test::search_setup("qwen2-7b", "a100-80gb", 1);
+  const TargetSpec tune = load_target_spec(kRoot, "torchtune", "v0.6");
+  ex = export_plan(plan_for(qwen->graph->spec(), qwen->hw, qwen->req.cluster, l, tune.runtime), tune, kRoot);
+  const FlatDoc& y = ex.files.front().keys;
+  CHECK(doc_get(y, "model._component_", "y") == "torchtune.models.qwen2.lora_qwen2_7b");
+  CHECK(doc_get(y, "model.lora_attn_modules", "y") == nlohmann::json({"q_proj", "output_proj"}));
+  CHECK(doc_get(y, "model.apply_lora_to_mlp", "y") == true);
+  CHECK(doc_get(y, "dtype", "y") == "bf16");
+  CHECK(ex.launch_command.find("lora_finetune_distributed") != std::string::npos);
+}
+
+namespace {
+
+void expect_cli_error(const std::string& args, const std::vector<std::string>& mentions) {
+  const auto r = test::run_cli(args);
+  CAPTURE(args);
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  for (const auto& m : mentions) CHECK(r.err.find(m) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad targets, versions and pins are refused") {
+  const std::string dir = tmp_dir("cli_target");
+  auto r = test::run_cli("--model llama3-8b --nodes 2 --target torchtitan --out " + dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(fs::exists(dir + "/plan.yaml"));
+  CHECK(fs::exists(dir + "/job.toml"));
+  const std::string launch = test::slurp(dir + "/launch.sh");
+  CHECK(launch.find("torchrun --nnodes 2 --nproc_per_node 8") != std::string::npos);
+  CHECK(launch.find("--job.config_file job.toml") != std::string::npos);
+  CHECK(r.err.find("target: torchtitan v0.2.2") != std::string::npos);
+  CHECK(r.err.find("pinned attention sdpa") != std::string::npos);
+  CHECK(r.out.find("runtime torchtitan") != std::string::npos);
+  // The plan file carries the runtime that predicted it.
+  CHECK(read_plan_file(dir + "/plan.yaml").runtime == "torchtitan");
+
+  r = test::run_cli("--model llama3-8b --nodes 2 --target swift --target-version v3.12 --json --out " + dir +
+                    "/plan.yaml");
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["target"]["version"] == "v3.12");
+  CHECK(j["target"]["runtime"] == "transformers-deepspeed");
+  CHECK(test::slurp(dir + "/swift_sft.sh").find("--train_type full") != std::string::npos);
+
+  expect_cli_error("--model llama3-8b --target torchtitn", {"unknown target 'torchtitn'", "torchtitan"});
+  expect_cli_error("--model llama3-8b --target swift --target-version v9", {"no version 'v9'", "v3.12, v4.5"});
+  expect_cli_error("--model llama3-8b --target-version v4.5", {"--target-version", "needs --target"});
+  expect_cli_error("--model llama3-8b --target torchtitan --runtime pytorch", {"--runtime", "runtime torchtitan"});
+  expect_cli_error("--model llama3-8b --nodes 2 --target torchtitan --act-ckpt selective --no-out",
+                   {"--act-ckpt", "act_ckpt selective", "selective-op"});
+  expect_cli_error("--model llama3-8b --target accelerate --method lora --lora-rank 8 --no-out",
+                   {"--method", "method lora"});
+  expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cli: export writes an expressible plan's files and refuses the rest, naming the knob") {
+  const std::string dir = tmp_dir("cli_export");
+  auto r = test::run_cli(
+      "--model llama3-8b --nodes 2 --strategy zero3 --wrap layer --reshard-after-forward true --act-ckpt full --out " +
+      dir + "/plan.yaml");
+  REQUIRE(r.code == 0);
+  r = test::run_cli("export " + dir + "/plan.yaml --to deepspeed --out " + dir + "/ds");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(fs::exists(dir + "/ds/ds_config.json"));
+  CHECK(fs::exists(dir + "/ds/hostfile"));
+  CHECK(r.out.find("predicted with runtime deepspeed") != std::string::npos);
+  CHECK(r.out.find("launch: deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8") != std::string::npos);
+  // Same plan, torchtitan: zero3 is not a torchtitan strategy.
+  expect_cli_error("export " + dir + "/plan.yaml --to torchtitan --out " + dir + "/tt",
+                   {"strategy zero3", "the nearest plan torchtitan runs: fsdp"});
+  CHECK(!fs::exists(dir + "/tt/job.toml"));
+  expect_cli_error("export " + dir + "/plan.yaml --to nemo", {"unknown target 'nemo'"});
+  expect_cli_error("export " + dir + "/plan.yaml", {"--to"});
+  expect_cli_error("export " + dir + "/plan.yaml --to torchtitan --target-version v0.1", {"no version 'v0.1'"});
+  expect_cli_error("export " + dir + "/missing.yaml --to torchtitan", {"missing.yaml"});
+  fs::remove_all(dir);
+}
