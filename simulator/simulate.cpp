@@ -40,6 +40,9 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
         std::to_string(s.seq_len) + " exceeds the model's learned positions (" + std::to_string(m.max_positions) + ")");
   if (s.forward_prefetch < 0 || s.backward_prefetch < 0) bad("--prefetch", "must not be negative");
   const int64_t world = c.world_size();
+  if (!s.mesh.is_data_parallel_only())
+    bad(s.mesh.tp > 1 ? "--tp" : "--pp",
+        "tensor and pipeline parallelism are not simulated yet; plan with --tp 1 --pp 1");
   if (s.kind == StrategyKind::Hsdp) {
     if (s.hsdp_group <= 0) bad("--hsdp-group", "hsdp needs a shard-group size (e.g. --hsdp-group 8)");
     if (world % s.hsdp_group != 0)

@@ -678,6 +678,9 @@ void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strate
         "last-micro-batch (no_sync), which it does not run yet");
   if (strategy.method == Method::Lora && strategy.offload != Offload::None)
     throw InputError("method lora with offload is not supported");
+  if (!strategy.mesh.is_data_parallel_only())
+    throw InputError("fsdp-run runs data-parallel plans only; the plan asks for tp " +
+                     std::to_string(strategy.mesh.tp) + ", pp " + std::to_string(strategy.mesh.pp));
   if (strategy.kind == StrategyKind::Hsdp) {
     const int64_t G = strategy.hsdp_group;
     if (G <= 0 || world % G != 0)

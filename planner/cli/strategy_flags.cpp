@@ -29,7 +29,13 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--forward-prefetch",
                                            "--backward-prefetch",
                                            "--ddp-bucket-mb",
-                                           "--grad-sync"};
+                                           "--grad-sync",
+                                           "--tp",
+                                           "--sequence-parallel",
+                                           "--async-tp",
+                                           "--pp",
+                                           "--pp-schedule",
+                                           "--pp-virtual-stages"};
   return flags;
 }
 
@@ -108,6 +114,12 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   s.backward_prefetch = a.get_int_or("--backward-prefetch", s.backward_prefetch);
   s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);
   enum_flag(a, "--grad-sync", parse_grad_sync, s.grad_sync, "every-micro-batch, last-micro-batch");
+  s.mesh.tp = positive(a, "--tp", s.mesh.tp);
+  s.mesh.sequence_parallel = a.get_bool_or("--sequence-parallel", s.mesh.sequence_parallel);
+  s.mesh.async_tp = a.get_bool_or("--async-tp", s.mesh.async_tp);
+  s.mesh.pp = positive(a, "--pp", s.mesh.pp);
+  enum_flag(a, "--pp-schedule", parse_pipeline_schedule, s.mesh.pp_schedule, kPipelineScheduleNames);
+  s.mesh.pp_virtual_stages = positive(a, "--pp-virtual-stages", s.mesh.pp_virtual_stages);
   if (s.kind == StrategyKind::Hsdp && s.hsdp_group == 0 && !a.has("--hsdp-group"))
     throw InputError("--hsdp-group: --strategy hsdp needs a shard-group size");
 }

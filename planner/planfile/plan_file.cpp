@@ -53,6 +53,14 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   s.lora.target_modules = m.get_string_list("lora_targets");
   if (s.method != Method::Full && s.lora.rank <= 0) m.fail("lora_rank", "must be positive with method lora/qlora");
   if (version >= 2) s.grad_sync = enum_key(m, "grad_sync", parse_grad_sync, "every-micro-batch, last-micro-batch");
+  if (version >= 3) {
+    s.mesh.tp = m.get_positive_int("tp");
+    s.mesh.sequence_parallel = m.get_bool("sequence_parallel");
+    s.mesh.async_tp = m.get_bool("async_tp");
+    s.mesh.pp = m.get_positive_int("pp");
+    s.mesh.pp_schedule = enum_key(m, "pp_schedule", parse_pipeline_schedule, kPipelineScheduleNames);
+    s.mesh.pp_virtual_stages = m.get_positive_int("pp_virtual_stages");
+  }
   m.finish();
   return s;
 }
@@ -195,6 +203,12 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "lora_rank" << YAML::Value << s.lora.rank;
   out << YAML::Key << "lora_targets" << YAML::Value << YAML::Flow << s.lora.target_modules;
   out << YAML::Key << "grad_sync" << YAML::Value << to_string(s.grad_sync);
+  out << YAML::Key << "tp" << YAML::Value << s.mesh.tp;
+  out << YAML::Key << "sequence_parallel" << YAML::Value << s.mesh.sequence_parallel;
+  out << YAML::Key << "async_tp" << YAML::Value << s.mesh.async_tp;
+  out << YAML::Key << "pp" << YAML::Value << s.mesh.pp;
+  out << YAML::Key << "pp_schedule" << YAML::Value << to_string(s.mesh.pp_schedule);
+  out << YAML::Key << "pp_virtual_stages" << YAML::Value << s.mesh.pp_virtual_stages;
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "optimizer" << YAML::Value << to_string(s.optimizer);

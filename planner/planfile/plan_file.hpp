@@ -12,8 +12,9 @@
 namespace fsdp {
 
 // Version 2 added strategy.grad_sync; a version-1 file reduces on every micro-batch, the only behaviour it could
-// describe.
-inline constexpr int kPlanSchemaVersion = 2;
+// describe. Version 3 added the mesh beyond data parallelism (strategy.tp, sequence_parallel, async_tp, pp,
+// pp_schedule, pp_virtual_stages); an older file is data parallel only.
+inline constexpr int kPlanSchemaVersion = 3;
 
 struct TrainingHyperparams {
   double lr = 3e-4;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "strategy/mesh.hpp"
+
 namespace fsdp {
 
 enum class StrategyKind {
@@ -75,6 +77,9 @@ struct Strategy {
   int64_t backward_prefetch = 1;  // units gathered ahead in backward
   int64_t ddp_bucket_mb = 25;     // DDP bucket_cap_mb
   GradSync grad_sync = GradSync::EveryMicroBatch;
+  // Tensor and pipeline parallelism on the same mesh (strategy/mesh.hpp); kind then names the data-parallel
+  // strategy over the dp = world / (tp x pp) ranks that hold the same model slice.
+  MeshSpec mesh;
 };
 
 // Text names used in CLI flags and plan.yaml (round-trip exactly).

@@ -240,11 +240,17 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 2"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 9");
   CHECK_THROWS_WITH_AS(parse_plan_text(newer, "p.yaml"), doctest::Contains("schema version 9"), InputError);
   // Version 2 requires strategy.grad_sync; a version-1 file has none and reduces on every micro-batch.
   std::string v1 = text;
-  v1.replace(v1.find("fsdp_plan_version: 2"), 20, "fsdp_plan_version: 1");
+  const size_t mesh_keys = v1.find("  tp: 1\n");
+  REQUIRE(mesh_keys != std::string::npos);
+  const size_t mesh_end = v1.find("training:", mesh_keys);
+  REQUIRE(mesh_end != std::string::npos);
+  const std::string v3_mesh = v1.substr(mesh_keys, mesh_end - mesh_keys);
+  v1.erase(mesh_keys, mesh_end - mesh_keys);
+  v1.replace(v1.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 1");
   const size_t gs = v1.find("  grad_sync: every-micro-batch\n");
   REQUIRE(gs != std::string::npos);
   std::string v1_without = v1;
@@ -252,9 +258,16 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   CHECK(parse_plan_text(v1_without, "p.yaml").strategy.grad_sync == GradSync::EveryMicroBatch);
   CHECK_THROWS_WITH_AS(parse_plan_text(v1, "p.yaml"), doctest::Contains("unknown key 'strategy.grad_sync'"),
                        InputError);
-  std::string v2_without = text;
-  v2_without.erase(text.find("  grad_sync: every-micro-batch\n"),
-                   std::string("  grad_sync: every-micro-batch\n").size());
+  // Version 3 requires the mesh keys; a version-2 file has none and is data parallel only.
+  std::string v2 = text;
+  v2.erase(v2.find(v3_mesh), v3_mesh.size());
+  v2.replace(v2.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 2");
+  CHECK(parse_plan_text(v2, "p.yaml").strategy.mesh.is_data_parallel_only());
+  std::string v3_without_tp = text;
+  v3_without_tp.erase(text.find("  tp: 1\n"), std::string("  tp: 1\n").size());
+  CHECK_THROWS_WITH_AS(parse_plan_text(v3_without_tp, "p.yaml"), doctest::Contains("strategy.tp"), InputError);
+  std::string v2_without = v2;
+  v2_without.erase(v2.find("  grad_sync: every-micro-batch\n"), std::string("  grad_sync: every-micro-batch\n").size());
   CHECK_THROWS_WITH_AS(parse_plan_text(v2_without, "p.yaml"), doctest::Contains("grad_sync"), InputError);
   CHECK_THROWS_WITH_AS(parse_plan_text(text + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
                        InputError);
