@@ -291,17 +291,7 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   if (!args.has("--no-out")) {
     std::string out = args.get_or("--out", "plan.yaml");
-    PlanFile plan;
-    plan.model_name = model.name;
-    plan.model = model;
-    plan.cluster.hardware = hw.name;
-    plan.cluster.device = hw.device_kind;
-    plan.cluster.nodes = cluster.nodes;
-    plan.cluster.gpus_per_node = cluster.gpus_per_node;
-    if (!hw.device_is_host() && cluster.nodes > 1) plan.cluster.network = network_summary(hw);
-    plan.cluster.clocks = clock_summary(hw);
-    plan.runtime = rt.name;
-    plan.strategy = best.strategy;
+    PlanFile plan = plan_file_for(model, hw, cluster, rt.name, best.strategy);
     plan.prediction = plan_prediction(best.prediction);
     plan.fsdp_run_command =
         "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);

@@ -118,7 +118,8 @@ class AccelerateTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
     const auto files = read_export(dir, spec);
     const FlatDoc& a = files.at(kAccelerate);
     const FlatDoc& t = files.at(kTraining);
@@ -154,7 +155,6 @@ class AccelerateTarget final : public Target {
     s.param_dtype = bf16 ? DType::Bf16 : DType::Fp32;
     // accelerate's FSDP plugin reduces in the mixed-precision dtype; DDP all-reduces the fp32 gradients.
     s.reduce_dtype = bf16 && fsdp ? DType::Bf16 : DType::Fp32;
-    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
     return s;
   }
 };

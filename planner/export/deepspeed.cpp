@@ -60,7 +60,8 @@ class DeepSpeedTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape&) const override {
     const auto files = read_export(dir, spec);
     const FlatDoc& d = files.at(kConfig);
     auto get = [&](const std::string& k) -> const json& { return doc_get(d, k, kConfig); };
@@ -76,7 +77,6 @@ class DeepSpeedTarget final : public Target {
     const bool opt_off = get("zero_optimization.offload_optimizer.device").get<std::string>() == "cpu";
     s.offload = params_off ? Offload::Params : opt_off ? Offload::Optimizer : Offload::None;
     read_hf_script_args(files.at(kScriptArgs), kScriptArgs, s);
-    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
     return s;
   }
 };

@@ -23,7 +23,8 @@ class FsdpRunTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec&, const ClusterShape&) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec&, const ClusterShape&) const override {
     return read_plan_file((std::filesystem::path(dir) / "plan.yaml").string()).strategy;
   }
 };

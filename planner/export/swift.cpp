@@ -71,7 +71,8 @@ class SwiftTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape&) const override {
     const auto files = read_export(dir, spec);
     const FlatDoc& d = files.at(kScript);
     auto get = [&](const std::string& k) -> const json& { return doc_get(d, k, kScript); };
@@ -96,7 +97,6 @@ class SwiftTarget final : public Target {
     s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
     s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();
     s.act_ckpt = get("gradient_checkpointing").get<bool>() ? ActCkpt::Full : ActCkpt::None;
-    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
     return s;
   }
 };

@@ -44,6 +44,12 @@ std::map<std::string, std::string> target_model(const TargetSpec& spec, const st
                    (spec.models_accept_path ? "; or give the model as a Hugging Face model directory)" : ")"));
 }
 
+Strategy Target::read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const {
+  Strategy s = read_files(dir, spec, cluster);
+  apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
+  return s;
+}
+
 void apply_fixed_knobs(const TargetSpec& spec, Strategy& s, const Cluster& c) {
   for (const Knob& k : knob_table()) {
     const KnobRule* r = spec.rule(k.name, s.kind);

@@ -27,8 +27,12 @@ class Target {
   virtual std::string name() const = 0;
   // The files of a plan every knob of which the target expresses (export_plan checks that first).
   virtual ExportResult write(const PlanFile& plan, const TargetSpec& spec) const = 0;
-  // The files written into `dir` read back (with their key tables) into the strategy they run on `cluster`.
-  virtual Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const = 0;
+  // The files written into `dir` read back (with their key tables) into the strategy they run on `cluster`: what
+  // the files state (read_files), then what the target runs without being told (apply_fixed_knobs).
+  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const;
+
+ protected:
+  virtual Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const = 0;
 };
 
 // InputError naming the known targets for an unknown name.

@@ -123,7 +123,8 @@ class TorchtitanTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
     const auto files = read_export(dir, spec);
     const std::string name = is_python(spec) ? kPythonFile : kTomlFile;
     const FlatDoc& d = files.at(name);
@@ -168,7 +169,6 @@ class TorchtitanTarget final : public Target {
       const std::string ac = get("activation_checkpoint").get<std::string>();
       s.act_ckpt = ac == "None" ? ActCkpt::None : ac == "FullAC.Config()" ? ActCkpt::Full : ActCkpt::SelectiveOp;
     }
-    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
     return s;
   }
 };

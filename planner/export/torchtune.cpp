@@ -100,7 +100,8 @@ class TorchtuneTarget final : public Target {
     return r;
   }
 
-  Strategy read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const override {
+ private:
+  Strategy read_files(const std::string& dir, const TargetSpec& spec, const ClusterShape&) const override {
     const auto files = read_export(dir, spec);
     const FlatDoc& d = files.at(kConfig);
     auto get = [&](const std::string& k) -> const json& { return doc_get(d, k, kConfig); };
@@ -122,7 +123,6 @@ class TorchtuneTarget final : public Target {
       if (get("model.apply_lora_to_mlp").get<bool>())
         for (const char* m : {"gate_proj", "up_proj", "down_proj"}) s.lora.target_modules.push_back(m);
     }
-    apply_fixed_knobs(spec, s, Cluster{cluster.nodes, cluster.gpus_per_node});
     return s;
   }
 };

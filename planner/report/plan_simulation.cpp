@@ -2,6 +2,22 @@
 
 namespace fsdp {
 
+PlanFile plan_file_for(const ModelSpec& model, const HardwareProfile& hw, const Cluster& cluster,
+                       const std::string& runtime, const Strategy& strategy) {
+  PlanFile plan;
+  plan.model_name = model.name;
+  plan.model = model;
+  plan.cluster.hardware = hw.name;
+  plan.cluster.device = hw.device_kind;
+  plan.cluster.nodes = cluster.nodes;
+  plan.cluster.gpus_per_node = cluster.gpus_per_node;
+  if (!hw.device_is_host() && cluster.nodes > 1) plan.cluster.network = network_summary(hw);
+  plan.cluster.clocks = clock_summary(hw);
+  plan.runtime = runtime;
+  plan.strategy = strategy;
+  return plan;
+}
+
 std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& root) {
   auto s = std::make_unique<PlanSimulation>(plan.model);
   s->hardware = load_hardware(plan.cluster.hardware, root);

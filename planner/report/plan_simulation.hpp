@@ -21,6 +21,11 @@ struct PlanSimulation {
   SimulationInput input(const PlanFile& plan) const { return {&graph, &hardware, &runtime, cluster, plan.strategy}; }
 };
 
+// The plan file of a strategy on a model, hardware profile and cluster, predicted with `runtime`, without a
+// prediction or commands yet: what fsdp-plan writes (it adds those) and what export reads.
+PlanFile plan_file_for(const ModelSpec& model, const HardwareProfile& hw, const Cluster& cluster,
+                       const std::string& runtime, const Strategy& strategy);
+
 // InputError naming the profile or the strategy flag when the plan cannot be simulated.
 std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& config_root);
 

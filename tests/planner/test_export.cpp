@@ -16,6 +16,8 @@
 #include "export/knob_table.hpp"
 #include "export/target_search.hpp"
 #include "export/target_table.hpp"
+#include "report/identical_plans.hpp"
+#include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 #include "search_fixtures.hpp"
 
@@ -42,36 +44,6 @@ std::string tmp_dir(const std::string& name) {
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
-}
-
-// Every field of the strategy (the LoRA modules as a set: a target may list them in its own order).
-std::string full_text(const Strategy& s) {
-  std::vector<std::string> mods = s.lora.target_modules;
-  std::sort(mods.begin(), mods.end());
-  std::string m;
-  for (const auto& x : mods) m += x + ",";
-  return one_line_strategy(s) + " group=" + std::to_string(s.hsdp_group) +
-         " reshard=" + std::to_string(s.reshard_after_forward) + " ckpt=" + act_ckpt_name(s) +
-         " master=" + to_string(s.master_dtype) + " mb=" + std::to_string(s.micro_batch) +
-         " acc=" + std::to_string(s.grad_accum) + " seq=" + std::to_string(s.seq_len) +
-         " opt=" + to_string(s.optimizer) + " method=" + to_string(s.method) + " r=" + std::to_string(s.lora.rank) +
-         " mods=" + m + " attn=" + to_string(s.attention) + " fp=" + std::to_string(s.forward_prefetch) +
-         " bp=" + std::to_string(s.backward_prefetch) + " bucket=" + std::to_string(s.ddp_bucket_mb) +
-         " sync=" + to_string(s.grad_sync);
-}
-
-PlanFile plan_for(const ModelSpec& m, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
-                  const std::string& runtime) {
-  PlanFile p;
-  p.model_name = m.name;
-  p.model = m;
-  p.cluster.hardware = hw.name;
-  p.cluster.device = hw.device_kind;
-  p.cluster.nodes = c.nodes;
-  p.cluster.gpus_per_node = c.gpus_per_node;
-  p.runtime = runtime;
-  p.strategy = s;
-  return p;
 }
 
 struct Case {
@@ -220,7 +192,7 @@ TEST_CASE("export: every family's best plan per target, model and cluster writes
       for (const auto& [family, verdict] : r.families) {
         if (!verdict.feasible || !verdict.best) continue;
         CAPTURE(family);
-        const PlanFile plan = plan_for(model, setup->hw, setup->req.cluster, verdict.best->strategy, spec.runtime);
+        const PlanFile plan = plan_file_for(model, setup->hw, setup->req.cluster, spec.runtime, verdict.best->strategy);
         const ExportResult ex = export_plan(plan, spec, kRoot);
         // Every key of every written file is in the key table, of its type and value (export_plan checks; the
         // files are rendered, parsed back with the table, and checked again).
@@ -231,7 +203,7 @@ TEST_CASE("export: every family's best plan per target, model and cluster writes
         for (const FileTable& ft : spec.files) CHECK(fs::exists(fs::path(dir) / ft.name));
         CHECK(fs::exists(fs::path(dir) / "launch.sh"));
         const Strategy back = import_export(dir, spec, plan.cluster);
-        CHECK(full_text(back) == full_text(plan.strategy));
+        CHECK(strategy_identity(back) == strategy_identity(plan.strategy));
         fs::remove_all(dir);
         ++exported;
       }
@@ -272,7 +244,7 @@ TEST_CASE("export: every knob a target cannot express is refused with its reason
         REQUIRE(k->set(s, value, cluster));
         if (!k->applies(s)) continue;
         if (spec.rule(rule.knob, s.kind) != &rule) continue;  // a kind-specific rule decides for this kind
-        const PlanFile plan = plan_for(model, setup->hw, cluster, s, "fsdp-run");
+        const PlanFile plan = plan_file_for(model, setup->hw, cluster, "fsdp-run", s);
         CAPTURE(value);
         try {
           export_plan(plan, spec, kRoot);
@@ -330,10 +302,10 @@ TEST_CASE("export: every value a target expresses round-trips, knob by knob (ddp
           CAPTURE(t.version);
           CAPTURE(k.name);
           CAPTURE(value);
-          const PlanFile plan = plan_for(model, setup->hw, cluster, s, spec.runtime);
+          const PlanFile plan = plan_file_for(model, setup->hw, cluster, spec.runtime, s);
           const std::string dir = tmp_dir("knob");
           write_export(export_plan(plan, spec, kRoot), spec, dir);
-          CHECK(full_text(import_export(dir, spec, plan.cluster)) == full_text(s));
+          CHECK(strategy_identity(import_export(dir, spec, plan.cluster)) == strategy_identity(s));
           fs::remove_all(dir);
           ++round_trips;
         }
@@ -348,8 +320,9 @@ TEST_CASE("export: every value a target expresses round-trips, knob by knob (ddp
       CAPTURE(t.target);
       CAPTURE(mods);
       const std::string dir = tmp_dir("lora");
-      write_export(export_plan(plan_for(model, setup->hw, cluster, lora, spec.runtime), spec, kRoot), spec, dir);
-      CHECK(full_text(import_export(dir, spec, ClusterShape{"a100-80gb", "cuda", 2, 8, "", ""})) == full_text(lora));
+      write_export(export_plan(plan_file_for(model, setup->hw, cluster, spec.runtime, lora), spec, kRoot), spec, dir);
+      CHECK(strategy_identity(import_export(dir, spec, ClusterShape{"a100-80gb", "cuda", 2, 8, "", ""})) ==
+            strategy_identity(lora));
       fs::remove_all(dir);
       ++round_trips;
     }
@@ -370,7 +343,7 @@ TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed
   s.grad_accum = 4;
   s.attention = AttentionImpl::Sdpa;
   const TargetSpec tt = load_target_spec(kRoot, "torchtitan", "v0.2.2");
-  ExportResult ex = export_plan(plan_for(setup->graph->spec(), setup->hw, c, s, tt.runtime), tt, kRoot);
+  ExportResult ex = export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, tt.runtime, s), tt, kRoot);
   const FlatDoc& d = ex.files.front().keys;
   CHECK(doc_get(d, "parallelism.data_parallel_replicate_degree", "t") == 2);
   CHECK(doc_get(d, "parallelism.data_parallel_shard_degree", "t") == 8);
@@ -387,7 +360,7 @@ TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed
   z.micro_batch = 4;
   z.grad_accum = 8;
   const TargetSpec ds = load_target_spec(kRoot, "deepspeed", "");
-  ex = export_plan(plan_for(setup->graph->spec(), setup->hw, c, z, ds.runtime), ds, kRoot);
+  ex = export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, ds.runtime, z), ds, kRoot);
   const FlatDoc& j = ex.files.front().keys;
   CHECK(doc_get(j, "zero_optimization.stage", "d") == 3);
   CHECK(doc_get(j, "zero_optimization.offload_param.device", "d") == "cpu");
@@ -406,7 +379,7 @@ TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed
   l.attention = AttentionImpl::Sdpa;
   auto qwen = test::search_setup("qwen2-7b", "a100-80gb", 1);
   const TargetSpec tune = load_target_spec(kRoot, "torchtune", "v0.6");
-  ex = export_plan(plan_for(qwen->graph->spec(), qwen->hw, qwen->req.cluster, l, tune.runtime), tune, kRoot);
+  ex = export_plan(plan_file_for(qwen->graph->spec(), qwen->hw, qwen->req.cluster, tune.runtime, l), tune, kRoot);
   const FlatDoc& y = ex.files.front().keys;
   CHECK(doc_get(y, "model._component_", "y") == "torchtune.models.qwen2.lora_qwen2_7b");
   CHECK(doc_get(y, "model.lora_attn_modules", "y") == nlohmann::json({"q_proj", "output_proj"}));
