@@ -19,6 +19,14 @@ bool reshard_applies(const Strategy& s) {
 }
 bool adapted(const Strategy& s) { return s.method != Method::Full; }
 bool is_ddp(const Strategy& s) { return s.kind == StrategyKind::Ddp; }
+bool tensor_parallel(const Strategy& s) { return s.mesh.tp > 1; }
+bool pipelined(const Strategy& s) { return s.mesh.pp > 1; }
+
+bool set_flag(bool& out, const std::string& v) {
+  if (v != "true" && v != "false") return false;
+  out = v == "true";
+  return true;
+}
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
@@ -126,6 +134,28 @@ const std::vector<Knob> kKnobs{
     {"attention", "--attention", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
+    // The mesh beyond data parallelism (strategy/mesh.hpp).
+    {"tp", "--tp", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.tp); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.tp) && s.mesh.tp > 0; }},
+    {"sequence_parallel", "--sequence-parallel", false, tensor_parallel,
+     [](const Strategy& s, const Cluster&) { return std::string(s.mesh.sequence_parallel ? "true" : "false"); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return set_flag(s.mesh.sequence_parallel, v); }},
+    {"async_tp", "--async-tp", false, tensor_parallel,
+     [](const Strategy& s, const Cluster&) { return std::string(s.mesh.async_tp ? "true" : "false"); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return set_flag(s.mesh.async_tp, v); }},
+    {"pp", "--pp", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.pp); },
+     [](Strategy& s, const std::string& v, const Cluster&) {
+       if (!parse_count(v, s.mesh.pp) || s.mesh.pp <= 0) return false;
+       if (s.mesh.pp == 1) s.mesh.pp_virtual_stages = 1;
+       return true;
+     }},
+    {"pp_schedule", "--pp-schedule", false, pipelined,
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.mesh.pp_schedule)); },
+     [](Strategy& s, const std::string& v, const Cluster&) {
+       if (!parse_pipeline_schedule(v, s.mesh.pp_schedule)) return false;
+       if (s.mesh.pp_schedule != PipelineSchedule::Interleaved1F1B) s.mesh.pp_virtual_stages = 1;
+       return true;
+     }},
 };
 
 bool lora_targets_admitted(const KnobRule& rule, const std::string& value) {
@@ -179,6 +209,11 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"lora_targets", {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "q_proj,gate_proj", "q_proj,fc1"}},
       {"optimizer", {"adamw", "sgd"}},
       {"attention", {"flash", "sdpa", "eager"}},
+      {"tp", {"1", "2", "8"}},
+      {"sequence_parallel", {"true", "false"}},
+      {"async_tp", {"true", "false"}},
+      {"pp", {"1", "2", "4"}},
+      {"pp_schedule", {"gpipe", "1f1b", "interleaved-1f1b"}},
   };
   auto it = samples.find(knob);
   FSDP_ASSERT(it != samples.end(), "knob " + knob + " has no samples");
@@ -191,6 +226,7 @@ std::string sample_label(const std::string& knob, const std::string& sample) {
   if (sample.rfind("size:", 0) == 0) return "size:N";
   if (knob == "hsdp_group" && sample != "node") return "other";
   if (knob == "ddp_bucket_mb" && sample != "25") return "other";
+  if ((knob == "tp" || knob == "pp") && sample != "1") return "> 1";
   return sample;
 }
 

@@ -20,21 +20,47 @@ const char* torch_dtype(DType d) { return d == DType::Bf16 ? "bfloat16" : "float
 
 DType dtype_of(const json& v) { return v.get<std::string>() == "bfloat16" ? DType::Bf16 : DType::Fp32; }
 
-// The data-parallel mesh: dp_replicate x dp_shard (torchtitan/distributed/parallel_dims.py).
-std::pair<int64_t, int64_t> mesh(const Strategy& s, int64_t world) {
+// The mesh: dp_replicate x dp_shard over the data-parallel ranks, then tp and pp (torchtitan/distributed/
+// parallel_dims.py: world = dp_replicate x dp_shard x cp x tp x pp).
+std::pair<int64_t, int64_t> dp_mesh(const Strategy& s, int64_t world) {
+  const int64_t dp = s.mesh.dp(world);
   switch (s.kind) {
     case StrategyKind::Ddp:
-      return {world, 1};
+      return {dp, 1};
     case StrategyKind::Hsdp:
-      return {world / s.hsdp_group, s.hsdp_group};
+      return {dp / s.hsdp_group, s.hsdp_group};
     default:
-      return {1, world};
+      return {1, dp};
   }
 }
 
+// torch.distributed.pipelining's schedule names (pipeline_parallel_schedule, get_schedule_class).
+const char* schedule_name(PipelineSchedule p) {
+  switch (p) {
+    case PipelineSchedule::GPipe:
+      return "GPipe";
+    case PipelineSchedule::OneFOneB:
+      return "1F1B";
+    case PipelineSchedule::Interleaved1F1B:
+      return "Interleaved1F1B";
+  }
+  return "1F1B";
+}
+
+PipelineSchedule schedule_of(const std::string& name) {
+  if (name == "GPipe") return PipelineSchedule::GPipe;
+  if (name == "Interleaved1F1B") return PipelineSchedule::Interleaved1F1B;
+  return PipelineSchedule::OneFOneB;
+}
+
+// Virtual stages per pipeline rank: without pipeline_parallel_layers_per_stage a multi-stage schedule (Interleaved1F1B)
+// runs 2 stages on each rank, a single-stage one 1 (torchtitan/distributed/pipeline_parallel.py). The exporter writes
+// that default only; a plan of other virtual stages is refused by name.
+constexpr int64_t kDefaultStagesPerRank = 2;
+
 // The keys both schemas share (the v0.2.2 Training / Parallelism dataclasses moved into configs.py unchanged).
 void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
-  const auto [replicate, shard] = mesh(s, world);
+  const auto [replicate, shard] = dp_mesh(s, world);
   d.emplace_back("training.enable_cpu_offload", s.offload == Offload::Params);
   d.emplace_back("training.dtype", torch_dtype(s.master_dtype));
   d.emplace_back("training.mixed_precision_param", torch_dtype(s.param_dtype));
@@ -42,8 +68,15 @@ void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
   d.emplace_back("parallelism.data_parallel_replicate_degree", replicate);
   d.emplace_back("parallelism.data_parallel_shard_degree", shard);
   d.emplace_back("parallelism.fsdp_reshard_after_forward", s.reshard_after_forward ? "always" : "never");
-  d.emplace_back("parallelism.tensor_parallel_degree", 1);
-  d.emplace_back("parallelism.pipeline_parallel_degree", 1);
+  d.emplace_back("parallelism.tensor_parallel_degree", s.mesh.tp);
+  d.emplace_back("parallelism.pipeline_parallel_degree", s.mesh.pp);
+  if (s.mesh.pp > 1) {
+    d.emplace_back("parallelism.pipeline_parallel_schedule", schedule_name(s.mesh.pp_schedule));
+    if (s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B && s.mesh.pp_virtual_stages != kDefaultStagesPerRank)
+      throw InputError("--pp-virtual-stages: the torchtitan export writes interleaved 1F1B with its default of " +
+                       std::to_string(kDefaultStagesPerRank) + " stages per rank; the plan has " +
+                       std::to_string(s.mesh.pp_virtual_stages));
+  }
 }
 
 class TorchtitanTarget final : public Target {
@@ -54,6 +87,7 @@ class TorchtitanTarget final : public Target {
     const Strategy& s = plan.strategy;
     const auto model = target_model(spec, plan.model_name);
     const int64_t world = plan.cluster.world_size();
+    const int64_t dp = s.mesh.dp(world);
     const int64_t tokens_per_micro = s.micro_batch * s.seq_len;
     ExportResult r;
     WrittenFile f;
@@ -70,11 +104,17 @@ class TorchtitanTarget final : public Target {
       d.emplace_back("optimizer.lr", plan.training.lr);
       d.emplace_back("optimizer.eps", plan.training.eps);
       d.emplace_back("optimizer.weight_decay", plan.training.weight_decay);
-      d.emplace_back("training.local_batch_size", s.micro_batch);
-      d.emplace_back("training.global_batch_size", s.micro_batch * world * s.grad_accum);
+      // With pipeline stages the micro-batches are the schedule's: local_batch_size holds them all and
+      // pipeline_parallel_microbatch_size is one of them (torchtitan/distributed/pipeline_parallel.py: n_microbatches
+      // = local_batch_size / pipeline_parallel_microbatch_size); without, global_batch_size / (local x dp) steps
+      // accumulate (torchtitan/train.py gradient_accumulation_steps).
+      const int64_t local = s.mesh.pp > 1 ? s.micro_batch * s.grad_accum : s.micro_batch;
+      d.emplace_back("training.local_batch_size", local);
+      d.emplace_back("training.global_batch_size", s.micro_batch * dp * s.grad_accum);
       d.emplace_back("training.seq_len", s.seq_len);
       d.emplace_back("training.max_norm", plan.training.grad_clip);
       common_keys(d, s, world);
+      if (s.mesh.pp > 1) d.emplace_back("parallelism.pipeline_parallel_microbatch_size", s.micro_batch);
       if (s.act_ckpt == ActCkpt::None) {
         d.emplace_back("activation_checkpoint.mode", "none");
       } else if (s.act_ckpt == ActCkpt::Full && s.ckpt_every == 1) {
@@ -100,10 +140,12 @@ class TorchtitanTarget final : public Target {
       d.emplace_back("config", model.at("config_fn") + "()");
       d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"sdpa\")");
       d.emplace_back("training.num_tokens_per_microbatch_per_dp_rank", tokens_per_micro);
-      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * world * s.grad_accum);
+      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * dp * s.grad_accum);
       d.emplace_back("training.max_context_length", s.seq_len);
       d.emplace_back("training.max_norm", plan.training.grad_clip);
       common_keys(d, s, world);
+      // configs.py num_pp_microbatches: the schedule's micro-batches per data-parallel rank and accumulation step.
+      if (s.mesh.pp > 1) d.emplace_back("parallelism.num_pp_microbatches", s.grad_accum);
       d.emplace_back("activation_checkpoint", s.act_ckpt == ActCkpt::None   ? "None"
                                               : s.act_ckpt == ActCkpt::Full ? "FullAC.Config()"
                                                                             : "SelectiveAC.Config()");
@@ -132,10 +174,18 @@ class TorchtitanTarget final : public Target {
     Strategy s;
     const int64_t replicate = get("parallelism.data_parallel_replicate_degree").get<int64_t>();
     const int64_t shard = get("parallelism.data_parallel_shard_degree").get<int64_t>();
-    if (replicate * shard != cluster.world_size())
-      throw InputError(name + ": data_parallel_replicate_degree x data_parallel_shard_degree = " +
-                       std::to_string(replicate * shard) + ", not the world size " +
+    s.mesh.tp = get("parallelism.tensor_parallel_degree").get<int64_t>();
+    s.mesh.pp = get("parallelism.pipeline_parallel_degree").get<int64_t>();
+    if (replicate * shard * s.mesh.tp * s.mesh.pp != cluster.world_size())
+      throw InputError(name +
+                       ": data_parallel_replicate_degree x data_parallel_shard_degree x tensor_parallel_degree "
+                       "x pipeline_parallel_degree = " +
+                       std::to_string(replicate * shard * s.mesh.tp * s.mesh.pp) + ", not the world size " +
                        std::to_string(cluster.world_size()));
+    if (s.mesh.pp > 1) {
+      s.mesh.pp_schedule = schedule_of(get("parallelism.pipeline_parallel_schedule").get<std::string>());
+      s.mesh.pp_virtual_stages = s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? kDefaultStagesPerRank : 1;
+    }
     s.kind = shard > 1 && replicate > 1 ? StrategyKind::Hsdp : shard > 1 ? StrategyKind::Fsdp : StrategyKind::Ddp;
     if (replicate == 1 && shard == 1) s.kind = StrategyKind::Fsdp;
     s.hsdp_group = s.kind == StrategyKind::Hsdp ? shard : 0;
@@ -144,11 +194,12 @@ class TorchtitanTarget final : public Target {
     s.master_dtype = dtype_of(get("training.dtype"));
     s.param_dtype = dtype_of(get("training.mixed_precision_param"));
     s.reduce_dtype = dtype_of(get("training.mixed_precision_reduce"));
-    const int64_t world = cluster.world_size();
+    const int64_t dp = s.mesh.dp(cluster.world_size());
     if (!is_python(spec)) {
-      s.micro_batch = get("training.local_batch_size").get<int64_t>();
+      const int64_t local = get("training.local_batch_size").get<int64_t>();
+      s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
       s.seq_len = get("training.seq_len").get<int64_t>();
-      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * world);
+      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * dp);
       const std::string mode = get("activation_checkpoint.mode").get<std::string>();
       if (mode == "selective") {
         const std::string opt = get("activation_checkpoint.selective_ac_option").get<std::string>();
@@ -165,7 +216,7 @@ class TorchtitanTarget final : public Target {
       s.seq_len = get("training.max_context_length").get<int64_t>();
       const int64_t per_micro = get("training.num_tokens_per_microbatch_per_dp_rank").get<int64_t>();
       s.micro_batch = per_micro / s.seq_len;
-      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * world);
+      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * dp);
       const std::string ac = get("activation_checkpoint").get<std::string>();
       s.act_ckpt = ac == "None" ? ActCkpt::None : ac == "FullAC.Config()" ? ActCkpt::Full : ActCkpt::SelectiveOp;
     }

@@ -296,8 +296,16 @@ TEST_CASE("export: every value a target expresses round-trips, knob by knob (ddp
             s.lora.rank = 8;
             s.lora.target_modules = {"q_proj", "v_proj"};
           }
-          // A knob that does not apply to the plan is not part of it (the search normalises it away).
+          // A knob that does not apply to the plan is not part of it (the search normalises it away), nor is a plan
+          // the simulator would refuse (a mesh that does not divide the model or the world) or an HSDP group that
+          // spans every data-parallel rank (FSDP by another name).
           if (!k.applies(s) || !inexpressible(spec, s, cluster).empty()) continue;
+          if (s.kind == StrategyKind::Hsdp && s.hsdp_group >= s.mesh.dp(cluster.world_size())) continue;
+          try {
+            validate_strategy(s, model, cluster);
+          } catch (const InputError&) {
+            continue;
+          }
           CAPTURE(t.target);
           CAPTURE(t.version);
           CAPTURE(k.name);
@@ -386,6 +394,60 @@ TEST_CASE("export: the written values are the plan's (torchtitan TOML, DeepSpeed
   CHECK(doc_get(y, "model.apply_lora_to_mlp", "y") == true);
   CHECK(doc_get(y, "dtype", "y") == "bf16");
   CHECK(ex.launch_command.find("lora_finetune_distributed") != std::string::npos);
+}
+
+TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused where a target has none") {
+  // llama3-70b on 8 nodes x 8: tp 8 (in the node) x pp 4 x dp 2, 16 micro-batches of 1 through interleaved 1F1B.
+  auto setup = test::search_setup("llama3-70b", "h100-80gb", 8);
+  const Cluster c = setup->req.cluster;
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::Full;
+  s.attention = AttentionImpl::Sdpa;
+  s.micro_batch = 1;
+  s.grad_accum = 16;
+  s.mesh.tp = 8;
+  s.mesh.pp = 4;
+  s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
+  s.mesh.pp_virtual_stages = 2;
+  const TargetSpec toml = load_target_spec(kRoot, "torchtitan", "v0.2.2");
+  const PlanFile plan = plan_file_for(setup->graph->spec(), setup->hw, c, toml.runtime, s);
+  ExportResult ex = export_plan(plan, toml, kRoot);
+  const FlatDoc& d = ex.files.front().keys;
+  CHECK(doc_get(d, "parallelism.tensor_parallel_degree", "t") == 8);
+  CHECK(doc_get(d, "parallelism.pipeline_parallel_degree", "t") == 4);
+  CHECK(doc_get(d, "parallelism.pipeline_parallel_schedule", "t") == "Interleaved1F1B");
+  CHECK(doc_get(d, "parallelism.data_parallel_shard_degree", "t") == 2);
+  CHECK(doc_get(d, "parallelism.pipeline_parallel_microbatch_size", "t") == 1);
+  CHECK(doc_get(d, "training.local_batch_size", "t") == 16);
+  CHECK(doc_get(d, "training.global_batch_size", "t") == 32);
+  std::string dir = tmp_dir("mesh");
+  write_export(ex, toml, dir);
+  CHECK(strategy_identity(import_export(dir, toml, plan.cluster)) == strategy_identity(s));
+  fs::remove_all(dir);
+
+  const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-b5bcd76");
+  ex = export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, py.runtime, s), py, kRoot);
+  CHECK(doc_get(ex.files.front().keys, "parallelism.num_pp_microbatches", "p") == 16);
+  CHECK(doc_get(ex.files.front().keys, "training.num_tokens_per_train_step", "p") == 4096 * 2 * 16);
+  dir = tmp_dir("mesh");
+  write_export(ex, py, dir);
+  CHECK(strategy_identity(import_export(dir, py, plan.cluster)) == strategy_identity(s));
+  fs::remove_all(dir);
+
+  // Virtual stages other than torchtitan's default of 2 per rank are refused by name.
+  Strategy v3 = s;
+  v3.mesh.pp_virtual_stages = 3;
+  CHECK_THROWS_WITH_AS(export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, toml.runtime, v3), toml, kRoot),
+                       doctest::Contains("--pp-virtual-stages"), InputError);
+  // A target that writes data parallelism only refuses the mesh, naming the knob.
+  for (const char* t : {"deepspeed", "accelerate", "swift", "torchtune", "fsdp-run"}) {
+    const TargetSpec spec = load_target_spec(kRoot, t, "");
+    CAPTURE(t);
+    const auto v = inexpressible(spec, s, c);
+    CHECK(std::any_of(v.begin(), v.end(), [](const KnobViolation& x) { return x.message().rfind("tp 8: ", 0) == 0; }));
+    CHECK(std::any_of(v.begin(), v.end(), [](const KnobViolation& x) { return x.message().rfind("pp 4: ", 0) == 0; }));
+  }
 }
 
 namespace {
