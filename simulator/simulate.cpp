@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/errors.hpp"
+#include "strategy/capabilities.hpp"
 
 namespace fsdp {
 
@@ -39,17 +40,9 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--seq",
         std::to_string(s.seq_len) + " exceeds the model's learned positions (" + std::to_string(m.max_positions) + ")");
   if (s.forward_prefetch < 0 || s.backward_prefetch < 0) bad("--prefetch", "must not be negative");
-  const int64_t world = c.world_size();
-  if (!s.mesh.is_data_parallel_only())
-    bad(s.mesh.tp > 1 ? "--tp" : "--pp",
-        "tensor and pipeline parallelism are not simulated yet; plan with --tp 1 --pp 1");
-  if (s.kind == StrategyKind::Hsdp) {
-    if (s.hsdp_group <= 0) bad("--hsdp-group", "hsdp needs a shard-group size (e.g. --hsdp-group 8)");
-    if (world % s.hsdp_group != 0)
-      bad("--hsdp-group", std::to_string(s.hsdp_group) + " does not divide the world size " + std::to_string(world));
-  } else if (s.hsdp_group != 0 && s.hsdp_group != world) {
-    bad("--hsdp-group", "only meaningful with --strategy hsdp");
-  }
+  // Which knob combinations can run: the one capability table (strategy/capabilities.hpp), which the planner's
+  // search and fsdp-run read too.
+  if (auto v = first_violation(s, m, MeshWorld{c.world_size(), c.gpus_per_node})) bad(v->flag, v->reason);
   if (s.wrap.kind == WrapKind::EveryK && s.wrap.every_k > m.num_layers)
     bad("--wrap",
         "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " + std::to_string(m.num_layers) + " layers");
@@ -62,22 +55,6 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
     bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
   if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
   if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
-  if (s.offload != Offload::None && (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::NoShard))
-    bad("--offload",
-        std::string(to_string(s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
-  if (s.grad_sync == GradSync::LastMicroBatch && !grad_sync_applies(s)) {
-    // DDP, ZeRO-1 and no-shard already reduce on the last micro-batch only (DDP no_sync); DeepSpeed's ZeRO-2/3 refuse
-    // it (deepspeed/runtime/engine.py no_sync: "no_sync context manager is incompatible with gradient partitioning
-    // logic of ZeRO stage 2/3").
-    if (s.offload != Offload::None) bad("--grad-sync", "last-micro-batch with offload is not modelled");
-    bad("--grad-sync",
-        std::string("last-micro-batch applies to fsdp, fsdp-grad-op and hsdp, not ") + to_string(s.kind) +
-            (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::NoShard
-                 ? " (which reduces on the last micro-batch already)"
-                 : " (DeepSpeed's engine refuses no_sync with partitioned gradients)"));
-  }
-  if (s.offload == Offload::Params && !shards_params(s.kind))
-    bad("--offload", "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
 }
 
 void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string& seq_source) {
@@ -226,15 +203,42 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   StepProgram prog = emit_step_program(pi);
   Prediction p;
   p.params = in.graph->total_params();
-  p.memory = walk_memory(prog, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host());
+  auto walk = [&](const StepProgram& program) {
+    MemoryResult mem = walk_memory(program, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host());
+    if (!in.hardware->device_is_host()) cap_reserved_at_device(mem, in.hardware->usable_device_memory.value);
+    return mem;
+  };
+  p.memory = walk(prog);
+  p.time = run_timeline(prog, *in.hardware, in.cluster, s);
+  if (s.mesh.pp > 1) {
+    // Pipeline parallelism: the first stage (the most micro-batches in flight, the embedding) was emitted; the last
+    // (the final norm, the head and the loss) is too, and the plan is the worse of the two: its memory and, as the
+    // pipeline runs at its slowest stage's pace, its step time (pipeline_parallel.hpp).
+    ProgramInput last = pi;
+    last.pipeline_stage = s.mesh.pp - 1;
+    StepProgram last_prog = emit_step_program(last);
+    MemoryResult last_mem = walk(last_prog);
+    TimelineResult last_time = run_timeline(last_prog, *in.hardware, in.cluster, s);
+    p.memory.peak_phase = "stage 1/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
+    if (last_mem.device_total > p.memory.device_total) {
+      p.memory = std::move(last_mem);
+      p.memory.peak_phase =
+          "stage " + std::to_string(s.mesh.pp) + "/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
+    }
+    if (last_time.step_s > p.time.step_s) {
+      p.time = std::move(last_time);
+      if (program_out) prog = std::move(last_prog);
+    }
+  }
   p.usable_bytes = in.hardware->usable_device_memory.value;
-  if (!in.hardware->device_is_host()) cap_reserved_at_device(p.memory, p.usable_bytes);
   p.fits = p.memory.device_total <= p.usable_bytes;
   p.host_fits = p.memory.host_bytes_per_node <= in.hardware->host_memory.value;
-  p.time = run_timeline(prog, *in.hardware, in.cluster, s);
-  double tokens_per_rank = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
-  p.tokens_per_step = tokens_per_rank * static_cast<double>(in.cluster.world_size());
-  p.tokens_per_s_per_gpu = p.time.step_s > 0 ? tokens_per_rank / p.time.step_s : 0.0;
+  // Tokens: every data-parallel replica (world / (tp x pp) of them) runs micro_batch x seq x grad_accum per step;
+  // its tp x pp ranks share them.
+  double tokens_per_replica = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+  p.tokens_per_step = tokens_per_replica * static_cast<double>(s.mesh.dp(in.cluster.world_size()));
+  p.tokens_per_s_per_gpu =
+      p.time.step_s > 0 ? tokens_per_replica / static_cast<double>(s.mesh.model_parallel()) / p.time.step_s : 0.0;
   p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
   // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
   double peak = in.hardware->rated_peak_flops(s.param_dtype).value;

@@ -74,6 +74,10 @@ const char* kind_color(OpKind k) {
       return "#5f8f3a";
     case OpKind::ScalarAllReduce:
       return "#c77fd6";
+    case OpKind::TpCollective:
+      return "#1f6f8b";
+    case OpKind::PipelineTransfer:
+      return "#b0413e";
   }
   return "#999999";
 }
@@ -95,6 +99,10 @@ const char* stream_label(Stream s) {
       return "device \u2192 host";
     case Stream::Host:
       return "host CPU";
+    case Stream::TensorParallel:
+      return "tensor parallel";
+    case Stream::Pipeline:
+      return "pipeline p2p";
     case Stream::kCount:
       break;
   }

@@ -32,6 +32,9 @@ double ring_bytes_factor(CollectiveKind kind, int n) {
       return 2.0 * (n - 1) / n;
     case CollectiveKind::Broadcast:
       return 1.0;
+    case CollectiveKind::SendRecv:
+      // Point to point: the whole buffer crosses the one link between the two ranks.
+      return 1.0;
     case CollectiveKind::None:
       break;
   }
@@ -47,6 +50,8 @@ struct Steps {
 Steps ring_steps(CollectiveKind kind, const CommGroup& g) {
   int passes = kind == CollectiveKind::AllReduce ? 2 : 1;  // reduce-scatter then all-gather
   int nodes = g.nodes();
+  // A send-recv is one hop between two ranks (NCCL's p2p: ncclSend/ncclRecv), across nodes when they are.
+  if (kind == CollectiveKind::SendRecv) return Steps{1, nodes > 1 ? 1 : 0};
   return Steps{passes * (g.size - 1), passes * (nodes - 1)};
 }
 
@@ -67,6 +72,7 @@ const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, CollectiveKind kin
       own = &t.bus_efficiency_all_reduce;
       break;
     case CollectiveKind::Broadcast:
+    case CollectiveKind::SendRecv:
     case CollectiveKind::None:
       break;
   }

@@ -14,9 +14,9 @@ std::optional<E> from_names(const std::array<const char*, N>& names, std::string
 }
 
 constexpr std::array<const char*, static_cast<std::size_t>(Stream::kCount)> kStreamNames{
-    "compute", "all-gather", "reduce", "h2d", "d2h", "host"};
+    "compute", "all-gather", "reduce", "h2d", "d2h", "host", "tensor-parallel", "pipeline"};
 
-constexpr std::array<const char*, 15> kOpKindNames{"gather",
+constexpr std::array<const char*, 17> kOpKindNames{"gather",
                                                    "forward",
                                                    "reshard",
                                                    "loss",
@@ -30,11 +30,13 @@ constexpr std::array<const char*, 15> kOpKindNames{"gather",
                                                    "optimizer-step",
                                                    "host-optimizer-step",
                                                    "grad-norm",
-                                                   "scalar-all-reduce"};
+                                                   "scalar-all-reduce",
+                                                   "tp-collective",
+                                                   "pipeline-transfer"};
 
-constexpr std::array<const char*, 5> kCollectiveNames{"none", "all-gather", "reduce-scatter", "all-reduce",
-                                                      "broadcast"};
-constexpr std::array<const char*, 3> kGroupNames{"shard", "replica", "world"};
+constexpr std::array<const char*, 6> kCollectiveNames{"none",       "all-gather", "reduce-scatter",
+                                                      "all-reduce", "broadcast",  "send-recv"};
+constexpr std::array<const char*, 5> kGroupNames{"shard", "replica", "world", "tensor", "pipeline"};
 
 constexpr std::array<const char*, 4> kWireNames{"fp64", "fp32", "bf16", "fp16"};
 
@@ -60,7 +62,15 @@ constexpr std::array<const char*, static_cast<std::size_t>(Phase::kCount)> kPhas
                                                                                        "host optimizer step",
                                                                                        "all-gather updated parameters",
                                                                                        "parameters to device",
-                                                                                       "loss all-reduce"};
+                                                                                       "loss all-reduce",
+                                                                                       "tp forward collectives",
+                                                                                       "tp backward collectives",
+                                                                                       "vocab-parallel loss all-reduce",
+                                                                                       "tp norm-gradient all-reduce",
+                                                                                       "pp send activations",
+                                                                                       "pp receive activations",
+                                                                                       "pp send gradients",
+                                                                                       "pp receive gradients"};
 
 }  // namespace
 
@@ -119,6 +129,7 @@ bool is_step_phase(Phase p) {
     case Phase::ParamAllGather:
     case Phase::ParametersToDevice:
     case Phase::LossAllReduce:
+    case Phase::TpNormGradAllReduce:
       return true;
     default:
       return false;

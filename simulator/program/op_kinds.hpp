@@ -10,7 +10,20 @@
 
 namespace fsdp {
 
-enum class Stream { Compute, AllGather, ReduceScatter, HostToDevice, DeviceToHost, Host, kCount };
+// TensorParallel: the tensor-parallel collectives of the layers (program/tensor_parallel.hpp); Pipeline: the
+// point-to-point transfers between pipeline stages (program/pipeline_parallel.hpp). Both block the compute stream
+// (Megatron-LM and DTensor wait for them before the next GEMM) unless async TP overlaps them (timeline.cpp).
+enum class Stream {
+  Compute,
+  AllGather,
+  ReduceScatter,
+  HostToDevice,
+  DeviceToHost,
+  Host,
+  TensorParallel,
+  Pipeline,
+  kCount
+};
 const char* to_string(Stream);
 
 enum class OpKind {
@@ -29,16 +42,22 @@ enum class OpKind {
   HostOptimizerStep,  // host optimizer (offload)
   GradNorm,           // the training loop's whole-gradient passes before the step (norm and clip, averaging)
   ScalarAllReduce,    // one scalar summed over a group (the gradient norm's partial sums, the step's loss)
+  TpCollective,       // a unit's tensor-parallel collectives of one kind (program/tensor_parallel.hpp)
+  PipelineTransfer,   // a pipeline stage's point-to-point send or receive (program/pipeline_parallel.hpp)
 };
 const char* to_string(OpKind);
 
-enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast };
+// SendRecv: a pipeline stage's point-to-point transfer to its neighbour (torch.distributed.pipelining's
+// batch_isend_irecv; Megatron-LM p2p_communication.py).
+enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast, SendRecv };
 const char* to_string(CollectiveKind);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
 
 // Shard: the ranks a parameter/gradient shard is split over (the world, or an HSDP shard group);
-// Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars).
-enum class GroupKind : uint8_t { Shard, Replica, World };
+// Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars);
+// Tensor: the tensor-parallel group (tp ranks inside a node); Pipeline: the pipeline stages (a stage and its
+// neighbour for point-to-point transfers).
+enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline };
 const char* to_string(GroupKind);
 std::optional<GroupKind> group_kind_from_string(std::string_view);
 
@@ -75,6 +94,19 @@ enum class Phase : uint8_t {
   ParamAllGather,
   ParametersToDevice,
   LossAllReduce,
+  // Tensor parallelism (program/tensor_parallel.hpp): the sequence-parallel all-gathers and reduce-scatters of a
+  // unit's layers (or their all-reduces without sequence parallelism), in forward and in backward; the
+  // vocabulary-parallel cross-entropy's all-reduces; the replicated norms' gradients summed over the tp group.
+  TpForwardCollectives,
+  TpBackwardCollectives,
+  TpLossAllReduce,
+  TpNormGradAllReduce,
+  // Pipeline parallelism (program/pipeline_parallel.hpp): a stage's activations to the next stage and the
+  // gradients back.
+  PipelineSendActivations,
+  PipelineRecvActivations,
+  PipelineSendGradients,
+  PipelineRecvGradients,
   kCount
 };
 const char* to_string(Phase);

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "program/pipeline_parallel.hpp"
+#include "program/tensor_parallel.hpp"
 #include "strategy/placement.hpp"
 
 namespace fsdp {
@@ -13,7 +15,7 @@ std::string op_label(const StepProgram& p, const Op& op) {
   if (op.unit >= 0 && static_cast<size_t>(op.unit) < p.units.size() &&
       (op.kind == OpKind::Gather || op.kind == OpKind::Forward || op.kind == OpKind::Backward ||
        op.kind == OpKind::Reshard || op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce ||
-       op.kind == OpKind::ParamAllGather))
+       op.kind == OpKind::ParamAllGather || op.kind == OpKind::TpCollective))
     l += " " + p.units[static_cast<size_t>(op.unit)].name;
   return l;
 }
@@ -123,6 +125,14 @@ struct Emitter {
   double adapters = 0;
   bool adapters_outside_units() const { return s.method != Method::Full && rt.lora_adapters_replicated; }
   Op deferred_replica;  // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
+  // Tensor parallelism: the parameters every tp rank holds whole (norms), whose gradients are summed over the tp
+  // group with sequence parallelism (program/tensor_parallel.hpp).
+  double tp_replicated_params = 0;
+  // Pipeline parallelism: the stage's other micro-batches' activations its schedule keeps in flight, held from the
+  // first micro-batch's transfer to the last one's (program/pipeline_parallel.hpp in_flight_micro_batches).
+  double pp_in_flight_bytes = 0;
+  bool pp_in_flight_held = false;
+  bool holds_head() const { return prog.layout.last_stage(); }
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
@@ -201,6 +211,10 @@ struct Emitter {
     gb = zero_layout ? (s.kind == StrategyKind::Zero3 ? rb : pb) : mb;
     if (accum32) gb = pb;  // autograd's .grad of a compute-dtype parameter
     prog.units = strategy_units(g, s);
+    const StepLayout& lay = prog.layout;
+    if (lay.pp > 1)
+      prog.units =
+          stage_units(g, prog.units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, lay.pp);
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
@@ -219,6 +233,9 @@ struct Emitter {
       if (static_cast<size_t>(idx) == cost_keys.size()) {
         cost_keys.push_back(key);
         class_costs.push_back(layer_cost(lin, g.layers()[l], key.second));
+        // Tensor parallelism: what one rank of the tp group holds and computes of the layer.
+        shard_layer_for_tp(class_costs.back(), g, g.layers()[l],
+                           tokens * norm_saved_bytes_per_token(g, g.layers()[l], q), s.mesh);
       }
       int32_t& shape = shape_of_class[static_cast<size_t>(cls)];
       if (shape < 0) {
@@ -228,10 +245,29 @@ struct Emitter {
       layer_class.push_back(idx);
       prog.layer_shape_of.push_back(shape);
     }
-    if (s.method == Method::Full)
+    if (s.mesh.tp > 1) {
+      // One tp rank's parameters of each unit: its layers' (shard_layer_for_tp), and of the model's other parts the
+      // embedding and head 1/tp, the final norm whole.
+      for (WrapUnit& u : prog.units) {
+        double p = 0;
+        for (const LayerCost* lc : costs_of(u)) p += lc->params;
+        if (u.is_root)
+          for (ModuleId c : g.children(g.root()))
+            if (g.node(c).kind != ModuleKind::LayerStack && stage_holds(g, c, lay.stage, lay.pp))
+              p += tp_root_module_params(g, c, s.mesh.tp);
+        u.params = std::llround(p);
+      }
+      for (int64_t l = lay.stage_first_layer; l <= lay.stage_last_layer; ++l)
+        for (ModuleId leaf : g.leaves_under(g.layers()[static_cast<size_t>(l)]))
+          if (g.node(leaf).kind != ModuleKind::Linear) tp_replicated_params += static_cast<double>(g.node(leaf).params);
+    }
+    if (s.method == Method::Full && holds_head())
       for (ModuleId c : g.children(g.root())) {
         const ModuleKind k = g.node(c).kind;
-        if (k == ModuleKind::Head || k == ModuleKind::Norm) head_train += static_cast<double>(g.params_under(c));
+        if (k == ModuleKind::Head || k == ModuleKind::Norm) {
+          head_train += tp_root_module_params(g, c, s.mesh.tp);
+          if (k == ModuleKind::Norm && s.mesh.tp > 1) tp_replicated_params += static_cast<double>(g.params_under(c));
+        }
       }
     for (const auto& u : prog.units) {
       const double params = static_cast<double>(u.params);
@@ -258,7 +294,8 @@ struct Emitter {
     // Shapes for the compute cost model: the head's GEMM and the attention batch (per-layer shapes above).
     const ModelSpec& ms = g.spec();
     const int64_t toks = s.micro_batch * s.seq_len;
-    prog.head_gemm = GemmShape{toks, ms.vocab_size, ms.hidden_size, 1.0};
+    // The head vocabulary-parallel: each tp rank computes its 1/tp of the logits.
+    prog.head_gemm = GemmShape{toks, (ms.vocab_size + s.mesh.tp - 1) / s.mesh.tp, ms.hidden_size, 1.0};
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {
@@ -294,10 +331,12 @@ struct Emitter {
           ModuleKind k = g.node(c).kind;
           if (k == ModuleKind::LayerStack) continue;
           if (k == ModuleKind::Loss) continue;
+          if (!stage_holds(g, c, prog.layout.stage, prog.layout.pp)) continue;
           // A vision tower's embeddings and projector run on their own tokens (ModuleGraph::token_ratio).
           const double r = g.token_ratio(c, s.seq_len);
           double c_mm = 0, c_at = 0;
           flops_of(c, c_mm, c_at);
+          if (k == ModuleKind::Head) c_mm /= static_cast<double>(s.mesh.tp);  // vocabulary-parallel
           mm += r * c_mm;
           at += r * c_at;
           // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
@@ -370,7 +409,10 @@ struct Emitter {
     return unit_backward_transient[ui] + recompute_bytes[ui];
   }
 
-  double logits_elems() const { return tokens * static_cast<double>(g.spec().vocab_size); }
+  // The logits one rank computes: its vocabulary shard under tensor parallelism.
+  double logits_elems() const {
+    return tokens * std::ceil(static_cast<double>(g.spec().vocab_size) / static_cast<double>(s.mesh.tp));
+  }
   double logprob_bytes() const { return tensor_bytes(TensorClass::LogProbs, q); }
 
   double train(int ui) const { return train_p[static_cast<size_t>(ui)]; }
@@ -447,6 +489,78 @@ struct Emitter {
     op.comm_bytes = bytes;
     op.comm_dtype = type;
     return op;
+  }
+
+  // ---- the mesh's own ops (tensor_parallel.hpp, pipeline_parallel.hpp) ----
+
+  // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel
+  // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
+  int push_tp(int ui, int mbi, bool backward, int dep) {
+    if (s.mesh.tp <= 1) return dep;
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+    TpUnitShape shape;
+    shape.layers = u.num_layers();
+    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l)
+      shape.recomputed_layers += recomputes_layer_forward(layer_ckpt(s, l)) ? 1 : 0;
+    shape.embedding = u.is_root && prog.layout.first_stage();
+    shape.head = u.is_root && holds_head();
+    shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
+    int last = dep;
+    for (const TpCollective& c :
+         backward ? tp_backward_collectives(shape, s.mesh) : tp_forward_collectives(shape, s.mesh)) {
+      Op op = collective_op(OpKind::TpCollective, Stream::TensorParallel,
+                            backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives, c.kind,
+                            GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),
+                            wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
+      op.comm_calls = c.calls;
+      op.transient_bytes = c.gathered_bytes;
+      op.deps.push_back(last);
+      last = push(op);
+    }
+    return last;
+  }
+
+  // A pipeline stage's point-to-point transfer of one micro-batch's activations (or their gradients): s x b x h in
+  // the compute dtype, 1/tp of it with sequence parallelism (Korthikanti et al. 2022 sec. 4.2.3: the tensors between
+  // stages are in sequence-parallel form), once per model chunk boundary of the rank.
+  int push_pp(Phase phase, int mbi, int dep) {
+    double elems = tokens * static_cast<double>(g.spec().hidden_size);
+    if (s.mesh.tp > 1 && s.mesh.sequence_parallel) elems /= static_cast<double>(s.mesh.tp);
+    Op op = collective_op(OpKind::PipelineTransfer, Stream::Pipeline, phase, CollectiveKind::SendRecv,
+                          GroupKind::Pipeline, wire_bytes(elems, pb, GroupKind::Pipeline),
+                          wire_type(s.param_dtype, GroupKind::Pipeline), -1, mbi);
+    op.comm_calls = pipeline_transfers_per_micro_batch(s.mesh);
+    // The other micro-batches in flight (the schedule's warm-up), held from the first emitted micro-batch's first
+    // transfer to the last one's.
+    const bool last_mb = mbi == static_cast<int>(s.grad_accum) - 1;
+    if (pp_in_flight_bytes > 0 && !pp_in_flight_held && !last_mb) {
+      op.on_issue.push_back({MemoryCategory::Activations, pp_in_flight_bytes});
+      pp_in_flight_held = true;
+    } else if (pp_in_flight_held && last_mb) {
+      op.on_issue.push_back({MemoryCategory::Activations, -pp_in_flight_bytes});
+      pp_in_flight_held = false;
+    }
+    if (dep >= 0) op.deps.push_back(dep);
+    return push(op);
+  }
+
+  // Before a micro-batch's forward: a stage after the first receives its input.
+  void pp_before_forward(int mbi) {
+    if (prog.layout.pp > 1 && !prog.layout.first_stage()) push_pp(Phase::PipelineRecvActivations, mbi, -1);
+  }
+  // Between forward and backward: the last stage computes the loss; the others send their output and receive its
+  // gradient.
+  void pp_turn(int mbi) {
+    if (holds_head()) {
+      push_loss_ops(mbi);
+      return;
+    }
+    const int sent = push_pp(Phase::PipelineSendActivations, mbi, static_cast<int>(prog.ops.size()) - 1);
+    push_pp(Phase::PipelineRecvGradients, mbi, sent);
+  }
+  // After a micro-batch's backward: a stage after the first sends its input's gradient back.
+  void pp_after_backward(int mbi, int last_backward) {
+    if (prog.layout.pp > 1 && !prog.layout.first_stage()) push_pp(Phase::PipelineSendGradients, mbi, last_backward);
   }
 
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
@@ -533,7 +647,16 @@ struct Emitter {
     l.on_issue.push_back({MemoryCategory::Activations, logprobs});
     l.elementwise_bytes = logits + upcast + logprobs;
     l.head_passes = 1;
-    push(l);
+    const int lop = push(l);
+    if (s.mesh.tp > 1) {
+      // Vocabulary-parallel cross-entropy (tensor_parallel.hpp): its all-reduces over the tp group.
+      const TpCollective c = tp_loss_collective(tokens);
+      Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpLossAllReduce, c.kind,
+                           GroupKind::Tensor, c.bytes, WireType::Fp32, -1, mbi);
+      a.comm_calls = c.calls;
+      a.deps.push_back(lop);
+      push(a);
+    }
     Op lb;
     lb.kind = OpKind::LossBackward;
     lb.phase = Phase::LossBackward;
@@ -677,6 +800,8 @@ void Emitter::emit_sharded() {
       return !unit_placement(s, u.is_root, rt.root_reshard_after_forward).reshard_after_forward;
     };
     // ---- forward ----
+    pp_before_forward(mbi);
+    int last_bwd = -1;
     for (int ui = 0; ui < n; ++ui) {
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
       for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
@@ -686,10 +811,10 @@ void Emitter::emit_sharded() {
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
-      push(f);
+      push_tp(ui, mbi, false, push(f));
       if (!keep_after_forward(ui)) reshard(ui);
     }
-    push_loss_ops(mbi);
+    pp_turn(mbi);
     // ---- backward (reverse unit order; the root's embedding backward comes last) ----
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
@@ -765,6 +890,8 @@ void Emitter::emit_sharded() {
           bop = push(part);
         }
       }
+      bop = push_tp(ui, mbi, true, bop);
+      last_bwd = bop;
       if (adapters_outside_units()) {
         free_late = ui;
         continue;
@@ -860,6 +987,7 @@ void Emitter::emit_sharded() {
       deferred_replica = Op{};
     }
     if (free_late >= 0) reshard(free_late);
+    pp_after_backward(mbi, last_bwd);
     if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();
@@ -902,6 +1030,7 @@ void Emitter::emit_replicated() {
     // DDP no_sync on all but the last
     const bool sync = (mbi == K - 1 && !reduce_after_backward) || s.kind == StrategyKind::Zero2;
     int last_backward = -1;
+    pp_before_forward(mbi);
     for (int ui = 0; ui < n; ++ui) {
       Op f = forward_op(ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
@@ -910,9 +1039,9 @@ void Emitter::emit_replicated() {
       const double recast = cast * checkpointed_share(ui);
       if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
       f.transient_bytes += recast;
-      push(f);
+      push_tp(ui, mbi, false, push(f));
     }
-    push_loss_ops(mbi);
+    pp_turn(mbi);
     std::vector<int> order;
     for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
     order.push_back(0);
@@ -938,7 +1067,7 @@ void Emitter::emit_replicated() {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
       if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
-      int bop = push(b);
+      int bop = push_tp(ui, mbi, true, push(b));
       last_backward = bop;
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
@@ -1035,6 +1164,7 @@ void Emitter::emit_replicated() {
       r.deps.push_back(last_backward);
       push(r);
     }
+    pp_after_backward(mbi, last_backward);
     if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();
@@ -1057,6 +1187,16 @@ void Emitter::emit_optimizer() {
                          CollectiveKind::AllReduce, GroupKind::Shard, kFlagBytes, WireType::Fp32, -1, 0);
     f.after_all_comm = true;
     push(f);
+  }
+  if (s.mesh.tp > 1 && s.mesh.sequence_parallel && tp_replicated_params > 0) {
+    // The replicated norms' gradients differ per tp rank under sequence parallelism (each saw its s/tp tokens):
+    // summed over the tp group before the step (Megatron-LM finalize_model_grads, allreduce_layernorm_grads).
+    Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpNormGradAllReduce,
+                         CollectiveKind::AllReduce, GroupKind::Tensor,
+                         wire_bytes(tp_replicated_params, rb, GroupKind::Tensor),
+                         wire_type(s.reduce_dtype, GroupKind::Tensor), -1, 0);
+    a.after_all_comm = true;
+    push(a);
   }
   if (grad_bytes > 0) {
     Op n;
@@ -1209,7 +1349,20 @@ StepProgram emit_step_program(const ProgramInput& in) {
     e.sdpa_memory = any_global ? in.sdpa_global : in.sdpa_windowed;
   }
   StepLayout& lay = e.prog.layout;
-  lay.world = in.cluster.world_size();
+  // The mesh (StepLayout): the data-parallel strategy spans world / (tp x pp) ranks; a pipeline program is one
+  // stage's, with its layers (pipeline_parallel.hpp).
+  FSDP_ASSERT(in.cluster.world_size() % s.mesh.model_parallel() == 0, "mesh validated before emission");
+  lay.tp = s.mesh.tp;
+  lay.pp = s.mesh.pp;
+  lay.pp_virtual_stages = s.mesh.pp_virtual_stages;
+  lay.pp_schedule = s.mesh.pp_schedule;
+  lay.stage = in.pipeline_stage;
+  FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
+  const StageLayers stage =
+      stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
+  lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
+  lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
+  lay.world = s.mesh.dp(in.cluster.world_size());
   if (s.kind == StrategyKind::Hsdp) {
     FSDP_ASSERT(s.hsdp_group > 0 && lay.world % s.hsdp_group == 0, "hsdp group validated before emission");
     lay.shard_size = s.hsdp_group;
@@ -1223,9 +1376,18 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
   e.setup();
-  // Room for the ops up front: a unit issues at most ~8 ops a micro-batch (gathers, compute, reshard, reduction)
-  // and a few in the optimizer phase; growing the vector instead copied every op several times per candidate.
-  e.prog.ops.reserve(e.prog.units.size() * static_cast<size_t>(8 * lay.micro_batches_emitted + 4) + 32);
+  // Room for the ops up front: a unit issues at most ~8 ops a micro-batch (gathers, compute, reshard, reduction),
+  // as many again with tensor parallelism's collectives, and a few in the optimizer phase; growing the vector
+  // instead copied every op several times per candidate.
+  const size_t ops_per_unit_micro_batch = lay.tp > 1 ? 16 : 8;
+  e.prog.ops.reserve(
+      e.prog.units.size() * (ops_per_unit_micro_batch * static_cast<size_t>(lay.micro_batches_emitted) + 4) + 32);
+  if (lay.pp > 1) {
+    // The schedule's other micro-batches in flight on this stage, each holding what one holds.
+    double act = 0;
+    for (double a : e.act_bytes) act += a;
+    e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
+  }
   if (shards_params(s.kind)) {
     e.emit_sharded();
   } else {
@@ -1242,6 +1404,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
   }
   // Communicators: the default (world) group, plus shard and replica groups for HSDP.
   e.prog.communicators = lay.world > 1 ? (s.kind == StrategyKind::Hsdp ? 3 : 1) : 0;
+  // The mesh's own groups: one communicator for the tp group, one for the pipeline group (NCCL point-to-point
+  // sends and receives run on the group's communicator).
+  e.prog.communicators += (lay.tp > 1 ? 1 : 0) + (lay.pp > 1 ? 1 : 0);
   return std::move(e.prog);
 }
 

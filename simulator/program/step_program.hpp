@@ -72,6 +72,7 @@ struct Op {
   CollectiveKind collective = CollectiveKind::None;
   GroupKind group = GroupKind::Shard;
   double comm_bytes = 0;                 // full buffer size of the collective
+  int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
   WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
   double copy_bytes = 0;                 // host<->device
   double host_optimizer_params = 0;
@@ -86,12 +87,26 @@ std::string op_label(const StepProgram& p, const Op& op);
 // fsdp-run's report uses too.
 std::string op_phase(const StepProgram& p, const Op& op);
 
+// The device mesh of the step, from the program's rank (DESIGN.md "Parallelism as a device mesh"): world = dp x tp x
+// pp ranks, tp innermost (a node's NVLink), pp outermost, as torchtitan's ParallelDims builds it. Each dimension owns
+// a process group (GroupKind) and its tier (timeline/op_cost.cpp group_of): the data-parallel ones (Shard, Replica,
+// World) span the dp ranks holding the same model slice, tp apart; Tensor is tp consecutive ranks; Pipeline joins a
+// stage to its neighbours, world / pp ranks apart.
 struct StepLayout {
-  int64_t world = 1;
+  int64_t world = 1;       // data-parallel ranks: the whole world / (tp x pp)
   int64_t shard_size = 1;  // ranks a parameter/gradient/optimizer shard is split over
   int64_t replicas = 1;    // world / shard_size
+  int64_t tp = 1;          // tensor-parallel degree (MeshSpec::tp)
+  int64_t pp = 1;          // pipeline stages (MeshSpec::pp)
+  int64_t pp_virtual_stages = 1;
+  PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
+  int64_t stage = 0;                                     // the pipeline stage this program is of (0 .. pp-1)
+  int64_t stage_first_layer = 0, stage_last_layer = -1;  // the decoder layers the stage holds (pipeline_parallel.hpp)
   int64_t tokens_per_micro_batch = 0;
   int64_t micro_batches_emitted = 1;  // min(grad_accum, 3): first, one representative middle, last
+  int64_t ranks() const { return world * tp * pp; }
+  bool first_stage() const { return stage == 0; }
+  bool last_stage() const { return stage == pp - 1; }
   int64_t group_size(GroupKind g) const {
     switch (g) {
       case GroupKind::Shard:
@@ -100,6 +115,10 @@ struct StepLayout {
         return replicas;
       case GroupKind::World:
         return world;
+      case GroupKind::Tensor:
+        return tp;
+      case GroupKind::Pipeline:
+        return pp;
     }
     return 1;
   }
@@ -148,6 +167,8 @@ struct ProgramInput {
   // sdpa was priced as before the dispatch was modelled.
   SdpaKernel sdpa_global = SdpaKernel::Flash;
   SdpaKernel sdpa_windowed = SdpaKernel::Flash;
+  // With pipeline parallelism, the stage whose rank the program is of (0 .. pp-1).
+  int64_t pipeline_stage = 0;
 };
 
 StepProgram emit_step_program(const ProgramInput& in);

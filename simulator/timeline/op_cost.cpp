@@ -7,21 +7,36 @@
 #include "comm/collective_cost.hpp"
 #include "compute/compute_cost.hpp"
 #include "compute/unfused_attention.hpp"
+#include "program/tensor_parallel.hpp"
 #include "timeline/timeline.hpp"
 
 namespace fsdp {
 
 namespace {
 
+// The communicator of a group kind on the mesh (StepLayout): ranks numbered node-major with tp innermost and pp
+// outermost (torchtitan ParallelDims), so a data-parallel group's members are tp ranks apart, a tp group is tp
+// consecutive ranks of a node, and a pipeline transfer joins two ranks tp x dp apart (on another node as soon as a
+// stage fills a node).
 CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p, const Cluster& c) {
   const int gpn = static_cast<int>(c.gpus_per_node);
+  const StepLayout& l = p.layout;
+  const int tp = static_cast<int>(l.tp);
   switch (k) {
     case GroupKind::Shard:
-      return contiguous_group(hw, gpn, static_cast<int>(p.layout.shard_size));
+      if (tp > 1) return strided_group(hw, gpn, tp, static_cast<int>(l.shard_size));
+      return contiguous_group(hw, gpn, static_cast<int>(l.shard_size));
     case GroupKind::Replica:
-      return strided_group(hw, gpn, static_cast<int>(p.layout.shard_size), static_cast<int>(p.layout.replicas));
+      return strided_group(hw, gpn, static_cast<int>(l.shard_size) * tp, static_cast<int>(l.replicas));
     case GroupKind::World:
-      return contiguous_group(hw, gpn, static_cast<int>(p.layout.world));
+      if (tp > 1) return strided_group(hw, gpn, tp, static_cast<int>(l.world));
+      return contiguous_group(hw, gpn, static_cast<int>(l.world));
+    case GroupKind::Tensor:
+      return contiguous_group(hw, gpn, tp);
+    case GroupKind::Pipeline: {
+      constexpr int kPair = 2;
+      return make_group(hw, kPair, l.tp * l.world >= c.gpus_per_node ? 1 : kPair);
+    }
   }
   return CommGroup{};
 }
@@ -165,7 +180,11 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // took 1.5 ms, not the 2x of 2.6 ms).
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
     const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
-    t += hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
+    double one =
+        hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
+    // Async TP overlaps all but the first of a tp collective's chunks with the GEMMs (tensor_parallel.hpp).
+    if (op.stream == Stream::TensorParallel) one *= tp_exposed_fraction(s.mesh);
+    t += one * static_cast<double>(op.comm_calls);
   }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
   if (op.host_optimizer_params > 0)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "program/pipeline_parallel.hpp"
 
 namespace fsdp {
 
@@ -26,7 +27,10 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   const OpPrices prices = price_layers(p, hw, s);
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    const size_t resource = static_cast<size_t>(one_resource ? Stream::Compute : op.stream);
+    // Tensor-parallel collectives and pipeline transfers block the compute stream: the next GEMM needs their output
+    // (Megatron-LM and DTensor wait on them; async TP shortens them instead, op_cost.cpp).
+    const bool blocking = op.stream == Stream::TensorParallel || op.stream == Stream::Pipeline;
+    const size_t resource = static_cast<size_t>(one_resource || blocking ? Stream::Compute : op.stream);
     double ready = stream_free[resource];
     if (op.after_all_comm) ready = std::max(ready, comm_done);
     for (int d : op.deps) {
@@ -37,7 +41,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     FSDP_ASSERT(dur >= 0, "negative op duration");
     r.ops[i] = OpTiming{ready, ready + dur};
     stream_free[resource] = ready + dur;
-    if (op.stream != Stream::Compute) comm_done = std::max(comm_done, ready + dur);
+    if (op.stream != Stream::Compute && !blocking) comm_done = std::max(comm_done, ready + dur);
     switch (op.stream) {
       case Stream::Compute:
         compute_busy += dur;
@@ -52,6 +56,14 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
       case Stream::Host:
         r.offload_s += dur;
         if (op.kind == OpKind::HostOptimizerStep) r.optimizer_s += dur;
+        break;
+      case Stream::TensorParallel:
+        r.comm_s += dur;
+        r.tp_comm_s += dur;
+        break;
+      case Stream::Pipeline:
+        r.comm_s += dur;
+        r.pp_comm_s += dur;
         break;
       case Stream::kCount:
         break;
@@ -105,9 +117,14 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // take as long as it does, from its first op to the first op of the next emitted micro-batch.
   const int64_t K = s.grad_accum;
   if (K > p.layout.micro_batches_emitted) {
-    double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0;
-    for (size_t i = 0; i < p.ops.size(); ++i)
-      if (p.ops[i].micro_batch == 1 && p.ops[i].stream != Stream::Compute) mid_comm += r.ops[i].end - r.ops[i].start;
+    double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0, mid_tp = 0, mid_pp = 0;
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      if (p.ops[i].micro_batch != 1 || p.ops[i].stream == Stream::Compute) continue;
+      const double d = r.ops[i].end - r.ops[i].start;
+      mid_comm += d;
+      if (p.ops[i].stream == Stream::TensorParallel) mid_tp += d;
+      if (p.ops[i].stream == Stream::Pipeline) mid_pp += d;
+    }
     for (size_t i = 0; i < p.ops.size(); ++i) {
       const Op& op = p.ops[i];
       // Micro-batch boundaries on the compute stream (prefetched gathers may start earlier).
@@ -123,6 +140,15 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     compute_busy += repeats * (mid_compute + mid_slowdown);
     r.contention_s += repeats * mid_slowdown;
     r.comm_s += repeats * mid_comm;
+    r.tp_comm_s += repeats * mid_tp;
+    r.pp_comm_s += repeats * mid_pp;
+  }
+  // Pipeline parallelism: the schedule's bubble, (pp - 1) / v of one micro-batch's work on this stage
+  // (pipeline_parallel.hpp; Narayanan et al. 2021 sec. 2.2): the stage idles while the pipeline fills and drains.
+  if (p.layout.pp > 1) {
+    const double micro_batch_s = (end - r.optimizer_phase_s) / static_cast<double>(K);
+    r.pipeline_bubble_s = pipeline_bubble_s(s.mesh, micro_batch_s);
+    end += r.pipeline_bubble_s;
   }
   r.step_s = end;
   r.compute_s = compute_busy;
@@ -141,7 +167,8 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   }
   exposed_offload = std::min(exposed_offload, idle);
   r.exposed_offload_s = exposed_offload;
-  r.exposed_comm_s = idle - exposed_offload;
+  // The tensor-parallel collectives and pipeline transfers are waited for on the compute stream: all exposed.
+  r.exposed_comm_s = std::max(0.0, idle - exposed_offload - r.pipeline_bubble_s);
   return r;
 }
 

@@ -29,8 +29,11 @@ struct TimelineResult {
   // step: gradient norm, scalar all-reduces, optimizer, parameter all-gathers (fsdp-run's report measures
   // the same span as steps[].optimizer_phase_s).
   double optimizer_phase_s = 0;
-  double contention_s = 0;    // compute slowed by collectives running beside it (in compute_s)
-  std::vector<OpTiming> ops;  // per op of the program
+  double contention_s = 0;       // compute slowed by collectives running beside it (in compute_s)
+  double tp_comm_s = 0;          // tensor-parallel collectives (on the critical path; in comm_s and exposed_comm_s)
+  double pp_comm_s = 0;          // pipeline point-to-point transfers (likewise)
+  double pipeline_bubble_s = 0;  // the pipeline schedule's fill and drain (idle, not in exposed_comm_s)
+  std::vector<OpTiming> ops;     // per op of the program
 };
 
 // The compute times of a program's layer classes and head, priced once per program: every op of a class computes

@@ -1,0 +1,59 @@
+// Pipeline parallelism as a transform of the step: which decoder layers and which of the model's other parts a stage
+// holds, how many micro-batches' activations its schedule keeps in flight, the point-to-point transfers between
+// stages and the schedule's bubble. The simulator emits the program of the first and of the last stage (the first
+// holds the most micro-batches in flight and the embedding; the last the final norm, the head and the loss) and
+// reports the worse of the two (simulate.cpp).
+//
+// Sources:
+//  - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
+//    (arXiv:2104.04473): sec. 2.2.1, GPipe and 1F1B (PipeDream-Flush) have the bubble (p - 1) x (t_f + t_b) over m
+//    micro-batches of time m x (t_f + t_b): bubble fraction (p - 1) / m; 1F1B keeps at most p micro-batches in
+//    flight (stage i: p - i), GPipe all m. Sec. 2.2.2, interleaved 1F1B with v model chunks per rank: the bubble
+//    (p - 1) / v x (t_f + t_b), at v times the point-to-point communication, and more activations in flight.
+//  - torch.distributed.pipelining (torch/distributed/pipelining/schedules.py, ScheduleInterleaved1F1B): the warm-up
+//    of rank i runs (v - 1) x p + 2 (p - 1 - i) chunk forwards before its first backward, so (that + 1) chunks'
+//    activations are live at once, each 1/v of the rank's layers. ScheduleGPipe, Schedule1F1B likewise.
+//  - torchtitan (torchtitan/distributed/pipeline_parallel.py): the model split into stages of whole decoder layers,
+//    the embedding on the first stage, the final norm and the output projection (and the loss) on the last; FSDP
+//    applied to each stage's modules, so a stage's parameters are gathered per micro-batch unless
+//    reshard_after_forward is off (torchtitan turns it off under pipeline parallelism for that reason).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/module_graph.hpp"
+#include "program/wrap_units.hpp"
+#include "strategy/mesh.hpp"
+
+namespace fsdp {
+
+// The decoder layers of pipeline rank `stage`: the layers split into pp x v model chunks as evenly as they go (the
+// first chunks take one more when they do not divide: torchtitan's even split), rank i holding chunks i, i + pp,
+// ...; returned as a contiguous range of that many layers for the rank's program.
+struct StageLayers {
+  int64_t first = 0, last = -1;
+  int64_t count() const { return last - first + 1; }
+};
+StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages, int64_t stage);
+
+// Whether pipeline rank `stage` of `pp` holds the model part `module` (a child of the graph's root): the embeddings
+// (and a vision tower) on the first stage, the final norm, head and loss on the last.
+bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, int64_t pp);
+
+// The wrap units of one stage: units clipped to the stage's layers (their parameters recounted), the root keeping
+// the model parts the stage holds.
+std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUnit>& units, const StageLayers& layers,
+                                  int64_t stage, int64_t pp);
+
+// Micro-batches whose activations stage `stage` holds at once under the schedule, in units of the stage's whole
+// activations of one micro-batch (interleaved: chunks of 1/v of them), over `micro_batches` per step.
+double in_flight_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micro_batches);
+
+// The schedule's bubble: (pp - 1) / v of one micro-batch's forward and backward on the slowest stage.
+double pipeline_bubble_s(const MeshSpec& mesh, double micro_batch_s);
+
+// Point-to-point transfers one rank makes per micro-batch and direction: v (one per model chunk boundary).
+int pipeline_transfers_per_micro_batch(const MeshSpec& mesh);
+
+}  // namespace fsdp

@@ -1,0 +1,172 @@
+#include "program/tensor_parallel.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+namespace {
+
+// A linear reading the hidden stream is column-parallel (q, k, v, gate, up: its outputs split); one reading a
+// split width is row-parallel (the attention output and the MLP's down projection: its inputs split).
+bool column_parallel(const ModelSpec& m, int64_t in_features) { return in_features == m.hidden_size; }
+
+// A column-parallel linear producing k or v (GQA/MQA: narrower than q), whose heads follow tp_kv_heads_per_rank.
+bool kv_projection(const ModelSpec& m, int64_t in_features, int64_t out_features) {
+  return column_parallel(m, in_features) && m.kv_dim() != m.q_dim() && out_features == m.kv_dim();
+}
+
+// The share of a kv projection one rank holds: kv_per_rank / kv.
+double kv_share(const ModelSpec& m, int64_t tp) {
+  return static_cast<double>(tp_kv_heads_per_rank(m, tp)) / static_cast<double>(m.num_kv_heads);
+}
+
+double linear_share(const ModelSpec& m, const ModuleNode& n, int64_t tp) {
+  if (kv_projection(m, n.in_features, n.out_features)) return kv_share(m, tp);
+  return 1.0 / static_cast<double>(tp);
+}
+
+}  // namespace
+
+int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp) {
+  if (tp <= 1 || m.num_kv_heads <= 0) return m.num_kv_heads;
+  return std::max<int64_t>(1, m.num_kv_heads / tp);
+}
+
+double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  double b = 0;
+  for (ModuleId leaf : g.leaves_under(layer))
+    if (g.node(leaf).kind == ModuleKind::Norm) b += g.saved_bytes_per_token(leaf, q, ActCkpt::None);
+  return b;
+}
+
+double tp_layer_params(const ModuleGraph& g, ModuleId layer, int64_t tp) {
+  const ModelSpec& m = g.spec();
+  double p = 0;
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    const double own = static_cast<double>(n.params);
+    p += n.kind == ModuleKind::Linear ? own * linear_share(m, n, tp) : own;  // norms (and q/k norms) replicated
+  }
+  return p;
+}
+
+double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp) {
+  const ModuleKind k = g.node(module).kind;
+  const double p = static_cast<double>(g.params_under(module));
+  // Vocabulary-parallel embedding and head (Megatron-LM VocabParallelEmbedding, ColumnParallelLinear output layer;
+  // torchtitan: RowwiseParallel on tok_embeddings, ColwiseParallel on output); learned positions too.
+  if (k == ModuleKind::Embedding || k == ModuleKind::Head || k == ModuleKind::PositionEmbedding)
+    return p / static_cast<double>(tp);
+  return p;
+}
+
+void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
+                        const MeshSpec& mesh) {
+  const int64_t tp = mesh.tp;
+  if (tp <= 1) return;
+  const ModelSpec& m = g.spec();
+  const double t = static_cast<double>(tp);
+  // Parameters: linears split (kv projections per kv head held), the rest replicated. GEMM FLOPs follow the
+  // linears' weights (each weight element is one multiply-add per token).
+  double linear_before = 0, linear_after = 0;
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    if (n.kind != ModuleKind::Linear) continue;
+    const double w = static_cast<double>(n.in_features * n.out_features);
+    linear_before += w;
+    linear_after += w * linear_share(m, n, tp);
+  }
+  const double gemm_share = linear_before > 0 ? linear_after / linear_before : 1.0 / t;
+  lc.params = tp_layer_params(g, layer, tp);
+  lc.linear_params *= gemm_share;
+  lc.matmul_flops_per_token *= gemm_share;
+  lc.recompute_matmul_flops_per_token *= gemm_share;
+  // Attention: the heads split; each rank's scores are over its heads only.
+  lc.attention_flops_per_token /= t;
+  for (GemmShape& gs : lc.shape.gemms) {
+    if (!column_parallel(m, gs.k)) {
+      gs.k = std::max<int64_t>(1, gs.k / tp);
+    } else if (kv_projection(m, gs.k, gs.n)) {
+      gs.n = tp_kv_heads_per_rank(m, tp) * m.head_dim;
+    } else {
+      gs.n = std::max<int64_t>(1, gs.n / tp);
+    }
+  }
+  lc.shape.heads = std::max<int64_t>(1, lc.shape.heads / tp);
+  lc.shape.kv_heads = tp_kv_heads_per_rank(m, tp);
+  // Activations (Korthikanti et al. 2022 Table 2): with sequence parallelism everything a layer saves is 1/tp
+  // (the norms and the checkpointed input on s/tp tokens); without it the norms' inputs (and a fully checkpointed
+  // layer's input, the residual stream between blocks) stay whole on every rank.
+  auto split = [&](double bytes, double replicated) {
+    if (mesh.sequence_parallel) return bytes / t;
+    replicated = std::min(replicated, bytes);
+    return replicated + (bytes - replicated) / t;
+  };
+  const double unckpt_before = lc.saved_bytes_unckpt;
+  const double ckpt_replicated = lc.ckpt == ActCkpt::Full ? lc.saved_bytes : norm_saved_bytes;
+  lc.saved_bytes = split(lc.saved_bytes, ckpt_replicated);
+  lc.saved_bytes_unckpt = split(lc.saved_bytes_unckpt, norm_saved_bytes);
+  const double act_share = unckpt_before > 0 ? lc.saved_bytes_unckpt / unckpt_before : 1.0 / t;
+  lc.recompute_bytes *= act_share;
+  // Working memory and memory-bound traffic: per rank over its heads and its slice of the MLP (and of the tokens
+  // between blocks with SP); without SP the norms' share stays whole, as the saved tensors' does.
+  lc.forward_transient *= act_share;
+  lc.backward_transient *= act_share;
+  lc.elementwise_bytes_per_token *= act_share;
+}
+
+std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const MeshSpec& mesh) {
+  std::vector<TpCollective> out;
+  if (mesh.tp <= 1) return out;
+  const double a = u.activation_bytes;
+  if (mesh.sequence_parallel) {
+    // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the
+    // embedding's output reduce-scattered into the sequence shards; the final norm's output gathered for the head.
+    const int ag = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
+    const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a});
+    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0});
+  } else {
+    // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
+    const int ar = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0});
+  }
+  return out;
+}
+
+std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh) {
+  std::vector<TpCollective> out;
+  if (mesh.tp <= 1) return out;
+  const double a = u.activation_bytes;
+  // The layers whose forward runs again in backward repeat its collectives (Korthikanti et al. 2022 sec. 5: full
+  // recomputation re-runs the forward's communication).
+  const int again = static_cast<int>(2 * u.recomputed_layers);
+  if (mesh.sequence_parallel) {
+    // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
+    // head's input gradient reduce-scattered, the embedding's output gradient gathered.
+    const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
+    const int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    if (ag + again > 0) out.push_back({CollectiveKind::AllGather, ag + again, a, a});
+    if (rs + again > 0) out.push_back({CollectiveKind::ReduceScatter, rs + again, a, 0.0});
+  } else {
+    // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP); the head's input
+    // gradient (its linear is column-parallel on a replicated input).
+    const int ar = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again;
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0});
+  }
+  return out;
+}
+
+TpCollective tp_loss_collective(double tokens) {
+  constexpr double kFp32Bytes = 4.0;
+  constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)
+  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0};
+}
+
+double tp_exposed_fraction(const MeshSpec& mesh) {
+  return mesh.async_tp && mesh.tp > 1 ? 1.0 / static_cast<double>(mesh.tp) : 1.0;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,91 @@
+// Tensor parallelism (+ sequence parallelism) as a transform of the step: what one rank of a tp group holds and
+// computes of each decoder layer, of the embedding and of the head, and the collectives that TP adds to a unit's
+// forward and backward. "TP all-gather time" is here: tp_forward_collectives / tp_backward_collectives give the
+// collectives, the step program emits them on Stream::TensorParallel (GroupKind::Tensor), op_cost.cpp prices them.
+//
+// Sources:
+//  - Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053 sec. 3): the MLP's first linear(s) column-parallel, its
+//    second row-parallel; attention heads split over the tp ranks (q, k, v column-parallel, the output projection
+//    row-parallel); one all-reduce after each row-parallel linear in forward (g) and one before each column-parallel
+//    linear's input gradient in backward (f): 2 + 2 per layer. Vocabulary-parallel embedding (an all-reduce of its
+//    output) and vocabulary-parallel cross-entropy (all-reduces of the logits' max, the target logit and the sum of
+//    exponentials over the tp group, s x b fp32 values each: megatron/core/tensor_parallel/cross_entropy.py).
+//  - Sequence parallelism (Korthikanti et al. 2022, arXiv:2205.05198 sec. 4.2.2, Fig. 5): each all-reduce becomes a
+//    reduce-scatter (g) and an all-gather (g-bar), the norms and dropout run on s/tp tokens; per layer in forward 2
+//    all-gathers + 2 reduce-scatters of the s x b x h activation, in backward their conjugates (2 + 2). The
+//    activation memory per layer (their Table 2, eq. 2-4): sbh(34 + 5as/h) without TP; sbh(10 + 24/t + 5as/(ht))
+//    with TP alone (the 10 sbh of the norms' and dropouts' inputs replicated); sbh/t (34 + 5as/h) with TP + SP.
+//    Here the replicated part is what the layer's Norm modules save (the module graph's own tensors), the rest is
+//    split 1/tp.
+//  - torchtitan (torchtitan/models/llama3/infra/parallelize.py apply_tp) and PyTorch DTensor
+//    (torch/distributed/tensor/parallel/style.py ColwiseParallel, RowwiseParallel, SequenceParallel,
+//    PrepareModuleInput): the same plan; the norms replicated (their gradients summed over the tp group: here one
+//    all-reduce per step, TpNormGradAllReduce, as Megatron's allreduce_layernorm_grads does).
+//  - kv heads fewer than tp: each rank holds one kv head, replicated over tp / kv ranks (Megatron-LM
+//    num_query_groups < tensor_model_parallel_size; attention.py num_query_groups_per_partition); its k and v
+//    projections are then computed on every rank that holds it.
+//  - Async TP (torchtitan parallelism.enable_async_tensor_parallel; Wang et al. 2022, "Overlap communication with
+//    dependent computation via decomposition", ASPLOS'23): each collective is decomposed into tp chunks overlapped
+//    with the partial GEMMs; the first chunk's transfer stays exposed: 1/tp of the collective's time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/module_graph.hpp"
+#include "program/layer_costs.hpp"
+#include "program/op_kinds.hpp"
+#include "program/wrap_units.hpp"
+#include "strategy/mesh.hpp"
+
+namespace fsdp {
+
+// kv heads per rank: kv / tp, or one (replicated) when tp is a multiple of more than kv of them.
+int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp);
+
+// Scales one decoder layer's costs (parameters, GEMM shapes and FLOPs, attention heads, saved activations, working
+// memory, memory-bound traffic) to one rank of the tp group; `norm_saved_bytes` is what the layer's norms save of
+// one micro-batch without checkpointing (replicated without sequence parallelism).
+void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
+                        const MeshSpec& mesh);
+
+// What layer `layer`'s Norm modules save per token (ActCkpt::None).
+double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
+
+// Parameters one tp rank holds of a decoder layer: its linears split (kv projections per tp_kv_heads_per_rank),
+// norms replicated.
+double tp_layer_params(const ModuleGraph& g, ModuleId layer, int64_t tp);
+// Of a module outside the layers: the embedding and head vocabulary-parallel (1/tp), norms replicated.
+double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp);
+
+// One kind of collective a unit's TP adds in one direction: `calls` collectives of `bytes` each (the full s x b x h
+// buffer), and the gathered tensor each all-gather materialises (working memory while it runs).
+struct TpCollective {
+  CollectiveKind kind = CollectiveKind::None;
+  int calls = 0;
+  double bytes = 0;
+  double gathered_bytes = 0;
+};
+
+struct TpUnitShape {
+  int64_t layers = 0;             // decoder layers of the unit
+  int64_t recomputed_layers = 0;  // of which backward runs the forward again (full / selective-op checkpointing)
+  bool embedding = false;         // the unit holds the (vocabulary-parallel) embedding
+  bool head = false;              // the unit holds the final norm and the (vocabulary-parallel) head
+  double activation_bytes = 0;    // one s x b x h activation of the micro-batch in the compute dtype
+};
+
+// Forward: per layer 2 all-gathers + 2 reduce-scatters with sequence parallelism, else 2 all-reduces; the embedding
+// a reduce-scatter (all-reduce), the head's input an all-gather (nothing without SP: it is replicated).
+std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
+// Backward: the conjugates (all-gather <-> reduce-scatter, all-reduce for f), plus the forward's collectives again
+// for the layers whose forward is recomputed.
+std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
+
+// Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
+TpCollective tp_loss_collective(double tokens);
+
+// The share of a collective's time that stays on the critical path (1 without async TP; 1/tp with it).
+double tp_exposed_fraction(const MeshSpec& mesh);
+
+}  // namespace fsdp

@@ -1,0 +1,238 @@
+#include "strategy/capabilities.hpp"
+
+#include <array>
+#include <functional>
+
+namespace fsdp {
+
+namespace {
+
+struct Ctx {
+  const Strategy& s;
+  const ModelSpec& m;
+  const MeshWorld& w;
+  const RuntimeSupport& rt;
+  int64_t tp() const { return s.mesh.tp; }
+  int64_t pp() const { return s.mesh.pp; }
+  int64_t dp() const { return w.world / s.mesh.model_parallel(); }
+  bool mesh() const { return !s.mesh.is_data_parallel_only(); }
+};
+
+std::string n(int64_t v) { return std::to_string(v); }
+
+struct Rule {
+  CapabilityRule id;
+  const char* summary;
+  // Empty when the rule holds; otherwise the flag it blames and the reason.
+  std::function<std::optional<CapabilityViolation>(const Ctx&)> check;
+};
+
+std::optional<CapabilityViolation> broken(CapabilityRule id, const std::string& flag, const std::string& reason) {
+  return CapabilityViolation{id, flag, reason};
+}
+
+// The table, in the order the rules are checked: the mesh's shape first (later rules divide by it).
+const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
+  using R = CapabilityRule;
+  static const std::array<Rule, static_cast<size_t>(R::kCount)> table{{
+      {R::MeshWorld, "tp x pp does not divide the GPUs",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.w.world % c.s.mesh.model_parallel() == 0) return std::nullopt;
+         return broken(R::MeshWorld, c.tp() > 1 ? "--tp" : "--pp",
+                       "tp " + n(c.tp()) + " x pp " + n(c.pp()) + " = " + n(c.s.mesh.model_parallel()) +
+                           " does not divide the " + n(c.w.world) + " GPUs");
+       }},
+      // torchtitan's ParallelDims puts tp innermost so that its group is inside a node on NVLink (parallel_dims.py);
+      // Megatron-LM's guidance is the same (Narayanan et al. 2021, arXiv:2104.04473 sec. 3.2, takeaway 1).
+      {R::TpWithinNode, "tp group larger than a node",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1 || (c.tp() <= c.w.gpus_per_node && c.w.gpus_per_node % c.tp() == 0)) return std::nullopt;
+         return broken(R::TpWithinNode, "--tp",
+                       "tp " + n(c.tp()) + " must divide the " + n(c.w.gpus_per_node) +
+                           " GPUs of a node (its all-gathers and reduce-scatters run on every layer: inside a node, "
+                           "on NVLink)");
+       }},
+      // Megatron-LM ParallelAttention and torchtitan's Attention split the heads evenly (n_heads // tp).
+      {R::TpHeads, "tp does not divide the attention heads",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1 || c.m.num_heads % c.tp() == 0) return std::nullopt;
+         return broken(
+             R::TpHeads, "--tp",
+             "tp " + n(c.tp()) + " does not divide the " + n(c.m.num_heads) + " attention heads of " + c.m.name);
+       }},
+      // Megatron-LM: num_query_groups divisible by tp, or tp divisible by it (each group then replicated over
+      // tp / groups ranks: megatron/core/transformer/attention.py, num_query_groups_per_partition).
+      {R::TpKvHeads, "tp neither divides nor is a multiple of the kv heads",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const int64_t kv = c.m.num_kv_heads;
+         if (c.tp() <= 1 || kv <= 0 || kv % c.tp() == 0 || c.tp() % kv == 0) return std::nullopt;
+         return broken(R::TpKvHeads, "--tp",
+                       "tp " + n(c.tp()) + " neither divides the " + n(kv) + " kv heads of " + c.m.name +
+                           " nor is a multiple of them (to replicate each over tp / kv ranks)");
+       }},
+      {R::TpFfn, "tp does not divide the MLP width",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1 || c.m.ffn_size % c.tp() == 0) return std::nullopt;
+         return broken(
+             R::TpFfn, "--tp",
+             "tp " + n(c.tp()) + " does not divide the MLP's intermediate size " + n(c.m.ffn_size) + " of " + c.m.name);
+       }},
+      {R::TpModelParts, "tensor parallelism of a part not modelled",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1) return std::nullopt;
+         const char* part = c.m.moe      ? "mixture-of-experts layers (expert parallelism is not modelled)"
+                            : c.m.mla    ? "multi-head latent attention"
+                            : c.m.vision ? "a vision tower"
+                                         : nullptr;
+         if (part == nullptr) return std::nullopt;
+         return broken(
+             R::TpModelParts, "--tp",
+             std::string("tensor parallelism of ") + part + " is not modelled; plan " + c.m.name + " with --tp 1");
+       }},
+      {R::MeshLora, "LoRA with tp or pp not modelled",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (!c.mesh() || c.s.method == Method::Full) return std::nullopt;
+         return broken(R::MeshLora, c.tp() > 1 ? "--tp" : "--pp",
+                       std::string(to_string(c.s.method)) +
+                           " with tensor or pipeline parallelism is not modelled; use --tp 1 --pp 1");
+       }},
+      {R::MeshOffload, "offload with tp or pp not modelled",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (!c.mesh() || c.s.offload == Offload::None) return std::nullopt;
+         return broken(R::MeshOffload, "--offload",
+                       "offload with tensor or pipeline parallelism is not modelled; use --offload none");
+       }},
+      {R::PpLayers, "fewer decoder layers than pipeline stages",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const int64_t chunks = c.pp() * c.s.mesh.pp_virtual_stages;
+         if (c.pp() <= 1 || chunks <= c.m.num_layers) return std::nullopt;
+         return broken(R::PpLayers, "--pp",
+                       "pp " + n(c.pp()) + " x " + n(c.s.mesh.pp_virtual_stages) + " virtual stages = " + n(chunks) +
+                           " model chunks, more than the " + n(c.m.num_layers) + " decoder layers of " + c.m.name);
+       }},
+      {R::PpVirtualStages, "virtual stages without the interleaved schedule",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const bool interleaved = c.s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B;
+         const int64_t v = c.s.mesh.pp_virtual_stages;
+         if (c.pp() > 1 && interleaved && v < 2)
+           return broken(R::PpVirtualStages, "--pp-virtual-stages",
+                         "interleaved-1f1b needs at least 2 virtual stages per pipeline rank");
+         if (v > 1 && (!interleaved || c.pp() <= 1))
+           return broken(R::PpVirtualStages, "--pp-virtual-stages",
+                         "virtual stages (" + n(v) + ") apply to --pp-schedule interleaved-1f1b with --pp > 1 only");
+         return std::nullopt;
+       }},
+      // torch.distributed.pipelining ScheduleInterleaved1F1B (torch 2.4-2.5 schedules.py): "Interleaved 1F1B
+      // requires the number of microbatches to be a multiple of the number of stages"; Megatron-LM asserts the same
+      // (schedules.py forward_backward_pipelining_with_interleaving).
+      {R::PpInterleavedMicroBatches, "interleaved 1F1B with micro-batches not a multiple of pp",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.pp() <= 1 || c.s.mesh.pp_schedule != PipelineSchedule::Interleaved1F1B || c.s.grad_accum % c.pp() == 0)
+           return std::nullopt;
+         return broken(R::PpInterleavedMicroBatches, "--grad-accum",
+                       "interleaved-1f1b needs the micro-batches per step (" + n(c.s.grad_accum) +
+                           ") to be a multiple of pp " + n(c.pp()));
+       }},
+      // DeepSpeed's PipelineEngine: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+      // (deepspeed/runtime/pipe/engine.py); torchtitan composes pp with FSDP (fully_shard per stage) and DDP.
+      {R::PpStrategy, "pipeline parallelism with ZeRO-2/3",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.pp() <= 1 || (c.s.kind != StrategyKind::Zero2 && c.s.kind != StrategyKind::Zero3)) return std::nullopt;
+         return broken(R::PpStrategy, "--strategy",
+                       std::string(to_string(c.s.kind)) +
+                           " with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO-2/3 (partitioned "
+                           "gradients); use fsdp, hsdp, zero1 or ddp");
+       }},
+      {R::PpGradSync, "grad_sync last-micro-batch with pp",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.pp() <= 1 || c.s.grad_sync != GradSync::LastMicroBatch) return std::nullopt;
+         return broken(R::PpGradSync, "--grad-sync", "last-micro-batch with pipeline parallelism is not modelled");
+       }},
+      {R::HsdpGroup, "HSDP group does not divide the data-parallel ranks",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const int64_t dp = c.dp();
+         if (c.s.kind == StrategyKind::Hsdp) {
+           if (c.s.hsdp_group <= 0)
+             return broken(R::HsdpGroup, "--hsdp-group", "hsdp needs a shard-group size (e.g. --hsdp-group 8)");
+           if (dp % c.s.hsdp_group != 0)
+             return broken(
+                 R::HsdpGroup, "--hsdp-group",
+                 n(c.s.hsdp_group) + " does not divide the " +
+                     (c.mesh() ? "data-parallel degree " + n(dp) + " (world / (tp x pp))" : "world size " + n(dp)));
+         } else if (c.s.hsdp_group != 0 && c.s.hsdp_group != dp) {
+           return broken(R::HsdpGroup, "--hsdp-group", "only meaningful with --strategy hsdp");
+         }
+         return std::nullopt;
+       }},
+      {R::OffloadStrategy, "offload without a ZeRO stage",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.offload == Offload::None || (c.s.kind != StrategyKind::Ddp && c.s.kind != StrategyKind::NoShard))
+           return std::nullopt;
+         return broken(
+             R::OffloadStrategy, "--offload",
+             std::string(to_string(c.s.kind)) + " keeps everything on the GPU; offload needs zero1/2/3, fsdp or hsdp");
+       }},
+      {R::ParamsOffloadSharding, "params offload without sharded parameters",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.offload != Offload::Params || shards_params(c.s.kind)) return std::nullopt;
+         return broken(R::ParamsOffloadSharding, "--offload",
+                       "params offload needs sharded parameters (zero3, fsdp, fsdp-grad-op, hsdp)");
+       }},
+      // DDP, ZeRO-1 and no-shard already reduce on the last micro-batch only (DDP no_sync); DeepSpeed's ZeRO-2/3
+      // refuse it (deepspeed/runtime/engine.py no_sync: "no_sync context manager is incompatible with gradient
+      // partitioning logic of ZeRO stage 2/3").
+      {R::GradSyncStrategy, "grad_sync last-micro-batch where it does not apply",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.grad_sync != GradSync::LastMicroBatch || grad_sync_applies(c.s)) return std::nullopt;
+         if (c.s.offload != Offload::None)
+           return broken(R::GradSyncStrategy, "--grad-sync", "last-micro-batch with offload is not modelled");
+         const bool reduces_last =
+             c.s.kind == StrategyKind::Ddp || c.s.kind == StrategyKind::Zero1 || c.s.kind == StrategyKind::NoShard;
+         return broken(R::GradSyncStrategy, "--grad-sync",
+                       std::string("last-micro-batch applies to fsdp, fsdp-grad-op and hsdp, not ") +
+                           to_string(c.s.kind) +
+                           (reduces_last ? " (which reduces on the last micro-batch already)"
+                                         : " (DeepSpeed's engine refuses no_sync with partitioned gradients)"));
+       }},
+      {R::RuntimeMesh, "the runtime does not run this mesh",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const std::string who = c.rt.runtime_name;
+         if (c.tp() > 1 && !c.rt.tensor_parallel)
+           return broken(R::RuntimeMesh, "--tp", who + " does not run tensor parallelism yet; use --tp 1");
+         if (c.tp() > 1 && c.s.mesh.sequence_parallel && !c.rt.sequence_parallel)
+           return broken(R::RuntimeMesh, "--sequence-parallel",
+                         who + " does not run sequence parallelism yet; use --sequence-parallel false");
+         if (c.tp() > 1 && c.s.mesh.async_tp && !c.rt.async_tp)
+           return broken(R::RuntimeMesh, "--async-tp", who + " does not run async tensor parallelism yet");
+         if (c.pp() > 1 && !c.rt.pipeline_parallel)
+           return broken(R::RuntimeMesh, "--pp", who + " does not run pipeline parallelism yet; use --pp 1");
+         if (c.pp() > 1 && c.s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B && !c.rt.interleaved_pipeline)
+           return broken(R::RuntimeMesh, "--pp-schedule", who + " does not run interleaved-1f1b yet");
+         return std::nullopt;
+       }},
+  }};
+  return table;
+}
+
+}  // namespace
+
+const char* to_string(CapabilityRule r) {
+  const auto i = static_cast<size_t>(r);
+  return i < rules().size() ? rules()[i].summary : "?";
+}
+
+bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }
+
+std::optional<CapabilityViolation> first_violation(const Strategy& s, const ModelSpec& m, const MeshWorld& w,
+                                                   const RuntimeSupport& rt) {
+  const Ctx c{s, m, w, rt};
+  if (s.mesh.tp < 1) return broken(CapabilityRule::MeshWorld, "--tp", "must be at least 1");
+  if (s.mesh.pp < 1) return broken(CapabilityRule::MeshWorld, "--pp", "must be at least 1");
+  if (s.mesh.pp_virtual_stages < 1)
+    return broken(CapabilityRule::PpVirtualStages, "--pp-virtual-stages", "must be at least 1");
+  for (const Rule& r : rules())
+    if (auto v = r.check(c)) return v;
+  return std::nullopt;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,73 @@
+// Which combinations of knobs make a plan that can run: ONE table (capabilities.cpp kRules), read by the simulator's
+// validator (simulate.cpp validate_strategy: the first violation is an InputError naming the flag), by the planner's
+// search (planner/search/plan_search.cpp: violations are counted per rule and reported, never simulated) and by
+// fsdp-run, which adds its own limits by clearing flags of RuntimeSupport.
+//
+// The rules cover the device mesh (strategy/mesh.hpp: tp x pp beside the data-parallel strategy) and the
+// data-parallel knobs that exclude each other (offload without a ZeRO stage, grad_sync on strategies that cannot
+// defer their reduction). Each rule has an id (CapabilityRule), the flag it blames and its reason text with numbers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "model/model_spec.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+enum class CapabilityRule : uint8_t {
+  MeshWorld,                  // tp x pp must divide the world
+  TpWithinNode,               // the tp group inside one node (NVLink): tp divides the GPUs per node
+  TpHeads,                    // attention heads split evenly over tp
+  TpKvHeads,                  // kv heads split over tp, or tp a multiple of them (each kv head replicated)
+  TpFfn,                      // the MLP's intermediate width split evenly
+  TpModelParts,               // parts tensor parallelism is not modelled for (MoE experts, MLA, vision towers)
+  MeshLora,                   // LoRA / QLoRA with tp or pp
+  MeshOffload,                // offload with tp or pp
+  PpLayers,                   // at least one decoder layer per (virtual) stage
+  PpVirtualStages,            // virtual stages with the interleaved schedule only, and at least 2 there
+  PpInterleavedMicroBatches,  // interleaved 1F1B: micro-batches a multiple of pp
+  PpStrategy,                 // pipeline parallelism with ZeRO-2/3 (partitioned gradients)
+  PpGradSync,                 // grad_sync last-micro-batch with pp
+  HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
+  OffloadStrategy,            // offload needs a ZeRO stage / FSDP
+  ParamsOffloadSharding,      // params offload needs sharded parameters
+  GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
+  RuntimeMesh,                // the runtime cannot run this mesh dimension (RuntimeSupport)
+  kCount
+};
+const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
+
+// What a runtime can execute; the simulator prices everything (all flags set). fsdp-run clears the flags of what
+// it does not run yet, and names itself in `runtime_name` for the reason text.
+struct RuntimeSupport {
+  bool tensor_parallel = true;
+  bool sequence_parallel = true;
+  bool async_tp = true;
+  bool pipeline_parallel = true;
+  bool interleaved_pipeline = true;
+  std::string runtime_name = "the simulator";
+};
+
+struct CapabilityViolation {
+  CapabilityRule rule = CapabilityRule::MeshWorld;
+  std::string flag;    // the CLI flag it blames ("--tp"); plan.yaml keys map from it
+  std::string reason;  // with the numbers: "tp 8 does not divide the 28 attention heads of qwen2.5-7b"
+};
+
+struct MeshWorld {
+  int64_t world = 1;          // ranks in all (dp x tp x pp)
+  int64_t gpus_per_node = 1;  // ranks per node
+};
+
+// The first rule of the table that `s` breaks for model `m` on `w` and runtime `rt`, or nullopt.
+std::optional<CapabilityViolation> first_violation(const Strategy& s, const ModelSpec& m, const MeshWorld& w,
+                                                   const RuntimeSupport& rt = RuntimeSupport{});
+
+// Whether layer `layer`'s kv heads are replicated over the tp group (tp a multiple of them, more than them): each
+// rank then holds one kv head, as Megatron-LM (num_query_groups < tensor_model_parallel_size) and torchtitan do.
+bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp);
+
+}  // namespace fsdp
