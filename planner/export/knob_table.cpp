@@ -19,6 +19,13 @@ bool reshard_applies(const Strategy& s) {
 }
 bool adapted(const Strategy& s) { return s.method != Method::Full; }
 bool is_ddp(const Strategy& s) { return s.kind == StrategyKind::Ddp; }
+bool tensor_parallel(const Strategy& s) { return s.mesh.tp > 1; }
+
+bool parse_flag(const std::string& v, bool& out) {
+  if (v != "true" && v != "false") return false;
+  out = v == "true";
+  return true;
+}
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
@@ -91,11 +98,7 @@ const std::vector<Knob> kKnobs{
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_wrap(v, s.wrap); }},
     {"reshard_after_forward", "--reshard-after-forward", true, reshard_applies,
      [](const Strategy& s, const Cluster&) { return std::string(s.reshard_after_forward ? "true" : "false"); },
-     [](Strategy& s, const std::string& v, const Cluster&) {
-       if (v != "true" && v != "false") return false;
-       s.reshard_after_forward = v == "true";
-       return true;
-     }},
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_flag(v, s.reshard_after_forward); }},
     {"act_ckpt", "--act-ckpt", true, always, [](const Strategy& s, const Cluster&) { return act_ckpt_name(s); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_act_ckpt(v, s.act_ckpt, s.ckpt_every); }},
     {"offload", "--offload", true, always,
@@ -123,6 +126,18 @@ const std::vector<Knob> kKnobs{
     {"optimizer", "--optimizer", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.optimizer)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_optimizer(v, s.optimizer); }},
+    // The device mesh beyond data parallelism (strategy/mesh.hpp): torchtitan's tensor_parallel_degree and
+    // pipeline_parallel_degree; the others run data parallelism only.
+    {"tp", "--tp", false, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.tp); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.tp) && s.mesh.tp > 0; }},
+    {"sequence_parallel", "--sequence-parallel", false, tensor_parallel,
+     [](const Strategy& s, const Cluster&) { return std::string(s.mesh.sequence_parallel ? "true" : "false"); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_flag(v, s.mesh.sequence_parallel); }},
+    {"async_tp", "--async-tp", false, tensor_parallel,
+     [](const Strategy& s, const Cluster&) { return std::string(s.mesh.async_tp ? "true" : "false"); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_flag(v, s.mesh.async_tp); }},
+    {"pp", "--pp", false, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.pp); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.pp) && s.mesh.pp > 0; }},
     {"attention", "--attention", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
@@ -179,6 +194,10 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"lora_targets", {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "q_proj,gate_proj", "q_proj,fc1"}},
       {"optimizer", {"adamw", "sgd"}},
       {"attention", {"flash", "sdpa", "eager"}},
+      {"tp", {"1", "2"}},
+      {"sequence_parallel", {"true", "false"}},
+      {"async_tp", {"false", "true"}},
+      {"pp", {"1", "2"}},
   };
   auto it = samples.find(knob);
   FSDP_ASSERT(it != samples.end(), "knob " + knob + " has no samples");

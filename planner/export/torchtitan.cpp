@@ -20,15 +20,17 @@ const char* torch_dtype(DType d) { return d == DType::Bf16 ? "bfloat16" : "float
 
 DType dtype_of(const json& v) { return v.get<std::string>() == "bfloat16" ? DType::Bf16 : DType::Fp32; }
 
-// The data-parallel mesh: dp_replicate x dp_shard (torchtitan/distributed/parallel_dims.py).
+// The data-parallel part of the mesh, dp_replicate x dp_shard, over dp = world / (tp x pp) ranks
+// (torchtitan/distributed/parallel_dims.py).
 std::pair<int64_t, int64_t> mesh(const Strategy& s, int64_t world) {
+  const int64_t dp = s.mesh.dp(world);
   switch (s.kind) {
     case StrategyKind::Ddp:
-      return {world, 1};
+      return {dp, 1};
     case StrategyKind::Hsdp:
-      return {world / s.hsdp_group, s.hsdp_group};
+      return {dp / s.hsdp_group, s.hsdp_group};
     default:
-      return {1, world};
+      return {1, dp};
   }
 }
 
@@ -42,8 +44,8 @@ void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
   d.emplace_back("parallelism.data_parallel_replicate_degree", replicate);
   d.emplace_back("parallelism.data_parallel_shard_degree", shard);
   d.emplace_back("parallelism.fsdp_reshard_after_forward", s.reshard_after_forward ? "always" : "never");
-  d.emplace_back("parallelism.tensor_parallel_degree", 1);
-  d.emplace_back("parallelism.pipeline_parallel_degree", 1);
+  d.emplace_back("parallelism.tensor_parallel_degree", s.mesh.tp);
+  d.emplace_back("parallelism.pipeline_parallel_degree", s.mesh.pp);
 }
 
 class TorchtitanTarget final : public Target {
@@ -71,10 +73,11 @@ class TorchtitanTarget final : public Target {
       d.emplace_back("optimizer.eps", plan.training.eps);
       d.emplace_back("optimizer.weight_decay", plan.training.weight_decay);
       d.emplace_back("training.local_batch_size", s.micro_batch);
-      d.emplace_back("training.global_batch_size", s.micro_batch * world * s.grad_accum);
+      d.emplace_back("training.global_batch_size", s.micro_batch * s.mesh.dp(world) * s.grad_accum);
       d.emplace_back("training.seq_len", s.seq_len);
       d.emplace_back("training.max_norm", plan.training.grad_clip);
       common_keys(d, s, world);
+      d.emplace_back("parallelism.enable_async_tensor_parallel", s.mesh.async_tp);
       if (s.act_ckpt == ActCkpt::None) {
         d.emplace_back("activation_checkpoint.mode", "none");
       } else if (s.act_ckpt == ActCkpt::Full && s.ckpt_every == 1) {
@@ -100,10 +103,12 @@ class TorchtitanTarget final : public Target {
       d.emplace_back("config", model.at("config_fn") + "()");
       d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"sdpa\")");
       d.emplace_back("training.num_tokens_per_microbatch_per_dp_rank", tokens_per_micro);
-      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * world * s.grad_accum);
+      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * s.mesh.dp(world) * s.grad_accum);
       d.emplace_back("training.max_context_length", s.seq_len);
       d.emplace_back("training.max_norm", plan.training.grad_clip);
       common_keys(d, s, world);
+      d.emplace_back("parallelism.enable_sequence_parallel", s.mesh.sequence_parallel);
+      d.emplace_back("compile.enable_async_tensor_parallel", s.mesh.async_tp);
       d.emplace_back("activation_checkpoint", s.act_ckpt == ActCkpt::None   ? "None"
                                               : s.act_ckpt == ActCkpt::Full ? "FullAC.Config()"
                                                                             : "SelectiveAC.Config()");
@@ -132,9 +137,11 @@ class TorchtitanTarget final : public Target {
     Strategy s;
     const int64_t replicate = get("parallelism.data_parallel_replicate_degree").get<int64_t>();
     const int64_t shard = get("parallelism.data_parallel_shard_degree").get<int64_t>();
-    if (replicate * shard != cluster.world_size())
-      throw InputError(name + ": data_parallel_replicate_degree x data_parallel_shard_degree = " +
-                       std::to_string(replicate * shard) + ", not the world size " +
+    s.mesh.tp = get("parallelism.tensor_parallel_degree").get<int64_t>();
+    s.mesh.pp = get("parallelism.pipeline_parallel_degree").get<int64_t>();
+    if (replicate * shard * s.mesh.tp * s.mesh.pp != cluster.world_size())
+      throw InputError(name + ": the mesh dp_replicate x dp_shard x tp x pp = " +
+                       std::to_string(replicate * shard * s.mesh.tp * s.mesh.pp) + " is not the world size " +
                        std::to_string(cluster.world_size()));
     s.kind = shard > 1 && replicate > 1 ? StrategyKind::Hsdp : shard > 1 ? StrategyKind::Fsdp : StrategyKind::Ddp;
     if (replicate == 1 && shard == 1) s.kind = StrategyKind::Fsdp;
@@ -144,11 +151,12 @@ class TorchtitanTarget final : public Target {
     s.master_dtype = dtype_of(get("training.dtype"));
     s.param_dtype = dtype_of(get("training.mixed_precision_param"));
     s.reduce_dtype = dtype_of(get("training.mixed_precision_reduce"));
-    const int64_t world = cluster.world_size();
+    const int64_t dp = replicate * shard;
     if (!is_python(spec)) {
+      s.mesh.async_tp = get("parallelism.enable_async_tensor_parallel").get<bool>();
       s.micro_batch = get("training.local_batch_size").get<int64_t>();
       s.seq_len = get("training.seq_len").get<int64_t>();
-      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * world);
+      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * dp);
       const std::string mode = get("activation_checkpoint.mode").get<std::string>();
       if (mode == "selective") {
         const std::string opt = get("activation_checkpoint.selective_ac_option").get<std::string>();
@@ -165,7 +173,9 @@ class TorchtitanTarget final : public Target {
       s.seq_len = get("training.max_context_length").get<int64_t>();
       const int64_t per_micro = get("training.num_tokens_per_microbatch_per_dp_rank").get<int64_t>();
       s.micro_batch = per_micro / s.seq_len;
-      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * world);
+      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * dp);
+      s.mesh.sequence_parallel = get("parallelism.enable_sequence_parallel").get<bool>();
+      s.mesh.async_tp = get("compile.enable_async_tensor_parallel").get<bool>();
       const std::string ac = get("activation_checkpoint").get<std::string>();
       s.act_ckpt = ac == "None" ? ActCkpt::None : ac == "FullAC.Config()" ? ActCkpt::Full : ActCkpt::SelectiveOp;
     }

@@ -17,7 +17,10 @@ std::string strategy_identity(const Strategy& s) {
          " opt=" + to_string(s.optimizer) + " method=" + to_string(s.method) + " r=" + std::to_string(s.lora.rank) +
          " mods=" + m + " attn=" + to_string(s.attention) + " fp=" + std::to_string(s.forward_prefetch) +
          " bp=" + std::to_string(s.backward_prefetch) + " bucket=" + std::to_string(s.ddp_bucket_mb) +
-         " sync=" + to_string(s.grad_sync);
+         " sync=" + to_string(s.grad_sync) + " tp=" + std::to_string(s.mesh.tp) +
+         " sp=" + (s.mesh.sequence_parallel ? "1" : "0") + " async_tp=" + (s.mesh.async_tp ? "1" : "0") +
+         " pp=" + std::to_string(s.mesh.pp) + " schedule=" + to_string(s.mesh.pp_schedule) +
+         " virtual=" + std::to_string(s.mesh.pp_virtual_stages);
 }
 
 bool same_execution(const Candidate& a, const Candidate& b) {
