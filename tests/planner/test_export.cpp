@@ -466,3 +466,38 @@ TEST_CASE("cli: export writes an expressible plan's files and refuses the rest, 
   expect_cli_error("export " + dir + "/missing.yaml --to torchtitan", {"missing.yaml"});
   fs::remove_all(dir);
 }
+
+TEST_CASE("export readers: a malformed or foreign file is an InputError naming it, never a crash") {
+  const TargetSpec acc = load_target_spec(kRoot, "accelerate", "v1.14");
+  const TargetSpec tt = load_target_spec(kRoot, "torchtitan", "v0.2.2");
+  const TargetSpec ds = load_target_spec(kRoot, "deepspeed", "v0.19");
+  const TargetSpec sw = load_target_spec(kRoot, "swift", "v4.5");
+  const TargetSpec tune = load_target_spec(kRoot, "torchtune", "v0.6");
+  const std::vector<std::tuple<const FileTable*, std::string, std::string>> cases{
+      {&acc.file("accelerate_config.yaml"), "? [a]\n: 1\n", "a key must be a plain name"},  // fuzz_target_files
+      {&acc.file("accelerate_config.yaml"), "fsdp_config: {fsdp_version: [{b: 1}]}\n", "list of names"},
+      {&acc.file("accelerate_config.yaml"), "mixed_precision: fp4\n", "mixed_precision"},
+      {&acc.file("accelerate_config.yaml"), "colour: blue\n", "colour"},
+      {&tune.file("torchtune_config.yaml"), "model: {lora_attn_modules: [{b: 1}]}\n", "list of names"},
+      {&tune.file("torchtune_config.yaml"), "batch_size: ~\n", "batch_size"},
+      {&tt.file("job.toml"), "[training]\nseq_len\n", "key = value"},
+      {&tt.file("job.toml"), "[training]\nseq_len = 4k\n", "seq_len"},
+      {&tt.file("job.toml"), "[training]\nseq_len = 1\nseq_len = 2\n", "given twice"},
+      {&ds.file("ds_config.json"), "[1, 2]", "not a JSON object"},
+      {&ds.file("ds_config.json"), "{\"train_batch_size\": \"8\"}", "train_batch_size"},
+      {&sw.file("swift_sft.sh"), "swift sft \\\n    --max_length 1 2\n", "takes one value"},
+      {&sw.file("swift_sft.sh"), "swift sft \\\n    --train_type lora\n", "train_type"},
+  };
+  for (const auto& [table, text, mention] : cases) {
+    CAPTURE(text);
+    try {
+      parse_file(text, *table, "in/" + table->name);
+      FAIL("parsed");
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      CAPTURE(msg);
+      CHECK(msg.find("in/" + table->name) != std::string::npos);
+      CHECK(msg.find(mention) != std::string::npos);
+    }
+  }
+}
