@@ -137,13 +137,12 @@ void add(FlatDoc& doc, const std::string& key, json v, const std::string& where)
 // ---- JSON and YAML: nested by the dots of the keys.
 json nest(const FlatDoc& doc) {
   json root = json::object();
-  for (const auto& [key, v] : doc)
-    root[json::json_pointer("/" + [&] {
-      std::string p = key;
-      for (char& ch : p)
-        if (ch == '.') ch = '/';
-      return p;
-    }())] = v;
+  for (const auto& [key, v] : doc) {
+    std::string pointer = "/" + key;
+    for (char& ch : pointer)
+      if (ch == '.') ch = '/';
+    root[json::json_pointer(pointer)] = v;
+  }
   return root;
 }
 

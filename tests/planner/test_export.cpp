@@ -86,7 +86,8 @@ TEST_CASE("targets: every target and version loads strictly, cites commits and n
     }
     for (const FileTable& f : spec.files)
       for (const auto& [key, rule] : f.keys) {
-        CAPTURE(key);
+        const std::string key_name = key;  // a copy: clang 14 captures no structured binding
+        CAPTURE(key_name);
         CHECK(rule.source.commit.size() == 40);
         CHECK(rule.source.repository.find('/') != std::string::npos);
       }
@@ -191,7 +192,8 @@ TEST_CASE("export: every family's best plan per target, model and cluster writes
       int exported = 0;
       for (const auto& [family, verdict] : r.families) {
         if (!verdict.feasible || !verdict.best) continue;
-        CAPTURE(family);
+        const std::string family_name = family;
+        CAPTURE(family_name);
         const PlanFile plan = plan_file_for(model, setup->hw, setup->req.cluster, spec.runtime, verdict.best->strategy);
         const ExportResult ex = export_plan(plan, spec, kRoot);
         // Every key of every written file is in the key table, of its type and value (export_plan checks; the
@@ -489,7 +491,8 @@ TEST_CASE("export readers: a malformed or foreign file is an InputError naming i
       {&sw.file("swift_sft.sh"), "swift sft \\\n    --train_type lora\n", "train_type"},
   };
   for (const auto& [table, text, mention] : cases) {
-    CAPTURE(text);
+    const std::string input = text;
+    CAPTURE(input);
     try {
       parse_file(text, *table, "in/" + table->name);
       FAIL("parsed");
