@@ -32,10 +32,11 @@ declare -A seeds=(
   [fuzz_hf_config]="tests/data/hf/*.json fuzz/seeds/fuzz_hf_config/*"
   [fuzz_hardware]="hwprofiles/*.yaml fuzz/seeds/fuzz_hardware/*"
   [fuzz_plan]="fuzz/seeds/fuzz_plan/* tests/data/*plan*.yaml tests/data/*/*plan*.yaml configs/models/*.yaml"
+  [fuzz_target_files]="fuzz/seeds/fuzz_target_files/*"
 )
 
 targets=()
-for t in fuzz_model_yaml fuzz_hf_config fuzz_hardware fuzz_plan; do
+for t in fuzz_model_yaml fuzz_hf_config fuzz_hardware fuzz_plan fuzz_target_files; do
   if [[ -x "$build/$t" ]]; then targets+=("$t"); else echo "fuzz/run.sh: $t not built (its parser has not landed); skipped"; fi
 done
 (( ${#targets[@]} > 0 )) || { echo "fuzz/run.sh: no fuzz targets built" >&2; exit 2; }
@@ -58,7 +59,7 @@ for t in "${targets[@]}"; do
   shopt -u nullglob
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1
         -artifact_prefix="$build/findings/$t-")
-  [[ -n "${dict[$t]}" ]] && args+=(-dict="$root/fuzz/${dict[$t]}")
+  [[ -n "${dict[$t]:-}" ]] && args+=(-dict="$root/fuzz/${dict[$t]}")
   # Inputs that once broke a parser (fuzz/regressions/<target>/) are replayed first.
   regressions=("$root/fuzz/regressions/$t"/*)
   if [[ -e "${regressions[0]}" ]]; then

@@ -95,7 +95,7 @@ int run_plan(const std::vector<std::string>& argv) {
            "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
            "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
            "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
-           "       fsdp-plan --list-models | --list-hardware\n";
+           "       fsdp-plan --list-models | --list-hardware | --list-targets\n";
     return 0;
   }
   if (!args.positional().empty()) throw InputError("unexpected argument '" + args.positional()[0] + "'");

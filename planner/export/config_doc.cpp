@@ -137,13 +137,12 @@ void add(FlatDoc& doc, const std::string& key, json v, const std::string& where)
 // ---- JSON and YAML: nested by the dots of the keys.
 json nest(const FlatDoc& doc) {
   json root = json::object();
-  for (const auto& [key, v] : doc)
-    root[json::json_pointer("/" + [&] {
-      std::string p = key;
-      for (char& ch : p)
-        if (ch == '.') ch = '/';
-      return p;
-    }())] = v;
+  for (const auto& [key, v] : doc) {
+    std::string pointer = "/" + key;
+    for (char& ch : pointer)
+      if (ch == '.') ch = '/';
+    root[json::json_pointer(pointer)] = v;
+  }
   return root;
 }
 
@@ -209,8 +208,9 @@ void emit_yaml(YAML::Emitter& e, const json& j) {
 void flatten_yaml(const YAML::Node& n, const std::string& prefix, const FileTable& table, FlatDoc& out,
                   const std::string& source) {
   for (const auto& kv : n) {
-    const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     const std::string where = source + ":" + std::to_string(kv.first.Mark().line + 1);
+    if (!kv.first.IsScalar()) throw InputError(where + ": a key must be a plain name");
+    const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     if (kv.second.IsMap()) {
       flatten_yaml(kv.second, key, table, out, source);
       continue;
@@ -218,7 +218,10 @@ void flatten_yaml(const YAML::Node& n, const std::string& prefix, const FileTabl
     const KeyRule& rule = rule_for(table, key, where);
     if (kv.second.IsSequence()) {
       json list = json::array();
-      for (const auto& x : kv.second) list.push_back(x.as<std::string>());
+      for (const auto& x : kv.second) {
+        if (!x.IsScalar()) throw InputError(where + ": " + key + ": expected a list of names");
+        list.push_back(x.as<std::string>());
+      }
       add(out, key, list, where);
     } else if (kv.second.IsNull()) {
       if (!rule.nullable) throw InputError(where + ": " + key + " must not be null");

@@ -35,6 +35,12 @@ std::string prediction_text(const PlanFile& plan, const Strategy& s, const Targe
 ExportResult export_plan(const PlanFile& plan, const TargetSpec& spec, const std::string& config_root) {
   const Target& target = target_by_name(spec.target);
   const Cluster c = cluster_of(plan);
+  // An HSDP group must leave replicas over the data-parallel ranks, or a target would write plain FSDP.
+  const Strategy& st = plan.strategy;
+  const int64_t dp = st.mesh.dp(c.world_size());
+  if (st.kind == StrategyKind::Hsdp && (st.hsdp_group <= 0 || dp % st.hsdp_group != 0 || dp == st.hsdp_group))
+    throw InputError("strategy.hsdp_group: " + std::to_string(st.hsdp_group) + " must divide the " +
+                     std::to_string(dp) + " data-parallel ranks and leave more than one replica");
   const auto violations = inexpressible(spec, plan.strategy, c);
   if (!violations.empty()) {
     std::string msg =

@@ -28,7 +28,8 @@ std::map<std::string, std::string> target_model(const TargetSpec& spec, const st
   if (const auto* m = spec.model(model_name)) return *m;
   // A target without a models table (fsdp-run) carries the model itself: plan.yaml embeds its description.
   if (spec.models.empty() && !spec.models_accept_path) return {{"name", model_name}};
-  // A model read from a directory or config.json: the Hugging Face loaders take the directory itself.
+  // A model read from a config.json is named by its _name_or_path (a hub id) or its path: the Hugging Face loaders
+  // take either as is.
   const bool is_path = model_name.find('/') != std::string::npos;
   if (is_path && spec.models_accept_path) {
     std::string dir = model_name;
@@ -41,7 +42,7 @@ std::map<std::string, std::string> target_model(const TargetSpec& spec, const st
   for (const auto& [k, _] : spec.models) known += (known.empty() ? "" : ", ") + k;
   throw InputError(spec.spec_path + ": models: " + spec.target + " " + spec.version + " has no name for model '" +
                    model_name + "' (it names: " + known +
-                   (spec.models_accept_path ? "; or give the model as a Hugging Face model directory)" : ")"));
+                   (spec.models_accept_path ? "; or a config.json whose _name_or_path is its Hugging Face id)" : ")"));
 }
 
 Strategy Target::read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const {

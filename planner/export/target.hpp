@@ -38,8 +38,9 @@ class Target {
 // InputError naming the known targets for an unknown name.
 const Target& target_by_name(const std::string& name);
 
-// The target's name for the plan's model: its `models` row, or for targets that load Hugging Face checkpoints a
-// model directory / config.json path as given. InputError naming the model and the key table otherwise.
+// The target's name for the plan's model: its `models` row, or for targets that load Hugging Face checkpoints
+// (models.accepts_path) a name with a '/' as given: the hub id a config.json's _name_or_path records, or a local
+// model directory. InputError naming the model and the target file otherwise.
 std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name);
 
 // Strategy knobs no file of the target states, taken from its capabilities' single values (prefetch, attention,

@@ -30,6 +30,14 @@ const std::vector<StrategyKind> kAllKinds{StrategyKind::Ddp,        StrategyKind
                                           StrategyKind::Zero2,      StrategyKind::Fsdp,    StrategyKind::Zero3,
                                           StrategyKind::FsdpGradOp, StrategyKind::Hsdp};
 
+bool applies_to_some_kind(const Knob& k, Strategy s) {
+  for (StrategyKind kind : kAllKinds) {
+    s.kind = kind;
+    if (k.applies(s)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::string> restrict_search(const TargetSpec& spec, const std::function<bool(const std::string&)>& given,
@@ -42,9 +50,9 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
     if (k.searched) continue;
     const KnobRule* r = plain_rule(spec, k.name);
     if (!r) continue;
-    // A knob that applies only to some kinds (prefetch, buckets, grad_sync) is judged as if it applied; the LoRA
-    // modules only with an adapter method.
-    if (std::string(k.name) == "lora_targets" && base.method == Method::Full) continue;
+    // A knob that applies to some of the kinds the search tries (prefetch, buckets, grad_sync) is judged as if it
+    // applied; one that applies to none (LoRA modules without an adapter, TP switches without TP) is not.
+    if (!applies_to_some_kind(k, base)) continue;
     const std::string v = k.value(base, c);
     if (rule_admits(*r, v)) continue;
     if (given(k.flag)) refuse(spec, k, v, *r);
