@@ -258,8 +258,7 @@ struct Emitter {
         u.params = std::llround(p);
       }
       for (int64_t l = lay.stage_first_layer; l <= lay.stage_last_layer; ++l)
-        for (ModuleId leaf : g.leaves_under(g.layers()[static_cast<size_t>(l)]))
-          if (g.node(leaf).kind != ModuleKind::Linear) tp_replicated_params += static_cast<double>(g.node(leaf).params);
+        tp_replicated_params += class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])].replicated_params;
     }
     if (s.method == Method::Full && holds_head())
       for (ModuleId c : g.children(g.root())) {
@@ -1376,6 +1375,10 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
   e.setup();
+  // Ops per unit and micro-batch: gathers, compute, frees, reductions, the mesh's collectives (a few more for
+  // multi-layer units, which split their backward per layer); reserved once, as the search emits thousands.
+  constexpr size_t kOpsPerUnit = 12;
+  e.prog.ops.reserve(e.prog.units.size() * kOpsPerUnit * static_cast<size_t>(lay.micro_batches_emitted) + 32);
   if (lay.pp > 1) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
     double act = 0;
