@@ -244,9 +244,19 @@ SearchResult search_plans(const SearchRequest& req) {
                 "a plan below its line's model-state bound: persistent allocations "
                 "depend on a knob the bound assumes they do not");
   };
-  auto states_exceed = [&](const StatesKey& key, double plus) {
+  // Whether a plan of this strategy and mesh whose device total is at least `lower_bound` bytes cannot change the
+  // result: over the budget, and not below the smallest unfit plan its family and its mesh shape report (when they
+  // have no plan that fits).
+  auto unfit_cannot_matter = [&](StrategyKind kind, const MeshSpec& ms, double lower_bound) {
+    constexpr double kRoundingSlack = 64.0 * 1024.0;
+    if (!req.bound_pruning || !(lower_bound > budget + kRoundingSlack)) return false;
+    for (const FamilyVerdict* v : {&res.families[to_string(kind)], &res.meshes[mesh_text(ms)]})
+      if (!v->feasible && (!v->best || lower_bound < v->needed_bytes)) return false;
+    return true;
+  };
+  auto states_exceed = [&](const StatesKey& key, double plus, StrategyKind kind, const MeshSpec& ms) {
     const auto it = states_bound.find(key);
-    return it != states_bound.end() && it->second + plus > budget;
+    return it != states_bound.end() && unfit_cannot_matter(kind, ms, it->second + plus);
   };
   // The activation bound: what the first micro-batch's forward saves is alive, with the states, when its last
   // forward op has run; per (mesh, checkpointing, micro-batch, accumulation, compute dtype, sharded or replicated
@@ -331,28 +341,6 @@ SearchResult search_plans(const SearchRequest& req) {
                         req.pins.grad_accum
                             ? *req.pins.grad_accum
                             : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step_tokens));
-                    if (stop_micro && stopped_accumulating && accum == 1 && stopped_excess <= 0) stop_micro = false;
-                    const StatesKey skey = states_key(kind, group, off, dt.param, dt.reduce, mesh);
-                    if (!stop_micro && states_exceed(skey, 0.0)) {
-                      // The model-state bound: the line's states alone exceed the budget, at every micro-batch.
-                      stop_micro = true;
-                      stopped_accumulating = false;
-                    }
-                    const ActKey akey{mesh.tp, mesh.pp,  ck.mode, ck.every,  mb,
-                                      accum,   dt.param, sharded, wrap.kind, wrap.every_k};
-                    if (!stop_micro) {
-                      // States and this micro-batch's forward activations together: this plan does not fit (larger
-                      // micro-batches are left to the memory bound along the line once one of them is simulated).
-                      const auto a = act_bound.find(akey);
-                      if (a != act_bound.end() && states_exceed(skey, a->second)) {
-                        ++res.pruned;
-                        continue;
-                      }
-                    }
-                    if (stop_micro) {
-                      ++res.pruned;
-                      continue;
-                    }
                     Strategy s = req.base;
                     s.kind = kind;
                     s.hsdp_group = group;
@@ -369,13 +357,36 @@ SearchResult search_plans(const SearchRequest& req) {
                     // The user's grad_sync last-micro-batch holds for the candidates it applies to (plan_command
                     // says so); the others reduce as they always do.
                     if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
+                    // What the capability table refuses (offload without a ZeRO stage, ZeRO-2/3 with pp, ...): not a
+                    // point of the space (search_space.hpp), counted apart.
+                    if (refused(s)) continue;
+                    if (stop_micro && stopped_accumulating && accum == 1 && stopped_excess <= 0) stop_micro = false;
+                    const StatesKey skey = states_key(kind, group, off, dt.param, dt.reduce, mesh);
+                    if (!stop_micro && states_exceed(skey, 0.0, kind, mesh)) {
+                      // The model-state bound: the line's states alone exceed the budget, at every micro-batch.
+                      stop_micro = true;
+                      stopped_accumulating = false;
+                    }
+                    const ActKey akey{mesh.tp, mesh.pp,  ck.mode, ck.every,  mb,
+                                      accum,   dt.param, sharded, wrap.kind, wrap.every_k};
+                    if (!stop_micro) {
+                      // States and this micro-batch's forward activations together: this plan does not fit (larger
+                      // micro-batches are left to the memory bound along the line once one of them is simulated).
+                      const auto a = act_bound.find(akey);
+                      if (a != act_bound.end() && states_exceed(skey, a->second, kind, mesh)) {
+                        ++res.pruned;
+                        continue;
+                      }
+                    }
+                    if (stop_micro) {
+                      ++res.pruned;
+                      continue;
+                    }
                     if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
                         per_step_tokens > req.global_batch_tokens * 1.5) {
                       ++res.pruned;  // overshoots the global batch: not the batch the user asked for
                       continue;
                     }
-                    // What the capability table refuses (offload without a ZeRO stage, ZeRO-2/3 with pp, ...).
-                    if (refused(s)) continue;
                     SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s, flops_per_token};
                     // The throughput bound (plan_search.hpp): a plan whose pure compute already makes it slower
                     // than every result it could join is not simulated.

@@ -12,7 +12,10 @@
 //    padding of each unit's flat buffer to the shard group (under 32 B per element of padding, at most shard-size
 //    elements per unit, units at most layers + 1), nor on checkpointing or the micro-batch; they are alive at the
 //    peak, so once one plan of such a line is simulated, a line whose persistent bytes less that padding exceed the
-//    budget is skipped whole (every plan the search simulates after the first of its key checks the premise).
+//    budget is skipped whole (every plan the search simulates after the first of its key checks the premise); and
+//    with them what the first micro-batch's forward saves (alive at its last forward op), per (mesh, checkpointing,
+//    micro-batch, accumulation, compute dtype, sharded or not, wrap), skips single plans. Either skips only where
+//    the plan cannot be the smallest unfit plan its family or mesh shape reports when none of theirs fits.
 //  - the throughput bound (objective throughput or cost, which ranks as throughput does): a plan's step is at least
 //    the compute its stage's layers, head and loss must run on the compute stream, K times, plus the pipeline
 //    bubble over it (plan_search.cpp step_compute_lower_bound, with the proof); that compute depends only on the
@@ -66,7 +69,8 @@ struct SearchRequest {
   Objective objective = Objective::Throughput;
   double train_tokens = 0;  // for Objective::Cost
   int64_t max_micro_batch = 64;
-  // The throughput bound (below): results it must keep exact, and whether to use it (tests compare both).
+  // The model-state, activation and throughput bounds (above): the results they keep exact, and whether to use them
+  // (tests compare both; the micro-batch bound is always on).
   int64_t keep_top = 10;
   bool bound_pruning = true;
 };
