@@ -61,6 +61,42 @@ void BM_SearchLlama3_70b_8Nodes(benchmark::State& state) {
 }
 BENCHMARK(BM_SearchLlama3_70b_8Nodes)->Unit(benchmark::kMillisecond);
 
+// The whole mesh search (tp x pp x every data-parallel knob) of Llama 3.1 405B on 128 nodes of H100, the README's
+// "Tensor and pipeline parallelism" figure (issue M15: under 1 s on the 2-core build machine).
+void BM_SearchLlama31_405b_128NodesH100(benchmark::State& state) {
+  static const fsdp::ModuleGraph graph{fsdp::load_model("llama3.1-405b", FSDP_SOURCE_ROOT)};
+  static const fsdp::HardwareProfile hw = fsdp::load_hardware("h100-80gb", FSDP_SOURCE_ROOT);
+  Fixture& f = fixture();
+  fsdp::SearchRequest req;
+  req.graph = &graph;
+  req.hardware = &hw;
+  req.runtime = &f.rt;
+  req.cluster = fsdp::Cluster{128, 8};
+  req.global_batch_tokens = 4194304;
+  int64_t evaluated = 0;
+  for (auto _ : state) evaluated += fsdp::search_plans(req).evaluated;
+  state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SearchLlama31_405b_128NodesH100)->Unit(benchmark::kMillisecond);
+
+// One FSDP + TP 8 + PP 2 (1F1B) configuration of llama3-70b on 64 GPUs: two stage programs, their memory walks and
+// timelines.
+void BM_SimulateLlama3_70b_64Gpus_Tp8Pp2(benchmark::State& state) {
+  Fixture& f = fixture();
+  fsdp::Strategy s;
+  s.kind = fsdp::StrategyKind::Fsdp;
+  s.act_ckpt = fsdp::ActCkpt::Full;
+  s.micro_batch = 1;
+  s.grad_accum = 16;
+  s.mesh.tp = 8;
+  s.mesh.pp = 2;
+  fsdp::SimulationInput in{&f.graph, &f.hw, &f.rt, fsdp::Cluster{8, 8}, s};
+  for (auto _ : state) benchmark::DoNotOptimize(fsdp::simulate(in));
+  state.counters["configs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateLlama3_70b_64Gpus_Tp8Pp2)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

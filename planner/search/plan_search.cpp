@@ -483,6 +483,15 @@ SearchResult search_plans(const SearchRequest& req) {
         probe.grad_accum = mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? pp : 1;
         if (refused(probe)) continue;
       }
+      if (!req.pins.pp && m.num_layers % (pp * mesh.pp_virtual_stages) != 0) {
+        // Searched: stages of equal layers (the brief's and Megatron-LM's rule: num_layers divisible by pp); an
+        // uneven split (torchtitan's, pipeline_parallel.hpp stage_layers) is priced when --pp pins it.
+        RejectedRule& r = res.rejected["pipeline stages of unequal layers (priced when --pp pins them)"];
+        if (r.count++ == 0)
+          r.example = "--pp: " + std::to_string(m.num_layers) + " layers do not split evenly over pp " +
+                      std::to_string(pp) + " x " + std::to_string(mesh.pp_virtual_stages) + " virtual stages";
+        continue;
+      }
       search_mesh(mesh);
     }
   // Ties (within 0.1%) go to the plan with more memory headroom.
