@@ -152,24 +152,20 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
   for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < ctx.top_n; ++i)
     cands.push_back(candidate_json(ctx, r.ranked[i]));
   j["candidates"] = cands;
-  nlohmann::json fam = nlohmann::json::object();
-  for (const auto& [name, v] : r.families) {
-    if (v.feasible && v.best) {
-      fam[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
-    } else {
-      fam[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
+  // Per strategy family and per mesh shape: the best plan, or why none fits.
+  auto verdicts = [&](const std::map<std::string, FamilyVerdict>& by_name) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, v] : by_name) {
+      if (v.feasible && v.best) {
+        out[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
+      } else {
+        out[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
+      }
     }
-  }
-  j["families"] = fam;
-  nlohmann::json meshes = nlohmann::json::object();
-  for (const auto& [name, v] : r.meshes) {
-    if (v.feasible && v.best) {
-      meshes[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
-    } else {
-      meshes[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
-    }
-  }
-  j["meshes"] = meshes;
+    return out;
+  };
+  j["families"] = verdicts(r.families);
+  j["meshes"] = verdicts(r.meshes);
   nlohmann::json refused = nlohmann::json::object();
   for (const auto& [rule, rr] : r.rejected) refused[rule] = {{"count", rr.count}, {"example", rr.example}};
   j["refused"] = refused;
