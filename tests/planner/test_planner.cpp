@@ -185,7 +185,8 @@ TEST_CASE("--nodes auto finds the fewest nodes") {
   int64_t nodes = j["cluster"]["nodes"];
   CHECK(nodes >= 2);
   // One node fewer has no feasible plan without offload.
-  auto fewer = run_cli("--model llama3-70b --nodes " + std::to_string(nodes - 1) + " --offload none --tp 1 --pp 1 --no-out --json");
+  auto fewer = run_cli("--model llama3-70b --nodes " + std::to_string(nodes - 1) +
+                       " --offload none --tp 1 --pp 1 --no-out --json");
   CHECK(fewer.code == 1);
 }
 
