@@ -1358,7 +1358,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
   lay.stage = in.pipeline_stage;
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
   const StageLayers stage =
-      stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
+      lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1
+          ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage)
+          : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
   lay.world = s.mesh.dp(in.cluster.world_size());

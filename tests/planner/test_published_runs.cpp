@@ -41,16 +41,15 @@ constexpr double kMemoryMedianBand = 0.07;
 // cell's ZeRO-1 run and of its 1-node and 16-node neighbours, gated by no band); memory median 4.2%, worst 12.2%.
 const std::string kPlaybook = "ultrascale-playbook";
 // The playbook's DP x TP x PP runs (ultrascale-playbook-mesh.yaml, M15): a block of their own, gated where they are
-// at their first simulation (2026-12-02: time median 13.7%, worst 37.7%, the 3B tp 4 micro-batch-1 run; memory
-// reserved median 16.4%, worst 30.6%; allocated after the backward median 11.8%, worst 44.3%). The pipeline rows
-// are 12-30% slow (the last stage's head and loss set the pace, nanotron's balancing is not modelled) and their
-// reserved memory 11-31% low.
+// at their first simulation (2026-12-02, stages split by nanotron's compute cost: time median 12.6%, worst 37.7%, the
+// 3B tp 4 micro-batch-1 run; memory reserved median 10.8%, worst 20.7%; allocated after the backward median 6.7%,
+// worst 11.9%). The pipeline rows are 4-25% slow.
 const std::string kPlaybookMesh = "ultrascale-playbook-mesh";
 constexpr double kMeshTimeRowBand = 0.40;
-constexpr double kMeshTimeMedianBand = 0.15;
-constexpr double kMeshMemoryRowBand = 0.33;
-constexpr double kMeshMemoryMedianBand = 0.18;
-constexpr double kMeshStepAllocatedRowBand = 0.47;
+constexpr double kMeshTimeMedianBand = 0.14;
+constexpr double kMeshMemoryRowBand = 0.23;
+constexpr double kMeshMemoryMedianBand = 0.12;
+constexpr double kMeshStepAllocatedRowBand = 0.13;
 const std::string kPlaybookOutlier = "usp-1b-h100-8n-mbs2-ga2-zero0";
 constexpr double kPlaybookTimeRowBand = 0.20;
 constexpr double kPlaybookTimeMedianBand = 0.09;

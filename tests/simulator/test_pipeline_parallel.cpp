@@ -135,3 +135,33 @@ TEST_CASE("pp: GPipe holds every micro-batch's activations, 1F1B at most pp on t
   CHECK(gpipe - one == doctest::Approx(4.0 * inputs).epsilon(0.01));
   CHECK(one - single == doctest::Approx(3.0 * inputs).epsilon(0.01));
 }
+
+TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 stages: 5 4 4 5 4 4 4 2)") {
+  // nanotron src/nanotron/models/base.py build_model with LlamaModel.get_block_compute_costs: the printed split of
+  // Llama 3 8B over 8 stages is embedding + 5 layers, 4, 4, 5, 4, 4, 4, and 2 layers + final norm, head and loss.
+  const ModelSpec& m = setup().graph.spec();
+  const int64_t expected[8] = {5, 4, 4, 5, 4, 4, 4, 2};
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < 8; ++stage) {
+    CAPTURE(stage);
+    const StageLayers s = stage_layers_by_cost(m, 8, stage);
+    CHECK(s.first == first);
+    CHECK(s.count() == expected[stage]);
+    first += s.count();
+  }
+  CHECK(first == 32);
+  // The nanotron runtime profile asks for it; the emitted last stage then holds 2 layers.
+  const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+  CHECK(nanotron.pipeline_split_by_cost);
+  CHECK_FALSE(setup().rt.pipeline_split_by_cost);
+  ProgramInput in;
+  in.graph = &setup().graph;
+  in.cluster = Cluster{1, 8};
+  in.strategy = fsdp_pp(8, PipelineSchedule::OneFOneB, 8);
+  in.strategy.kind = StrategyKind::Zero1;
+  in.runtime = &nanotron;
+  in.pipeline_stage = 7;
+  const StepProgram last = emit_step_program(in);
+  CHECK(last.layout.stage_first_layer == 30);
+  CHECK(last.layout.stage_last_layer == 31);
+}
