@@ -165,3 +165,20 @@ TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 
   CHECK(last.layout.stage_first_layer == 30);
   CHECK(last.layout.stage_last_layer == 31);
 }
+
+TEST_CASE(
+    "pp: gradients synchronised on the last micro-batch keep each stage's unsharded gradients (pipelining + FSDP)") {
+  Strategy every = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  Strategy last = every;
+  last.grad_sync = GradSync::LastMicroBatch;
+  StepProgram every_prog, last_prog;
+  run(every, 2, &every_prog);
+  run(last, 2, &last_prog);
+  auto reduce_scatters = [](const StepProgram& p) {
+    int n = 0;
+    for (const Op& op : p.ops) n += op.kind == OpKind::ReduceScatter ? 1 : 0;
+    return n;
+  };
+  // One reduce-scatter per unit on the last micro-batch only, against one per unit and emitted micro-batch.
+  CHECK(reduce_scatters(every_prog) == 3 * reduce_scatters(last_prog));
+}
