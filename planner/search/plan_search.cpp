@@ -403,8 +403,16 @@ SearchResult search_plans(const SearchRequest& req) {
                     c.prediction = simulate(in, &prog);
                     note_states(skey, persistent_bytes(prog), c.prediction.memory.device_total, prog.layout.shard_size);
                     note_activations(akey, prog, c.prediction.memory.device_total - persistent_bytes(prog));
-                    if (bound_pruning && !compute_bound.count(bkey))
-                      compute_bound[bkey] = step_compute_lower_bound(prog, *req.hardware, req.cluster, s);
+                    if (bound_pruning) {
+                      const auto known = compute_bound.find(bkey);
+                      if (known == compute_bound.end()) {
+                        compute_bound[bkey] = step_compute_lower_bound(prog, *req.hardware, req.cluster, s);
+                      } else {
+                        // The bound's premise, checked on every later plan of its key.
+                        FSDP_ASSERT(c.prediction.time.step_s >= known->second * (1.0 - 1e-9),
+                                    "a plan faster than its key's compute lower bound");
+                      }
+                    }
                     // Per-op detail is only needed for the chosen plan's trace; drop it here.
                     c.prediction.memory.samples = {};
                     c.prediction.time.ops = {};
