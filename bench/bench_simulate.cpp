@@ -20,18 +20,24 @@ Fixture& fixture() {
   return f;
 }
 
-void BM_SimulateLlama3_70b_64Gpus(benchmark::State& state) {
+// One llama3-70b FSDP plan on 64 GPUs (full checkpointing, micro-batch 1 x 16) on the given mesh: simulate() per
+// second.
+void simulate_70b(benchmark::State& state, int64_t tp, int64_t pp) {
   Fixture& f = fixture();
   fsdp::Strategy s;
   s.kind = fsdp::StrategyKind::Fsdp;
   s.act_ckpt = fsdp::ActCkpt::Full;
   s.micro_batch = 1;
   s.grad_accum = 16;
+  s.mesh.tp = tp;
+  s.mesh.pp = pp;
   fsdp::SimulationInput in{&f.graph, &f.hw, &f.rt, fsdp::Cluster{8, 8}, s};
   for (auto _ : state) benchmark::DoNotOptimize(fsdp::simulate(in));
   state.counters["configs_per_s"] =
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
+
+void BM_SimulateLlama3_70b_64Gpus(benchmark::State& state) { simulate_70b(state, 1, 1); }
 BENCHMARK(BM_SimulateLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
 
 void BM_TimelineLlama3_70b_64Gpus(benchmark::State& state) {
@@ -47,19 +53,38 @@ void BM_TimelineLlama3_70b_64Gpus(benchmark::State& state) {
 }
 BENCHMARK(BM_TimelineLlama3_70b_64Gpus)->Unit(benchmark::kMicrosecond);
 
-void BM_SearchLlama3_70b_8Nodes(benchmark::State& state) {
-  Fixture& f = fixture();
+// The whole search of `graph` on `cluster`, fsdp-plan's default global batch; evaluated configurations per second.
+void search(benchmark::State& state, const fsdp::ModuleGraph& graph, const fsdp::HardwareProfile& hw,
+            fsdp::Cluster cluster) {
   fsdp::SearchRequest req;
-  req.graph = &f.graph;
-  req.hardware = &f.hw;
-  req.runtime = &f.rt;
-  req.cluster = fsdp::Cluster{8, 8};
+  req.graph = &graph;
+  req.hardware = &hw;
+  req.runtime = &fixture().rt;
+  req.cluster = cluster;
   req.global_batch_tokens = 4194304;
   int64_t evaluated = 0;
   for (auto _ : state) evaluated += fsdp::search_plans(req).evaluated;
   state.counters["configs_per_s"] = benchmark::Counter(static_cast<double>(evaluated), benchmark::Counter::kIsRate);
 }
+
+void BM_SearchLlama3_70b_8Nodes(benchmark::State& state) {
+  search(state, fixture().graph, fixture().hw, fsdp::Cluster{8, 8});
+}
 BENCHMARK(BM_SearchLlama3_70b_8Nodes)->Unit(benchmark::kMillisecond);
+
+// The whole mesh search (tp x pp x every data-parallel knob) of Llama 3.1 405B on 128 nodes of H100, the README's
+// "Tensor and pipeline parallelism" figure (issue M15: under 1 s on the 2-core build machine).
+void BM_SearchLlama31_405b_128NodesH100(benchmark::State& state) {
+  static const fsdp::ModuleGraph graph{fsdp::load_model("llama3.1-405b", FSDP_SOURCE_ROOT)};
+  static const fsdp::HardwareProfile hw = fsdp::load_hardware("h100-80gb", FSDP_SOURCE_ROOT);
+  search(state, graph, hw, fsdp::Cluster{128, 8});
+}
+BENCHMARK(BM_SearchLlama31_405b_128NodesH100)->Unit(benchmark::kMillisecond);
+
+// One FSDP + TP 8 + PP 2 (1F1B) configuration of llama3-70b on 64 GPUs: two stage programs, their memory walks and
+// timelines.
+void BM_SimulateLlama3_70b_64Gpus_Tp8Pp2(benchmark::State& state) { simulate_70b(state, 8, 2); }
+BENCHMARK(BM_SimulateLlama3_70b_64Gpus_Tp8Pp2)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -239,7 +239,9 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.tokens_per_step = tokens_per_replica * static_cast<double>(s.mesh.dp(in.cluster.world_size()));
   p.tokens_per_s_per_gpu =
       p.time.step_s > 0 ? tokens_per_replica / static_cast<double>(s.mesh.model_parallel()) / p.time.step_s : 0.0;
-  p.model_flops_per_token = model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
+  p.model_flops_per_token = in.model_flops_per_token > 0
+                                ? in.model_flops_per_token
+                                : model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
   // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
   double peak = in.hardware->rated_peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;

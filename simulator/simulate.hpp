@@ -23,6 +23,9 @@ struct SimulationInput {
   const RuntimeProfile* runtime = nullptr;
   Cluster cluster;
   Strategy strategy;
+  // model_flops_per_token of the graph at the strategy's sequence and method, when the caller has it (the search
+  // prices thousands of plans of one model and sequence); 0: simulate computes it.
+  double model_flops_per_token = 0;
 };
 
 // A configuration that cannot run at all (not a user typo: a value the planner counts and explains).

@@ -49,6 +49,8 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   if (a.has("--micro-batch")) p.micro_batch = s.micro_batch;
   if (a.has("--grad-accum")) p.grad_accum = s.grad_accum;
   if (a.has("--hsdp-group")) p.hsdp_group = s.hsdp_group;
+  if (a.has("--tp")) p.tp = s.mesh.tp;
+  if (a.has("--pp")) p.pp = s.mesh.pp;
   return p;
 }
 
@@ -166,6 +168,7 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   int top = static_cast<int>(args.get_int_or("--top", 10));
   if (top <= 0) throw InputError("--top: must be at least 1");
+  req.keep_top = top;
 
   // Cluster: --gpus N, or --nodes N|auto with --gpus-per-node.
   int64_t gpn = args.get_int_or("--gpus-per-node", hw.gpus_per_node);

@@ -88,7 +88,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     o << bold << "clocks  " << reset << clocks << "\n";
   o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
     << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget " << format_gib(r.budget_bytes)
-    << " GiB per GPU" << reset << "\n\n";
+    << " GiB per GPU" << reset << "\n";
+  // What the capability table (simulator/strategy/capabilities.hpp) refused, per rule, with one example.
+  for (const auto& [rule, rr] : r.rejected)
+    o << dim << "refused " << rr.count << " x " << rule << " (" << rr.example << ")" << reset << "\n";
+  o << "\n";
   if (r.ranked.empty()) {
     o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
     for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
@@ -97,9 +101,9 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   }
   o << bold << "top plans" << reset << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "  %-3s %-13s %-8s %-7s %-12s %-9s %-9s %-9s %9s %9s %8s %8s %6s %9s\n", "#",
-                "strategy", "wrap", "reshard", "ckpt", "offload", "dtypes", "mb x acc", "peak GiB", "headroom",
-                "exposed", "step s", "MFU", "tok/s/GPU");
+  std::snprintf(line, sizeof line, "  %-3s %-13s %-6s %-8s %-7s %-12s %-9s %-9s %-9s %9s %9s %8s %8s %6s %9s\n", "#",
+                "strategy", "tp x pp", "wrap", "reshard", "ckpt", "offload", "dtypes", "mb x acc", "peak GiB",
+                "headroom", "exposed", "step s", "MFU", "tok/s/GPU");
   o << line;
   const std::vector<PlanRow> rows = merge_identical(r.ranked, static_cast<size_t>(ctx.top_n));
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -110,10 +114,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     if (s.kind == StrategyKind::Hsdp) kind += ":" + std::to_string(s.hsdp_group);
     std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
+    const std::string mesh_cell = std::to_string(s.mesh.tp) + "x" + std::to_string(s.mesh.pp);
     double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;
     std::snprintf(line, sizeof line,
-                  "  %s%-3zu %-13s %-8s %-7s %-12s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
-                  i == 0 ? green : "", i + 1, kind.c_str(), wrap_name(s).c_str(),
+                  "  %s%-3zu %-13s %-6s %-8s %-7s %-12s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",
+                  i == 0 ? green : "", i + 1, kind.c_str(), mesh_cell.c_str(), wrap_name(s).c_str(),
                   shards_params(s.kind) ? (s.reshard_after_forward ? "yes" : "no") : "-", act_ckpt_name(s).c_str(),
                   to_string(s.offload), dt.c_str(), mbacc.c_str(), format_gib(p.memory.device_total).c_str(), headroom,
                   p.time.step_s > 0 ? p.time.exposed_comm_s / p.time.step_s * 100.0 : 0.0, p.time.step_s, p.mfu * 100.0,
@@ -129,6 +134,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
   o << bold << "why the others lose (best of each strategy family)" << reset << "\n";
   for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
+  if (r.meshes.size() > 1) {
+    o << bold << "best of each mesh shape (data parallel alone against tensor and pipeline parallelism)" << reset
+      << "\n";
+    for (const auto& [name, v] : r.meshes) o << "  " << family_line(name, v) << "\n";
+  }
   return o.str();
 }
 
@@ -162,9 +172,23 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     for (size_t k = 1; k < f.names.size(); ++k) fam[f.names[k]] = {{"feasible", v.feasible}, {"same_as", name}};
   }
   j["families"] = fam;
+  nlohmann::json meshes = nlohmann::json::object();
+  for (const auto& [name, v] : r.meshes) {
+    if (v.feasible && v.best) {
+      meshes[name] = {{"feasible", true}, {"best", candidate_json(ctx, *v.best)}};
+    } else {
+      meshes[name] = {{"feasible", false}, {"reason", family_line(name, v)}, {"needed_bytes", v.needed_bytes}};
+    }
+  }
+  j["meshes"] = meshes;
+  nlohmann::json refused = nlohmann::json::object();
+  for (const auto& [rule, rr] : r.rejected) refused[rule] = {{"count", rr.count}, {"example", rr.example}};
+  j["refused"] = refused;
   j["search"] = {{"evaluated", r.evaluated},
                  {"feasible", r.feasible},
                  {"pruned", r.pruned},
+                 {"pruned_by_throughput", r.pruned_by_throughput},
+                 {"filtered", r.filtered},
                  {"seconds", r.seconds},
                  {"budget_bytes", r.budget_bytes}};
   return j;

@@ -11,6 +11,19 @@ std::string format_gib(double bytes) {
   return buf;
 }
 
+std::string mesh_text(const MeshSpec& m) {
+  std::ostringstream o;
+  o << "tp=" << m.tp;
+  if (m.tp > 1) o << (m.sequence_parallel ? "+sp" : "") << (m.async_tp ? "+async" : "");
+  o << " pp=" << m.pp;
+  if (m.pp > 1) {
+    o << "(" << to_string(m.pp_schedule);
+    if (m.pp_virtual_stages > 1) o << " v=" << m.pp_virtual_stages;
+    o << ")";
+  }
+  return o.str();
+}
+
 std::string one_line_strategy(const Strategy& s) {
   std::ostringstream o;
   o << to_string(s.kind);
@@ -18,6 +31,7 @@ std::string one_line_strategy(const Strategy& s) {
   if (shards_params(s.kind)) o << " wrap=" << to_string(s.wrap) << (s.reshard_after_forward ? "" : " no-reshard");
   o << " ckpt=" << act_ckpt_name(s) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype) << "/"
     << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
+  if (!s.mesh.is_data_parallel_only()) o << " " << mesh_text(s.mesh);
   return o.str();
 }
 
@@ -41,6 +55,12 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["attention"] = to_string(s.attention);
   j["forward_prefetch"] = s.forward_prefetch;
   j["backward_prefetch"] = s.backward_prefetch;
+  j["tp"] = s.mesh.tp;
+  j["sequence_parallel"] = s.mesh.sequence_parallel;
+  j["async_tp"] = s.mesh.async_tp;
+  j["pp"] = s.mesh.pp;
+  j["pp_schedule"] = to_string(s.mesh.pp_schedule);
+  j["pp_virtual_stages"] = s.mesh.pp_virtual_stages;
   return j;
 }
 
@@ -84,6 +104,9 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   t["exposed_offload_s"] = p.time.exposed_offload_s;
   t["optimizer_s"] = p.time.optimizer_s;
   t["optimizer_phase_s"] = p.time.optimizer_phase_s;
+  t["tp_comm_s"] = p.time.tp_comm_s;
+  t["pp_comm_s"] = p.time.pp_comm_s;
+  t["pipeline_bubble_s"] = p.time.pipeline_bubble_s;
   j["time"] = t;
   j["throughput"] = {{"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}, {"tokens_per_step", p.tokens_per_step}};
   j["mfu"] = p.mfu;
@@ -165,6 +188,17 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
                 "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s  (comm total %.3f s)\n",
                 p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s, p.time.comm_s);
   o << line;
+  if (!ctx.strategy.mesh.is_data_parallel_only()) {
+    // The mesh's own time: tp collectives and pipeline transfers wait on the compute stream (in exposed comm); the
+    // bubble is the schedule's idle fill and drain.
+    const MeshSpec& m = ctx.strategy.mesh;
+    std::snprintf(line, sizeof line,
+                  "  mesh dp=%lld x tp=%lld x pp=%lld: tp collectives %.3f s, pipeline send-recv %.3f s, pipeline "
+                  "bubble %.3f s\n",
+                  static_cast<long long>(m.dp(ctx.cluster.world_size())), static_cast<long long>(m.tp),
+                  static_cast<long long>(m.pp), p.time.tp_comm_s, p.time.pp_comm_s, p.time.pipeline_bubble_s);
+    o << line;
+  }
   std::snprintf(line, sizeof line, "  %.0f tokens/s per GPU, MFU %.1f%%, %.2fM tokens per step\n",
                 p.tokens_per_s_per_gpu, p.mfu * 100.0, p.tokens_per_step / kMB);
   o << line;

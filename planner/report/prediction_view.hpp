@@ -28,5 +28,7 @@ nlohmann::json simulation_to_json(const SimulationContext& ctx, const Prediction
 std::string format_simulation(const SimulationContext& ctx, const Prediction& p, bool color);
 std::string format_gib(double bytes);
 std::string one_line_strategy(const Strategy& s);
+// The mesh beyond data parallelism: "tp=8+sp pp=2(1f1b)".
+std::string mesh_text(const MeshSpec& m);
 
 }  // namespace fsdp

@@ -4,9 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <tuple>
 
 #include "core/errors.hpp"
+#include "program/pipeline_parallel.hpp"
 #include "report/prediction_view.hpp"
+#include "strategy/capabilities.hpp"
 
 namespace fsdp {
 
@@ -67,6 +71,40 @@ double persistent_bytes(const StepProgram& p) {
   double t = 0;
   for (const MemEvent& e : p.persistent) t += e.bytes;
   return t;
+}
+
+// A lower bound on the step time of every plan that shares this program's mesh, checkpointing, micro-batch,
+// accumulation and compute dtype (plan_search.hpp, "the throughput bound"): every such plan's compute stream runs,
+// per micro-batch, a forward over each of its stage's decoder layers (one GEMM pass, one attention forward), a
+// backward over each (its gradient passes, the recomputation its mode adds, one attention backward) and, on the last
+// stage, the head and loss, whatever its data-parallel strategy, wrap, resharding or offload; these ops cost what
+// op_duration prices for their layers' shapes, which those knobs do not change. The timeline's compute stream runs
+// its ops one after another (and the accumulation's middle micro-batches at least as long as their compute), so the
+// step is at least K x that; the pipeline bubble adds (pp - 1) / v x at least that much again.
+double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
+  const OpPrices prices = price_layers(p, hw, s);
+  Op f;
+  f.kind = OpKind::Forward;
+  f.first_layer = p.layout.stage_first_layer;
+  f.last_layer = p.layout.stage_last_layer;
+  f.gemm_passes = 1;
+  f.attn_fwd_passes = 1;
+  Op b = f;
+  b.kind = OpKind::Backward;
+  b.gemm_passes = s.method == Method::Full ? 2.0 : 1.0;
+  b.attn_fwd_passes = 0;
+  b.attn_bwd_passes = 1;
+  double micro_batch = op_duration(f, p, hw, c, s, prices) + op_duration(b, p, hw, c, s, prices);
+  if (p.layout.last_stage()) {
+    Op l;
+    l.kind = OpKind::Loss;
+    l.head_passes = 1;
+    Op lb;
+    lb.kind = OpKind::LossBackward;
+    lb.head_passes = 2;
+    micro_batch += op_duration(l, p, hw, c, s, prices) + op_duration(lb, p, hw, c, s, prices);
+  }
+  return static_cast<double>(s.grad_accum) * micro_batch + pipeline_bubble_s(s.mesh, micro_batch);
 }
 
 std::string gib_text(double b) {
@@ -137,9 +175,7 @@ SearchResult search_plans(const SearchRequest& req) {
     for (int64_t b = 1; b <= req.max_micro_batch; b *= 2) micro_batches.push_back(b);
   }
 
-  auto consider_family = [&](const Candidate& c) {
-    std::string fam = to_string(c.strategy.kind);
-    FamilyVerdict& v = res.families[fam];
+  auto consider_verdict = [&](FamilyVerdict& v, const Candidate& c) {
     if (c.feasible) {
       if (!v.feasible || objective_score(c, req.objective) < objective_score(*v.best, req.objective)) v.best = c;
       v.feasible = true;
@@ -152,136 +188,325 @@ SearchResult search_plans(const SearchRequest& req) {
       }
     }
   };
-
-  for (StrategyKind kind : kinds) {
-    const bool sharded = shards_params(kind);
-    std::vector<int64_t> groups{0};
-    if (kind == StrategyKind::Hsdp) {
-      groups.clear();
-      if (req.pins.hsdp_group) {
-        groups.push_back(*req.pins.hsdp_group);
-      } else {
-        // Node-aligned shard groups strictly smaller than the world (a full-world group is plain FSDP).
-        const int64_t g = req.cluster.gpus_per_node;
-        for (int64_t size = g; size < world; size *= 2)
-          if (world % size == 0) groups.push_back(size);
-      }
-      if (groups.empty()) {
-        res.families[to_string(kind)].reason = "needs more than one node (a shard group smaller than the world)";
-        continue;
-      }
+  auto consider_family = [&](const Candidate& c) {
+    consider_verdict(res.families[to_string(c.strategy.kind)], c);
+    consider_verdict(res.meshes[mesh_text(c.strategy.mesh)], c);
+  };
+  // The throughput bound: per (mesh, checkpointing, micro-batch, accumulation, compute dtype), a lower bound on the
+  // step time from the first plan simulated there (step_compute_lower_bound), and the results a plan could join.
+  const bool bound_pruning =
+      req.bound_pruning && (req.objective == Objective::Throughput || req.objective == Objective::Cost);
+  using BoundKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType>;
+  std::map<BoundKey, double> compute_bound;
+  std::vector<double> top_rates;  // the req.keep_top best feasible rates so far, a min-heap
+  double best_rate = 0;
+  auto note_feasible = [&](double rate) {
+    best_rate = std::max(best_rate, rate);
+    top_rates.push_back(rate);
+    std::push_heap(top_rates.begin(), top_rates.end(), std::greater<>());
+    if (static_cast<int64_t>(top_rates.size()) > req.keep_top) {
+      std::pop_heap(top_rates.begin(), top_rates.end(), std::greater<>());
+      top_rates.pop_back();
     }
-    std::vector<WrapPolicy> kind_wraps = sharded ? wraps : std::vector<WrapPolicy>{WrapPolicy{WrapKind::Layer, 1, 0}};
-    std::vector<bool> reshards{true};
-    if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp)
-      reshards = {true, false};
-    if (kind == StrategyKind::FsdpGradOp) reshards = {false};
-    if (req.pins.reshard_after_forward) reshards = {*req.pins.reshard_after_forward};
-    for (int64_t group : groups)
-      for (const WrapPolicy& wrap : kind_wraps)
-        for (bool reshard : reshards)
-          for (const Ckpt& ck : ckpts)
-            for (Offload off : offloads) {
-              // Param offload needs sharded params (FSDP CPUOffload); DDP and no-shard have no offload at all
-              // (ZeRO-Offload needs a ZeRO stage: DeepSpeed docs, "ZeRO-Offload").
-              if (off == Offload::Params && !sharded) continue;
-              if (off != Offload::None && (kind == StrategyKind::Ddp || kind == StrategyKind::NoShard)) continue;
-              for (const Dt& dt : dtypes) {
-                // The pruning bound: at a fixed accumulation regime (one micro-batch per step, or several) the peak
-                // never falls as the micro-batch grows (tests/planner/test_search_pruning.cpp checks it over every
-                // knob of six zoo models). Across regimes it can: with several micro-batches the accumulated
-                // gradient shard is held through the next reduction, with one it is not: by at most the step's
-                // gradient storage (and its share of fragmentation). So a line pruned while it accumulates is
-                // taken up again where the accumulation reaches 1, unless the plan that stopped it was over the
-                // budget by more than that.
-                bool stop_micro = false;
-                bool stopped_accumulating = false;  // the regime the line was pruned in
-                double stopped_excess = 0;          // how far over the budget less the gradients the stopping plan was
-                for (int64_t mb : micro_batches) {
-                  const double per_step_tokens = static_cast<double>(mb * req.base.seq_len * world);
-                  const int64_t accum =
-                      req.pins.grad_accum
-                          ? *req.pins.grad_accum
-                          : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step_tokens));
-                  if (stop_micro && stopped_accumulating && accum == 1 && stopped_excess <= 0) stop_micro = false;
-                  if (stop_micro) {
-                    ++res.pruned;
-                    continue;
-                  }
-                  Strategy s = req.base;
-                  s.kind = kind;
-                  s.hsdp_group = group;
-                  s.wrap = wrap;
-                  s.reshard_after_forward = reshard;
-                  s.act_ckpt = ck.mode;
-                  s.ckpt_every = ck.every;
-                  s.offload = off;
-                  s.param_dtype = dt.param;
-                  s.reduce_dtype = dt.reduce;
-                  s.micro_batch = mb;
-                  s.grad_accum = accum;
-                  // The user's grad_sync last-micro-batch holds for the candidates it applies to (plan_command
-                  // says so); the others reduce as they always do.
-                  if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
-                  if (req.accept && !req.accept(s)) {
-                    ++res.filtered;
-                    continue;
-                  }
-                  if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
-                      per_step_tokens > req.global_batch_tokens * 1.5) {
-                    ++res.pruned;  // overshoots the global batch: not the batch the user asked for
-                    continue;
-                  }
-                  SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s};
-                  StepProgram prog;
-                  Candidate c;
-                  c.strategy = s;
-                  c.prediction = simulate(in, &prog);
-                  // Per-op detail is only needed for the chosen plan's trace; drop it here.
-                  c.prediction.memory.samples = {};
-                  c.prediction.time.ops = {};
-                  ++res.evaluated;
-                  const Prediction& p = c.prediction;
-                  // A few KiB of allocator rounding can make the peak dip as the micro-batch doubles (rounded
-                  // categories clamped at zero); a plan within that of the budget does not prune its line.
-                  constexpr double kRoundingSlack = 64.0 * 1024.0;
-                  if (p.memory.device_total > budget) {
-                    c.feasible = false;
-                    double states = persistent_bytes(prog);
-                    c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
-                                          gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " +
-                                          gib_text(budget) + " GiB budget";
-                    // Proven: larger micro-batches in this accumulation regime only add memory.
-                    if (p.memory.device_total > budget + kRoundingSlack) {
-                      stop_micro = true;
-                      stopped_accumulating = s.grad_accum > 1;
-                      const MemoryBreakdown st = model_state_bytes(prog);
-                      const double grads = st[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
-                                           st[static_cast<size_t>(MemoryCategory::UnshardedGrads)];
-                      stopped_excess =
-                          p.memory.device_total - grads * (1.0 + req.runtime->fragmentation_fraction) - budget;
+  };
+  auto cannot_matter = [&](const Strategy& s, double step_lower_bound_s) {
+    if (!bound_pruning || step_lower_bound_s <= 0) return false;
+    // tokens/s per GPU the plan cannot exceed (simulate.cpp: tokens per replica over its tp x pp ranks).
+    const double ceiling = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum) /
+                           static_cast<double>(s.mesh.model_parallel()) / step_lower_bound_s;
+    // Below what ties and near-ties compare: the ranking's 0.1% ties, the 5% near-tie of the simpler plan.
+    constexpr double kTie = 1e-3, kNearTie = 0.05;
+    auto below = [&](double rate) { return ceiling < rate * (1.0 - kTie); };
+    if (static_cast<int64_t>(top_rates.size()) < req.keep_top || !below(top_rates.front())) return false;
+    if (!(ceiling < best_rate * (1.0 - kNearTie))) return false;
+    for (const FamilyVerdict* v : {&res.families[to_string(s.kind)], &res.meshes[mesh_text(s.mesh)]})
+      if (!v->feasible || !v->best || !below(v->best->prediction.tokens_per_s_per_gpu)) return false;
+    return true;
+  };
+  // The model-state bound: per (mesh, strategy, HSDP group, offload, dtypes) the persistent allocations of the first
+  // plan simulated there, less what padding can change between wraps (plan_search.hpp).
+  using StatesKey = std::tuple<int64_t, int64_t, StrategyKind, int64_t, Offload, DType, DType>;
+  auto states_key = [](StrategyKind k, int64_t group, Offload off, DType p, DType r, const MeshSpec& ms) {
+    return StatesKey{ms.tp, ms.pp, k, group, off, p, r};
+  };
+  std::map<StatesKey, double> states_bound;
+  const double padding_bytes_per_element = 32.0;  // every persistent copy of one element: params, grads, states
+  auto note_states = [&](const StatesKey& key, double persistent, double device_total, int64_t shard_size) {
+    const double padding =
+        static_cast<double>(m.num_layers + 1) * static_cast<double>(shard_size) * padding_bytes_per_element;
+    auto it = states_bound.find(key);
+    if (it == states_bound.end()) {
+      states_bound[key] = persistent - padding;
+      return;
+    }
+    // The bound's premise, checked on every plan simulated after the first of its key.
+    FSDP_ASSERT(device_total >= it->second,
+                "a plan below its line's model-state bound: persistent allocations "
+                "depend on a knob the bound assumes they do not");
+  };
+  // Whether a plan of this strategy and mesh whose device total is at least `lower_bound` bytes cannot change the
+  // result: over the budget, and not below the smallest unfit plan its family and its mesh shape report (when they
+  // have no plan that fits).
+  auto unfit_cannot_matter = [&](StrategyKind kind, const MeshSpec& ms, double lower_bound) {
+    constexpr double kRoundingSlack = 64.0 * 1024.0;
+    if (!req.bound_pruning || !(lower_bound > budget + kRoundingSlack)) return false;
+    for (const FamilyVerdict* v : {&res.families[to_string(kind)], &res.meshes[mesh_text(ms)]})
+      if (!v->feasible && (!v->best || lower_bound < v->needed_bytes)) return false;
+    return true;
+  };
+  auto states_exceed = [&](const StatesKey& key, double plus, StrategyKind kind, const MeshSpec& ms) {
+    const auto it = states_bound.find(key);
+    return it != states_bound.end() && unfit_cannot_matter(kind, ms, it->second + plus);
+  };
+  // The activation bound: what the first micro-batch's forward saves is alive, with the states, when its last
+  // forward op has run; per (mesh, checkpointing, micro-batch, accumulation, compute dtype, sharded or replicated
+  // parameters, wrap) it is the same for every plan (the wrap decides a unit-wide checkpoint region; sharding the
+  // parameters decides autocast's fp32 residual stream).
+  using ActKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType, bool, WrapKind, int64_t>;
+  std::map<ActKey, double> act_bound;
+  auto note_activations = [&](const ActKey& key, const StepProgram& prog, double above_states) {
+    double act = 0;
+    for (const Op& op : prog.ops) {
+      if (op.kind == OpKind::Backward || op.kind == OpKind::LossBackward) break;
+      for (const MemEvent& e : op.on_issue)
+        if (e.category == MemoryCategory::Activations) act += e.bytes;
+    }
+    auto it = act_bound.find(key);
+    if (it == act_bound.end()) {
+      act_bound[key] = act;
+      return;
+    }
+    // The bound's premise, checked on every later plan of its key.
+    FSDP_ASSERT(above_states >= it->second * (1.0 - 1e-9), "a plan below its activation bound");
+  };
+  // The capability table's refusals: counted per rule, the first one's reason kept as the report's example.
+  const MeshWorld mesh_world{world, req.cluster.gpus_per_node};
+  // The model's FLOPs per token (MFU) are the same for every plan: the language model's sequence and the method.
+  const double flops_per_token =
+      model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len, req.base.method != Method::Full);
+  auto refused = [&](const Strategy& s) {
+    const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world);
+    if (!v) return false;
+    RejectedRule& r = res.rejected[to_string(v->rule)];
+    if (r.count++ == 0) r.example = v->flag + ": " + v->reason;
+    return true;
+  };
+
+  auto search_mesh = [&](const MeshSpec& mesh) {
+    const int64_t dp = mesh.dp(world);
+    for (StrategyKind kind : kinds) {
+      const bool sharded = shards_params(kind);
+      std::vector<int64_t> groups{0};
+      if (kind == StrategyKind::Hsdp) {
+        groups.clear();
+        if (req.pins.hsdp_group) {
+          groups.push_back(*req.pins.hsdp_group);
+        } else {
+          // Node-aligned shard groups strictly smaller than the data-parallel ranks (a group of all of them is plain
+          // FSDP): a node holds gpus_per_node / tp of them.
+          const int64_t g = std::max<int64_t>(2, req.cluster.gpus_per_node / mesh.tp);
+          for (int64_t size = g; size < dp; size *= 2)
+            if (dp % size == 0) groups.push_back(size);
+        }
+        if (groups.empty()) {
+          res.families[to_string(kind)].reason = "needs more than one node (a shard group smaller than the world)";
+          continue;
+        }
+      }
+      std::vector<WrapPolicy> kind_wraps = sharded ? wraps : std::vector<WrapPolicy>{WrapPolicy{WrapKind::Layer, 1, 0}};
+      std::vector<bool> reshards{true};
+      if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp)
+        reshards = {true, false};
+      if (kind == StrategyKind::FsdpGradOp) reshards = {false};
+      if (req.pins.reshard_after_forward) reshards = {*req.pins.reshard_after_forward};
+      for (int64_t group : groups)
+        for (const WrapPolicy& wrap : kind_wraps)
+          for (bool reshard : reshards)
+            for (const Ckpt& ck : ckpts)
+              for (Offload off : offloads) {
+                for (const Dt& dt : dtypes) {
+                  // The pruning bound: at a fixed accumulation regime (one micro-batch per step, or several) the peak
+                  // never falls as the micro-batch grows (tests/planner/test_search_pruning.cpp checks it over every
+                  // knob of six zoo models). Across regimes it can: with several micro-batches the accumulated
+                  // gradient shard is held through the next reduction, with one it is not: by at most the step's
+                  // gradient storage (and its share of fragmentation). So a line pruned while it accumulates is
+                  // taken up again where the accumulation reaches 1, unless the plan that stopped it was over the
+                  // budget by more than that.
+                  bool stop_micro = false;
+                  bool stopped_accumulating = false;  // the regime the line was pruned in
+                  double stopped_excess = 0;  // how far over the budget less the gradients the stopping plan was
+                  for (int64_t mb : micro_batches) {
+                    const double per_step_tokens = static_cast<double>(mb * req.base.seq_len * dp);
+                    const int64_t accum =
+                        req.pins.grad_accum
+                            ? *req.pins.grad_accum
+                            : std::max<int64_t>(1, std::llround(req.global_batch_tokens / per_step_tokens));
+                    Strategy s = req.base;
+                    s.kind = kind;
+                    s.hsdp_group = group;
+                    s.wrap = wrap;
+                    s.reshard_after_forward = reshard;
+                    s.act_ckpt = ck.mode;
+                    s.ckpt_every = ck.every;
+                    s.offload = off;
+                    s.param_dtype = dt.param;
+                    s.reduce_dtype = dt.reduce;
+                    s.micro_batch = mb;
+                    s.grad_accum = accum;
+                    s.mesh = mesh;
+                    // The user's grad_sync last-micro-batch holds for the candidates it applies to (plan_command
+                    // says so); the others reduce as they always do.
+                    if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
+                    // What the capability table refuses (offload without a ZeRO stage, ZeRO-2/3 with pp, ...): not a
+                    // point of the space (search_space.hpp), counted apart.
+                    if (refused(s)) continue;
+                    // What the caller's filter refuses (a framework that cannot express the plan: --target).
+                    if (req.accept && !req.accept(s)) {
+                      ++res.filtered;
+                      continue;
                     }
-                  } else if (!p.host_fits) {
-                    c.feasible = false;
-                    c.infeasible_reason = "needs " + gib_text(p.memory.host_bytes_per_node) +
-                                          " GiB of host RAM per node > " + gib_text(req.hardware->host_memory.value) +
-                                          " GiB";
-                  } else {
-                    c.feasible = true;
-                    ++res.feasible;
+                    if (stop_micro && stopped_accumulating && accum == 1 && stopped_excess <= 0) stop_micro = false;
+                    const StatesKey skey = states_key(kind, group, off, dt.param, dt.reduce, mesh);
+                    if (!stop_micro && states_exceed(skey, 0.0, kind, mesh)) {
+                      // The model-state bound: the line's states alone exceed the budget, at every micro-batch.
+                      stop_micro = true;
+                      stopped_accumulating = false;
+                    }
+                    const ActKey akey{mesh.tp, mesh.pp,  ck.mode, ck.every,  mb,
+                                      accum,   dt.param, sharded, wrap.kind, wrap.every_k};
+                    if (!stop_micro) {
+                      // States and this micro-batch's forward activations together: this plan does not fit (larger
+                      // micro-batches are left to the memory bound along the line once one of them is simulated).
+                      const auto a = act_bound.find(akey);
+                      if (a != act_bound.end() && states_exceed(skey, a->second, kind, mesh)) {
+                        ++res.pruned;
+                        continue;
+                      }
+                    }
+                    if (stop_micro) {
+                      ++res.pruned;
+                      continue;
+                    }
+                    if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
+                        per_step_tokens > req.global_batch_tokens * 1.5) {
+                      ++res.pruned;  // overshoots the global batch: not the batch the user asked for
+                      continue;
+                    }
+                    SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s, flops_per_token};
+                    // The throughput bound (plan_search.hpp): a plan whose pure compute already makes it slower
+                    // than every result it could join is not simulated.
+                    const BoundKey bkey{mesh.tp, mesh.pp, s.act_ckpt, s.ckpt_every, mb, accum, s.param_dtype};
+                    if (const auto it = compute_bound.find(bkey);
+                        it != compute_bound.end() && cannot_matter(s, it->second)) {
+                      ++res.pruned;
+                      ++res.pruned_by_throughput;
+                      continue;
+                    }
+                    StepProgram prog;
+                    Candidate c;
+                    c.strategy = s;
+                    c.prediction = simulate(in, &prog);
+                    note_states(skey, persistent_bytes(prog), c.prediction.memory.device_total, prog.layout.shard_size);
+                    note_activations(akey, prog, c.prediction.memory.device_total - persistent_bytes(prog));
+                    if (bound_pruning) {
+                      const auto known = compute_bound.find(bkey);
+                      if (known == compute_bound.end()) {
+                        compute_bound[bkey] = step_compute_lower_bound(prog, *req.hardware, req.cluster, s);
+                      } else {
+                        // The bound's premise, checked on every later plan of its key.
+                        FSDP_ASSERT(c.prediction.time.step_s >= known->second * (1.0 - 1e-9),
+                                    "a plan faster than its key's compute lower bound");
+                      }
+                    }
+                    // Per-op detail is only needed for the chosen plan's trace; drop it here.
+                    c.prediction.memory.samples = {};
+                    c.prediction.time.ops = {};
+                    ++res.evaluated;
+                    const Prediction& p = c.prediction;
+                    // A few KiB of allocator rounding can make the peak dip as the micro-batch doubles (rounded
+                    // categories clamped at zero); a plan within that of the budget does not prune its line.
+                    constexpr double kRoundingSlack = 64.0 * 1024.0;
+                    if (p.memory.device_total > budget) {
+                      c.feasible = false;
+                      double states = persistent_bytes(prog);
+                      c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
+                                            gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " +
+                                            gib_text(budget) + " GiB budget";
+                      // Proven: larger micro-batches in this accumulation regime only add memory.
+                      if (p.memory.device_total > budget + kRoundingSlack) {
+                        stop_micro = true;
+                        stopped_accumulating = s.grad_accum > 1;
+                        const MemoryBreakdown st = model_state_bytes(prog);
+                        const double grads = st[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
+                                             st[static_cast<size_t>(MemoryCategory::UnshardedGrads)];
+                        stopped_excess =
+                            p.memory.device_total - grads * (1.0 + req.runtime->fragmentation_fraction) - budget;
+                      }
+                    } else if (!p.host_fits) {
+                      c.feasible = false;
+                      c.infeasible_reason = "needs " + gib_text(p.memory.host_bytes_per_node) +
+                                            " GiB of host RAM per node > " + gib_text(req.hardware->host_memory.value) +
+                                            " GiB";
+                    } else {
+                      c.feasible = true;
+                      ++res.feasible;
+                    }
+                    if (req.train_tokens > 0 && p.tokens_per_s_per_gpu > 0) {
+                      constexpr double kSecondsPerHour = 3600.0;
+                      c.gpu_hours = req.train_tokens / (p.tokens_per_s_per_gpu * static_cast<double>(world)) *
+                                    static_cast<double>(world) / kSecondsPerHour;
+                    }
+                    consider_family(c);
+                    if (c.feasible && bound_pruning) note_feasible(c.prediction.tokens_per_s_per_gpu);
+                    res.evaluated_sample.push_back(c);
+                    if (c.feasible) res.ranked.push_back(std::move(c));
                   }
-                  if (req.train_tokens > 0 && p.tokens_per_s_per_gpu > 0) {
-                    constexpr double kSecondsPerHour = 3600.0;
-                    c.gpu_hours = req.train_tokens / (p.tokens_per_s_per_gpu * static_cast<double>(world)) *
-                                  static_cast<double>(world) / kSecondsPerHour;
-                  }
-                  consider_family(c);
-                  res.evaluated_sample.push_back(c);
-                  if (c.feasible) res.ranked.push_back(std::move(c));
                 }
               }
-            }
+    }
+  };
+  // Mesh shapes: tensor parallelism inside a node (1, 2, 4, 8 up to its GPUs), pipeline stages in powers of two up
+  // to the layers and the GPUs; the schedule, virtual stages, sequence parallelism and async TP are the base's
+  // (CLI flags). A shape the table refuses (heads, kv heads, the MLP width or the GPUs not divided) is counted once.
+  std::vector<int64_t> tps, pps;
+  if (req.pins.tp) {
+    tps = {*req.pins.tp};
+  } else {
+    constexpr int64_t kMaxSearchedTp = 8;
+    for (int64_t t = 1; t <= std::min(kMaxSearchedTp, req.cluster.gpus_per_node); t *= 2) tps.push_back(t);
   }
+  if (req.pins.pp) {
+    pps = {*req.pins.pp};
+  } else {
+    for (int64_t p = 1; p <= m.num_layers && p <= world; p *= 2) pps.push_back(p);
+  }
+  for (int64_t tp : tps)
+    for (int64_t pp : pps) {
+      MeshSpec mesh = req.base.mesh;
+      mesh.tp = tp;
+      mesh.pp = pp;
+      {
+        // The shape itself, under a plain FSDP plan: a refusal here is the shape's, whatever the other knobs.
+        Strategy probe = req.base;
+        probe.mesh = mesh;
+        probe.kind = StrategyKind::Fsdp;
+        probe.hsdp_group = 0;
+        probe.offload = Offload::None;
+        probe.grad_sync = GradSync::EveryMicroBatch;
+        probe.grad_accum = mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? pp : 1;
+        if (refused(probe)) continue;
+      }
+      if (!req.pins.pp && m.num_layers % (pp * mesh.pp_virtual_stages) != 0) {
+        // Searched: stages of equal layers (the brief's and Megatron-LM's rule: num_layers divisible by pp); an
+        // uneven split (torchtitan's, pipeline_parallel.hpp stage_layers) is priced when --pp pins it.
+        RejectedRule& r = res.rejected["pipeline stages of unequal layers (priced when --pp pins them)"];
+        if (r.count++ == 0)
+          r.example = "--pp: " + std::to_string(m.num_layers) + " layers do not split evenly over pp " +
+                      std::to_string(pp) + " x " + std::to_string(mesh.pp_virtual_stages) + " virtual stages";
+        continue;
+      }
+      search_mesh(mesh);
+    }
   // Ties (within 0.1%) go to the plan with more memory headroom.
   std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     double sa = objective_score(a, req.objective), sb = objective_score(b, req.objective);

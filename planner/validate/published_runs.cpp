@@ -12,6 +12,7 @@
 #include "core/config_map.hpp"
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
+#include "report/prediction_view.hpp"
 #include "simulate.hpp"
 
 namespace fsdp {
@@ -109,6 +110,13 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   if (r.has("kernel_library")) row.kernel_library = nullable_string(r, "kernel_library");
   if (r.has("grad_sync")) row.grad_sync = r.get_enum("grad_sync", {"every-micro-batch", "last-micro-batch"});
   row.fp8 = r.get_bool("fp8");
+  if (r.has("tp")) row.tp = r.get_positive_int("tp");
+  if (r.has("sequence_parallel")) row.sequence_parallel = r.get_bool("sequence_parallel");
+  if (r.has("async_tp")) row.async_tp = r.get_bool("async_tp");
+  if (r.has("pp")) row.pp = r.get_positive_int("pp");
+  if (r.has("pp_schedule")) row.pp_schedule = r.get_enum("pp_schedule", {"gpipe", "1f1b", "interleaved-1f1b"});
+  if (r.has("pp_virtual_stages")) row.pp_virtual_stages = r.get_positive_int("pp_virtual_stages");
+  if (row.pp > 1 && row.pp_schedule.empty()) r.fail("pp_schedule", "a row with pp > 1 needs its schedule");
   row.micro_batch = nullable_int(r, "micro_batch").value_or(0);
   row.seq = nullable_int(r, "seq").value_or(0);
   row.grad_accum = nullable_int(r, "grad_accum");
@@ -372,6 +380,13 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   }
   // The row reader has checked the name (get_enum over the same names).
   if (!row.grad_sync.empty()) FSDP_ASSERT(parse_grad_sync(row.grad_sync, s.grad_sync), "grad_sync read strictly");
+  s.mesh.tp = row.tp;
+  s.mesh.sequence_parallel = row.sequence_parallel;
+  s.mesh.async_tp = row.async_tp;
+  s.mesh.pp = row.pp;
+  if (!row.pp_schedule.empty())
+    FSDP_ASSERT(parse_pipeline_schedule(row.pp_schedule, s.mesh.pp_schedule), "pp_schedule read strictly");
+  s.mesh.pp_virtual_stages = row.pp_virtual_stages;
   s.micro_batch = row.micro_batch;
   s.seq_len = row.seq;
   s.grad_accum = row.grad_accum.value_or(1);
@@ -406,8 +421,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
                   to_string(s.param_dtype), static_cast<long long>(s.micro_batch), static_cast<long long>(s.grad_accum),
                   static_cast<long long>(s.seq_len));
+  if (!s.mesh.is_data_parallel_only()) res.plan += " " + mesh_text(s.mesh);
   res.predicted_tokens_per_s = p.tokens_per_s_per_gpu;
-  const double tokens_per_gpu_step = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+  // A data-parallel replica's tokens, shared by its tp x pp GPUs.
+  const double tokens_per_gpu_step =
+      static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum) / static_cast<double>(s.mesh.model_parallel());
   if (row.measured.tokens_per_s_per_gpu)
     res.measured_tokens_per_s = *row.measured.tokens_per_s_per_gpu;
   else if (row.measured.step_time_s)

@@ -42,6 +42,14 @@ struct PublishedRow {
   // Optional: a kernel library the run swaps into the model (e.g. liger), which fsdp-plan does not model yet.
   std::string kernel_library;
   std::string grad_sync;  // optional: "last-micro-batch" (no_sync accumulation); absent: every micro-batch
+  // The device mesh beyond data parallelism (optional keys; absent: 1, i.e. data parallel alone): the
+  // tensor-parallel degree with or without sequence parallelism and async TP, the pipeline stages and schedule.
+  int64_t tp = 1;
+  bool sequence_parallel = true;
+  bool async_tp = false;
+  int64_t pp = 1;
+  std::string pp_schedule;  // gpipe, 1f1b, interleaved-1f1b (required with pp > 1)
+  int64_t pp_virtual_stages = 1;
   bool fp8 = false;
   int64_t micro_batch = 0, seq = 0;  // 0: not stated
   std::optional<int64_t> grad_accum;

@@ -31,9 +31,11 @@ struct LayerShape {
 };
 
 struct LayerCost {
-  double params = 0;             // every parameter of the layer
-  double lora_params = 0;        // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
-  double linear_params = 0;      // its linears' weights (what QLoRA quantises)
+  double params = 0;         // every parameter of the layer
+  double lora_params = 0;    // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
+  double linear_params = 0;  // its linears' weights (what QLoRA quantises)
+  double replicated_params =
+      0;  // under tensor parallelism, what every tp rank holds whole (norms: tensor_parallel.cpp)
   ActCkpt ckpt = ActCkpt::None;  // the layer's checkpointing mode (layer_ckpt), which the fields below assume
   // Bytes of one micro-batch: saved for backward under the layer's checkpointing mode, without checkpointing, and
   // what its backward rematerialises (ModuleGraph::recomputed_bytes_per_token).

@@ -23,6 +23,28 @@ StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages,
   return out;
 }
 
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage) {
+  FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
+  const double h = static_cast<double>(m.hidden_size);
+  const double layer = 4.0 * static_cast<double>(m.num_heads * m.head_dim) * h +
+                       (m.gated_mlp ? 3.0 : 2.0) * static_cast<double>(m.ffn_size) * h;
+  const double head = static_cast<double>(m.vocab_size) * h;
+  const double total = static_cast<double>(m.num_layers) * layer + head;
+  StageLayers out{-1, -2};
+  int64_t rank = 0;
+  double cumulative = 0;  // the embedding costs nothing: it stays on stage 0 and moves no threshold
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    if (rank == stage) {
+      if (out.first < 0) out.first = l;
+      out.last = l;
+    }
+    cumulative += layer;
+    if (rank < pp - 1 && cumulative > total * static_cast<double>(rank + 1) / static_cast<double>(pp)) ++rank;
+  }
+  if (out.first < 0) out = StageLayers{0, -1};  // a stage left with the head alone
+  return out;
+}
+
 bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, int64_t pp) {
   switch (g.node(module).kind) {
     case ModuleKind::Embedding:

@@ -36,6 +36,11 @@ struct StageLayers {
   int64_t count() const { return last - first + 1; }
 };
 StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages, int64_t stage);
+// nanotron's split (RuntimeProfile::pipeline_split_by_cost): the model's blocks (the embedding, each decoder layer,
+// the final norm and the head) in order, with costs 0, 4 x heads x head_dim x hidden + (3 or 2) x ffn x hidden, 0 and
+// vocab x hidden; a block goes to the current stage, which moves on once the cumulative cost passes
+// total x (stage + 1) / pp (nanotron src/nanotron/models/base.py build_model). Dense decoder layers only.
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage);
 
 // Whether pipeline rank `stage` of `pp` holds the model part `module` (a child of the graph's root): the embeddings
 // (and a vision tower) on the first stage, the final norm, head and loss on the last.

@@ -258,8 +258,7 @@ struct Emitter {
         u.params = std::llround(p);
       }
       for (int64_t l = lay.stage_first_layer; l <= lay.stage_last_layer; ++l)
-        for (ModuleId leaf : g.leaves_under(g.layers()[static_cast<size_t>(l)]))
-          if (g.node(leaf).kind != ModuleKind::Linear) tp_replicated_params += static_cast<double>(g.node(leaf).params);
+        tp_replicated_params += class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])].replicated_params;
     }
     if (s.method == Method::Full && holds_head())
       for (ModuleId c : g.children(g.root())) {
@@ -1359,7 +1358,9 @@ StepProgram emit_step_program(const ProgramInput& in) {
   lay.stage = in.pipeline_stage;
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
   const StageLayers stage =
-      stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
+      lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1
+          ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage)
+          : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
   lay.world = s.mesh.dp(in.cluster.world_size());
@@ -1376,12 +1377,10 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
   e.setup();
-  // Room for the ops up front: a unit issues at most ~8 ops a micro-batch (gathers, compute, reshard, reduction),
-  // as many again with tensor parallelism's collectives, and a few in the optimizer phase; growing the vector
-  // instead copied every op several times per candidate.
-  const size_t ops_per_unit_micro_batch = lay.tp > 1 ? 16 : 8;
-  e.prog.ops.reserve(
-      e.prog.units.size() * (ops_per_unit_micro_batch * static_cast<size_t>(lay.micro_batches_emitted) + 4) + 32);
+  // Ops per unit and micro-batch: gathers, compute, frees, reductions, the mesh's collectives (a few more for
+  // multi-layer units, which split their backward per layer); reserved once, as the search emits thousands.
+  constexpr size_t kOpsPerUnit = 12;
+  e.prog.ops.reserve(e.prog.units.size() * kOpsPerUnit * static_cast<size_t>(lay.micro_batches_emitted) + 32);
   if (lay.pp > 1) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
     double act = 0;

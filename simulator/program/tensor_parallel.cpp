@@ -71,9 +71,13 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   // Parameters: linears split (kv projections per kv head held), the rest replicated. GEMM FLOPs follow the
   // linears' weights (each weight element is one multiply-add per token).
   double linear_before = 0, linear_after = 0;
+  lc.replicated_params = 0;
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
-    if (n.kind != ModuleKind::Linear) continue;
+    if (n.kind != ModuleKind::Linear) {
+      lc.replicated_params += static_cast<double>(n.params);
+      continue;
+    }
     const double w = static_cast<double>(n.in_features * n.out_features);
     linear_before += w;
     linear_after += w * linear_share(m, n, tp);

@@ -75,6 +75,11 @@ struct RuntimeProfile {
   // false keeps them gathered into the backward (torchtitan's apply_fsdp: reshard_after_forward=False for the
   // last TransformerBlock, "since FSDP would prefetch it immediately"). Optional in the file (absent: true).
   bool last_unit_reshard_after_forward = true;
+  // How a pipeline splits the decoder layers into stages (program/pipeline_parallel.hpp): as evenly as the layers go
+  // (torchtitan, torch.distributed.pipelining; false), or by compute cost with the head counted (nanotron's
+  // build_model: cumulative block costs against thresholds total x (r + 1) / pp; true). Optional in the file
+  // (sharding.pipeline_stage_split: layers | compute-cost; absent: layers).
+  bool pipeline_split_by_cost = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

@@ -143,11 +143,6 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                            " with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO-2/3 (partitioned "
                            "gradients); use fsdp, hsdp, zero1 or ddp");
        }},
-      {R::PpGradSync, "grad_sync last-micro-batch with pp",
-       [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.pp() <= 1 || c.s.grad_sync != GradSync::LastMicroBatch) return std::nullopt;
-         return broken(R::PpGradSync, "--grad-sync", "last-micro-batch with pipeline parallelism is not modelled");
-       }},
       {R::HsdpGroup, "HSDP group does not divide the data-parallel ranks",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          const int64_t dp = c.dp();

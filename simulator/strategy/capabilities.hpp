@@ -30,7 +30,6 @@ enum class CapabilityRule : uint8_t {
   PpVirtualStages,            // virtual stages with the interleaved schedule only, and at least 2 there
   PpInterleavedMicroBatches,  // interleaved 1F1B: micro-batches a multiple of pp
   PpStrategy,                 // pipeline parallelism with ZeRO-2/3 (partitioned gradients)
-  PpGradSync,                 // grad_sync last-micro-batch with pp
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters

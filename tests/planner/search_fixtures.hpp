@@ -32,6 +32,11 @@ inline std::unique_ptr<SearchSetup> search_setup(const std::string& model, const
   s->req.global_batch_tokens = 4'194'304;
   s->req.memory_headroom = 0.05;
   s->req.max_micro_batch = 64;
+  // The data-parallel space these tests describe (search_space.hpp); test_mesh_search.cpp searches the mesh. The
+  // bounds beyond the micro-batch's are compared with the exhaustive search there too.
+  s->req.pins.tp = 1;
+  s->req.pins.pp = 1;
+  s->req.bound_pruning = false;
   return s;
 }
 

@@ -412,6 +412,8 @@ TEST_CASE("page: when no plan fits, the families' smallest plans are drawn and n
   req.global_batch_tokens = 4194304;
   req.pins.strategy = StrategyKind::Ddp;  // 7B with Adam replicated: about 112 GB of model states
   req.pins.offload = Offload::None;
+  req.pins.tp = 1;  // replicas of the whole model (tensor parallelism would split them)
+  req.pins.pp = 1;
   SearchResult r = search_plans(req);
   REQUIRE(r.ranked.empty());
   HtmlReportInput in = f.input();

@@ -81,7 +81,7 @@ std::string expected_family(const nlohmann::json& families) {
 }  // namespace
 
 TEST_CASE("llama2-7b full fine-tuning on one a100-80gb node: no DDP (112 GB of model states), sharding fits") {
-  auto j = plan_json("--model llama2-7b --nodes 1");
+  auto j = plan_json("--model llama2-7b --nodes 1 --tp 1 --pp 1");
   const double P = 6'738'415'616;  // Llama 2 7B (test_model_zoo.cpp)
   const double budget = j["search"]["budget_bytes"].get<double>();
   // 80 GiB usable less the 5% headroom.
@@ -130,7 +130,7 @@ TEST_CASE("llama2-7b full fine-tuning on one a100-80gb node: no DDP (112 GB of m
 }
 
 TEST_CASE("llama3-70b on 8 a100-80gb nodes: the README's search, every point evaluated or pruned") {
-  auto j = plan_json("--model llama3-70b --nodes 8");
+  auto j = plan_json("--model llama3-70b --nodes 8 --tp 1 --pp 1");
   // 64 GPUs: hsdp adds shard groups of 8, 16 and 32: 3 x 4 x 2 x 3 x 3 x 3 = 648 lines to the 594 above.
   const int64_t space = fsdp::test::search_space_size(num_layers("llama3-70b"), Cluster{8, 8}, SearchPins{}, 64);
   CHECK(space == (594 + 648) * 7);
@@ -152,7 +152,7 @@ TEST_CASE("llama2-70b on 8 a100-80gb nodes fits with FSDP and no offload") {
 }
 
 TEST_CASE("llama2-70b on one a100-80gb node needs offload and says how much host RAM") {
-  auto r = run_cli("--model llama2-70b --nodes 1 --no-out");
+  auto r = run_cli("--model llama2-70b --nodes 1 --no-out --tp 1 --pp 1");
   REQUIRE(r.code == 0);
   CHECK(r.out.find("offload=params") != std::string::npos);
   CHECK(r.out.find("host RAM per node") != std::string::npos);
@@ -165,7 +165,7 @@ TEST_CASE("llama2-70b on one a100-80gb node needs offload and says how much host
 }
 
 TEST_CASE("gpt2 on one node: every family fits and the near-tie rule picks the simplest") {
-  auto j = plan_json("--model gpt2 --nodes 1");
+  auto j = plan_json("--model gpt2 --nodes 1 --tp 1 --pp 1");
   // 124M parameters: 2 GB of model states even replicated, so every family but hsdp (one node) fits.
   REQUIRE(j["families"].size() == 8);
   for (const auto& [name, v] : j["families"].items()) {
@@ -179,7 +179,7 @@ TEST_CASE("gpt2 on one node: every family fits and the near-tie rule picks the s
 }
 
 TEST_CASE("pins narrow the search to exactly the pinned space") {
-  auto j = plan_json("--model llama3-8b --nodes 2 --strategy fsdp --act-ckpt full --micro-batch 1");
+  auto j = plan_json("--model llama3-8b --nodes 2 --strategy fsdp --act-ckpt full --micro-batch 1 --tp 1 --pp 1");
   for (const auto& c : j["candidates"]) {
     CHECK(c["config"]["strategy"] == "fsdp");
     CHECK(c["config"]["act_ckpt"] == "full");
@@ -197,13 +197,14 @@ TEST_CASE("pins narrow the search to exactly the pinned space") {
 }
 
 TEST_CASE("--nodes auto finds the fewest nodes") {
-  auto r = run_cli("--model llama3-70b --nodes auto --offload none --no-out --json");
+  auto r = run_cli("--model llama3-70b --nodes auto --offload none --tp 1 --pp 1 --no-out --json");
   REQUIRE(r.code == 0);
   auto j = nlohmann::json::parse(r.out);
   int64_t nodes = j["cluster"]["nodes"];
   CHECK(nodes >= 2);
   // One node fewer has no feasible plan without offload.
-  auto fewer = run_cli("--model llama3-70b --nodes " + std::to_string(nodes - 1) + " --offload none --no-out --json");
+  auto fewer = run_cli("--model llama3-70b --nodes " + std::to_string(nodes - 1) +
+                       " --offload none --tp 1 --pp 1 --no-out --json");
   CHECK(fewer.code == 1);
 }
 

@@ -1,0 +1,184 @@
+// Pipeline parallelism (simulator/program/pipeline_parallel.hpp): the stages' layers, the micro-batches in flight
+// per schedule, the bubble, the send-recv between stages, and a whole simulation's view of them.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "model/model_loader.hpp"
+#include "program/pipeline_parallel.hpp"
+#include "simulate.hpp"
+
+using namespace fsdp;
+
+namespace {
+
+MeshSpec pipeline(int64_t pp, PipelineSchedule sched, int64_t v = 1) {
+  MeshSpec m;
+  m.pp = pp;
+  m.pp_schedule = sched;
+  m.pp_virtual_stages = v;
+  return m;
+}
+
+struct Setup {
+  ModuleGraph graph{load_model("llama3-8b", FSDP_SOURCE_ROOT)};
+  HardwareProfile hw = load_hardware("h100-80gb", FSDP_SOURCE_ROOT);
+  RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+};
+const Setup& setup() {
+  static const Setup s;
+  return s;
+}
+
+Prediction run(const Strategy& s, int64_t nodes, StepProgram* prog = nullptr) {
+  const Setup& st = setup();
+  const Cluster c{nodes, 8};
+  validate_strategy(s, st.graph.spec(), c);
+  return simulate(SimulationInput{&st.graph, &st.hw, &st.rt, c, s}, prog);
+}
+
+Strategy fsdp_pp(int64_t pp, PipelineSchedule sched, int64_t accum) {
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::Full;
+  s.seq_len = 4096;
+  s.micro_batch = 1;
+  s.grad_accum = accum;
+  s.mesh.pp = pp;
+  s.mesh.pp_schedule = sched;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("pp: layers split into stages as evenly as they go, the first chunks one more") {
+  // Llama 3.1 405B's 126 layers over 8 stages: 126 = 8 x 15 + 6, so stages 0-5 hold 16 and 6-7 hold 15.
+  CHECK(stage_layers(126, 8, 1, 0).first == 0);
+  CHECK(stage_layers(126, 8, 1, 0).count() == 16);
+  CHECK(stage_layers(126, 8, 1, 5).count() == 16);
+  CHECK(stage_layers(126, 8, 1, 6).first == 96);
+  CHECK(stage_layers(126, 8, 1, 7).first == 111);
+  CHECK(stage_layers(126, 8, 1, 7).last == 125);
+  // Interleaved: 32 layers in 4 x 2 = 8 chunks of 4; each rank holds two chunks.
+  CHECK(stage_layers(32, 4, 2, 0).count() == 8);
+  CHECK(stage_layers(32, 4, 2, 3).last == 31);
+}
+
+TEST_CASE("pp: micro-batches in flight per schedule (Narayanan et al. 2021 sec. 2.2)") {
+  // 1F1B: stage i holds p - i micro-batches (at most m); GPipe all m.
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::OneFOneB), 0, 8) == 4);
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::OneFOneB), 3, 8) == 1);
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::OneFOneB), 0, 2) == 2);
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::GPipe), 3, 8) == 8);
+  // Interleaved, p = 4, v = 2, rank 0: warm-up (v - 1) p + 2 (p - 1) = 10 chunk forwards, 11 chunks live, each
+  // half the rank's layers: 5.5 micro-batches' worth.
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), 0, 8) == 5.5);
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), 3, 8) == 2.5);
+  CHECK(in_flight_micro_batches(MeshSpec{}, 0, 8) == 1);
+}
+
+TEST_CASE("pp: the bubble is (p - 1) / v micro-batches; v transfers per micro-batch when interleaved") {
+  CHECK(pipeline_bubble_s(pipeline(4, PipelineSchedule::OneFOneB), 2.0) == 6.0);
+  CHECK(pipeline_bubble_s(pipeline(4, PipelineSchedule::GPipe), 2.0) == 6.0);
+  CHECK(pipeline_bubble_s(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), 2.0) == 3.0);
+  CHECK(pipeline_bubble_s(MeshSpec{}, 2.0) == 0.0);
+  CHECK(pipeline_transfers_per_micro_batch(pipeline(4, PipelineSchedule::Interleaved1F1B, 3)) == 3);
+  CHECK(pipeline_transfers_per_micro_batch(pipeline(4, PipelineSchedule::OneFOneB)) == 1);
+}
+
+TEST_CASE("pp: a simulated step: stages' layers, send-recv on the pipeline group, the bubble in the step time") {
+  StepProgram prog;
+  const Strategy s = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  const Prediction p = run(s, 2, &prog);
+  // 16 GPUs, pp 4: 4 data-parallel ranks per stage; the program is one stage's 8 layers.
+  CHECK(prog.layout.world == 4);
+  CHECK(prog.layout.stage_last_layer - prog.layout.stage_first_layer + 1 == 8);
+  int transfers = 0;
+  for (const Op& op : prog.ops)
+    if (op.stream == Stream::Pipeline) {
+      ++transfers;
+      CHECK(op.collective == CollectiveKind::SendRecv);
+      CHECK(op.group == GroupKind::Pipeline);
+      CHECK(op.comm_bytes == 4096.0 * 4096.0 * 2.0);  // one micro-batch's s x h in bf16
+    }
+  CHECK(transfers == 2 * 3);  // one each way per emitted micro-batch (3 of 8)
+  // The bubble: (p - 1) micro-batches of the stage's own pace.
+  const double per_micro_batch = (p.time.step_s - p.time.pipeline_bubble_s - p.time.optimizer_phase_s) / 8.0;
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(3.0 * per_micro_batch));
+  CHECK(p.time.pp_comm_s > 0);
+  // tokens/s per GPU: a replica's tokens over its 4 stages.
+  CHECK(p.tokens_per_s_per_gpu == doctest::Approx(4096.0 * 8.0 / 4.0 / p.time.step_s));
+  CHECK(p.tokens_per_step == 4096.0 * 8.0 * 4.0);
+  CHECK(p.memory.peak_phase.rfind("stage ", 0) == 0);
+}
+
+TEST_CASE("pp: GPipe holds every micro-batch's activations, 1F1B at most pp on the first stage") {
+  // The first stage's own program (simulate reports the worse of the first and last stages; the last, with the
+  // logits, is the worse here).
+  const Setup& st = setup();
+  auto first_stage_activations = [&](const Strategy& s) {
+    ProgramInput in;
+    in.graph = &st.graph;
+    in.cluster = Cluster{2, 8};
+    in.strategy = s;
+    in.runtime = &st.rt;
+    const StepProgram prog = emit_step_program(in);
+    const MemoryResult m = walk_memory(prog, st.rt, 8, true);
+    return m.breakdown[static_cast<size_t>(MemoryCategory::Activations)];
+  };
+  const double one = first_stage_activations(fsdp_pp(4, PipelineSchedule::OneFOneB, 8));
+  const double gpipe = first_stage_activations(fsdp_pp(4, PipelineSchedule::GPipe, 8));
+  const double single = first_stage_activations(fsdp_pp(4, PipelineSchedule::OneFOneB, 1));
+  // Full checkpointing: each micro-batch in flight keeps its 8 layers' inputs (s x h in bf16 each, 32 MiB): GPipe
+  // holds 8 micro-batches, 1F1B 4 on stage 0, one alone 1; the peak adds the working set of one layer.
+  const double inputs = 8.0 * 4096.0 * 4096.0 * 2.0;
+  CHECK(gpipe - one == doctest::Approx(4.0 * inputs).epsilon(0.01));
+  CHECK(one - single == doctest::Approx(3.0 * inputs).epsilon(0.01));
+}
+
+TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 stages: 5 4 4 5 4 4 4 2)") {
+  // nanotron src/nanotron/models/base.py build_model with LlamaModel.get_block_compute_costs: the printed split of
+  // Llama 3 8B over 8 stages is embedding + 5 layers, 4, 4, 5, 4, 4, 4, and 2 layers + final norm, head and loss.
+  const ModelSpec& m = setup().graph.spec();
+  const int64_t expected[8] = {5, 4, 4, 5, 4, 4, 4, 2};
+  int64_t first = 0;
+  for (int64_t stage = 0; stage < 8; ++stage) {
+    CAPTURE(stage);
+    const StageLayers s = stage_layers_by_cost(m, 8, stage);
+    CHECK(s.first == first);
+    CHECK(s.count() == expected[stage]);
+    first += s.count();
+  }
+  CHECK(first == 32);
+  // The nanotron runtime profile asks for it; the emitted last stage then holds 2 layers.
+  const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+  CHECK(nanotron.pipeline_split_by_cost);
+  CHECK_FALSE(setup().rt.pipeline_split_by_cost);
+  ProgramInput in;
+  in.graph = &setup().graph;
+  in.cluster = Cluster{1, 8};
+  in.strategy = fsdp_pp(8, PipelineSchedule::OneFOneB, 8);
+  in.strategy.kind = StrategyKind::Zero1;
+  in.runtime = &nanotron;
+  in.pipeline_stage = 7;
+  const StepProgram last = emit_step_program(in);
+  CHECK(last.layout.stage_first_layer == 30);
+  CHECK(last.layout.stage_last_layer == 31);
+}
+
+TEST_CASE(
+    "pp: gradients synchronised on the last micro-batch keep each stage's unsharded gradients (pipelining + FSDP)") {
+  Strategy every = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  Strategy last = every;
+  last.grad_sync = GradSync::LastMicroBatch;
+  StepProgram every_prog, last_prog;
+  run(every, 2, &every_prog);
+  run(last, 2, &last_prog);
+  auto reduce_scatters = [](const StepProgram& p) {
+    int n = 0;
+    for (const Op& op : p.ops) n += op.kind == OpKind::ReduceScatter ? 1 : 0;
+    return n;
+  };
+  // One reduce-scatter per unit on the last micro-batch only, against one per unit and emitted micro-batch.
+  CHECK(reduce_scatters(every_prog) == 3 * reduce_scatters(last_prog));
+}

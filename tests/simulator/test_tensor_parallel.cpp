@@ -1,0 +1,271 @@
+// Tensor parallelism (simulator/program/tensor_parallel.hpp): what one rank of a tp group holds and computes of a
+// decoder layer, the collectives per layer, kv heads fewer than tp, the vocabulary-parallel head and loss, and the
+// capability table's refusals of meshes that cannot run (simulator/strategy/capabilities.hpp).
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "model/model_loader.hpp"
+#include "program/tensor_parallel.hpp"
+#include "simulate.hpp"
+#include "strategy/capabilities.hpp"
+
+using namespace fsdp;
+
+namespace {
+
+const ModuleGraph& llama8b() {
+  static const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
+  return g;
+}
+
+// Llama 3 8B's decoder layer (hidden 4096, 32 heads of 128, 8 kv heads, MLP 14336): q and o 4096 x 4096, k and v
+// 4096 x 1024, gate, up and down 4096 x 14336, two RMSNorms of 4096.
+constexpr double kH = 4096, kKv = 1024, kFfn = 14336;
+constexpr double kQo = 2 * kH * kH, kKvProj = 2 * kH * kKv, kMlp = 3 * kH * kFfn, kNorms = 2 * kH;
+
+StepProgram emit(const Strategy& s, int64_t gpus) {
+  static const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  ProgramInput in;
+  in.graph = &llama8b();
+  in.cluster = Cluster{1, gpus};
+  in.strategy = s;
+  in.runtime = &rt;
+  return emit_step_program(in);
+}
+
+Strategy plan(int64_t tp, bool sp = true) {
+  Strategy s;
+  s.kind = StrategyKind::Ddp;
+  s.seq_len = 4096;
+  s.micro_batch = 1;
+  s.mesh.tp = tp;
+  s.mesh.sequence_parallel = sp;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("tp: a layer's parameters split over the ranks, norms whole (Megatron-LM column/row-parallel linears)") {
+  const ModuleGraph& g = llama8b();
+  const ModuleId layer = g.layers().front();
+  CHECK(static_cast<double>(g.params_under(layer)) == kQo + kKvProj + kMlp + kNorms);
+  CHECK(tp_layer_params(g, layer, 1) == kQo + kKvProj + kMlp + kNorms);
+  CHECK(tp_layer_params(g, layer, 2) == (kQo + kKvProj + kMlp) / 2 + kNorms);
+  CHECK(tp_layer_params(g, layer, 8) == (kQo + kKvProj + kMlp) / 8 + kNorms);
+  // 8 kv heads over 16 ranks: each holds one, replicated over 2 ranks, so k and v are 1/8, not 1/16.
+  CHECK(tp_kv_heads_per_rank(g.spec(), 4) == 2);
+  CHECK(tp_kv_heads_per_rank(g.spec(), 8) == 1);
+  CHECK(tp_kv_heads_per_rank(g.spec(), 16) == 1);
+  CHECK(tp_layer_params(g, layer, 16) == (kQo + kMlp) / 16 + kKvProj / 8 + kNorms);
+  // The embedding and the head vocabulary-parallel, the final norm whole.
+  for (ModuleId c : g.children(g.root())) {
+    const ModuleKind k = g.node(c).kind;
+    const double p = static_cast<double>(g.params_under(c));
+    if (k == ModuleKind::Embedding || k == ModuleKind::Head) CHECK(tp_root_module_params(g, c, 4) == p / 4);
+    if (k == ModuleKind::Norm) CHECK(tp_root_module_params(g, c, 4) == p);
+  }
+}
+
+TEST_CASE("tp: model states of a DDP replica are 1/tp of the layers' linears, whole norms (emitted program)") {
+  // Two GPUs, tp 2: one data-parallel replica, held by two tp ranks. DDP keeps fp32 parameters and AdamW's two
+  // states of what the rank holds: (32 layers' split linears + norms) + (embedding + head) / 2 + final norm.
+  const ModuleGraph& g = llama8b();
+  const double vocab = 128256;
+  const double per_rank = 32 * ((kQo + kKvProj + kMlp) / 2 + kNorms) + 2 * vocab * kH / 2 + kH;
+  const StepProgram p = emit(plan(2), 2);
+  double states = 0, params = 0;
+  for (const MemEvent& e : p.persistent) {
+    if (e.category == MemoryCategory::OptimizerStates) states += e.bytes;
+    if (e.category == MemoryCategory::ShardedParams) params += e.bytes;
+  }
+  CHECK(params == doctest::Approx(per_rank * 4).epsilon(1e-12));
+  CHECK(states == doctest::Approx(per_rank * 8).epsilon(1e-12));
+  CHECK(p.layout.tp == 2);
+  CHECK(p.layout.world == 1);  // the data-parallel degree
+  CHECK(static_cast<double>(g.total_params()) > 2 * per_rank * 0.99);
+}
+
+TEST_CASE("tp: per-layer activations 1/tp with sequence parallelism, the norms' inputs whole without it") {
+  // Korthikanti et al. 2022 Table 2: sbh(34 + 5as/h) -> /t with SP; 10 sbh replicated without it. Here the
+  // replicated part is what the layer's norms save.
+  const ModuleGraph& g = llama8b();
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  Strategy s = plan(1);
+  const ActivationQuery q = activation_query(s, rt);
+  const double tokens = 4096;
+  const LayerCostInput in{&g, &s, &rt, q, tokens};
+  const ModuleId layer = g.layers().front();
+  const LayerCost whole = layer_cost(in, layer, ActCkpt::None);
+  const double norms = tokens * norm_saved_bytes_per_token(g, layer, q);
+  REQUIRE(norms > 0);
+  REQUIRE(norms < whole.saved_bytes);
+  for (int64_t tp : {2, 4, 8}) {
+    CAPTURE(tp);
+    LayerCost sp = whole, plain = whole;
+    MeshSpec m;
+    m.tp = tp;
+    shard_layer_for_tp(sp, g, layer, norms, m);
+    m.sequence_parallel = false;
+    shard_layer_for_tp(plain, g, layer, norms, m);
+    CHECK(sp.saved_bytes == doctest::Approx(whole.saved_bytes / static_cast<double>(tp)));
+    CHECK(plain.saved_bytes == doctest::Approx(norms + (whole.saved_bytes - norms) / static_cast<double>(tp)));
+    // GEMM FLOPs follow the split weights; the attention's heads split.
+    CHECK(sp.matmul_flops_per_token == doctest::Approx(whole.matmul_flops_per_token / static_cast<double>(tp)));
+    CHECK(sp.attention_flops_per_token == doctest::Approx(whole.attention_flops_per_token / static_cast<double>(tp)));
+    CHECK(sp.shape.heads == 32 / tp);
+  }
+  // Full checkpointing keeps the layer's input: s/tp of it with SP, all of it without.
+  const LayerCost full = layer_cost(in, layer, ActCkpt::Full);
+  LayerCost sp = full, plain = full;
+  MeshSpec m;
+  m.tp = 4;
+  shard_layer_for_tp(sp, g, layer, norms, m);
+  m.sequence_parallel = false;
+  shard_layer_for_tp(plain, g, layer, norms, m);
+  CHECK(sp.saved_bytes == doctest::Approx(full.saved_bytes / 4));
+  CHECK(plain.saved_bytes == doctest::Approx(full.saved_bytes));
+}
+
+TEST_CASE("tp: collectives per layer, forward and backward, with and without sequence parallelism") {
+  MeshSpec sp;
+  sp.tp = 4;
+  MeshSpec ar = sp;
+  ar.sequence_parallel = false;
+  TpUnitShape two{2, 0, false, false, 1000.0};
+  // Forward: 2 all-gathers + 2 reduce-scatters per layer with SP; 2 all-reduces without.
+  auto f = tp_forward_collectives(two, sp);
+  REQUIRE(f.size() == 2);
+  CHECK((f[0].kind == CollectiveKind::AllGather && f[0].calls == 4 && f[0].bytes == 1000.0));
+  CHECK(f[0].gathered_bytes == 1000.0);
+  CHECK((f[1].kind == CollectiveKind::ReduceScatter && f[1].calls == 4));
+  auto fa = tp_forward_collectives(two, ar);
+  REQUIRE(fa.size() == 1);
+  CHECK((fa[0].kind == CollectiveKind::AllReduce && fa[0].calls == 4));
+  // Backward: the conjugates, plus the forward's again for recomputed layers.
+  TpUnitShape recomputed{2, 2, false, false, 1000.0};
+  auto b = tp_backward_collectives(recomputed, sp);
+  REQUIRE(b.size() == 2);
+  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8));
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 8));
+  CHECK(tp_backward_collectives(recomputed, ar)[0].calls == 8);
+  // The root: the embedding's output reduce-scattered (all-reduced), the head's input gathered (SP only).
+  TpUnitShape root{0, 0, true, true, 1000.0};
+  auto r = tp_forward_collectives(root, sp);
+  REQUIRE(r.size() == 2);
+  CHECK((r[0].kind == CollectiveKind::AllGather && r[0].calls == 1));
+  CHECK((r[1].kind == CollectiveKind::ReduceScatter && r[1].calls == 1));
+  CHECK(tp_forward_collectives(root, ar)[0].calls == 1);
+  // No tp, no collectives.
+  CHECK(tp_forward_collectives(two, MeshSpec{}).empty());
+  // Async TP leaves the first of tp chunks exposed.
+  MeshSpec async = sp;
+  async.async_tp = true;
+  CHECK(tp_exposed_fraction(async) == 0.25);
+  CHECK(tp_exposed_fraction(sp) == 1.0);
+}
+
+TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the vocabulary-parallel loss") {
+  const StepProgram p = emit(plan(4), 8);
+  const double act = 4096.0 * 4096.0 * 2.0;  // s x b x h in bf16
+  int layer_fwd = 0, loss = 0;
+  for (const Op& op : p.ops) {
+    if (op.stream != Stream::TensorParallel) continue;
+    CHECK(op.group == GroupKind::Tensor);
+    CHECK(op.kind == OpKind::TpCollective);
+    if (op.phase == Phase::TpForwardCollectives && op.unit == 1 && op.micro_batch == 0) {
+      ++layer_fwd;
+      CHECK(op.comm_bytes == act);
+      CHECK(op.comm_calls == 2);  // one layer: 2 all-gathers, then 2 reduce-scatters
+    }
+    if (op.phase == Phase::TpLossAllReduce) {
+      ++loss;
+      CHECK(op.collective == CollectiveKind::AllReduce);
+      CHECK(op.comm_calls == 3);
+      CHECK(op.comm_bytes == 4096.0 * 4.0);  // one fp32 per token
+    }
+  }
+  CHECK(layer_fwd == 2);
+  CHECK(loss == 1);
+  // The head computes its quarter of the 128,256-entry vocabulary.
+  CHECK(p.head_gemm.n == 128256 / 4);
+  // Communicators: the data-parallel world of 2, and the tp group.
+  CHECK(p.communicators == 2);
+}
+
+TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the flag and the numbers") {
+  const ModelSpec& m = llama8b().spec();
+  auto violation = [&](Strategy s, int64_t world, int64_t gpn = 8) {
+    return first_violation(s, m, MeshWorld{world, gpn});
+  };
+  Strategy s = plan(3);
+  auto v = violation(s, 8);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::MeshWorld);
+  CHECK(v->flag == "--tp");
+  CHECK(v->reason == "tp 3 x pp 1 = 3 does not divide the 8 GPUs");
+  s = plan(16);
+  v = violation(s, 32);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpWithinNode);
+  // Heads: 32 do not split over 64; kv heads: 8 and tp 12 neither divide nor multiply.
+  ModelSpec odd = m;
+  odd.num_heads = 28;
+  odd.num_kv_heads = 4;
+  s = plan(8);
+  v = first_violation(s, odd, MeshWorld{8, 8});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpHeads);
+  CHECK(v->reason.find("28 attention heads") != std::string::npos);
+  odd = m;
+  odd.num_heads = 24;
+  odd.num_kv_heads = 6;
+  odd.ffn_size = 24 * 512;
+  s = plan(4);
+  v = first_violation(s, odd, MeshWorld{8, 8});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpKvHeads);
+  // kv heads fewer than tp: replicated, allowed.
+  odd.num_kv_heads = 2;
+  CHECK_FALSE(first_violation(s, odd, MeshWorld{8, 8}));
+  CHECK(tp_replicates_kv_heads(odd, 4));
+  // Pipeline: ZeRO-2/3 refused; interleaved needs micro-batches a multiple of pp; virtual stages need it.
+  s = plan(1);
+  s.mesh.pp = 2;
+  s.kind = StrategyKind::Zero3;
+  v = violation(s, 8);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpStrategy);
+  s.kind = StrategyKind::Fsdp;
+  s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
+  s.mesh.pp_virtual_stages = 2;
+  s.grad_accum = 3;
+  v = violation(s, 8);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpInterleavedMicroBatches);
+  CHECK(v->flag == "--grad-accum");
+  s.grad_accum = 4;
+  CHECK_FALSE(violation(s, 8));
+  s.mesh.pp_schedule = PipelineSchedule::OneFOneB;
+  v = violation(s, 8);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpVirtualStages);
+  s.mesh.pp_virtual_stages = 1;
+  s.mesh.pp = 64;
+  v = violation(s, 64);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpLayers);
+  // A runtime that does not run a dimension says so by name.
+  RuntimeSupport fsdp_run;
+  fsdp_run.tensor_parallel = false;
+  fsdp_run.runtime_name = "fsdp-run";
+  s = plan(2);
+  v = first_violation(s, m, MeshWorld{8, 8}, fsdp_run);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::RuntimeMesh);
+  CHECK(v->reason == "fsdp-run does not run tensor parallelism yet; use --tp 1");
+  // validate_strategy throws the first violation as an InputError naming the flag.
+  s = plan(3);
+  CHECK_THROWS_WITH_AS(validate_strategy(s, m, Cluster{1, 8}), "--tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs",
+                       InputError);
+}
