@@ -110,7 +110,6 @@ struct SearchResult {
   std::map<std::string, RejectedRule> rejected;   // capability rule summary -> count and example
   int64_t evaluated = 0;
   int64_t feasible = 0;
-  int64_t pruned = 0;
   int64_t filtered = 0;              // rejected by SearchRequest::accept
   int64_t pruned = 0;                // by the bounds, all of them
   int64_t pruned_by_throughput = 0;  // of which by the throughput bound
