@@ -32,9 +32,9 @@ constexpr std::array<const char*, 15> kOpKindNames{"gather",
                                                    "grad-norm",
                                                    "scalar-all-reduce"};
 
-constexpr std::array<const char*, 5> kCollectiveNames{"none", "all-gather", "reduce-scatter", "all-reduce",
-                                                      "broadcast"};
-constexpr std::array<const char*, 3> kGroupNames{"shard", "replica", "world"};
+constexpr std::array<const char*, 6> kCollectiveNames{"none",       "all-gather", "reduce-scatter",
+                                                      "all-reduce", "broadcast",  "send-recv"};
+constexpr std::array<const char*, 5> kGroupNames{"shard", "replica", "world", "tensor", "pipeline"};
 
 constexpr std::array<const char*, 4> kWireNames{"fp64", "fp32", "bf16", "fp16"};
 

@@ -32,13 +32,16 @@ enum class OpKind {
 };
 const char* to_string(OpKind);
 
-enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast };
+// SendRecv: a point-to-point transfer between neighbouring pipeline stages (activations forward, their gradients
+// backward).
+enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast, SendRecv };
 const char* to_string(CollectiveKind);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
 
 // Shard: the ranks a parameter/gradient shard is split over (the world, or an HSDP shard group);
-// Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars).
-enum class GroupKind : uint8_t { Shard, Replica, World };
+// Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars);
+// Tensor: the ranks holding the tensor-parallel slices of the same layers; Pipeline: the stages of one pipeline.
+enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline };
 const char* to_string(GroupKind);
 std::optional<GroupKind> group_kind_from_string(std::string_view);
 

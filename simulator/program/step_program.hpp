@@ -100,6 +100,9 @@ struct StepLayout {
         return replicas;
       case GroupKind::World:
         return world;
+      case GroupKind::Tensor:
+      case GroupKind::Pipeline:
+        break;  // no tensor- or pipeline-parallel op in the program yet (simulate refuses tp/pp > 1)
     }
     return 1;
   }

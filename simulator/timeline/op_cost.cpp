@@ -22,6 +22,9 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
       return strided_group(hw, gpn, static_cast<int>(p.layout.shard_size), static_cast<int>(p.layout.replicas));
     case GroupKind::World:
       return contiguous_group(hw, gpn, static_cast<int>(p.layout.world));
+    case GroupKind::Tensor:
+    case GroupKind::Pipeline:
+      break;  // the step program emits no tensor- or pipeline-parallel op yet (simulate refuses tp/pp > 1)
   }
   return CommGroup{};
 }
