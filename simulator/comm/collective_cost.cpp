@@ -68,6 +68,7 @@ const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, CollectiveKind kin
       own = &t.bus_efficiency_all_reduce;
       break;
     case CollectiveKind::Broadcast:
+    case CollectiveKind::SendRecv:  // the tier's general curve
     case CollectiveKind::None:
       break;
   }
