@@ -106,13 +106,13 @@ struct ShardedModel::Impl {
   std::vector<ParamDef> defs;
   std::vector<std::unique_ptr<Unit>> units;
   std::vector<UnitInfo> infos;
-  std::shared_ptr<Group> shard_group;    // size 1 when parameters/optimizer are not sharded
-  std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
-  Mesh mesh;                             // tp x dp x pp (shard/mesh.hpp); the strategy runs over mesh.dp_group
-  TpContext tp;                          // this rank's tensor-parallel slice (model/tensor_parallel.hpp)
+  std::shared_ptr<Group> shard_group;          // size 1 when parameters/optimizer are not sharded
+  std::shared_ptr<Group> replica_group;        // HSDP: across shard groups
+  Mesh mesh;                                   // tp x dp x pp (shard/mesh.hpp); the strategy runs over mesh.dp_group
+  TpContext tp;                                // this rank's tensor-parallel slice (model/tensor_parallel.hpp)
   std::vector<std::vector<ParamDef>> tp_defs;  // every tp rank's defs (tp > 1): gathering a whole parameter
-  bool has_root = true;                  // this stage has a root unit (pipeline middle stages may not)
-  int world = 1;                         // the data-parallel ranks (mesh.dp)
+  bool has_root = true;                        // this stage has a root unit (pipeline middle stages may not)
+  int world = 1;                               // the data-parallel ranks (mesh.dp)
   // The strategy's placement of its units (strategy/placement.hpp), for what the model holds as a whole (the
   // groups, the replicated gradient buffer, the optimizer's reductions): every unit's own `place` differs from it
   // at most in reshard_after_forward (the root's).
@@ -133,7 +133,7 @@ struct ShardedModel::Impl {
   int64_t bucket_bytes = 0;
   // Closures used by CheckpointFn's backward; alive from a forward to the next one.
   std::vector<std::shared_ptr<void>> keepalive;
-  int micro_batch = 0;  // 1-based within the step, for the memory phase labels
+  int micro_batch = 0;      // 1-based within the step, for the memory phase labels
   int bwd_micro_batch = 0;  // 0-based, the backward's (a pipeline runs forwards ahead of backwards)
   bool in_backward = false;
   bool root_backward_seen = false;  // this micro-batch's backward reached the root's pre-backward point
@@ -971,6 +971,8 @@ at::Tensor ShardedModel::stage_input(int64_t rows, int64_t seq) const {
 }
 
 const Mesh& ShardedModel::mesh() const { return impl_->mesh; }
+
+at::Device ShardedModel::device() const { return impl_->device; }
 
 int64_t ShardedModel::model_param_count() const { return static_cast<int64_t>(impl_->defs.size()); }
 

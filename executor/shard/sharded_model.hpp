@@ -85,6 +85,7 @@ class ShardedModel {
   at::Tensor stage_input(int64_t rows, int64_t seq) const;
   // This rank's coordinates and process groups.
   const Mesh& mesh() const;
+  at::Device device() const;
   // The parameters of the whole model (every stage's).
   int64_t model_param_count() const;
   // Global L2 norm of the reduced gradients (across shards); scales them down to

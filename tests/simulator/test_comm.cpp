@@ -42,6 +42,7 @@ double busbw_factor(CollectiveKind c, int n) {
     case CollectiveKind::ReduceScatter:
       return double(n - 1) / n;
     case CollectiveKind::Broadcast:
+    case CollectiveKind::SendRecv:
       return 1.0;
     case CollectiveKind::None:
       break;
