@@ -484,6 +484,22 @@ struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
   }
 };
 
+// Identity on the output of the root's own layers on the first of several pipeline stages (wrap "model"): its
+// backward gathers the root again before those layers' backward. (Its pre-backward point, at the embedding's
+// output, comes after them; with one stage the root is still gathered from its forward, but a pipeline runs later
+// micro-batches' forwards before an earlier one's backward resharded it.)
+struct RegatherFn : public torch::autograd::Function<RegatherFn> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr) {
+    ctx->saved_data["unit"] = unit_addr;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
+    u->owner->wait_unsharded(*u);
+    return {grads[0], at::Tensor()};
+  }
+};
+
 using LayersRunner = std::function<at::Tensor(const at::Tensor& x, const ParamMap& params)>;
 
 // Full activation checkpointing of a unit (Chen et al. 2016, arXiv:1604.06174):
@@ -889,7 +905,10 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
     // (final norm and head) is the first to run backward: backward_stage calls its pre-backward first.
     x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root));
   }
-  if (root != nullptr && !root->layers.empty()) x = run_layers(*root, x, rp);
+  if (root != nullptr && !root->layers.empty()) {
+    x = run_layers(*root, x, rp);
+    if (m.mesh.pp > 1 && m.mesh.first_stage()) x = RegatherFn::apply(x, reinterpret_cast<int64_t>(root));
+  }
   for (std::size_t i = root != nullptr ? 1 : 0; i < m.units.size(); ++i) {
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);

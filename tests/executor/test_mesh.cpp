@@ -41,6 +41,11 @@ ModelSpec mesh_gpt_model(bool tied) {
   return m;
 }
 
+// AdamW's epsilon, as the q/k-norm and MoE equivalence tests set it (test_equivalence.cpp): at 1e-8 an element
+// whose gradient is at rounding level moves by up to +-lr in either run, and tensor parallelism changes the
+// forward's summation order (partial products summed over tp).
+constexpr double kEps = 1e-6;
+
 // A plan of `kind` on a mesh of tp x pp over `world` ranks: `rows` rows a step in all, each data-parallel replica's
 // as micro-batches of `micro_batch`.
 PlanFile mesh_plan(StrategyKind kind, int world, int64_t tp, int64_t pp, const ModelSpec& model, int64_t rows = 2,
@@ -52,6 +57,7 @@ PlanFile mesh_plan(StrategyKind kind, int world, int64_t tp, int64_t pp, const M
   REQUIRE(rows % (micro_batch * dp) == 0);
   p.strategy.grad_accum = rows / (micro_batch * dp);
   p.strategy.hsdp_group = kind == StrategyKind::Hsdp ? std::max<int64_t>(1, dp / 2) : 0;
+  p.training.eps = kEps;
   return p;
 }
 
@@ -63,7 +69,9 @@ const Outcome& reference(const ModelSpec& model, int64_t rows) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   auto solo = Comm::emulate(1);
-  return cache[key] = train(small_plan(StrategyKind::NoShard, "layer", 1, rows, model), *solo);
+  PlanFile p = small_plan(StrategyKind::NoShard, "layer", 1, rows, model);
+  p.training.eps = kEps;
+  return cache[key] = train(p, *solo);
 }
 
 std::string describe(const PlanFile& p) {
