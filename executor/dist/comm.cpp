@@ -534,12 +534,12 @@ class C10dGroup final : public Group {
   Handle send_impl(at::Tensor t, int peer) override {
     std::vector<at::Tensor> v{t};
     auto work = guard([&] { return pg_->send(v, peer, 0); });
-    return Handle([this, work, t]() mutable { wait(work); });
+    return Handle([this, work, t]() mutable { wait(work, /*p2p=*/true); });
   }
   Handle recv_impl(at::Tensor t, int peer) override {
     std::vector<at::Tensor> v{t};
     auto work = guard([&] { return pg_->recv(v, peer, 0); });
-    return Handle([this, work, t]() mutable { wait(work); });
+    return Handle([this, work, t]() mutable { wait(work, /*p2p=*/true); });
   }
 
   void broadcast(at::Tensor t, int root) override {
@@ -575,8 +575,11 @@ class C10dGroup final : public Group {
       comm_->diagnose(e.what());
     }
   }
-  void wait(c10::intrusive_ptr<c10d::Work>& work) {
-    const bool poll = !direct_ && comm_->opts.busy_poll;
+  // p2p: a send or recv. Gloo runs them on the caller's wait (ProcessGroupGloo SendWork / RecvWork: wait() waits on
+  // the transport buffer and no worker thread completes them), so they are never polled: isCompleted() stays false
+  // until wait() itself.
+  void wait(c10::intrusive_ptr<c10d::Work>& work, bool p2p = false) {
+    const bool poll = !direct_ && comm_->opts.busy_poll && !p2p;
     try {
       // Polling ends when the work completes or fails; wait() then returns or throws its error.
       if (poll)

@@ -471,32 +471,23 @@ struct UnitParamsFn : public torch::autograd::Function<UnitParamsFn> {
 };
 
 // Identity on the unit's output; its backward runs before the unit's own backward:
-// the pre-backward point (re-gather, prefetch).
+// the pre-backward point (re-gather, prefetch). With `regather_only`, its backward only gathers the unit again: on
+// the output of the root's own layers on the first of several pipeline stages (wrap "model"), whose pre-backward
+// point, at the embedding's output, comes after those layers' backward (with one stage the root is still gathered
+// from its forward, but a pipeline runs later micro-batches' forwards before an earlier one's backward resharded it).
 struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr) {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr, bool regather_only) {
     ctx->saved_data["unit"] = unit_addr;
+    ctx->saved_data["regather_only"] = regather_only;
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
-    u->owner->pre_backward(*u);
-    return {grads[0], at::Tensor()};
-  }
-};
-
-// Identity on the output of the root's own layers on the first of several pipeline stages (wrap "model"): its
-// backward gathers the root again before those layers' backward. (Its pre-backward point, at the embedding's
-// output, comes after them; with one stage the root is still gathered from its forward, but a pipeline runs later
-// micro-batches' forwards before an earlier one's backward resharded it.)
-struct RegatherFn : public torch::autograd::Function<RegatherFn> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr) {
-    ctx->saved_data["unit"] = unit_addr;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
-    u->owner->wait_unsharded(*u);
-    return {grads[0], at::Tensor()};
+    if (ctx->saved_data["regather_only"].toBool())
+      u->owner->wait_unsharded(*u);
+    else
+      u->owner->pre_backward(*u);
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -903,17 +894,17 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
     // The root's pre-backward point: autograd reaches the embedding's output once every other unit's backward
     // has run (the root's own layers, under wrap "model", come before it). On a later pipeline stage the root
     // (final norm and head) is the first to run backward: backward_stage calls its pre-backward first.
-    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root));
+    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root), false);
   }
   if (root != nullptr && !root->layers.empty()) {
     x = run_layers(*root, x, rp);
-    if (m.mesh.pp > 1 && m.mesh.first_stage()) x = RegatherFn::apply(x, reinterpret_cast<int64_t>(root));
+    if (m.mesh.pp > 1 && m.mesh.first_stage()) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root), true);
   }
   for (std::size_t i = root != nullptr ? 1 : 0; i < m.units.size(); ++i) {
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);
     x = run_layers(u, x, p);
-    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
+    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u), false);
     if (u.place.reshard_after_forward) {
       m.comm.trace().unit_op(Phase::Free, u.index);
       m.reshard(u);

@@ -154,6 +154,11 @@ TEST_CASE("mesh: pipeline parallelism (pp 2, 1F1B and GPipe) equals one unsharde
     PlanFile p = mesh_plan(StrategyKind::Fsdp, 2, 1, 2, mesh_model(), 4, 1);
     p.strategy.mesh.pp_schedule = PipelineSchedule::GPipe;
     check_mesh(comm, p, worst);
+    // Waits that poll (fsdp-run's choice when every rank has a core): a send or receive is still waited for.
+    comm.set_busy_poll(true);
+    p.strategy.mesh.pp_schedule = PipelineSchedule::OneFOneB;
+    check_mesh(comm, p, worst);
+    comm.set_busy_poll(false);
   }
   {
     // Fewer micro-batches than stages, the GPT-2-style block, units kept gathered (fsdp-grad-op), checkpointing.
