@@ -44,9 +44,9 @@ struct TpContext {
   Group* group = nullptr;
   int size = 1, rank = 0;
   bool sequence_parallel = false;
-  int64_t heads = 0, kv_heads = 0;  // this rank's attention heads and kv heads
-  RowRange vocab;                   // this rank's rows of the embedding and the head
-  int unit = -1;                    // the wrap unit running (the collectives' tags)
+  int64_t heads = 0, kv_heads = 0;    // this rank's attention heads and kv heads
+  RowRange vocab;                     // this rank's rows of the embedding and the head
+  int unit = -1;                      // the wrap unit running (the collectives' tags)
   const bool* in_backward = nullptr;  // the collectives of a recomputation in backward are tagged backward
   bool active() const { return group != nullptr; }
 };

@@ -43,7 +43,8 @@ void check_mesh_supported(const ModelSpec& spec, const Strategy& s, int world) {
           "strategy.async_tp: fsdp-run runs the tp collectives as they are (no decomposition into the GEMMs); "
           "set async_tp: false");
     if (spec.moe)
-      throw InputError("strategy.tp " + tp + " with MoE layers: fsdp-run splits dense layers only (no expert "
+      throw InputError("strategy.tp " + tp +
+                       " with MoE layers: fsdp-run splits dense layers only (no expert "
                        "parallelism); use tp 1");
   }
   if (m.pp > 1) {
