@@ -158,6 +158,18 @@ class LocalGroup final : public Group {
       buf = at::Tensor();
     });
   }
+  // The maximum over one rank is the tensor itself; a rehearsal has no other ranks' values.
+  Handle all_reduce_max_impl(at::Tensor) override { return {}; }
+  // A local group has no peer: a pipeline of one stage never sends, and a rehearsal of a pipeline is refused
+  // (check_mesh_supported).
+  Handle send_impl(at::Tensor, int) override {
+    FSDP_ASSERT(false, "send on a local group (no peer)");
+    return {};
+  }
+  Handle recv_impl(at::Tensor, int) override {
+    FSDP_ASSERT(false, "recv on a local group (no peer)");
+    return {};
+  }
   void broadcast(at::Tensor, int) override {}
   void barrier() override {}
 
@@ -211,6 +223,24 @@ Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard, const Collec
 }
 Handle Group::reduce_scatter_sum(at::Tensor full, at::Tensor shard) {
   return reduce_scatter_traced(std::move(full), std::move(shard), nullptr);
+}
+
+Handle Group::all_reduce_max(at::Tensor t, const CollectiveTag& tag) {
+  record(CollectiveKind::AllReduce, &tag, t, t.numel());
+  return all_reduce_max_impl(std::move(t));
+}
+Handle Group::send(at::Tensor t, int peer, const CollectiveTag& tag) {
+  FSDP_ASSERT(t.is_contiguous(), "send: the buffer must be contiguous");
+  // Point to point moves the buffer's bytes as they are (no staging): its own dtype on every backend.
+  if (trace_ != nullptr && trace_->recording())
+    trace_->collective(CollectiveKind::SendRecv, &tag, size(), wire_type_of(t.scalar_type()),
+                       t.numel() * static_cast<int64_t>(t.element_size()));
+  return send_impl(std::move(t), peer);
+}
+Handle Group::recv(at::Tensor t, int peer, const CollectiveTag& tag) {
+  FSDP_ASSERT(t.is_contiguous(), "recv: the buffer must be contiguous");
+  (void)tag;  // a transfer is one trace entry, the sender's
+  return recv_impl(std::move(t), peer);
 }
 
 Handle Group::all_reduce_traced(at::Tensor t, const CollectiveTag* tag) {
@@ -486,6 +516,32 @@ class C10dGroup final : public Group {
     });
   }
 
+  Handle all_reduce_max_impl(at::Tensor t) override {
+    auto tag = staging_tag(!direct_ && low_precision(t) ? t.numel() * 4 : 0);
+    at::Tensor buf = staged(t);  // the maximum of bf16 values is exact in fp32
+    std::vector<at::Tensor> v{buf};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    auto work = guard([&] { return pg_->allreduce(v, o); });
+    return Handle([this, work, buf, t, tag]() mutable {
+      wait(work);
+      if (!buf.is_same(t)) t.copy_(buf);
+    });
+  }
+
+  // Gloo's and NCCL's send/recv move raw bytes (ProcessGroupGloo::send: the tensor's numel x element size), so
+  // bf16 travels as it is. The tag orders a pair's transfers in one direction; both use 0.
+  Handle send_impl(at::Tensor t, int peer) override {
+    std::vector<at::Tensor> v{t};
+    auto work = guard([&] { return pg_->send(v, peer, 0); });
+    return Handle([this, work, t]() mutable { wait(work, /*p2p=*/true); });
+  }
+  Handle recv_impl(at::Tensor t, int peer) override {
+    std::vector<at::Tensor> v{t};
+    auto work = guard([&] { return pg_->recv(v, peer, 0); });
+    return Handle([this, work, t]() mutable { wait(work, /*p2p=*/true); });
+  }
+
   void broadcast(at::Tensor t, int root) override {
     at::Tensor buf = staged(t);
     std::vector<at::Tensor> v{buf};
@@ -519,8 +575,11 @@ class C10dGroup final : public Group {
       comm_->diagnose(e.what());
     }
   }
-  void wait(c10::intrusive_ptr<c10d::Work>& work) {
-    const bool poll = !direct_ && comm_->opts.busy_poll;
+  // p2p: a send or recv. Gloo runs them on the caller's wait (ProcessGroupGloo SendWork / RecvWork: wait() waits on
+  // the transport buffer and no worker thread completes them), so they are never polled: isCompleted() stays false
+  // until wait() itself.
+  void wait(c10::intrusive_ptr<c10d::Work>& work, bool p2p = false) {
+    const bool poll = !direct_ && comm_->opts.busy_poll && !p2p;
     try {
       // Polling ends when the work completes or fails; wait() then returns or throws its error.
       if (poll)

@@ -78,6 +78,12 @@ class Group {
   // afterwards (without a native reduce-scatter, fp32 buffers are all-reduced in place, no extra copy).
   Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard, const CollectiveTag& tag);
   Handle reduce_scatter_sum(at::Tensor full, at::Tensor shard);
+  // In-place element-wise maximum over the group (the vocabulary-parallel loss's row maxima).
+  Handle all_reduce_max(at::Tensor t, const CollectiveTag& tag);
+  // Point to point (pipeline stages): `t` (contiguous) to group rank `peer`, or into `t` from it. The pair's transfers
+  // in one direction arrive in the order they were sent; a send's buffer must stay unchanged until its wait().
+  Handle send(at::Tensor t, int peer, const CollectiveTag& tag);
+  Handle recv(at::Tensor t, int peer, const CollectiveTag& tag);
   virtual void broadcast(at::Tensor t, int root) = 0;
   virtual void barrier() = 0;
 
@@ -90,6 +96,9 @@ class Group {
   virtual Handle all_reduce_impl(at::Tensor t) = 0;
   virtual Handle all_gather_impl(at::Tensor shard, at::Tensor full) = 0;
   virtual Handle reduce_scatter_impl(at::Tensor full, at::Tensor shard) = 0;
+  virtual Handle all_reduce_max_impl(at::Tensor t) = 0;
+  virtual Handle send_impl(at::Tensor t, int peer) = 0;
+  virtual Handle recv_impl(at::Tensor t, int peer) = 0;
   // Whether bf16/fp16 travel as fp32 (Gloo, and a rehearsal of it); a group of one rank moves nothing.
   virtual bool stages_low_precision() const = 0;
   bool upcast_happened_ = false;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "core/duplicate_keys.hpp"
@@ -176,26 +177,141 @@ std::vector<fs::path> step_dirs(const fs::path& root) {
   return v;
 }
 
-// The full (unpadded, numel) flat fp32 tensor of `state` of unit `u`, rebuilt from the rank files.
-at::Tensor reconstruct(const json& m, const fs::path& dir, std::map<int, std::unique_ptr<SafetensorsFile>>& files,
-                       int u, const std::string& state) {
-  const json& unit = m.at("units").at(static_cast<std::size_t>(u));
-  const int64_t numel = unit.at("numel").get<int64_t>();
-  const bool sharded = state == "master" ? m.at("params_sharded").get<bool>() : m.at("optim_sharded").get<bool>();
-  const int G = sharded ? m.at("shard_group_size").get<int>() : 1;
-  const std::string key = "unit" + std::to_string(u) + "." + state;
-  std::vector<at::Tensor> parts;
-  for (int r = 0; r < G; ++r) {  // ranks 0..G-1 form the first shard group (world or HSDP's first)
-    auto& f = files[r];
-    if (!f) f = std::make_unique<SafetensorsFile>((dir / rank_file(r)).string());
-    auto it = f->tensors().find(key);
-    if (it == f->tensors().end()) throw InputError((dir / rank_file(r)).string() + ": missing tensor " + key);
-    parts.push_back(it->second.reshape({-1}));
+// A rank's units as its checkpoint file records them (its `layout` metadata): each unit's sizes and parameters,
+// with every parameter's whole shape and tensor-parallel slice (model/tensor_parallel.hpp), and the rank's mesh
+// coordinates.
+json layout_json(ShardedModel& model) {
+  const ShardLayout lay = model.layout();
+  json units = json::array();
+  for (const auto& u : model.units()) {
+    json ps = json::array();
+    for (std::size_t i = 0; i < u.params.size(); ++i)
+      ps.push_back({{"name", u.params[i]},
+                    {"shape", u.shapes[i]},
+                    {"offset", u.offsets[i]},
+                    {"full_shape", u.full_shapes[i]},
+                    {"tp_dim", u.tp_dims[i]},
+                    {"tp_start", u.tp_starts[i]}});
+    units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard}, {"params", ps}});
   }
-  at::Tensor flat = parts.size() == 1 ? parts[0] : at::cat(parts);
-  if (flat.numel() < numel) throw InputError(dir.string() + ": tensor " + key + " is shorter than the unit");
-  return flat.narrow(0, 0, numel);
+  return {{"tp_rank", lay.tp_rank}, {"pp_rank", lay.pp_rank}, {"dp_rank", lay.dp_rank}, {"units", units}};
 }
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The parameters of a checkpoint, whole, whatever mesh, strategy and wrap wrote it: each rebuilt from the unit
+// shards of the first shard group of every (pipeline stage, tensor-parallel rank) that holds a slice of it. A
+// checkpoint without a mesh (written by data-parallel plans before it had one) is one stage and one tp rank, its
+// units the manifest's.
+class CheckpointParams {
+ public:
+  struct Piece {
+    int pp = 0, tp = 0, unit = 0;
+    int64_t offset = 0;
+    std::vector<int64_t> shape, full_shape;
+    int tp_dim = -1;
+    int64_t tp_start = 0;
+  };
+
+  CheckpointParams(const json& m, const fs::path& dir) : m_(m), dir_(dir) {
+    world_ = m.at("world_size").get<int>();
+    if (m.contains("mesh")) {
+      tp_ = m.at("mesh").at("tp").get<int>();
+      pp_ = m.at("mesh").at("pp").get<int>();
+    }
+    dp_ = world_ / (tp_ * pp_);
+    for (int s = 0; s < pp_; ++s)
+      for (int t = 0; t < tp_; ++t) {
+        const json& units = layout(s, t).at("units");
+        for (std::size_t u = 0; u < units.size(); ++u)
+          for (const auto& p : units[u].at("params")) {
+            Piece piece;
+            piece.pp = s;
+            piece.tp = t;
+            piece.unit = static_cast<int>(u);
+            piece.offset = p.at("offset").get<int64_t>();
+            piece.shape = p.at("shape").get<std::vector<int64_t>>();
+            piece.full_shape = p.contains("full_shape") ? p.at("full_shape").get<std::vector<int64_t>>() : piece.shape;
+            piece.tp_dim = p.value("tp_dim", -1);
+            piece.tp_start = p.value("tp_start", int64_t{0});
+            pieces_[p.at("name").get<std::string>()].push_back(std::move(piece));
+          }
+      }
+  }
+
+  // Every parameter: its pieces (one per tp rank holding a slice of it).
+  const std::map<std::string, std::vector<Piece>>& pieces() const { return pieces_; }
+  const std::vector<int64_t>& full_shape(const std::string& name) const { return pieces_.at(name).front().full_shape; }
+  // The units of the rank at (stage, dp index, tp rank): what its file's metadata records.
+  const json& layout(int pp, int tp) {
+    auto& l = layouts_[{pp, tp}];
+    if (l.is_null()) {
+      if (!m_.contains("mesh")) {
+        l = {{"units", m_.at("units")}};
+      } else {
+        const int r = rank_of(pp, 0, tp);
+        const auto& meta = file(r).metadata();
+        auto it = meta.find("layout");
+        if (it == meta.end()) throw InputError((dir_ / rank_file(r)).string() + ": no layout metadata");
+        l = parse_json_unique_keys(it->second, (dir_ / rank_file(r)).string() + " layout");
+      }
+    }
+    return l;
+  }
+  // The whole fp32 parameter `name`'s `state` (master, exp_avg, exp_avg_sq, momentum).
+  at::Tensor whole(const std::string& name, const std::string& state) {
+    const std::vector<Piece>& ps = pieces_.at(name);
+    at::Tensor full = at::zeros(ps.front().full_shape, at::kFloat);
+    for (const Piece& p : ps) {
+      at::Tensor local = unit_flat(p.pp, p.tp, p.unit, state).narrow(0, p.offset, numel_of(p.shape)).view(p.shape);
+      if (p.tp_dim < 0) return local.clone();
+      full.narrow(p.tp_dim, p.tp_start, p.shape[static_cast<std::size_t>(p.tp_dim)]).copy_(local);
+    }
+    return full;
+  }
+
+ private:
+  int rank_of(int pp, int dp, int tp) const { return (pp * dp_ + dp) * tp_ + tp; }
+  SafetensorsFile& file(int r) {
+    auto& f = files_[r];
+    if (!f) f = std::make_unique<SafetensorsFile>((dir_ / rank_file(r)).string());
+    return *f;
+  }
+  // The unit's flat state (numel, unpadded) from the shards of the first shard group (dp indices 0..G-1: the
+  // world's, or HSDP's first group) of its stage and tp rank.
+  at::Tensor unit_flat(int pp, int tp, int u, const std::string& state) {
+    auto key = std::make_tuple(pp, tp, u, state);
+    auto it = flats_.find(key);
+    if (it != flats_.end()) return it->second;
+    const json& unit = layout(pp, tp).at("units").at(static_cast<std::size_t>(u));
+    const int64_t numel = unit.at("numel").get<int64_t>();
+    const bool sharded = state == "master" ? m_.at("params_sharded").get<bool>() : m_.at("optim_sharded").get<bool>();
+    const int G = sharded ? m_.at("shard_group_size").get<int>() : 1;
+    const std::string name = "unit" + std::to_string(u) + "." + state;
+    std::vector<at::Tensor> parts;
+    for (int d = 0; d < G; ++d) {
+      const int r = rank_of(pp, d, tp);
+      auto t = file(r).tensors().find(name);
+      if (t == file(r).tensors().end()) throw InputError((dir_ / rank_file(r)).string() + ": missing tensor " + name);
+      parts.push_back(t->second.reshape({-1}));
+    }
+    at::Tensor flat = parts.size() == 1 ? parts[0] : at::cat(parts);
+    if (flat.numel() < numel) throw InputError(dir_.string() + ": tensor " + name + " is shorter than the unit");
+    return flats_[key] = flat.narrow(0, 0, numel);
+  }
+
+  const json& m_;
+  fs::path dir_;
+  int world_ = 1, tp_ = 1, pp_ = 1, dp_ = 1;
+  std::map<int, std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::pair<int, int>, json> layouts_;
+  std::map<std::tuple<int, int, int, std::string>, at::Tensor> flats_;
+  std::map<std::string, std::vector<Piece>> pieces_;
+};
 
 // --init-from's files: one, or those of a directory's index (its weight_map: tensor name -> file).
 struct WeightFiles {
@@ -274,7 +390,7 @@ struct ExpectedParam {
 std::map<std::string, ExpectedParam> model_parameters(const ShardedModel& model) {
   std::map<std::string, ExpectedParam> out;
   for (const UnitInfo& u : model.units())
-    for (std::size_t i = 0; i < u.params.size(); ++i) out[u.params[i]] = ExpectedParam{u.shapes[i], true};
+    for (std::size_t i = 0; i < u.params.size(); ++i) out[u.params[i]] = ExpectedParam{u.full_shapes[i], true};
   if (const UnitInfo* a = model.adapters())
     for (std::size_t i = 0; i < a->params.size(); ++i) out[a->params[i]] = ExpectedParam{a->shapes[i], false};
   return out;
@@ -333,7 +449,8 @@ std::string plan_identity(const PlanFile& p) {
   t.reduce_dtype = s.reduce_dtype;
   t.master_dtype = s.master_dtype;
   t.seq_len = s.seq_len;
-  t.micro_batch = s.micro_batch * s.grad_accum * p.cluster.world_size();  // the rows of one step
+  // The rows of one step: the data-parallel replicas' (world / (tp x pp)).
+  t.micro_batch = s.micro_batch * s.grad_accum * s.mesh.dp(p.cluster.world_size());
   t.grad_accum = 1;
   t.optimizer = s.optimizer;
   t.method = s.method;
@@ -383,7 +500,8 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
   // or a disk that returns other bytes, keeps the step unpublished instead of publishing a corrupt one.
   const std::string mine_path = (partial / rank_file(rank)).string();
   at::Tensor mine = at::empty({2}, at::kLong);
-  mine[0] = static_cast<int64_t>(write_safetensors(mine_path, model.local_state()));
+  mine[0] =
+      static_cast<int64_t>(write_safetensors(mine_path, model.local_state(), {{"layout", layout_json(model).dump()}}));
   mine[1] = static_cast<int64_t>(file_checksum(mine_path));
   at::Tensor all = at::empty({2 * comm.size()}, at::kLong);
   comm.world().all_gather(mine, all).wait();
@@ -401,6 +519,7 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     m["params_sharded"] = lay.params_sharded;
     m["optim_sharded"] = lay.optim_sharded;
     m["shard_group_size"] = lay.shard_group_size;
+    m["mesh"] = {{"tp", lay.tp}, {"pp", lay.pp}, {"dp", lay.dp}};
     m["loss_scale"] = meta.loss_scale;
     m["good_steps"] = meta.good_steps;
     m["run"] = {{"seed", meta.seed}, {"plan_hash", plan_hash(plan)}};
@@ -408,14 +527,7 @@ void save_checkpoint(const std::string& root_s, int keep_last, const CheckpointM
     m["rng"] = "stateless: data and initialisation derive from (seed, step, row)";
     m["plan_path"] = meta.plan_path;
     m["plan"] = write_plan_text(plan);
-    json units = json::array();
-    for (const auto& u : model.units()) {
-      json ps = json::array();
-      for (std::size_t i = 0; i < u.params.size(); ++i)
-        ps.push_back({{"name", u.params[i]}, {"shape", u.shapes[i]}, {"offset", u.offsets[i]}});
-      units.push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"shard", u.shard}, {"params", ps}});
-    }
-    m["units"] = units;
+    m["units"] = layout_json(model).at("units");  // rank 0's; each rank's file records its own (`layout`)
     if (const UnitInfo* a = model.adapters()) {
       json ps = json::array();
       for (std::size_t i = 0; i < a->params.size(); ++i)
@@ -478,64 +590,45 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
   const json m = read_manifest(use);
   check_same_run(m, use, plan, opts, comm.rank() == 0);
 
-  // The model must be the same, parameter by parameter (names and shapes); its wrap units, the strategy's
-  // layout and the world size may differ (resharded below by parameter name).
+  // The model must be the same, parameter by parameter (names and whole shapes); its wrap units, the strategy's
+  // layout, the mesh and the world size may differ (resharded below by parameter name).
+  CheckpointParams saved(m, use);
   const auto& units = model.units();
-  struct Where {
-    int unit;
-    int64_t offset, numel;
-    std::vector<int64_t> shape;
-  };
-  std::map<std::string, Where> saved;
-  for (std::size_t cu = 0; cu < m.at("units").size(); ++cu)
-    for (const auto& p : m.at("units")[cu].at("params")) {
-      auto shape = p.at("shape").get<std::vector<int64_t>>();
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      saved[p.at("name").get<std::string>()] = Where{static_cast<int>(cu), p.at("offset").get<int64_t>(), n, shape};
-    }
-  std::size_t expected = 0;
-  bool same_units = m.at("units").size() == units.size();
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const UnitInfo& ui = units[u];
-    expected += ui.params.size();
+  for (const UnitInfo& ui : units)
     for (std::size_t i = 0; i < ui.params.size(); ++i) {
-      auto it = saved.find(ui.params[i]);
-      if (it == saved.end())
+      if (!saved.pieces().count(ui.params[i]))
         throw InputError(use.string() + ": checkpoint has no parameter " + ui.params[i] + " (model changed)");
-      if (it->second.shape != ui.shapes[i])
+      if (saved.full_shape(ui.params[i]) != ui.full_shapes[i])
         throw InputError(use.string() + ": parameter " + ui.params[i] +
                          " has another shape in the checkpoint (model changed)");
-      same_units = same_units && it->second.unit == static_cast<int>(u) && it->second.offset == ui.offsets[i];
     }
-    same_units = same_units && m.at("units")[u].at("numel").get<int64_t>() == ui.numel;
-  }
-  if (saved.size() != expected)
-    throw InputError(use.string() + ": checkpoint holds " + std::to_string(saved.size()) +
-                     " parameters, this plan's model " + std::to_string(expected) + " (model changed)");
+  if (static_cast<int64_t>(saved.pieces().size()) != model.model_param_count())
+    throw InputError(use.string() + ": checkpoint holds " + std::to_string(saved.pieces().size()) +
+                     " parameters, this plan's model " + std::to_string(model.model_param_count()) +
+                     " (model changed)");
 
   const ShardLayout lay = model.layout();
-  const bool same = same_units && m.at("world_size").get<int>() == comm.size() &&
-                    m.at("params_sharded").get<bool>() == lay.params_sharded &&
-                    m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
-                    m.at("shard_group_size").get<int>() == lay.shard_group_size &&
-                    !(comm.world().is_local() && comm.size() > 1);
+  const json mesh = m.contains("mesh") ? m.at("mesh") : json{{"tp", 1}, {"pp", 1}, {"dp", m.at("world_size")}};
+  const bool same =
+      m.at("world_size").get<int>() == comm.size() && mesh == json{{"tp", lay.tp}, {"pp", lay.pp}, {"dp", lay.dp}} &&
+      m.at("params_sharded").get<bool>() == lay.params_sharded &&
+      m.at("optim_sharded").get<bool>() == lay.optim_sharded &&
+      m.at("shard_group_size").get<int>() == lay.shard_group_size && !(comm.world().is_local() && comm.size() > 1) &&
+      saved.layout(lay.pp_rank, lay.tp_rank).at("units") == layout_json(model).at("units");
   std::map<std::string, at::Tensor> state;
-  std::map<int, std::unique_ptr<SafetensorsFile>> files;
+  std::unique_ptr<SafetensorsFile> own, first;
   if (same) {
-    files[comm.rank()] = std::make_unique<SafetensorsFile>((use / rank_file(comm.rank())).string());
-    for (auto& [k, v] : files[comm.rank()]->tensors()) state[k] = v;
+    own = std::make_unique<SafetensorsFile>((use / rank_file(comm.rank())).string());
+    for (auto& [k, v] : own->tensors()) state[k] = v;
     model.load_local_state(state);
   } else {
-    // Reshard: rebuild the checkpoint units' full flat tensors, lay every parameter's slice out in this plan's
-    // units by name, and cut this rank's part.
-    std::map<std::pair<int, std::string>, at::Tensor> full_of;
+    // Reshard: every parameter of this rank's units rebuilt whole from the checkpoint's pieces, its
+    // tensor-parallel slice laid out in this plan's units by name, and this rank's part cut.
     for (auto& [name, dst] : model.local_state()) {
       if (name.rfind("adapters.", 0) == 0) {  // replicated on every rank: rank 0's copy
-        auto& f0 = files[0];
-        if (!f0) f0 = std::make_unique<SafetensorsFile>((use / rank_file(0)).string());
-        auto it = f0->tensors().find(name);
-        if (it == f0->tensors().end()) throw InputError((use / rank_file(0)).string() + ": missing tensor " + name);
+        if (!first) first = std::make_unique<SafetensorsFile>((use / rank_file(0)).string());
+        auto it = first->tensors().find(name);
+        if (it == first->tensors().end()) throw InputError((use / rank_file(0)).string() + ": missing tensor " + name);
         state[name] = it->second;
         continue;
       }
@@ -545,10 +638,10 @@ ResumeState load_checkpoint(const std::string& dir_s, Comm& comm, ShardedModel& 
       const UnitInfo& ui = units[static_cast<std::size_t>(u)];
       at::Tensor padded = at::zeros({ui.padded}, at::kFloat);
       for (std::size_t i = 0; i < ui.params.size(); ++i) {
-        const Where& w = saved.at(ui.params[i]);
-        auto key = std::make_pair(w.unit, st);
-        if (!full_of.count(key)) full_of[key] = reconstruct(m, use, files, w.unit, st);
-        padded.narrow(0, ui.offsets[i], w.numel).copy_(full_of[key].narrow(0, w.offset, w.numel));
+        at::Tensor whole = saved.whole(ui.params[i], st);
+        if (ui.tp_dims[i] >= 0)
+          whole = whole.narrow(ui.tp_dims[i], ui.tp_starts[i], ui.shapes[i][static_cast<std::size_t>(ui.tp_dims[i])]);
+        padded.narrow(0, ui.offsets[i], numel_of(ui.shapes[i])).copy_(whole.reshape({-1}));
       }
       const bool sharded = st == "master" ? lay.params_sharded : lay.optim_sharded;
       state[name] = sharded ? padded.narrow(0, static_cast<int64_t>(lay.shard_rank) * ui.shard, ui.shard) : padded;
@@ -573,20 +666,13 @@ int64_t export_checkpoint(const std::string& ckpt, const std::string& out) {
   const std::string problem = verify(dir);
   if (!problem.empty()) throw InputError("cannot export " + dir.string() + ": " + problem);
   const json m = read_manifest(dir);
-  std::map<int, std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, at::Tensor> params;
-  for (std::size_t u = 0; u < m.at("units").size(); ++u) {
-    at::Tensor full = reconstruct(m, dir, files, static_cast<int>(u), "master");
-    for (const auto& p : m.at("units")[u].at("params")) {
-      std::vector<int64_t> shape = p.at("shape").get<std::vector<int64_t>>();
-      int64_t n = 1;
-      for (auto s : shape) n *= s;
-      params[p.at("name").get<std::string>()] = full.narrow(0, p.at("offset").get<int64_t>(), n).view(shape).clone();
-    }
-  }
+  CheckpointParams saved(m, dir);
+  for (const auto& [name, pieces] : saved.pieces()) params[name] = saved.whole(name, "master");
+  std::unique_ptr<SafetensorsFile> first;
   if (m.contains("adapters")) {  // LoRA adapters saved alongside, under their PEFT-style names
-    files[0] = files[0] ? std::move(files[0]) : std::make_unique<SafetensorsFile>((dir / rank_file(0)).string());
-    const at::Tensor flat = files[0]->tensors().at("adapters.params").reshape({-1});
+    first = std::make_unique<SafetensorsFile>((dir / rank_file(0)).string());
+    const at::Tensor flat = first->tensors().at("adapters.params").reshape({-1});
     for (const auto& p : m.at("adapters").at("params")) {
       std::vector<int64_t> shape = p.at("shape").get<std::vector<int64_t>>();
       int64_t n = 1;

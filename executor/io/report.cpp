@@ -23,7 +23,11 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
                {"reduce_dtype", to_string(plan.strategy.reduce_dtype)},
                {"micro_batch", plan.strategy.micro_batch},
                {"seq_len", plan.strategy.seq_len},
-               {"grad_accum", plan.strategy.grad_accum}};
+               {"grad_accum", plan.strategy.grad_accum},
+               {"tp", plan.strategy.mesh.tp},
+               {"sequence_parallel", plan.strategy.mesh.tp > 1 && plan.strategy.mesh.sequence_parallel},
+               {"pp", plan.strategy.mesh.pp},
+               {"pp_schedule", to_string(plan.strategy.mesh.pp_schedule)}};
   j["world_size"] = r.world_size;
   j["emulated"] = r.emulated;
   j["num_params"] = r.num_params;

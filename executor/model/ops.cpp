@@ -79,10 +79,11 @@ void dense_mlp_param_defs(const ModelSpec& s, const std::string& prefix, int64_t
 }
 
 // Hugging Face LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)); GPT-2-style: down(act(up(x))).
-at::Tensor dense_mlp(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& x) {
+at::Tensor dense_mlp(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& x,
+                     const TpContext& tp) {
   at::Tensor m = s.gated_mlp ? activation(s, linear(p, prefix + ".gate_proj", x)) * linear(p, prefix + ".up_proj", x)
                              : activation(s, linear(p, prefix + ".up_proj", x));
-  return linear(p, prefix + ".down_proj", m);
+  return row_parallel_linear(tp, p, prefix + ".down_proj", m);
 }
 
 }  // namespace fsdp::exec

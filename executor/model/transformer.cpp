@@ -113,6 +113,8 @@ std::vector<ParamDef> lora_param_defs(const ModelSpec& s, int64_t rank, const st
 at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
   // Hugging Face PretrainedConfig.initializer_range default (LlamaConfig: 0.02).
   constexpr double kInitStd = 0.02;
+  // The whole parameter, then this rank's tensor-parallel slice of it: every mesh initialises alike.
+  const std::vector<int64_t>& shape = def.whole_shape();
   switch (def.init) {
     case ParamInit::Ones:
       return at::ones(def.shape, at::kFloat);
@@ -130,10 +132,10 @@ at::Tensor init_param(const ParamDef& def, int64_t index, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(z);
   if (def.init == ParamInit::LoraA) {
     // PEFT: kaiming_uniform_(a=sqrt(5)) on [r, in] = U(-1/sqrt(in), 1/sqrt(in)).
-    const double bound = 1.0 / std::sqrt(static_cast<double>(def.shape[1]));
-    return at::empty(def.shape, at::kFloat).uniform_(-bound, bound, gen);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape[1]));
+    return tp_slice(def, at::empty(shape, at::kFloat).uniform_(-bound, bound, gen)).contiguous();
   }
-  return at::normal(0.0, kInitStd, def.shape, gen, at::TensorOptions().dtype(at::kFloat));
+  return tp_slice(def, at::normal(0.0, kInitStd, shape, gen, at::TensorOptions().dtype(at::kFloat))).contiguous();
 }
 
 namespace {
@@ -176,11 +178,12 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
   return at::matmul(probs, v);
 }
 
-at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor& tokens) {
-  at::Tensor h = at::embedding(param(p, "model.embed_tokens.weight"), tokens);
+at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor& tokens, const TpContext& tp) {
+  at::Tensor h = vocab_parallel_embedding(tp, param(p, "model.embed_tokens.weight"), tokens);
   if (s.position_embedding == PositionEmbedding::Learned) {
-    const int64_t T = tokens.size(1);
-    h = h + param(p, "model.embed_positions.weight").narrow(0, 0, T).unsqueeze(0);
+    // Replicated positions, added to this rank's part of the sequence (all of it without sequence parallelism).
+    const int64_t T = h.size(1), first = tp.active() && tp.sequence_parallel ? tp.rank * T : 0;
+    h = h + param(p, "model.embed_positions.weight").narrow(0, first, T).unsqueeze(0);
   }
   return h;
 }
@@ -188,9 +191,13 @@ at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor
 at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const at::Tensor& x,
                          const ForwardOptions& opts) {
   const std::string pre = "model.layers." + std::to_string(layer) + ".";
-  const int64_t B = x.size(0), T = x.size(1);
-  const int64_t nh = s.num_heads, nkv = s.num_kv_heads, hd = s.head_dim;
-  at::Tensor h = norm(s, p, pre + "input_layernorm", x);
+  const TpContext& tp = opts.tp;
+  // Under tensor parallelism this rank's heads and kv heads (tensor_parallel.hpp).
+  const int64_t nh = tp.active() ? tp.heads : s.num_heads, nkv = tp.active() ? tp.kv_heads : s.num_kv_heads;
+  const int64_t hd = s.head_dim;
+  // The column-parallel block's input: the whole sequence (gathered under sequence parallelism).
+  at::Tensor h = tp_enter(tp, norm(s, p, pre + "input_layernorm", x));
+  const int64_t B = h.size(0), T = h.size(1);
   at::Tensor q = linear(p, pre + "self_attn.q_proj", h).view({B, T, nh, hd});
   at::Tensor k = linear(p, pre + "self_attn.k_proj", h).view({B, T, nkv, hd});
   at::Tensor v = linear(p, pre + "self_attn.v_proj", h).view({B, T, nkv, hd}).transpose(1, 2);
@@ -211,15 +218,18 @@ at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const
   }
   at::Tensor o = opts.core ? opts.core(q, k, v) : attention_core(q, k, v, opts.attention == AttentionImpl::Eager);
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
-  at::Tensor x1 = x + linear(p, pre + "self_attn.o_proj", o);
-  at::Tensor h2 = norm(s, p, pre + "post_attention_layernorm", x1);
-  return x1 + (s.is_moe_layer(layer) ? moe_forward(s, p, pre + "mlp", h2) : dense_mlp(s, p, pre + "mlp", h2));
+  at::Tensor x1 = x + row_parallel_linear(tp, p, pre + "self_attn.o_proj", o);
+  at::Tensor h2 = tp_enter(tp, norm(s, p, pre + "post_attention_layernorm", x1));
+  return x1 + (s.is_moe_layer(layer) ? moe_forward(s, p, pre + "mlp", h2) : dense_mlp(s, p, pre + "mlp", h2, tp));
 }
 
-at::Tensor head_loss(const ModelSpec& s, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets) {
-  at::Tensor h = norm(s, p, "model.norm", x);
+at::Tensor head_loss(const ModelSpec& s, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets,
+                     const TpContext& tp) {
+  at::Tensor h = tp_enter(tp, norm(s, p, "model.norm", x));
   const at::Tensor& w = s.tied_embeddings ? param(p, "model.embed_tokens.weight") : param(p, "lm_head.weight");
   at::Tensor logits = at::linear(h, w).to(at::kFloat);
+  // Under tensor parallelism this rank's vocabulary columns only: the loss without gathering them.
+  if (tp.active()) return vocab_parallel_cross_entropy(tp, logits.view({-1, w.size(0)}), targets.reshape({-1}));
   return at::cross_entropy_loss(logits.view({-1, s.vocab_size}), targets.reshape({-1}));
 }
 

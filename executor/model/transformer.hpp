@@ -15,6 +15,7 @@
 
 #include "model/model_spec.hpp"
 #include "model/ops.hpp"
+#include "model/tensor_parallel.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp::exec {
@@ -48,6 +49,7 @@ struct ForwardOptions {
   // Rotary tables [T, head_dim] in the compute dtype, computed once per forward and shared by every
   // layer (as Hugging Face's LlamaModel passes position_embeddings); undefined: computed per layer.
   at::Tensor rope_cos, rope_sin;
+  TpContext tp;  // this rank's tensor-parallel slice (tensor_parallel.hpp); inactive by default
 };
 
 // The rotary cos/sin tables for positions 0..T-1 (rope models only).
@@ -57,12 +59,14 @@ void rope_tables(const ModelSpec& spec, int64_t T, const at::Tensor& like, at::T
 // (at::scaled_dot_product_attention, LibTorch >= 2.0) unless `eager`.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool eager);
 
-// tokens [B, T] (int64) -> hidden [B, T, H] in `dtype`.
-at::Tensor embed_forward(const ModelSpec& spec, const ParamMap& p, const at::Tensor& tokens);
+// tokens [B, T] (int64) -> hidden [B, T, H] in `dtype` ([B, T / tp, H] under sequence parallelism).
+at::Tensor embed_forward(const ModelSpec& spec, const ParamMap& p, const at::Tensor& tokens,
+                         const TpContext& tp = TpContext{});
 // One decoder layer (pre-norm attention + MLP, residuals).
 at::Tensor layer_forward(const ModelSpec& spec, const ParamMap& p, int layer, const at::Tensor& x,
                          const ForwardOptions& opts);
 // Final norm, head, mean causal-LM cross-entropy over all B*T targets (fp32).
-at::Tensor head_loss(const ModelSpec& spec, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets);
+at::Tensor head_loss(const ModelSpec& spec, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets,
+                     const TpContext& tp = TpContext{});
 
 }  // namespace fsdp::exec

@@ -21,6 +21,7 @@
 #include "model/module_graph.hpp"
 #include "model/transformer.hpp"
 #include "program/wrap_units.hpp"
+#include "shard/mesh.hpp"
 #include "strategy/placement.hpp"
 #include "train/host_adam.hpp"
 #include "train/mem_tracker.hpp"
@@ -105,9 +106,13 @@ struct ShardedModel::Impl {
   std::vector<ParamDef> defs;
   std::vector<std::unique_ptr<Unit>> units;
   std::vector<UnitInfo> infos;
-  std::shared_ptr<Group> shard_group;    // size 1 when parameters/optimizer are not sharded
-  std::shared_ptr<Group> replica_group;  // HSDP: across shard groups
-  int world = 1;
+  std::shared_ptr<Group> shard_group;          // size 1 when parameters/optimizer are not sharded
+  std::shared_ptr<Group> replica_group;        // HSDP: across shard groups
+  Mesh mesh;                                   // tp x dp x pp (shard/mesh.hpp); the strategy runs over mesh.dp_group
+  TpContext tp;                                // this rank's tensor-parallel slice (model/tensor_parallel.hpp)
+  std::vector<std::vector<ParamDef>> tp_defs;  // every tp rank's defs (tp > 1): gathering a whole parameter
+  bool has_root = true;                        // this stage has a root unit (pipeline middle stages may not)
+  int world = 1;                               // the data-parallel ranks (mesh.dp)
   // The strategy's placement of its units (strategy/placement.hpp), for what the model holds as a whole (the
   // groups, the replicated gradient buffer, the optimizer's reductions): every unit's own `place` differs from it
   // at most in reshard_after_forward (the root's).
@@ -128,7 +133,8 @@ struct ShardedModel::Impl {
   int64_t bucket_bytes = 0;
   // Closures used by CheckpointFn's backward; alive from a forward to the next one.
   std::vector<std::shared_ptr<void>> keepalive;
-  int micro_batch = 0;  // 1-based within the step, for the memory phase labels
+  int micro_batch = 0;      // 1-based within the step, for the memory phase labels
+  int bwd_micro_batch = 0;  // 0-based, the backward's (a pipeline runs forwards ahead of backwards)
   bool in_backward = false;
   bool root_backward_seen = false;  // this micro-batch's backward reached the root's pre-backward point
 
@@ -230,8 +236,10 @@ struct ShardedModel::Impl {
     if (u.place.params_sharded && frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
       free_frozen(*units[static_cast<std::size_t>(u.index) + 1]);
     unit_op(Phase::Backward, u);
-    if (!u.place.params_sharded) return;  // replicas: the hook only names the phase
     wait_unsharded(u);
+    // Replicas: nothing to prefetch. (Their compute buffer is already there unless a pipeline ran this unit's
+    // forward of a later micro-batch before, and its post-backward of an earlier one freed it: copied back.)
+    if (!u.place.params_sharded) return;
     // Backward prefetch (FSDP BackwardPrefetch.BACKWARD_PRE): gather the next units in backward order.
     for (int64_t k = 1; k <= strategy.backward_prefetch; ++k) {
       const int j = u.index - static_cast<int>(k);
@@ -259,13 +267,13 @@ struct ShardedModel::Impl {
   // bf16_compress_hook, torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py).
   void all_reduce_grads(at::Tensor grads, const CollectiveTag& t) {
     if (grads.scalar_type() == reduce_dtype) {
-      pending.push_back({comm.world().all_reduce_sum(grads, t), nullptr});
+      pending.push_back({mesh.dp_group->all_reduce_sum(grads, t), nullptr});
       return;
     }
     auto copy_tag =
         shared_tag(MemoryCategory::CommBuffers, grads.numel() * static_cast<int64_t>(c10::elementSize(reduce_dtype)));
     at::Tensor low = grads.to(reduce_dtype);
-    pending.push_back({comm.world().all_reduce_sum(low, t), [grads, low, copy_tag]() mutable {
+    pending.push_back({mesh.dp_group->all_reduce_sum(low, t), [grads, low, copy_tag]() mutable {
                          grads.copy_(low);
                          low = at::Tensor();
                          copy_tag->reset();
@@ -311,6 +319,7 @@ struct ShardedModel::Impl {
       if (i >= grads.size() || !grads[i].defined()) continue;
       flat.narrow(0, u.offsets[i], grads[i].numel()).copy_(grads[i].reshape({-1}));
     }
+    sum_partial_grads(u, flat);
     reshard(u);  // a persistent compute buffer (fp32 replicas) stays
 
     if (u.place.reduction != GradReduction::ReduceScatter) {
@@ -351,6 +360,64 @@ struct ShardedModel::Impl {
                          out_tag->reset();
                          if (replicate) all_reduce_replicas(*up);
                        }});
+  }
+
+  // Tensor parallelism: the gradients of replicated parameters that this rank computed only part of (on its
+  // sequence slice, its heads: ParamDef::grad_sum) summed over the tp group, the kv heads shared by tp / kv_heads
+  // ranks over theirs; one all-reduce of each kind per unit (Megatron's coalesced allreduce of layernorm grads).
+  void sum_partial_grads(const Unit& u, const at::Tensor& flat) {
+    for (TpGradSum kind : {TpGradSum::Tensor, TpGradSum::KvGroup}) {
+      Group& g = kind == TpGradSum::Tensor ? *mesh.tp_group : *mesh.kv_group;
+      if (g.size() <= 1) continue;
+      std::vector<at::Tensor> parts;
+      for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+        const ParamDef& d = defs[static_cast<std::size_t>(u.param_ids[i])];
+        if (d.grad_sum == kind) parts.push_back(flat.narrow(0, u.offsets[i], d.numel()));
+      }
+      if (parts.empty()) continue;
+      at::Tensor buf = at::cat(parts);
+      g.all_reduce_sum(buf, tag(Phase::AllReduce, GroupKind::Tensor, u)).wait();
+      int64_t pos = 0;
+      for (auto& part : parts) {
+        part.copy_(buf.narrow(0, pos, part.numel()));
+        pos += part.numel();
+      }
+    }
+  }
+
+  // Sum of squares of the unit's gradient part that this rank owns (owned_grad), counting each parameter once
+  // over the mesh: of identical tensor-parallel copies only the one ParamDef::counts_in_norm marks.
+  at::Tensor owned_grad_sq(Unit& u) {
+    at::Tensor g = owned_grad(u);
+    bool all_count = true;
+    for (int pid : u.param_ids) all_count = all_count && defs[static_cast<std::size_t>(pid)].counts_in_norm;
+    if (all_count) return g.to(at::kDouble).pow(2).sum();
+    const int64_t lo = g.numel() == u.info.padded ? 0 : u.shard_offset, hi = lo + g.numel();
+    at::Tensor sq = at::zeros({}, g.options().dtype(at::kDouble));
+    for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
+      const ParamDef& d = defs[static_cast<std::size_t>(u.param_ids[i])];
+      const int64_t a = std::max(lo, u.offsets[i]), b = std::min(hi, u.offsets[i] + d.numel());
+      if (d.counts_in_norm && a < b) sq += g.narrow(0, a - lo, b - a).to(at::kDouble).pow(2).sum();
+    }
+    return sq;
+  }
+
+  // A per-rank partial sum (the gradient norm's squares, a non-finite count) summed over the mesh: the shard group
+  // where the optimizer is sharded (replicas hold the same), then tp and pp.
+  void sum_over_mesh(at::Tensor t, Phase what) {
+    if (place.optim_sharded && shard_group->size() > 1)
+      shard_group->all_reduce_sum(t, CollectiveTag{what, GroupKind::Shard, -1}).wait();
+    if (mesh.tp_group->size() > 1) mesh.tp_group->all_reduce_sum(t, CollectiveTag{what, GroupKind::Tensor, -1}).wait();
+    if (mesh.pp_group->size() > 1)
+      mesh.pp_group->all_reduce_sum(t, CollectiveTag{what, GroupKind::Pipeline, -1}).wait();
+  }
+
+  Unit* root_unit() { return has_root ? units.front().get() : nullptr; }
+  // The tensor-parallel context of unit `u`'s collectives.
+  TpContext tp_of(const Unit& u) const {
+    TpContext c = tp;
+    c.unit = u.index;
+    return c;
   }
 
   // HSDP: the unit's accumulated gradient shard summed over the replica groups in the reduce dtype, issued
@@ -404,16 +471,23 @@ struct UnitParamsFn : public torch::autograd::Function<UnitParamsFn> {
 };
 
 // Identity on the unit's output; its backward runs before the unit's own backward:
-// the pre-backward point (re-gather, prefetch).
+// the pre-backward point (re-gather, prefetch). With `regather_only`, its backward only gathers the unit again: on
+// the output of the root's own layers on the first of several pipeline stages (wrap "model"), whose pre-backward
+// point, at the embedding's output, comes after those layers' backward (with one stage the root is still gathered
+// from its forward, but a pipeline runs later micro-batches' forwards before an earlier one's backward resharded it).
 struct PreBackwardFn : public torch::autograd::Function<PreBackwardFn> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr) {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t unit_addr, bool regather_only) {
     ctx->saved_data["unit"] = unit_addr;
+    ctx->saved_data["regather_only"] = regather_only;
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* u = reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt());
-    u->owner->pre_backward(*u);
-    return {grads[0], at::Tensor()};
+    if (ctx->saved_data["regather_only"].toBool())
+      u->owner->wait_unsharded(*u);
+    else
+      u->owner->pre_backward(*u);
+    return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
 
@@ -488,65 +562,100 @@ ShardedModel::ShardedModel(const ModelSpec& spec, const Strategy& strategy, Comm
     : impl_(std::make_unique<Impl>(spec, strategy, comm, tracker)) {
   Impl& m = *impl_;
   m.device = at::Device(device);
-  m.defs = model_param_defs(spec);
-  m.world = comm.size();
   m.place = unit_placement(strategy, /*root=*/false, ShardedModel::kReshardsRoot);
   m.compute_dtype = to_scalar(strategy.param_dtype);
   m.reduce_dtype = to_scalar(strategy.reduce_dtype);
-  check_supported(spec, strategy, m.world);
+  check_supported(spec, strategy, comm.size());
   m.frozen = strategy.method == Method::Lora;
 
-  // Mesh: the shard group and, for HSDP, the replica group.
+  // The mesh: tp, dp and pp groups (shard/mesh.hpp); the strategy shards and reduces over the dp group.
+  m.mesh = make_mesh(comm, spec, strategy);
+  Mesh& mesh = m.mesh;
+  m.world = mesh.dp;
+  const std::vector<ParamDef> whole = model_param_defs(spec);
+  m.defs = tp_param_defs(whole, spec, mesh.tp, mesh.tp_rank, mesh.sequence_parallel);
+  if (mesh.tp > 1) {
+    for (int r = 0; r < mesh.tp; ++r)
+      m.tp_defs.push_back(tp_param_defs(whole, spec, mesh.tp, r, mesh.sequence_parallel));
+    m.tp.group = mesh.tp_group.get();
+    m.tp.size = mesh.tp;
+    m.tp.rank = mesh.tp_rank;
+    m.tp.sequence_parallel = mesh.sequence_parallel;
+    m.tp.heads = spec.num_heads / mesh.tp;
+    m.tp.kv_heads = spec.num_kv_heads >= mesh.tp ? spec.num_kv_heads / mesh.tp : 1;
+    m.tp.vocab = split_rows(spec.vocab_size, mesh.tp, mesh.tp_rank);
+    m.tp.in_backward = &m.in_backward;
+  }
+
+  // The shard group and, for HSDP, the replica group: within the dp group (its ranks by dp index).
   const int W = m.world;
-  const int r = comm.rank();
+  const int r = mesh.dp_rank;
+  auto global = [&mesh](int dp_index) { return mesh.rank_of(mesh.pp_rank, dp_index, mesh.tp_rank); };
   if (strategy.kind == StrategyKind::Hsdp) {
     const int G = static_cast<int>(strategy.hsdp_group);
     std::vector<int> shard_members, replica_members;
-    for (int i = 0; i < G; ++i) shard_members.push_back((r / G) * G + i);
-    for (int i = r % G; i < W; i += G) replica_members.push_back(i);
-    // Creation order is the same on every rank: all shard groups, then all replica groups.
-    m.shard_group = comm.subgroup("shard" + std::to_string(r / G), shard_members);
-    m.replica_group = comm.subgroup("replica" + std::to_string(r % G), replica_members);
+    for (int i = 0; i < G; ++i) shard_members.push_back(global((r / G) * G + i));
+    for (int i = r % G; i < W; i += G) replica_members.push_back(global(i));
+    // Creation order is the same on every rank: all shard groups, then all replica groups. The tags name the
+    // members' dp indices and the mesh coordinates, so that no two groups share a store prefix.
+    const std::string at_mesh = "@" + std::to_string(mesh.pp_rank) + "." + std::to_string(mesh.tp_rank);
+    m.shard_group = comm.subgroup("shard" + std::to_string(r / G) + at_mesh, shard_members);
+    m.replica_group = comm.subgroup("replica" + std::to_string(r % G) + at_mesh, replica_members);
   } else if (m.place.optim_sharded) {
-    std::vector<int> all;
-    for (int i = 0; i < W; ++i) all.push_back(i);
-    m.shard_group = comm.subgroup("shard", all);
+    m.shard_group = mesh.dp_group;
   } else {
-    m.shard_group = comm.subgroup("self" + std::to_string(r), {r});
+    m.shard_group = comm.subgroup("self" + std::to_string(comm.rank()), {comm.rank()});
   }
   const int Ws = m.shard_group->size();
   const int shard_rank = m.shard_group->rank();
 
   // Wrap units: the simulator's (program/wrap_units.hpp strategy_units), so that the program's ops and this
   // run's name the same units. The root holds embeddings, final norm and head (and every layer no other
-  // unit claims).
+  // unit claims). A pipeline stage keeps the units of its layers (cut at the stage's bounds, renamed as
+  // strategy_units names a unit of those layers) and the root where it holds the embeddings (first stage), the
+  // final norm and head (last stage) or root layers.
   const int L = static_cast<int>(spec.num_layers);
+  const int first = mesh.first_layer, last = mesh.last_layer;
   const std::vector<WrapUnit> plan_units = strategy_units(ModuleGraph(spec), strategy);
   std::vector<int> layer_unit(static_cast<std::size_t>(L), -1);
-  for (std::size_t i = 0; i < plan_units.size(); ++i) {
-    const WrapUnit& w = plan_units[i];
+  for (const WrapUnit& w : plan_units) {
+    const int64_t a = w.first_layer < 0 ? -1 : std::max<int64_t>(w.first_layer, first);
+    const int64_t b = w.first_layer < 0 ? -2 : std::min<int64_t>(w.last_layer, last);
+    const bool has_layers = a >= 0 && a <= b;
+    if (w.is_root ? !(has_layers || mesh.first_stage() || mesh.last_stage()) : !has_layers) continue;
     auto u = std::make_unique<Unit>();
     u->owner = &m;
-    u->index = static_cast<int>(i);
+    u->index = static_cast<int>(m.units.size());
     u->root = w.is_root;
     u->place = unit_placement(strategy, w.is_root, ShardedModel::kReshardsRoot);
     u->info.name = w.name;
-    for (int64_t l = w.first_layer; l >= 0 && l <= w.last_layer; ++l) {
+    if (!w.is_root && (a != w.first_layer || b != w.last_layer))
+      u->info.name = "layers." + std::to_string(a) + (a == b ? "" : "-" + std::to_string(b));
+    for (int64_t l = a; has_layers && l <= b; ++l) {
       u->layers.push_back(static_cast<int>(l));
-      layer_unit[static_cast<std::size_t>(l)] = static_cast<int>(i);
+      layer_unit[static_cast<std::size_t>(l)] = u->index;
     }
     m.units.push_back(std::move(u));
   }
-  FSDP_ASSERT(!m.units.empty() && m.units[0]->root, "strategy_units puts the root first");
-  for (int l = 0; l < L; ++l)
-    FSDP_ASSERT(layer_unit[static_cast<std::size_t>(l)] >= 0, "every decoder layer belongs to a wrap unit");
+  m.has_root = !m.units.empty() && m.units[0]->root;
+  FSDP_ASSERT(!m.units.empty() && (m.has_root || !(mesh.first_stage() || mesh.last_stage())),
+              "strategy_units puts the root first; the first and last stages keep it");
+  for (int l = first; l <= last; ++l)
+    FSDP_ASSERT(layer_unit[static_cast<std::size_t>(l)] >= 0, "every decoder layer of the stage belongs to a unit");
   for (std::size_t p = 0; p < m.defs.size(); ++p) {
     const ParamDef& d = m.defs[p];
+    // The root's parameters: the embeddings on the first stage, the final norm and head on the last.
+    const bool embedding = d.name.rfind("model.embed_", 0) == 0;
+    if (d.layer < 0 ? !(embedding ? mesh.first_stage() : mesh.last_stage()) : (d.layer < first || d.layer > last))
+      continue;
     Unit& u = *m.units[d.layer < 0 ? 0 : static_cast<std::size_t>(layer_unit[static_cast<std::size_t>(d.layer)])];
     u.param_ids.push_back(static_cast<int>(p));
     u.offsets.push_back(u.info.numel);
     u.info.offsets.push_back(u.info.numel);
     u.info.shapes.push_back(d.shape);
+    u.info.full_shapes.push_back(d.whole_shape());
+    u.info.tp_dims.push_back(d.tp_dim);
+    u.info.tp_starts.push_back(d.tp_start);
     u.info.numel += d.numel();
     u.info.params.push_back(d.name);
   }
@@ -678,14 +787,7 @@ void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strate
         "last-micro-batch (no_sync), which it does not run yet");
   if (strategy.method == Method::Lora && strategy.offload != Offload::None)
     throw InputError("method lora with offload is not supported");
-  if (!strategy.mesh.is_data_parallel_only())
-    throw InputError("fsdp-run runs data-parallel plans only; the plan asks for tp " +
-                     std::to_string(strategy.mesh.tp) + ", pp " + std::to_string(strategy.mesh.pp));
-  if (strategy.kind == StrategyKind::Hsdp) {
-    const int64_t G = strategy.hsdp_group;
-    if (G <= 0 || world % G != 0)
-      throw InputError("hsdp_group " + std::to_string(G) + " must divide the world size " + std::to_string(world));
-  }
+  check_mesh_supported(spec, strategy, world);
 }
 
 ShardedModel::~ShardedModel() {
@@ -701,10 +803,11 @@ ShardedModel::~ShardedModel() {
   }
 }
 
-at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Tensor& targets_in) {
+at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Tensor& targets_in,
+                                       const at::Tensor& input) {
   Impl& m = *impl_;
   at::Tensor tokens = tokens_in.to(m.device), targets = targets_in.to(m.device);
-  ++m.micro_batch;
+  if (++m.micro_batch == 1) m.keepalive.clear();  // the previous step's checkpoint closures
   m.comm.trace().set_micro_batch(m.micro_batch - 1);
   auto params_of = [&](Unit& u) {
     m.unit_op(Phase::Forward, u);
@@ -735,16 +838,17 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
     };
   const ModelSpec& spec = m.spec;
   if (spec.position_embedding == PositionEmbedding::Rope) {
-    // Once per forward, in the compute dtype, shared by every layer.
+    // Once per forward, in the compute dtype, shared by every layer (the whole sequence: rotary runs after
+    // sequence parallelism's all-gather).
     at::Tensor like = at::empty({0}, at::TensorOptions().dtype(m.compute_dtype).device(m.device));
     rope_tables(spec, tokens.size(1), like, fo.rope_cos, fo.rope_sin);
   }
-  m.keepalive.clear();
   // Layers `layers` (in order) as one checkpoint region: run without saving activations, recomputed in backward.
-  auto checkpointed = [&](const std::vector<int>& layers, const at::Tensor& x, const ParamMap& p) {
-    auto runner = std::make_shared<LayersRunner>([&spec, layers, fo](const at::Tensor& xin, const ParamMap& pm) {
+  auto checkpointed = [&](const std::vector<int>& layers, const at::Tensor& x, const ParamMap& p,
+                          const ForwardOptions& uo) {
+    auto runner = std::make_shared<LayersRunner>([&spec, layers, uo](const at::Tensor& xin, const ParamMap& pm) {
       at::Tensor h = xin;
-      for (int l : layers) h = layer_forward(spec, pm, l, h, fo);
+      for (int l : layers) h = layer_forward(spec, pm, l, h, uo);
       return h;
     });
     auto names = std::make_shared<std::vector<std::string>>();
@@ -767,55 +871,81 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens_in, const at::Ten
   // simulator's RuntimeProfile::checkpoint_per_unit); every:N checkpoints the layers layer_ckpt names, each its
   // own region (torchtitan wraps each chosen block), and runs the others as they are.
   auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
+    ForwardOptions uo = fo;
+    uo.tp = m.tp_of(u);
     if (u.layers.empty() || m.strategy.act_ckpt != ActCkpt::Full) {
       at::Tensor h = x;
-      for (int l : u.layers) h = layer_forward(spec, p, l, h, fo);
+      for (int l : u.layers) h = layer_forward(spec, p, l, h, uo);
       return h;
     }
-    if (m.strategy.ckpt_every <= 1) return checkpointed(u.layers, x, p);
+    if (m.strategy.ckpt_every <= 1) return checkpointed(u.layers, x, p, uo);
     at::Tensor h = x;
     for (int l : u.layers)
-      h = layer_ckpt(m.strategy, l) == ActCkpt::Full ? checkpointed({l}, h, p) : layer_forward(spec, p, l, h, fo);
+      h = layer_ckpt(m.strategy, l) == ActCkpt::Full ? checkpointed({l}, h, p, uo) : layer_forward(spec, p, l, h, uo);
     return h;
   };
 
-  Unit& root = *m.units[0];
-  ParamMap rp = params_of(root);
-  at::Tensor x = embed_forward(spec, rp, tokens);
-  // The root's pre-backward point: autograd reaches the embedding's output once every other unit's backward
-  // has run (the root's own layers, under wrap "model", come before it).
-  x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&root));
-  if (!root.layers.empty()) x = run_layers(root, x, rp);
-  for (std::size_t i = 1; i < m.units.size(); ++i) {
+  Unit* root = m.root_unit();
+  ParamMap rp;
+  if (root != nullptr) rp = params_of(*root);
+  at::Tensor x = input;
+  if (m.mesh.first_stage()) {
+    x = embed_forward(spec, rp, tokens, m.tp_of(*root));
+    // The root's pre-backward point: autograd reaches the embedding's output once every other unit's backward
+    // has run (the root's own layers, under wrap "model", come before it). On a later pipeline stage the root
+    // (final norm and head) is the first to run backward: backward_stage calls its pre-backward first.
+    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root), false);
+  }
+  if (root != nullptr && !root->layers.empty()) {
+    x = run_layers(*root, x, rp);
+    if (m.mesh.pp > 1 && m.mesh.first_stage()) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root), true);
+  }
+  for (std::size_t i = root != nullptr ? 1 : 0; i < m.units.size(); ++i) {
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);
     x = run_layers(u, x, p);
-    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u));
+    x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u), false);
     if (u.place.reshard_after_forward) {
       m.comm.trace().unit_op(Phase::Free, u.index);
       m.reshard(u);
     }
   }
+  if (!m.mesh.last_stage()) return x;
   m.comm.trace().unit_op(Phase::HeadLossForward, -1);
   m.phase(Phase::HeadLossForward);
-  return head_loss(spec, rp, x, targets);
+  return head_loss(spec, rp, x, targets, m.tp_of(*root));
 }
 
-void ShardedModel::backward(const at::Tensor& loss, bool sync) {
+at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  FSDP_ASSERT(impl_->mesh.pp == 1, "forward_loss runs the whole model: a pipeline stage runs forward_stage");
+  return forward_stage(tokens, targets, at::Tensor());
+}
+
+void ShardedModel::backward(const at::Tensor& loss, bool sync) { backward_stage(loss, at::Tensor(), sync); }
+
+void ShardedModel::backward_stage(const at::Tensor& out, const at::Tensor& grad, bool sync) {
   Impl& m = *impl_;
   m.sync = sync;
   m.root_backward_seen = false;
-  m.comm.trace().unit_op(Phase::LossBackward, -1);
-  m.phase(Phase::LossBackward);
+  m.comm.trace().set_micro_batch(m.bwd_micro_batch++);
+  if (!grad.defined()) {
+    m.comm.trace().unit_op(Phase::LossBackward, -1);
+    m.phase(Phase::LossBackward);
+  }
   m.in_backward = true;
   struct EndBackward {
     bool& flag;
     ~EndBackward() { flag = false; }
   } end_backward{m.in_backward};
-  loss.backward();
+  Unit* root = m.root_unit();
+  if (root != nullptr && !m.mesh.first_stage()) m.pre_backward(*root);
+  if (grad.defined())
+    torch::autograd::backward({out}, {grad});
+  else
+    out.backward();
   m.flush_bucket();
   m.drain_pending();
-  if (sync) m.micro_batch = 0;
+  if (sync) m.micro_batch = m.bwd_micro_batch = 0;
   if (m.frozen) {
     // A frozen embedding needs no gradient, so autograd never reaches the root's pre-backward point: its
     // backward (nothing to compute) is where the backward ends, after the last layer unit is done.
@@ -825,9 +955,9 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
     }
     for (auto& up : m.units) m.free_frozen(*up);
     if (!sync) return;
-    if (m.comm.size() > 1)
-      m.comm.world()
-          .all_reduce_sum(m.adapters.mutable_grad(), CollectiveTag{Phase::AdapterAllReduce, GroupKind::World, -1})
+    if (m.world > 1)
+      m.mesh.dp_group
+          ->all_reduce_sum(m.adapters.mutable_grad(), CollectiveTag{Phase::AdapterAllReduce, GroupKind::World, -1})
           .wait();
     m.adapters.mutable_grad().mul_(1.0 / static_cast<double>(m.world));
     return;
@@ -844,15 +974,26 @@ void ShardedModel::backward(const at::Tensor& loss, bool sync) {
   }
 }
 
+at::Tensor ShardedModel::stage_input(int64_t rows, int64_t seq) const {
+  const Impl& m = *impl_;
+  const int64_t T = m.mesh.sequence_parallel ? seq / m.mesh.tp : seq;
+  return at::empty({rows, T, m.spec.hidden_size}, at::TensorOptions().dtype(m.compute_dtype).device(m.device));
+}
+
+const Mesh& ShardedModel::mesh() const { return impl_->mesh; }
+
+at::Device ShardedModel::device() const { return impl_->device; }
+
+int64_t ShardedModel::model_param_count() const { return static_cast<int64_t>(impl_->defs.size()); }
+
 double ShardedModel::clip_grad_norm(double max_norm) {
   Impl& m = *impl_;
   at::Tensor sq = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(m.device));
   if (m.frozen) {
     sq += m.adapters.grad().to(at::kDouble).pow(2).sum();
   } else {
-    for (auto& up : m.units) sq += m.owned_grad(*up).to(at::kDouble).pow(2).sum();
-    if (m.place.optim_sharded && m.shard_group->size() > 1)
-      m.shard_group->all_reduce_sum(sq, CollectiveTag{Phase::GradientNormAllReduce, GroupKind::Shard, -1}).wait();
+    for (auto& up : m.units) sq += m.owned_grad_sq(*up);
+    m.sum_over_mesh(sq, Phase::GradientNormAllReduce);
   }
   const double norm = std::sqrt(sq.item<double>());
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), applied when < 1.
@@ -885,9 +1026,9 @@ bool ShardedModel::grads_nonfinite() {
     at::Tensor g = m.owned_grad(*up);
     bad += at::logical_not(at::isfinite(g)).any().to(at::kFloat);
   }
-  // torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_: found_inf all-reduced over the group.
-  if (m.place.optim_sharded && m.shard_group->size() > 1)
-    m.shard_group->all_reduce_sum(bad, CollectiveTag{Phase::OverflowCheckAllReduce, GroupKind::Shard, -1}).wait();
+  // torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_: found_inf all-reduced over the group (and the
+  // other ranks of the mesh, which hold other parameters).
+  m.sum_over_mesh(bad, Phase::OverflowCheckAllReduce);
   return bad.item<float>() > 0;
 }
 
@@ -940,6 +1081,35 @@ void ShardedModel::zero_grad() {
   }
 }
 
+namespace {
+
+// The whole parameter `d` from every tp rank's slice (`mine` this rank's; `all_defs` every rank's definition of it):
+// the slices padded to the largest, all-gathered over the tp group along the split dimension moved first, each laid
+// at its place (kv heads held by several ranks land on the same place with the same values).
+at::Tensor gather_tp(Group& g, const std::vector<const ParamDef*>& all_defs, const at::Tensor& mine) {
+  const ParamDef& d = *all_defs[static_cast<std::size_t>(g.rank())];
+  const auto dim = static_cast<std::size_t>(d.tp_dim);
+  int64_t most = 0;
+  for (const ParamDef* r : all_defs) most = std::max(most, r->shape[dim]);
+  std::vector<int64_t> padded_shape = d.shape;
+  padded_shape[dim] = most;
+  at::Tensor piece = at::zeros(padded_shape, mine.options());
+  piece.narrow(d.tp_dim, 0, mine.size(d.tp_dim)).copy_(mine);
+  at::Tensor moved = piece.movedim(d.tp_dim, 0).contiguous();
+  at::Tensor all = at::empty({g.size() * moved.numel()}, mine.options());
+  g.all_gather(moved.view({-1}), all).wait();
+  std::vector<int64_t> part_shape = moved.sizes().vec();
+  at::Tensor full = at::zeros(d.whole_shape(), mine.options());
+  for (int r = 0; r < g.size(); ++r) {
+    const ParamDef& rd = *all_defs[static_cast<std::size_t>(r)];
+    at::Tensor part = all.narrow(0, r * moved.numel(), moved.numel()).view(part_shape).movedim(0, d.tp_dim);
+    full.narrow(d.tp_dim, rd.tp_start, rd.shape[dim]).copy_(part.narrow(d.tp_dim, 0, rd.shape[dim]));
+  }
+  return full;
+}
+
+}  // namespace
+
 std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
   Impl& m = *impl_;
   std::map<std::string, at::Tensor> out;
@@ -952,8 +1122,31 @@ std::map<std::string, at::Tensor> ShardedModel::full_state_dict() {
       m.shard_group->all_gather(src, full).wait();
     }
     for (std::size_t i = 0; i < u.param_ids.size(); ++i) {
-      const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
-      out[d.name] = full.narrow(0, u.offsets[i], d.numel()).view(d.shape).clone().cpu();
+      const auto pid = static_cast<std::size_t>(u.param_ids[i]);
+      const ParamDef& d = m.defs[pid];
+      at::Tensor mine = full.narrow(0, u.offsets[i], d.numel()).view(d.shape);
+      if (d.tp_dim >= 0) {
+        std::vector<const ParamDef*> all_defs;
+        for (const auto& rd : m.tp_defs) all_defs.push_back(&rd[pid]);
+        mine = gather_tp(*m.mesh.tp_group, all_defs, mine);
+      }
+      out[d.name] = mine.clone().cpu();
+    }
+  }
+  if (m.mesh.pp > 1) {
+    // Every stage's parameters to every stage: each broadcast over the pp group from the stage holding it.
+    for (const ParamDef& d : m.defs) {
+      const bool embedding = d.name.rfind("model.embed_", 0) == 0;
+      const int owner = d.layer >= 0 ? [&] {
+        int st = 0;
+        while (stage_layers(m.spec.num_layers, m.mesh.pp, st).second < d.layer) ++st;
+        return st;
+      }()
+                                     : (embedding ? 0 : m.mesh.pp - 1);
+      at::Tensor t = owner == m.mesh.pp_rank ? out.at(d.name).to(m.device)
+                                             : at::empty(d.whole_shape(), at::TensorOptions().device(m.device));
+      m.mesh.pp_group->broadcast(t, owner);
+      out[d.name] = t.cpu();
     }
   }
   for (std::size_t i = 0; i < m.adapter_defs.size(); ++i)
@@ -976,14 +1169,15 @@ void ShardedModel::load_full_state(const std::map<std::string, at::Tensor>& para
       const ParamDef& d = m.defs[static_cast<std::size_t>(u.param_ids[i])];
       auto it = params.find(d.name);
       if (it == params.end()) throw InputError("weights: missing parameter " + d.name);
-      if (it->second.sizes() != at::IntArrayRef(d.shape))
+      if (it->second.sizes() != at::IntArrayRef(d.whole_shape()))
         throw InputError("weights: parameter " + d.name + " has shape " + c10::str(it->second.sizes()) +
-                         ", the model expects " + c10::str(at::IntArrayRef(d.shape)));
-      // Copy only the part of the parameter that falls in this rank's range, so a
-      // memory-mapped source is read only where this rank needs it.
+                         ", the model expects " + c10::str(at::IntArrayRef(d.whole_shape())));
+      // Copy only the part of the parameter that falls in this rank's range (its tensor-parallel slice, then its
+      // shard), so a memory-mapped source is read only where this rank needs it.
+      const at::Tensor src = tp_slice(d, it->second).contiguous().reshape({-1});
       const int64_t lo = u.offsets[i], hi = lo + d.numel();
       const int64_t a = std::max(lo, mlo), b = std::min(hi, mhi);
-      if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(it->second.reshape({-1}).narrow(0, a - lo, b - a));
+      if (a < b) u.master.narrow(0, a - mlo, b - a).copy_(src.narrow(0, a - lo, b - a));
     }
     if (u.dev_params.defined()) u.dev_params.copy_(u.master);
   }
@@ -1035,6 +1229,13 @@ ShardLayout ShardedModel::layout() const {
   l.optim_sharded = impl_->place.optim_sharded;
   l.shard_group_size = impl_->shard_group->size();
   l.shard_rank = impl_->shard_group->rank();
+  const Mesh& mesh = impl_->mesh;
+  l.tp = mesh.tp;
+  l.pp = mesh.pp;
+  l.dp = mesh.dp;
+  l.tp_rank = mesh.tp_rank;
+  l.pp_rank = mesh.pp_rank;
+  l.dp_rank = mesh.dp_rank;
   return l;
 }
 
@@ -1045,8 +1246,10 @@ int64_t ShardedModel::num_params() const {
 }
 
 bool ShardedModel::comm_upcast() const {
+  const Mesh& mesh = impl_->mesh;
   return impl_->comm.world().upcast_happened() || impl_->shard_group->upcast_happened() ||
-         (impl_->replica_group && impl_->replica_group->upcast_happened());
+         (impl_->replica_group && impl_->replica_group->upcast_happened()) || mesh.dp_group->upcast_happened() ||
+         mesh.tp_group->upcast_happened() || mesh.kv_group->upcast_happened();
 }
 
 }  // namespace fsdp::exec

@@ -30,7 +30,12 @@ struct UnitInfo {
   int64_t shard = 0;   // padded / shard-group size
   std::vector<std::string> params;
   std::vector<int64_t> offsets;              // of each parameter in the flat buffer
-  std::vector<std::vector<int64_t>> shapes;  // of each parameter
+  std::vector<std::vector<int64_t>> shapes;  // of each parameter, as this rank holds it (its tensor-parallel slice)
+  // Tensor parallelism (model/tensor_parallel.hpp): each parameter's whole shape, and the slice held along tp_dim
+  // (-1: all of it) from tp_start.
+  std::vector<std::vector<int64_t>> full_shapes;
+  std::vector<int> tp_dims;
+  std::vector<int64_t> tp_starts;
 };
 
 // How this rank's persistent tensors relate to the flat buffers (for checkpoints).
@@ -39,7 +44,12 @@ struct ShardLayout {
   bool optim_sharded = false;   // optimizer states are shards
   int shard_group_size = 1;
   int shard_rank = 0;
+  // The mesh (shard/mesh.hpp): this rank's coordinates; a checkpoint reshards when they differ.
+  int tp = 1, pp = 1, dp = 1;
+  int tp_rank = 0, pp_rank = 0, dp_rank = 0;
 };
+
+struct Mesh;
 
 class ShardedModel {
  public:
@@ -59,11 +69,25 @@ class ShardedModel {
   ShardedModel(const ShardedModel&) = delete;
   ShardedModel& operator=(const ShardedModel&) = delete;
 
-  // Forward of one micro-batch: tokens/targets [B, T] int64. Returns the mean loss (fp32).
+  // Forward of one micro-batch through this rank's pipeline stage: tokens/targets [B, T] int64; `input` the previous
+  // stage's output (undefined on the first stage). Returns the mean loss (fp32) on the last stage, else the output
+  // activation for the next stage (stage_input's shape).
+  at::Tensor forward_stage(const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& input);
+  // Backward of `out` (the loss, already divided by the accumulation count and multiplied by any loss scale, when
+  // `grad` is undefined; else the stage's output and the next stage's gradient of it); communicates gradients only
+  // when `sync` (the stage's last micro-batch).
+  void backward_stage(const at::Tensor& out, const at::Tensor& grad, bool sync);
+  // One stage's whole model (pp 1): forward_stage / backward_stage without a pipeline.
   at::Tensor forward_loss(const at::Tensor& tokens, const at::Tensor& targets);
-  // Backward of `loss` (already divided by the accumulation count and multiplied by
-  // any loss scale); communicates gradients only when `sync` (last micro-batch).
   void backward(const at::Tensor& loss, bool sync);
+  // An empty buffer for the activation between pipeline stages of a micro-batch of `rows` x `seq` tokens: [rows,
+  // seq (/ tp under sequence parallelism), hidden] in the compute dtype, on the device.
+  at::Tensor stage_input(int64_t rows, int64_t seq) const;
+  // This rank's coordinates and process groups.
+  const Mesh& mesh() const;
+  at::Device device() const;
+  // The parameters of the whole model (every stage's).
+  int64_t model_param_count() const;
   // Global L2 norm of the reduced gradients (across shards); scales them down to
   // max_norm when max_norm > 0 and the norm exceeds it (torch.nn.utils.clip_grad_norm_).
   double clip_grad_norm(double max_norm);

@@ -16,9 +16,11 @@
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_lock.hpp"
 #include "io/data.hpp"
+#include "shard/mesh.hpp"
 #include "shard/sharded_model.hpp"
 #include "simulate.hpp"
 #include "train/mem_tracker.hpp"
+#include "train/pipeline.hpp"
 
 namespace fsdp::exec {
 
@@ -34,7 +36,7 @@ struct Trainer::Impl {
   RunConfig cfg;
   Comm& comm;
   std::string device = "cpu";
-  int world = 1;  // data-parallel ranks the plan describes
+  int world = 1;  // data-parallel ranks the plan describes (world / (tp x pp))
   std::unique_ptr<ShardedModel> model;
   std::unique_ptr<DataSource> data;
   std::unique_ptr<CheckpointLock> lock;  // rank 0, while it writes checkpoints
@@ -129,13 +131,13 @@ Trainer::Trainer(const PlanFile& plan, const RunConfig& cfg, Comm& comm)
     throw InputError("the plan is for world size " + std::to_string(planned) + " (" +
                      std::to_string(plan.cluster.nodes) + " nodes x " + std::to_string(plan.cluster.gpus_per_node) +
                      " per node) but this launch has world size " + std::to_string(comm.size()));
-  t.world = comm.size();
   t.device = select_device(plan.cluster.device, comm.local_rank());
   const Strategy& s = plan.strategy;
   check_plan_runnable(plan);
   check_run_config(cfg);
   t.loss_scale = s.param_dtype == DType::Fp16 ? kInitLossScale : 1.0;
   t.model = std::make_unique<ShardedModel>(plan.model, s, comm, MemTracker::instance(), t.device, cfg.seed);
+  t.world = t.model->mesh().dp;
   comm.set_progress(0, "input checks");
   t.check_on_every_rank([&t] { t.check_inputs(); });
   if (!cfg.init_from.empty()) t.model->load_full_state(load_safetensors_weights(cfg.init_from, *t.model, t.notes()));
@@ -162,12 +164,13 @@ RunResult Trainer::run(std::ostream* log) {
   oc.eps = h.eps;
   oc.weight_decay = h.weight_decay;
   oc.momentum = h.momentum;
+  const Mesh& mesh = t.model->mesh();
   const int rank = t.comm.rank();
   const int W = t.world;
   const int64_t b = s.micro_batch, K = s.grad_accum, T = s.seq_len;
   RunResult res;
-  res.world_size = W;
-  res.emulated = t.comm.world().is_local() && W > 1;
+  res.world_size = t.comm.size();
+  res.emulated = t.comm.world().is_local() && t.comm.size() > 1;
   res.num_params = t.model->num_params();
   res.resumed_from = t.start_step;
   MemTracker& mem = MemTracker::instance();
@@ -178,19 +181,18 @@ RunResult Trainer::run(std::ostream* log) {
     const double waited0 = Handle::blocked_seconds();
     t.comm.set_progress(step, "forward/backward");
     t.comm.trace().begin_step();
-    // The micro-batches' losses summed on the device, read once per step (no host sync per micro-batch).
-    at::Tensor loss_sum;
+    // Data-parallel rank d of W reads rows (k*W + d)*b of micro-batch k: every tp rank and pipeline stage of a
+    // data-parallel replica reads the same rows.
+    std::vector<MicroBatch> batches;
     for (int64_t k = 0; k < K; ++k) {
-      at::Tensor batch = t.data->rows(step, (k * W + rank) * b, b);
-      at::Tensor tokens = batch.narrow(1, 0, T), targets = batch.narrow(1, 1, T);
-      mem.set_in_compute(true);
-      at::Tensor loss = t.model->forward_loss(tokens, targets);
-      at::Tensor detached = loss.detach().to(at::kDouble);
-      loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
-      // Mean over micro-batches (issue 6: K micro-batches of b == one batch of K*b).
-      t.model->backward(loss * (t.loss_scale / static_cast<double>(K)), k == K - 1);
-      mem.set_in_compute(false);
+      at::Tensor batch = t.data->rows(step, (k * W + mesh.dp_rank) * b, b);
+      batches.push_back({batch.narrow(1, 0, T), batch.narrow(1, 1, T)});
     }
+    mem.set_in_compute(true);
+    // The micro-batches' losses summed on the device, read once per step (no host sync per micro-batch); on the
+    // last pipeline stage only.
+    at::Tensor loss_sum = run_micro_batches(*t.model, batches, t.loss_scale);
+    mem.set_in_compute(false);
     const auto t_opt = std::chrono::steady_clock::now();
     t.comm.set_progress(step, "optimizer");
     mem.set_phase(to_string(Phase::GradientNorm));
@@ -215,13 +217,15 @@ RunResult Trainer::run(std::ostream* log) {
     }
     st.skipped = skip;
     t.model->zero_grad();
-    // Mean loss over the global batch: every rank's micro-batches have the same token count.
-    at::Tensor l = (loss_sum / static_cast<double>(K)).reshape({1});
+    // Mean loss over the global batch: every data-parallel replica's micro-batches have the same token count. Its
+    // loss is on the last pipeline stage, the same on every tp rank: one of them counts.
+    const bool counts = mesh.last_stage() && mesh.tp_rank == 0;
+    at::Tensor l = (loss_sum / static_cast<double>(K)).reshape({1}) * (counts ? 1.0 : 0.0);
     if (t.comm.size() > 1)
       t.comm.world().all_reduce_sum(l, CollectiveTag{Phase::LossAllReduce, GroupKind::World, -1}).wait();
     t.comm.trace().end_step();
     // A local group (world 1 or rehearsal) did not sum anything.
-    st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(t.comm.size()));
+    st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(W));
     auto t1 = std::chrono::steady_clock::now();
     st.time_s = std::chrono::duration<double>(t1 - t0).count();
     st.comm_wait_s = Handle::blocked_seconds() - waited0;

@@ -572,3 +572,52 @@ TEST_CASE("a plan beyond a RoPE model's max_positions is refused before any rank
 }
 
 }  // namespace fsdp::exec::test
+
+namespace fsdp::exec::test {
+
+// Issue M15 end to end: mesh plans written with the plan-file API run through the self-launcher; tp 2 and pp 2 on
+// the same 2 rows a step give the same losses; their step traces name the tensor group and the pipeline's
+// send-recv; a mesh the model cannot take is refused before any rank starts, naming the key.
+TEST_CASE("mesh plans through fsdp-run: tp 2 and pp 2 on 2 ranks, a refused tp") {
+  TmpDir d;
+  ModelSpec model = small_model();
+  model.hidden_size = 64;
+  model.num_heads = 4;
+  model.num_kv_heads = 2;
+  model.head_dim = 16;
+  PlanFile tp = small_plan(StrategyKind::Fsdp, "layer", 2, 2, model);
+  tp.strategy.mesh.tp = 2;
+  PlanFile pp = small_plan(StrategyKind::Zero2, "layer", 2, 1, model);
+  pp.strategy.mesh.pp = 2;
+  pp.strategy.grad_accum = 2;
+  std::vector<json> reports;
+  for (const auto& [name, plan] : {std::make_pair("tp", tp), std::make_pair("pp", pp)}) {
+    const std::string report = d / (std::string(name) + ".json");
+    const Result r = sh(kBin + " --nproc-per-node 2 " + write_plan(d, plan, std::string(name) + ".yaml") +
+                        " --steps 3 --report " + report);
+    INFO(r.out);
+    REQUIRE(r.code == 0);
+    reports.push_back(json::parse(slurp(report)));
+  }
+  for (int i = 0; i < 3; ++i)
+    CHECK(reports[0]["steps"][i]["loss"].get<double>() ==
+          doctest::Approx(reports[1]["steps"][i]["loss"].get<double>()).epsilon(1e-5));
+  CHECK(reports[0]["plan"]["tp"] == 2);
+  CHECK(reports[1]["plan"]["pp"] == 2);
+  auto has = [](const json& report, const char* key, const char* value) {
+    for (const auto& e : report["step_trace"]["entries"])
+      if (e.contains(key) && e[key] == value) return true;
+    return false;
+  };
+  CHECK(has(reports[0], "group", "tensor"));
+  CHECK(has(reports[1], "collective", "send-recv"));
+
+  PlanFile bad = tp;
+  bad.strategy.mesh.tp = 3;
+  bad.cluster.gpus_per_node = 3;
+  const Result r = sh(kBin + " --nproc-per-node 3 " + write_plan(d, bad, "bad.yaml") + " --steps 1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("strategy.tp 3 does not divide the model's num_heads 4") != std::string::npos);
+}
+
+}  // namespace fsdp::exec::test

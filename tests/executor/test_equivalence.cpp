@@ -8,6 +8,7 @@
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "dist_env.hpp"
+#include "equivalence.hpp"
 #include "shard/sharded_model.hpp"
 #include "test_common.hpp"
 #include "train/mem_tracker.hpp"
@@ -15,22 +16,6 @@
 
 namespace fsdp::exec::test {
 namespace {
-
-struct Outcome {
-  RunResult result;
-  std::map<std::string, at::Tensor> params;
-};
-
-Outcome train(const PlanFile& plan, Comm& comm, int64_t steps = 5) {
-  RunConfig cfg;
-  cfg.steps = steps;
-  cfg.seed = 7;
-  Trainer t(plan, cfg, comm);
-  Outcome o;
-  o.result = t.run(nullptr);
-  o.params = t.model().full_state_dict();
-  return o;
-}
 
 // The unsharded single-process run on the whole global batch (world x micro_batch x accum rows).
 const Outcome& reference(int world) {
@@ -40,38 +25,6 @@ const Outcome& reference(int world) {
   auto solo = Comm::emulate(1);
   PlanFile p = small_plan(StrategyKind::NoShard, "layer", 1, 2 * world);
   return cache[world] = train(p, *solo);
-}
-
-// Checks `got` against `ref` within `tol` (relative: losses, gradient norms, each parameter's ||a - b|| / ||b||) and
-// returns the largest of those relative differences.
-double check_same(const Outcome& got, const Outcome& ref, const std::string& what, double tol = 1e-5) {
-  INFO(what);
-  REQUIRE(got.result.steps.size() == ref.result.steps.size());
-  double largest = 0;
-  for (std::size_t i = 0; i < ref.result.steps.size(); ++i) {
-    const double l = got.result.steps[i].loss, r = ref.result.steps[i].loss;
-    CHECK(std::abs(l - r) <= tol * std::abs(r));
-    const double g = got.result.steps[i].grad_norm, rg = ref.result.steps[i].grad_norm;
-    CHECK(std::abs(g - rg) <= tol * std::abs(rg));
-    largest = std::max({largest, std::abs(l - r) / std::abs(r), std::abs(g - rg) / std::abs(rg)});
-  }
-  REQUIRE(got.params.size() == ref.params.size());
-  double worst = 0;
-  std::string worst_name;
-  for (const auto& [name, t] : ref.params) {
-    auto it = got.params.find(name);
-    REQUIRE(it != got.params.end());
-    REQUIRE(it->second.sizes() == t.sizes());
-    const double e = rel_err(it->second, t);
-    if (e > worst) {
-      worst = e;
-      worst_name = name;
-    }
-  }
-  INFO("worst parameter " << worst_name << " relative error " << worst);
-  if (worst > tol) MESSAGE(what << ": worst parameter " << worst_name << " error " << worst);
-  CHECK(worst <= tol);
-  return std::max(largest, worst);
 }
 
 }  // namespace
