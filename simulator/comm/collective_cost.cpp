@@ -33,9 +33,6 @@ double ring_bytes_factor(CollectiveKind kind, int n) {
     case CollectiveKind::Broadcast:
     case CollectiveKind::SendRecv:  // point to point: the sender moves the buffer once
       return 1.0;
-    case CollectiveKind::SendRecv:
-      // Point to point: the whole buffer crosses the one link between the two ranks.
-      return 1.0;
     case CollectiveKind::None:
       break;
   }

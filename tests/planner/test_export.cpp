@@ -443,13 +443,18 @@ TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused 
   CHECK_THROWS_WITH_AS(export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, toml.runtime, v3), toml, kRoot),
                        doctest::Contains("--pp-virtual-stages"), InputError);
   // A target that writes data parallelism only refuses the mesh, naming the knob.
-  for (const char* t : {"deepspeed", "accelerate", "swift", "torchtune", "fsdp-run"}) {
+  for (const char* t : {"deepspeed", "accelerate", "swift", "torchtune"}) {
     const TargetSpec spec = load_target_spec(kRoot, t, "");
     CAPTURE(t);
     const auto v = inexpressible(spec, s, c);
     CHECK(std::any_of(v.begin(), v.end(), [](const KnobViolation& x) { return x.message().rfind("tp 8: ", 0) == 0; }));
     CHECK(std::any_of(v.begin(), v.end(), [](const KnobViolation& x) { return x.message().rfind("pp 4: ", 0) == 0; }));
   }
+  // fsdp-run runs the mesh, but not the interleaved schedule (executor/shard/mesh.cpp).
+  const TargetSpec fsdp_run = load_target_spec(kRoot, "fsdp-run", "");
+  const auto run = inexpressible(fsdp_run, s, c);
+  REQUIRE(run.size() == 1);
+  CHECK(run.front().message().rfind("pp_schedule interleaved-1f1b: ", 0) == 0);
 }
 
 namespace {
