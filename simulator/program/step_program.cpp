@@ -499,8 +499,10 @@ struct Emitter {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     TpUnitShape shape;
     shape.layers = u.num_layers();
-    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l)
+    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l) {
       shape.recomputed_layers += recomputes_layer_forward(layer_ckpt(s, l)) ? 1 : 0;
+      shape.single_linear_blocks += single_linear_blocks(g, g.layers()[static_cast<size_t>(l)]);
+    }
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
@@ -512,6 +514,7 @@ struct Emitter {
                             GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),
                             wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
       op.comm_calls = c.calls;
+      op.async_tp_fusible = c.async_fusible;
       op.transient_bytes = c.gathered_bytes;
       op.deps.push_back(last);
       last = push(op);

@@ -73,6 +73,7 @@ struct Op {
   GroupKind group = GroupKind::Shard;
   double comm_bytes = 0;                 // full buffer size of the collective
   int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
+  bool async_tp_fusible = false;         // a tp collective async TP fuses with its GEMM (TpCollective::async_fusible)
   WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
   double copy_bytes = 0;                 // host<->device
   double host_optimizer_params = 0;

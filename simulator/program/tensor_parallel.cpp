@@ -121,21 +121,39 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   lc.elementwise_bytes_per_token *= act_share;
 }
 
+int64_t single_linear_blocks(const ModuleGraph& g, ModuleId layer) {
+  const ModelSpec& m = g.spec();
+  int64_t n = 0;
+  for (ModuleId child : g.children(layer)) {
+    const ModuleKind k = g.node(child).kind;
+    if (k != ModuleKind::Attention && k != ModuleKind::Mlp) continue;
+    int64_t readers = 0;
+    for (ModuleId leaf : g.leaves_under(child)) {
+      const ModuleNode& l = g.node(leaf);
+      if (l.kind == ModuleKind::Linear && column_parallel(m, l.in_features)) ++readers;
+    }
+    if (readers == 1) ++n;
+  }
+  return n;
+}
+
 std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const MeshSpec& mesh) {
   std::vector<TpCollective> out;
   if (mesh.tp <= 1) return out;
   const double a = u.activation_bytes;
   if (mesh.sequence_parallel) {
-    // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the
-    // embedding's output reduce-scattered into the sequence shards; the final norm's output gathered for the head.
+    // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the final
+    // norm's output gathered for the head; the embedding's output reduce-scattered into the sequence shards (a
+    // lookup's output: never fused with a GEMM).
     const int ag = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
-    const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a});
-    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0});
+    const int rs = static_cast<int>(2 * u.layers);
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, true});
+    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, true});
+    if (u.embedding) out.push_back({CollectiveKind::ReduceScatter, 1, a, 0.0, false});
   } else {
     // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
     const int ar = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0});
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, false});
   }
   return out;
 }
@@ -150,15 +168,21 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   if (mesh.sequence_parallel) {
     // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
     // head's input gradient reduce-scattered, the embedding's output gradient gathered.
-    const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
-    const int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ag + again > 0) out.push_back({CollectiveKind::AllGather, ag + again, a, a});
-    if (rs + again > 0) out.push_back({CollectiveKind::ReduceScatter, rs + again, a, 0.0});
+    // Fused under async TP (header): the output gradients' all-gathers (left operand of the input-gradient GEMM),
+    // the recomputed forward's collectives, the head's input gradient (one GEMM) and the blocks read by one linear;
+    // whole: the embedding's gradient gather and the other blocks' input-gradient reduce-scatters.
+    const int ag = static_cast<int>(2 * u.layers) + again;
+    const int rs_whole = static_cast<int>(2 * u.layers - u.single_linear_blocks);
+    const int rs_fused = static_cast<int>(u.single_linear_blocks) + again + (u.head ? 1 : 0);
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, true});
+    if (u.embedding) out.push_back({CollectiveKind::AllGather, 1, a, a, false});
+    if (rs_whole > 0) out.push_back({CollectiveKind::ReduceScatter, rs_whole, a, 0.0, false});
+    if (rs_fused > 0) out.push_back({CollectiveKind::ReduceScatter, rs_fused, a, 0.0, true});
   } else {
     // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP); the head's input
     // gradient (its linear is column-parallel on a replicated input).
     const int ar = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again;
-    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0});
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, false});
   }
   return out;
 }
@@ -166,7 +190,7 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 TpCollective tp_loss_collective(double tokens) {
   constexpr double kFp32Bytes = 4.0;
   constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)
-  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0};
+  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0, false};
 }
 
 double tp_exposed_fraction(const MeshSpec& mesh) {

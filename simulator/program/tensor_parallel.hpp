@@ -25,8 +25,19 @@
 //    num_query_groups < tensor_model_parallel_size; attention.py num_query_groups_per_partition); its k and v
 //    projections are then computed on every rank that holds it.
 //  - Async TP (torchtitan parallelism.enable_async_tensor_parallel; Wang et al. 2022, "Overlap communication with
-//    dependent computation via decomposition", ASPLOS'23): each collective is decomposed into tp chunks overlapped
-//    with the partial GEMMs; the first chunk's transfer stays exposed: 1/tp of the collective's time.
+//    dependent computation via decomposition", ASPLOS'23): a collective fused with its GEMM is decomposed into tp
+//    chunks overlapped with the partial GEMMs; the first chunk's transfer stays exposed: 1/tp of its time. Which
+//    collectives fuse is Inductor's micro-pipeline pass (pytorch/pytorch torch/_inductor/fx_passes/
+//    micro_pipeline_tp.py @ 00122fb1c8e5cc0f9871dbaa5343fde4546ff9da): an all-gather whose result is the left
+//    operand of matmuls (fuse_all_gather_matmul), and a reduce-scatter whose input is one matmul's output with no
+//    other user (fuse_matmul_reduce_scatter). So: the forward's (and a recomputed forward's) all-gathers before the
+//    column-parallel linears and reduce-scatters after the row-parallel ones fuse, and in backward the all-gathers
+//    of the output gradient (left operand of the input-gradient GEMM) fuse; the backward's reduce-scatter of a
+//    block's input gradient fuses only where that gradient is one GEMM's output, i.e. the block reads its input
+//    with one column-parallel linear (a fused qkv or gate_up projection, a plain MLP's up projection); with
+//    separate q, k, v (gate, up) projections it is a sum of GEMM outputs and stays whole on the critical path. The
+//    embedding's reduce-scatter (a lookup's output) and gradient all-gather (read by no GEMM), the loss's and the
+//    norms' all-reduces never fuse.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +76,7 @@ struct TpCollective {
   int calls = 0;
   double bytes = 0;
   double gathered_bytes = 0;
+  bool async_fusible = false;  // fused with its GEMM under async TP (micro_pipeline_tp.py, above)
 };
 
 struct TpUnitShape {
@@ -73,7 +85,14 @@ struct TpUnitShape {
   bool embedding = false;         // the unit holds the (vocabulary-parallel) embedding
   bool head = false;              // the unit holds the final norm and the (vocabulary-parallel) head
   double activation_bytes = 0;    // one s x b x h activation of the micro-batch in the compute dtype
+  // Of the layers' column-parallel blocks (attention, MLP: two a layer), those that read their input with one
+  // linear, whose input gradient is then one GEMM's output (async TP fuses its reduce-scatter; above).
+  int64_t single_linear_blocks = 0;
 };
+
+// The column-parallel blocks of decoder layer `layer` (its Attention and Mlp children) that read their input with
+// exactly one linear (a fused qkv / gate_up projection, a plain MLP's up projection).
+int64_t single_linear_blocks(const ModuleGraph& g, ModuleId layer);
 
 // Forward: per layer 2 all-gathers + 2 reduce-scatters with sequence parallelism, else 2 all-reduces; the embedding
 // a reduce-scatter (all-reduce), the head's input an all-gather (nothing without SP: it is replicated).
@@ -85,7 +104,8 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 
-// The share of a collective's time that stays on the critical path (1 without async TP; 1/tp with it).
+// The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it); a
+// collective that is not async_fusible stays whole.
 double tp_exposed_fraction(const MeshSpec& mesh);
 
 }  // namespace fsdp

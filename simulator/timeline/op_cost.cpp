@@ -182,8 +182,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
     double one =
         hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
-    // Async TP overlaps all but the first of a tp collective's chunks with the GEMMs (tensor_parallel.hpp).
-    if (op.stream == Stream::TensorParallel) one *= tp_exposed_fraction(s.mesh);
+    // Async TP overlaps all but the first of a fused tp collective's chunks with its GEMM (tensor_parallel.hpp).
+    if (op.stream == Stream::TensorParallel && op.async_tp_fusible) one *= tp_exposed_fraction(s.mesh);
     t += one * static_cast<double>(op.comm_calls);
   }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;

@@ -132,7 +132,7 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   sp.tp = 4;
   MeshSpec ar = sp;
   ar.sequence_parallel = false;
-  TpUnitShape two{2, 0, false, false, 1000.0};
+  TpUnitShape two{2, 0, false, false, 1000.0, 0};
   // Forward: 2 all-gathers + 2 reduce-scatters per layer with SP; 2 all-reduces without.
   auto f = tp_forward_collectives(two, sp);
   REQUIRE(f.size() == 2);
@@ -143,14 +143,15 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   REQUIRE(fa.size() == 1);
   CHECK((fa[0].kind == CollectiveKind::AllReduce && fa[0].calls == 4));
   // Backward: the conjugates, plus the forward's again for recomputed layers.
-  TpUnitShape recomputed{2, 2, false, false, 1000.0};
+  TpUnitShape recomputed{2, 2, false, false, 1000.0, 0};
   auto b = tp_backward_collectives(recomputed, sp);
-  REQUIRE(b.size() == 2);
+  REQUIRE(b.size() == 3);
   CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8));
-  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 8));
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 4));  // the blocks' input gradients
+  CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 4));  // the recomputed forward's
   CHECK(tp_backward_collectives(recomputed, ar)[0].calls == 8);
   // The root: the embedding's output reduce-scattered (all-reduced), the head's input gathered (SP only).
-  TpUnitShape root{0, 0, true, true, 1000.0};
+  TpUnitShape root{0, 0, true, true, 1000.0, 0};
   auto r = tp_forward_collectives(root, sp);
   REQUIRE(r.size() == 2);
   CHECK((r[0].kind == CollectiveKind::AllGather && r[0].calls == 1));
@@ -163,6 +164,40 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   async.async_tp = true;
   CHECK(tp_exposed_fraction(async) == 0.25);
   CHECK(tp_exposed_fraction(sp) == 1.0);
+}
+
+TEST_CASE("tp: which collectives async TP fuses with a GEMM (Inductor's micro_pipeline_tp patterns)") {
+  MeshSpec sp;
+  sp.tp = 8;
+  // Llama reads each block's input with separate projections (q, k, v; gate, up): no block has a single reader,
+  // so their input gradients are sums of GEMM outputs and their reduce-scatters stay whole.
+  const ModuleGraph& g = llama8b();
+  CHECK(single_linear_blocks(g, g.layers().front()) == 0);
+  // GPT-2's MLP reads its input with one linear (c_fc, no gate): that block's input gradient is one GEMM's output.
+  const ModuleGraph gpt2(load_model("gpt2", FSDP_SOURCE_ROOT));
+  CHECK(single_linear_blocks(gpt2, gpt2.layers().front()) == 1);
+  // Forward: every layer collective fuses (all-gather -> the column-parallel GEMMs, the row-parallel GEMM ->
+  // reduce-scatter) and the head's input gather; the embedding's reduce-scatter of a lookup does not.
+  TpUnitShape root_layers{2, 0, true, true, 1000.0, 0};
+  auto f = tp_forward_collectives(root_layers, sp);
+  REQUIRE(f.size() == 3);
+  CHECK((f[0].kind == CollectiveKind::AllGather && f[0].calls == 5 && f[0].async_fusible));
+  CHECK((f[1].kind == CollectiveKind::ReduceScatter && f[1].calls == 4 && f[1].async_fusible));
+  CHECK((f[2].kind == CollectiveKind::ReduceScatter && f[2].calls == 1 && !f[2].async_fusible));
+  // Backward, two layers recomputed, one block read by one linear: the output gradients' gathers and the recomputed
+  // forward's fuse, the embedding's gradient gather does not; of the blocks' input-gradient reduce-scatters the
+  // single-reader block's and the head's fuse, the other three stay whole.
+  TpUnitShape b_shape{2, 2, true, true, 1000.0, 1};
+  auto b = tp_backward_collectives(b_shape, sp);
+  REQUIRE(b.size() == 4);
+  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8 && b[0].async_fusible));
+  CHECK((b[1].kind == CollectiveKind::AllGather && b[1].calls == 1 && !b[1].async_fusible));
+  CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 3 && !b[2].async_fusible));
+  CHECK((b[3].kind == CollectiveKind::ReduceScatter && b[3].calls == 1 + 4 + 1 && b[3].async_fusible));
+  // Without sequence parallelism there is nothing to fuse: the pass matches all-gathers and reduce-scatters only.
+  MeshSpec ar = sp;
+  ar.sequence_parallel = false;
+  for (const TpCollective& c : tp_backward_collectives(b_shape, ar)) CHECK_FALSE(c.async_fusible);
 }
 
 TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the vocabulary-parallel loss") {
