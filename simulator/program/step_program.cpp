@@ -500,7 +500,9 @@ struct Emitter {
     TpUnitShape shape;
     shape.layers = u.num_layers();
     for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l) {
-      shape.recomputed_layers += recomputes_layer_forward(layer_ckpt(s, l)) ? 1 : 0;
+      const ActCkpt ckpt = layer_ckpt(s, l);
+      shape.recomputed_layers += ckpt == ActCkpt::Full ? 1 : 0;
+      shape.sac_op_layers += ckpt == ActCkpt::SelectiveOp ? 1 : 0;
       shape.single_linear_blocks += single_linear_blocks(g, g.layers()[static_cast<size_t>(l)]);
     }
     shape.embedding = u.is_root && prog.layout.first_stage();

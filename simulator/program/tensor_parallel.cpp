@@ -163,8 +163,11 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   if (mesh.tp <= 1) return out;
   const double a = u.activation_bytes;
   // The layers whose forward runs again in backward repeat its collectives (Korthikanti et al. 2022 sec. 5: full
-  // recomputation re-runs the forward's communication).
-  const int again = static_cast<int>(2 * u.recomputed_layers);
+  // recomputation re-runs the forward's communication). Under the per-op policy only the gathers run again: it saves
+  // every reduce_scatter_tensor output (torchtitan parallelize_llama.py _save_list @ 820504e20d11), while the
+  // gathered inputs of the GEMMs it recomputes (every second one: k, the output projection, up) are not saved.
+  const int again = static_cast<int>(2 * (u.recomputed_layers + u.sac_op_layers));
+  const int again_rs = static_cast<int>(2 * u.recomputed_layers);
   if (mesh.sequence_parallel) {
     // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
     // head's input gradient reduce-scattered, the embedding's output gradient gathered.
@@ -173,7 +176,7 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
     // whole: the embedding's gradient gather and the other blocks' input-gradient reduce-scatters.
     const int ag = static_cast<int>(2 * u.layers) + again;
     const int rs_whole = static_cast<int>(2 * u.layers - u.single_linear_blocks);
-    const int rs_fused = static_cast<int>(u.single_linear_blocks) + again + (u.head ? 1 : 0);
+    const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs + (u.head ? 1 : 0);
     if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, true});
     if (u.embedding) out.push_back({CollectiveKind::AllGather, 1, a, a, false});
     if (rs_whole > 0) out.push_back({CollectiveKind::ReduceScatter, rs_whole, a, 0.0, false});

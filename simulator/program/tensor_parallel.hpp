@@ -81,7 +81,8 @@ struct TpCollective {
 
 struct TpUnitShape {
   int64_t layers = 0;             // decoder layers of the unit
-  int64_t recomputed_layers = 0;  // of which backward runs the forward again (full / selective-op checkpointing)
+  int64_t recomputed_layers = 0;  // of which backward runs the whole forward again (full checkpointing)
+  int64_t sac_op_layers = 0;      // of which the per-op policy recomputes (selective-op: the gathers run again)
   bool embedding = false;         // the unit holds the (vocabulary-parallel) embedding
   bool head = false;              // the unit holds the final norm and the (vocabulary-parallel) head
   double activation_bytes = 0;    // one s x b x h activation of the micro-batch in the compute dtype

@@ -132,7 +132,7 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   sp.tp = 4;
   MeshSpec ar = sp;
   ar.sequence_parallel = false;
-  TpUnitShape two{2, 0, false, false, 1000.0, 0};
+  TpUnitShape two{2, 0, 0, false, false, 1000.0, 0};
   // Forward: 2 all-gathers + 2 reduce-scatters per layer with SP; 2 all-reduces without.
   auto f = tp_forward_collectives(two, sp);
   REQUIRE(f.size() == 2);
@@ -143,7 +143,7 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   REQUIRE(fa.size() == 1);
   CHECK((fa[0].kind == CollectiveKind::AllReduce && fa[0].calls == 4));
   // Backward: the conjugates, plus the forward's again for recomputed layers.
-  TpUnitShape recomputed{2, 2, false, false, 1000.0, 0};
+  TpUnitShape recomputed{2, 2, 0, false, false, 1000.0, 0};
   auto b = tp_backward_collectives(recomputed, sp);
   REQUIRE(b.size() == 3);
   CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8));
@@ -151,7 +151,7 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 4));  // the recomputed forward's
   CHECK(tp_backward_collectives(recomputed, ar)[0].calls == 8);
   // The root: the embedding's output reduce-scattered (all-reduced), the head's input gathered (SP only).
-  TpUnitShape root{0, 0, true, true, 1000.0, 0};
+  TpUnitShape root{0, 0, 0, true, true, 1000.0, 0};
   auto r = tp_forward_collectives(root, sp);
   REQUIRE(r.size() == 2);
   CHECK((r[0].kind == CollectiveKind::AllGather && r[0].calls == 1));
@@ -178,7 +178,7 @@ TEST_CASE("tp: which collectives async TP fuses with a GEMM (Inductor's micro_pi
   CHECK(single_linear_blocks(gpt2, gpt2.layers().front()) == 1);
   // Forward: every layer collective fuses (all-gather -> the column-parallel GEMMs, the row-parallel GEMM ->
   // reduce-scatter) and the head's input gather; the embedding's reduce-scatter of a lookup does not.
-  TpUnitShape root_layers{2, 0, true, true, 1000.0, 0};
+  TpUnitShape root_layers{2, 0, 0, true, true, 1000.0, 0};
   auto f = tp_forward_collectives(root_layers, sp);
   REQUIRE(f.size() == 3);
   CHECK((f[0].kind == CollectiveKind::AllGather && f[0].calls == 5 && f[0].async_fusible));
@@ -187,13 +187,20 @@ TEST_CASE("tp: which collectives async TP fuses with a GEMM (Inductor's micro_pi
   // Backward, two layers recomputed, one block read by one linear: the output gradients' gathers and the recomputed
   // forward's fuse, the embedding's gradient gather does not; of the blocks' input-gradient reduce-scatters the
   // single-reader block's and the head's fuse, the other three stay whole.
-  TpUnitShape b_shape{2, 2, true, true, 1000.0, 1};
+  TpUnitShape b_shape{2, 2, 0, true, true, 1000.0, 1};
   auto b = tp_backward_collectives(b_shape, sp);
   REQUIRE(b.size() == 4);
   CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8 && b[0].async_fusible));
   CHECK((b[1].kind == CollectiveKind::AllGather && b[1].calls == 1 && !b[1].async_fusible));
   CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 3 && !b[2].async_fusible));
   CHECK((b[3].kind == CollectiveKind::ReduceScatter && b[3].calls == 1 + 4 + 1 && b[3].async_fusible));
+  // Two layers under torchtitan's per-op policy: their gathers run again (the recomputed GEMMs' inputs), their
+  // reduce-scatters do not (the policy saves reduce_scatter_tensor outputs).
+  TpUnitShape sac{2, 0, 2, false, false, 1000.0, 0};
+  auto bs = tp_backward_collectives(sac, sp);
+  REQUIRE(bs.size() == 2);
+  CHECK((bs[0].kind == CollectiveKind::AllGather && bs[0].calls == 4 + 4));
+  CHECK((bs[1].kind == CollectiveKind::ReduceScatter && bs[1].calls == 4));
   // Without sequence parallelism there is nothing to fuse: the pass matches all-gathers and reduce-scatters only.
   MeshSpec ar = sp;
   ar.sequence_parallel = false;
