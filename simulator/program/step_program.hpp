@@ -132,6 +132,10 @@ struct StepProgram {
   std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
   int64_t attn_batch = 0, attn_seq = 0;
+  // The tensor-parallel collectives overlap the linears' own GEMMs (RuntimeProfile::tp_linear_async_overlap, with
+  // sequence parallelism and without async TP): the timeline prices what stays exposed
+  // (timeline/tp_linear_overlap.hpp).
+  bool tp_async_linears = false;
   // With attention sdpa: the kernels PyTorch's dispatch runs (ProgramInput::sdpa_global, sdpa_windowed): the
   // timeline prices them.
   SdpaKernel sdpa_global = SdpaKernel::Flash;    // layers attending every earlier token (is_causal, no mask)

@@ -151,7 +151,8 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
     // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
     // head's input gradient reduce-scattered, the embedding's output gradient gathered.
     const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
-    const int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - u.recomputed_layers)) + (u.head ? 1 : 0);
     if (ag + again > 0) out.push_back({CollectiveKind::AllGather, ag + again, a, a});
     if (rs + again > 0) out.push_back({CollectiveKind::ReduceScatter, rs + again, a, 0.0});
   } else {

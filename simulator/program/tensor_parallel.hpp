@@ -73,13 +73,18 @@ struct TpUnitShape {
   bool embedding = false;         // the unit holds the (vocabulary-parallel) embedding
   bool head = false;              // the unit holds the final norm and the (vocabulary-parallel) head
   double activation_bytes = 0;    // one s x b x h activation of the micro-batch in the compute dtype
+  // The column-parallel linears save only their sequence shard and gather it again in backward for the weight
+  // gradient (nanotron's tp_recompute_allgather, default True: src/nanotron/config/parallelism_config.py,
+  // tensor_parallel/functional.py _ColumnLinearAsyncCommunication.backward @ 67c5ebb6): one more all-gather per
+  // column-parallel block, and the head's, in backward.
+  bool column_inputs_regathered = false;
 };
 
 // Forward: per layer 2 all-gathers + 2 reduce-scatters with sequence parallelism, else 2 all-reduces; the embedding
 // a reduce-scatter (all-reduce), the head's input an all-gather (nothing without SP: it is replicated).
 std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 // Backward: the conjugates (all-gather <-> reduce-scatter, all-reduce for f), plus the forward's collectives again
-// for the layers whose forward is recomputed.
+// for the layers whose forward is recomputed, plus the column inputs' gathers again where they are regathered.
 std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).

@@ -9,6 +9,7 @@
 #include "program/tensor_parallel.hpp"
 #include "simulate.hpp"
 #include "strategy/capabilities.hpp"
+#include "timeline/tp_linear_overlap.hpp"
 
 using namespace fsdp;
 
@@ -268,4 +269,35 @@ TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the f
   s = plan(3);
   CHECK_THROWS_WITH_AS(validate_strategy(s, m, Cluster{1, 8}), "--tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs",
                        InputError);
+}
+
+TEST_CASE("tp: nanotron's asynchronous linears regather in backward and hide collectives under their own GEMMs") {
+  MeshSpec sp;
+  sp.tp = 4;
+  sp.sequence_parallel = true;
+  // tp_recompute_allgather: the column inputs gathered again in backward, per layer block and for the head.
+  TpUnitShape regather{3, 0, false, true, 1000.0};
+  regather.column_inputs_regathered = true;
+  auto b = tp_backward_collectives(regather, sp);
+  REQUIRE(b.size() == 2);
+  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 2 * 3 + 2 * 3 + 1));
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 2 * 3 + 1));
+  // One layer of two blocks; one collective takes 1 s.
+  TpOverlapGemms g;
+  g.layers.push_back({TpBlockGemms{2.0, 0.5, 1.0, 4.0}, TpBlockGemms{8.0, 3.0, 2.0, 2.0}});
+  // Forward gathers under 1/tp of the column GEMM: 1 - 0.5 and 1 - 2 (hidden whole); reduce-scatters waited for.
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, false, 1.0, 2, g, 4) == doctest::Approx(0.5));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, false, 1.0, 2, g, 4) == doctest::Approx(2.0));
+  // Backward: the regather under the input-gradient GEMM (0.5, 0), the row output gradient under 1/tp of the row's
+  // (0, 0.5); the input gradient's reduce-scatter under the weight gradient (0.5, 0).
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, true, 1.0, 4, g, 4) == doctest::Approx(1.0));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, true, 1.0, 2, g, 4) == doctest::Approx(0.5));
+  // Calls beyond the layers' (the embedding's) stay whole; the head hides its own under its GEMM.
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, false, 1.0, 3, g, 4) == doctest::Approx(3.0));
+  TpOverlapGemms head;
+  head.head = true;
+  head.head_forward_s = 2.0;
+  head.head_backward_s = 0.25;
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, false, 1.0, 1, head, 4) == doctest::Approx(0.5));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, true, 1.0, 2, head, 4) == doctest::Approx(1.75));
 }
