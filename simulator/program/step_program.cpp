@@ -295,6 +295,7 @@ struct Emitter {
     const int64_t toks = s.micro_batch * s.seq_len;
     // The head vocabulary-parallel: each tp rank computes its 1/tp of the logits.
     prog.head_gemm = GemmShape{toks, (ms.vocab_size + s.mesh.tp - 1) / s.mesh.tp, ms.hidden_size, 1.0};
+    prog.tp_async_linears = s.mesh.tp > 1 && s.mesh.sequence_parallel && !s.mesh.async_tp && rt.tp_linear_async_overlap;
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {
@@ -508,6 +509,7 @@ struct Emitter {
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
+    shape.column_inputs_regathered = prog.tp_async_linears;
     int last = dep;
     for (const TpCollective& c :
          backward ? tp_backward_collectives(shape, s.mesh) : tp_forward_collectives(shape, s.mesh)) {
@@ -516,8 +518,11 @@ struct Emitter {
                             GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),
                             wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
       op.comm_calls = c.calls;
-      op.async_tp_fusible = c.async_fusible;
+      op.async_tp_fused_calls = c.fused_calls;
       op.transient_bytes = c.gathered_bytes;
+      // The layers whose GEMMs the collectives may overlap (timeline/tp_linear_overlap.hpp).
+      op.first_layer = u.first_layer;
+      op.last_layer = u.last_layer;
       op.deps.push_back(last);
       last = push(op);
     }
@@ -1011,7 +1016,10 @@ void Emitter::emit_replicated() {
   prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
   // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
   // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.
-  bool buckets = s.kind == StrategyKind::Ddp;
+  // nanotron wraps the model in DDP only with more than one data-parallel rank (src/nanotron/trainer.py init_model
+  // @ 67c5ebb6: make_ddp = data_parallel_size > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)); its
+  // FP32GradientAccumulator (accum32) is what marks that trainer here.
+  bool buckets = s.kind == StrategyKind::Ddp && !(accum32 && prog.layout.world <= 1);
   if (buckets) {
     // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
     MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::UnshardedGrads : MemoryCategory::CommBuffers;
@@ -1019,6 +1027,15 @@ void Emitter::emit_replicated() {
   }
   // FP32GradientAccumulator.build_grad_buffers: one fp32 buffer of every trained parameter's gradient, for the run.
   if (accum32) prog.persistent.push_back({MemoryCategory::ShardedGrads, P * 4.0});
+  // nanotron's asynchronous tensor-parallel linears gather into MemoryBuffer's global buffers, kept for the run at
+  // their largest request (src/nanotron/parallel/utils.py MemoryBuffer.get @ 67c5ebb6): "allgather", a column-parallel
+  // linear's gathered input (tp_recompute_allgather), and "allgather2", a row-parallel linear's gathered output
+  // gradient (parallel/tensor_parallel/functional.py): s x b x h each in the compute dtype.
+  if (prog.tp_async_linears) {
+    constexpr double kMemoryBuffers = 2;  // "allgather", "allgather2"
+    prog.persistent.push_back(
+        {MemoryCategory::CommBuffers, kMemoryBuffers * tokens * static_cast<double>(g.spec().hidden_size) * pb});
+  }
   // ZeRO-1 reduced once after the backward (RuntimeProfile::zero1_grads_reduced_after_backward).
   const bool reduce_after_backward = s.kind == StrategyKind::Zero1 && rt.zero1_grads_reduced_after_backward;
   const bool casts = mixed && !zero_layout && !accum32 && rt.autocast_caches_weight_casts;

@@ -73,7 +73,7 @@ struct Op {
   GroupKind group = GroupKind::Shard;
   double comm_bytes = 0;                 // full buffer size of the collective
   int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
-  bool async_tp_fusible = false;         // a tp collective async TP fuses with its GEMM (TpCollective::async_fusible)
+  int async_tp_fused_calls = 0;          // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
   WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
   double copy_bytes = 0;                 // host<->device
   double host_optimizer_params = 0;
@@ -133,6 +133,10 @@ struct StepProgram {
   std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
   int64_t attn_batch = 0, attn_seq = 0;
+  // The tensor-parallel collectives overlap the linears' own GEMMs (RuntimeProfile::tp_linear_async_overlap, with
+  // sequence parallelism and without async TP): the timeline prices what stays exposed
+  // (timeline/tp_linear_overlap.hpp).
+  bool tp_async_linears = false;
   // With attention sdpa: the kernels PyTorch's dispatch runs (ProgramInput::sdpa_global, sdpa_windowed): the
   // timeline prices them.
   SdpaKernel sdpa_global = SdpaKernel::Flash;    // layers attending every earlier token (is_causal, no mask)

@@ -143,17 +143,16 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
   const double a = u.activation_bytes;
   if (mesh.sequence_parallel) {
     // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the final
-    // norm's output gathered for the head; the embedding's output reduce-scattered into the sequence shards (a
-    // lookup's output: never fused with a GEMM).
+    // norm's output gathered for the head; the embedding's output reduce-scattered into the sequence shards. Under
+    // async TP all but the embedding's (a lookup's output) fuse with their GEMMs (header).
     const int ag = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
-    const int rs = static_cast<int>(2 * u.layers);
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, true});
-    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, true});
-    if (u.embedding) out.push_back({CollectiveKind::ReduceScatter, 1, a, 0.0, false});
+    const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag});
+    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, static_cast<int>(2 * u.layers)});
   } else {
     // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
     const int ar = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, false});
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, 0});
   }
   return out;
 }
@@ -166,26 +165,28 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   // recomputation re-runs the forward's communication). Under the per-op policy only the gathers run again: it saves
   // every reduce_scatter_tensor output (torchtitan parallelize_llama.py _save_list @ 820504e20d11), while the
   // gathered inputs of the GEMMs it recomputes (every second one: k, the output projection, up) are not saved.
-  const int again = static_cast<int>(2 * (u.recomputed_layers + u.sac_op_layers));
+  const int64_t rerun = u.recomputed_layers + u.sac_op_layers;
+  const int again = static_cast<int>(2 * rerun);
   const int again_rs = static_cast<int>(2 * u.recomputed_layers);
   if (mesh.sequence_parallel) {
     // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
-    // head's input gradient reduce-scattered, the embedding's output gradient gathered.
-    // Fused under async TP (header): the output gradients' all-gathers (left operand of the input-gradient GEMM),
-    // the recomputed forward's collectives, the head's input gradient (one GEMM) and the blocks read by one linear;
-    // whole: the embedding's gradient gather and the other blocks' input-gradient reduce-scatters.
-    const int ag = static_cast<int>(2 * u.layers) + again;
-    const int rs_whole = static_cast<int>(2 * u.layers - u.single_linear_blocks);
-    const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs + (u.head ? 1 : 0);
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, true});
-    if (u.embedding) out.push_back({CollectiveKind::AllGather, 1, a, a, false});
-    if (rs_whole > 0) out.push_back({CollectiveKind::ReduceScatter, rs_whole, a, 0.0, false});
-    if (rs_fused > 0) out.push_back({CollectiveKind::ReduceScatter, rs_fused, a, 0.0, true});
+    // head's input gradient reduce-scattered, the embedding's output gradient gathered; where the column inputs are
+    // regathered, once more per column-parallel block of the layers whose forward does not run again, and the
+    // head's. Fused under async TP (header): the output gradients' gathers (left operand of the input-gradient
+    // GEMM), the re-run forward's collectives, the head's input gradient (one GEMM) and those of the blocks read by
+    // one linear; whole: the embedding's gradient gather and the other blocks' input-gradient reduce-scatters.
+    int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0) + again;
+    if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun)) + (u.head ? 1 : 0);
+    const int ag_fused = static_cast<int>(2 * u.layers) + again;
+    const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again_rs;
+    const int rs_fused = static_cast<int>(u.single_linear_blocks) + (u.head ? 1 : 0) + again_rs;
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag_fused});
+    if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, rs_fused});
   } else {
     // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP); the head's input
     // gradient (its linear is column-parallel on a replicated input).
     const int ar = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again;
-    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, false});
+    if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, 0});
   }
   return out;
 }
@@ -193,7 +194,7 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 TpCollective tp_loss_collective(double tokens) {
   constexpr double kFp32Bytes = 4.0;
   constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)
-  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0, false};
+  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0, 0};
 }
 
 double tp_exposed_fraction(const MeshSpec& mesh) {

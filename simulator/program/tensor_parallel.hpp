@@ -76,7 +76,7 @@ struct TpCollective {
   int calls = 0;
   double bytes = 0;
   double gathered_bytes = 0;
-  bool async_fusible = false;  // fused with its GEMM under async TP (micro_pipeline_tp.py, above)
+  int fused_calls = 0;  // of the calls, those async TP fuses with their GEMM (micro_pipeline_tp.py, above)
 };
 
 struct TpUnitShape {
@@ -89,6 +89,11 @@ struct TpUnitShape {
   // Of the layers' column-parallel blocks (attention, MLP: two a layer), those that read their input with one
   // linear, whose input gradient is then one GEMM's output (async TP fuses its reduce-scatter; above).
   int64_t single_linear_blocks = 0;
+  // The column-parallel linears save only their sequence shard and gather it again in backward for the weight
+  // gradient (nanotron's tp_recompute_allgather, default True: src/nanotron/config/parallelism_config.py,
+  // tensor_parallel/functional.py _ColumnLinearAsyncCommunication.backward @ 67c5ebb6): one more all-gather per
+  // column-parallel block, and the head's, in backward.
+  bool column_inputs_regathered = false;
 };
 
 // The column-parallel blocks of decoder layer `layer` (its Attention and Mlp children) that read their input with
@@ -99,14 +104,14 @@ int64_t single_linear_blocks(const ModuleGraph& g, ModuleId layer);
 // a reduce-scatter (all-reduce), the head's input an all-gather (nothing without SP: it is replicated).
 std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 // Backward: the conjugates (all-gather <-> reduce-scatter, all-reduce for f), plus the forward's collectives again
-// for the layers whose forward is recomputed.
+// for the layers whose forward is recomputed, plus the column inputs' gathers again where they are regathered.
 std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 
-// The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it); a
-// collective that is not async_fusible stays whole.
+// The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it); the
+// calls that are not fused (TpCollective::fused_calls) stay whole.
 double tp_exposed_fraction(const MeshSpec& mesh);
 
 }  // namespace fsdp

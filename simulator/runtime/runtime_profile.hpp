@@ -80,6 +80,11 @@ struct RuntimeProfile {
   // build_model: cumulative block costs against thresholds total x (r + 1) / pp; true). Optional in the file
   // (sharding.pipeline_stage_split: layers | compute-cost; absent: layers).
   bool pipeline_split_by_cost = false;
+  // Sequence-parallel linears that overlap their collectives with their own GEMMs (nanotron's
+  // tp_linear_async_communication: timeline/tp_linear_overlap.hpp) and gather a column-parallel linear's input again
+  // in backward; false: every tensor-parallel collective waited for (Megatron-style without overlap), async TP aside.
+  // Optional in the file (sharding.tp_linear_async_overlap; absent: false).
+  bool tp_linear_async_overlap = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

@@ -9,6 +9,7 @@
 #include "compute/unfused_attention.hpp"
 #include "program/tensor_parallel.hpp"
 #include "timeline/timeline.hpp"
+#include "timeline/tp_linear_overlap.hpp"
 
 namespace fsdp {
 
@@ -44,6 +45,47 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
 double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
   int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
   return matmul_time(hw, m, g.n, g.k, dt).value;
+}
+
+// The GEMMs a tensor-parallel op's collectives overlap (tp_linear_overlap.hpp). A dense decoder layer's GEMMs, in
+// module order, are the attention's column-parallel projections, its output projection (row-parallel), the MLP's
+// column-parallel ones and its down projection (row-parallel, last). Read from the end: the down projection; before
+// it the MLP's (reading the hidden stream, k the hidden size, and not writing 1/tp of its width); then the output
+// projection (which tensor_parallel.cpp splits by its output when its input is as wide as the hidden stream: k the
+// hidden size, n = hidden / tp; else by its input, k not the hidden size); the rest the attention's. A layer that does
+// not read so (no MLP or attention columns), or one whose forward backward reruns, leaves the set empty: its
+// collectives are priced whole.
+TpOverlapGemms tp_overlap_gemms(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Strategy& s,
+                                bool head) {
+  const DType dt = s.param_dtype;
+  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
+  const int64_t hidden = p.head_gemm.k, tp = s.mesh.tp;
+  auto add = [&](double& forward_s, double& backward_s, const GemmShape& gs) {
+    const double mean = gemm_time(hw, gs, dt);
+    forward_s += fwd_ratio * mean;
+    backward_s += bwd_ratio * mean;
+  };
+  TpOverlapGemms g;
+  for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
+    if (recomputes_layer_forward(layer_ckpt(s, l))) return TpOverlapGemms{};
+    const std::vector<GemmShape>& gm =
+        p.layer_shapes[static_cast<size_t>(p.layer_shape_of[static_cast<size_t>(l)])].gemms;
+    if (gm.size() < 4) return TpOverlapGemms{};
+    TpBlockGemms attention, mlp;
+    size_t j = gm.size() - 1;
+    add(mlp.row_forward_s, mlp.row_backward_s, gm[j]);
+    while (j > 0 && gm[j - 1].k == hidden && gm[j - 1].n * tp != hidden) {
+      --j;
+      add(mlp.column_forward_s, mlp.column_backward_s, gm[j]);
+    }
+    if (j == gm.size() - 1 || j < 2) return TpOverlapGemms{};
+    add(attention.row_forward_s, attention.row_backward_s, gm[j - 1]);
+    for (size_t i = 0; i + 1 < j; ++i) add(attention.column_forward_s, attention.column_backward_s, gm[i]);
+    g.layers.push_back({attention, mlp});
+  }
+  g.head = head;
+  if (head) add(g.head_forward_s, g.head_backward_s, p.head_gemm);
+  return g;
 }
 
 }  // namespace
@@ -182,9 +224,27 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
     double one =
         hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
-    // Async TP overlaps all but the first of a fused tp collective's chunks with its GEMM (tensor_parallel.hpp).
-    if (op.stream == Stream::TensorParallel && op.async_tp_fusible) one *= tp_exposed_fraction(s.mesh);
-    t += one * static_cast<double>(op.comm_calls);
+    if (op.stream == Stream::TensorParallel && p.tp_async_linears) {
+      // nanotron's asynchronous linears hide part of each collective under their own GEMMs (tp_linear_overlap.hpp).
+      const bool backward_op = op.phase == Phase::TpBackwardCollectives;
+      const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.last_stage();
+      const TpOverlapGemms g = tp_overlap_gemms(op, p, hw, s, head);
+      const double whole = one * static_cast<double>(op.comm_calls);
+      const double exposed =
+          g.layers.empty() && op.first_layer >= 0
+              ? whole
+              : tp_async_linear_exposed_s(op.collective, backward_op, one, op.comm_calls, g, s.mesh.tp);
+      // The GEMMs that run under the hidden part share the SMs with NCCL's kernels: slower by the profile's
+      // compute_slowdown_during_comm, as the timeline charges compute overlapped with any collective.
+      t += exposed + hw.compute_slowdown_during_comm * (whole - exposed);
+    } else if (op.stream == Stream::TensorParallel) {
+      // Async TP overlaps all but the first of a fused collective's chunks with its GEMM; the calls it does not fuse
+      // stay whole (tensor_parallel.hpp).
+      const double fused = static_cast<double>(op.async_tp_fused_calls);
+      t += one * (static_cast<double>(op.comm_calls) - fused + fused * tp_exposed_fraction(s.mesh));
+    } else {
+      t += one * static_cast<double>(op.comm_calls);
+    }
   }
   if (op.copy_bytes > 0) t += host_device_copy_time(hw, Bytes(op.copy_bytes)).value;
   if (op.host_optimizer_params > 0)

@@ -9,6 +9,7 @@
 #include "program/tensor_parallel.hpp"
 #include "simulate.hpp"
 #include "strategy/capabilities.hpp"
+#include "timeline/tp_linear_overlap.hpp"
 
 using namespace fsdp;
 
@@ -145,10 +146,9 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   // Backward: the conjugates, plus the forward's again for recomputed layers.
   TpUnitShape recomputed{2, 2, 0, false, false, 1000.0, 0};
   auto b = tp_backward_collectives(recomputed, sp);
-  REQUIRE(b.size() == 3);
+  REQUIRE(b.size() == 2);
   CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8));
-  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 4));  // the blocks' input gradients
-  CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 4));  // the recomputed forward's
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 8));
   CHECK(tp_backward_collectives(recomputed, ar)[0].calls == 8);
   // The root: the embedding's output reduce-scattered (all-reduced), the head's input gathered (SP only).
   TpUnitShape root{0, 0, 0, true, true, 1000.0, 0};
@@ -180,20 +180,17 @@ TEST_CASE("tp: which collectives async TP fuses with a GEMM (Inductor's micro_pi
   // reduce-scatter) and the head's input gather; the embedding's reduce-scatter of a lookup does not.
   TpUnitShape root_layers{2, 0, 0, true, true, 1000.0, 0};
   auto f = tp_forward_collectives(root_layers, sp);
-  REQUIRE(f.size() == 3);
-  CHECK((f[0].kind == CollectiveKind::AllGather && f[0].calls == 5 && f[0].async_fusible));
-  CHECK((f[1].kind == CollectiveKind::ReduceScatter && f[1].calls == 4 && f[1].async_fusible));
-  CHECK((f[2].kind == CollectiveKind::ReduceScatter && f[2].calls == 1 && !f[2].async_fusible));
+  REQUIRE(f.size() == 2);
+  CHECK((f[0].kind == CollectiveKind::AllGather && f[0].calls == 5 && f[0].fused_calls == 5));
+  CHECK((f[1].kind == CollectiveKind::ReduceScatter && f[1].calls == 5 && f[1].fused_calls == 4));
   // Backward, two layers recomputed, one block read by one linear: the output gradients' gathers and the recomputed
   // forward's fuse, the embedding's gradient gather does not; of the blocks' input-gradient reduce-scatters the
-  // single-reader block's and the head's fuse, the other three stay whole.
+  // single-reader block's and the head's fuse, the other three stay whole; the recomputed forward's fuse.
   TpUnitShape b_shape{2, 2, 0, true, true, 1000.0, 1};
   auto b = tp_backward_collectives(b_shape, sp);
-  REQUIRE(b.size() == 4);
-  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 8 && b[0].async_fusible));
-  CHECK((b[1].kind == CollectiveKind::AllGather && b[1].calls == 1 && !b[1].async_fusible));
-  CHECK((b[2].kind == CollectiveKind::ReduceScatter && b[2].calls == 3 && !b[2].async_fusible));
-  CHECK((b[3].kind == CollectiveKind::ReduceScatter && b[3].calls == 1 + 4 + 1 && b[3].async_fusible));
+  REQUIRE(b.size() == 2);
+  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 4 + 1 + 4 && b[0].fused_calls == 4 + 4));
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 4 + 1 + 4 && b[1].fused_calls == 1 + 1 + 4));
   // Two layers under torchtitan's per-op policy: their gathers run again (the recomputed GEMMs' inputs), their
   // reduce-scatters do not (the policy saves reduce_scatter_tensor outputs).
   TpUnitShape sac{2, 0, 2, false, false, 1000.0, 0};
@@ -204,7 +201,7 @@ TEST_CASE("tp: which collectives async TP fuses with a GEMM (Inductor's micro_pi
   // Without sequence parallelism there is nothing to fuse: the pass matches all-gathers and reduce-scatters only.
   MeshSpec ar = sp;
   ar.sequence_parallel = false;
-  for (const TpCollective& c : tp_backward_collectives(b_shape, ar)) CHECK_FALSE(c.async_fusible);
+  for (const TpCollective& c : tp_backward_collectives(b_shape, ar)) CHECK(c.fused_calls == 0);
 }
 
 TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the vocabulary-parallel loss") {
@@ -310,4 +307,35 @@ TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the f
   s = plan(3);
   CHECK_THROWS_WITH_AS(validate_strategy(s, m, Cluster{1, 8}), "--tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs",
                        InputError);
+}
+
+TEST_CASE("tp: nanotron's asynchronous linears regather in backward and hide collectives under their own GEMMs") {
+  MeshSpec sp;
+  sp.tp = 4;
+  sp.sequence_parallel = true;
+  // tp_recompute_allgather: the column inputs gathered again in backward, per layer block and for the head.
+  TpUnitShape regather{3, 0, 0, false, true, 1000.0, 0};
+  regather.column_inputs_regathered = true;
+  auto b = tp_backward_collectives(regather, sp);
+  REQUIRE(b.size() == 2);
+  CHECK((b[0].kind == CollectiveKind::AllGather && b[0].calls == 2 * 3 + 2 * 3 + 1));
+  CHECK((b[1].kind == CollectiveKind::ReduceScatter && b[1].calls == 2 * 3 + 1));
+  // One layer of two blocks; one collective takes 1 s.
+  TpOverlapGemms g;
+  g.layers.push_back({TpBlockGemms{2.0, 0.5, 1.0, 4.0}, TpBlockGemms{8.0, 3.0, 2.0, 2.0}});
+  // Forward gathers under 1/tp of the column GEMM: 1 - 0.5 and 1 - 2 (hidden whole); reduce-scatters waited for.
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, false, 1.0, 2, g, 4) == doctest::Approx(0.5));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, false, 1.0, 2, g, 4) == doctest::Approx(2.0));
+  // Backward: the regather under the input-gradient GEMM (0.5, 0), the row output gradient under 1/tp of the row's
+  // (0, 0.5); the input gradient's reduce-scatter under the weight gradient (0.5, 0).
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, true, 1.0, 4, g, 4) == doctest::Approx(1.0));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, true, 1.0, 2, g, 4) == doctest::Approx(0.5));
+  // Calls beyond the layers' (the embedding's) stay whole; the head hides its own under its GEMM.
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::ReduceScatter, false, 1.0, 3, g, 4) == doctest::Approx(3.0));
+  TpOverlapGemms head;
+  head.head = true;
+  head.head_forward_s = 2.0;
+  head.head_backward_s = 0.25;
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, false, 1.0, 1, head, 4) == doctest::Approx(0.5));
+  CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, true, 1.0, 2, head, 4) == doctest::Approx(1.75));
 }
