@@ -11,6 +11,7 @@
 #include "program/pipeline_parallel.hpp"
 #include "report/prediction_view.hpp"
 #include "strategy/capabilities.hpp"
+#include "strategy/placement.hpp"
 
 namespace fsdp {
 
@@ -297,7 +298,7 @@ SearchResult search_plans(const SearchRequest& req) {
     for (StrategyKind kind : kinds) {
       const bool sharded = shards_params(kind);
       std::vector<int64_t> groups{0};
-      if (kind == StrategyKind::Hsdp) {
+      if (uses_shard_groups(kind)) {
         groups.clear();
         if (req.pins.hsdp_group) {
           groups.push_back(*req.pins.hsdp_group);
@@ -314,10 +315,7 @@ SearchResult search_plans(const SearchRequest& req) {
         }
       }
       std::vector<WrapPolicy> kind_wraps = sharded ? wraps : std::vector<WrapPolicy>{WrapPolicy{WrapKind::Layer, 1, 0}};
-      std::vector<bool> reshards{true};
-      if (kind == StrategyKind::Fsdp || kind == StrategyKind::Zero3 || kind == StrategyKind::Hsdp)
-        reshards = {true, false};
-      if (kind == StrategyKind::FsdpGradOp) reshards = {false};
+      std::vector<bool> reshards = reshard_choices(kind);
       if (req.pins.reshard_after_forward) reshards = {*req.pins.reshard_after_forward};
       for (int64_t group : groups)
         for (const WrapPolicy& wrap : kind_wraps)

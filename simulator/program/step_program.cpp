@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/errors.hpp"
+#include "program/collective_wire.hpp"
+#include "program/data_parallel.hpp"
 #include "program/pipeline_parallel.hpp"
 #include "program/tensor_parallel.hpp"
 #include "strategy/placement.hpp"
@@ -78,17 +81,17 @@ struct Emitter {
   double pb = 0;  // compute (param) dtype bytes
   double mb = 0;  // master dtype bytes
   double rb = 0;  // reduce dtype bytes
+  // The data-parallel dimension (program/data_parallel.hpp): its plan, derived once from the strategy and the
+  // runtime, and what its ops share. The fields below are the plan's, named for the emitters.
+  DataParallelPlan dp_plan;
+  DataParallelContext dp;
+  CollectiveWire wire;  // the backend's wire format over the mesh's groups (program/collective_wire.hpp)
   bool sharded = false;
-  UnitPlacement place;  // of the strategy's units but the root (strategy/placement.hpp)
-  bool mixed = false;   // compute dtype differs from storage
-  // The ZeRO paper's layout (Rajbhandari et al. 2020, arXiv 1910.02054 sec. 3.1, DeepSpeed): parameters
-  // and gradients in the low precision, an fp32 master copy kept with the optimizer states and
-  // partitioned like them. PyTorch's DDP/FSDP instead keep fp32 parameters and cast for compute.
-  bool zero_layout = false;
-  // The gradient accumulator's layout (RuntimeProfile::fp32_grad_accumulation): compute-dtype parameters and
-  // per-micro-batch gradients, an fp32 master copy with the optimizer and one persistent fp32 gradient buffer.
-  bool accum32 = false;
-  double sb = 0;  // bytes per element of the stored parameters / gradients
+  UnitPlacement place;       // of the strategy's units but the root (strategy/placement.hpp)
+  bool mixed = false;        // compute dtype differs from storage
+  bool zero_layout = false;  // DeepSpeed ZeRO's low-precision parameters and gradients (DataParallelPlan)
+  bool accum32 = false;      // nanotron's fp32 gradient accumulator (DataParallelPlan::fp32_grad_accumulator)
+  double sb = 0;             // bytes per element of the stored parameters / gradients (the plan's dtypes)
   double gb = 0;
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
@@ -141,27 +144,12 @@ struct Emitter {
     return static_cast<int>(prog.ops.size()) - 1;
   }
 
-  // Bytes a collective moves for `elems` elements of `bytes_per_elem` bytes each: without low-precision
-  // collectives (Gloo in LibTorch 1.13) a bf16/fp16 buffer travels as fp32 (executor/dist/comm.cpp stages
-  // it; a mixed-precision FSDP gather sends the fp32 master shard as it is), twice its own bytes.
-  // A group of one rank communicates nothing: its buffers keep their dtype (fsdp-run's local group).
+  // What a collective moves and in which element type (program/collective_wire.hpp).
   double wire_bytes(double elems, double bytes_per_elem, GroupKind g) const {
-    constexpr double kFp32Bytes = 4.0;
-    return elems * (stages_fp32(g) ? std::max(bytes_per_elem, kFp32Bytes) : bytes_per_elem);
+    return wire.bytes(elems, bytes_per_elem, g);
   }
-  bool stages_fp32(GroupKind g) const { return fp32_collectives && group_size(g) > 1; }
-  WireType wire_type(DType d, GroupKind g) const {
-    if (stages_fp32(g) && d != DType::Fp32) return WireType::Fp32;
-    switch (d) {
-      case DType::Fp32:
-        return WireType::Fp32;
-      case DType::Bf16:
-        return WireType::Bf16;
-      case DType::Fp16:
-        return WireType::Fp16;
-    }
-    return WireType::Fp32;
-  }
+  bool stages_fp32(GroupKind g) const { return wire.stages_fp32(g); }
+  WireType wire_type(DType d, GroupKind g) const { return wire.type(d, g); }
   int64_t group_size(GroupKind g) const { return prog.layout.group_size(g); }
   // What gathering unit `ui` moves (its trainable and frozen parameters).
   double gathered_wire_bytes(int ui) const {
@@ -190,26 +178,27 @@ struct Emitter {
     pb = dtype_bytes(s.param_dtype);
     mb = dtype_bytes(s.master_dtype);
     rb = dtype_bytes(s.reduce_dtype);
-    place = unit_placement(s, /*root=*/false, rt.root_reshard_after_forward);
+    dp_plan = data_parallel_plan(s, rt);
+    place = dp_plan.place;
     sharded = place.params_sharded;
-    mixed = s.param_dtype != s.master_dtype;
-    // DeepSpeed's ZeRO-3 keeps its master partition apart even in the parameters' dtype: stage3.py shares the bf16
-    // partition as the master only if `flat.device == self.device`, and self.device is the accelerator's device
-    // name, a string, which a torch.device never equals (pytorch/pytorch#153418), so it always clones
-    // (RuntimeProfile::zero3_master_copy_same_dtype).
-    const bool own_master = mixed || (s.kind == StrategyKind::Zero3 && rt.zero3_master_copy_same_dtype);
-    zero_layout = own_master && rt.zero_low_precision_params &&
-                  (s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2 || s.kind == StrategyKind::Zero3);
-    // nanotron (huggingface/nanotron src/nanotron/optim/gradient_accumulator.py FP32GradientAccumulator @
-    // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93): the model is built in the compute dtype, the accumulator keeps the
-    // fp32 copy of the parameters the optimizer updates and a contiguous fp32 buffer of every gradient.
-    accum32 = mixed && rt.fp32_grad_accumulation && (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1);
-    sb = zero_layout || accum32 ? pb : mb;
-    // ZeRO-1/2 keep the gradient (partition) in the low precision and convert it to fp32 for the step;
-    // ZeRO-3 reduce-scatters straight into the gradient partition in the reduce dtype (DeepSpeed
-    // stage3.py: fp32 partitioned gradients; estimate_zero3_model_states_mem_needs counts 18 bytes/param).
-    gb = zero_layout ? (s.kind == StrategyKind::Zero3 ? rb : pb) : mb;
-    if (accum32) gb = pb;  // autograd's .grad of a compute-dtype parameter
+    mixed = dp_plan.mixed;
+    zero_layout = dp_plan.zero_layout;
+    accum32 = dp_plan.fp32_grad_accumulator;
+    sb = dtype_bytes(dp_plan.param_storage_dtype);
+    gb = dtype_bytes(dp_plan.grad_buffer_dtype);
+    wire = CollectiveWire{&prog.layout, fp32_collectives};
+    dp.s = &s;
+    dp.rt = &rt;
+    dp.plan = &dp_plan;
+    dp.layout = &prog.layout;
+    dp.wire = wire;
+    dp.pb = pb;
+    dp.mb = mb;
+    dp.rb = rb;
+    dp.sb = sb;
+    dp.gb = gb;
+    dp.backend_gather_buffer = backend_gather_buffer;
+    dp.host_params_are_compute_params = host_params_are_compute_params;
     prog.units = strategy_units(g, s);
     const StepLayout& lay = prog.layout;
     if (lay.pp > 1)
@@ -431,7 +420,7 @@ struct Emitter {
   double step_elems_at_once(double owned) const {
     if (!rt.step_per_unit || s.method != Method::Full) return owned;
     double most = 0;
-    for (double v : train_p) most = std::max(most, shards_optimizer(s.kind) ? shard(v) : v);
+    for (double v : train_p) most = std::max(most, place.optim_sharded ? shard(v) : v);
     return std::min(most, owned);
   }
 
@@ -455,14 +444,17 @@ struct Emitter {
 
   // The gradient storage kept until the optimizer step: allocated in the step (set_to_none=True
   // semantics, PyTorch's default since 2.0), or once for the whole run by runtimes that zero it in place.
-  void keep_grads(Op& op, MemoryCategory cat, double bytes) {
-    const bool zero3_buffer =
-        cat == MemoryCategory::ShardedGrads && s.kind == StrategyKind::Zero3 && rt.zero3_grad_partition_persistent;
-    if (rt.grads_persist || zero3_buffer) {
+  // Returns the allocation for the op's issue, or nothing where the storage is persistent.
+  std::optional<MemEvent> kept_grads(MemoryCategory cat, double bytes) {
+    const bool partition_buffer = cat == MemoryCategory::ShardedGrads && dp_plan.grad_partition_persistent;
+    if (rt.grads_persist || partition_buffer) {
       prog.persistent.push_back({cat, bytes});
-    } else {
-      op.on_issue.push_back({cat, bytes});
+      return std::nullopt;
     }
+    return MemEvent{cat, bytes};
+  }
+  void keep_grads(Op& op, MemoryCategory cat, double bytes) {
+    if (const std::optional<MemEvent> e = kept_grads(cat, bytes)) op.on_issue.push_back(*e);
   }
 
   // Frees, when the optimizer is done with them, the gradients the step allocated.
@@ -634,7 +626,7 @@ struct Emitter {
     // Only where they are separate per-parameter tensors until the root's post-backward (FSDP2 unsharded
     // .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
     if (!sharded && !rt.replicated_grads_via_flat_copy) return 0.0;
-    return head_train * (!sharded && s.kind == StrategyKind::Zero2 ? gb : pb);
+    return head_train * (dp_plan.partitions_replicated_grads ? gb : pb);
   }
 
   void push_loss_ops(int mbi) {
@@ -726,7 +718,7 @@ void Emitter::emit_sharded() {
   // micro-batch before the last keeps the unit's unsharded gradient (the first) or adds this micro-batch's into it
   // and frees it (the others); the last adds its own and reduce-scatters the sum. The sharded gradient appears with
   // that one reduce-scatter.
-  const bool accumulate_unsharded = s.grad_sync == GradSync::LastMicroBatch && K > 1;
+  const bool accumulate_unsharded = !dp_plan.reduces_every_micro_batch && K > 1;
   const int first_reduced_mb = accumulate_unsharded ? K - 1 : 0;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
@@ -745,10 +737,15 @@ void Emitter::emit_sharded() {
     std::vector<bool> regathered(static_cast<size_t>(n), false);  // gathered again for backward
     auto gather = [&](int ui, bool backward) {
       if (backward) regathered[static_cast<size_t>(ui)] = true;
-      const double full_bytes = gathered_bytes(ui);
-      Op op = collective_op(OpKind::Gather, Stream::AllGather, backward ? Phase::BwdAllGather : Phase::FwdAllGather,
-                            CollectiveKind::AllGather, GroupKind::Shard, gathered_wire_bytes(ui),
-                            wire_type(s.param_dtype, GroupKind::Shard), ui, mbi);
+      UnitGather ug;
+      ug.unit = ui;
+      ug.micro_batch = mbi;
+      ug.backward = backward;
+      ug.train_elems = train(ui);
+      ug.gathered_bytes = gathered_bytes(ui);
+      ug.wire_bytes = gathered_wire_bytes(ui);
+      ug.host_shard_bytes = offload_params ? shard_bytes(ui, mb) : 0.0;
+      Op op = dp_param_gather_op(dp, ug);
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -758,35 +755,6 @@ void Emitter::emit_sharded() {
           op.deps.push_back(static_cast<int>(k));
           break;
         }
-      if (offload_params) op.copy_bytes = shard_bytes(ui, mb);
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, full_bytes});
-      // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
-      double staging = mixed && !zero_layout && !fp32_collectives ? shard(train(ui)) * pb : 0.0;
-      // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
-      // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
-      if (rt.allgather_copy_out) staging += full_bytes;
-      if (fp32_collectives && prog.layout.shard_size > 1) {
-        // Without low-precision collectives (Gloo, executor/dist/comm.cpp) the fp32 master shard goes over
-        // the wire as it is; a compute-dtype shard (offload) is staged in fp32 first. The gather lands in an
-        // fp32 buffer, cast into the compute-dtype parameters when it is waited for. Gloo's list
-        // all-gather gathers into a flat buffer of its own, released when the collective ends
-        // (ProcessGroupGloo.cpp AsyncAllgatherWork::run: newLikeFlat(outputs), copied out). It runs on
-        // Gloo's worker thread while the rank computes, so a prefetched gather's flat buffer coexists with
-        // the compute issued before its consumer waits (measured: tests/accuracy grid rows with
-        // reshard_after_forward peak in a layer's backward with the next unit's gather in flight), or ends
-        // before that compute peaks (MemoryResult::peak_allocated_floor). Not the runtime's own buffer (fsdp-run
-        // cannot tag it).
-        const double elems = padded(train(ui)), shard_elems = shard(train(ui));
-        if (offload_params && !host_params_are_compute_params) staging += shard_elems * pb;
-        if (s.offload != Offload::None && pb < 4.0) staging += shard_elems * 4.0;
-        if (pb < 4.0) staging += elems * 4.0;
-      }
-      if (backend_gather_buffer && prog.layout.shard_size > 1)
-        op.backend_buffer_bytes = wire_bytes(padded(train(ui)), pb, GroupKind::Shard);
-      if (staging > 0) {
-        op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
-        op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
-      }
       gathered[static_cast<size_t>(ui)] = true;
       gather_op[static_cast<size_t>(ui)] = push(op);
     };
@@ -939,39 +907,17 @@ void Emitter::emit_sharded() {
         last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
         deferred_replica = Op{};
       }
-      // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
-      // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-      Op r = collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, Phase::ReduceScatter,
-                           CollectiveKind::ReduceScatter, GroupKind::Shard, wire_bytes(full, rb, GroupKind::Shard),
-                           wire_type(s.reduce_dtype, GroupKind::Shard), ui, mbi);
+      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
+      const std::optional<MemEvent> kept =
+          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
+      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
       r.deps.push_back(pop);
-      const double rs_output = shard(train(ui)) * rb;
-      r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});
-      if (mbi == first_reduced_mb) keep_grads(r, MemoryCategory::ShardedGrads, shard(train(ui)) * gb);
-      // Without low-precision collectives the adapter stages a bf16/fp16 input in fp32 (executor/dist/comm.cpp
-      // reduce_scatter_impl: all-reduce of an fp32 copy, then the slice).
-      const double rs_staging = stages_fp32(GroupKind::Shard) && rb < 4.0 ? full * 4.0 : 0.0;
-      if (rs_staging > 0) r.on_issue.push_back({MemoryCategory::CommBuffers, rs_staging});
-      r.on_complete.push_back({MemoryCategory::CommBuffers, -(rs_input + rs_output + rs_staging)});
-      // Without a copy the per-parameter gradients are the reduce-scatter input, released when it ends.
-      if (rs_input == 0) r.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int rop = push(r);
       last_rs[static_cast<size_t>(ui)] = rop;
       if (hsdp && mbi == K - 1 && prog.layout.replicas > 1) {
-        // HSDP: the accumulated gradient shard summed over the replicas in the reduce dtype (through a copy when
-        // that is not the fp32 gradient's), once the reduce-scatter has landed: issued at the next unit's
-        // post-backward, or at the end of the backward for the last unit (FSDP2 foreach_reduce's all-reduce
-        // over the replicate dimension; fsdp-run's all_reduce_replicas).
-        Op a =
-            collective_op(OpKind::AllReduce, Stream::ReduceScatter, Phase::ReplicaAllReduce, CollectiveKind::AllReduce,
-                          GroupKind::Replica, wire_bytes(shard(train(ui)), rb, GroupKind::Replica),
-                          wire_type(s.reduce_dtype, GroupKind::Replica), ui, mbi);
-        const double copy = rb != gb ? shard(train(ui)) * rb : 0.0;
-        const double staging = stages_fp32(GroupKind::Replica) && rb < 4.0 ? shard(train(ui)) * 4.0 : 0.0;
-        if (copy + staging > 0) {
-          a.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
-          a.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
-        }
+        // HSDP: the accumulated gradient shard summed over the replicas (data_parallel.hpp) once the reduce-scatter
+        // has landed: issued at the next unit's post-backward, or at the end of the backward for the last unit.
+        Op a = dp_replica_all_reduce_op(dp, ui, mbi, shard(train(ui)));
         a.deps.push_back(rop);
         deferred_replica = a;
       }
@@ -1008,18 +954,16 @@ void Emitter::emit_replicated() {
   const int K = static_cast<int>(s.grad_accum);
   const int Kemit = static_cast<int>(prog.layout.micro_batches_emitted);
   const double P = total_train();
-  const bool ddp_like = s.kind == StrategyKind::Ddp || s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2;
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
   double frozen_bytes = 0;
   for (int ui = 0; ui < n; ++ui)
     frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
   prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
-  // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
-  // initialize_buckets); with gradient_as_bucket_view the .grad tensors are views into them.
-  // nanotron wraps the model in DDP only with more than one data-parallel rank (src/nanotron/trainer.py init_model
-  // @ 67c5ebb6: make_ddp = data_parallel_size > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)); its
-  // FP32GradientAccumulator (accum32) is what marks that trainer here.
-  bool buckets = s.kind == StrategyKind::Ddp && !(accum32 && prog.layout.world <= 1);
+  // DDP's reducer buckets, allocated once (DataParallelPlan::reducer_buckets). nanotron wraps the model in DDP only
+  // with more than one data-parallel rank (src/nanotron/trainer.py init_model @ 67c5ebb6: make_ddp =
+  // data_parallel_size > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)); its FP32GradientAccumulator
+  // (accum32) is what marks that trainer here.
+  const bool buckets = dp_plan.reducer_buckets && !(accum32 && prog.layout.world <= 1);
   if (buckets) {
     // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
     MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::UnshardedGrads : MemoryCategory::CommBuffers;
@@ -1037,19 +981,21 @@ void Emitter::emit_replicated() {
         {MemoryCategory::CommBuffers, kMemoryBuffers * tokens * static_cast<double>(g.spec().hidden_size) * pb});
   }
   // ZeRO-1 reduced once after the backward (RuntimeProfile::zero1_grads_reduced_after_backward).
-  const bool reduce_after_backward = s.kind == StrategyKind::Zero1 && rt.zero1_grads_reduced_after_backward;
+  const bool reduce_after_backward = dp_plan.reduce_after_backward;
+  // ZeRO-2: partitioned gradients, each bucket's full gradient held until it is reduce-scattered.
+  const bool partitioned = dp_plan.partitions_replicated_grads;
   const bool casts = mixed && !zero_layout && !accum32 && rt.autocast_caches_weight_casts;
   // DDP and ZeRO-1 reduce gradients in buckets: units' gradients join the open bucket in backward order, and
   // it is all-reduced once it holds bucket_cap_mb (torch/nn/parallel/distributed.py, bucket_cap_mb = 25;
   // executor/shard/sharded_model.cpp post_backward), the last one when backward ends. (PyTorch's first bucket
   // is capped at 1 MiB, _DEFAULT_FIRST_BUCKET_BYTES; not modelled: it only splits the first, earliest bucket.)
-  const bool bucketed = place.reduction == GradReduction::AllReduceBuckets;
+  const bool bucketed = dp_plan.bucketed;
   const double bucket_cap = static_cast<double>(s.ddp_bucket_mb) * kMiB;
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     double bucket_bytes = 0;
-    // DDP no_sync on all but the last
-    const bool sync = (mbi == K - 1 && !reduce_after_backward) || s.kind == StrategyKind::Zero2;
+    // DDP no_sync on all but the last; ZeRO-2 reduces every micro-batch.
+    const bool sync = (mbi == K - 1 && !reduce_after_backward) || dp_plan.reduces_every_micro_batch;
     int last_backward = -1;
     pp_before_forward(mbi);
     for (int ui = 0; ui < n; ++ui) {
@@ -1079,12 +1025,12 @@ void Emitter::emit_replicated() {
         // Every micro-batch's .grad is allocated by its backward and freed once added to the fp32 buffer.
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       } else if (mbi == 0) {
-        if (s.kind == StrategyKind::Zero2) {
+        if (partitioned) {
           b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
         } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
           keep_grads(b, MemoryCategory::UnshardedGrads, p * gb);
         }
-      } else if (s.kind == StrategyKind::Zero2) {
+      } else if (partitioned) {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
       if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
@@ -1094,7 +1040,7 @@ void Emitter::emit_replicated() {
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
       // alive until the reduction is waited for, at the next unit's post-backward
       // (executor/shard/sharded_model.cpp post_backward), like FSDP's sharded gradients.
-      const bool zero2_flat = s.kind == StrategyKind::Zero2 && rt.replicated_grads_via_flat_copy && sync;
+      const bool zero2_flat = dp_plan.flat_grad_copy && sync;
       if (rt.replicated_grads_via_flat_copy) {
         // The runtime gathers the unit's per-parameter gradients (compute dtype) into a flat buffer before
         // accumulating it into the kept gradient: both copies live for a moment after the backward.
@@ -1122,44 +1068,14 @@ void Emitter::emit_replicated() {
         bucket_bytes += p * gb;
         if (bucket_bytes < bucket_cap && ui != order.back()) continue;
       }
-      Op r;
-      r.stream = Stream::ReduceScatter;
-      r.unit = ui;
-      r.micro_batch = mbi;
+      // The unit's (or the closed bucket's) reduction (data_parallel.hpp): ZeRO-2's reduce-scatter, whose first
+      // micro-batch allocates the partition, or the all-reduce of a bucket or a unit.
+      const double elems = !partitioned && bucketed ? bucket_bytes / gb : p;
+      const std::optional<MemEvent> kept =
+          partitioned && mbi == 0 ? kept_grads(MemoryCategory::ShardedGrads, shard(p) * gb) : std::nullopt;
+      Op r = dp_replicated_reduction_op(dp, ui, mbi, elems, zero2_flat, kept);
       r.deps.push_back(bop);
-      if (s.kind == StrategyKind::Zero2) {
-        // ZeRO-2: reduce(-scatter) each bucket, keep only this rank's partition of the gradient
-        // (DeepSpeed stage_1_and_2.py average_tensor / reduce_ipg_grads).
-        r.kind = OpKind::ReduceScatter;
-        r.phase = Phase::ReduceScatter;
-        r.collective = CollectiveKind::ReduceScatter;
-        r.comm_bytes = wire_bytes(p, rb, GroupKind::World);
-        r.comm_dtype = wire_type(s.reduce_dtype, GroupKind::World);
-        if (zero2_flat) {
-          r.on_issue.push_back({MemoryCategory::CommBuffers, shard(p) * rb});
-          r.on_complete.push_back({MemoryCategory::CommBuffers, -(p + shard(p)) * rb});
-        } else {
-          r.on_issue.push_back({MemoryCategory::UnshardedGrads, -p * gb});
-        }
-        if (mbi == 0) keep_grads(r, MemoryCategory::ShardedGrads, shard(p) * gb);
-      } else {
-        r.kind = OpKind::AllReduce;
-        r.phase = ddp_like ? Phase::BucketAllReduce : Phase::AllReduce;
-        r.collective = CollectiveKind::AllReduce;
-        const double elems = bucketed ? bucket_bytes / gb : p;
-        r.comm_bytes = wire_bytes(elems, rb, GroupKind::World);
-        r.comm_dtype = wire_type(s.reduce_dtype, GroupKind::World);
-        // A reduce dtype other than the gradients' reduces a copy (copied back when waited for), which a backend
-        // without low-precision collectives stages in fp32 once more (executor/dist/comm.cpp all_reduce_impl).
-        const double copy = rb != gb ? elems * rb : 0.0;
-        const double staging = stages_fp32(GroupKind::World) && rb < 4.0 ? elems * 4.0 : 0.0;
-        if (copy + staging > 0) {
-          r.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
-          r.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
-        }
-        bucket_bytes = 0;
-      }
-      r.group = GroupKind::World;
+      if (!partitioned) bucket_bytes = 0;
       push(r);
     }
     if (accum32 && last_backward >= 0) {
@@ -1197,12 +1113,12 @@ void Emitter::emit_replicated() {
 void Emitter::emit_optimizer() {
   const bool outside = adapters_outside_units();  // replicated adapters: every rank owns and holds them all
   const double P = outside ? adapters : total_train();
-  const double owned = shards_optimizer(s.kind) && !outside ? shard(P) : P;  // what the optimizer updates
-  const double held = shards_grads(s.kind) && !outside ? shard(P) : P;       // the gradient elements the rank keeps
+  const double owned = place.optim_sharded && !outside ? shard(P) : P;  // what the optimizer updates
+  const double held = place.grads_sharded && !outside ? shard(P) : P;   // the gradient elements the rank keeps
   const double grad_bytes = owned * rt.grad_norm_bytes_per_grad + held * rt.grad_pass_bytes_per_grad;
   // fp16 loss scaling: whether any owned gradient overflowed, one fp32 flag summed over the shard group
   // (torch/distributed/fsdp/sharded_grad_scaler.py _unscale_grads_; fsdp-run's grads_nonfinite).
-  if (s.param_dtype == DType::Fp16 && shards_optimizer(s.kind) && !outside && prog.layout.shard_size > 1) {
+  if (s.param_dtype == DType::Fp16 && place.optim_sharded && !outside && prog.layout.shard_size > 1) {
     constexpr double kFlagBytes = 4.0;
     Op f = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::OverflowCheckAllReduce,
                          CollectiveKind::AllReduce, GroupKind::Shard, kFlagBytes, WireType::Fp32, -1, 0);
@@ -1227,7 +1143,7 @@ void Emitter::emit_optimizer() {
     n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
-    if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && !outside && prog.layout.shard_size > 1) {
+    if (rt.grad_norm_bytes_per_grad > 0 && place.optim_sharded && !outside && prog.layout.shard_size > 1) {
       // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
       Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::GradientNormAllReduce,
                            CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, WireType::Fp64, -1, 0);
@@ -1248,10 +1164,10 @@ void Emitter::emit_optimizer() {
 void Emitter::emit_optimizer_step() {
   const bool outside = adapters_outside_units();
   const double P = outside ? adapters : total_train();
-  const double opt_elems = shards_optimizer(s.kind) && !outside ? shard(P) : P;
+  const double opt_elems = place.optim_sharded && !outside ? shard(P) : P;
   const double states = s.optimizer == Optimizer::AdamW ? 2.0 : 1.0;  // exp_avg + exp_avg_sq, or momentum
   const bool host_opt = s.offload != Offload::None;
-  const double grad_elems = shards_grads(s.kind) && !outside ? shard(P) : P;
+  const double grad_elems = place.grads_sharded && !outside ? shard(P) : P;
   if (!host_opt) {
     prog.persistent.push_back({MemoryCategory::OptimizerStates, opt_elems * states * mb});
     if (zero_layout || accum32) prog.persistent.push_back({MemoryCategory::MasterParams, opt_elems * mb});
@@ -1263,13 +1179,11 @@ void Emitter::emit_optimizer_step() {
     o.transient_bytes =
         s.optimizer == Optimizer::AdamW ? step_elems_at_once(opt_elems) * rt.adamw_temporaries_per_param * mb : 0.0;
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
-    // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries.
-    // ZeRO-3 updates its partition sub-group by sub-group (stage3.py _prepare_fp32_grad_for_sub_group:
-    // flatten(averaged_gradients).to(master dtype)): a flat copy of up to sub_group_size gradient elements, and its
-    // cast where the master dtype differs, alive while that sub-group steps.
+    // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries;
+    // ZeRO-3 flattens and casts it sub-group by sub-group (DataParallelPlan::step_in_sub_groups).
     if (zero_layout) {
       const double sub = std::min(opt_elems, rt.zero3_step_sub_group_elems);
-      o.transient_bytes = s.kind == StrategyKind::Zero3 ? sub * (gb + (mb != gb ? mb : 0.0)) : opt_elems * mb;
+      o.transient_bytes = dp_plan.step_in_sub_groups ? sub * (gb + (mb != gb ? mb : 0.0)) : opt_elems * mb;
     }
     // The accumulator's fp32 gradients are views of its buffer: nothing is converted for the step.
     if (accum32) o.transient_bytes = 0.0;
@@ -1284,33 +1198,10 @@ void Emitter::emit_optimizer_step() {
     free_grads(o);
     o.after_all_comm = true;
     push(o);
-    if ((s.kind == StrategyKind::Zero1 || s.kind == StrategyKind::Zero2) && !outside) {
-      // Every rank updated its slice of the replica; the others' slices are gathered: in one collective, or
-      // one per wrap unit (RuntimeProfile::zero_param_gather_per_unit).
+    if (dp_plan.gathers_params_after_step && !outside) {
+      // ZeRO-1/2: the updated slices of the replica gathered (data_parallel.hpp).
       const int opt_op = static_cast<int>(prog.ops.size()) - 1;
-      const int units = rt.zero_param_gather_per_unit ? static_cast<int>(prog.units.size()) : 1;
-      for (int ui = 0; ui < units; ++ui) {
-        Op a;
-        a.kind = OpKind::ParamAllGather;
-        a.stream = Stream::AllGather;
-        a.phase = Phase::ParamAllGather;
-        a.collective = CollectiveKind::AllGather;
-        a.group = GroupKind::World;
-        a.unit = rt.zero_param_gather_per_unit ? ui : -1;
-        const double gathered = rt.zero_param_gather_per_unit ? train(ui) : P;
-        a.comm_bytes = wire_bytes(gathered, sb, GroupKind::World);
-        a.comm_dtype = wire_type(zero_layout || accum32 ? s.param_dtype : s.master_dtype, GroupKind::World);
-        // The gather's staging copies (RuntimeProfile::zero_param_gather_replica_copies / _shard_copies), in the
-        // stored parameters' dtype, alive until it ends.
-        const double staging =
-            (rt.zero_param_gather_replica_copies * gathered + rt.zero_param_gather_shard_copies * shard(gathered)) * sb;
-        if (staging > 0 && prog.layout.world > 1) {
-          a.on_issue.push_back({MemoryCategory::CommBuffers, staging});
-          a.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
-        }
-        a.deps.push_back(opt_op);
-        push(a);
-      }
+      for (const Op& a : dp_step_param_gathers(dp, train_p, P, opt_op)) push(a);
     }
     return;
   }
@@ -1386,14 +1277,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
   lay.world = s.mesh.dp(in.cluster.world_size());
-  if (s.kind == StrategyKind::Hsdp) {
-    FSDP_ASSERT(s.hsdp_group > 0 && lay.world % s.hsdp_group == 0, "hsdp group validated before emission");
-    lay.shard_size = s.hsdp_group;
-  } else if (s.kind == StrategyKind::Ddp || s.kind == StrategyKind::NoShard) {
-    lay.shard_size = 1;
-  } else {
-    lay.shard_size = lay.world;
-  }
+  lay.shard_size = dp_shard_size(s, lay.world);
   lay.replicas = lay.world / lay.shard_size;
   // Micro-batches between the first and the last are identical; one represents them all and the
   // timeline scales its duration (timeline.cpp).
@@ -1409,7 +1293,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
     for (double a : e.act_bytes) act += a;
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
   }
-  if (shards_params(s.kind)) {
+  if (e.place.params_sharded) {
     e.emit_sharded();
   } else {
     e.emit_replicated();
@@ -1423,8 +1307,8 @@ StepProgram emit_step_program(const ProgramInput& in) {
     for (int ui = 0; ui < static_cast<int>(e.prog.units.size()); ++ui) shard_p += e.shard_bytes(ui, e.mb);
     e.prog.pinned_bytes_per_rank += shard_p * e.pb / e.mb;
   }
-  // Communicators: the default (world) group, plus shard and replica groups for HSDP.
-  e.prog.communicators = lay.world > 1 ? (s.kind == StrategyKind::Hsdp ? 3 : 1) : 0;
+  // Communicators: the data-parallel dimension's (the default group, HSDP's shard and replica groups).
+  e.prog.communicators = dp_communicators(e.dp_plan, lay.world);
   // The mesh's own groups: one communicator for the tp group, one for the pipeline group (NCCL point-to-point
   // sends and receives run on the group's communicator).
   e.prog.communicators += (lay.tp > 1 ? 1 : 0) + (lay.pp > 1 ? 1 : 0);

@@ -1,7 +1,10 @@
 // The step program: the ordered operations of one training step on one rank
 // (DESIGN.md "The middle"). The memory walk replays its allocations and frees;
-// the timeline schedules the same operations on their streams. A strategy is
-// "how to emit the program" (step_program.cpp has one emitter per family).
+// the timeline schedules the same operations on their streams. step_program.cpp
+// composes the mesh's dimensions, each a transform of the per-unit program that adds
+// its own ops: data parallelism (data_parallel.hpp: where a unit's state lives, its
+// gathers and gradient reductions), tensor parallelism (tensor_parallel.hpp) and
+// pipeline parallelism (pipeline_parallel.hpp).
 #pragma once
 
 #include <string>

@@ -14,6 +14,14 @@ const char* to_string(GradReduction r) {
   return "?";
 }
 
+std::vector<bool> reshard_choices(StrategyKind k) {
+  if (k == StrategyKind::FsdpGradOp) return {false};
+  if (shards_params(k)) return {true, false};
+  return {true};
+}
+
+bool uses_shard_groups(StrategyKind k) { return k == StrategyKind::Hsdp; }
+
 UnitPlacement unit_placement(const Strategy& s, bool root, bool root_reshard_after_forward) {
   UnitPlacement p;
   p.params_sharded = shards_params(s.kind);
@@ -25,7 +33,7 @@ UnitPlacement unit_placement(const Strategy& s, bool root, bool root_reshard_aft
                 : s.kind == StrategyKind::NoShard ? GradReduction::AllReducePerUnit
                                                   : GradReduction::AllReduceBuckets;
   p.reduce_group = p.params_sharded ? GroupKind::Shard : GroupKind::World;
-  p.replica_all_reduce = s.kind == StrategyKind::Hsdp;
+  p.replica_all_reduce = uses_shard_groups(s.kind);
   p.master_on_host = s.offload != Offload::None;
   p.params_on_host = s.offload == Offload::Params;
   return p;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "program/op_kinds.hpp"
 #include "strategy/strategy.hpp"
@@ -40,5 +41,14 @@ struct UnitPlacement {
 // The placement of a unit (`root`: the unit holding the embedding and head) of strategy `s` under a runtime that
 // does (or not) reshard its root after forward.
 UnitPlacement unit_placement(const Strategy& s, bool root, bool root_reshard_after_forward);
+
+// The reshard_after_forward values that mean something for a kind, as the planner's search enumerates them: both
+// where a unit's gathered parameters may be freed after its forward (FULL_SHARD, ZeRO-3, HSDP), off alone for
+// SHARD_GRAD_OP (its parameters stay gathered from forward to backward: torch/distributed/fsdp/api.py
+// ShardingStrategy), the default alone for replicas (nothing to reshard).
+std::vector<bool> reshard_choices(StrategyKind);
+// Whether the kind takes a shard-group size (Strategy::hsdp_group): HSDP alone, sharded within groups and
+// replicated across them (torch/distributed/fsdp/api.py HYBRID_SHARD; UnitPlacement::replica_all_reduce).
+bool uses_shard_groups(StrategyKind);
 
 }  // namespace fsdp

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <tuple>
+#include <vector>
 
 #include "strategy/placement.hpp"
 
@@ -60,4 +61,16 @@ TEST_CASE("placement: offload puts the master on the host, parameter offload the
   CHECK(p.master_on_host);
   CHECK(p.params_on_host);
   CHECK(std::string(to_string(GradReduction::ReduceScatter)) == "reduce-scatter");
+}
+
+TEST_CASE("placement: the reshard choices and shard groups the search enumerates per kind") {
+  using V = std::vector<bool>;
+  CHECK(reshard_choices(StrategyKind::Fsdp) == V{true, false});
+  CHECK(reshard_choices(StrategyKind::Zero3) == V{true, false});
+  CHECK(reshard_choices(StrategyKind::Hsdp) == V{true, false});
+  CHECK(reshard_choices(StrategyKind::FsdpGradOp) == V{false});
+  for (StrategyKind k : {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2})
+    CHECK(reshard_choices(k) == V{true});
+  CHECK(uses_shard_groups(StrategyKind::Hsdp));
+  CHECK_FALSE(uses_shard_groups(StrategyKind::Fsdp));
 }
