@@ -22,8 +22,9 @@ python3 - "$out" "$tol" <<'PY'
 import json, sys
 out, tol = sys.argv[1], float(sys.argv[2])
 rows = [l.rstrip("\n").split("\t") for l in open(out + "/rows.tsv")]
-print("%-3s %-10s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10s %10s %7s" % ("#", "model", "strategy", "world",
-      "wrap", "ckpt", "dtype", "accum", "offload", "mb*seq", "floor MiB", "pred MiB", "meas MiB", "error") +
+print("%-3s %-10s %-13s %-11s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10s %10s %7s" % ("#", "model", "strategy",
+      "mesh", "world", "wrap", "ckpt", "dtype", "accum", "offload", "mb*seq", "floor MiB", "pred MiB", "meas MiB",
+      "error") +
       " | %-40s %-40s" % ("predicted peak phase", "measured peak phase"))
 worst, failed = 0.0, 0
 for r in rows:
@@ -35,8 +36,8 @@ for r in rows:
     worst = max(worst, abs(err))
     bad = abs(err) > tol
     failed += bad
-    print("%-3s %-10s %-13s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i, r[12],
-          r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9] + "x" + r[10], "%.3f" % (floor / 2**20) if floor < pred else "-",
+    print("%-3s %-10s %-13s %-11s %5s %-6s %-9s %-5s %5s %-9s %6s | %10s %10.3f %10.3f %+6.1f%% | %-40s %-40s%s" % (i,
+          r[12], r[1], r[13], r[2], r[3], r[4], r[5], r[6], r[7], r[9] + "x" + r[10], "%.3f" % (floor / 2**20) if floor < pred else "-",
           pred / 2**20, meas / 2**20, err, pm.get("peak_phase", ""), mm.get("peak_phase", ""),
           "  <-- over %.0f%%" % tol if bad else ""))
 # Per category, as `fsdp-plan compare` pairs them: the executor's tagged buffers by name, and the untagged rest
