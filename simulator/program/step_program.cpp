@@ -1385,6 +1385,11 @@ StepProgram emit_step_program(const ProgramInput& in) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
     double act = 0;
     for (double a : e.act_bytes) act += a;
+    // The last stage computes each micro-batch's loss in its forward, and the loss's graph, with the log-probabilities
+    // it saved, lives until that micro-batch's backward (torch.distributed.pipelining's last stage calls the loss
+    // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
+    // stage's loss output per micro-batch, executor/train/pipeline.cpp): a micro-batch in flight there holds them too.
+    if (e.holds_head()) act += e.logits_elems() * e.logprob_bytes();
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
   }
   if (shards_params(s.kind)) {
