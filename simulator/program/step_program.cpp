@@ -1205,12 +1205,20 @@ void Emitter::emit_optimizer() {
     n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
-    if (rt.grad_norm_bytes_per_grad > 0 && shards_optimizer(s.kind) && !outside && prog.layout.shard_size > 1) {
-      // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
+    // One fp64 scalar per group the owned gradients are spread over (executor clip_grad_norm, sum_over_mesh; FSDP2's
+    // clip_grad_norm_ reduces the DTensor norm likewise): the optimizer's shards, then the tp slices and the pipeline
+    // stages (Megatron-LM get_grad_norm_fp32 all-reduces over the model-parallel group, megatron/core/optimizer/
+    // clip_grads.py; torchtitan's clip_grad_norm_ over the pp mesh, torchtitan/distributed/utils.py).
+    auto norm_all_reduce = [&](GroupKind group) {
       Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::GradientNormAllReduce,
-                           CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, WireType::Fp64, -1, 0);
+                           CollectiveKind::AllReduce, group, kScalarBytes, WireType::Fp64, -1, 0);
       a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
       push(a);
+    };
+    if (rt.grad_norm_bytes_per_grad > 0 && !outside) {
+      if (shards_optimizer(s.kind) && prog.layout.shard_size > 1) norm_all_reduce(GroupKind::Shard);
+      if (s.mesh.tp > 1) norm_all_reduce(GroupKind::Tensor);
+      if (s.mesh.pp > 1) norm_all_reduce(GroupKind::Pipeline);
     }
   }
   emit_optimizer_step();

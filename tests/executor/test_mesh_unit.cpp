@@ -100,7 +100,9 @@ TEST_CASE("mesh refusals: the capability table's first violation, one message na
   s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
   s.mesh.pp_virtual_stages = 2;
   s.grad_accum = 2;
+  m.num_layers = 4;  // 2 stages x 2 virtual stages: one layer each
   CHECK(refused(2) == "strategy.pp_schedule: fsdp-run does not run interleaved-1f1b yet");
+  m.num_layers = 3;
   s.mesh.pp_virtual_stages = 1;
   CHECK(refused(2).find("strategy.pp_virtual_stages: interleaved-1f1b") == 0);
   s.mesh.pp_schedule = PipelineSchedule::OneFOneB;
