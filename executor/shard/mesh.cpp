@@ -30,6 +30,8 @@ RuntimeSupport fsdp_run_support() {
   // model/tensor_parallel.cpp split_rows: an MLP width tp does not divide splits into rows as even as they go (every
   // rank needs one).
   rt.uneven_ffn_split = true;
+  // shard/sharded_model.cpp offloads the shards a rank owns, whatever its stage and tp slice.
+  rt.mesh_offload = true;
   return rt;
 }
 

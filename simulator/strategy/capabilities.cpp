@@ -123,7 +123,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        }},
       {R::MeshOffload, "offload with tp or pp not modelled",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (!c.mesh() || c.s.offload == Offload::None) return std::nullopt;
+         if (!c.mesh() || c.s.offload == Offload::None || c.rt.mesh_offload) return std::nullopt;
          return broken(R::MeshOffload, "--offload",
                        "offload with tensor or pipeline parallelism is not modelled; use --offload none");
        }},

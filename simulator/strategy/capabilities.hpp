@@ -66,6 +66,10 @@ struct RuntimeSupport {
   // simulator prices even slices only (rule TpFfn); fsdp-run splits unevenly (executor/model/tensor_parallel.cpp
   // split_rows) and sets it for its own check. No profile key sets it.
   bool uneven_ffn_split = false;
+  // Offload with tp or pp. Clear by default: the simulator does not price it (rule MeshOffload); fsdp-run offloads
+  // each stage's and tp slice's own shards (tests/executor/test_mesh.cpp runs optimizer offload with tp 2) and sets
+  // it for its own check. No profile key sets it.
+  bool mesh_offload = false;
   std::string runtime_name = "the simulator";
 };
 

@@ -166,6 +166,8 @@ TEST_CASE("mesh: fsdp-run's RuntimeSupport and its runtime profile's mesh sectio
   CHECK_FALSE(plan.pipeline_partitioned_gradients);
   CHECK(run.uneven_ffn_split);
   CHECK_FALSE(plan.uneven_ffn_split);
+  CHECK(run.mesh_offload);
+  CHECK_FALSE(plan.mesh_offload);
 }
 
 }  // namespace fsdp::exec::test
