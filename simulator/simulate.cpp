@@ -22,7 +22,7 @@ void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt) {
                      "fsdp-run calibrate again");
 }
 
-void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) {
+void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, const RuntimeSupport& rt) {
   auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
   if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
   constexpr int64_t kMaxCount = int64_t{1} << 20;  // beyond any cluster; keeps products exact
@@ -41,8 +41,8 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c) 
         std::to_string(s.seq_len) + " exceeds the model's learned positions (" + std::to_string(m.max_positions) + ")");
   if (s.forward_prefetch < 0 || s.backward_prefetch < 0) bad("--prefetch", "must not be negative");
   // Which knob combinations can run: the one capability table (strategy/capabilities.hpp), which the planner's
-  // search and fsdp-run read too.
-  if (auto v = first_violation(s, m, MeshWorld{c.world_size(), c.gpus_per_node})) bad(v->flag, v->reason);
+  // search and fsdp-run read too, with what the runtime runs.
+  if (auto v = first_violation(s, m, MeshWorld{c.world_size(), c.gpus_per_node}, rt)) bad(v->flag, v->reason);
   if (s.wrap.kind == WrapKind::EveryK && s.wrap.every_k > m.num_layers)
     bad("--wrap",
         "every:" + std::to_string(s.wrap.every_k) + " exceeds the model's " + std::to_string(m.num_layers) + " layers");
@@ -181,7 +181,11 @@ std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareP
   return r;
 }
 
-Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
+namespace {
+
+// The program input of `in`'s language model (language_model_strategy): the SDPA kernels its stack dispatches and
+// what the backend cannot do.
+ProgramInput program_input(const SimulationInput& in) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
   // The language model runs the sample's text tokens and its image tokens (language_model_strategy).
   const Strategy s = language_model_strategy(in.strategy, in.graph->spec());
@@ -200,6 +204,21 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   pi.fp32_collectives_only = !in.hardware->backend.low_precision_collectives;
   pi.backend_gather_buffer = in.hardware->backend.gather_flat_buffer;
   pi.host_device = in.hardware->device_is_host();
+  return pi;
+}
+
+}  // namespace
+
+StepProgram emit_stage_program(const SimulationInput& in, int64_t stage) {
+  ProgramInput pi = program_input(in);
+  pi.pipeline_stage = stage;
+  return emit_step_program(pi);
+}
+
+Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
+  const ProgramInput pi = program_input(in);
+  const Strategy& s = pi.strategy;
+  const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);
   StepProgram prog = emit_step_program(pi);
   Prediction p;
   p.params = in.graph->total_params();

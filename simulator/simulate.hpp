@@ -74,8 +74,10 @@ std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareP
 Strategy language_model_strategy(const Strategy& s, const ModelSpec& m);
 
 // Checks the strategy against the model and cluster; throws InputError naming the flag for a strategy
-// that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...).
-void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c);
+// that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...), or that the
+// runtime `rt` does not run (its profile's `mesh` section: RuntimeProfile::support).
+void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c,
+                       const RuntimeSupport& rt = RuntimeSupport{});
 
 // A RoPE model's sequence (text plus a vision-language model's image tokens) beyond the positions it was trained for,
 // max_positions (max_position_embeddings), or beyond what its rope_scaling extends them to (rope_scaled_positions),
@@ -88,8 +90,13 @@ void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string
 // the runtime and the cost-model version it was fitted against; InputError naming the profile and the reason.
 void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);
 
-// Simulates memory and time. The input must be valid (validate_strategy).
+// Simulates memory and time. The input must be valid (validate_strategy). `program_out`: the program whose time
+// the prediction reports (under pipeline parallelism the slower of the first and the last stage).
 Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullptr);
+
+// The step program of pipeline rank `stage` (0 without pipeline parallelism): what that rank runs, e.g. the first
+// stage's, rank 0's, whose step fsdp-run records in its report.
+StepProgram emit_stage_program(const SimulationInput& in, int64_t stage);
 
 // Model FLOPs per token used for MFU: 6N (forward + backward GEMMs over all N parameters, Kaplan et al.
 // 2020 / PaLM arXiv 2204.02311 App. B) plus causal attention 6 * L * s * d_q (12 * L * s * d_q halved by

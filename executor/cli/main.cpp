@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
         // without it (said, not silent).
         fsdp::TraceSide program;
         try {
-          program = fsdp::program_side(fsdp::simulate_plan(plan, fsdp::config_root_from({}))->program);
+          program = fsdp::program_side(fsdp::simulate_plan(plan, fsdp::config_root_from({}))->rank0_program);
         } catch (const fsdp::InputError& e) {
           std::printf("fsdp-run: no collective comparison: the plan cannot be re-simulated here (%s)\n", e.what());
           measured.erase("step_trace");

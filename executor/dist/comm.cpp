@@ -239,7 +239,11 @@ Handle Group::send(at::Tensor t, int peer, const CollectiveTag& tag) {
 }
 Handle Group::recv(at::Tensor t, int peer, const CollectiveTag& tag) {
   FSDP_ASSERT(t.is_contiguous(), "recv: the buffer must be contiguous");
-  (void)tag;  // a transfer is one trace entry, the sender's
+  // Each side records its half, as the step program has a stage's receive and its send (program/step_program.cpp
+  // push_pp): the same bytes, tagged with the receiving phase.
+  if (trace_ != nullptr && trace_->recording())
+    trace_->collective(CollectiveKind::SendRecv, &tag, size(), wire_type_of(t.scalar_type()),
+                       t.numel() * static_cast<int64_t>(t.element_size()));
   return recv_impl(std::move(t), peer);
 }
 

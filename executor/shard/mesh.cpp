@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "dist/comm.hpp"
 #include "model/tensor_parallel.hpp"
+#include "planfile/plan_keys.hpp"
 
 namespace fsdp::exec {
 
@@ -14,54 +15,32 @@ std::pair<int, int> stage_layers(int64_t num_layers, int pp, int stage) {
   return {static_cast<int>(r.start), static_cast<int>(r.start + r.size - 1)};
 }
 
+RuntimeSupport fsdp_run_support() {
+  RuntimeSupport rt;
+  rt.runtime_name = "fsdp-run";
+  // model/tensor_parallel.cpp runs the tp collectives as they are, not decomposed into the GEMMs.
+  rt.async_tp = false;
+  // train/pipeline.cpp runs one model chunk per stage: 1f1b and gpipe.
+  rt.interleaved_pipeline = false;
+  // The embedding (first stage) and the head (last stage) would share one weight; nothing synchronises it.
+  rt.pipeline_tied_embeddings = false;
+  // Each stage's ShardedModel reduce-scatters its own units' gradients over its data-parallel group, whatever the
+  // strategy (tests/executor/test_mesh.cpp runs zero2 and fsdp-grad-op with pp against one process).
+  rt.pipeline_partitioned_gradients = true;
+  // model/tensor_parallel.cpp split_rows: an MLP width tp does not divide splits into rows as even as they go (every
+  // rank needs one).
+  rt.uneven_ffn_split = true;
+  // shard/sharded_model.cpp offloads the shards a rank owns, whatever its stage and tp slice.
+  rt.mesh_offload = true;
+  return rt;
+}
+
 void check_mesh_supported(const ModelSpec& spec, const Strategy& s, int world) {
-  const MeshSpec& m = s.mesh;
-  const std::string tp = std::to_string(m.tp), pp = std::to_string(m.pp);
-  if (world % m.model_parallel() != 0)
-    throw InputError("strategy.tp x strategy.pp = " + tp + " x " + pp + " does not divide the world size " +
-                     std::to_string(world));
-  const int64_t dp = m.dp(world);
-  if (s.kind == StrategyKind::Hsdp && (s.hsdp_group <= 0 || dp % s.hsdp_group != 0))
-    throw InputError("hsdp_group " + std::to_string(s.hsdp_group) + " must divide the data-parallel size " +
-                     std::to_string(dp) + (m.is_data_parallel_only() ? "" : " (world / (tp x pp))"));
-  if (m.is_data_parallel_only()) return;
-  if (m.tp > 1) {
-    if (spec.num_heads % m.tp != 0)
-      throw InputError("strategy.tp " + tp + " does not divide the model's num_heads " +
-                       std::to_string(spec.num_heads) + " (each rank computes whole attention heads)");
-    if (spec.num_kv_heads % m.tp != 0 && m.tp % spec.num_kv_heads != 0)
-      throw InputError("strategy.tp " + tp + " and the model's num_kv_heads " + std::to_string(spec.num_kv_heads) +
-                       ": one must divide the other (kv heads split over tp, or each replicated over tp / kv_heads "
-                       "ranks)");
-    if (spec.vocab_size < m.tp || spec.ffn_size < m.tp)
-      throw InputError("strategy.tp " + tp + " exceeds the model's vocab_size or ffn_size (every rank needs a row)");
-    if (m.sequence_parallel && s.seq_len % m.tp != 0)
-      throw InputError("strategy.seq_len " + std::to_string(s.seq_len) + " is not divisible by strategy.tp " + tp +
-                       " (strategy.sequence_parallel splits the sequence over tp)");
-    if (m.async_tp)
-      throw InputError(
-          "strategy.async_tp: fsdp-run runs the tp collectives as they are (no decomposition into the GEMMs); "
-          "set async_tp: false");
-    if (spec.moe)
-      throw InputError("strategy.tp " + tp +
-                       " with MoE layers: fsdp-run splits dense layers only (no expert "
-                       "parallelism); use tp 1");
-  }
-  if (m.pp > 1) {
-    if (m.pp > spec.num_layers)
-      throw InputError("strategy.pp " + pp + " exceeds the model's num_layers " + std::to_string(spec.num_layers) +
-                       " (every stage needs a decoder layer)");
-    if (m.pp_schedule == PipelineSchedule::Interleaved1F1B || m.pp_virtual_stages != 1)
-      throw InputError(
-          "strategy.pp_schedule interleaved-1f1b (pp_virtual_stages > 1) is not run by fsdp-run; use 1f1b or gpipe");
-    if (spec.tied_embeddings)
-      throw InputError("strategy.pp " + pp +
-                       " with tied embeddings: the embedding (first stage) and the head (last stage) would share a "
-                       "weight across stages, which fsdp-run does not synchronise; use pp 1 or an untied head");
-  }
-  if (s.method != Method::Full)
-    throw InputError(std::string("method ") + to_string(s.method) + " with strategy.tp " + tp + ", strategy.pp " + pp +
-                     ": fsdp-run runs adapters on data-parallel plans only");
+  // fsdp-run runs a tp group across nodes (its collectives are slower there, not different): the node is the
+  // whole world for the table's within-node rule, which is the simulator's pricing premise (NVLink).
+  const MeshWorld w{world, world};
+  if (auto v = first_violation(s, spec, w, fsdp_run_support()))
+    throw InputError(plan_key_of_flag(v->flag) + ": " + v->reason);
 }
 
 Mesh make_mesh(Comm& comm, const ModelSpec& spec, const Strategy& s) {

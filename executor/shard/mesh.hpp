@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/model_spec.hpp"
+#include "strategy/capabilities.hpp"
 #include "strategy/strategy.hpp"
 
 namespace fsdp::exec {
@@ -35,8 +36,14 @@ struct Mesh {
 // The layers of pipeline stage `stage` of `pp`: contiguous, the first L mod pp stages one layer more.
 std::pair<int, int> stage_layers(int64_t num_layers, int pp, int stage);
 
-// InputError naming the plan key of a mesh fsdp-run cannot run on `world` ranks (world not divisible by tp x pp, tp
-// not dividing the heads, pp beyond the layers, ...), and of the features it does not run with tp or pp > 1.
+// What fsdp-run runs of the capability table's mesh (simulator/strategy/capabilities.hpp): tp with or without
+// sequence parallelism, pp with the 1f1b and gpipe schedules (train/pipeline.cpp), ZeRO-2/3 and FSDP per stage; not
+// the interleaved schedule, not async TP and not tied embeddings over stages. configs/runtimes/fsdp-run.yaml's `mesh`
+// section says the same to fsdp-plan (tests/executor/test_mesh_unit.cpp checks that they agree).
+RuntimeSupport fsdp_run_support();
+
+// The capability table's first violation for this plan on `world` ranks with fsdp_run_support(), as one InputError
+// naming the plan key of the flag it blames ("strategy.tp: tp 2 does not divide the 3 attention heads of ...").
 void check_mesh_supported(const ModelSpec& spec, const Strategy& strategy, int world);
 
 // This rank's coordinates and groups; collective: every rank of the world calls it, in the same order.

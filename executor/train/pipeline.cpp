@@ -33,24 +33,24 @@ class StageLinks {
   at::Tensor recv_forward() {
     if (first()) return {};
     at::Tensor t = fresh();
-    group().recv(t, mesh_.pp_rank - 1, tag(Phase::Forward)).wait();
+    group().recv(t, mesh_.pp_rank - 1, tag(Phase::PipelineRecvActivations)).wait();
     return t.requires_grad_(true);
   }
   void send_forward(const at::Tensor& out) {
     if (last()) return;
     fwd_send_.wait();
-    fwd_send_ = group().send(out.detach().contiguous(), mesh_.pp_rank + 1, tag(Phase::Forward));
+    fwd_send_ = group().send(out.detach().contiguous(), mesh_.pp_rank + 1, tag(Phase::PipelineSendActivations));
   }
   at::Tensor recv_backward() {
     if (last()) return {};
     at::Tensor t = fresh();
-    group().recv(t, mesh_.pp_rank + 1, tag(Phase::Backward)).wait();
+    group().recv(t, mesh_.pp_rank + 1, tag(Phase::PipelineRecvGradients)).wait();
     return t;
   }
   void send_backward(const at::Tensor& grad) {
     if (first()) return;
     bwd_send_.wait();
-    bwd_send_ = group().send(grad.contiguous(), mesh_.pp_rank - 1, tag(Phase::Backward));
+    bwd_send_ = group().send(grad.contiguous(), mesh_.pp_rank - 1, tag(Phase::PipelineSendGradients));
   }
   // This stage is the lower of the pair: send, then receive.
   at::Tensor send_forward_recv_backward(const at::Tensor& out) {
@@ -61,7 +61,7 @@ class StageLinks {
   at::Tensor send_backward_recv_forward(const at::Tensor& grad) {
     if (first()) return {};
     at::Tensor t = fresh();
-    Handle h = group().recv(t, mesh_.pp_rank - 1, tag(Phase::Forward));
+    Handle h = group().recv(t, mesh_.pp_rank - 1, tag(Phase::PipelineRecvActivations));
     send_backward(grad);
     h.wait();
     return t.requires_grad_(true);

@@ -32,7 +32,7 @@ int run_compare(const std::vector<std::string>& argv) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(report_path + ": not valid JSON: " + e.what());
   }
-  Comparison c = compare_plan_report(pred, plan.strategy, program_side(sim->program), report, report_path);
+  Comparison c = compare_plan_report(pred, plan.strategy, program_side(sim->rank0_program), report, report_path);
   if (auto html = args.get("--html")) write_comparison_html(*html, plan, c, plan_path, report_path);
   if (args.has("--json")) {
     std::cout << comparison_json(c).dump(2) << "\n";

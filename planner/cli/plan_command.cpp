@@ -199,7 +199,7 @@ int run_plan(const std::vector<std::string>& argv) {
     Strategy check = base;
     check.hsdp_group = 0;
     if (check.kind == StrategyKind::Hsdp) check.kind = StrategyKind::Fsdp;
-    validate_strategy(check, model, auto_nodes ? Cluster{1, gpn} : cluster);
+    validate_strategy(check, model, auto_nodes ? Cluster{1, gpn} : cluster, rt.support);
     if (!auto_nodes && req.pins.hsdp_group && cluster.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
                        std::to_string(cluster.world_size()));

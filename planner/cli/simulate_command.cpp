@@ -104,7 +104,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   apply_default_seq(args, model, s);
   apply_strategy_flags(args, s);
   check_grad_sync_runtime(s, rt);
-  validate_strategy(s, model, cluster);
+  validate_strategy(s, model, cluster, rt.support);
   check_trained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   ModuleGraph graph(model);
   SimulationInput in{&graph, &hw, &rt, cluster, s};

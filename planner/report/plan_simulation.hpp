@@ -16,6 +16,9 @@ struct PlanSimulation {
   Cluster cluster;
   ModuleGraph graph;
   StepProgram program;
+  // Rank 0's program (the first pipeline stage's; `program` itself without pp): the step fsdp-run records in its
+  // report (executor/io/report.cpp step_trace), which `compare` and fsdp-run's closing table check it against.
+  StepProgram rank0_program;
   Prediction prediction;
   explicit PlanSimulation(const ModelSpec& m) : graph(m) {}
   SimulationInput input(const PlanFile& plan) const { return {&graph, &hardware, &runtime, cluster, plan.strategy}; }

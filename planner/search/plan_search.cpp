@@ -282,11 +282,13 @@ SearchResult search_plans(const SearchRequest& req) {
   };
   // The capability table's refusals: counted per rule, the first one's reason kept as the report's example.
   const MeshWorld mesh_world{world, req.cluster.gpus_per_node};
+  // What the runtime runs (its profile's `mesh` section): the search never proposes a mesh it refuses.
+  const RuntimeSupport support = req.runtime ? req.runtime->support : RuntimeSupport{};
   // The model's FLOPs per token (MFU) are the same for every plan: the language model's sequence and the method.
   const double flops_per_token =
       model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len, req.base.method != Method::Full);
   auto refused = [&](const Strategy& s) {
-    const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world);
+    const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world, support);
     if (!v) return false;
     RejectedRule& r = res.rejected[to_string(v->rule)];
     if (r.count++ == 0) r.example = v->flag + ": " + v->reason;

@@ -402,7 +402,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   if (row.act_ckpt.empty()) res.approximations.push_back("checkpointing not stated: none");
   if (row.offload.empty()) res.approximations.push_back("offload not stated: none");
   const Cluster cluster{nodes, gpn};
-  validate_strategy(s, spec, cluster);
+  validate_strategy(s, spec, cluster, rt.support);
   ModuleGraph graph(std::move(spec));
   RuntimeProfile row_rt = rt;
   row_rt.cudnn_version.clear();

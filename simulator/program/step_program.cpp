@@ -1143,12 +1143,20 @@ void Emitter::emit_optimizer() {
     n.transient_bytes = step_elems_at_once(owned) * rt.grad_norm_temporary_bytes_per_grad;
     n.after_all_comm = true;  // every gradient reduction has landed
     push(n);
-    if (rt.grad_norm_bytes_per_grad > 0 && place.optim_sharded && !outside && prog.layout.shard_size > 1) {
-      // One fp64 scalar (executor clip_grad_norm; FSDP2's clip_grad_norm_ reduces the DTensor norm likewise).
+    // One fp64 scalar per group the owned gradients are spread over (executor clip_grad_norm, sum_over_mesh; FSDP2's
+    // clip_grad_norm_ reduces the DTensor norm likewise): the optimizer's shards, then the tp slices and the pipeline
+    // stages (Megatron-LM get_grad_norm_fp32 all-reduces over the model-parallel group, megatron/core/optimizer/
+    // clip_grads.py; torchtitan's clip_grad_norm_ over the pp mesh, torchtitan/distributed/utils.py).
+    auto norm_all_reduce = [&](GroupKind group) {
       Op a = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::GradientNormAllReduce,
-                           CollectiveKind::AllReduce, GroupKind::Shard, kScalarBytes, WireType::Fp64, -1, 0);
+                           CollectiveKind::AllReduce, group, kScalarBytes, WireType::Fp64, -1, 0);
       a.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
       push(a);
+    };
+    if (rt.grad_norm_bytes_per_grad > 0 && !outside) {
+      if (place.optim_sharded && prog.layout.shard_size > 1) norm_all_reduce(GroupKind::Shard);
+      if (s.mesh.tp > 1) norm_all_reduce(GroupKind::Tensor);
+      if (s.mesh.pp > 1) norm_all_reduce(GroupKind::Pipeline);
     }
   }
   emit_optimizer_step();
@@ -1291,6 +1299,11 @@ StepProgram emit_step_program(const ProgramInput& in) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
     double act = 0;
     for (double a : e.act_bytes) act += a;
+    // The last stage computes each micro-batch's loss in its forward, and the loss's graph, with the log-probabilities
+    // it saved, lives until that micro-batch's backward (torch.distributed.pipelining's last stage calls the loss
+    // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
+    // stage's loss output per micro-batch, executor/train/pipeline.cpp): a micro-batch in flight there holds them too.
+    if (e.holds_head()) act += e.logits_elems() * e.logprob_bytes();
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
   }
   if (e.place.params_sharded) {

@@ -189,6 +189,20 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
         loop.fail("zero3_step_sub_group_elems", "must be a non-negative number of elements");
     }
   });
+  // Optional in every profile (absent: the runtime runs every mesh the simulator prices); a derived profile
+  // overrides it key by key.
+  if (map.has("mesh")) {
+    ConfigMap mesh = map.get_map("mesh");
+    for (auto [key, field] :
+         {std::pair{"tensor_parallel", &r.support.tensor_parallel},
+          std::pair{"sequence_parallel", &r.support.sequence_parallel}, std::pair{"async_tp", &r.support.async_tp},
+          std::pair{"pipeline_parallel", &r.support.pipeline_parallel},
+          std::pair{"interleaved_pipeline", &r.support.interleaved_pipeline},
+          std::pair{"pipeline_tied_embeddings", &r.support.pipeline_tied_embeddings}})
+      if (mesh.has(key)) *field = mesh.get_bool(key);
+    mesh.finish();
+  }
+  r.support.runtime_name = r.name;
   map.finish();
   return r;
 }

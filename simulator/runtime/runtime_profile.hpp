@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/units.hpp"
+#include "strategy/capabilities.hpp"
 
 namespace fsdp {
 
@@ -138,6 +139,11 @@ struct RuntimeProfile {
   // cover the largest unit's owned elements, not all of them.
   bool step_per_unit = false;
   bool loss_all_reduce = false;  // the step's loss is all-reduced over the world (one scalar) every step
+  // --- the mesh the runtime runs (section mesh, optional; absent keys: supported) ---
+  // Read by the capability table (strategy/capabilities.hpp) when fsdp-plan simulates or searches for this runtime:
+  // tensor_parallel, sequence_parallel, async_tp, pipeline_parallel, interleaved_pipeline, pipeline_tied_embeddings.
+  // runtime_name is the profile's name.
+  RuntimeSupport support;
 };
 
 RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);

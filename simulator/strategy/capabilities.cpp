@@ -3,6 +3,8 @@
 #include <array>
 #include <functional>
 
+#include "core/errors.hpp"
+
 namespace fsdp {
 
 namespace {
@@ -70,12 +72,15 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                        "tp " + n(c.tp()) + " neither divides the " + n(kv) + " kv heads of " + c.m.name +
                            " nor is a multiple of them (to replicate each over tp / kv ranks)");
        }},
+      // Megatron-LM's ColumnParallelLinear: output_size_per_partition = divide(output_size, world_size)
+      // (megatron/core/utils.py divide asserts divisibility); torchtitan's ColwiseParallel shards evenly by DTensor.
       {R::TpFfn, "tp does not divide the MLP width",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.tp() <= 1 || c.m.ffn_size % c.tp() == 0) return std::nullopt;
-         return broken(
-             R::TpFfn, "--tp",
-             "tp " + n(c.tp()) + " does not divide the MLP's intermediate size " + n(c.m.ffn_size) + " of " + c.m.name);
+         if (c.tp() <= 1 || c.m.ffn_size % c.tp() == 0 || (c.rt.uneven_ffn_split && c.m.ffn_size >= c.tp()))
+           return std::nullopt;
+         return broken(R::TpFfn, "--tp",
+                       "tp " + n(c.tp()) + (c.rt.uneven_ffn_split ? " exceeds" : " does not divide") +
+                           " the MLP's intermediate size " + n(c.m.ffn_size) + " of " + c.m.name);
        }},
       {R::TpModelParts, "tensor parallelism of a part not modelled",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
@@ -89,6 +94,26 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
              R::TpModelParts, "--tp",
              std::string("tensor parallelism of ") + part + " is not modelled; plan " + c.m.name + " with --tp 1");
        }},
+      // The embedding and the head are split by vocabulary rows over tp (Megatron-LM VocabParallelEmbedding,
+      // megatron/core/tensor_parallel/layers.py; torchtitan's RowwiseParallel embedding and ColwiseParallel output):
+      // a tp larger than the vocabulary leaves a rank without a row.
+      {R::TpVocab, "tp larger than the vocabulary",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1 || c.m.vocab_size >= c.tp()) return std::nullopt;
+         return broken(R::TpVocab, "--tp",
+                       "tp " + n(c.tp()) + " exceeds the " + n(c.m.vocab_size) + "-entry vocabulary of " + c.m.name +
+                           " (every tp rank holds a row of the embedding and the head)");
+       }},
+      // Sequence parallelism scatters the sequence dimension over tp in equal parts: Megatron-LM's
+      // _split_along_first_dim asserts "First dimension of the tensor should be divisible by tensor parallel size"
+      // (megatron/core/tensor_parallel/mappings.py); torchtitan's SequenceParallel shards Shard(1) the same way.
+      {R::TpSequenceSplit, "sequence parallelism with a sequence not divisible by tp",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.tp() <= 1 || !c.s.mesh.sequence_parallel || c.s.seq_len % c.tp() == 0) return std::nullopt;
+         return broken(R::TpSequenceSplit, "--seq",
+                       "sequence parallelism splits the sequence over tp: " + n(c.s.seq_len) +
+                           " tokens are not divisible by tp " + n(c.tp()) + " (or use --sequence-parallel false)");
+       }},
       {R::MeshLora, "LoRA with tp or pp not modelled",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (!c.mesh() || c.s.method == Method::Full) return std::nullopt;
@@ -98,7 +123,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        }},
       {R::MeshOffload, "offload with tp or pp not modelled",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (!c.mesh() || c.s.offload == Offload::None) return std::nullopt;
+         if (!c.mesh() || c.s.offload == Offload::None || c.rt.mesh_offload) return std::nullopt;
          return broken(R::MeshOffload, "--offload",
                        "offload with tensor or pipeline parallelism is not modelled; use --offload none");
        }},
@@ -137,11 +162,22 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
       // (deepspeed/runtime/pipe/engine.py); torchtitan composes pp with FSDP (fully_shard per stage) and DDP.
       {R::PpStrategy, "pipeline parallelism with ZeRO-2/3",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.pp() <= 1 || (c.s.kind != StrategyKind::Zero2 && c.s.kind != StrategyKind::Zero3)) return std::nullopt;
+         if (c.pp() <= 1 || c.rt.pipeline_partitioned_gradients ||
+             (c.s.kind != StrategyKind::Zero2 && c.s.kind != StrategyKind::Zero3))
+           return std::nullopt;
          return broken(R::PpStrategy, "--strategy",
                        std::string(to_string(c.s.kind)) +
                            " with pipeline parallelism: DeepSpeed's pipeline engine refuses ZeRO-2/3 (partitioned "
                            "gradients); use fsdp, hsdp, zero1 or ddp");
+       }},
+      {R::PpTiedEmbeddings, "tied embeddings split over pipeline stages",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.pp() <= 1 || !c.m.tied_embeddings || c.rt.pipeline_tied_embeddings) return std::nullopt;
+         return broken(R::PpTiedEmbeddings, "--pp",
+                       "pp " + n(c.pp()) + " with the tied embeddings of " + c.m.name +
+                           ": the embedding (first stage) and the head (last stage) would share a weight across "
+                           "stages, which " +
+                           c.rt.runtime_name + " does not synchronise; use --pp 1 or a model with an untied head");
        }},
       {R::HsdpGroup, "HSDP group does not divide the data-parallel ranks",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
@@ -213,7 +249,9 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
 
 const char* to_string(CapabilityRule r) {
   const auto i = static_cast<size_t>(r);
-  return i < rules().size() ? rules()[i].summary : "?";
+  if (i >= rules().size()) return "?";
+  FSDP_ASSERT(rules()[i].id == r, "the capability table is not in CapabilityRule's order");
+  return rules()[i].summary;
 }
 
 bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }

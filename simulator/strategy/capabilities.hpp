@@ -24,12 +24,15 @@ enum class CapabilityRule : uint8_t {
   TpKvHeads,                  // kv heads split over tp, or tp a multiple of them (each kv head replicated)
   TpFfn,                      // the MLP's intermediate width split evenly
   TpModelParts,               // parts tensor parallelism is not modelled for (MoE experts, MLA, vision towers)
+  TpVocab,                    // every tp rank holds a row of the vocabulary (embedding and head split by rows)
+  TpSequenceSplit,            // sequence parallelism splits the sequence evenly over tp
   MeshLora,                   // LoRA / QLoRA with tp or pp
   MeshOffload,                // offload with tp or pp
   PpLayers,                   // at least one decoder layer per (virtual) stage
   PpVirtualStages,            // virtual stages with the interleaved schedule only, and at least 2 there
   PpInterleavedMicroBatches,  // interleaved 1F1B: micro-batches a multiple of pp
   PpStrategy,                 // pipeline parallelism with ZeRO-2/3 (partitioned gradients)
+  PpTiedEmbeddings,           // tied embeddings split over stages (RuntimeSupport::pipeline_tied_embeddings)
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
@@ -39,14 +42,34 @@ enum class CapabilityRule : uint8_t {
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
 
-// What a runtime can execute; the simulator prices everything (all flags set). fsdp-run clears the flags of what
-// it does not run yet, and names itself in `runtime_name` for the reason text.
+// What a runtime can execute; the simulator prices everything (the flags below set, but for one). A runtime profile
+// clears the flags of what its runtime does not run (configs/runtimes/*.yaml section `mesh`, runtime_profile.hpp),
+// so that `fsdp-plan --runtime R` neither simulates nor proposes a plan R refuses; fsdp-run checks its plans against
+// its own (executor/shard/mesh.cpp fsdp_run_support). `runtime_name` names the runtime in the reason text.
 struct RuntimeSupport {
   bool tensor_parallel = true;
   bool sequence_parallel = true;
   bool async_tp = true;
   bool pipeline_parallel = true;
   bool interleaved_pipeline = true;
+  // Tied embeddings (the embedding on the first stage, the head on the last sharing one weight) under pp > 1:
+  // Megatron-LM keeps a copy on each end and all-reduces their gradients over an embedding group
+  // (megatron/core/models/common/language_module/language_module.py setup_embeddings_and_output_layer).
+  bool pipeline_tied_embeddings = true;
+  // ZeRO-2/3 (partitioned gradients) under pp > 1. Clear by default: DeepSpeed's pipeline engine refuses them and
+  // the simulator's step program follows it (rule PpStrategy), for every runtime profile. A runtime that composes
+  // them (fsdp-run: each stage reduce-scatters its gradients over its data-parallel group) sets it for its own
+  // check; no profile key sets it, as the simulator does not price that composition.
+  bool pipeline_partitioned_gradients = false;
+  // An MLP width tp does not divide, split into rows as even as they go. Clear by default: Megatron-LM's
+  // ColumnParallelLinear divides the width with megatron/core/utils.py divide(), which asserts divisibility, and the
+  // simulator prices even slices only (rule TpFfn); fsdp-run splits unevenly (executor/model/tensor_parallel.cpp
+  // split_rows) and sets it for its own check. No profile key sets it.
+  bool uneven_ffn_split = false;
+  // Offload with tp or pp. Clear by default: the simulator does not price it (rule MeshOffload); fsdp-run offloads
+  // each stage's and tp slice's own shards (tests/executor/test_mesh.cpp runs optimizer offload with tp 2) and sets
+  // it for its own check. No profile key sets it.
+  bool mesh_offload = false;
   std::string runtime_name = "the simulator";
 };
 

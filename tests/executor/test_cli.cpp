@@ -617,7 +617,7 @@ TEST_CASE("mesh plans through fsdp-run: tp 2 and pp 2 on 2 ranks, a refused tp")
   bad.cluster.gpus_per_node = 3;
   const Result r = sh(kBin + " --nproc-per-node 3 " + write_plan(d, bad, "bad.yaml") + " --steps 1");
   CHECK(r.code == 2);
-  CHECK(r.out.find("strategy.tp 3 does not divide the model's num_heads 4") != std::string::npos);
+  CHECK(r.out.find("strategy.tp: tp 3 does not divide the 4 attention heads") != std::string::npos);
 }
 
 }  // namespace fsdp::exec::test

@@ -5,6 +5,7 @@
 #include "core/errors.hpp"
 #include "model/tensor_parallel.hpp"
 #include "model/transformer.hpp"
+#include "runtime/runtime_profile.hpp"
 #include "shard/mesh.hpp"
 #include "test_common.hpp"
 #include "train/trainer.hpp"
@@ -65,8 +66,8 @@ TEST_CASE("mesh: row splits, pipeline stages and tensor-parallel slices cover ev
   }
 }
 
-TEST_CASE("mesh refusals: one message naming the plan key") {
-  ModelSpec m = small_model();  // 3 heads, 1 kv head, 3 layers
+TEST_CASE("mesh refusals: the capability table's first violation, one message naming the plan key") {
+  ModelSpec m = small_model();  // 3 heads, 1 kv head, 3 layers, ffn 91
   Strategy s;
   s.kind = StrategyKind::Fsdp;
   s.seq_len = 24;
@@ -79,39 +80,94 @@ TEST_CASE("mesh refusals: one message naming the plan key") {
     return std::string();
   };
   s.mesh.tp = 2;
-  CHECK(refused(2).find("strategy.tp 2 does not divide the model's num_heads 3") != std::string::npos);
-  CHECK(refused(3).find("does not divide the world size 3") != std::string::npos);
+  CHECK(refused(2) == "strategy.tp: tp 2 does not divide the 3 attention heads of exec-test");
+  CHECK(refused(3) == "strategy.tp: tp 2 x pp 1 = 2 does not divide the 3 GPUs");
   s.mesh.tp = 3;
-  CHECK(refused(3).empty());
+  CHECK(refused(3).empty());  // ffn 91 splits unevenly over 3 (uneven_ffn_split)
   s.seq_len = 25;
-  CHECK(refused(3).find("strategy.seq_len 25 is not divisible by strategy.tp 3") != std::string::npos);
+  CHECK(refused(3).find("strategy.seq_len: sequence parallelism splits the sequence over tp: 25 tokens are not "
+                        "divisible by tp 3") == 0);
   s.mesh.sequence_parallel = false;
   CHECK(refused(3).empty());
   s.mesh.async_tp = true;
-  CHECK(refused(3).find("strategy.async_tp") != std::string::npos);
+  CHECK(refused(3) == "strategy.async_tp: fsdp-run does not run async tensor parallelism yet");
   s.mesh = MeshSpec{};
   s.mesh.pp = 4;
-  CHECK(refused(4).find("strategy.pp 4 exceeds the model's num_layers 3") != std::string::npos);
+  CHECK(refused(4) ==
+        "strategy.pp: pp 4 x 1 virtual stages = 4 model chunks, more than the 3 decoder layers of "
+        "exec-test");
   s.mesh.pp = 2;
   s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
-  CHECK(refused(2).find("interleaved-1f1b") != std::string::npos);
+  s.mesh.pp_virtual_stages = 2;
+  s.grad_accum = 2;
+  m.num_layers = 4;  // 2 stages x 2 virtual stages: one layer each
+  CHECK(refused(2) == "strategy.pp_schedule: fsdp-run does not run interleaved-1f1b yet");
+  m.num_layers = 3;
+  s.mesh.pp_virtual_stages = 1;
+  CHECK(refused(2).find("strategy.pp_virtual_stages: interleaved-1f1b") == 0);
   s.mesh.pp_schedule = PipelineSchedule::OneFOneB;
+  s.grad_accum = 1;
   CHECK(refused(2).empty());
+  // ZeRO-2 under a pipeline: DeepSpeed refuses it and the simulator does not price it; fsdp-run runs it.
+  s.kind = StrategyKind::Zero2;
+  CHECK(refused(2).empty());
+  s.kind = StrategyKind::Fsdp;
   m.tied_embeddings = true;
-  CHECK(refused(2).find("tied embeddings") != std::string::npos);
+  CHECK(refused(2).find("strategy.pp: pp 2 with the tied embeddings of exec-test: ") == 0);
+  CHECK(refused(2).find("which fsdp-run does not synchronise") != std::string::npos);
   m.tied_embeddings = false;
   s.kind = StrategyKind::Hsdp;
   s.hsdp_group = 2;
-  CHECK(refused(2).find("hsdp_group 2 must divide the data-parallel size 1") != std::string::npos);
+  CHECK(refused(2) == "strategy.hsdp_group: 2 does not divide the data-parallel degree 1 (world / (tp x pp))");
   CHECK(refused(4).empty());
+  // LoRA on a mesh (rule MeshLora) and tp of MoE layers (TpModelParts).
+  s.kind = StrategyKind::Fsdp;
+  s.hsdp_group = 0;
+  s.method = Method::Lora;
+  s.lora.rank = 4;
+  CHECK(refused(2).find("strategy.pp: lora with tensor or pipeline parallelism") == 0);
+  s.method = Method::Full;
+  s.mesh = MeshSpec{};
+  s.mesh.tp = 2;
+  ModelSpec moe = small_moe_model();
+  moe.num_heads = 4;
+  moe.num_kv_heads = 2;
+  moe.ffn_size = 64;
+  try {
+    check_mesh_supported(moe, s, 2);
+    FAIL("tp of MoE layers ran");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("strategy.tp: tensor parallelism of mixture-of-experts layers") == 0);
+  }
   // Through the plan check fsdp-run runs before any rank starts.
   PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 4);
   p.strategy.mesh.tp = 2;
-  CHECK_THROWS_WITH_AS(check_plan_runnable(p), doctest::Contains("strategy.tp 2"), InputError);
+  CHECK_THROWS_WITH_AS(check_plan_runnable(p), doctest::Contains("strategy.tp: tp 2"), InputError);
   p.strategy.mesh.tp = 1;
   p.model = small_moe_model();
   p.strategy.mesh.pp = 2;
   CHECK_NOTHROW(check_plan_runnable(p));
+}
+
+TEST_CASE("mesh: fsdp-run's RuntimeSupport and its runtime profile's mesh section agree") {
+  // fsdp-plan --runtime fsdp-run reads configs/runtimes/fsdp-run.yaml; fsdp-run checks with fsdp_run_support(). The
+  // flags a profile can say must agree, so the planner never proposes a mesh fsdp-run refuses.
+  const RuntimeSupport run = fsdp_run_support();
+  const RuntimeSupport plan = load_runtime("fsdp-run", FSDP_SOURCE_ROOT).support;
+  CHECK(run.runtime_name == plan.runtime_name);
+  CHECK(run.tensor_parallel == plan.tensor_parallel);
+  CHECK(run.sequence_parallel == plan.sequence_parallel);
+  CHECK(run.async_tp == plan.async_tp);
+  CHECK(run.pipeline_parallel == plan.pipeline_parallel);
+  CHECK(run.interleaved_pipeline == plan.interleaved_pipeline);
+  CHECK(run.pipeline_tied_embeddings == plan.pipeline_tied_embeddings);
+  // Beyond what the simulator prices (no profile key): fsdp-run runs them, fsdp-plan never plans them.
+  CHECK(run.pipeline_partitioned_gradients);
+  CHECK_FALSE(plan.pipeline_partitioned_gradients);
+  CHECK(run.uneven_ffn_split);
+  CHECK_FALSE(plan.uneven_ffn_split);
+  CHECK(run.mesh_offload);
+  CHECK_FALSE(plan.mesh_offload);
 }
 
 }  // namespace fsdp::exec::test

@@ -7,6 +7,7 @@
 
 #include "model/model_loader.hpp"
 #include "program/tensor_parallel.hpp"
+#include "runtime/runtime_profile.hpp"
 #include "simulate.hpp"
 #include "strategy/capabilities.hpp"
 #include "timeline/tp_linear_overlap.hpp"
@@ -338,4 +339,75 @@ TEST_CASE("tp: nanotron's asynchronous linears regather in backward and hide col
   head.head_backward_s = 0.25;
   CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, false, 1.0, 1, head, 4) == doctest::Approx(0.5));
   CHECK(tp_async_linear_exposed_s(CollectiveKind::AllGather, true, 1.0, 2, head, 4) == doctest::Approx(1.75));
+}
+
+TEST_CASE("capability table: the rules fsdp-run's profile adds, refused by the simulator when simulating for it") {
+  const ModelSpec& m = llama8b().spec();
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  // configs/runtimes/fsdp-run.yaml section mesh: tp, sp and pp run; interleaved, async TP, tied embeddings over pp
+  // do not.
+  CHECK(rt.support.runtime_name == "fsdp-run");
+  CHECK(rt.support.tensor_parallel);
+  CHECK(rt.support.sequence_parallel);
+  CHECK(rt.support.pipeline_parallel);
+  CHECK_FALSE(rt.support.interleaved_pipeline);
+  CHECK_FALSE(rt.support.async_tp);
+  CHECK_FALSE(rt.support.pipeline_tied_embeddings);
+  // A profile without the section runs every mesh the simulator prices.
+  CHECK(load_runtime("torchtitan", FSDP_SOURCE_ROOT).support.interleaved_pipeline);
+
+  const Cluster c{1, 8};
+  // Async TP: the simulator prices it; fsdp-run's profile refuses it by name.
+  Strategy s = plan(2);
+  s.mesh.async_tp = true;
+  CHECK_NOTHROW(validate_strategy(s, m, c));
+  CHECK_THROWS_WITH_AS(validate_strategy(s, m, c, rt.support),
+                       "--async-tp: fsdp-run does not run async tensor parallelism yet", InputError);
+  // Interleaved 1F1B.
+  s = plan(1);
+  s.mesh.pp = 2;
+  s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
+  s.mesh.pp_virtual_stages = 2;
+  s.grad_accum = 4;
+  CHECK_NOTHROW(validate_strategy(s, m, c));
+  CHECK_THROWS_WITH_AS(validate_strategy(s, m, c, rt.support),
+                       "--pp-schedule: fsdp-run does not run interleaved-1f1b yet", InputError);
+  // Tied embeddings over pipeline stages.
+  ModelSpec tied = m;
+  tied.tied_embeddings = true;
+  s = plan(1);
+  s.mesh.pp = 2;
+  CHECK_NOTHROW(validate_strategy(s, tied, c));
+  auto v = first_violation(s, tied, MeshWorld{8, 8}, rt.support);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpTiedEmbeddings);
+  CHECK(v->flag == "--pp");
+  CHECK(v->reason.find("which fsdp-run does not synchronise") != std::string::npos);
+  // ZeRO-2/3 under a pipeline: refused by every profile (the simulator does not price it), run by a runtime that
+  // says it composes them (fsdp-run's own check, executor/shard/mesh.cpp).
+  s.kind = StrategyKind::Zero2;
+  v = first_violation(s, m, MeshWorld{8, 8}, rt.support);
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::PpStrategy);
+  RuntimeSupport composes = rt.support;
+  composes.pipeline_partitioned_gradients = true;
+  CHECK_FALSE(first_violation(s, m, MeshWorld{8, 8}, composes));
+  // Rules for every runtime: sequence parallelism needs a sequence divisible by tp; tp at most the vocabulary.
+  s = plan(2);
+  s.seq_len = 4095;
+  v = first_violation(s, m, MeshWorld{8, 8});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpSequenceSplit);
+  CHECK(v->flag == "--seq");
+  s.mesh.sequence_parallel = false;
+  CHECK_FALSE(first_violation(s, m, MeshWorld{8, 8}));
+  ModelSpec tiny_vocab = m;
+  tiny_vocab.vocab_size = 4;
+  s = plan(8);
+  v = first_violation(s, tiny_vocab, MeshWorld{8, 8});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpVocab);
+  // The table is in the enum's order (to_string asserts each row's id).
+  for (size_t i = 0; i < static_cast<size_t>(CapabilityRule::kCount); ++i)
+    CHECK_NOTHROW(to_string(static_cast<CapabilityRule>(i)));
 }
