@@ -64,17 +64,31 @@ double DataParallelContext::padded(double elems) const {
   return shard(elems) * static_cast<double>(layout->shard_size);
 }
 
+namespace {
+
+// A data-parallel collective op of `kind` on `stream`: its unit, micro-batch, phase, collective and group; the
+// builders below add its bytes, wire dtype and memory events.
+Op dp_collective(OpKind kind, Stream stream, int unit, int micro_batch, Phase phase, CollectiveKind collective,
+                 GroupKind group) {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.unit = unit;
+  op.micro_batch = micro_batch;
+  op.phase = phase;
+  op.collective = collective;
+  op.group = group;
+  return op;
+}
+
+}  // namespace
+
 Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
   const Strategy& s = *c.s;
   const RuntimeProfile& rt = *c.rt;
-  Op op;
-  op.kind = OpKind::Gather;
-  op.stream = Stream::AllGather;
-  op.unit = g.unit;
-  op.micro_batch = g.micro_batch;
-  op.phase = g.backward ? Phase::BwdAllGather : Phase::FwdAllGather;
-  op.collective = CollectiveKind::AllGather;
-  op.group = GroupKind::Shard;
+  Op op = dp_collective(OpKind::Gather, Stream::AllGather, g.unit, g.micro_batch,
+                        g.backward ? Phase::BwdAllGather : Phase::FwdAllGather, CollectiveKind::AllGather,
+                        GroupKind::Shard);
   op.comm_bytes = g.wire_bytes;
   op.comm_dtype = c.wire.type(s.param_dtype, GroupKind::Shard);
   const bool offload_params = s.offload == Offload::Params;
@@ -114,14 +128,8 @@ Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch,
                         double rs_input, const std::optional<MemEvent>& kept) {
   // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
   // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-  Op r;
-  r.kind = OpKind::ReduceScatter;
-  r.stream = Stream::ReduceScatter;
-  r.unit = unit;
-  r.micro_batch = micro_batch;
-  r.phase = Phase::ReduceScatter;
-  r.collective = CollectiveKind::ReduceScatter;
-  r.group = GroupKind::Shard;
+  Op r = dp_collective(OpKind::ReduceScatter, Stream::ReduceScatter, unit, micro_batch, Phase::ReduceScatter,
+                       CollectiveKind::ReduceScatter, GroupKind::Shard);
   r.comm_bytes = c.wire.bytes(full, c.rb, GroupKind::Shard);
   r.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::Shard);
   const double rs_output = c.shard(train_elems) * c.rb;
@@ -141,14 +149,8 @@ Op dp_replica_all_reduce_op(const DataParallelContext& c, int unit, int micro_ba
   // The accumulated gradient shard summed over the replicas in the reduce dtype (through a copy when that is not the
   // fp32 gradient's) once the reduce-scatter has landed (FSDP2 foreach_reduce's all-reduce over the replicate
   // dimension; fsdp-run's all_reduce_replicas).
-  Op a;
-  a.kind = OpKind::AllReduce;
-  a.stream = Stream::ReduceScatter;
-  a.unit = unit;
-  a.micro_batch = micro_batch;
-  a.phase = Phase::ReplicaAllReduce;
-  a.collective = CollectiveKind::AllReduce;
-  a.group = GroupKind::Replica;
+  Op a = dp_collective(OpKind::AllReduce, Stream::ReduceScatter, unit, micro_batch, Phase::ReplicaAllReduce,
+                       CollectiveKind::AllReduce, GroupKind::Replica);
   a.comm_bytes = c.wire.bytes(shard_elems, c.rb, GroupKind::Replica);
   a.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::Replica);
   const double copy = c.rb != c.gb ? shard_elems * c.rb : 0.0;
@@ -210,13 +212,8 @@ std::vector<Op> dp_step_param_gathers(const DataParallelContext& c, const std::v
   const DType stored = c.plan->param_storage_dtype;
   std::vector<Op> out;
   for (int ui = 0; ui < units; ++ui) {
-    Op a;
-    a.kind = OpKind::ParamAllGather;
-    a.stream = Stream::AllGather;
-    a.phase = Phase::ParamAllGather;
-    a.collective = CollectiveKind::AllGather;
-    a.group = GroupKind::World;
-    a.unit = rt.zero_param_gather_per_unit ? ui : -1;
+    Op a = dp_collective(OpKind::ParamAllGather, Stream::AllGather, rt.zero_param_gather_per_unit ? ui : -1, 0,
+                         Phase::ParamAllGather, CollectiveKind::AllGather, GroupKind::World);
     const double gathered = rt.zero_param_gather_per_unit ? unit_train[static_cast<size_t>(ui)] : total;
     a.comm_bytes = c.wire.bytes(gathered, c.sb, GroupKind::World);
     a.comm_dtype = c.wire.type(stored, GroupKind::World);

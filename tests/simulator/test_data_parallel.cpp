@@ -19,6 +19,18 @@ Strategy strategy(StrategyKind kind) {
   return s;
 }
 
+// The builders' context over `lay`, on a backend with low-precision collectives.
+DataParallelContext context(const Strategy& s, const RuntimeProfile& rt, const DataParallelPlan& plan,
+                            const StepLayout& lay) {
+  DataParallelContext c;
+  c.s = &s;
+  c.rt = &rt;
+  c.plan = &plan;
+  c.layout = &lay;
+  c.wire = CollectiveWire{&lay, false};
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("data parallel: PyTorch's strategies keep fp32 storage and reduce as their placement says") {
@@ -122,12 +134,7 @@ TEST_CASE("data parallel: the ops it builds") {
   StepLayout lay;
   lay.world = 4;
   lay.shard_size = 4;
-  DataParallelContext c;
-  c.s = &s;
-  c.rt = &rt;
-  c.plan = &plan;
-  c.layout = &lay;
-  c.wire = CollectiveWire{&lay, false};
+  DataParallelContext c = context(s, rt, plan, lay);
   c.pb = 2;
   c.mb = 4;
   c.rb = 4;
@@ -169,12 +176,7 @@ TEST_CASE("data parallel: ZeRO-1/2 gather the updated parameters after the step,
     StepLayout lay;
     lay.world = 8;
     lay.shard_size = 8;
-    DataParallelContext c;
-    c.s = &s;
-    c.rt = &rt;
-    c.plan = &plan;
-    c.layout = &lay;
-    c.wire = CollectiveWire{&lay, false};
+    DataParallelContext c = context(s, rt, plan, lay);
     c.sb = 4;
     const std::vector<Op> ops = dp_step_param_gathers(c, {100, 200, 300}, 600, 7);
     INFO(name);
