@@ -66,19 +66,16 @@ double DataParallelContext::padded(double elems) const {
 
 namespace {
 
-// A data-parallel collective op of `kind` on `stream`: its unit, micro-batch, phase, collective and group; the
-// builders below add its bytes, wire dtype and memory events.
-Op dp_collective(OpKind kind, Stream stream, int unit, int micro_batch, Phase phase, CollectiveKind collective,
-                 GroupKind group) {
-  Op op;
-  op.kind = kind;
-  op.stream = stream;
-  op.unit = unit;
-  op.micro_batch = micro_batch;
-  op.phase = phase;
-  op.collective = collective;
-  op.group = group;
-  return op;
+// The buffers an all-reduce of `elems` gradient elements over `group` holds while it runs: a reduce dtype other than
+// the gradients' reduces a copy (copied back when waited for), which a backend without low-precision collectives
+// stages in fp32 once more (executor/dist/comm.cpp all_reduce_impl).
+void all_reduce_buffers(const DataParallelContext& c, double elems, GroupKind group, Op& op) {
+  const double copy = c.rb != c.gb ? elems * c.rb : 0.0;
+  const double staging = c.wire.stages_fp32(group) && c.rb < 4.0 ? elems * 4.0 : 0.0;
+  if (copy + staging > 0) {
+    op.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
+    op.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
+  }
 }
 
 }  // namespace
@@ -86,9 +83,9 @@ Op dp_collective(OpKind kind, Stream stream, int unit, int micro_batch, Phase ph
 Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
   const Strategy& s = *c.s;
   const RuntimeProfile& rt = *c.rt;
-  Op op = dp_collective(OpKind::Gather, Stream::AllGather, g.unit, g.micro_batch,
-                        g.backward ? Phase::BwdAllGather : Phase::FwdAllGather, CollectiveKind::AllGather,
-                        GroupKind::Shard);
+  Op op = make_collective_op(OpKind::Gather, Stream::AllGather, g.unit, g.micro_batch,
+                             g.backward ? Phase::BwdAllGather : Phase::FwdAllGather, CollectiveKind::AllGather,
+                             GroupKind::Shard);
   op.comm_bytes = g.wire_bytes;
   op.comm_dtype = c.wire.type(s.param_dtype, GroupKind::Shard);
   const bool offload_params = s.offload == Offload::Params;
@@ -128,8 +125,8 @@ Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch,
                         double rs_input, const std::optional<MemEvent>& kept) {
   // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
   // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
-  Op r = dp_collective(OpKind::ReduceScatter, Stream::ReduceScatter, unit, micro_batch, Phase::ReduceScatter,
-                       CollectiveKind::ReduceScatter, GroupKind::Shard);
+  Op r = make_collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, unit, micro_batch, Phase::ReduceScatter,
+                            CollectiveKind::ReduceScatter, GroupKind::Shard);
   r.comm_bytes = c.wire.bytes(full, c.rb, GroupKind::Shard);
   r.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::Shard);
   const double rs_output = c.shard(train_elems) * c.rb;
@@ -149,16 +146,11 @@ Op dp_replica_all_reduce_op(const DataParallelContext& c, int unit, int micro_ba
   // The accumulated gradient shard summed over the replicas in the reduce dtype (through a copy when that is not the
   // fp32 gradient's) once the reduce-scatter has landed (FSDP2 foreach_reduce's all-reduce over the replicate
   // dimension; fsdp-run's all_reduce_replicas).
-  Op a = dp_collective(OpKind::AllReduce, Stream::ReduceScatter, unit, micro_batch, Phase::ReplicaAllReduce,
-                       CollectiveKind::AllReduce, GroupKind::Replica);
+  Op a = make_collective_op(OpKind::AllReduce, Stream::ReduceScatter, unit, micro_batch, Phase::ReplicaAllReduce,
+                            CollectiveKind::AllReduce, GroupKind::Replica);
   a.comm_bytes = c.wire.bytes(shard_elems, c.rb, GroupKind::Replica);
   a.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::Replica);
-  const double copy = c.rb != c.gb ? shard_elems * c.rb : 0.0;
-  const double staging = c.wire.stages_fp32(GroupKind::Replica) && c.rb < 4.0 ? shard_elems * 4.0 : 0.0;
-  if (copy + staging > 0) {
-    a.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
-    a.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
-  }
+  all_reduce_buffers(c, shard_elems, GroupKind::Replica, a);
   return a;
 }
 
@@ -190,14 +182,7 @@ Op dp_replicated_reduction_op(const DataParallelContext& c, int unit, int micro_
     r.collective = CollectiveKind::AllReduce;
     r.comm_bytes = c.wire.bytes(elems, c.rb, GroupKind::World);
     r.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::World);
-    // A reduce dtype other than the gradients' reduces a copy (copied back when waited for), which a backend
-    // without low-precision collectives stages in fp32 once more (executor/dist/comm.cpp all_reduce_impl).
-    const double copy = c.rb != c.gb ? elems * c.rb : 0.0;
-    const double staging = c.wire.stages_fp32(GroupKind::World) && c.rb < 4.0 ? elems * 4.0 : 0.0;
-    if (copy + staging > 0) {
-      r.on_issue.push_back({MemoryCategory::CommBuffers, copy + staging});
-      r.on_complete.push_back({MemoryCategory::CommBuffers, -(copy + staging)});
-    }
+    all_reduce_buffers(c, elems, GroupKind::World, r);
   }
   r.group = GroupKind::World;
   return r;
@@ -212,8 +197,8 @@ std::vector<Op> dp_step_param_gathers(const DataParallelContext& c, const std::v
   const DType stored = c.plan->param_storage_dtype;
   std::vector<Op> out;
   for (int ui = 0; ui < units; ++ui) {
-    Op a = dp_collective(OpKind::ParamAllGather, Stream::AllGather, rt.zero_param_gather_per_unit ? ui : -1, 0,
-                         Phase::ParamAllGather, CollectiveKind::AllGather, GroupKind::World);
+    Op a = make_collective_op(OpKind::ParamAllGather, Stream::AllGather, rt.zero_param_gather_per_unit ? ui : -1, 0,
+                              Phase::ParamAllGather, CollectiveKind::AllGather, GroupKind::World);
     const double gathered = rt.zero_param_gather_per_unit ? unit_train[static_cast<size_t>(ui)] : total;
     a.comm_bytes = c.wire.bytes(gathered, c.sb, GroupKind::World);
     a.comm_dtype = c.wire.type(stored, GroupKind::World);

@@ -13,6 +13,19 @@
 
 namespace fsdp {
 
+Op make_collective_op(OpKind kind, Stream stream, int unit, int micro_batch, Phase phase, CollectiveKind collective,
+                      GroupKind group) {
+  Op op;
+  op.kind = kind;
+  op.stream = stream;
+  op.unit = unit;
+  op.micro_batch = micro_batch;
+  op.phase = phase;
+  op.collective = collective;
+  op.group = group;
+  return op;
+}
+
 std::string op_label(const StepProgram& p, const Op& op) {
   std::string l = to_string(op.phase);
   if (op.unit >= 0 && static_cast<size_t>(op.unit) < p.units.size() &&
@@ -470,14 +483,7 @@ struct Emitter {
   // A collective on a communication stream.
   Op collective_op(OpKind kind, Stream stream, Phase phase, CollectiveKind c, GroupKind group, double bytes,
                    WireType type, int ui, int mbi) const {
-    Op op;
-    op.kind = kind;
-    op.stream = stream;
-    op.unit = ui;
-    op.micro_batch = mbi;
-    op.phase = phase;
-    op.collective = c;
-    op.group = group;
+    Op op = make_collective_op(kind, stream, ui, mbi, phase, c, group);
     op.comm_bytes = bytes;
     op.comm_dtype = type;
     return op;

@@ -86,6 +86,11 @@ struct Op {
 
 struct StepLayout;
 struct StepProgram;
+// A collective op of `kind` on `stream`: its unit, micro-batch, phase, collective and process group; the emitters
+// (step_program.cpp, data_parallel.cpp) add its bytes, wire dtype, memory events and dependencies.
+Op make_collective_op(OpKind kind, Stream stream, int unit, int micro_batch, Phase phase, CollectiveKind collective,
+                      GroupKind group);
+
 std::string op_label(const StepProgram& p, const Op& op);
 // The label and, for the ops of a micro-batch, "(micro-batch k)": the words of peak_phase, which
 // fsdp-run's report uses too.
