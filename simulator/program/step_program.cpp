@@ -236,8 +236,11 @@ struct Emitter {
         cost_keys.push_back(key);
         class_costs.push_back(layer_cost(lin, g.layers()[l], key.second));
         // Tensor parallelism: what one rank of the tp group holds and computes of the layer.
-        shard_layer_for_tp(class_costs.back(), g, g.layers()[l],
-                           tokens * norm_saved_bytes_per_token(g, g.layers()[l], q), s.mesh);
+        const ModuleId layer = g.layers()[l];
+        if (s.mesh.tp > 1)
+          shard_layer_for_tp(class_costs.back(), g, layer, tokens * norm_saved_bytes_per_token(g, layer, q),
+                             tokens * column_input_bytes_per_token(g, layer, q), rt.sp_saves_column_input_shard,
+                             s.mesh);
       }
       int32_t& shape = shape_of_class[static_cast<size_t>(cls)];
       if (shape < 0) {
@@ -507,7 +510,7 @@ struct Emitter {
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
-    shape.column_inputs_regathered = prog.tp_async_linears;
+    shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
     int last = dep;
     for (const TpCollective& c :
          backward ? tp_backward_collectives(shape, s.mesh) : tp_forward_collectives(shape, s.mesh)) {

@@ -41,6 +41,21 @@ double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const Ac
   return b;
 }
 
+double column_input_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  const ModelSpec& m = g.spec();
+  std::vector<std::string> norm_outputs;  // the builders name a norm's output `<norm>.out` (module_graph.cpp)
+  for (ModuleId leaf : g.leaves_under(layer))
+    if (g.node(leaf).kind == ModuleKind::Norm) norm_outputs.push_back(g.node(leaf).name + ".out");
+  std::vector<ModuleId> readers;
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    if (n.kind != ModuleKind::Linear || !column_parallel(m, n.in_features) || n.saved.empty()) continue;
+    if (std::find(norm_outputs.begin(), norm_outputs.end(), n.saved.front().id) != norm_outputs.end())
+      readers.push_back(leaf);
+  }
+  return readers.empty() ? 0.0 : g.saved_bytes_per_token(readers, q, ActCkpt::None);
+}
+
 double tp_layer_params(const ModuleGraph& g, ModuleId layer, int64_t tp) {
   const ModelSpec& m = g.spec();
   double p = 0;
@@ -63,7 +78,7 @@ double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp) 
 }
 
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
-                        const MeshSpec& mesh) {
+                        double column_input_bytes, bool sp_keeps_column_input_shard, const MeshSpec& mesh) {
   const int64_t tp = mesh.tp;
   if (tp <= 1) return;
   const ModelSpec& m = g.spec();
@@ -113,6 +128,17 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   lc.saved_bytes = split(lc.saved_bytes, ckpt_replicated);
   lc.saved_bytes_unckpt = split(lc.saved_bytes_unckpt, norm_saved_bytes);
   const double act_share = unckpt_before > 0 ? lc.saved_bytes_unckpt / unckpt_before : 1.0 / t;
+  // The column-parallel linears' inputs (the norm outputs) stay whole where each rank holds the whole sequence of
+  // them: without SP (Korthikanti et al. 2022 Table 2: the QKV and MLP inputs are among the 10 sbh not split), and
+  // with SP in a runtime that saves the gathered input (RuntimeProfile::sp_saves_column_input_shard false: PyTorch
+  // DTensor, fsdp-run). They count where the layer's mode saves the linears' inputs: without checkpointing and under
+  // ours (attention core only); full checkpointing keeps the layer input alone, and the per-op policy recomputes the
+  // gathers (an all-gather is not in torchtitan's _save_list).
+  if (!mesh.sequence_parallel || !sp_keeps_column_input_shard) {
+    const double whole = column_input_bytes * (1.0 - 1.0 / t);
+    lc.saved_bytes_unckpt += whole;
+    if (lc.ckpt == ActCkpt::None || lc.ckpt == ActCkpt::Selective) lc.saved_bytes += whole;
+  }
   lc.recompute_bytes *= act_share;
   // Working memory and memory-bound traffic: per rank over its heads and its slice of the MLP (and of the tokens
   // between blocks with SP); without SP the norms' share stays whole, as the saved tensors' does.

@@ -56,12 +56,19 @@ int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp);
 
 // Scales one decoder layer's costs (parameters, GEMM shapes and FLOPs, attention heads, saved activations, working
 // memory, memory-bound traffic) to one rank of the tp group; `norm_saved_bytes` is what the layer's norms save of
-// one micro-batch without checkpointing (replicated without sequence parallelism).
+// one micro-batch without checkpointing (replicated without sequence parallelism); `column_input_bytes` what its
+// column-parallel linears save of the norm outputs they read (column_input_bytes_per_token), whole on every rank
+// without sequence parallelism, and with it unless `sp_keeps_column_input_shard` (the runtime keeps the s/tp shard
+// and gathers it again: RuntimeProfile::sp_saves_column_input_shard).
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
-                        const MeshSpec& mesh);
+                        double column_input_bytes, bool sp_keeps_column_input_shard, const MeshSpec& mesh);
 
 // What layer `layer`'s Norm modules save per token (ActCkpt::None).
 double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
+
+// What the layer's column-parallel linears save per token of the norm outputs they read (ActCkpt::None): the
+// tensors sequence parallelism all-gathers (q/k/v share one, gate/up another).
+double column_input_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
 
 // Parameters one tp rank holds of a decoder layer: its linears split (kv projections per tp_kv_heads_per_rank),
 // norms replicated.

@@ -86,6 +86,16 @@ struct RuntimeProfile {
   // in backward; false: every tensor-parallel collective waited for (Megatron-style without overlap), async TP aside.
   // Optional in the file (sharding.tp_linear_async_overlap; absent: false).
   bool tp_linear_async_overlap = false;
+  // What a sequence-parallel column-parallel linear (q/k/v, gate/up) keeps of its input for the weight gradient:
+  // - the all-gathered, full-sequence input (false): PyTorch DTensor tensor parallelism, where SequenceParallel
+  //   shards the norm and PrepareModuleInput / ColwiseParallel all-gather its output into the tensor that aten.mm
+  //   multiplies and saves (torch/distributed/tensor/parallel/style.py; torchtitan's plan, parallelize.py
+  //   apply_tp), and fsdp-run (executor/model/tensor_parallel.cpp: GatherSeq's output is what autograd keeps);
+  // - only its sequence shard, all-gathered again in backward (true): Megatron-LM's sequence parallelism
+  //   (Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.2.2: "we store the s/t shard ... and perform an extra
+  //   all-gather in backward"), nanotron's tp_recompute_allgather.
+  // Optional in the file (sharding.sp_column_input_saved: gathered | shard; absent: gathered, PyTorch's).
+  bool sp_saves_column_input_shard = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

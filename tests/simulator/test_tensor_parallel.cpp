@@ -88,9 +88,11 @@ TEST_CASE("tp: model states of a DDP replica are 1/tp of the layers' linears, wh
   CHECK(static_cast<double>(g.total_params()) > 2 * per_rank * 0.99);
 }
 
-TEST_CASE("tp: per-layer activations 1/tp with sequence parallelism, the norms' inputs whole without it") {
+TEST_CASE(
+    "tp: per-layer activations 1/tp with Megatron's sequence parallelism, the norms' and linears' inputs whole "
+    "without it") {
   // Korthikanti et al. 2022 Table 2: sbh(34 + 5as/h) -> /t with SP; 10 sbh replicated without it. Here the
-  // replicated part is what the layer's norms save.
+  // replicated part is what the layer's norms save and the column-parallel linears' inputs.
   const ModuleGraph& g = llama8b();
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
   Strategy s = plan(1);
@@ -100,18 +102,20 @@ TEST_CASE("tp: per-layer activations 1/tp with sequence parallelism, the norms' 
   const ModuleId layer = g.layers().front();
   const LayerCost whole = layer_cost(in, layer, ActCkpt::None);
   const double norms = tokens * norm_saved_bytes_per_token(g, layer, q);
+  const double cols = tokens * column_input_bytes_per_token(g, layer, q);
   REQUIRE(norms > 0);
-  REQUIRE(norms < whole.saved_bytes);
+  REQUIRE(norms + cols < whole.saved_bytes);
   for (int64_t tp : {2, 4, 8}) {
     CAPTURE(tp);
     LayerCost sp = whole, plain = whole;
     MeshSpec m;
     m.tp = tp;
-    shard_layer_for_tp(sp, g, layer, norms, m);
+    shard_layer_for_tp(sp, g, layer, norms, cols, true, m);
     m.sequence_parallel = false;
-    shard_layer_for_tp(plain, g, layer, norms, m);
+    shard_layer_for_tp(plain, g, layer, norms, cols, true, m);
     CHECK(sp.saved_bytes == doctest::Approx(whole.saved_bytes / static_cast<double>(tp)));
-    CHECK(plain.saved_bytes == doctest::Approx(norms + (whole.saved_bytes - norms) / static_cast<double>(tp)));
+    CHECK(plain.saved_bytes ==
+          doctest::Approx(norms + cols + (whole.saved_bytes - norms - cols) / static_cast<double>(tp)));
     // GEMM FLOPs follow the split weights; the attention's heads split.
     CHECK(sp.matmul_flops_per_token == doctest::Approx(whole.matmul_flops_per_token / static_cast<double>(tp)));
     CHECK(sp.attention_flops_per_token == doctest::Approx(whole.attention_flops_per_token / static_cast<double>(tp)));
@@ -122,11 +126,52 @@ TEST_CASE("tp: per-layer activations 1/tp with sequence parallelism, the norms' 
   LayerCost sp = full, plain = full;
   MeshSpec m;
   m.tp = 4;
-  shard_layer_for_tp(sp, g, layer, norms, m);
+  shard_layer_for_tp(sp, g, layer, norms, cols, true, m);
   m.sequence_parallel = false;
-  shard_layer_for_tp(plain, g, layer, norms, m);
+  shard_layer_for_tp(plain, g, layer, norms, cols, true, m);
   CHECK(sp.saved_bytes == doctest::Approx(full.saved_bytes / 4));
   CHECK(plain.saved_bytes == doctest::Approx(full.saved_bytes));
+}
+
+TEST_CASE("tp: a runtime that saves the gathered input of the column-parallel linears keeps it whole under SP") {
+  // PyTorch DTensor / fsdp-run: q/k/v save the all-gathered input_layernorm output, gate/up the
+  // post_attention_layernorm one: two s x b x h tensors in the compute dtype, whole on every tp rank.
+  const ModuleGraph& g = llama8b();
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  REQUIRE_FALSE(rt.sp_saves_column_input_shard);
+  REQUIRE(load_runtime("nanotron", FSDP_SOURCE_ROOT).sp_saves_column_input_shard);
+  Strategy s = plan(1);
+  const ActivationQuery q = activation_query(s, rt);
+  const double tokens = 4096;
+  const LayerCostInput in{&g, &s, &rt, q, tokens};
+  const ModuleId layer = g.layers().front();
+  const double bytes = static_cast<double>(dtype_bytes(s.param_dtype));
+  CHECK(column_input_bytes_per_token(g, layer, q) == doctest::Approx(2 * 4096 * bytes));
+  const double norms = tokens * norm_saved_bytes_per_token(g, layer, q);
+  const double gathered = tokens * column_input_bytes_per_token(g, layer, q);
+  MeshSpec m;
+  m.tp = 4;
+  for (ActCkpt mode : {ActCkpt::None, ActCkpt::Selective, ActCkpt::Full, ActCkpt::SelectiveOp}) {
+    CAPTURE(static_cast<int>(mode));
+    const LayerCost whole = layer_cost(in, layer, mode);
+    LayerCost kept = whole, shard = whole;
+    shard_layer_for_tp(kept, g, layer, norms, gathered, false, m);
+    shard_layer_for_tp(shard, g, layer, norms, gathered, true, m);
+    CHECK(kept.saved_bytes_unckpt == doctest::Approx(shard.saved_bytes_unckpt + gathered * 3 / 4));
+    const bool keeps_inputs = mode == ActCkpt::None || mode == ActCkpt::Selective;
+    CHECK(kept.saved_bytes == doctest::Approx(shard.saved_bytes + (keeps_inputs ? gathered * 3 / 4 : 0.0)));
+    // What the backward rebuilds and its working memory are the shard's either way.
+    CHECK(kept.recompute_bytes == doctest::Approx(shard.recompute_bytes));
+    CHECK(kept.elementwise_bytes_per_token == doctest::Approx(shard.elementwise_bytes_per_token));
+  }
+  // Without SP every rank holds the whole input whatever the runtime does with a shard it never has.
+  m.sequence_parallel = false;
+  const LayerCost whole = layer_cost(in, layer, ActCkpt::None);
+  LayerCost kept = whole, shard = whole;
+  shard_layer_for_tp(kept, g, layer, norms, gathered, false, m);
+  shard_layer_for_tp(shard, g, layer, norms, gathered, true, m);
+  CHECK(kept.saved_bytes == doctest::Approx(shard.saved_bytes));
+  CHECK(kept.saved_bytes == doctest::Approx(norms + gathered + (whole.saved_bytes - norms - gathered) / 4));
 }
 
 TEST_CASE("tp: collectives per layer, forward and backward, with and without sequence parallelism") {
