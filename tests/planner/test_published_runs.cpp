@@ -67,6 +67,16 @@ constexpr double kMeshStepAllocatedRowBand = 0.12;
 const std::string kTorchtitanMesh = "torchtitan-mesh";
 constexpr double kTitanMeshTimeRowBand = 0.52;
 constexpr double kTitanMeshTimeMedianBand = 0.33;
+// The same file's Float8 runs (M15, 2026-12-02): the async-TP benchmark's float8 tensorwise and rowwise rows (8), the
+// 2024-08 405B 2-D Float8 rows (2) and the end-2024 tables' 70B FSDP 32 x TP 8 (2) and 405B FSDP 8 x TP 8 x PP 8 rows
+// (1F1B, Interleaved 1F1B, and the CP-1 row at sequence 32768): torchtitan's only published FSDP x TP x PP runs. Float8
+// linears are not modelled, so they are listed, not priced; the count and the reason are gated so that none is lost
+// or priced as bf16 by accident.
+constexpr size_t kTitanMeshFloat8Rows = 15;
+constexpr size_t kTitanMeshPipelineRows = 3;
+// And one bf16 FSDP 2 x TP 2 measurement from a torchtitan issue (#1207) that does not state its batch: listed, not
+// priced.
+const std::string kTitanMeshBatchNotStated = "titan-issue1207-h100-llama3-8b-4gpu-fsdp2-tp2-sac-bf16";
 const std::string kPlaybookOutlier = "usp-1b-h100-8n-mbs2-ga2-zero0";
 constexpr double kPlaybookTimeRowBand = 0.20;
 constexpr double kPlaybookTimeMedianBand = 0.09;
@@ -157,9 +167,20 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   std::set<std::string> sources_with_rows;
   std::vector<double> time_errors, memory_errors, playbook_time, playbook_memory, step_allocated;
   std::vector<double> mesh_time, mesh_memory, titan_mesh_time;
+  size_t titan_mesh_float8 = 0, titan_mesh_pipeline = 0;
   for (const RowResult& r : rep.results) {
-    if (!r.simulated) continue;
     CAPTURE(r.row->id);
+    if (!r.simulated) {
+      if (r.row->source_id == kTorchtitanMesh && r.row->id == kTitanMeshBatchNotStated) {
+        CHECK(r.not_simulated == "micro-batch not stated");
+      } else if (r.row->source_id == kTorchtitanMesh) {
+        CHECK(r.row->fp8);
+        CHECK(r.not_simulated == "float8 linears are not modelled");
+        ++titan_mesh_float8;
+        if (r.row->pp > 1) ++titan_mesh_pipeline;
+      }
+      continue;
+    }
     if (r.row->source_id == kPlaybookMesh) {
       // Their own block (above): not in the data-parallel rows' medians.
       REQUIRE(r.time_error);
@@ -221,6 +242,8 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   CHECK(summarise(mesh_time).median_abs <= kMeshTimeMedianBand);
   CHECK(summarise(mesh_memory).median_abs <= kMeshMemoryMedianBand);
   CHECK(titan_mesh_time.size() == 5);
+  CHECK(titan_mesh_float8 == kTitanMeshFloat8Rows);
+  CHECK(titan_mesh_pipeline == kTitanMeshPipelineRows);
   CHECK(summarise(titan_mesh_time).median_abs <= kTitanMeshTimeMedianBand);
 }
 
