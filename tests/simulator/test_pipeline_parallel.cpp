@@ -201,6 +201,25 @@ TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 
   const StepProgram last = emit_step_program(in);
   CHECK(last.layout.stage_first_layer == 30);
   CHECK(last.layout.stage_last_layer == 31);
+  // Simulated, every stage is timed: stages 0 and 3 (5 layers) set the pace, and the fill and drain runs through the
+  // others at theirs, 4- and 2-layer stages included, so it is well under 7 of the slowest stage's micro-batches.
+  const SimulationInput sim{in.graph, &setup().hw, &nanotron, in.cluster, in.strategy};
+  validate_strategy(in.strategy, in.graph->spec(), in.cluster);
+  const Prediction p = simulate(sim);
+  std::vector<double> paces;
+  for (int64_t stage = 0; stage < 8; ++stage)
+    paces.push_back(
+        run_timeline(emit_stage_program(sim, stage), setup().hw, in.cluster, in.strategy).pipeline_micro_batch_s);
+  const size_t slowest = static_cast<size_t>(std::max_element(paces.begin(), paces.end()) - paces.begin());
+  CHECK((slowest == 0 || slowest == 3));
+  double others = 0;
+  for (size_t j = 0; j < paces.size(); ++j) others += j == slowest ? 0.0 : paces[j];
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
+  // A 4-layer stage runs at about 4/5 of a 5-layer one's pace: the fill and drain is near (5 x 4 + 5 + 2 + head) / 5
+  // of the slowest's micro-batch, not 7.
+  CHECK(paces[1] == doctest::Approx(paces[2]));
+  CHECK(paces[1] < 0.85 * paces[slowest]);
+  CHECK(p.time.pipeline_bubble_s < 6.0 * paces[slowest]);
 }
 
 TEST_CASE(
