@@ -1,8 +1,11 @@
 #include "simulate.hpp"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/errors.hpp"
+#include "program/pipeline_parallel.hpp"
 #include "strategy/capabilities.hpp"
 
 namespace fsdp {
@@ -231,8 +234,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.time = run_timeline(prog, *in.hardware, in.cluster, s);
   if (s.mesh.pp > 1) {
     // Pipeline parallelism: the first stage (the most micro-batches in flight, the embedding) was emitted; the last
-    // (the final norm, the head and the loss) is too, and the plan is the worse of the two: its memory and, as the
-    // pipeline runs at its slowest stage's pace, its step time (pipeline_parallel.hpp).
+    // (the final norm, the head and the loss) is too, and the plan's memory is the worse of the two
+    // (pipeline_parallel.hpp).
     ProgramInput last = pi;
     last.pipeline_stage = s.mesh.pp - 1;
     StepProgram last_prog = emit_step_program(last);
@@ -244,9 +247,40 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       p.memory.peak_phase =
           "stage " + std::to_string(s.mesh.pp) + "/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
     }
-    if (last_time.step_s > p.time.step_s) {
-      p.time = std::move(last_time);
-      if (program_out) prog = std::move(last_prog);
+    // Its step time: the pipeline runs at its slowest stage's pace. GPipe and 1F1B fill and drain through the other
+    // stages once each, at their own paces (pipeline_fill_drain_s), so every stage is timed: the stages between the
+    // first and the last hold decoder layers only, whose split may differ (nanotron's by compute cost) and whose
+    // memory never exceeds the first stage's (fewer micro-batches in flight, no embedding) for the even split; their
+    // programs are timed, not walked. Interleaved 1F1B keeps its bubble over the slower of the first and last.
+    const bool interleaved = s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B;
+    std::vector<TimelineResult> times;
+    std::vector<StepProgram> programs;
+    times.push_back(std::move(p.time));
+    programs.push_back(std::move(prog));
+    for (int64_t stage = 1; !interleaved && stage < s.mesh.pp - 1; ++stage) {
+      ProgramInput mid = pi;
+      mid.pipeline_stage = stage;
+      StepProgram mid_prog = emit_step_program(mid);
+      times.push_back(run_timeline(mid_prog, *in.hardware, in.cluster, s));
+      programs.push_back(program_out ? std::move(mid_prog) : StepProgram{});
+    }
+    times.push_back(std::move(last_time));
+    programs.push_back(std::move(last_prog));
+    // The slowest stage: the longest step without its own bubble (interleaved: with it, as before).
+    auto paced = [&](const TimelineResult& t) { return interleaved ? t.step_s : t.step_s - t.pipeline_bubble_s; };
+    size_t slowest = 0;
+    std::vector<double> per_micro_batch;
+    for (size_t j = 0; j < times.size(); ++j) {
+      per_micro_batch.push_back(times[j].pipeline_micro_batch_s);
+      if (paced(times[j]) > paced(times[slowest])) slowest = j;
+    }
+    p.time = std::move(times[slowest]);
+    prog = std::move(programs[slowest]);
+    if (!interleaved) {
+      // The bubble and the step move together; the exposed communication (idle less the bubble) is unchanged.
+      const double fill_drain = pipeline_fill_drain_s(s.mesh, per_micro_batch, slowest);
+      p.time.step_s += fill_drain - p.time.pipeline_bubble_s;
+      p.time.pipeline_bubble_s = fill_drain;
     }
   }
   p.usable_bytes = in.hardware->usable_device_memory.value;

@@ -81,7 +81,9 @@ double persistent_bytes(const StepProgram& p) {
 // stage, the head and loss, whatever its data-parallel strategy, wrap, resharding or offload; these ops cost what
 // op_duration prices for their layers' shapes, which those knobs do not change. The timeline's compute stream runs
 // its ops one after another (and the accumulation's middle micro-batches at least as long as their compute), so the
-// step is at least K x that; the pipeline bubble adds (pp - 1) / v x at least that much again.
+// step is at least K x that. Interleaved 1F1B's bubble adds (pp - 1) / v x at least that much again; GPipe's and
+// 1F1B's fill and drain run through the other stages at their own paces (simulate.cpp, pipeline_fill_drain_s),
+// which may hold fewer layers and no head, so nothing is added for them.
 double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
   const OpPrices prices = price_layers(p, hw, s);
   Op f;
@@ -105,7 +107,8 @@ double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw,
     lb.head_passes = 2;
     micro_batch += op_duration(l, p, hw, c, s, prices) + op_duration(lb, p, hw, c, s, prices);
   }
-  return static_cast<double>(s.grad_accum) * micro_batch + pipeline_bubble_s(s.mesh, micro_batch);
+  const bool interleaved = s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B;
+  return static_cast<double>(s.grad_accum) * micro_batch + (interleaved ? pipeline_bubble_s(s.mesh, micro_batch) : 0.0);
 }
 
 std::string gib_text(double b) {

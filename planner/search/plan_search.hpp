@@ -17,7 +17,7 @@
 //    micro-batch, accumulation, compute dtype, sharded or not, wrap), skips single plans. Either skips only where
 //    the plan cannot be the smallest unfit plan its family or mesh shape reports when none of theirs fits.
 //  - the throughput bound (objective throughput or cost, which ranks as throughput does): a plan's step is at least
-//    the compute its stage's layers, head and loss must run on the compute stream, K times, plus the pipeline
+//    the compute its stage's layers, head and loss must run on the compute stream, K times, plus interleaved 1F1B's
 //    bubble over it (plan_search.cpp step_compute_lower_bound, with the proof); that compute depends only on the
 //    mesh, checkpointing, micro-batch, accumulation and compute dtype, so it is priced once per such key, from the
 //    first plan simulated there. A plan is skipped only if that bound keeps it below every result it could change:

@@ -118,6 +118,18 @@ double pipeline_bubble_s(const MeshSpec& mesh, double micro_batch_s) {
   return static_cast<double>(mesh.pp - 1) / v * micro_batch_s;
 }
 
+double pipeline_fill_drain_s(const MeshSpec& mesh, const std::vector<double>& stage_micro_batch_s, size_t slowest) {
+  FSDP_ASSERT(slowest < stage_micro_batch_s.size(), "the slowest stage is one of the stages");
+  if (mesh.pp <= 1) return 0.0;
+  if (mesh.pp_schedule == PipelineSchedule::Interleaved1F1B)
+    return pipeline_bubble_s(mesh, stage_micro_batch_s[slowest]);
+  FSDP_ASSERT(static_cast<int64_t>(stage_micro_batch_s.size()) == mesh.pp, "one time per pipeline stage");
+  double others = 0;
+  for (size_t j = 0; j < stage_micro_batch_s.size(); ++j)
+    if (j != slowest) others += stage_micro_batch_s[j];
+  return others;
+}
+
 int pipeline_transfers_per_micro_batch(const MeshSpec& mesh) {
   return mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? static_cast<int>(mesh.pp_virtual_stages) : 1;
 }

@@ -2,7 +2,8 @@
 // holds, how many micro-batches' activations its schedule keeps in flight, the point-to-point transfers between
 // stages and the schedule's bubble. The simulator emits the program of the first and of the last stage (the first
 // holds the most micro-batches in flight and the embedding; the last the final norm, the head and the loss) and
-// reports the worse of the two (simulate.cpp).
+// reports the worse of the two's memory; it times every stage and runs the step at the slowest one's pace, filled
+// and drained through the others (simulate.cpp, pipeline_fill_drain_s).
 //
 // Sources:
 //  - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
@@ -57,6 +58,16 @@ double in_flight_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micr
 
 // The schedule's bubble: (pp - 1) / v of one micro-batch's forward and backward on the slowest stage.
 double pipeline_bubble_s(const MeshSpec& mesh, double micro_batch_s);
+
+// The fill and drain of a step whose stages run at different paces, stage_micro_batch_s[j] the time stage j takes for
+// one micro-batch's forward and backward, `slowest` the stage that sets the steady state. GPipe and 1F1B (one model
+// chunk per rank): the first micro-batch's forward crosses the stages before the slowest and its backward the
+// same stages back, the stages after it turn the first micro-batch around before its first backward, and the last
+// micro-batch's backward drains through the stages before it: the other stages' forward and backward once each,
+// sum over j != slowest of stage_micro_batch_s[j]. With equal stages that is Narayanan et al. 2021 sec. 2.2.1's
+// (p - 1) x (t_f + t_b). Interleaved 1F1B keeps pipeline_bubble_s over the slowest stage (its chunks alternate
+// between ranks, so no one stage's pace sets the fill).
+double pipeline_fill_drain_s(const MeshSpec& mesh, const std::vector<double>& stage_micro_batch_s, size_t slowest);
 
 // Point-to-point transfers one rank makes per micro-batch and direction: v (one per model chunk boundary).
 int pipeline_transfers_per_micro_batch(const MeshSpec& mesh);

@@ -147,6 +147,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // (pipeline_parallel.hpp; Narayanan et al. 2021 sec. 2.2): the stage idles while the pipeline fills and drains.
   if (p.layout.pp > 1) {
     const double micro_batch_s = (end - r.optimizer_phase_s) / static_cast<double>(K);
+    r.pipeline_micro_batch_s = micro_batch_s;
     r.pipeline_bubble_s = pipeline_bubble_s(s.mesh, micro_batch_s);
     end += r.pipeline_bubble_s;
   }

@@ -33,7 +33,10 @@ struct TimelineResult {
   double tp_comm_s = 0;          // tensor-parallel collectives (on the critical path; in comm_s and exposed_comm_s)
   double pp_comm_s = 0;          // pipeline point-to-point transfers (likewise)
   double pipeline_bubble_s = 0;  // the pipeline schedule's fill and drain (idle, not in exposed_comm_s)
-  std::vector<OpTiming> ops;     // per op of the program
+  // The stage's forward and backward of one micro-batch, the bubble's unit: its step before the optimizer phase over
+  // the micro-batches (pp > 1 only).
+  double pipeline_micro_batch_s = 0;
+  std::vector<OpTiming> ops;  // per op of the program
 };
 
 // The compute times of a program's layer classes and head, priced once per program: every op of a class computes

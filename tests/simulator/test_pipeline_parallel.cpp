@@ -2,11 +2,14 @@
 // per schedule, the bubble, the send-recv between stages, and a whole simulation's view of them.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "model/model_loader.hpp"
 #include "program/pipeline_parallel.hpp"
 #include "simulate.hpp"
+#include "timeline/timeline.hpp"
 
 using namespace fsdp;
 
@@ -86,6 +89,21 @@ TEST_CASE("pp: the bubble is (p - 1) / v micro-batches; v transfers per micro-ba
   CHECK(pipeline_transfers_per_micro_batch(pipeline(4, PipelineSchedule::OneFOneB)) == 1);
 }
 
+TEST_CASE("pp: the fill and drain over stages of unequal pace: the other stages' micro-batch once each") {
+  // Stage times 2, 3, 5, 1 s per micro-batch, stage 2 the slowest: GPipe and 1F1B fill and drain through stages 0, 1
+  // and 3 once each, 2 + 3 + 1 = 6 s, not 3 x 5 s of the slowest's pace.
+  const std::vector<double> paces = {2.0, 3.0, 5.0, 1.0};
+  CHECK(pipeline_fill_drain_s(pipeline(4, PipelineSchedule::OneFOneB), paces, 2) == 6.0);
+  CHECK(pipeline_fill_drain_s(pipeline(4, PipelineSchedule::GPipe), paces, 2) == 6.0);
+  // Equal stages: Narayanan et al. 2021 sec. 2.2.1's (p - 1) x (t_f + t_b), pipeline_bubble_s.
+  const std::vector<double> equal = {2.0, 2.0, 2.0, 2.0};
+  CHECK(pipeline_fill_drain_s(pipeline(4, PipelineSchedule::OneFOneB), equal, 0) ==
+        pipeline_bubble_s(pipeline(4, PipelineSchedule::OneFOneB), 2.0));
+  // Interleaved 1F1B keeps (p - 1) / v of the slowest stage's micro-batch: 3 / 2 x 5 s.
+  CHECK(pipeline_fill_drain_s(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), paces, 2) == 7.5);
+  CHECK(pipeline_fill_drain_s(MeshSpec{}, {4.0}, 0) == 0.0);
+}
+
 TEST_CASE("pp: a simulated step: stages' layers, send-recv on the pipeline group, the bubble in the step time") {
   StepProgram prog;
   const Strategy s = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
@@ -102,9 +120,28 @@ TEST_CASE("pp: a simulated step: stages' layers, send-recv on the pipeline group
       CHECK(op.comm_bytes == 4096.0 * 4096.0 * 2.0);  // one micro-batch's s x h in bf16
     }
   CHECK(transfers == 2 * 3);  // one each way per emitted micro-batch (3 of 8)
-  // The bubble: (p - 1) micro-batches of the stage's own pace.
+  // The bubble: the other three stages' micro-batch once each, at their own paces (pipeline_fill_drain_s); the
+  // first stage holds the embedding, the last the head and the loss, the two between 8 layers each.
+  const Setup& st = setup();
+  const SimulationInput in{&st.graph, &st.hw, &st.rt, Cluster{2, 8}, s};
+  std::vector<double> paces;
+  double slowest_pace = 0, others = 0;
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    const TimelineResult t = run_timeline(emit_stage_program(in, stage), st.hw, in.cluster, s);
+    CHECK(t.pipeline_micro_batch_s == doctest::Approx((t.step_s - t.pipeline_bubble_s - t.optimizer_phase_s) / 8.0));
+    paces.push_back(t.pipeline_micro_batch_s);
+    others += t.pipeline_micro_batch_s;
+    slowest_pace = std::max(slowest_pace, t.pipeline_micro_batch_s);
+  }
+  others -= slowest_pace;
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
+  // The middle stages are one and the same program; the last (8 layers, head and loss) sets the pace, and the fill
+  // and drain is shorter than 3 of its micro-batches.
+  CHECK(paces[1] == doctest::Approx(paces[2]));
+  CHECK(paces[3] == doctest::Approx(slowest_pace));
+  CHECK(p.time.pipeline_bubble_s < 3.0 * slowest_pace);
   const double per_micro_batch = (p.time.step_s - p.time.pipeline_bubble_s - p.time.optimizer_phase_s) / 8.0;
-  CHECK(p.time.pipeline_bubble_s == doctest::Approx(3.0 * per_micro_batch));
+  CHECK(per_micro_batch == doctest::Approx(slowest_pace));
   CHECK(p.time.pp_comm_s > 0);
   // tokens/s per GPU: a replica's tokens over its 4 stages.
   CHECK(p.tokens_per_s_per_gpu == doctest::Approx(4096.0 * 8.0 / 4.0 / p.time.step_s));
@@ -164,6 +201,25 @@ TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 
   const StepProgram last = emit_step_program(in);
   CHECK(last.layout.stage_first_layer == 30);
   CHECK(last.layout.stage_last_layer == 31);
+  // Simulated, every stage is timed: stages 0 and 3 (5 layers) set the pace, and the fill and drain runs through the
+  // others at theirs, 4- and 2-layer stages included, so it is well under 7 of the slowest stage's micro-batches.
+  const SimulationInput sim{in.graph, &setup().hw, &nanotron, in.cluster, in.strategy};
+  validate_strategy(in.strategy, in.graph->spec(), in.cluster);
+  const Prediction p = simulate(sim);
+  std::vector<double> paces;
+  for (int64_t stage = 0; stage < 8; ++stage)
+    paces.push_back(
+        run_timeline(emit_stage_program(sim, stage), setup().hw, in.cluster, in.strategy).pipeline_micro_batch_s);
+  const size_t slowest = static_cast<size_t>(std::max_element(paces.begin(), paces.end()) - paces.begin());
+  CHECK((slowest == 0 || slowest == 3));
+  double others = 0;
+  for (size_t j = 0; j < paces.size(); ++j) others += j == slowest ? 0.0 : paces[j];
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
+  // A 4-layer stage runs at about 4/5 of a 5-layer one's pace: the fill and drain is near (5 x 4 + 5 + 2 + head) / 5
+  // of the slowest's micro-batch, not 7.
+  CHECK(paces[1] == doctest::Approx(paces[2]));
+  CHECK(paces[1] < 0.85 * paces[slowest]);
+  CHECK(p.time.pipeline_bubble_s < 6.0 * paces[slowest]);
 }
 
 TEST_CASE(
