@@ -13,7 +13,7 @@ bool deepspeed_zero(StrategyKind k) {
 
 }  // namespace
 
-DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt) {
+DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt, int64_t dp_ranks) {
   DataParallelPlan p;
   p.place = unit_placement(s, /*root=*/false, rt.root_reshard_after_forward);
   p.mixed = s.param_dtype != s.master_dtype;
@@ -31,7 +31,7 @@ DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt)
   p.grad_partition_persistent = zero3 && rt.zero3_grad_partition_persistent;
   p.step_in_sub_groups = zero3;
   // DDP is the bucketed strategy whose reducer owns its buckets; ZeRO-1 buckets without a reducer.
-  p.reducer_buckets = p.bucketed && !p.place.optim_sharded;
+  p.reducer_buckets = p.bucketed && !p.place.optim_sharded && !(p.fp32_grad_accumulator && dp_ranks <= 1);
   p.reduce_after_backward = p.bucketed && p.place.optim_sharded && rt.zero1_grads_reduced_after_backward;
   p.partitions_replicated_grads = p.place.grads_sharded && !p.place.params_sharded;
   p.reduces_every_micro_batch =

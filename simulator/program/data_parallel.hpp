@@ -66,7 +66,9 @@ struct DataParallelPlan {
   bool step_in_sub_groups = false;
   // DDP allocates its gradient buckets once, at construction (torch/csrc/distributed/c10d/reducer.cpp
   // initialize_buckets); with gradient_as_bucket_view (runtime profile ddp_gradient_as_bucket_view) the .grad
-  // tensors are views into them.
+  // tensors are views into them. nanotron wraps the model in DDP only with more than one data-parallel rank
+  // (src/nanotron/trainer.py init_model @ 67c5ebb6: make_ddp = data_parallel_size > 1 and not
+  // (accumulate_grad_in_fp32 and zero_stage > 0)); its FP32GradientAccumulator is what marks that trainer here.
   bool reducer_buckets = false;
   // Full gradients reduced in buckets of ddp_bucket_mb (DDP and ZeRO-1: place.reduction AllReduceBuckets):
   // torch/nn/parallel/distributed.py bucket_cap_mb; executor/shard/sharded_model.cpp post_backward.
@@ -93,7 +95,8 @@ struct DataParallelPlan {
   bool shard_groups = false;
 };
 
-DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt);
+// The plan of `dp_ranks` data-parallel ranks (the world / (tp x pp)).
+DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt, int64_t dp_ranks);
 
 // The ranks a parameter/gradient/optimizer shard is split over among `dp_ranks` data-parallel ranks: an HSDP shard
 // group, all of them for the ZeRO stages and FSDP, one for replicas (DDP, NO_SHARD).

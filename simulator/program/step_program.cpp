@@ -191,7 +191,7 @@ struct Emitter {
     pb = dtype_bytes(s.param_dtype);
     mb = dtype_bytes(s.master_dtype);
     rb = dtype_bytes(s.reduce_dtype);
-    dp_plan = data_parallel_plan(s, rt);
+    dp_plan = data_parallel_plan(s, rt, prog.layout.world);
     place = dp_plan.place;
     sharded = place.params_sharded;
     mixed = dp_plan.mixed;
@@ -968,12 +968,8 @@ void Emitter::emit_replicated() {
   for (int ui = 0; ui < n; ++ui)
     frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
   prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
-  // DDP's reducer buckets, allocated once (DataParallelPlan::reducer_buckets). nanotron wraps the model in DDP only
-  // with more than one data-parallel rank (src/nanotron/trainer.py init_model @ 67c5ebb6: make_ddp =
-  // data_parallel_size > 1 and not (accumulate_grad_in_fp32 and zero_stage > 0)); its FP32GradientAccumulator
-  // (accum32) is what marks that trainer here.
-  const bool buckets = dp_plan.reducer_buckets && !(accum32 && prog.layout.world <= 1);
-  if (buckets) {
+  // DDP's reducer buckets, allocated once (DataParallelPlan::reducer_buckets).
+  if (dp_plan.reducer_buckets) {
     // With gradient_as_bucket_view the buckets are the gradients; otherwise .grad is a separate copy.
     MemoryCategory cat = rt.ddp_gradient_as_bucket_view ? MemoryCategory::UnshardedGrads : MemoryCategory::CommBuffers;
     prog.persistent.push_back({cat, P * sb});  // DDP's buckets take the parameters' dtype
@@ -1036,7 +1032,7 @@ void Emitter::emit_replicated() {
       } else if (mbi == 0) {
         if (partitioned) {
           b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
-        } else if (!(buckets && rt.ddp_gradient_as_bucket_view)) {
+        } else if (!(dp_plan.reducer_buckets && rt.ddp_gradient_as_bucket_view)) {
           keep_grads(b, MemoryCategory::UnshardedGrads, p * gb);
         }
       } else if (partitioned) {

@@ -35,7 +35,7 @@ DataParallelContext context(const Strategy& s, const RuntimeProfile& rt, const D
 
 TEST_CASE("data parallel: PyTorch's strategies keep fp32 storage and reduce as their placement says") {
   const RuntimeProfile rt = test::runtime("pytorch");
-  const DataParallelPlan ddp = data_parallel_plan(strategy(StrategyKind::Ddp), rt);
+  const DataParallelPlan ddp = data_parallel_plan(strategy(StrategyKind::Ddp), rt, 8);
   CHECK(ddp.mixed);
   CHECK_FALSE(ddp.zero_layout);
   CHECK(ddp.param_storage_dtype == DType::Fp32);
@@ -45,23 +45,23 @@ TEST_CASE("data parallel: PyTorch's strategies keep fp32 storage and reduce as t
   CHECK_FALSE(ddp.reduces_every_micro_batch);
   CHECK_FALSE(ddp.gathers_params_after_step);
 
-  const DataParallelPlan no_shard = data_parallel_plan(strategy(StrategyKind::NoShard), rt);
+  const DataParallelPlan no_shard = data_parallel_plan(strategy(StrategyKind::NoShard), rt, 8);
   CHECK_FALSE(no_shard.bucketed);
   CHECK_FALSE(no_shard.reducer_buckets);
 
   Strategy fsdp = strategy(StrategyKind::Fsdp);
-  DataParallelPlan p = data_parallel_plan(fsdp, rt);
+  DataParallelPlan p = data_parallel_plan(fsdp, rt, 8);
   CHECK(p.place.params_sharded);
   CHECK(p.reduces_every_micro_batch);
   CHECK_FALSE(p.partitions_replicated_grads);
   fsdp.grad_sync = GradSync::LastMicroBatch;
-  p = data_parallel_plan(fsdp, rt);
+  p = data_parallel_plan(fsdp, rt, 8);
   CHECK_FALSE(p.reduces_every_micro_batch);
 }
 
 TEST_CASE("data parallel: DeepSpeed's ZeRO stages keep low-precision storage with an fp32 master") {
   const RuntimeProfile rt = test::runtime("deepspeed");
-  const DataParallelPlan z1 = data_parallel_plan(strategy(StrategyKind::Zero1), rt);
+  const DataParallelPlan z1 = data_parallel_plan(strategy(StrategyKind::Zero1), rt, 8);
   CHECK(z1.zero_layout);
   CHECK(z1.param_storage_dtype == DType::Bf16);
   CHECK(z1.grad_buffer_dtype == DType::Bf16);
@@ -69,13 +69,13 @@ TEST_CASE("data parallel: DeepSpeed's ZeRO stages keep low-precision storage wit
   CHECK_FALSE(z1.reducer_buckets);
   CHECK(z1.gathers_params_after_step);
 
-  const DataParallelPlan z2 = data_parallel_plan(strategy(StrategyKind::Zero2), rt);
+  const DataParallelPlan z2 = data_parallel_plan(strategy(StrategyKind::Zero2), rt, 8);
   CHECK(z2.partitions_replicated_grads);
   CHECK(z2.reduces_every_micro_batch);
   CHECK(z2.gathers_params_after_step);
   CHECK_FALSE(z2.flat_grad_copy);  // DeepSpeed's profile does not copy into a flat buffer
 
-  const DataParallelPlan z3 = data_parallel_plan(strategy(StrategyKind::Zero3), rt);
+  const DataParallelPlan z3 = data_parallel_plan(strategy(StrategyKind::Zero3), rt, 8);
   CHECK(z3.grad_buffer_dtype == DType::Fp32);  // reduce-scattered into the partition in the reduce dtype
   CHECK(z3.grad_partition_persistent);
   CHECK(z3.step_in_sub_groups);
@@ -83,33 +83,37 @@ TEST_CASE("data parallel: DeepSpeed's ZeRO stages keep low-precision storage wit
   // ZeRO-3's own master partition even in the parameters' dtype (zero3_master_copy_same_dtype).
   Strategy same = strategy(StrategyKind::Zero3);
   same.master_dtype = DType::Bf16;
-  CHECK(data_parallel_plan(same, rt).zero_layout);
+  CHECK(data_parallel_plan(same, rt, 8).zero_layout);
   same.kind = StrategyKind::Zero2;
-  CHECK_FALSE(data_parallel_plan(same, rt).zero_layout);
+  CHECK_FALSE(data_parallel_plan(same, rt, 8).zero_layout);
 
   // FSDP on the same runtime keeps PyTorch's layout.
-  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Fsdp), rt).zero_layout);
+  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Fsdp), rt, 8).zero_layout);
 }
 
 TEST_CASE("data parallel: nanotron's fp32 accumulator, ZeRO-1 reduced after the backward") {
   const RuntimeProfile rt = test::runtime("nanotron");
-  const DataParallelPlan z1 = data_parallel_plan(strategy(StrategyKind::Zero1), rt);
+  const DataParallelPlan z1 = data_parallel_plan(strategy(StrategyKind::Zero1), rt, 8);
   CHECK(z1.fp32_grad_accumulator);
   CHECK(z1.param_storage_dtype == DType::Bf16);
   CHECK(z1.grad_buffer_dtype == DType::Bf16);
   CHECK(z1.reduce_after_backward);
-  CHECK(data_parallel_plan(strategy(StrategyKind::Ddp), rt).fp32_grad_accumulator);
-  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Ddp), rt).reduce_after_backward);
-  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Zero2), rt).fp32_grad_accumulator);
+  CHECK(data_parallel_plan(strategy(StrategyKind::Ddp), rt, 8).fp32_grad_accumulator);
+  // nanotron builds DDP (and its buckets) only with more than one data-parallel rank (trainer.py init_model).
+  CHECK(data_parallel_plan(strategy(StrategyKind::Ddp), rt, 2).reducer_buckets);
+  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Ddp), rt, 1).reducer_buckets);
+  CHECK(data_parallel_plan(strategy(StrategyKind::Ddp), test::runtime("pytorch"), 1).reducer_buckets);
+  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Ddp), rt, 8).reduce_after_backward);
+  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Zero2), rt, 8).fp32_grad_accumulator);
   Strategy fp32 = strategy(StrategyKind::Zero1);
   fp32.param_dtype = DType::Fp32;
-  CHECK_FALSE(data_parallel_plan(fp32, rt).fp32_grad_accumulator);
+  CHECK_FALSE(data_parallel_plan(fp32, rt, 8).fp32_grad_accumulator);
 }
 
 TEST_CASE("data parallel: fsdp-run's ZeRO-2 reduce-scatters its flat gradient copy") {
   const RuntimeProfile rt = test::runtime("fsdp-run");
-  CHECK(data_parallel_plan(strategy(StrategyKind::Zero2), rt).flat_grad_copy);
-  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Zero1), rt).flat_grad_copy);
+  CHECK(data_parallel_plan(strategy(StrategyKind::Zero2), rt, 8).flat_grad_copy);
+  CHECK_FALSE(data_parallel_plan(strategy(StrategyKind::Zero1), rt, 8).flat_grad_copy);
 }
 
 TEST_CASE("data parallel: shard groups and communicators") {
@@ -117,20 +121,20 @@ TEST_CASE("data parallel: shard groups and communicators") {
   Strategy h = strategy(StrategyKind::Hsdp);
   h.hsdp_group = 8;
   CHECK(dp_shard_size(h, 32) == 8);
-  CHECK(dp_communicators(data_parallel_plan(h, rt), 32) == 3);
-  CHECK(dp_communicators(data_parallel_plan(h, rt), 1) == 0);
+  CHECK(dp_communicators(data_parallel_plan(h, rt, 8), 32) == 3);
+  CHECK(dp_communicators(data_parallel_plan(h, rt, 8), 1) == 0);
   CHECK(dp_shard_size(strategy(StrategyKind::Ddp), 32) == 1);
   CHECK(dp_shard_size(strategy(StrategyKind::NoShard), 32) == 1);
   for (StrategyKind k :
        {StrategyKind::Zero1, StrategyKind::Zero2, StrategyKind::Zero3, StrategyKind::Fsdp, StrategyKind::FsdpGradOp})
     CHECK(dp_shard_size(strategy(k), 32) == 32);
-  CHECK(dp_communicators(data_parallel_plan(strategy(StrategyKind::Fsdp), rt), 32) == 1);
+  CHECK(dp_communicators(data_parallel_plan(strategy(StrategyKind::Fsdp), rt, 8), 32) == 1);
 }
 
 TEST_CASE("data parallel: the ops it builds") {
   const RuntimeProfile rt = test::runtime("pytorch");
   const Strategy s = strategy(StrategyKind::Fsdp);
-  const DataParallelPlan plan = data_parallel_plan(s, rt);
+  const DataParallelPlan plan = data_parallel_plan(s, rt, 8);
   StepLayout lay;
   lay.world = 4;
   lay.shard_size = 4;
@@ -172,7 +176,7 @@ TEST_CASE("data parallel: ZeRO-1/2 gather the updated parameters after the step,
   const Strategy s = strategy(StrategyKind::Zero1);
   for (const char* name : {"pytorch", "fsdp-run"}) {
     const RuntimeProfile rt = test::runtime(name);
-    const DataParallelPlan plan = data_parallel_plan(s, rt);
+    const DataParallelPlan plan = data_parallel_plan(s, rt, 8);
     StepLayout lay;
     lay.world = 8;
     lay.shard_size = 8;
