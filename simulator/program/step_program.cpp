@@ -152,8 +152,9 @@ struct Emitter {
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
-  int push(Op op) {
-    prog.ops.push_back(std::move(op));
+  // By reference: an Op is a few hundred bytes, and the search emits millions of them, so one copy, not two.
+  int push(const Op& op) {
+    prog.ops.push_back(op);
     return static_cast<int>(prog.ops.size()) - 1;
   }
 
@@ -494,23 +495,47 @@ struct Emitter {
 
   // ---- the mesh's own ops (tensor_parallel.hpp, pipeline_parallel.hpp) ----
 
-  // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel
-  // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
-  int push_tp(int ui, int mbi, bool backward, int dep) {
-    if (s.mesh.tp <= 1) return dep;
-    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    TpUnitShape shape;
+  // Unit `ui`'s shape for its tensor-parallel collectives: the same for every micro-batch and direction, so derived
+  // once per unit (push_tp runs per unit, micro-batch and direction, and the search emits thousands of programs);
+  // a layer's single-linear blocks once per class of decoder layers (ModuleGraph::layer_classes: layers of one class
+  // have the same children).
+  std::vector<TpUnitShape> tp_shapes;
+  std::vector<bool> tp_shape_known;
+  std::vector<int64_t> class_single_linear_blocks;  // per layer class, -1: not yet counted
+  const TpUnitShape& tp_unit_shape(int ui) {
+    const size_t i = static_cast<size_t>(ui);
+    if (tp_shapes.size() != prog.units.size()) {
+      tp_shapes.assign(prog.units.size(), TpUnitShape{});
+      tp_shape_known.assign(prog.units.size(), false);
+    }
+    if (tp_shape_known[i]) return tp_shapes[i];
+    const WrapUnit& u = prog.units[i];
+    TpUnitShape& shape = tp_shapes[i];
     shape.layers = u.num_layers();
     for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l) {
       const ActCkpt ckpt = layer_ckpt(s, l);
       shape.recomputed_layers += ckpt == ActCkpt::Full ? 1 : 0;
       shape.sac_op_layers += ckpt == ActCkpt::SelectiveOp ? 1 : 0;
-      shape.single_linear_blocks += single_linear_blocks(g, g.layers()[static_cast<size_t>(l)]);
+      const auto cls = static_cast<size_t>(g.layer_classes()[static_cast<size_t>(l)]);
+      if (class_single_linear_blocks.size() <= cls) class_single_linear_blocks.resize(cls + 1, -1);
+      int64_t& blocks = class_single_linear_blocks[cls];
+      if (blocks < 0) blocks = single_linear_blocks(g, g.layers()[static_cast<size_t>(l)]);
+      shape.single_linear_blocks += blocks;
     }
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
+    tp_shape_known[i] = true;
+    return shape;
+  }
+
+  // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel
+  // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
+  int push_tp(int ui, int mbi, bool backward, int dep) {
+    if (s.mesh.tp <= 1) return dep;
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+    const TpUnitShape& shape = tp_unit_shape(ui);
     int last = dep;
     for (const TpCollective& c :
          backward ? tp_backward_collectives(shape, s.mesh) : tp_forward_collectives(shape, s.mesh)) {
