@@ -1323,8 +1323,14 @@ StepProgram emit_step_program(const ProgramInput& in) {
   e.setup();
   // Ops per unit and micro-batch: gathers, compute, frees, reductions, the mesh's collectives (a few more for
   // multi-layer units, which split their backward per layer); reserved once, as the search emits thousands.
-  constexpr size_t kOpsPerUnit = 12;
-  e.prog.ops.reserve(e.prog.units.size() * kOpsPerUnit * static_cast<size_t>(lay.micro_batches_emitted) + 32);
+  // Tensor parallelism adds its collectives (forward and backward, two kinds each with sequence parallelism); a unit
+  // of several layers splits its backward per layer. An estimate: past it the vector grows as any does.
+  constexpr size_t kOpsPerUnit = 12, kTpOpsPerUnit = 4, kOpsPerExtraLayer = 2;
+  size_t per_micro_batch = 0;
+  for (const WrapUnit& u : e.prog.units)
+    per_micro_batch += kOpsPerUnit + (lay.tp > 1 ? kTpOpsPerUnit : 0) +
+                       (u.num_layers() > 1 ? kOpsPerExtraLayer * static_cast<size_t>(u.num_layers()) : 0);
+  e.prog.ops.reserve(per_micro_batch * static_cast<size_t>(lay.micro_batches_emitted) + 32);
   if (lay.pp > 1) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
     double act = 0;
