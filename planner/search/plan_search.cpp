@@ -283,6 +283,28 @@ SearchResult search_plans(const SearchRequest& req) {
     // The bound's premise, checked on every later plan of its key.
     FSDP_ASSERT(above_states >= it->second * (1.0 - 1e-9), "a plan below its activation bound");
   };
+  // The fragmentation-aware activation bound, the activation bound made stronger by what the memory walk adds to
+  // the peak it allocates (memory/memory_walk.cpp walk): on a CUDA device the device total is the allocated peak,
+  // plus fragmentation_fraction x the dynamic memory at that peak (allocated less the persistent states; the reduce
+  // stream's cached pool only adds), plus the NCCL communicators' buffers (>= 0) and the CUDA context; or the usable
+  // memory where cap_reserved_at_device cut the fragmentation (the cap applies only where the peak itself fits, so
+  // the total is never below the smaller of the two). The peak is at least the allocation when the first
+  // micro-batch's last forward op has run, where the states and what that forward saved are alive (the activation
+  // bound's premise): the dynamic memory at the peak is at least those activations, so the device total is at least
+  // min(usable, states + activations x (1 + fragmentation_fraction) + context). On a host device (a CPU run) the walk
+  // adds none of these: states + activations. Less the search's 64 KiB allocator-rounding slack (a few KiB of
+  // rounding on frees). With the line's model-state bound for the states, and asserted on every plan simulated
+  // where both of its keys are known.
+  const bool cuda_device = !req.hardware->device_is_host();
+  auto act_lower_bound = [&](double states, double act) {
+    constexpr double kRoundingSlack = 64.0 * 1024.0;
+    const double plain = states + act;  // the activation bound as it was (no cap: it holds uncapped)
+    if (!cuda_device) return plain;
+    const double walked = std::min(usable, states + act * (1.0 + req.runtime->fragmentation_fraction) +
+                                               req.runtime->context_memory.value) -
+                          kRoundingSlack;
+    return std::max(plain, walked);
+  };
   // The capability table's refusals: counted per rule, the first one's reason kept as the report's example.
   const MeshWorld mesh_world{world, req.cluster.gpus_per_node};
   // What the runtime runs (its profile's `mesh` section): the search never proposes a mesh it refuses.
@@ -381,7 +403,9 @@ SearchResult search_plans(const SearchRequest& req) {
                       // States and this micro-batch's forward activations together: this plan does not fit (larger
                       // micro-batches are left to the memory bound along the line once one of them is simulated).
                       const auto a = act_bound.find(akey);
-                      if (a != act_bound.end() && states_exceed(skey, a->second, kind, mesh)) {
+                      const auto st = states_bound.find(skey);
+                      if (a != act_bound.end() && st != states_bound.end() &&
+                          unfit_cannot_matter(kind, mesh, act_lower_bound(st->second, a->second))) {
                         ++res.pruned;
                         continue;
                       }
@@ -411,6 +435,11 @@ SearchResult search_plans(const SearchRequest& req) {
                     c.prediction = simulate(in, &prog);
                     note_states(skey, persistent_bytes(prog), c.prediction.memory.device_total, prog.layout.shard_size);
                     note_activations(akey, prog, c.prediction.memory.device_total - persistent_bytes(prog));
+                    // The fragmentation-aware activation bound's premise, on every plan simulated (both keys are
+                    // known now: this plan's or an earlier one's).
+                    FSDP_ASSERT(c.prediction.memory.device_total >=
+                                    act_lower_bound(states_bound.at(skey), act_bound.at(akey)) * (1.0 - 1e-9),
+                                "a plan below its line's states plus its key's activations, fragmented");
                     if (bound_pruning) {
                       const auto known = compute_bound.find(bkey);
                       if (known == compute_bound.end()) {
