@@ -204,8 +204,23 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.
   const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;
-  if (op.elementwise_bytes > 0)
-    compute += memory_bound_time(hw, Bytes(op.elementwise_bytes), master_side ? s.master_dtype : dt).value;
+  if (op.elementwise_bytes > 0) {
+    constexpr size_t kMemoLimit = 64;
+    const OpPrices::TrafficMemo* hit = nullptr;
+    for (const OpPrices::TrafficMemo& m : prices.traffic)
+      if (m.bytes == op.elementwise_bytes && m.master == master_side) {
+        hit = &m;
+        break;
+      }
+    if (hit != nullptr) {
+      compute += hit->seconds;
+    } else {
+      const double seconds =
+          memory_bound_time(hw, Bytes(op.elementwise_bytes), master_side ? s.master_dtype : dt).value;
+      if (prices.traffic.size() < kMemoLimit) prices.traffic.push_back({op.elementwise_bytes, master_side, seconds});
+      compute += seconds;
+    }
+  }
   // The eager runtime's per-pass host overhead of the embedding + head + loss around the Loss ops (the decoder
   // layers' is priced with each layer above).
   if (op.kind == OpKind::Loss) compute += ho.head_forward.value;
@@ -221,9 +236,25 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // collective every rank of the node is in it, waiting (measured: scalar all-reduces over 4 ranks on 2 cores
   // took 1.5 ms, not the 2x of 2.6 ms).
   if (op.collective != CollectiveKind::None && op.comm_bytes > 0) {
-    const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
-    double one =
-        hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (cc.latency.value + share * cc.transfer.value);
+    constexpr size_t kMemoLimit = 64;
+    double latency = 0, transfer = 0;
+    const OpPrices::CollectiveMemo* hit = nullptr;
+    for (const OpPrices::CollectiveMemo& m : prices.collectives)
+      if (m.kind == op.collective && m.group == op.group && m.bytes == op.comm_bytes) {
+        hit = &m;
+        break;
+      }
+    if (hit != nullptr) {
+      latency = hit->latency;
+      transfer = hit->transfer;
+    } else {
+      const CollectiveCost cc = collective_cost(hw, op.collective, Bytes(op.comm_bytes), group_of(hw, op.group, p, c));
+      latency = cc.latency.value;
+      transfer = cc.transfer.value;
+      if (prices.collectives.size() < kMemoLimit)
+        prices.collectives.push_back({op.collective, op.group, op.comm_bytes, latency, transfer});
+    }
+    double one = hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt) * (latency + share * transfer);
     if (op.stream == Stream::TensorParallel && p.tp_async_linears) {
       // nanotron's asynchronous linears hide part of each collective under their own GEMMs (tp_linear_overlap.hpp).
       const bool backward_op = op.phase == Phase::TpBackwardCollectives;

@@ -51,6 +51,23 @@ struct LayerPrices {
 struct OpPrices {
   std::vector<LayerPrices> layers;  // by StepProgram::layer_shapes index
   double head = 0;
+  // What op_duration has priced of one program's collectives and memory-bound traffic (pure functions of the
+  // profile, the group and the bytes): a program repeats the same few per unit and micro-batch, and the planner
+  // times thousands of programs, so each distinct one is priced once per timeline (exactly the value it would
+  // compute again). Small linear caches: a program has a handful of distinct ones.
+  struct CollectiveMemo {
+    CollectiveKind kind;
+    GroupKind group;
+    double bytes;
+    double latency, transfer;
+  };
+  struct TrafficMemo {
+    double bytes;
+    bool master;
+    double seconds;
+  };
+  mutable std::vector<CollectiveMemo> collectives;
+  mutable std::vector<TrafficMemo> traffic;
 };
 OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Strategy& s);
 
