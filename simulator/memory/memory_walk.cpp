@@ -91,6 +91,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // An all-gather is waited for (and its staging copied out and released) right before the first
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
+  r.samples.reserve(p.ops.size());
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {

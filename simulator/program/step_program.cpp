@@ -495,18 +495,21 @@ struct Emitter {
 
   // ---- the mesh's own ops (tensor_parallel.hpp, pipeline_parallel.hpp) ----
 
-  // Unit `ui`'s shape for its tensor-parallel collectives: the same for every micro-batch and direction, so derived
-  // once per unit (push_tp runs per unit, micro-batch and direction, and the search emits thousands of programs);
-  // a layer's single-linear blocks once per class of decoder layers (ModuleGraph::layer_classes: layers of one class
-  // have the same children).
+  // Unit `ui`'s shape for its tensor-parallel collectives, and the collectives: the same for every micro-batch and
+  // direction, so derived once per unit (push_tp runs per unit, micro-batch and direction, and the search emits
+  // thousands of programs); a layer's single-linear blocks once per class of decoder layers
+  // (ModuleGraph::layer_classes: layers of one class have the same children).
   std::vector<TpUnitShape> tp_shapes;
   std::vector<bool> tp_shape_known;
-  std::vector<int64_t> class_single_linear_blocks;  // per layer class, -1: not yet counted
+  std::vector<std::vector<TpCollective>> tp_forward, tp_backward;  // per unit, its collectives
+  std::vector<int64_t> class_single_linear_blocks;                 // per layer class, -1: not yet counted
   const TpUnitShape& tp_unit_shape(int ui) {
     const size_t i = static_cast<size_t>(ui);
     if (tp_shapes.size() != prog.units.size()) {
       tp_shapes.assign(prog.units.size(), TpUnitShape{});
       tp_shape_known.assign(prog.units.size(), false);
+      tp_forward.assign(prog.units.size(), {});
+      tp_backward.assign(prog.units.size(), {});
     }
     if (tp_shape_known[i]) return tp_shapes[i];
     const WrapUnit& u = prog.units[i];
@@ -526,6 +529,8 @@ struct Emitter {
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
+    tp_forward[i] = tp_forward_collectives(shape, s.mesh);
+    tp_backward[i] = tp_backward_collectives(shape, s.mesh);
     tp_shape_known[i] = true;
     return shape;
   }
@@ -535,10 +540,10 @@ struct Emitter {
   int push_tp(int ui, int mbi, bool backward, int dep) {
     if (s.mesh.tp <= 1) return dep;
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    const TpUnitShape& shape = tp_unit_shape(ui);
+    tp_unit_shape(ui);
+    const size_t i = static_cast<size_t>(ui);
     int last = dep;
-    for (const TpCollective& c :
-         backward ? tp_backward_collectives(shape, s.mesh) : tp_forward_collectives(shape, s.mesh)) {
+    for (const TpCollective& c : backward ? tp_backward[i] : tp_forward[i]) {
       Op op = collective_op(OpKind::TpCollective, Stream::TensorParallel,
                             backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives, c.kind,
                             GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),

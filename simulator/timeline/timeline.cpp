@@ -81,6 +81,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // stretches the step by that fraction (Calculon models the same effect as a network's
   // "processor_usage", calculon/network.py).
   std::vector<std::pair<double, double>> comm;
+  comm.reserve(p.ops.size());
   for (size_t i = 0; i < p.ops.size(); ++i)
     if ((p.ops[i].stream == Stream::AllGather || p.ops[i].stream == Stream::ReduceScatter) &&
         r.ops[i].end > r.ops[i].start)
