@@ -155,14 +155,23 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
 //    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
 //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
+//    a single-kernel norm (RuntimeProfile::norm_single_kernel) reads x and writes y: 2 tensors;
 //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
-//  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
+//    flash-attn's in-place rotary (RuntimeProfile::rotary_in_place_packed_kv) one r/w pass over q and k, after k
+//    and v are packed by a cat (r/w 2 kv) and a permuted contiguous copy (r/w 2 kv);
+//  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass; a sequence-first layer's
+//    transposed attention output copied for the output projection when the micro-batch holds more than one
+//    sequence (RuntimeProfile::attention_output_copy): one r/w pass over q;
 //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
-double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32) {
-  double e = w.norm_elems * (norm_fp32 ? 32.0 : 4.0 * pb);
-  if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
+                               const RuntimeProfile& rt, int64_t micro_batch) {
+  const double norm_tensors = rt.norm_single_kernel ? 2.0 : 4.0;
+  double e = w.norm_elems * (norm_fp32 ? 32.0 : norm_tensors * pb);
+  if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
+  if (w.rope && !rt.rotary_in_place_packed_kv) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
+  if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
   if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
@@ -265,7 +274,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   const ModelSpec& m = g.spec();
   c.elementwise_bytes_per_token = rt.fused_elementwise
                                       ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
-                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal);
+                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two

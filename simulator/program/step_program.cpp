@@ -686,6 +686,14 @@ struct Emitter {
     l.transient_bytes = rt.logits_kept_by_caller ? logits + upcast : (upcasts ? upcast : logits);
     l.on_issue.push_back({MemoryCategory::Activations, logprobs});
     l.elementwise_bytes = logits + upcast + logprobs;
+    // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
+    // huggingface/nanotron src/nanotron/parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward @
+    // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93), over the logits in the loss's dtype (fp32 once upcast): after the
+    // upcast (read the logits, write the copy), torch.max reads them (1), the subtraction of the max writes a new
+    // tensor (r/w: 2), torch.exp(out=) rewrites it in place (2), .sum reads it (1), div_ normalises it in place (2):
+    // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
+    const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
+    if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
     l.head_passes = 1;
     const int lop = push(l);
     if (s.mesh.tp > 1) {
@@ -714,6 +722,11 @@ struct Emitter {
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
     if (mbi == 0) keep_adapter_grads(lb);
     lb.elementwise_bytes = lb.transient_bytes + logprobs;
+    // _ShardedCrossEntropy.backward (functional.py above): the target's subtraction is one element per token and
+    // grad_input.mul_(grad_output) rewrites the saved probabilities in place (2 passes); the upcast's backward casts
+    // that gradient back to the compute dtype (read it, write the logits' gradient).
+    if (rt.loss_vocab_parallel_kernels)
+      lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
     lb.head_passes = 2;
     push(lb);
   }
