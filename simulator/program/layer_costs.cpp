@@ -166,8 +166,8 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
 double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
                                const RuntimeProfile& rt, int64_t micro_batch) {
-  const double norm_tensors = rt.norm_single_kernel ? 2.0 : 4.0;
-  double e = w.norm_elems * (norm_fp32 ? 32.0 : norm_tensors * pb);
+  // A single-kernel norm computes in fp32 in its registers whatever its input's dtype: 2 tensors either way.
+  double e = w.norm_elems * (rt.norm_single_kernel ? 2.0 * pb : norm_fp32 ? 32.0 : 4.0 * pb);
   if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
   if (w.rope && !rt.rotary_in_place_packed_kv) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
