@@ -178,6 +178,27 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
   return e;
 }
 
+// What the backward of those kernels moves less than twice their forward, per token (the eager kernels only):
+//  - a single-kernel norm's backward (flash-attn flash_attn/ops/triton/layer_norm.py _layer_norm_bwd @
+//    0251105a2fb19d2957484b7f023cd8c115286ced, recompute_output False) reads x and dy and writes dx (its weight
+//    gradient is one partial row per program): 3 tensors, not 4;
+//  - flash-attn's in-place rotary backward rewrites dq and dk in place (layers/rotary.py ApplyRotaryEmb.backward,
+//    ApplyRotaryEmbKV_.backward: inplace=True), one pass as forward; of the packing, the cat's and the permute's
+//    backwards are views (narrow, permute) and only the split of the packed kv into k and v, by flash attention's
+//    separate dk and dv, is joined again by SplitBackward's cat (one copy of 2 kv): 2 (q + kv) + 2 x 2 kv, not twice
+//    the forward's 2 (q + kv) + 2 x 2 x 2 kv.
+double eager_backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager) {
+  if (!eager) return 0.0;
+  double saved = 0;
+  if (rt.norm_single_kernel) saved += w.norm_elems * (2.0 * 2.0 - 3.0) * pb;
+  if (w.rope && rt.rotary_in_place_packed_kv) {
+    const double forward = 2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv);
+    const double backward = 2.0 * (w.q + w.kv) + 2.0 * (2.0 * w.kv);
+    saved += (2.0 * forward - backward) * pb;
+  }
+  return saved;
+}
+
 // The same layer when each chain of pointwise ops and reductions between two GEMM / attention kernels is one
 // kernel that reads the chain's inputs once and writes what leaves it (RuntimeProfile::fused_elementwise).
 // Inductor's scheduler merges a producer's loop nest into its consumers' (pytorch/pytorch
@@ -276,6 +297,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
                                       ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
                                       : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
+  c.elementwise_backward_bytes_per_token = 2.0 * c.elementwise_bytes_per_token -
+                                           ratio * eager_backward_savings(w, pb, rt, !rt.fused_elementwise);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer
