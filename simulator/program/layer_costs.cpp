@@ -297,8 +297,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
                                       ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
                                       : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
-  c.elementwise_backward_bytes_per_token = 2.0 * c.elementwise_bytes_per_token -
-                                           ratio * eager_backward_savings(w, pb, rt, !rt.fused_elementwise);
+  c.elementwise_backward_bytes_per_token =
+      2.0 * c.elementwise_bytes_per_token - ratio * eager_backward_savings(w, pb, rt, !rt.fused_elementwise);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

@@ -182,6 +182,15 @@ TEST_CASE("nanotron runtime: one Llama layer's memory-bound bytes per token, its
   CHECK(one == 286720);
   CHECK(llama3_8b_layer("nanotron").elementwise_bytes_per_token == doctest::Approx(one));
   CHECK(llama3_8b_layer("nanotron", 2).elementwise_bytes_per_token == doctest::Approx(one + 2 * kQ * 2));
+  // Backward: twice the forward, less a norm's 1 of 4 tensors (its Triton backward reads x and dy, writes dx) and the
+  // rotary's: in place as forward (2 (q + kv)), and of the packing only SplitBackward's cat of dk and dv (2 x 2kv),
+  // not twice the forward's 2 (q + kv) + 8 kv.
+  const double back_saved = 2 * kH * 1 * 2 + (2 * (2 * (kQ + kKv) + 8 * kKv) - (2 * (kQ + kKv) + 4 * kKv)) * 2;
+  CHECK(llama3_8b_layer("nanotron").elementwise_backward_bytes_per_token == doctest::Approx(2 * one - back_saved));
+  // The other runtimes' backward stays twice their forward.
+  for (const std::string rt : {"pytorch", "pytorch-compile"})
+    CHECK(llama3_8b_layer(rt).elementwise_backward_bytes_per_token ==
+          doctest::Approx(2 * llama3_8b_layer(rt).elementwise_bytes_per_token));
   // The eager defaults keep their count whatever the micro-batch (the copy is nanotron's sequence-first layout's).
   CHECK(llama3_8b_layer("pytorch", 2).elementwise_bytes_per_token == doctest::Approx(622592));
   // Each key alone, in a profile derived from pytorch (eager: 622592 above).
@@ -228,8 +237,8 @@ TEST_CASE("nanotron runtime: the loss's memory-bound bytes per logit, vocab-para
 }
 
 TEST_CASE("nanotron runtime: its kernel keys are parsed strictly") {
-  for (const std::string key : {"norm_kernel: fused", "rotary_kernel: triton", "loss_kernels: fused",
-                                "attention_output_copy: 2"}) {
+  for (const std::string key :
+       {"norm_kernel: fused", "rotary_kernel: triton", "loss_kernels: fused", "attention_output_copy: 2"}) {
     const std::string field = key.substr(0, key.find(':'));
     const std::string path = write_runtime("bad_" + field, "base: pytorch\nname: bad\nmodules:\n  " + key + "\n");
     CHECK(contains(load_error(path), "modules." + field));
