@@ -155,18 +155,48 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
 //    LlamaRMSNorm: to(fp32), pow-mean, rsqrt-multiply, to(input dtype), weight multiply) moves 2h+4h, 4h,
 //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
+//    a single-kernel norm (RuntimeProfile::norm_single_kernel) reads x and writes y: 2 tensors;
 //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
-//  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass;
+//    flash-attn's in-place rotary (RuntimeProfile::rotary_in_place_packed_kv) one r/w pass over q and k, after k
+//    and v are packed by a cat (r/w 2 kv) and a permuted contiguous copy (r/w 2 kv);
+//  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass; a sequence-first layer's
+//    transposed attention output copied for the output projection when the micro-batch holds more than one
+//    sequence (RuntimeProfile::attention_output_copy): one r/w pass over q;
 //  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
-double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32) {
-  double e = w.norm_elems * (norm_fp32 ? 32.0 : 4.0 * pb);
-  if (w.rope) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
+                               const RuntimeProfile& rt, int64_t micro_batch) {
+  // A single-kernel norm computes in fp32 in its registers whatever its input's dtype: 2 tensors either way.
+  double e = w.norm_elems * (rt.norm_single_kernel ? 2.0 * pb : norm_fp32 ? 32.0 : 4.0 * pb);
+  if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
+  if (w.rope && !rt.rotary_in_place_packed_kv) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
+  if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
   if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
   return e;
+}
+
+// What the backward of those kernels moves less than twice their forward, per token (the eager kernels only):
+//  - a single-kernel norm's backward (flash-attn flash_attn/ops/triton/layer_norm.py _layer_norm_bwd @
+//    0251105a2fb19d2957484b7f023cd8c115286ced, recompute_output False) reads x and dy and writes dx (its weight
+//    gradient is one partial row per program): 3 tensors, not 4;
+//  - flash-attn's in-place rotary backward rewrites dq and dk in place (layers/rotary.py ApplyRotaryEmb.backward,
+//    ApplyRotaryEmbKV_.backward: inplace=True), one pass as forward; of the packing, the cat's and the permute's
+//    backwards are views (narrow, permute) and only the split of the packed kv into k and v, by flash attention's
+//    separate dk and dv, is joined again by SplitBackward's cat (one copy of 2 kv): 2 (q + kv) + 2 x 2 kv, not twice
+//    the forward's 2 (q + kv) + 2 x 2 x 2 kv.
+double eager_backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager) {
+  if (!eager) return 0.0;
+  double saved = 0;
+  if (rt.norm_single_kernel) saved += w.norm_elems * (2.0 * 2.0 - 3.0) * pb;
+  if (w.rope && rt.rotary_in_place_packed_kv) {
+    const double forward = 2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv);
+    const double backward = 2.0 * (w.q + w.kv) + 2.0 * (2.0 * w.kv);
+    saved += (2.0 * forward - backward) * pb;
+  }
+  return saved;
 }
 
 // The same layer when each chain of pointwise ops and reductions between two GEMM / attention kernels is one
@@ -265,8 +295,10 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   const ModelSpec& m = g.spec();
   c.elementwise_bytes_per_token = rt.fused_elementwise
                                       ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
-                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal);
+                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
+  c.elementwise_backward_bytes_per_token =
+      2.0 * c.elementwise_bytes_per_token - ratio * eager_backward_savings(w, pb, rt, !rt.fused_elementwise);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

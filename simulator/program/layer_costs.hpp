@@ -46,6 +46,9 @@ struct LayerCost {
   double recompute_matmul_flops_per_token = 0;  // the GEMM FLOPs its backward runs again
   double attention_flops_per_token = 0;         // causal: half the score/value products
   double elementwise_bytes_per_token = 0;
+  // Its backward's: twice the forward's (each kernel's backward reads its saved input and the incoming gradient and
+  // writes the outgoing one), less what the runtime's in-place and single-kernel ops leave out (layer_costs.cpp).
+  double elementwise_backward_bytes_per_token = 0;
   double forward_transient = 0;   // working memory of its forward beyond what it saves
   double backward_transient = 0;  // working memory of its backward (recomputation not included)
   LayerShape shape;

@@ -118,7 +118,7 @@ struct Emitter {
   double head_train = 0;
   std::vector<double> act_bytes;  // per unit, saved activations of one micro-batch
   // Per unit: its layers' memory-bound bytes, and their largest forward and backward working memory.
-  std::vector<double> unit_elementwise, unit_forward_transient, unit_backward_transient;
+  std::vector<double> unit_elementwise, unit_elementwise_backward, unit_forward_transient, unit_backward_transient;
   std::vector<double> fwd_flops;        // per unit, matmul FLOPs per micro-batch
   std::vector<double> attn_flops;       // per unit
   std::vector<double> recompute_bytes;  // per unit: what its backward rematerialises at once (the largest layer's)
@@ -306,12 +306,13 @@ struct Emitter {
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {
       double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0, rec_all = 0, ew = 0, ft = 0, bt = 0;
-      double rec_mm = 0, rec_at = 0, rec_ew = 0;
+      double rec_mm = 0, rec_at = 0, rec_ew = 0, bew = 0;
       bool first = true;
       for (const LayerCost* lc : costs_of(u)) {
         act += lc->saved_bytes;
         rec_all += lc->saved_bytes_unckpt;
         ew += tokens * lc->elementwise_bytes_per_token;
+        bew += tokens * lc->elementwise_backward_bytes_per_token;
         ft = std::max(ft, lc->forward_transient);
         bt = std::max(bt, lc->backward_transient);
         mm += lc->matmul_flops_per_token;
@@ -352,6 +353,7 @@ struct Emitter {
         }
       }
       unit_elementwise.push_back(ew);
+      unit_elementwise_backward.push_back(bew);
       unit_forward_transient.push_back(ft);
       unit_backward_transient.push_back(bt);
       act_bytes.push_back(act);
@@ -391,7 +393,8 @@ struct Emitter {
     return lc.attention_flops_per_token * (kAttentionBackwardRatio + (recomputes_attention(lc.ckpt) ? 1.0 : 0.0));
   }
   static double backward_elementwise_weight(const LayerCost& lc) {
-    return lc.elementwise_bytes_per_token * (2.0 + (recomputes_layer_forward(lc.ckpt) ? 1.0 : 0.0));
+    return lc.elementwise_backward_bytes_per_token +
+           (recomputes_layer_forward(lc.ckpt) ? lc.elementwise_bytes_per_token : 0.0);
   }
 
   // The costs of a unit's decoder layers, in forward order.
@@ -649,8 +652,9 @@ struct Emitter {
     b.attention_flops = attn_flops[i] * kAttentionBackwardRatio + recompute_attn_flops[i];
     b.transient_bytes = backward_transient(i);
     // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
-    // outgoing one: twice the forward traffic; plus a forward's worth where the layer's forward runs again.
-    b.elementwise_bytes = unit_elementwise_bytes(u) * 2.0 + recompute_elementwise[i];
+    // outgoing one: twice the forward traffic (LayerCost::elementwise_backward_bytes_per_token); plus a forward's
+    // worth where the layer's forward runs again.
+    b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
     return b;
@@ -686,6 +690,14 @@ struct Emitter {
     l.transient_bytes = rt.logits_kept_by_caller ? logits + upcast : (upcasts ? upcast : logits);
     l.on_issue.push_back({MemoryCategory::Activations, logprobs});
     l.elementwise_bytes = logits + upcast + logprobs;
+    // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
+    // huggingface/nanotron src/nanotron/parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward @
+    // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93), over the logits in the loss's dtype (fp32 once upcast): after the
+    // upcast (read the logits, write the copy), torch.max reads them (1), the subtraction of the max writes a new
+    // tensor (r/w: 2), torch.exp(out=) rewrites it in place (2), .sum reads it (1), div_ normalises it in place (2):
+    // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
+    const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
+    if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
     l.head_passes = 1;
     const int lop = push(l);
     if (s.mesh.tp > 1) {
@@ -714,6 +726,11 @@ struct Emitter {
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
     if (mbi == 0) keep_adapter_grads(lb);
     lb.elementwise_bytes = lb.transient_bytes + logprobs;
+    // _ShardedCrossEntropy.backward (functional.py above): the target's subtraction is one element per token and
+    // grad_input.mul_(grad_output) rewrites the saved probabilities in place (2 passes); the upcast's backward casts
+    // that gradient back to the compute dtype (read it, write the logits' gradient).
+    if (rt.loss_vocab_parallel_kernels)
+      lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
     lb.head_passes = 2;
     push(lb);
   }

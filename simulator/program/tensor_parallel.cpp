@@ -145,6 +145,7 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   lc.forward_transient *= act_share;
   lc.backward_transient *= act_share;
   lc.elementwise_bytes_per_token *= act_share;
+  lc.elementwise_backward_bytes_per_token *= act_share;
 }
 
 int64_t single_linear_blocks(const ModuleGraph& g, ModuleId layer) {

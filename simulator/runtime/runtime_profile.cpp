@@ -114,6 +114,15 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     flag("norm_mean_keeps_input", r.norm_mean_keeps_input);
     flag("pointwise_outputs_saved", r.pointwise_outputs_saved);
     flag("fused_elementwise", r.fused_elementwise);
+    // Optional even in a profile written whole (absent: PyTorch's eager kernels, RuntimeProfile).
+    if (mod.has("norm_kernel")) r.norm_single_kernel = mod.get_enum("norm_kernel", {"eager", "single"}) == "single";
+    if (mod.has("rotary_kernel"))
+      r.rotary_in_place_packed_kv =
+          mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place"}) == "flash-attn-in-place";
+    if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
+    if (mod.has("loss_kernels"))
+      r.loss_vocab_parallel_kernels =
+          mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel"}) == "vocab-parallel";
   });
   section("sharding", [&](ConfigMap& sh, auto&& has) {
     auto flag = flags_of(sh, has);

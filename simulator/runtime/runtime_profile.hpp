@@ -120,6 +120,23 @@ struct RuntimeProfile {
   // reads the chain's inputs once and writes what leaves it (Inductor), rather than one kernel per op reading and
   // writing whole tensors (eager): program/layer_costs.cpp prices the layer's memory-bound traffic either way.
   bool fused_elementwise = false;
+  // Eager kernels that are not PyTorch's per-op defaults (optional keys of `modules`, absent: the defaults), priced
+  // by program/layer_costs.cpp eager_elementwise_bytes and the loss ops (step_program.cpp push_loss_ops):
+  // `norm_kernel: single`: each norm is one kernel (flash-attn's Triton layer_norm_fn), reading x and writing y;
+  // default `eager`, the norm's ops one kernel each.
+  bool norm_single_kernel = false;
+  // `rotary_kernel: flash-attn-in-place`: k and v packed into one (batch, seq, 2, heads, dim) tensor (a cat and a
+  // permuted contiguous copy), then flash-attn's Triton rotary rewriting q and k in place; default `eager`, Hugging
+  // Face's apply_rotary_pos_emb (q * cos, rotate_half, * sin, add: 7 passes).
+  bool rotary_in_place_packed_kv = false;
+  // `attention_output_copy: true`: the layer runs sequence-first ([seq, batch, hidden]) while the attention kernel
+  // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
+  // transposed input into a dense one.
+  bool attention_output_copy = false;
+  // `loss_kernels: vocab-parallel`: Megatron's vocabulary-parallel cross-entropy as eager kernels over the (fp32)
+  // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
+  // default `log-softmax`: log_softmax and nll_loss.
+  bool loss_vocab_parallel_kernels = false;
   // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
   // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it
   // loads, which decide whether cuDNN's attention comes first in SDPA's order on sm90 / sm100. Not given: the

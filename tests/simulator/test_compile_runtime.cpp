@@ -14,6 +14,7 @@
 #include "program/layer_costs.hpp"
 #include "program/step_program.hpp"
 #include "runtime/runtime_profile.hpp"
+#include "sim_fixtures.hpp"
 
 using namespace fsdp;
 
@@ -21,11 +22,11 @@ namespace {
 
 constexpr double kH = 4096, kQ = 4096, kKv = 1024, kF = 14336, kHeads = 32;
 
-LayerCost llama3_8b_layer(const std::string& runtime) {
+LayerCost llama3_8b_layer(const std::string& runtime, int64_t micro_batch = 1) {
   const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime(runtime, FSDP_SOURCE_ROOT);
   Strategy s;
-  s.micro_batch = 1;
+  s.micro_batch = micro_batch;
   s.seq_len = 4096;
   const LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 1.0};
   return layer_cost(in, g.layers().front(), ActCkpt::None);
@@ -169,4 +170,86 @@ TEST_CASE("compile runtime: runtime profiles are parsed strictly, a derived one 
     CHECK(contains(m, "the base of " + path));
   }
   CHECK(load_error(compiled) == "");
+}
+
+// nanotron's layer kernels (configs/runtimes/nanotron.yaml norm_kernel, rotary_kernel, attention_output_copy), on
+// the same Llama 3 8B layer, per token in bytes, all bf16: two single-kernel norms read x and write y (2h each);
+// q and k rotated in place (2 (q + kv)) after k and v are packed by a cat and a permuted copy (2 x 2 x 2kv); the
+// per-head layout copy (2 (q + 2kv)); SiLU and the gating multiply (5f); two residual adds (3h each); with two
+// sequences per micro-batch, the attention output's copy for o_proj (2q).
+TEST_CASE("nanotron runtime: one Llama layer's memory-bound bytes per token, its Triton and flash-attn kernels") {
+  const double one = (2 * 2 * kH + 2 * (kQ + kKv) + 8 * kKv + 2 * (kQ + 2 * kKv) + 5 * kF + 2 * 3 * kH) * 2;
+  CHECK(one == 286720);
+  CHECK(llama3_8b_layer("nanotron").elementwise_bytes_per_token == doctest::Approx(one));
+  CHECK(llama3_8b_layer("nanotron", 2).elementwise_bytes_per_token == doctest::Approx(one + 2 * kQ * 2));
+  // Backward: twice the forward, less a norm's 1 of 4 tensors (its Triton backward reads x and dy, writes dx) and the
+  // rotary's: in place as forward (2 (q + kv)), and of the packing only SplitBackward's cat of dk and dv (2 x 2kv),
+  // not twice the forward's 2 (q + kv) + 8 kv.
+  const double back_saved = 2 * kH * 1 * 2 + (2 * (2 * (kQ + kKv) + 8 * kKv) - (2 * (kQ + kKv) + 4 * kKv)) * 2;
+  CHECK(llama3_8b_layer("nanotron").elementwise_backward_bytes_per_token == doctest::Approx(2 * one - back_saved));
+  // The other runtimes' backward stays twice their forward.
+  for (const std::string rt : {"pytorch", "pytorch-compile"})
+    CHECK(llama3_8b_layer(rt).elementwise_backward_bytes_per_token ==
+          doctest::Approx(2 * llama3_8b_layer(rt).elementwise_bytes_per_token));
+  // The eager defaults keep their count whatever the micro-batch (the copy is nanotron's sequence-first layout's).
+  CHECK(llama3_8b_layer("pytorch", 2).elementwise_bytes_per_token == doctest::Approx(622592));
+  // Each key alone, in a profile derived from pytorch (eager: 622592 above).
+  auto layer_with = [](const std::string& name, const std::string& key) {
+    const std::string path = write_runtime(name, "base: pytorch\nname: " + name + "\nmodules:\n  " + key + "\n");
+    const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
+    const RuntimeProfile rt = load_runtime(path, FSDP_SOURCE_ROOT);
+    Strategy s;
+    s.micro_batch = 2;
+    s.seq_len = 4096;
+    const LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 1.0};
+    return layer_cost(in, g.layers().front(), ActCkpt::None).elementwise_bytes_per_token;
+  };
+  // pytorch's norm upcasts (32 bytes per element over 2h); one kernel reads x and writes y whatever it computes in.
+  CHECK(layer_with("norm_only", "norm_kernel: single") == doctest::Approx(622592 - 2 * kH * 32 + 2 * kH * 2 * 2));
+  CHECK(layer_with("rotary_only", "rotary_kernel: flash-attn-in-place") ==
+        doctest::Approx(622592 - 7 * 2 * (kQ + kKv) * 2 + (2 * (kQ + kKv) + 8 * kKv) * 2));
+  CHECK(layer_with("copy_only", "attention_output_copy: true") == doctest::Approx(622592 + 2 * kQ * 2));
+}
+
+// nanotron's loss (loss_kernels: vocab-parallel): the head's logits upcast to fp32 and Megatron's vocabulary-parallel
+// cross-entropy, 2 + 4 + 8 x 4 bytes per logit forward and 2 x 4 + 4 + 2 backward; PyTorch's log_softmax + nll_loss
+// (pytorch.yaml) 2 + 4 + 4 and 2 + 4 with nanotron's in-place backward.
+TEST_CASE("nanotron runtime: the loss's memory-bound bytes per logit, vocab-parallel cross-entropy") {
+  const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
+  Strategy s;
+  s.micro_batch = 1;
+  s.seq_len = 4096;
+  const double logits = 4096.0 * 128256.0;  // configs/models/llama3-8b.yaml vocab_size
+  auto loss_bytes = [&](const RuntimeProfile& rt, OpKind kind) {
+    const StepProgram p = test::program(g, s, rt, 1, 1);
+    for (const Op& op : p.ops)
+      if (op.kind == kind) return op.elementwise_bytes;
+    return -1.0;
+  };
+  const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+  REQUIRE(nanotron.loss_vocab_parallel_kernels);
+  CHECK(loss_bytes(nanotron, OpKind::Loss) == doctest::Approx(38 * logits));
+  CHECK(loss_bytes(nanotron, OpKind::LossBackward) == doctest::Approx(14 * logits));
+  RuntimeProfile log_softmax = nanotron;
+  log_softmax.loss_vocab_parallel_kernels = false;
+  CHECK(loss_bytes(log_softmax, OpKind::Loss) == doctest::Approx(10 * logits));
+  CHECK(loss_bytes(log_softmax, OpKind::LossBackward) == doctest::Approx(6 * logits));
+}
+
+TEST_CASE("nanotron runtime: its kernel keys are parsed strictly") {
+  for (const std::string key :
+       {"norm_kernel: fused", "rotary_kernel: triton", "loss_kernels: fused", "attention_output_copy: 2"}) {
+    const std::string field = key.substr(0, key.find(':'));
+    const std::string path = write_runtime("bad_" + field, "base: pytorch\nname: bad\nmodules:\n  " + key + "\n");
+    CHECK(contains(load_error(path), "modules." + field));
+  }
+  const RuntimeProfile pytorch = load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  CHECK_FALSE(pytorch.norm_single_kernel);
+  CHECK_FALSE(pytorch.rotary_in_place_packed_kv);
+  CHECK_FALSE(pytorch.attention_output_copy);
+  CHECK_FALSE(pytorch.loss_vocab_parallel_kernels);
+  const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+  CHECK(nanotron.norm_single_kernel);
+  CHECK(nanotron.rotary_in_place_packed_kv);
+  CHECK(nanotron.attention_output_copy);
 }
