@@ -57,6 +57,17 @@ double rounded(double bytes, double rounding) {
   return sign * std::ceil(std::fabs(bytes) / rounding) * rounding;
 }
 
+// The segment the caching allocator cudaMallocs for a request of `bytes` it cannot serve from its cache
+// (c10/cuda/CUDACachingAllocator.cpp get_allocation_size): up to kSmallSize (1 MiB) a 2 MiB small-pool segment
+// (kSmallBuffer), below kMinLargeAlloc (10 MiB) a 20 MiB one (kLargeBuffer), else the request rounded up to
+// kRoundLarge (2 MiB).
+double segment_bytes(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (bytes <= 1.0 * kMiB) return 2.0 * kMiB;
+  if (bytes < 10.0 * kMiB) return 20.0 * kMiB;
+  return std::ceil(bytes / (2.0 * kMiB)) * 2.0 * kMiB;
+}
+
 // `backend_buffers_until_waited`: a backend's gather buffer (Op::backend_buffer_bytes) lives from the gather's
 // issue until its consumer waits (the bound), or only while the gather op itself is walked (the floor).
 MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda,
@@ -92,10 +103,32 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   r.samples.reserve(p.ops.size());
+  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook.
+  // Before it, the largest single block allocated (an event's largest_block where stated, else its bytes, and each
+  // op's transient working memory: an upper bound of the largest tensor where an event sums several, so the
+  // segments below are never over-counted); in it, the blocks larger than that, live now and at most.
+  size_t step_window = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i)
+    if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) step_window = i + 1;
+  const bool step_segments = cuda && step_window > 0;
+  double largest_cached = 0, oversize_live = 0, oversize_most = 0, peak_before_window = persistent_total;
+  auto block_of = [](const MemEvent& e) { return e.largest_block > 0 ? e.largest_block : std::fabs(e.bytes); };
+  // The op whose events are applied now: its index decides on which side of the window they fall.
+  size_t applying = 0;
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
+    if (step_segments) {
+      const size_t at = static_cast<size_t>(&o - p.ops.data());
+      const double block = block_of(e);
+      if (at < step_window && applying < step_window) {
+        if (e.bytes > 0) largest_cached = std::max(largest_cached, rounded(block, round_to));
+      } else if (at >= step_window && rounded(block, round_to) > largest_cached) {
+        oversize_live = std::max(0.0, oversize_live + (e.bytes > 0 ? 1.0 : -1.0) * segment_bytes(block));
+        oversize_most = std::max(oversize_most, oversize_live);
+      }
+    }
     if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
       rs_live += rounded(e.bytes, round_to);
       rs_most = std::max(rs_most, rs_live);
@@ -120,6 +153,9 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   };
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
+    applying = i;
+    if (step_segments && i < step_window)
+      largest_cached = std::max(largest_cached, rounded(std::max(op.transient_bytes, op.backend_buffer_bytes), round_to));
     if (op.stream == Stream::Compute) wait_gathers_of(op);
     if (op.kind == OpKind::Gather) {
       // A prefetch is issued from the next compute op's pre-forward (pre-backward) hook, after that op
@@ -148,6 +184,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       r.peak_allocated_after_backward = 0;
     else
       r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, t);
+    if (i < step_window) peak_before_window = std::max(peak_before_window, t);
     if (t > r.peak_allocated) {
       r.peak_allocated = t;
       r.breakdown = during;
@@ -184,6 +221,18 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   if (rs_pool) {
     r.reduce_pool_cached = std::max(0.0, rs_most - rs_live_at_peak);
     frag += r.reduce_pool_cached;
+  }
+  // Step segments: a block the step window allocates that is larger than every block the micro-batches cached
+  // cannot be carved from the cache (get_free_block finds no cached block of the stream's pool at least its size,
+  // and blocks of different segments never merge), so the allocator cudaMallocs a segment of its own (alloc_block)
+  // and keeps it cached when it is freed: reserved memory grows by those segments over what the micro-batches
+  // reserved (their allocated peak and its fragmentation). The next step's micro-batches split them for their own
+  // blocks, so they add once. nanotron's ZeRO-1 parameter gather: c10d's flat output of the whole replica is larger
+  // than the micro-batches' largest block (the fp32 logits) where the micro-batch is small.
+  if (step_segments && oversize_most > 0) {
+    r.step_segments = oversize_most;
+    const double before = peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
+    frag = std::max(frag, before + oversize_most - r.peak_allocated);
   }
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;
