@@ -106,7 +106,9 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook.
   // Before it, the largest single block allocated (an event's largest_block where stated, else its bytes, and each
   // op's transient working memory: an upper bound of the largest tensor where an event sums several, so the
-  // segments below are never over-counted); in it, the blocks larger than that, live now and at most.
+  // segments below are never over-counted); in it, the events whose largest tensor is stated (MemEvent::largest_block:
+  // an event that sums tensors of sizes not stated, an optimizer's temporaries over every parameter, is assumed to
+  // fit the cache) and larger than that, live now and at most.
   size_t step_window = 0;
   for (size_t i = 0; i < p.ops.size(); ++i)
     if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) step_window = i + 1;
@@ -124,7 +126,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       const double block = block_of(e);
       if (at < step_window && applying < step_window) {
         if (e.bytes > 0) largest_cached = std::max(largest_cached, rounded(block, round_to));
-      } else if (at >= step_window && rounded(block, round_to) > largest_cached) {
+      } else if (at >= step_window && e.largest_block > 0 && rounded(block, round_to) > largest_cached) {
         oversize_live = std::max(0.0, oversize_live + (e.bytes > 0 ? 1.0 : -1.0) * segment_bytes(block));
         oversize_most = std::max(oversize_most, oversize_live);
       }
@@ -155,7 +157,8 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     const Op& op = p.ops[i];
     applying = i;
     if (step_segments && i < step_window)
-      largest_cached = std::max(largest_cached, rounded(std::max(op.transient_bytes, op.backend_buffer_bytes), round_to));
+      largest_cached =
+          std::max(largest_cached, rounded(std::max(op.transient_bytes, op.backend_buffer_bytes), round_to));
     if (op.stream == Stream::Compute) wait_gathers_of(op);
     if (op.kind == OpKind::Gather) {
       // A prefetch is issued from the next compute op's pre-forward (pre-backward) hook, after that op
@@ -231,7 +234,8 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // than the micro-batches' largest block (the fp32 logits) where the micro-batch is small.
   if (step_segments && oversize_most > 0) {
     r.step_segments = oversize_most;
-    const double before = peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
+    const double before =
+        peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
     frag = std::max(frag, before + oversize_most - r.peak_allocated);
   }
   r.reserved_peak = r.peak_allocated + frag;

@@ -27,9 +27,9 @@ namespace fsdp {
 struct MemEvent {
   MemoryCategory category;
   double bytes;  // > 0 allocates, < 0 frees
-  // The largest single tensor of the event where it is several tensors summed and the emitter knows it (0: not
-  // stated): the memory walk's step segments (memory_walk.hpp MemoryResult::step_segments) read it. Set on the
-  // allocation and on its free alike.
+  // The largest single tensor of the event (its bytes where it is one tensor) where the emitter knows it, 0 where not
+  // stated: the memory walk's step segments (memory_walk.hpp MemoryResult::step_segments) count only events of the
+  // step window that state it. Set on the allocation and on its free alike.
   double largest_block = 0;
 };
 
