@@ -180,7 +180,8 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
     CAPTURE(r.row->id);
     // One constant is fitted on published rows: nanotron's fragmentation fraction, on the playbook's 30 data-parallel
     // rows (fitted.txt); every other row is held out.
-    CHECK(r.fitted == (r.row->source_id == kPlaybook));
+    CHECK(r.fitted_memory == (r.row->source_id == kPlaybook));
+    CHECK_FALSE(r.fitted_time);
     if (!r.simulated) {
       if (r.row->source_id == kTorchtitanMesh && r.row->id == kTitanMeshBatchNotStated) {
         CHECK(r.not_simulated == "micro-batch not stated");
@@ -401,4 +402,19 @@ TEST_CASE("published runs: a knob the simulator does not model is reported, not 
   CHECK_FALSE(rep.results[0].simulated);
   CHECK(rep.results[0].not_simulated.find("float8") != std::string::npos);
   CHECK(format_validation(rep).find("not simulated (1 rows") != std::string::npos);
+}
+
+TEST_CASE("published runs: fitted.txt marks a row fitted for the quantity its constant's prefix names") {
+  auto marks = [](const std::string& constant) {
+    const std::string d = scratch_dir("fitted");
+    write(d + "/one.yaml", kRowTemplate);
+    write(d + "/fitted.txt", "# a comment\nr1 " + constant + "\n");
+    const ValidationReport rep = validate_published(d, kRoot);
+    std::filesystem::remove_all(d);
+    REQUIRE(rep.results.size() == 1);
+    return std::pair{rep.results[0].fitted_time, rep.results[0].fitted_memory};
+  };
+  CHECK(marks("memory: some allocator constant") == std::pair{false, true});
+  CHECK(marks("time: some kernel efficiency") == std::pair{true, false});
+  CHECK(marks("some constant of both") == std::pair{true, true});
 }
