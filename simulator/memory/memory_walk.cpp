@@ -103,34 +103,34 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   r.samples.reserve(p.ops.size());
-  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook.
-  // Before it, the largest single block allocated (an event's largest_block where stated, else its bytes, and each
-  // op's transient working memory: an upper bound of the largest tensor where an event sums several, so the
-  // segments below are never over-counted); in it, the events whose largest tensor is stated (MemEvent::largest_block:
-  // an event that sums tensors of sizes not stated, an optimizer's temporaries over every parameter, is assumed to
-  // fit the cache) and larger than that, live now and at most.
+  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook
+  // (none on a CPU run). Before it, the largest block allocated: each event's bytes and each op's working memory, an
+  // upper bound of the largest tensor where they sum several, so that no segment below is counted that the cache
+  // could hold. In it, the ops that state their largest tensor (Op::largest_block_bytes; an op that does not, an
+  // optimizer's temporaries over every parameter, is assumed to fit the cache) with a larger one: their segments,
+  // live now and at most.
   size_t step_window = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i)
-    if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) step_window = i + 1;
-  const bool step_segments = cuda && step_window > 0;
-  double largest_cached = 0, oversize_live = 0, oversize_most = 0, peak_before_window = persistent_total;
-  auto block_of = [](const MemEvent& e) { return e.largest_block > 0 ? e.largest_block : std::fabs(e.bytes); };
-  // The op whose events are applied now: its index decides on which side of the window they fall.
-  size_t applying = 0;
+  if (cuda)
+    for (size_t i = p.ops.size(); i-- > 0;)
+      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) {
+        step_window = i + 1;
+        break;
+      }
+  double largest_before_window = 0, step_segments_live = 0, step_segments_most = 0;
+  double peak_before_window = persistent_total;
+  // The index of the op being walked: its events before the window count towards the largest block.
+  size_t walking = 0;
+  auto step_segment = [&](const Op& o, double sign) {
+    if (step_window == 0 || o.largest_block_bytes <= 0 || static_cast<size_t>(&o - p.ops.data()) < step_window) return;
+    if (rounded(o.largest_block_bytes, round_to) <= rounded(largest_before_window, round_to)) return;
+    step_segments_live = std::max(0.0, step_segments_live + sign * segment_bytes(o.largest_block_bytes));
+    step_segments_most = std::max(step_segments_most, step_segments_live);
+  };
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
-    if (step_segments) {
-      const size_t at = static_cast<size_t>(&o - p.ops.data());
-      const double block = block_of(e);
-      if (at < step_window && applying < step_window) {
-        if (e.bytes > 0) largest_cached = std::max(largest_cached, rounded(block, round_to));
-      } else if (at >= step_window && e.largest_block > 0 && rounded(block, round_to) > largest_cached) {
-        oversize_live = std::max(0.0, oversize_live + (e.bytes > 0 ? 1.0 : -1.0) * segment_bytes(block));
-        oversize_most = std::max(oversize_most, oversize_live);
-      }
-    }
+    if (walking < step_window) largest_before_window = std::max(largest_before_window, e.bytes);
     if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
       rs_live += rounded(e.bytes, round_to);
       rs_most = std::max(rs_most, rs_live);
@@ -139,6 +139,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   };
   auto complete = [&](const Op& o) {
     for (const MemEvent& e : o.on_complete) apply(e, o);
+    step_segment(o, -1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
   };
   auto flush_pending = [&] {
@@ -155,10 +156,9 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   };
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    applying = i;
-    if (step_segments && i < step_window)
-      largest_cached =
-          std::max(largest_cached, rounded(std::max(op.transient_bytes, op.backend_buffer_bytes), round_to));
+    walking = i;
+    if (i < step_window)
+      largest_before_window = std::max({largest_before_window, op.transient_bytes, op.backend_buffer_bytes});
     if (op.stream == Stream::Compute) wait_gathers_of(op);
     if (op.kind == OpKind::Gather) {
       // A prefetch is issued from the next compute op's pre-forward (pre-backward) hook, after that op
@@ -174,6 +174,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
     for (const MemEvent& e : op.on_issue) apply(e, op);
+    step_segment(op, 1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
@@ -203,6 +204,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       continue;
     }
     for (const MemEvent& e : op.on_complete) apply(e, op);
+    step_segment(op, -1.0);
     // A reduction issued just before this compute op stays pending until the next one.
     if (op.stream == Stream::Compute && op.kind != OpKind::Reshard) flush_pending();
   }
@@ -232,11 +234,11 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // reserved (their allocated peak and its fragmentation). The next step's micro-batches split them for their own
   // blocks, so they add once. nanotron's ZeRO-1 parameter gather: c10d's flat output of the whole replica is larger
   // than the micro-batches' largest block (the fp32 logits) where the micro-batch is small.
-  if (step_segments && oversize_most > 0) {
-    r.step_segments = oversize_most;
+  if (step_segments_most > 0) {
+    r.step_segments = step_segments_most;
     const double before =
         peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
-    frag = std::max(frag, before + oversize_most - r.peak_allocated);
+    frag = std::max(frag, before + step_segments_most - r.peak_allocated);
   }
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;

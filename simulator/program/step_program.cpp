@@ -892,8 +892,8 @@ void Emitter::emit_sharded() {
           part.elementwise_bytes *= share(backward_elementwise_weight(lc), ew_sum);
           part.layers = 1;
           part.first_layer = part.last_layer = u.last_layer - i;
-          part.on_issue.count = 0;
-          part.on_complete.count = 0;
+          part.on_issue = {};
+          part.on_complete = {};
           part.on_complete.push_back({MemoryCategory::UnshardedGrads, layer_train(lc) * pb});
           part.on_complete.push_back({MemoryCategory::Activations, -act_total * share(lc.saved_bytes, saved_sum)});
           if (i == nl - 1) part.on_complete.push_back({MemoryCategory::UnshardedGrads, own * pb - head});

@@ -569,7 +569,7 @@ constexpr double kSegMiB = 1024.0 * 1024.0;
 
 // A hand-built step: 10 GiB of persistent states, one forward saving 3 GiB with 1 GiB of working memory, its
 // backward, the optimizer, and a parameter gather in the step window staging `staging` bytes whose largest tensor is
-// `largest` (MemEvent::largest_block).
+// `largest` (Op::largest_block_bytes).
 StepProgram step_with_gather(double staging, double largest) {
   StepProgram p;
   p.persistent.push_back({MemoryCategory::ShardedParams, 10 * kSegGiB});
@@ -591,8 +591,9 @@ StepProgram step_with_gather(double staging, double largest) {
   p.ops.push_back(o);
   Op g = make_collective_op(OpKind::ParamAllGather, Stream::AllGather, -1, 0, Phase::ParamAllGather,
                             CollectiveKind::AllGather, GroupKind::World);
-  g.on_issue.push_back({MemoryCategory::CommBuffers, staging, largest});
-  g.on_complete.push_back({MemoryCategory::CommBuffers, -staging, largest});
+  g.on_issue.push_back({MemoryCategory::CommBuffers, staging});
+  g.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
+  g.largest_block_bytes = largest;
   p.ops.push_back(g);
   return p;
 }
