@@ -103,23 +103,28 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   r.samples.reserve(p.ops.size());
-  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook
-  // (none on a CPU run). Before it, the largest block allocated: each event's bytes and each op's working memory, an
-  // upper bound of the largest tensor where they sum several, so that no segment below is counted that the cache
-  // could hold. In it, the ops that state their largest tensor (Op::largest_block_bytes; an op that does not, an
-  // optimizer's temporaries over every parameter, is assumed to fit the cache) with a larger one: their segments,
-  // live now and at most.
+  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook,
+  // where one of them states its largest tensor (Op::largest_block_bytes; an op that does not, an optimizer's
+  // temporaries over every parameter, is assumed to fit the cache), else none (and none on a CPU run). Before it, the
+  // largest block allocated: each allocation event's bytes and each op's working memory, an upper bound of the largest
+  // tensor where they sum several, so that no segment below is counted that the cache could hold. In it, the ops
+  // whose stated tensor is larger: their segments, live now and at most.
   size_t step_window = 0;
+  double largest_before_window = 0, step_segments_live = 0, step_segments_most = 0;
+  double peak_before_window = persistent_total;
   if (cuda)
     for (size_t i = p.ops.size(); i-- > 0;)
       if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) {
-        step_window = i + 1;
+        for (size_t k = i + 1; k < p.ops.size(); ++k)
+          if (p.ops[k].largest_block_bytes > 0) step_window = i + 1;
         break;
       }
-  double largest_before_window = 0, step_segments_live = 0, step_segments_most = 0;
-  double peak_before_window = persistent_total;
-  // The index of the op being walked: its events before the window count towards the largest block.
-  size_t walking = 0;
+  for (size_t i = 0; i < step_window; ++i) {
+    const Op& o = p.ops[i];
+    largest_before_window = std::max({largest_before_window, o.transient_bytes, o.backend_buffer_bytes});
+    for (const MemEvent& e : o.on_issue) largest_before_window = std::max(largest_before_window, e.bytes);
+    for (const MemEvent& e : o.on_complete) largest_before_window = std::max(largest_before_window, e.bytes);
+  }
   auto step_segment = [&](const Op& o, double sign) {
     if (step_window == 0 || o.largest_block_bytes <= 0 || static_cast<size_t>(&o - p.ops.data()) < step_window) return;
     if (rounded(o.largest_block_bytes, round_to) <= rounded(largest_before_window, round_to)) return;
@@ -130,7 +135,6 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
-    if (walking < step_window) largest_before_window = std::max(largest_before_window, e.bytes);
     if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
       rs_live += rounded(e.bytes, round_to);
       rs_most = std::max(rs_most, rs_live);
@@ -156,9 +160,6 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   };
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    walking = i;
-    if (i < step_window)
-      largest_before_window = std::max({largest_before_window, op.transient_bytes, op.backend_buffer_bytes});
     if (op.stream == Stream::Compute) wait_gathers_of(op);
     if (op.kind == OpKind::Gather) {
       // A prefetch is issued from the next compute op's pre-forward (pre-backward) hook, after that op
