@@ -465,15 +465,17 @@ SearchResult search_plans(const SearchRequest& req) {
                       c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
                                             gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " +
                                             gib_text(budget) + " GiB budget";
-                      // Proven: larger micro-batches in this accumulation regime only add memory.
-                      if (p.memory.device_total > budget + kRoundingSlack) {
+                      // Proven: larger micro-batches in this accumulation regime only add memory. Less the step
+                      // segments (memory_walk.hpp MemoryResult::step_segments): a larger micro-batch's larger blocks
+                      // may hold the step's blocks that needed segments of their own, so only the rest is proven.
+                      const double proven = p.memory.device_total - p.memory.step_segments;
+                      if (proven > budget + kRoundingSlack) {
                         stop_micro = true;
                         stopped_accumulating = s.grad_accum > 1;
                         const MemoryBreakdown st = model_state_bytes(prog);
                         const double grads = st[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
                                              st[static_cast<size_t>(MemoryCategory::UnshardedGrads)];
-                        stopped_excess =
-                            p.memory.device_total - grads * (1.0 + req.runtime->fragmentation_fraction) - budget;
+                        stopped_excess = proven - grads * (1.0 + req.runtime->fragmentation_fraction) - budget;
                       }
                     } else if (!p.host_fits) {
                       c.feasible = false;

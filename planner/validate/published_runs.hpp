@@ -74,7 +74,8 @@ struct PublishedSource {
 std::vector<PublishedSource> load_published_runs(const std::string& dir);
 
 // The constants of the cost model that were fitted on published rows: tests/accuracy/published/fitted.txt, one
-// "<row id> <constant>" a line. A row listed there is an in-sample check and is reported apart.
+// "<row id> <constant>" a line. A row listed there is an in-sample check and is reported apart: for the quantity
+// the constant names by its prefix ("time: ...", "memory: ..."), for both without one.
 std::vector<std::pair<std::string, std::string>> load_fitted_rows(const std::string& dir);
 
 struct RowResult {
@@ -89,7 +90,9 @@ struct RowResult {
   // The step window's allocated peak (Measured::step_peak_allocated_gib; MemoryResult::peak_allocated_after_backward).
   std::optional<double> predicted_step_allocated_gib, measured_step_allocated_gib, step_allocated_error;
   bool fits = true;
-  bool fitted = false;  // some constant was fitted on this row
+  bool fitted = false;         // some constant was fitted on this row
+  bool fitted_time = false;    // on its step time (a constant without a "memory:" prefix)
+  bool fitted_memory = false;  // on its memory (a constant without a "time:" prefix)
 };
 
 // Simulates one row with the profiles under `config_root`; never throws for a knob it does not model (that row

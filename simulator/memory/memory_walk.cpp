@@ -57,6 +57,17 @@ double rounded(double bytes, double rounding) {
   return sign * std::ceil(std::fabs(bytes) / rounding) * rounding;
 }
 
+// The segment the caching allocator cudaMallocs for a request of `bytes` it cannot serve from its cache
+// (c10/cuda/CUDACachingAllocator.cpp get_allocation_size): up to kSmallSize (1 MiB) a 2 MiB small-pool segment
+// (kSmallBuffer), below kMinLargeAlloc (10 MiB) a 20 MiB one (kLargeBuffer), else the request rounded up to
+// kRoundLarge (2 MiB).
+double segment_bytes(double bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  if (bytes <= 1.0 * kMiB) return 2.0 * kMiB;
+  if (bytes < 10.0 * kMiB) return 20.0 * kMiB;
+  return std::ceil(bytes / (2.0 * kMiB)) * 2.0 * kMiB;
+}
+
 // `backend_buffers_until_waited`: a backend's gather buffer (Op::backend_buffer_bytes) lives from the gather's
 // issue until its consumer waits (the bound), or only while the gather op itself is walked (the floor).
 MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda,
@@ -92,6 +103,34 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
   r.samples.reserve(p.ops.size());
+  // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook,
+  // where one of them states its largest tensor (Op::largest_block_bytes; an op that does not, an optimizer's
+  // temporaries over every parameter, is assumed to fit the cache), else none (and none on a CPU run). Before it, the
+  // largest block allocated: each allocation event's bytes and each op's working memory, an upper bound of the largest
+  // tensor where they sum several, so that no segment below is counted that the cache could hold. In it, the ops
+  // whose stated tensor is larger: their segments, live now and at most.
+  size_t step_window = 0;
+  double largest_before_window = 0, step_segments_live = 0, step_segments_most = 0;
+  double peak_before_window = persistent_total;
+  if (cuda)
+    for (size_t i = p.ops.size(); i-- > 0;)
+      if (p.ops[i].kind == OpKind::Backward || p.ops[i].phase == Phase::PostBackward) {
+        for (size_t k = i + 1; k < p.ops.size(); ++k)
+          if (p.ops[k].largest_block_bytes > 0) step_window = i + 1;
+        break;
+      }
+  for (size_t i = 0; i < step_window; ++i) {
+    const Op& o = p.ops[i];
+    largest_before_window = std::max({largest_before_window, o.transient_bytes, o.backend_buffer_bytes});
+    for (const MemEvent& e : o.on_issue) largest_before_window = std::max(largest_before_window, e.bytes);
+    for (const MemEvent& e : o.on_complete) largest_before_window = std::max(largest_before_window, e.bytes);
+  }
+  auto step_segment = [&](const Op& o, double sign) {
+    if (step_window == 0 || o.largest_block_bytes <= 0 || static_cast<size_t>(&o - p.ops.data()) < step_window) return;
+    if (rounded(o.largest_block_bytes, round_to) <= rounded(largest_before_window, round_to)) return;
+    step_segments_live = std::max(0.0, step_segments_live + sign * segment_bytes(o.largest_block_bytes));
+    step_segments_most = std::max(step_segments_most, step_segments_live);
+  };
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
@@ -104,6 +143,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   };
   auto complete = [&](const Op& o) {
     for (const MemEvent& e : o.on_complete) apply(e, o);
+    step_segment(o, -1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] -= rounded(o.backend_buffer_bytes, round_to);
   };
   auto flush_pending = [&] {
@@ -135,6 +175,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
     for (const MemEvent& e : op.on_issue) apply(e, op);
+    step_segment(op, 1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
     MemoryBreakdown during = cur;
     during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
@@ -148,6 +189,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       r.peak_allocated_after_backward = 0;
     else
       r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, t);
+    if (i < step_window) peak_before_window = std::max(peak_before_window, t);
     if (t > r.peak_allocated) {
       r.peak_allocated = t;
       r.breakdown = during;
@@ -163,6 +205,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
       continue;
     }
     for (const MemEvent& e : op.on_complete) apply(e, op);
+    step_segment(op, -1.0);
     // A reduction issued just before this compute op stays pending until the next one.
     if (op.stream == Stream::Compute && op.kind != OpKind::Reshard) flush_pending();
   }
@@ -184,6 +227,19 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   if (rs_pool) {
     r.reduce_pool_cached = std::max(0.0, rs_most - rs_live_at_peak);
     frag += r.reduce_pool_cached;
+  }
+  // Step segments: a block the step window allocates that is larger than every block the micro-batches cached
+  // cannot be carved from the cache (get_free_block finds no cached block of the stream's pool at least its size,
+  // and blocks of different segments never merge), so the allocator cudaMallocs a segment of its own (alloc_block)
+  // and keeps it cached when it is freed: reserved memory grows by those segments over what the micro-batches
+  // reserved (their allocated peak and its fragmentation). The next step's micro-batches split them for their own
+  // blocks, so they add once. nanotron's ZeRO-1 parameter gather: c10d's flat output of the whole replica is larger
+  // than the micro-batches' largest block (the fp32 logits) where the micro-batch is small.
+  if (step_segments_most > 0) {
+    r.step_segments = step_segments_most;
+    const double before =
+        peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
+    frag = std::max(frag, before + step_segments_most - r.peak_allocated);
   }
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;

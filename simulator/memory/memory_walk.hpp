@@ -44,6 +44,10 @@ struct MemoryResult {
   // Of the fragmentation: the reduce stream pool's cached sharded-gradient blocks (RuntimeProfile::
   // sharded_grads_in_reduce_stream_pool), reserved and not allocated at the peak.
   double reduce_pool_cached = 0;
+  // Of the fragmentation: the segments the caching allocator adds in the step window (after the last backward) for
+  // blocks larger than any the micro-batches allocated (memory_walk.cpp, step segments; Op::largest_block_bytes).
+  // The reserved peak is at least the micro-batches' reserved peak plus these. 0 on a CPU run.
+  double step_segments = 0;
   bool capped_at_device = false;  // cap_reserved_at_device lowered the fragmentation to what the device holds
 };
 

@@ -206,9 +206,13 @@ std::vector<Op> dp_step_param_gathers(const DataParallelContext& c, const std::v
     // stored parameters' dtype, alive until it ends.
     const double staging =
         (rt.zero_param_gather_replica_copies * gathered + rt.zero_param_gather_shard_copies * c.shard(gathered)) * c.sb;
+    // Its largest tensor: one replica copy in one flat tensor (c10d's flat output of the list all_gather,
+    // ProcessGroupNCCL.cpp allgather newLikeFlat), else the rank's own flat slice.
+    const double largest = (rt.zero_param_gather_replica_copies >= 1 ? gathered : c.shard(gathered)) * c.sb;
     if (staging > 0 && c.layout->world > 1) {
       a.on_issue.push_back({MemoryCategory::CommBuffers, staging});
       a.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
+      a.largest_block_bytes = largest;
     }
     a.deps.push_back(step_op);
     out.push_back(a);

@@ -54,6 +54,10 @@ struct Op {
   Phase phase = Phase::Forward;      // label prefix; the full label is op_label(program, op)
   InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
   double transient_bytes = 0;        // live only while the op runs (Transient category)
+  // The largest single tensor its on_issue allocations hold, freed with its on_complete, where the emitter knows it
+  // (0: not stated): the memory walk's step segments (memory_walk.hpp MemoryResult::step_segments) count the ops of
+  // the step window that state it. nanotron's ZeRO-1 gather: c10d's flat output of the whole replica.
+  double largest_block_bytes = 0;
   // A gather's buffer inside the backend (Gloo's flat all-gather output), Transient: it lives while the collective
   // runs, which on a CPU rank may overlap any compute issued before its consumer waits, or end before that compute
   // peaks (MemoryResult::peak_allocated_floor).

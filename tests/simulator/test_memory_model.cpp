@@ -561,3 +561,105 @@ TEST_CASE("the reduce stream's pool keeps the sharded gradients' blocks reserved
   const RuntimeProfile ds = runtime("deepspeed");
   CHECK(walk_memory(program(g, z3, ds, 1, 8), ds, 8).reduce_pool_cached == 0);
 }
+
+namespace {
+
+constexpr double kSegGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kSegMiB = 1024.0 * 1024.0;
+
+// A hand-built step: 10 GiB of persistent states, one forward saving 3 GiB with 1 GiB of working memory, its
+// backward, the optimizer, and a parameter gather in the step window staging `staging` bytes whose largest tensor is
+// `largest` (Op::largest_block_bytes).
+StepProgram step_with_gather(double staging, double largest) {
+  StepProgram p;
+  p.persistent.push_back({MemoryCategory::ShardedParams, 10 * kSegGiB});
+  Op f;
+  f.kind = OpKind::Forward;
+  f.phase = Phase::Forward;
+  f.on_issue.push_back({MemoryCategory::Activations, 3 * kSegGiB});
+  f.transient_bytes = 1 * kSegGiB;
+  p.ops.push_back(f);
+  Op b;
+  b.kind = OpKind::Backward;
+  b.phase = Phase::Backward;
+  b.on_complete.push_back({MemoryCategory::Activations, -3 * kSegGiB});
+  p.ops.push_back(b);
+  Op o;
+  o.kind = OpKind::OptimizerStep;
+  o.phase = Phase::OptimizerStep;
+  o.after_all_comm = true;
+  p.ops.push_back(o);
+  Op g = make_collective_op(OpKind::ParamAllGather, Stream::AllGather, -1, 0, Phase::ParamAllGather,
+                            CollectiveKind::AllGather, GroupKind::World);
+  g.on_issue.push_back({MemoryCategory::CommBuffers, staging});
+  g.on_complete.push_back({MemoryCategory::CommBuffers, -staging});
+  g.largest_block_bytes = largest;
+  p.ops.push_back(g);
+  return p;
+}
+
+}  // namespace
+
+// c10/cuda/CUDACachingAllocator.cpp: a request no cached block of its pool can hold (get_free_block's best fit finds
+// none; blocks of different segments never merge) gets a segment of its own (alloc_block), kept cached after it is
+// freed. A block the step window allocates that is larger than every block the micro-batches allocated so adds its
+// segment to what the micro-batches reserved; one that fits in a cached block adds nothing.
+TEST_CASE("step segments: a step block larger than every micro-batch block adds its own segment to reserved") {
+  RuntimeProfile rt = runtime("pytorch");
+  rt.sharded_grads_in_reduce_stream_pool = false;
+  const double f = rt.fragmentation_fraction;
+  // 5 GiB staged, its largest tensor 4 GiB: larger than the 3 GiB of activations and the 1 GiB of working memory.
+  const MemoryResult big = walk_memory(step_with_gather(5 * kSegGiB, 4 * kSegGiB), rt, 8);
+  CHECK(big.peak_allocated == doctest::Approx(15 * kSegGiB));
+  CHECK(big.step_segments == doctest::Approx(4 * kSegGiB));
+  // The micro-batches reserved their peak (14 GiB) and its fragmentation; the gather's 4 GiB tensor comes on top.
+  CHECK(big.reserved_peak == doctest::Approx(14 * kSegGiB + f * 4 * kSegGiB + 4 * kSegGiB));
+  CHECK(cat(big.breakdown, MemoryCategory::Fragmentation) == doctest::Approx(big.reserved_peak - big.peak_allocated));
+  // Its largest tensor no larger than the activations' block: the cache holds it, the fraction alone is added.
+  const MemoryResult fits = walk_memory(step_with_gather(5 * kSegGiB, 3 * kSegGiB), rt, 8);
+  CHECK(fits.step_segments == 0);
+  CHECK(fits.reserved_peak == doctest::Approx(15 * kSegGiB + f * 5 * kSegGiB));
+  // No largest tensor stated (an event that may sum tensors of any size): assumed to fit the cache.
+  CHECK(walk_memory(step_with_gather(5 * kSegGiB, 0), rt, 8).step_segments == 0);
+  // Segments are rounded as the allocator sizes them: a 3 MiB block (between 1 and 10 MiB) gets a 20 MiB segment
+  // (kLargeBuffer), 11 MiB is rounded up to 12 (kRoundLarge 2 MiB).
+  StepProgram small = step_with_gather(3 * kSegMiB, 3 * kSegMiB);
+  small.ops[0].on_issue.items[0].bytes = small.ops[1].on_complete.items[0].bytes = 0;
+  small.ops[0].transient_bytes = 1 * kSegMiB;
+  CHECK(walk_memory(small, rt, 8).step_segments == doctest::Approx(20 * kSegMiB));
+  StepProgram eleven = step_with_gather(11 * kSegMiB, 11 * kSegMiB);
+  eleven.ops[0].on_issue.items[0].bytes = eleven.ops[1].on_complete.items[0].bytes = 0;
+  eleven.ops[0].transient_bytes = 1 * kSegMiB;
+  CHECK(walk_memory(eleven, rt, 8).step_segments == doctest::Approx(12 * kSegMiB));
+  // No caching allocator on a CPU run: reserved is what is allocated.
+  const MemoryResult cpu = walk_memory(step_with_gather(5 * kSegGiB, 4 * kSegGiB), rt, 8, /*cuda=*/false);
+  CHECK(cpu.step_segments == 0);
+  CHECK(cpu.reserved_peak == cpu.peak_allocated);
+}
+
+// nanotron's ZeRO-1 parameter gather (configs/runtimes/nanotron.yaml zero_param_gather_replica_copies): c10d's flat
+// output of the whole bf16 replica is its largest tensor. At a small micro-batch it is larger than the fp32 logits
+// (the micro-batches' largest block) and gets a segment of its own; at a large one the logits' block holds it.
+TEST_CASE("step segments: nanotron's ZeRO-1 gather stages the replica in a segment of its own at small micro-batches") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  const RuntimeProfile rt = runtime("nanotron");
+  Strategy s = zero_strategy(StrategyKind::Zero1, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.grad_accum = 2;
+  const double replica = 2.0 * static_cast<double>(g.total_params());         // bf16
+  const double logits_fp32 = static_cast<double>(s.seq_len) * 51200.0 * 4.0;  // one sequence's fp32 logits
+  REQUIRE(replica > logits_fp32);
+  const MemoryResult small = walk(g, s, rt, 2, 8);
+  CHECK(small.step_segments == doctest::Approx(std::ceil(replica / (2 * kSegMiB)) * 2 * kSegMiB).epsilon(1e-3));
+  s.micro_batch = 8;  // fp32 logits 8 x 1024 x 51200 x 4 = 1.6 GiB > the replica's 0.95 GiB
+  REQUIRE(static_cast<double>(s.micro_batch) * logits_fp32 > replica);
+  const MemoryResult large = walk(g, s, rt, 2, 8);
+  CHECK(large.step_segments == 0);
+  // What the search's micro-batch pruning relies on (plan_search.cpp): the device total less the step segments
+  // never falls as the micro-batch grows.
+  CHECK(large.device_total - large.step_segments >= small.device_total - small.step_segments);
+  // DDP stages nothing after the backward.
+  s.micro_batch = 1;
+  s.kind = StrategyKind::Ddp;
+  CHECK(walk(g, s, rt, 2, 8).step_segments == 0);
+}
