@@ -234,8 +234,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.time = run_timeline(prog, *in.hardware, in.cluster, s);
   if (s.mesh.pp > 1) {
     // Pipeline parallelism: the first stage (the most micro-batches in flight, the embedding) was emitted; the last
-    // (the final norm, the head and the loss) is too, and the plan's memory is the worse of the two
-    // (pipeline_parallel.hpp).
+    // (the loss, and the final norm and the head unless nanotron's split put them on the stage before) is too, and
+    // the plan's memory is the worse of the two (pipeline_parallel.hpp).
     ProgramInput last = pi;
     last.pipeline_stage = s.mesh.pp - 1;
     StepProgram last_prog = emit_step_program(last);
@@ -251,8 +251,12 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     // stages once each, at their own paces (pipeline_fill_drain_s), so every stage is timed: the stages between the
     // first and the last hold decoder layers only, whose split may differ (nanotron's by compute cost) and whose
     // memory never exceeds the first stage's (fewer micro-batches in flight, no embedding) for the even split; their
-    // programs are timed, not walked. Interleaved 1F1B keeps its bubble over the slower of the first and last.
+    // programs are timed, not walked. Under nanotron's compute-cost split (RuntimeProfile::pipeline_split_by_cost) a
+    // stage between may hold more layers than the first, or the final norm and the head apart from the loss
+    // (pipeline_parallel.hpp pipeline_split_by_cost): each of its programs is walked too, and the worst memory
+    // reported. Interleaved 1F1B keeps its bubble over the slower of the first and last.
     const bool interleaved = s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B;
+    const bool walk_between = in.runtime->pipeline_split_by_cost;
     std::vector<TimelineResult> times;
     std::vector<StepProgram> programs;
     times.push_back(std::move(p.time));
@@ -261,6 +265,14 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       ProgramInput mid = pi;
       mid.pipeline_stage = stage;
       StepProgram mid_prog = emit_step_program(mid);
+      if (walk_between) {
+        MemoryResult mid_mem = walk(mid_prog);
+        if (mid_mem.device_total > p.memory.device_total) {
+          p.memory = std::move(mid_mem);
+          p.memory.peak_phase =
+              "stage " + std::to_string(stage + 1) + "/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
+        }
+      }
       times.push_back(run_timeline(mid_prog, *in.hardware, in.cluster, s));
       programs.push_back(program_out ? std::move(mid_prog) : StepProgram{});
     }

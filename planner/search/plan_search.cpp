@@ -77,13 +77,14 @@ double persistent_bytes(const StepProgram& p) {
 // A lower bound on the step time of every plan that shares this program's mesh, checkpointing, micro-batch,
 // accumulation and compute dtype (plan_search.hpp, "the throughput bound"): every such plan's compute stream runs,
 // per micro-batch, a forward over each of its stage's decoder layers (one GEMM pass, one attention forward), a
-// backward over each (its gradient passes, the recomputation its mode adds, one attention backward) and, on the last
-// stage, the head and loss, whatever its data-parallel strategy, wrap, resharding or offload; these ops cost what
-// op_duration prices for their layers' shapes, which those knobs do not change. The timeline's compute stream runs
-// its ops one after another (and the accumulation's middle micro-batches at least as long as their compute), so the
-// step is at least K x that. Interleaved 1F1B's bubble adds (pp - 1) / v x at least that much again; GPipe's and
-// 1F1B's fill and drain run through the other stages at their own paces (simulate.cpp, pipeline_fill_drain_s),
-// which may hold fewer layers and no head, so nothing is added for them.
+// backward over each (its gradient passes, the recomputation its mode adds, one attention backward) and, on the
+// stage holding the head (the last, or nanotron's head stage before the loss's), the head's GEMMs, whatever its
+// data-parallel strategy, wrap, resharding or offload; these ops cost what op_duration prices for their layers' shapes,
+// which those knobs do not change. The timeline's compute stream runs its ops one after another (and the accumulation's
+// middle micro-batches at least as long as their compute), so the step is at least K x that. Interleaved 1F1B's bubble
+// adds (pp - 1) / v x at least that much again; GPipe's and 1F1B's fill and drain run through the other stages at their
+// own paces (simulate.cpp, pipeline_fill_drain_s), which may hold fewer layers and no head, so nothing is added for
+// them.
 double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s) {
   const OpPrices prices = price_layers(p, hw, s);
   Op f;
@@ -98,7 +99,7 @@ double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw,
   b.attn_fwd_passes = 0;
   b.attn_bwd_passes = 1;
   double micro_batch = op_duration(f, p, hw, c, s, prices) + op_duration(b, p, hw, c, s, prices);
-  if (p.layout.last_stage()) {
+  if (p.layout.holds_head()) {
     Op l;
     l.kind = OpKind::Loss;
     l.head_passes = 1;

@@ -23,29 +23,60 @@ StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages,
   return out;
 }
 
-StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage) {
-  FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
-  const double h = static_cast<double>(m.hidden_size);
-  const double layer = 4.0 * static_cast<double>(m.num_heads * m.head_dim) * h +
-                       (m.gated_mlp ? 3.0 : 2.0) * static_cast<double>(m.ffn_size) * h;
-  const double head = static_cast<double>(m.vocab_size) * h;
-  const double total = static_cast<double>(m.num_layers) * layer + head;
-  StageLayers out{-1, -2};
-  int64_t rank = 0;
-  double cumulative = 0;  // the embedding costs nothing: it stays on stage 0 and moves no threshold
-  for (int64_t l = 0; l < m.num_layers; ++l) {
-    if (rank == stage) {
-      if (out.first < 0) out.first = l;
-      out.last = l;
-    }
-    cumulative += layer;
-    if (rank < pp - 1 && cumulative > total * static_cast<double>(rank + 1) / static_cast<double>(pp)) ++rank;
+CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp) {
+  FSDP_ASSERT(pp >= 1, "pipeline stages at least 1");
+  // LlamaModel.get_block_compute_costs (llama.py @ 67c5ebb6): integers, as Python computes them.
+  const int64_t d_qkv = m.hidden_size / m.num_heads;
+  const int64_t layer = 4 * m.num_heads * d_qkv * m.hidden_size + 3 * m.ffn_size * m.hidden_size;
+  const int64_t head = m.vocab_size * m.hidden_size;
+  // The blocks in module order and their costs: embedding, decoder layers, final norm, lm_head, cast, loss.
+  std::vector<int64_t> costs{0};
+  for (int64_t l = 0; l < m.num_layers; ++l) costs.push_back(layer);
+  costs.insert(costs.end(), {0, head, 0, 0});
+  int64_t total = 0;
+  for (int64_t c : costs) total += c;  // np.cumsum(...)[-1]
+  // base.py build_model: thresholds = [cumsum[-1] * ((rank + 1) / pp_size)] in float64; the block is built on the
+  // current rank, which moves on once the block's cumulative cost is above the rank's threshold.
+  std::vector<int64_t> rank_of;
+  int64_t rank = 0, cumulative = 0;
+  for (int64_t c : costs) {
+    FSDP_ASSERT(rank < pp, "build_model asserts target_pp_rank_idx < pp_size (the last threshold is the total)");
+    rank_of.push_back(rank);
+    cumulative += c;
+    const double threshold = static_cast<double>(total) * (static_cast<double>(rank + 1) / static_cast<double>(pp));
+    if (static_cast<double>(cumulative) > threshold) ++rank;
   }
-  if (out.first < 0) out = StageLayers{0, -1};  // a stage left with the head alone
+  CostSplit out;
+  out.layer_stage.assign(rank_of.begin() + 1, rank_of.begin() + 1 + m.num_layers);
+  const size_t tail = static_cast<size_t>(m.num_layers) + 1;
+  out.norm_stage = rank_of[tail];
+  out.head_stage = rank_of[tail + 1];
+  out.cast_stage = rank_of[tail + 2];
+  out.loss_stage = rank_of[tail + 3];
   return out;
 }
 
-bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, int64_t pp) {
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage) {
+  FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
+  const CostSplit split = pipeline_split_by_cost(m, pp);
+  StageLayers out{-1, -2};
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (split.layer_stage[static_cast<size_t>(l)] == stage) {
+      if (out.first < 0) out.first = l;
+      out.last = l;
+    }
+  if (out.first < 0) out = StageLayers{0, -1};  // a stage without decoder layers (the head's, the loss's)
+  return out;
+}
+
+PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost) {
+  if (pp <= 1) return PipelineTail{};
+  if (!by_cost) return PipelineTail{pp - 1, pp - 1};
+  const CostSplit split = pipeline_split_by_cost(m, pp);
+  return PipelineTail{split.head_stage, split.loss_stage};
+}
+
+bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail) {
   switch (g.node(module).kind) {
     case ModuleKind::Embedding:
     case ModuleKind::PositionEmbedding:
@@ -53,15 +84,16 @@ bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, int64_t p
       return stage == 0;
     case ModuleKind::Norm:
     case ModuleKind::Head:
+      return stage == tail.head_stage;
     case ModuleKind::Loss:
-      return stage == pp - 1;
+      return stage == tail.loss_stage;
     default:
       return true;
   }
 }
 
 std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUnit>& units, const StageLayers& layers,
-                                  int64_t stage, int64_t pp) {
+                                  int64_t stage, const PipelineTail& tail) {
   std::vector<WrapUnit> out;
   auto layer_params = [&](int64_t first, int64_t last) {
     int64_t p = 0;
@@ -81,7 +113,7 @@ std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUn
     if (u.is_root) {
       c.params = c.num_layers() > 0 ? layer_params(c.first_layer, c.last_layer) : 0;
       for (ModuleId m : g.children(g.root()))
-        if (g.node(m).kind != ModuleKind::LayerStack && stage_holds(g, m, stage, pp)) c.params += g.params_under(m);
+        if (g.node(m).kind != ModuleKind::LayerStack && stage_holds(g, m, stage, tail)) c.params += g.params_under(m);
     } else {
       c.params = layer_params(c.first_layer, c.last_layer);
       if (c.first_layer != u.first_layer || c.last_layer != u.last_layer)

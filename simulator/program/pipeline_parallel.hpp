@@ -1,9 +1,10 @@
 // Pipeline parallelism as a transform of the step: which decoder layers and which of the model's other parts a stage
 // holds, how many micro-batches' activations its schedule keeps in flight, the point-to-point transfers between
 // stages and the schedule's bubble. The simulator emits the program of the first and of the last stage (the first
-// holds the most micro-batches in flight and the embedding; the last the final norm, the head and the loss) and
-// reports the worse of the two's memory; it times every stage and runs the step at the slowest one's pace, filled
-// and drained through the others (simulate.cpp, pipeline_fill_drain_s).
+// holds the most micro-batches in flight and the embedding; the last the final norm, the head and the loss, or under
+// nanotron's compute-cost split the loss, the head maybe on the stage before) and reports the worse of the two's
+// memory (under the compute-cost split, of every stage's); it times every stage and runs the step at the slowest
+// one's pace, filled and drained through the others (simulate.cpp, pipeline_fill_drain_s).
 //
 // Sources:
 //  - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
@@ -37,20 +38,44 @@ struct StageLayers {
   int64_t count() const { return last - first + 1; }
 };
 StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages, int64_t stage);
-// nanotron's split (RuntimeProfile::pipeline_split_by_cost): the model's blocks (the embedding, each decoder layer,
-// the final norm and the head) in order, with costs 0, 4 x heads x head_dim x hidden + (3 or 2) x ffn x hidden, 0 and
-// vocab x hidden; a block goes to the current stage, which moves on once the cumulative cost passes
-// total x (stage + 1) / pp (nanotron src/nanotron/models/base.py build_model). Dense decoder layers only.
+// nanotron's split (RuntimeProfile::pipeline_split_by_cost), huggingface/nanotron src/nanotron/models/base.py
+// build_model @ 67c5ebb6a925cb47026b22013af8bd1bb6c46d93: the model's PipelineBlocks in module order (llama.py
+// LlamaForTraining: model.token_position_embeddings, model.decoder[0 .. L-1], model.final_layer_norm, model.lm_head,
+// model.cast_to_fp32, then loss) with LlamaModel.get_block_compute_costs' costs (a decoder layer 4 x heads x d_qkv x
+// hidden + 3 x ffn x hidden, d_qkv = hidden // heads; the lm_head, a TensorParallelColumnLinear, vocab x hidden; the
+// embedding, the norm, the cast and the loss are not in the table: 0). Walking them in order, a block goes to the
+// current rank, which moves on by one after a block whose cumulative cost is above total x (rank + 1) / pp. The
+// final norm and the head can so land on a stage before the fp32 cast and the loss (the 1B of the Ultra-Scale
+// Playbook on 8 stages: the head on stage 6, the cast and the loss alone on 7), the head's bf16 logits then sent to
+// the loss's stage point-to-point. Dense decoder layers only.
+struct CostSplit {
+  std::vector<int64_t> layer_stage;  // per decoder layer
+  int64_t norm_stage = 0, head_stage = 0, cast_stage = 0, loss_stage = 0;
+};
+CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp);
+// Stage `stage`'s decoder layers under that split (a stage left with none: count() 0).
 StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage);
 
-// Whether pipeline rank `stage` of `pp` holds the model part `module` (a child of the graph's root): the embeddings
-// (and a vision tower) on the first stage, the final norm, head and loss on the last.
-bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, int64_t pp);
+// The stages holding the model's parts after the decoder layers: the final norm with the LM head, and the loss (with
+// nanotron's cast of the logits to fp32 before it). The even split (torchtitan) puts both on the last stage;
+// nanotron's, pipeline_split_by_cost's head_stage and loss_stage. Where nanotron's walk would part the norm from the
+// head or the cast from the loss (a stage boundary between blocks of cost 0, only where the walk lags more than a
+// stage behind the cumulative cost), the norm is counted with the head and the cast with the loss.
+struct PipelineTail {
+  int64_t head_stage = 0;
+  int64_t loss_stage = 0;
+  bool split() const { return head_stage != loss_stage; }
+};
+PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost);
+
+// Whether pipeline rank `stage` holds the model part `module` (a child of the graph's root): the embeddings (and a
+// vision tower) on the first stage, the final norm and head on tail.head_stage, the loss on tail.loss_stage.
+bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail);
 
 // The wrap units of one stage: units clipped to the stage's layers (their parameters recounted), the root keeping
 // the model parts the stage holds.
 std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUnit>& units, const StageLayers& layers,
-                                  int64_t stage, int64_t pp);
+                                  int64_t stage, const PipelineTail& tail);
 
 // Micro-batches whose activations stage `stage` holds at once under the schedule, in units of the stage's whole
 // activations of one micro-batch (interleaved: chunks of 1/v of them), over `micro_batches` per step.

@@ -148,7 +148,17 @@ struct Emitter {
   // first micro-batch's transfer to the last one's (program/pipeline_parallel.hpp in_flight_micro_batches).
   double pp_in_flight_bytes = 0;
   bool pp_in_flight_held = false;
-  bool holds_head() const { return prog.layout.last_stage(); }
+  // The final norm and the head, and the loss (with nanotron's fp32 cast): on the last stage, or on two
+  // (StepLayout::head_stage, loss_stage; pipeline_parallel.hpp pipeline_split_by_cost).
+  bool holds_head() const { return prog.layout.holds_head(); }
+  bool holds_loss() const { return prog.layout.holds_loss(); }
+  PipelineTail tail() const { return PipelineTail{prog.layout.head_stage, prog.layout.loss_stage}; }
+  // The head's bf16 logits cross this stage's input (a stage after the head's) or output (the head's or one after
+  // it, before the loss's) boundary instead of the hidden states.
+  bool receives_logits() const { return tail().split() && prog.layout.stage > prog.layout.head_stage; }
+  bool sends_logits() const {
+    return tail().split() && prog.layout.stage >= prog.layout.head_stage && prog.layout.stage < prog.layout.loss_stage;
+  }
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
 
@@ -217,7 +227,7 @@ struct Emitter {
     const StepLayout& lay = prog.layout;
     if (lay.pp > 1)
       prog.units =
-          stage_units(g, prog.units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, lay.pp);
+          stage_units(g, prog.units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, tail());
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
@@ -259,7 +269,7 @@ struct Emitter {
         for (const LayerCost* lc : costs_of(u)) p += lc->params;
         if (u.is_root)
           for (ModuleId c : g.children(g.root()))
-            if (g.node(c).kind != ModuleKind::LayerStack && stage_holds(g, c, lay.stage, lay.pp))
+            if (g.node(c).kind != ModuleKind::LayerStack && stage_holds(g, c, lay.stage, tail()))
               p += tp_root_module_params(g, c, s.mesh.tp);
         u.params = std::llround(p);
       }
@@ -338,7 +348,7 @@ struct Emitter {
           ModuleKind k = g.node(c).kind;
           if (k == ModuleKind::LayerStack) continue;
           if (k == ModuleKind::Loss) continue;
-          if (!stage_holds(g, c, prog.layout.stage, prog.layout.pp)) continue;
+          if (!stage_holds(g, c, prog.layout.stage, tail())) continue;
           // A vision tower's embeddings and projector run on their own tokens (ModuleGraph::token_ratio).
           const double r = g.token_ratio(c, s.seq_len);
           double c_mm = 0, c_at = 0;
@@ -565,10 +575,14 @@ struct Emitter {
 
   // A pipeline stage's point-to-point transfer of one micro-batch's activations (or their gradients): s x b x h in
   // the compute dtype, 1/tp of it with sequence parallelism (Korthikanti et al. 2022 sec. 4.2.3: the tensors between
-  // stages are in sequence-parallel form), once per model chunk boundary of the rank.
-  int push_pp(Phase phase, int mbi, int dep) {
+  // stages are in sequence-parallel form), once per model chunk boundary of the rank. Across the boundary between
+  // nanotron's head and loss stages (`logits`): the rank's bf16 logits, tokens x vocab / tp (llama.py @ 67c5ebb6:
+  // lm_head's sharded_logits are the cast_to_fp32 PipelineBlock's input, sent by pipeline_parallel/functional.py
+  // send_to_pipeline_state_buffer; their gradient comes back the same size).
+  int push_pp(Phase phase, int mbi, int dep, bool logits = false) {
     double elems = tokens * static_cast<double>(g.spec().hidden_size);
     if (s.mesh.tp > 1 && s.mesh.sequence_parallel) elems /= static_cast<double>(s.mesh.tp);
+    if (logits) elems = logits_elems();
     Op op = collective_op(OpKind::PipelineTransfer, Stream::Pipeline, phase, CollectiveKind::SendRecv,
                           GroupKind::Pipeline, wire_bytes(elems, pb, GroupKind::Pipeline),
                           wire_type(s.param_dtype, GroupKind::Pipeline), -1, mbi);
@@ -589,21 +603,28 @@ struct Emitter {
 
   // Before a micro-batch's forward: a stage after the first receives its input.
   void pp_before_forward(int mbi) {
-    if (prog.layout.pp > 1 && !prog.layout.first_stage()) push_pp(Phase::PipelineRecvActivations, mbi, -1);
+    if (prog.layout.pp > 1 && !prog.layout.first_stage())
+      push_pp(Phase::PipelineRecvActivations, mbi, -1, receives_logits());
   }
-  // Between forward and backward: the last stage computes the loss; the others send their output and receive its
-  // gradient.
+  // Between forward and backward: the loss's stage computes the loss (and the head, where it holds it); the head's
+  // stage before it computes the head and sends the logits; the others send their output and receive its gradient.
   void pp_turn(int mbi) {
-    if (holds_head()) {
+    if (holds_loss()) {
       push_loss_ops(mbi);
       return;
     }
-    const int sent = push_pp(Phase::PipelineSendActivations, mbi, static_cast<int>(prog.ops.size()) - 1);
-    push_pp(Phase::PipelineRecvGradients, mbi, sent);
+    if (holds_head()) {
+      push_head_ops(mbi);
+      return;
+    }
+    const int sent =
+        push_pp(Phase::PipelineSendActivations, mbi, static_cast<int>(prog.ops.size()) - 1, sends_logits());
+    push_pp(Phase::PipelineRecvGradients, mbi, sent, sends_logits());
   }
   // After a micro-batch's backward: a stage after the first sends its input's gradient back.
   void pp_after_backward(int mbi, int last_backward) {
-    if (prog.layout.pp > 1 && !prog.layout.first_stage()) push_pp(Phase::PipelineSendGradients, mbi, last_backward);
+    if (prog.layout.pp > 1 && !prog.layout.first_stage())
+      push_pp(Phase::PipelineSendGradients, mbi, last_backward, receives_logits());
   }
 
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
@@ -698,7 +719,8 @@ struct Emitter {
     // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
     const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
     if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
-    l.head_passes = 1;
+    // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
+    l.head_passes = holds_head() ? 1 : 0;
     const int lop = push(l);
     if (s.mesh.tp > 1) {
       // Vocabulary-parallel cross-entropy (tensor_parallel.hpp): its all-reduces over the tp group.
@@ -731,8 +753,41 @@ struct Emitter {
     // that gradient back to the compute dtype (read it, write the logits' gradient).
     if (rt.loss_vocab_parallel_kernels)
       lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
-    lb.head_passes = 2;
+    lb.head_passes = holds_head() ? 2 : 0;
     push(lb);
+  }
+
+  // The head's stage before the loss's (nanotron's compute-cost split, pipeline_parallel.hpp): the final norm and
+  // the head GEMM (its saved input is the root's head_act), the bf16 logits sent to the loss's stage and their
+  // gradient received back, then the head GEMM's backward. The logits live from the GEMM until their send is done:
+  // SendTensorToPipelineBuffer (nanotron pipeline_parallel/functional.py @ 67c5ebb6) saves nothing for backward
+  // (the head's autograd saves its input, not its output); the received gradient until the head's backward.
+  void push_head_ops(int mbi) {
+    const double logits = logits_elems() * pb;
+    Op h;
+    h.kind = OpKind::Loss;
+    h.phase = Phase::HeadLossForward;
+    h.micro_batch = mbi;
+    h.unit = 0;
+    h.head_passes = 1;
+    h.on_issue.push_back({MemoryCategory::Activations, logits});
+    const int hop = push(h);
+    const int sent = push_pp(Phase::PipelineSendActivations, mbi, hop, true);
+    prog.ops[static_cast<size_t>(sent)].on_complete.push_back({MemoryCategory::Activations, -logits});
+    const int grad = push_pp(Phase::PipelineRecvGradients, mbi, sent, true);
+    prog.ops[static_cast<size_t>(grad)].on_issue.push_back({MemoryCategory::Activations, logits});
+    Op hb;
+    hb.kind = OpKind::LossBackward;
+    hb.phase = Phase::LossBackward;
+    hb.micro_batch = mbi;
+    hb.unit = 0;
+    hb.head_passes = 2;
+    hb.deps.push_back(grad);
+    // The logits' gradient and the head's saved input released; the head's weight gradient allocated.
+    hb.on_complete.push_back({MemoryCategory::Activations, -(logits + head_act)});
+    hb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
+    if (mbi == 0) keep_adapter_grads(hb);
+    push(hb);
   }
 
   // Adapters outside the units (fsdp-run's LoRA): one replicated fp32 leaf with its gradient, kept for the run;
@@ -1330,10 +1385,13 @@ StepProgram emit_step_program(const ProgramInput& in) {
   lay.pp_schedule = s.mesh.pp_schedule;
   lay.stage = in.pipeline_stage;
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
+  const bool by_cost = lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1;
+  const PipelineTail tail = pipeline_tail(in.graph->spec(), lay.pp, by_cost);
+  lay.head_stage = tail.head_stage;
+  lay.loss_stage = tail.loss_stage;
   const StageLayers stage =
-      lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1
-          ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage)
-          : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
+      by_cost ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage)
+              : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
   lay.world = s.mesh.dp(in.cluster.world_size());
@@ -1361,7 +1419,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
     // it saved, lives until that micro-batch's backward (torch.distributed.pipelining's last stage calls the loss
     // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
     // stage's loss output per micro-batch, executor/train/pipeline.cpp): a micro-batch in flight there holds them too.
-    if (e.holds_head()) act += e.logits_elems() * e.logprob_bytes();
+    if (e.holds_loss()) act += e.logits_elems() * e.logprob_bytes();
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
   }
   if (e.place.params_sharded) {

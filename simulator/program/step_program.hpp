@@ -120,6 +120,11 @@ struct StepLayout {
   int64_t ranks() const { return world * tp * pp; }
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }
+  // The stages holding the final norm and the head, and the loss (pipeline_parallel.hpp PipelineTail: the last for
+  // the even split; nanotron's compute-cost split may put the head on the stage before the loss's).
+  int64_t head_stage = 0, loss_stage = 0;
+  bool holds_head() const { return stage == head_stage; }
+  bool holds_loss() const { return stage == loss_stage; }
   int64_t group_size(GroupKind g) const {
     switch (g) {
       case GroupKind::Shard:

@@ -76,9 +76,11 @@ struct RuntimeProfile {
   // false keeps them gathered into the backward (torchtitan's apply_fsdp: reshard_after_forward=False for the
   // last TransformerBlock, "since FSDP would prefetch it immediately"). Optional in the file (absent: true).
   bool last_unit_reshard_after_forward = true;
-  // How a pipeline splits the decoder layers into stages (program/pipeline_parallel.hpp): as evenly as the layers go
-  // (torchtitan, torch.distributed.pipelining; false), or by compute cost with the head counted (nanotron's
-  // build_model: cumulative block costs against thresholds total x (r + 1) / pp; true). Optional in the file
+  // How a pipeline splits the model into stages (program/pipeline_parallel.hpp): the decoder layers as evenly as they
+  // go, the final norm, head and loss on the last stage (torchtitan, torch.distributed.pipelining; false), or every
+  // block by compute cost with the head counted (nanotron's build_model: cumulative block costs against thresholds
+  // total x (r + 1) / pp, which may put the final norm and the head on the stage before the fp32 cast and the loss,
+  // the bf16 logits sent between them: pipeline_split_by_cost; true). Optional in the file
   // (sharding.pipeline_stage_split: layers | compute-cost; absent: layers).
   bool pipeline_split_by_cost = false;
   // Sequence-parallel linears that overlap their collectives with their own GEMMs (nanotron's

@@ -258,7 +258,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     if (op.stream == Stream::TensorParallel && p.tp_async_linears) {
       // nanotron's asynchronous linears hide part of each collective under their own GEMMs (tp_linear_overlap.hpp).
       const bool backward_op = op.phase == Phase::TpBackwardCollectives;
-      const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.last_stage();
+      const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.holds_head();
       const TpOverlapGemms g = tp_overlap_gemms(op, p, hw, s, head);
       const double whole = one * static_cast<double>(op.comm_calls);
       const double exposed =

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/memory_walk.hpp"
 #include "model/model_loader.hpp"
 #include "program/pipeline_parallel.hpp"
 #include "simulate.hpp"
@@ -220,6 +221,130 @@ TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 
   CHECK(paces[1] == doctest::Approx(paces[2]));
   CHECK(paces[1] < 0.85 * paces[slowest]);
   CHECK(p.time.pipeline_bubble_s < 6.0 * paces[slowest]);
+}
+
+namespace {
+
+// The Ultra-Scale Playbook's nanotron 1B (tests/accuracy/published/models): hidden 2048, 16 layers, 32 heads, ffn
+// 8192, vocabulary 131072. Its decoder layer costs 4 x 2048^2 + 3 x 8192 x 2048 = 2^26 in nanotron's
+// get_block_compute_costs and its lm_head 131072 x 2048 = 2^28: 4 layers, the whole model 20 layers' worth.
+struct Nanotron1B {
+  ModuleGraph graph{
+      load_model(std::string(FSDP_SOURCE_ROOT) + "/tests/accuracy/published/models/nanotron-1b-ultrascale.yaml",
+                 FSDP_SOURCE_ROOT)};
+  RuntimeProfile rt = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+};
+const Nanotron1B& nanotron_1b() {
+  static const Nanotron1B s;
+  return s;
+}
+
+// One stage's program of the 1B under nanotron, data parallel 1, one micro-batch of 4096 tokens.
+StepProgram nanotron_1b_stage(int64_t pp, int64_t stage) {
+  ProgramInput in;
+  in.graph = &nanotron_1b().graph;
+  in.cluster = Cluster{1, 8};
+  in.strategy = fsdp_pp(pp, PipelineSchedule::OneFOneB, 8);
+  in.strategy.kind = StrategyKind::Ddp;
+  in.strategy.act_ckpt = ActCkpt::None;
+  in.runtime = &nanotron_1b().rt;
+  in.pipeline_stage = stage;
+  return emit_step_program(in);
+}
+
+// The bytes of a stage's first point-to-point op of `phase` (0 where it has none).
+double pp_bytes(const StepProgram& p, Phase phase) {
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::PipelineTransfer && op.phase == phase) return op.comm_bytes;
+  return 0.0;
+}
+const Op* first_op(const StepProgram& p, OpKind kind) {
+  for (const Op& op : p.ops)
+    if (op.kind == kind) return &op;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("pp: nanotron's split of the playbook's 1B on 8 stages: head on stage 6, fp32 cast and loss alone on 7") {
+  // base.py build_model over the blocks embedding, 16 layers, final norm, lm_head, cast_to_fp32, loss (costs 0, 16 x 1,
+  // 0, 4, 0, 0 layers' worth; thresholds 2.5, 5, ..., 20): a rank moves on after a block whose cumulative cost is
+  // above its threshold, so the layers go 3 3 2 3 2 3 (stage 1 takes layer 5: 5 is not above 5), stage 6 the norm and
+  // the head (cumulative 20 > 17.5: the cast moves on), stage 7 the cast and the loss (20 is not above 20).
+  const ModelSpec& m = nanotron_1b().graph.spec();
+  const CostSplit split = pipeline_split_by_cost(m, 8);
+  const int64_t expected[8] = {3, 3, 2, 3, 2, 3, 0, 0};
+  for (int64_t stage = 0; stage < 8; ++stage) {
+    CAPTURE(stage);
+    CHECK(std::count(split.layer_stage.begin(), split.layer_stage.end(), stage) == expected[stage]);
+    CHECK(stage_layers_by_cost(m, 8, stage).count() == expected[stage]);
+  }
+  CHECK(split.norm_stage == 6);
+  CHECK(split.head_stage == 6);
+  CHECK(split.cast_stage == 7);
+  CHECK(split.loss_stage == 7);
+  const PipelineTail tail = pipeline_tail(m, 8, true);
+  CHECK(tail.head_stage == 6);
+  CHECK(tail.loss_stage == 7);
+  CHECK(tail.split());
+  // torchtitan's even split keeps the norm, the head and the loss on the last stage.
+  CHECK(pipeline_tail(m, 8, false).head_stage == 7);
+  CHECK(pipeline_tail(m, 8, false).loss_stage == 7);
+
+  // The emitted stages: 6 computes the head and sends its bf16 logits, 4096 tokens x 131072 x 2 bytes, receiving
+  // their gradient back; 7 receives them, runs the cast and the loss without the head GEMM, and sends the gradient.
+  const double logits = 4096.0 * 131072.0 * 2.0;
+  const double hidden = 4096.0 * 2048.0 * 2.0;
+  const StepProgram head = nanotron_1b_stage(8, 6), loss = nanotron_1b_stage(8, 7);
+  CHECK(head.layout.stage_last_layer < head.layout.stage_first_layer);
+  CHECK(pp_bytes(head, Phase::PipelineRecvActivations) == doctest::Approx(hidden));
+  CHECK(pp_bytes(head, Phase::PipelineSendActivations) == doctest::Approx(logits));
+  CHECK(pp_bytes(head, Phase::PipelineRecvGradients) == doctest::Approx(logits));
+  CHECK(pp_bytes(head, Phase::PipelineSendGradients) == doctest::Approx(hidden));
+  CHECK(pp_bytes(loss, Phase::PipelineRecvActivations) == doctest::Approx(logits));
+  CHECK(pp_bytes(loss, Phase::PipelineSendGradients) == doctest::Approx(logits));
+  CHECK(pp_bytes(loss, Phase::PipelineSendActivations) == 0.0);
+  const Op* head_fwd = first_op(head, OpKind::Loss);
+  const Op* loss_fwd = first_op(loss, OpKind::Loss);
+  REQUIRE(head_fwd != nullptr);
+  REQUIRE(loss_fwd != nullptr);
+  CHECK(head_fwd->head_passes == 1);
+  CHECK(head_fwd->elementwise_bytes == 0.0);
+  CHECK(loss_fwd->head_passes == 0);
+  CHECK(loss_fwd->elementwise_bytes > 0.0);
+  // Memory: the head's stage holds the final norm (2048 parameters; the lm_head's weight is tied to the embedding,
+  // which the module graph counts once, on stage 0), the loss's stage no parameters; the head's stage holds the bf16
+  // logits until they are sent.
+  int64_t head_params = 0, loss_params = 0;
+  for (const WrapUnit& u : head.units) head_params += u.params;
+  for (const WrapUnit& u : loss.units) loss_params += u.params;
+  CHECK(head_params == 2048);
+  CHECK(loss_params == 0);
+  const MemoryResult head_mem = walk_memory(head, nanotron_1b().rt, 8, true);
+  CHECK(head_mem.breakdown[static_cast<size_t>(MemoryCategory::Activations)] >= logits);
+}
+
+TEST_CASE("pp: nanotron's split keeps the head and the loss together where the walk does (the 1B on 4 stages)") {
+  // Thresholds 5, 10, 15, 20 layers' worth: layers 6 5 5 (after layer 4 the cumulative 5 is not above 5, after layer
+  // 5 it is), then the norm, head, cast and loss on stage 3 (20 is not above 20).
+  const ModelSpec& m = nanotron_1b().graph.spec();
+  const CostSplit split = pipeline_split_by_cost(m, 4);
+  const int64_t expected[4] = {6, 5, 5, 0};
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    CAPTURE(stage);
+    CHECK(stage_layers_by_cost(m, 4, stage).count() == expected[stage]);
+  }
+  CHECK(split.head_stage == 3);
+  CHECK(split.loss_stage == 3);
+  CHECK_FALSE(pipeline_tail(m, 4, true).split());
+  // The last stage receives the hidden states and computes head and loss in one: no logits cross a boundary.
+  const StepProgram last = nanotron_1b_stage(4, 3);
+  CHECK(pp_bytes(last, Phase::PipelineRecvActivations) == doctest::Approx(4096.0 * 2048.0 * 2.0));
+  CHECK(pp_bytes(last, Phase::PipelineSendActivations) == 0.0);
+  const Op* loss_fwd = first_op(last, OpKind::Loss);
+  REQUIRE(loss_fwd != nullptr);
+  CHECK(loss_fwd->head_passes == 1);
+  CHECK(loss_fwd->elementwise_bytes > 0.0);
 }
 
 TEST_CASE(
