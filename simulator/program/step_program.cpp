@@ -757,6 +757,17 @@ struct Emitter {
     push(lb);
   }
 
+  // One of the head's ops on its own stage: the root unit's, `passes` of the head GEMM.
+  static Op head_op(OpKind kind, Phase phase, int mbi, double passes) {
+    Op op;
+    op.kind = kind;
+    op.phase = phase;
+    op.micro_batch = mbi;
+    op.unit = 0;
+    op.head_passes = passes;
+    return op;
+  }
+
   // The head's stage before the loss's (nanotron's compute-cost split, pipeline_parallel.hpp): the final norm and
   // the head GEMM (its saved input is the root's head_act), the bf16 logits sent to the loss's stage and their
   // gradient received back, then the head GEMM's backward. The logits live from the GEMM until their send is done:
@@ -764,24 +775,14 @@ struct Emitter {
   // (the head's autograd saves its input, not its output); the received gradient until the head's backward.
   void push_head_ops(int mbi) {
     const double logits = logits_elems() * pb;
-    Op h;
-    h.kind = OpKind::Loss;
-    h.phase = Phase::HeadLossForward;
-    h.micro_batch = mbi;
-    h.unit = 0;
-    h.head_passes = 1;
+    Op h = head_op(OpKind::Loss, Phase::HeadLossForward, mbi, 1);
     h.on_issue.push_back({MemoryCategory::Activations, logits});
     const int hop = push(h);
     const int sent = push_pp(Phase::PipelineSendActivations, mbi, hop, true);
     prog.ops[static_cast<size_t>(sent)].on_complete.push_back({MemoryCategory::Activations, -logits});
     const int grad = push_pp(Phase::PipelineRecvGradients, mbi, sent, true);
     prog.ops[static_cast<size_t>(grad)].on_issue.push_back({MemoryCategory::Activations, logits});
-    Op hb;
-    hb.kind = OpKind::LossBackward;
-    hb.phase = Phase::LossBackward;
-    hb.micro_batch = mbi;
-    hb.unit = 0;
-    hb.head_passes = 2;
+    Op hb = head_op(OpKind::LossBackward, Phase::LossBackward, mbi, 2);
     hb.deps.push_back(grad);
     // The logits' gradient and the head's saved input released; the head's weight gradient allocated.
     hb.on_complete.push_back({MemoryCategory::Activations, -(logits + head_act)});
