@@ -241,12 +241,17 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     StepProgram last_prog = emit_step_program(last);
     MemoryResult last_mem = walk(last_prog);
     TimelineResult last_time = run_timeline(last_prog, *in.hardware, in.cluster, s);
-    p.memory.peak_phase = "stage 1/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
-    if (last_mem.device_total > p.memory.device_total) {
-      p.memory = std::move(last_mem);
-      p.memory.peak_phase =
-          "stage " + std::to_string(s.mesh.pp) + "/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
-    }
+    auto stage_label = [&](int64_t stage) {
+      return "stage " + std::to_string(stage + 1) + "/" + std::to_string(s.mesh.pp) + " ";
+    };
+    // The plan's memory: a stage's walk replaces it (its peak phase named with the stage) when that needs more.
+    auto keep_worse = [&](MemoryResult&& m, int64_t stage) {
+      if (m.device_total <= p.memory.device_total) return;
+      p.memory = std::move(m);
+      p.memory.peak_phase = stage_label(stage) + p.memory.peak_phase;
+    };
+    p.memory.peak_phase = stage_label(0) + p.memory.peak_phase;
+    keep_worse(std::move(last_mem), s.mesh.pp - 1);
     // Its step time: the pipeline runs at its slowest stage's pace. GPipe and 1F1B fill and drain through the other
     // stages once each, at their own paces (pipeline_fill_drain_s), so every stage is timed: the stages between the
     // first and the last hold decoder layers only, whose split may differ (nanotron's by compute cost) and whose
@@ -265,14 +270,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       ProgramInput mid = pi;
       mid.pipeline_stage = stage;
       StepProgram mid_prog = emit_step_program(mid);
-      if (walk_between) {
-        MemoryResult mid_mem = walk(mid_prog);
-        if (mid_mem.device_total > p.memory.device_total) {
-          p.memory = std::move(mid_mem);
-          p.memory.peak_phase =
-              "stage " + std::to_string(stage + 1) + "/" + std::to_string(s.mesh.pp) + " " + p.memory.peak_phase;
-        }
-      }
+      if (walk_between) keep_worse(walk(mid_prog), stage);
       times.push_back(run_timeline(mid_prog, *in.hardware, in.cluster, s));
       programs.push_back(program_out ? std::move(mid_prog) : StepProgram{});
     }
