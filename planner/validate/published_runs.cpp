@@ -304,7 +304,12 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
         BytesPerSecond(*row.node_bandwidth_gbps * kGiga / kBitsPerByte / static_cast<double>(hw.nics_per_node));
   const bool network_stated = row.node_bandwidth_gbps || (row.nics_per_node && row.nic_bandwidth_gbps);
   if (nodes > 1 && !network_stated) res.approximations.push_back("network not stated: the profile's");
-  if (row.power_limit_w) res.approximations.push_back("power limit not modelled");
+  // A stated power limit is priced when the profile describes the same limit with the clock the GPU holds under it
+  // (device.power_limit and device.sustained_clock, docs/hardware.md "Clocks and power").
+  constexpr double kWattTolerance = 0.5;
+  if (row.power_limit_w &&
+      !(std::fabs(hw.power_limit.value - *row.power_limit_w) <= kWattTolerance && hw.sustained_clock.value > 0))
+    res.approximations.push_back("power limit not modelled");
 
   // Runtime: the framework's profile; one not shipped yet is priced by its nearest and said.
   std::string rt_name = row.runtime == "deepspeed" ? "deepspeed" : "pytorch";
