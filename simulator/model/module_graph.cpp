@@ -829,11 +829,15 @@ double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, cons
   if (ckpt == ActCkpt::SelectiveOp) {
     FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
     std::unordered_set<std::string> seen;
-    for (ModuleId id : ids)
-      for (const SavedTensor& t : op_sac(id).cached) {
+    for (ModuleId id : ids) {
+      const OpSacLayer sac = op_sac(id);
+      for (const SavedTensor& t : sac.cached) {
+        const bool unread = std::find(sac.unread.begin(), sac.unread.end(), t.id) != sac.unread.end();
+        if (unread && !q.sac_keeps_unread_outputs) continue;
         const std::optional<double> b = kept_bytes(t, q);
         if (b && seen.insert(t.id).second) total += *b;
       }
+    }
     return total;
   }
   for (const auto& [id, bytes] : saved_tensors(ids, q, ckpt)) total += bytes;
@@ -925,8 +929,16 @@ OpSacLayer ModuleGraph::op_sac(ModuleId layer) const {
     out.cached_ops.push_back(leaf);
     out.cached.push_back(
         SavedTensor{n.output_id, static_cast<double>(n.out_features) * fraction, false, TensorClass::Compute});
+    if (consumers(leaf).empty() && !saved_in(layer, n.output_id)) out.unread.push_back(n.output_id);
   }
   return out;
+}
+
+bool ModuleGraph::saved_in(ModuleId layer, const std::string& id) const {
+  for (ModuleId leaf : leaves_under(layer))
+    for (const SavedTensor& t : g_[leaf].saved)
+      if (t.id == id) return true;
+  return false;
 }
 
 }  // namespace fsdp

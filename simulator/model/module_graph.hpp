@@ -121,6 +121,11 @@ struct OpSacLayer {
   std::vector<ModuleId> cached_ops;      // leaves whose outputs are cached from forward to backward
   std::vector<ModuleId> recomputed_mms;  // matmul leaves (linears, router) run again in backward
   std::vector<SavedTensor> cached;       // what the layer keeps: its input (the checkpoint's) and the cached outputs
+  // Of `cached`, the outputs its backward never reads: a linear whose output only enters the residual sum (no
+  // module it feeds, none saves it: the attention's output projection, the MLP's down projection without a
+  // post-norm). Eager checkpointing keeps them all the same; a compiled layer does not
+  // (ActivationQuery::sac_keeps_unread_outputs).
+  std::vector<std::string> unread;
 };
 
 // How saved bytes are counted for a run.
@@ -128,12 +133,13 @@ struct ActivationQuery {
   DType compute = DType::Bf16;
   AttentionImpl attention = AttentionImpl::Flash;
   int64_t seq_len = 0;
-  bool autocast_fp32_residual = false;  // DDP-style autocast over fp32 params: residual stream in fp32
-  bool norm_fp32_internal = false;      // runtime's norm upcasts to fp32 and keeps the fp32 input (HF RMSNorm)
-  bool logits_upcast_fp32 = false;      // runtime's loss upcasts logits to fp32
-  bool softmax_fp32 = false;            // runtime's eager softmax runs in fp32 and is cast back
-  bool norm_mean_keeps_input = false;   // runtime's mean(x^2) in RMSNorm keeps x^2 for backward
-  bool pointwise_outputs_saved = true;  // runtime's autograd keeps PointwiseOut tensors (eager ops' backward formulas)
+  bool autocast_fp32_residual = false;   // DDP-style autocast over fp32 params: residual stream in fp32
+  bool norm_fp32_internal = false;       // runtime's norm upcasts to fp32 and keeps the fp32 input (HF RMSNorm)
+  bool logits_upcast_fp32 = false;       // runtime's loss upcasts logits to fp32
+  bool softmax_fp32 = false;             // runtime's eager softmax runs in fp32 and is cast back
+  bool norm_mean_keeps_input = false;    // runtime's mean(x^2) in RMSNorm keeps x^2 for backward
+  bool pointwise_outputs_saved = true;   // runtime's autograd keeps PointwiseOut tensors (eager ops' backward formulas)
+  bool sac_keeps_unread_outputs = true;  // per-op checkpointing keeps the cached outputs no backward reads (eager)
 };
 
 class ModuleGraph {
@@ -174,6 +180,8 @@ class ModuleGraph {
   // it saves without, less what op_sac cached.
   double recomputed_bytes_per_token(ModuleId layer, const ActivationQuery& q, ActCkpt ckpt) const;
   OpSacLayer op_sac(ModuleId layer) const;
+  // Whether a module under `layer` saves the tensor `id` for its backward.
+  bool saved_in(ModuleId layer, const std::string& id) const;
 
  private:
   std::vector<std::pair<std::string, double>> saved_tensors(const std::vector<ModuleId>& ids, const ActivationQuery& q,

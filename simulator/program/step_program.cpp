@@ -57,6 +57,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.logits_upcast_fp32 = rt.logits_upcast_fp32;
   q.norm_mean_keeps_input = rt.norm_mean_keeps_input;
   q.pointwise_outputs_saved = rt.pointwise_outputs_saved;
+  q.sac_keeps_unread_outputs = rt.sac_keeps_unread_outputs;
   return q;
 }
 

@@ -113,6 +113,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     flag("eager_softmax_fp32", r.eager_softmax_fp32);
     flag("norm_mean_keeps_input", r.norm_mean_keeps_input);
     flag("pointwise_outputs_saved", r.pointwise_outputs_saved);
+    flag("sac_keeps_unread_outputs", r.sac_keeps_unread_outputs);
     flag("fused_elementwise", r.fused_elementwise);
     // Optional even in a profile written whole (absent: PyTorch's eager kernels, RuntimeProfile).
     if (mod.has("norm_kernel")) r.norm_single_kernel = mod.get_enum("norm_kernel", {"eager", "single"}) == "single";

@@ -118,6 +118,13 @@ struct RuntimeProfile {
   // formula saves them (a gated MLP's SiLU output, saved by the gating multiply); false: they are recomputed in
   // the backward's fused kernels from the tensors that are saved (AOTAutograd's min-cut partitioner).
   bool pointwise_outputs_saved = true;
+  // Per-op selective checkpointing (ActCkpt::SelectiveOp) keeps every output its policy marks MUST_SAVE, also those
+  // the backward never reads (a down projection's output, which only enters the residual sum): eager
+  // torch.utils.checkpoint's _CachingTorchDispatchMode stores each MUST_SAVE op's output as it runs
+  // (torch/utils/checkpoint.py). false: only those the backward reads, as AOTAutograd's partitioner saves a compiled
+  // layer's (torch/_functorch/partitioners.py solve_min_cut: MUST_SAVE bans the recomputation of a node the
+  // backward needs; a node it does not need is not in the cut). Optional (absent: true).
+  bool sac_keeps_unread_outputs = true;
   // Each chain of pointwise ops and reductions between two GEMM / attention kernels runs as one fused kernel that
   // reads the chain's inputs once and writes what leaves it (Inductor), rather than one kernel per op reading and
   // writing whole tensors (eager): program/layer_costs.cpp prices the layer's memory-bound traffic either way.

@@ -146,6 +146,25 @@ TEST_CASE("selective-op: torchtitan's policy over a Llama layer's ops in forward
   }
 }
 
+TEST_CASE("selective-op compiled: the partitioner keeps only the cached outputs the backward reads") {
+  const ModuleGraph& g = llama3_8b();
+  const ModuleId layer = g.layers()[5];
+  // Of the cached outputs only w2's (down_proj) feeds no module and is saved by none: the residual sum reads it, and
+  // an add's backward reads nothing. wq's output feeds the rotary, wv's and the attention's the core and o_proj, w1's
+  // the SiLU: the backward (or its recomputation) reads each.
+  CHECK(g.op_sac(layer).unread == std::vector<std::string>{"layers.5.mlp.out"});
+  const Strategy s = llama_strategy(ActCkpt::SelectiveOp);
+  ActivationQuery q = activation_query(s, runtime("torchtitan"));
+  CHECK(q.sac_keeps_unread_outputs);  // eager: 63,616 bytes per token (the by-hand case above)
+  CHECK(g.saved_bytes_per_token(layer, q, ActCkpt::SelectiveOp) == 63616.0);
+  q = activation_query(s, runtime("torchtitan-compile"));
+  CHECK_FALSE(q.sac_keeps_unread_outputs);  // compiled: less w2's output, 4096 x 2 = 8,192 bytes per token
+  CHECK(g.saved_bytes_per_token(layer, q, ActCkpt::SelectiveOp) == 63616.0 - 8192.0);
+  // Gemma 2's post-feedforward norm saves the down projection's output (its input): read, so kept compiled too.
+  const ModuleGraph gemma(zoo("gemma2-9b"));
+  CHECK(gemma.op_sac(gemma.layers()[0]).unread.empty());
+}
+
 TEST_CASE("selective-op follows op order, not Llama's indices: biased linears, GPT-2's MLP, MoE routers") {
   // Qwen2-style q/k/v biases: a biased linear is aten.addmm, neither saved nor counted; the count starts at o_proj.
   ModelSpec m = zoo("llama3-8b");
