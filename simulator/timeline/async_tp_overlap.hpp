@@ -4,10 +4,13 @@
 //
 // Source: pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py, the mid-2025 version the benchmark's
 // nightly (38410cf9b57079f3360c1e79601973a01cb2588c, 2025-06-14) carries (read from a stored copy of that era: the
-// fused_scaled_matmul_reduce_scatter with orig_scatter_dim, before the Triton partial-reduction kernel; the two
-// pipelining functions are unchanged at 006b161f8e5a26c8618dee34ee4d6b5dcaf578c0). For the large M of training (M =
-// tokens of the micro-batch; the native _async_input_mm path is only taken for 2048 < M <= 4096 under
-// TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP, multimem for M <= 2048) both fused ops take the decomposition path:
+// fused_scaled_matmul_reduce_scatter with orig_scatter_dim, torch.cuda streams; that exact commit's file was not
+// available to read). The two pipelining functions keep the same logic at 006b161f8e5a26c8618dee34ee4d6b5dcaf578c0,
+// where the partials' reduction became one Triton kernel accumulating in fp32 (the same bytes moved). For the large M
+// of training (M = tokens of the micro-batch; the native _async_input_mm path is only taken for 2048 < M <= 4096
+// under TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP, multimem for M <= 2048) both fused ops take the decomposition path.
+// The copies run at the tp tier's bandwidth (the all-gather's transfer over tp - 1 steps: no copy-engine P2P figure
+// for this part was found to cite); they use no SMs, so the GEMMs beside them are not slowed as under NCCL.
 //  - fused_all_gather_matmul -> _fused_all_gather_matmul_impl -> _pipelined_all_gather_and_consume: the rank copies
 //    its shard into its symmetric-memory buffer ("mv") and waits at a barrier, deliberately not overlapped with the
 //    first GEMM (the function's comment: "giving up the chance to overlap mv and b"); then the local shard's GEMMs
