@@ -26,7 +26,8 @@
 //    projections are then computed on every rank that holds it.
 //  - Async TP (torchtitan parallelism.enable_async_tensor_parallel; Wang et al. 2022, "Overlap communication with
 //    dependent computation via decomposition", ASPLOS'23): a collective fused with its GEMM is decomposed into tp
-//    chunks overlapped with the partial GEMMs; the first chunk's transfer stays exposed: 1/tp of its time. Which
+//    chunks overlapped with the partial GEMMs; what stays exposed is priced from PyTorch's decomposition (the chunks'
+//    GEMMs, the copy-engine pulls, the staging copy, the partials' reduction: timeline/async_tp_overlap.hpp). Which
 //    collectives fuse is Inductor's micro-pipeline pass (pytorch/pytorch torch/_inductor/fx_passes/
 //    micro_pipeline_tp.py @ 00122fb1c8e5cc0f9871dbaa5343fde4546ff9da): an all-gather whose result is the left
 //    operand of matmuls (fuse_all_gather_matmul), and a reduce-scatter whose input is one matmul's output with no
@@ -117,8 +118,10 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 
-// The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it); the
-// calls that are not fused (TpCollective::fused_calls) stay whole.
+// The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it): the
+// estimate kept for layers whose GEMMs do not read as attention + MLP blocks, where the decomposition's pricing
+// (timeline/async_tp_overlap.hpp) has no GEMMs to pair a call with; the calls that are not fused
+// (TpCollective::fused_calls) stay whole.
 double tp_exposed_fraction(const MeshSpec& mesh);
 
 }  // namespace fsdp

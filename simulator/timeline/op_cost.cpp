@@ -8,6 +8,7 @@
 #include "compute/compute_cost.hpp"
 #include "compute/unfused_attention.hpp"
 #include "program/tensor_parallel.hpp"
+#include "timeline/async_tp_overlap.hpp"
 #include "timeline/timeline.hpp"
 #include "timeline/tp_linear_overlap.hpp"
 
@@ -86,6 +87,95 @@ TpOverlapGemms tp_overlap_gemms(const Op& op, const StepProgram& p, const Hardwa
   g.head = head;
   if (head) add(g.head_forward_s, g.head_backward_s, p.head_gemm);
   return g;
+}
+
+// Async TP (async_tp_overlap.hpp): the exposed seconds of a tensor-parallel op's `op.async_tp_fused_calls` fused
+// calls, each priced with the GEMMs Inductor fuses it with (tensor_parallel.hpp), or false where the unit's layers
+// do not read as dense attention + MLP blocks (tp_overlap_gemms' reading) or the calls found do not match the count
+// (the caller then keeps the 1/tp estimate, tp_exposed_fraction). Per layer, as tp_forward_collectives /
+// tp_backward_collectives count them: forward the gathers of the attention's and the MLP's column-parallel inputs
+// (with every column GEMM of the block: fused_all_gather_matmul takes the list of Bs) and the reduce-scatters of
+// their row-parallel outputs; backward the gathers of the row outputs' gradients (the input-gradient GEMM of the row
+// linear), where the layer's forward runs again its column inputs' gathers (full: the block's column GEMMs; the
+// per-op policy: the ones it recomputes) and its row outputs' reduce-scatters (full), and the input-gradient
+// reduce-scatter of a block read by one linear; the head's gather forward and its input gradient's reduce-scatter.
+// Each GEMM at its pass's share of the cost path's mean (matmul_forward_ratio; a backward GEMM the rest over two).
+bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Strategy& s,
+                              const AsyncTpMoves& moves, double& exposed_s) {
+  const DType dt = s.param_dtype;
+  const int64_t tp = s.mesh.tp, hidden = p.head_gemm.k;
+  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
+  const bool gather = op.collective == CollectiveKind::AllGather;
+  if (!gather && op.collective != CollectiveKind::ReduceScatter) return false;
+  const bool backward = op.phase == Phase::TpBackwardCollectives;
+  auto add = [&](AsyncTpGemms& acc, const GemmShape& gs, double ratio) {
+    acc.whole_s += ratio * gemm_time(hw, gs, dt);
+    GemmShape part = gs;
+    part.m = std::max<int64_t>(1, gs.m / tp);
+    acc.single_s += ratio * gemm_time(hw, part, dt);
+    part.m = std::min(gs.m, std::max<int64_t>(1, 2 * gs.m / tp));
+    acc.pooled_s += ratio * gemm_time(hw, part, dt) / 2.0;
+  };
+  int calls = 0;
+  double total = 0;
+  auto price = [&](const AsyncTpGemms& g) {
+    ++calls;
+    total += gather ? async_tp_all_gather_matmul_exposed_s(g, moves, tp)
+                    : async_tp_matmul_reduce_scatter_exposed_s(g, moves, tp);
+  };
+  // A block's column GEMMs (all, or those the per-op policy recomputes) in one fused call.
+  auto columns = [&](const std::vector<GemmShape>& gm, size_t first, size_t end, double ratio, bool recomputed_only) {
+    AsyncTpGemms g;
+    for (size_t i = first; i < end; ++i)
+      if (!recomputed_only || gm[i].op_sac_recomputed) add(g, gm[i], ratio);
+    price(g);
+  };
+  auto single = [&](const GemmShape& gs, double ratio) {
+    AsyncTpGemms g;
+    add(g, gs, ratio);
+    price(g);
+  };
+  for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
+    const std::vector<GemmShape>& gm =
+        p.layer_shapes[static_cast<size_t>(p.layer_shape_of[static_cast<size_t>(l)])].gemms;
+    if (gm.size() < 4) return false;
+    // The blocks, read from the end as tp_overlap_gemms does: the MLP's row GEMM, its column GEMMs, the attention's
+    // row GEMM, its column GEMMs [0, attn_row).
+    const size_t mlp_row = gm.size() - 1;
+    size_t j = mlp_row;
+    while (j > 0 && gm[j - 1].k == hidden && gm[j - 1].n * tp != hidden) --j;
+    if (j == mlp_row || j < 2) return false;
+    const size_t mlp_first = j, attn_row = j - 1;
+    const ActCkpt mode = layer_ckpt(s, l);
+    const bool full = mode == ActCkpt::Full, sac_op = mode == ActCkpt::SelectiveOp;
+    if (!backward && gather) {
+      columns(gm, 0, attn_row, fwd_ratio, false);
+      columns(gm, mlp_first, mlp_row, fwd_ratio, false);
+    } else if (!backward) {
+      single(gm[attn_row], fwd_ratio);
+      single(gm[mlp_row], fwd_ratio);
+    } else if (gather) {
+      single(gm[attn_row], bwd_ratio);
+      single(gm[mlp_row], bwd_ratio);
+      if (full || sac_op) {
+        columns(gm, 0, attn_row, fwd_ratio, sac_op);
+        columns(gm, mlp_first, mlp_row, fwd_ratio, sac_op);
+      }
+    } else {
+      if (attn_row == 1) single(gm[0], bwd_ratio);
+      if (mlp_row - mlp_first == 1) single(gm[mlp_first], bwd_ratio);
+      if (full) {
+        single(gm[attn_row], fwd_ratio);
+        single(gm[mlp_row], fwd_ratio);
+      }
+    }
+  }
+  const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.holds_head();
+  if (head && gather && !backward) single(p.head_gemm, fwd_ratio);
+  if (head && !gather && backward) single(p.head_gemm, bwd_ratio);
+  if (calls != op.async_tp_fused_calls) return false;
+  exposed_s = total;
+  return true;
 }
 
 }  // namespace
@@ -269,10 +359,23 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
       // compute_slowdown_during_comm, as the timeline charges compute overlapped with any collective.
       t += exposed + hw.compute_slowdown_during_comm * (whole - exposed);
     } else if (op.stream == Stream::TensorParallel) {
-      // Async TP overlaps all but the first of a fused collective's chunks with its GEMM; the calls it does not fuse
-      // stay whole (tensor_parallel.hpp).
-      const double fused = static_cast<double>(op.async_tp_fused_calls);
-      t += one * (static_cast<double>(op.comm_calls) - fused + fused * tp_exposed_fraction(s.mesh));
+      // Async TP: a fused call leaves exposed what its decomposition adds to its GEMM (async_tp_overlap.hpp), the
+      // chunks' pulls at the tier's bandwidth, the staging copy and the partials' reduction at the memory-bound
+      // rate; the calls it does not fuse stay whole (tensor_parallel.hpp).
+      const int fused = s.mesh.async_tp ? op.async_tp_fused_calls : 0;
+      double fused_s = 0;
+      if (fused > 0) {
+        const double in_step = hw.in_step_factor(static_cast<int>(c.gpus_per_node), dt);
+        const double tp = static_cast<double>(s.mesh.tp);
+        AsyncTpMoves moves;
+        moves.latency_s = in_step * latency;
+        moves.copy_s = in_step * share * transfer / (tp - 1.0);
+        moves.stage_s = memory_bound_time(hw, Bytes(2.0 * op.comm_bytes / tp), dt).value;
+        moves.reduce_s = memory_bound_time(hw, Bytes(op.comm_bytes * (1.0 + 1.0 / tp)), dt).value;
+        if (!async_tp_fused_exposed_s(op, p, hw, s, moves, fused_s))
+          fused_s = one * static_cast<double>(fused) * tp_exposed_fraction(s.mesh);
+      }
+      t += one * static_cast<double>(op.comm_calls - fused) + fused_s;
     } else {
       t += one * static_cast<double>(op.comm_calls);
     }
