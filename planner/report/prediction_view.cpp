@@ -188,6 +188,13 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
                 "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s  (comm total %.3f s)\n",
                 p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s, p.time.comm_s);
   o << line;
+  if (p.time.host_wait_s > 0) {
+    // The runtime's host issue time (RuntimeProfile::host_issue): the device idles for the host, counted in compute.
+    std::snprintf(line, sizeof line,
+                  "  host-bound: compute includes %.3f s of the device waiting for the host to issue\n",
+                  p.time.host_wait_s);
+    o << line;
+  }
   if (!ctx.strategy.mesh.is_data_parallel_only()) {
     // The mesh's own time: tp collectives and pipeline transfers wait on the compute stream (in exposed comm); the
     // bubble is the schedule's idle fill and drain.

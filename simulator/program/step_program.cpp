@@ -313,6 +313,7 @@ struct Emitter {
     // The head vocabulary-parallel: each tp rank computes its 1/tp of the logits.
     prog.head_gemm = GemmShape{toks, (ms.vocab_size + s.mesh.tp - 1) / s.mesh.tp, ms.hidden_size, 1.0};
     prog.tp_async_linears = s.mesh.tp > 1 && s.mesh.sequence_parallel && !s.mesh.async_tp && rt.tp_linear_async_overlap;
+    if (!rt.host_issue.tensor_parallel_only || s.mesh.tp > 1) prog.host_issue = rt.host_issue;
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
     for (const auto& u : prog.units) {

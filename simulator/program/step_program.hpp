@@ -154,6 +154,9 @@ struct StepProgram {
   // sequence parallelism and without async TP): the timeline prices what stays exposed
   // (timeline/tp_linear_overlap.hpp).
   bool tp_async_linears = false;
+  // The runtime's host issue time per pass (RuntimeProfile::host_issue) where its scope covers this mesh; empty where
+  // it does not (the timeline charges none).
+  HostIssue host_issue;
   // With attention sdpa: the kernels PyTorch's dispatch runs (ProgramInput::sdpa_global, sdpa_windowed): the
   // timeline prices them.
   SdpaKernel sdpa_global = SdpaKernel::Flash;    // layers attending every earlier token (is_causal, no mask)

@@ -201,6 +201,23 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
         loop.fail("zero3_step_sub_group_elems", "must be a non-negative number of elements");
     }
   });
+  // Optional in every profile (absent: no host issue time); a derived profile overrides it key by key, a profile
+  // written whole gives every key of the section.
+  if (map.has("host_issue")) {
+    ConfigMap hi = map.get_map("host_issue");
+    const bool inherit = derived && !r.host_issue.empty();
+    for (auto [key, field] : {std::pair{"layer_forward", &r.host_issue.layer_forward},
+                              std::pair{"layer_backward", &r.host_issue.layer_backward},
+                              std::pair{"head_forward", &r.host_issue.head_forward},
+                              std::pair{"head_backward", &r.host_issue.head_backward}})
+      if (given(hi, key, inherit)) {
+        *field = hi.get_duration(key);
+        if (!(field->value >= 0) || !std::isfinite(field->value)) hi.fail(key, "must be a non-negative duration");
+      }
+    if (given(hi, "scope", inherit))
+      r.host_issue.tensor_parallel_only = hi.get_enum("scope", {"tensor-parallel", "all"}) == "tensor-parallel";
+    hi.finish();
+  }
   // Optional in every profile (absent: the runtime runs every mesh the simulator prices); a derived profile
   // overrides it key by key.
   if (map.has("mesh")) {

@@ -10,6 +10,23 @@
 
 namespace fsdp {
 
+// The host's time to issue an eager runtime's work to a GPU (section host_issue, optional; absent: none): the Python
+// module code, ATen dispatch, autograd recording and kernel launches of one pass, per decoder layer and for the
+// embedding + final norm + head + loss. A GPU runs each kernel once the host has issued it, and the host runs ahead
+// of the device (CUDA launches are asynchronous) until it waits on it, so where the device's work per pass is shorter
+// than the host's issue time the step is host-bound (timeline/timeline.cpp). On a CPU device the host's time is
+// compute already (hardware_profile.hpp HostOverhead).
+struct HostIssue {
+  Seconds layer_forward{0}, layer_backward{0};  // one decoder layer
+  Seconds head_forward{0}, head_backward{0};    // embedding, final norm, head and loss
+  // Where it was measured: on the tensor-parallel path only (true: a tp = 1 layer issues other, fewer ops and is
+  // charged nothing), or on every mesh (false).
+  bool tensor_parallel_only = false;
+  bool empty() const {
+    return layer_forward.value == 0 && layer_backward.value == 0 && head_forward.value == 0 && head_backward.value == 0;
+  }
+};
+
 struct RuntimeProfile {
   std::string name;
   std::string source;
@@ -175,6 +192,8 @@ struct RuntimeProfile {
   // cover the largest unit's owned elements, not all of them.
   bool step_per_unit = false;
   bool loss_all_reduce = false;  // the step's loss is all-reduced over the world (one scalar) every step
+  // --- the host's issue time on a GPU (section host_issue, optional): see HostIssue ---
+  HostIssue host_issue;
   // --- the mesh the runtime runs (section mesh, optional; absent keys: supported) ---
   // Read by the capability table (strategy/capabilities.hpp) when fsdp-plan simulates or searches for this runtime:
   // tensor_parallel, sequence_parallel, async_tp, pipeline_parallel, interleaved_pipeline, pipeline_tied_embeddings.

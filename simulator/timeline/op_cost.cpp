@@ -245,6 +245,32 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   return op_duration(op, p, hw, c, s, price_layers(p, hw, s));
 }
 
+double host_issue_seconds(const Op& op, const StepProgram& p, const Strategy& s) {
+  const HostIssue& hi = p.host_issue;
+  if (hi.empty()) return 0;
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward: {
+      if (op.first_layer < 0) return 0;
+      double t = 0;
+      for (int64_t l = op.first_layer; l <= op.last_layer; ++l) {
+        if (op.kind == OpKind::Forward) {
+          t += hi.layer_forward.value;
+        } else {
+          t += hi.layer_backward.value + (recomputes_layer_forward(layer_ckpt(s, l)) ? hi.layer_forward.value : 0.0);
+        }
+      }
+      return t;
+    }
+    case OpKind::Loss:
+      return hi.head_forward.value;
+    case OpKind::LossBackward:
+      return hi.head_backward.value;
+    default:
+      return 0;
+  }
+}
+
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
                    const OpPrices& prices) {
   const DType dt = s.param_dtype;  // the compute dtype: parameters are cast to it for forward and backward

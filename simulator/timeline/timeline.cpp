@@ -25,6 +25,15 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   double compute_busy = 0;
   double comm_done = 0;  // latest end of any non-compute op so far (for barrier ops)
   const OpPrices prices = price_layers(p, hw, s);
+  // The host issues the ops in program order, each pass taking it host_issue_seconds, and runs ahead of the device
+  // without waiting for it: CUDA kernel launches and NCCL collectives are asynchronous, and a collective's
+  // Work.wait() makes the compute stream wait for the NCCL stream, not the host (torch/csrc/distributed/c10d/
+  // ProcessGroupNCCL.cpp WorkNCCL::synchronizeStream). An op cannot end before the host has issued the last of its
+  // kernels: end = max(device end, host issue end), the device then idles for the host (host-bound). The step starts
+  // with the host and device together (the previous step's loss was read back: nanotron's trainer logs loss.item()
+  // after every step). On a CPU device the host's time is the compute itself (HostOverhead), charged there.
+  const bool host_issue = !hw.device_is_host() && !p.host_issue.empty();
+  double host_clock = 0, host_wait = 0, host_wait_mid = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     // Tensor-parallel collectives and pipeline transfers block the compute stream: the next GEMM needs their output
@@ -39,12 +48,21 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     }
     double dur = op_duration(op, p, hw, c, s, prices);
     FSDP_ASSERT(dur >= 0, "negative op duration");
-    r.ops[i] = OpTiming{ready, ready + dur};
-    stream_free[resource] = ready + dur;
+    double waited = 0;  // for the host, beyond the device's own time
+    if (host_issue) {
+      host_clock += host_issue_seconds(op, p, s);
+      if (op.stream == Stream::Compute && host_clock > ready + dur) {
+        waited = host_clock - (ready + dur);
+        host_wait += waited;
+        if (op.micro_batch == 1) host_wait_mid += waited;
+      }
+    }
+    r.ops[i] = OpTiming{ready, ready + dur + waited};
+    stream_free[resource] = ready + dur + waited;
     if (op.stream != Stream::Compute && !blocking) comm_done = std::max(comm_done, ready + dur);
     switch (op.stream) {
       case Stream::Compute:
-        compute_busy += dur;
+        compute_busy += dur + waited;
         if (op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm) r.optimizer_s += dur;
         break;
       case Stream::AllGather:
@@ -143,7 +161,9 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     r.comm_s += repeats * mid_comm;
     r.tp_comm_s += repeats * mid_tp;
     r.pp_comm_s += repeats * mid_pp;
+    host_wait += repeats * host_wait_mid;
   }
+  r.host_wait_s = host_wait;
   // Pipeline parallelism: the schedule's bubble, (pp - 1) / v of one micro-batch's work on this stage
   // (pipeline_parallel.hpp; Narayanan et al. 2021 sec. 2.2): the stage idles while the pipeline fills and drains.
   if (p.layout.pp > 1) {

@@ -36,6 +36,9 @@ struct TimelineResult {
   // The stage's forward and backward of one micro-batch, the bubble's unit: its step before the optimizer phase over
   // the micro-batches (pp > 1 only).
   double pipeline_micro_batch_s = 0;
+  // The compute stream's wait for the host to issue its work (StepProgram::host_issue; in compute_s, not in
+  // exposed_comm_s): the step is host-bound by this much.
+  double host_wait_s = 0;
   std::vector<OpTiming> ops;  // per op of the program
 };
 
@@ -74,6 +77,12 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s,
                    const OpPrices& prices);
 double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s);
+
+// The host's time to issue `op` (StepProgram::host_issue, per pass): a decoder layer's forward for each layer a
+// Forward op computes; its backward, plus the forward again where the layer's checkpointing reruns it, for each
+// layer a Backward op computes; the embedding + head + loss forward at Loss and their backward at LossBackward.
+// Other ops are issued within those passes (their collectives) or are not priced (0).
+double host_issue_seconds(const Op& op, const StepProgram& p, const Strategy& s);
 
 TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, const Cluster& c, const Strategy& s);
 
