@@ -131,6 +131,18 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     step_segments_live = std::max(0.0, step_segments_live + sign * segment_bytes(o.largest_block_bytes));
     step_segments_most = std::max(step_segments_most, step_segments_live);
   };
+  // The collectives' recorded inputs (RuntimeProfile::collective_inputs_held_for_the_pass): held from their
+  // collective's issue until the walk leaves the pass (a micro-batch's forward, or its backward) that issued it. Each
+  // op's allocated bytes plus what is held then, plus the fragmentation of its dynamic memory, bounds the reserved
+  // peak from below; the most of it, and what was held then.
+  const bool hold_recorded = cuda && rt.collective_inputs_held_for_the_pass;
+  double held = 0, held_reserved_most = 0, held_at_most = 0;
+  int held_micro_batch = -1;
+  bool held_backward = false;
+  auto backward_pass = [](const Op& o) {
+    return o.kind == OpKind::Backward || o.kind == OpKind::LossBackward || o.phase == Phase::PostBackward ||
+           o.phase == Phase::TpBackwardCollectives;
+  };
   std::vector<const Op*> pending;
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
@@ -174,6 +186,16 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // The end of a micro-batch's backward waits for its reductions (FSDP2's root post-backward final
     // callback, torch/distributed/fsdp/_fully_shard/_fsdp_state.py; fsdp-run's ShardedModel::backward).
     if (i > 0 && op.micro_batch != p.ops[i - 1].micro_batch) flush_pending();
+    if (hold_recorded && op.stream == Stream::Compute &&
+        (op.micro_batch != held_micro_batch || backward_pass(op) != held_backward))
+      held = 0;  // a new pass: the GPU has run the last one's collectives
+    if (hold_recorded && op.stream_recorded_bytes > 0) {
+      if (held == 0) {
+        held_micro_batch = op.micro_batch;
+        held_backward = backward_pass(op);
+      }
+      held += rounded(op.stream_recorded_bytes, round_to);
+    }
     for (const MemEvent& e : op.on_issue) apply(e, op);
     step_segment(op, 1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
@@ -190,6 +212,13 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     else
       r.peak_allocated_after_backward = std::max(r.peak_allocated_after_backward, t);
     if (i < step_window) peak_before_window = std::max(peak_before_window, t);
+    if (held > 0) {
+      const double reserved_now = t + held + rt.fragmentation_fraction * std::max(0.0, t - persistent_total);
+      if (reserved_now > held_reserved_most) {
+        held_reserved_most = reserved_now;
+        held_at_most = held;
+      }
+    }
     if (t > r.peak_allocated) {
       r.peak_allocated = t;
       r.breakdown = during;
@@ -240,6 +269,12 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     const double before =
         peak_before_window + rt.fragmentation_fraction * std::max(0.0, peak_before_window - persistent_total);
     frag = std::max(frag, before + step_segments_most - r.peak_allocated);
+  }
+  // The collectives' held inputs: the allocator serves the pass's later blocks with segments beside them, so reserved
+  // memory is at least the allocated bytes, the held ones and the fragmentation of that moment.
+  if (held_reserved_most > r.peak_allocated + frag) {
+    frag = held_reserved_most - r.peak_allocated;
+    r.collective_inputs_held = held_at_most;
   }
   r.reserved_peak = r.peak_allocated + frag;
   r.breakdown[idx(MemoryCategory::Fragmentation)] = frag;

@@ -48,6 +48,10 @@ struct MemoryResult {
   // blocks larger than any the micro-batches allocated (memory_walk.cpp, step segments; Op::largest_block_bytes).
   // The reserved peak is at least the micro-batches' reserved peak plus these. 0 on a CPU run.
   double step_segments = 0;
+  // Of the fragmentation: the collectives' recorded inputs (Op::stream_recorded_bytes) the caching allocator still
+  // holds at the moment reserved memory peaks (RuntimeProfile::collective_inputs_held_for_the_pass), where that moment
+  // sets the reserved peak; else 0.
+  double collective_inputs_held = 0;
   bool capped_at_device = false;  // cap_reserved_at_device lowered the fragmentation to what the device holds
 };
 

@@ -566,6 +566,13 @@ struct Emitter {
       op.comm_calls = c.calls;
       op.async_tp_fused_calls = c.fused_calls;
       op.transient_bytes = c.gathered_bytes;
+      // Each sequence-parallel reduce-scatter reads a full-sequence tensor its block frees right after: the row
+      // linears' outputs in forward, the column linears' (and the head's) input gradients in backward, the
+      // embedding's output (nanotron tensor_parallel/distributed_differentiable_primitives.py
+      // _ReduceScatterSum.forward's input, functional.py _ColumnLinearAsyncCommunication.backward's grad_tensor @
+      // 67c5ebb6); ProcessGroupNCCL records it on its stream (RuntimeProfile::collective_inputs_held_for_the_pass).
+      if (c.kind == CollectiveKind::ReduceScatter && s.mesh.sequence_parallel)
+        op.stream_recorded_bytes = static_cast<double>(c.calls) * c.bytes;
       // The layers whose GEMMs the collectives may overlap (timeline/tp_linear_overlap.hpp).
       op.first_layer = u.first_layer;
       op.last_layer = u.last_layer;

@@ -62,6 +62,11 @@ struct Op {
   // runs, which on a CPU rank may overlap any compute issued before its consumer waits, or end before that compute
   // peaks (MemoryResult::peak_allocated_floor).
   double backend_buffer_bytes = 0;
+  // Of the blocks the program frees once this collective is issued, those it reads (not counted in its events: the
+  // compute op that wrote them frees them): the sequence-parallel reduce-scatters' full-sequence inputs. The caching
+  // allocator keeps them out of the compute stream's reach until the GPU has run the collective
+  // (RuntimeProfile::collective_inputs_held_for_the_pass); the memory walk holds them in reserved memory.
+  double stream_recorded_bytes = 0;
   InlineList<MemEvent, 3> on_complete;  // applied when it completes
   // Cost (read by the timeline)
   double matmul_flops = 0;     // total GEMM FLOPs of the op (for the trace and checks)

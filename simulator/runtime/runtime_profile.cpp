@@ -91,6 +91,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     }
     if (alloc.has("sharded_grads_in_reduce_stream_pool"))
       r.sharded_grads_in_reduce_stream_pool = alloc.get_bool("sharded_grads_in_reduce_stream_pool");
+    if (alloc.has("collective_inputs_held_for_the_pass"))
+      r.collective_inputs_held_for_the_pass = alloc.get_bool("collective_inputs_held_for_the_pass");
   });
   if (given(map, "context_memory", derived)) r.context_memory = map.get_bytes("context_memory");
   if (given(map, "nccl_memory_per_communicator", derived))

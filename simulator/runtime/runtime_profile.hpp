@@ -44,6 +44,19 @@ struct RuntimeProfile {
   // re-allocated on the same stream, but not on any other stream"), so after zero_grad frees them their blocks stay
   // reserved in that stream's pool, out of the compute stream's reach. Optional in the file (absent: false).
   bool sharded_grads_in_reduce_stream_pool = false;
+  // The blocks a collective reads and the program frees right after issuing it (Op::stream_recorded_bytes: the
+  // sequence-parallel reduce-scatters' full-sequence inputs) stay reserved, out of the compute stream's reach, until
+  // the pass that issued them (a micro-batch's forward, or its backward, on the rank) has been issued whole.
+  // ProcessGroupNCCL records a collective's inputs on its NCCL stream (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
+  // collective(): "Both `inputs' and `outputs' ... must record the ncclStream", recordStream of every input unless
+  // TORCH_NCCL_AVOID_RECORD_STREAMS is set, async_op or not; releases since stash them on the Work until its wait()
+  // instead, which this does not model), and the caching allocator returns a freed block with recorded streams to its
+  // pool only once an event recorded on those streams at the free has completed on the GPU
+  // (c10/cuda/CUDACachingAllocator.cpp free -> insert_events; process_events at each malloc). A runtime that does
+  // not wait for the GPU within the micro-batches issues a pass before the GPU has run its collectives, so the pass's
+  // later blocks cannot be carved from them. Optional in the file (allocator.collective_inputs_held_for_the_pass;
+  // absent: false, the blocks reusable at once, as when the GPU keeps up with the CPU).
+  bool collective_inputs_held_for_the_pass = false;
   // --- fixed costs outside the allocator's statistics ---
   Bytes context_memory{0};                // CUDA context + kernels + cuBLAS/cuDNN handles (workspace category)
   Bytes nccl_memory_per_communicator{0};  // NCCL channel buffers (nccl category)

@@ -663,3 +663,67 @@ TEST_CASE("step segments: nanotron's ZeRO-1 gather stages the replica in a segme
   s.kind = StrategyKind::Ddp;
   CHECK(walk(g, s, rt, 2, 8).step_segments == 0);
 }
+
+namespace {
+
+// A hand-built tensor-parallel micro-batch: 10 GiB of persistent states; two forward layers saving 2 GiB each, each
+// followed by its reduce-scatters, whose inputs (1 GiB) ProcessGroupNCCL records on its stream; the head and loss with
+// 3 GiB of working memory; the loss backward with 4 GiB; a backward freeing the activations, its reduce-scatter.
+StepProgram tp_micro_batch() {
+  StepProgram p;
+  p.persistent.push_back({MemoryCategory::ShardedParams, 10 * kSegGiB});
+  auto compute = [&](OpKind k, Phase ph, double saved, double transient) {
+    Op o;
+    o.kind = k;
+    o.phase = ph;
+    if (saved > 0) o.on_issue.push_back({MemoryCategory::Activations, saved});
+    if (saved < 0) o.on_complete.push_back({MemoryCategory::Activations, saved});
+    o.transient_bytes = transient;
+    p.ops.push_back(o);
+  };
+  auto reduce_scatter = [&](Phase ph) {
+    Op rs = make_collective_op(OpKind::TpCollective, Stream::TensorParallel, -1, 0, ph, CollectiveKind::ReduceScatter,
+                               GroupKind::Tensor);
+    rs.stream_recorded_bytes = 1 * kSegGiB;
+    p.ops.push_back(rs);
+  };
+  compute(OpKind::Forward, Phase::Forward, 2 * kSegGiB, 0);
+  reduce_scatter(Phase::TpForwardCollectives);
+  compute(OpKind::Forward, Phase::Forward, 2 * kSegGiB, 0);
+  reduce_scatter(Phase::TpForwardCollectives);
+  compute(OpKind::Loss, Phase::HeadLossForward, 0, 3 * kSegGiB);
+  compute(OpKind::LossBackward, Phase::LossBackward, 0, 4 * kSegGiB);
+  compute(OpKind::Backward, Phase::Backward, -4 * kSegGiB, 0);
+  reduce_scatter(Phase::TpBackwardCollectives);
+  return p;
+}
+
+}  // namespace
+
+// c10/cuda/CUDACachingAllocator.cpp: a freed block with streams recorded on it returns to its pool only once an event
+// recorded on those streams at the free has completed (free -> insert_events, process_events at each malloc); a
+// runtime issuing a pass ahead of the GPU (nanotron: allocator.collective_inputs_held_for_the_pass) keeps every
+// reduce-scatter input of the pass reserved beside what the pass allocates after it.
+TEST_CASE("recorded collective inputs: held in reserved memory until their pass is issued, not beyond") {
+  RuntimeProfile rt = runtime("nanotron");
+  REQUIRE(rt.collective_inputs_held_for_the_pass);
+  const double f = rt.fragmentation_fraction;
+  const MemoryResult r = walk_memory(tp_micro_batch(), rt, 8);
+  // Allocated peaks in the loss backward: 10 + 4 (both layers' activations) + 4 (its working memory).
+  CHECK(r.peak_allocated == doctest::Approx(18 * kSegGiB));
+  // Reserved peaks in the loss forward: 17 GiB allocated (10 + 4 + 3), both forward reduce-scatters' inputs held
+  // (2 GiB), and the fraction of its 7 GiB of dynamic memory: 19 + 7f, over the allocated peak's 18 + 8f. Were the
+  // forward's inputs still held in the loss backward (a new pass), it would be 18 + 2 + 8f.
+  CHECK(r.reserved_peak == doctest::Approx(19 * kSegGiB + f * 7 * kSegGiB));
+  CHECK(r.collective_inputs_held == doctest::Approx(2 * kSegGiB));
+  CHECK(cat(r.breakdown, MemoryCategory::Fragmentation) == doctest::Approx(r.reserved_peak - r.peak_allocated));
+  // A runtime that does not hold them (PyTorch's profile): the allocated peak and its fraction.
+  rt.collective_inputs_held_for_the_pass = false;
+  const MemoryResult plain = walk_memory(tp_micro_batch(), rt, 8);
+  CHECK(plain.reserved_peak == doctest::Approx(18 * kSegGiB + f * 8 * kSegGiB));
+  CHECK(plain.collective_inputs_held == 0);
+  CHECK_FALSE(runtime("pytorch").collective_inputs_held_for_the_pass);
+  // No caching allocator on a CPU run.
+  rt.collective_inputs_held_for_the_pass = true;
+  CHECK(walk_memory(tp_micro_batch(), rt, 8, /*cuda=*/false).reserved_peak == doctest::Approx(18 * kSegGiB));
+}

@@ -17,14 +17,14 @@ using namespace fsdp::test;
 
 namespace {
 
-// pytorch.yaml with `line` added under its sharding section, written to a scratch file; the loader's message
+// pytorch.yaml with `line` added under its `section` mapping, written to a scratch file; the loader's message
 // ("" when it loads).
-std::string load_error_with_sharding_line(const std::string& line) {
+std::string load_error_with_line(const std::string& section, const std::string& line) {
   std::ifstream in(root() + "/configs/runtimes/pytorch.yaml");
   std::stringstream text;
   text << in.rdbuf();
   std::string yaml = text.str();
-  const std::string anchor = "sharding:\n";
+  const std::string anchor = section + ":\n";
   const size_t at = yaml.find(anchor);
   REQUIRE(at != std::string::npos);
   yaml.insert(at + anchor.size(), "  " + line + "\n");
@@ -40,6 +40,8 @@ std::string load_error_with_sharding_line(const std::string& line) {
   std::filesystem::remove(path);
   return what;
 }
+
+std::string load_error_with_sharding_line(const std::string& line) { return load_error_with_line("sharding", line); }
 
 Strategy titan_row() {
   // tests/accuracy/published/torchtitan.yaml titan-h100-llama3-8b-8gpu-fsdp: FSDP2, per-op SAC, local batch 2 x 8192.
@@ -164,4 +166,16 @@ TEST_CASE("runtime profile: ZeRO's parameter gather staging is optional, parsed 
   // At one rank there is nothing to gather and nothing is staged.
   CHECK(walk_memory(program(g, s, nano, 1, 1), nano, 1).peak_allocated_after_backward ==
         doctest::Approx(walk_memory(program(g, s, bare, 1, 1), bare, 1).peak_allocated_after_backward));
+}
+
+TEST_CASE("runtime profile: allocator.collective_inputs_held_for_the_pass is optional and parsed strictly") {
+  CHECK(load_error_with_line("allocator", "collective_inputs_held_for_the_pass: true").empty());
+  CHECK(load_error_with_line("allocator", "collective_inputs_held_for_the_pass: mostly")
+            .find("collective_inputs_held_for_the_pass") != std::string::npos);
+  CHECK(load_error_with_line("allocator", "collective_inputs_held: true").find("collective_inputs_held") !=
+        std::string::npos);
+  // Only nanotron's profile sets it (configs/runtimes/nanotron.yaml: its CPU issues a pass ahead of the GPU).
+  for (const char* name : {"pytorch", "pytorch-fsdp1", "torchtitan", "fsdp-run", "deepspeed"})
+    CHECK_FALSE(runtime(name).collective_inputs_held_for_the_pass);
+  CHECK(runtime("nanotron").collective_inputs_held_for_the_pass);
 }

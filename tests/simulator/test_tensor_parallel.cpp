@@ -262,6 +262,9 @@ TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the voc
       ++layer_fwd;
       CHECK(op.comm_bytes == act);
       CHECK(op.comm_calls == 2);  // one layer: 2 all-gathers, then 2 reduce-scatters
+      // The reduce-scatters read the row linears' full-sequence outputs, freed once they are issued: what
+      // ProcessGroupNCCL records on its stream (Op::stream_recorded_bytes); the gathers' inputs are saved shards.
+      CHECK(op.stream_recorded_bytes == (op.collective == CollectiveKind::ReduceScatter ? 2 * act : 0.0));
     }
     if (op.phase == Phase::TpLossAllReduce) {
       ++loss;
@@ -272,6 +275,8 @@ TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the voc
   }
   CHECK(layer_fwd == 2);
   CHECK(loss == 1);
+  // Without sequence parallelism the all-reduces write in place: nothing is freed under them.
+  for (const Op& op : emit(plan(4, false), 8).ops) CHECK(op.stream_recorded_bytes == 0);
   // The head computes its quarter of the 128,256-entry vocabulary.
   CHECK(p.head_gemm.n == 128256 / 4);
   // Communicators: the data-parallel world of 2, and the tp group.
