@@ -1,6 +1,9 @@
 #include "timeline/async_tp_overlap.hpp"
 
 #include <algorithm>
+#include <cmath>
+
+#include "compute/compute_cost.hpp"
 
 namespace fsdp {
 
@@ -18,6 +21,89 @@ double async_tp_matmul_reduce_scatter_exposed_s(const AsyncTpGemms& g, const Asy
   // GEMM; the local chunk's last, under the final pulls; then the reduction of the partials.
   const double pipeline = std::max(t * g.pooled_s, g.single_s + (t - 1.0) * m.copy_s);
   return std::max(0.0, m.latency_s + pipeline + m.reduce_s - g.whole_s);
+}
+
+bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Strategy& s,
+                              const AsyncTpMoves& moves, double& exposed_s) {
+  const DType dt = s.param_dtype;
+  const int64_t tp = s.mesh.tp, hidden = p.head_gemm.k;
+  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
+  const bool gather = op.collective == CollectiveKind::AllGather;
+  if (!gather && op.collective != CollectiveKind::ReduceScatter) return false;
+  const bool backward = op.phase == Phase::TpBackwardCollectives;
+  // A GEMM's time on the cost path, its rows weighted as the layer's shape says (op_cost.cpp prices them alike).
+  auto gemm_s = [&](const GemmShape& g) {
+    const int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
+    return matmul_time(hw, m, g.n, g.k, dt).value;
+  };
+  auto add = [&](AsyncTpGemms& acc, const GemmShape& gs, double ratio) {
+    acc.whole_s += ratio * gemm_s(gs);
+    GemmShape part = gs;
+    part.m = std::max<int64_t>(1, gs.m / tp);
+    acc.single_s += ratio * gemm_s(part);
+    part.m = std::min(gs.m, std::max<int64_t>(1, 2 * gs.m / tp));
+    acc.pooled_s += ratio * gemm_s(part) / 2.0;
+  };
+  int calls = 0;
+  double total = 0;
+  auto price = [&](const AsyncTpGemms& g) {
+    ++calls;
+    total += gather ? async_tp_all_gather_matmul_exposed_s(g, moves, tp)
+                    : async_tp_matmul_reduce_scatter_exposed_s(g, moves, tp);
+  };
+  // A block's column GEMMs (all, or those the per-op policy recomputes) in one fused call.
+  auto columns = [&](const std::vector<GemmShape>& gm, size_t first, size_t end, double ratio, bool recomputed_only) {
+    AsyncTpGemms g;
+    for (size_t i = first; i < end; ++i)
+      if (!recomputed_only || gm[i].op_sac_recomputed) add(g, gm[i], ratio);
+    price(g);
+  };
+  auto single = [&](const GemmShape& gs, double ratio) {
+    AsyncTpGemms g;
+    add(g, gs, ratio);
+    price(g);
+  };
+  for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
+    const std::vector<GemmShape>& gm =
+        p.layer_shapes[static_cast<size_t>(p.layer_shape_of[static_cast<size_t>(l)])].gemms;
+    if (gm.size() < 4) return false;
+    // The blocks, read from the end as tp_overlap_gemms does: the MLP's row GEMM, its column GEMMs, the attention's
+    // row GEMM, its column GEMMs [0, attn_row).
+    const size_t mlp_row = gm.size() - 1;
+    size_t j = mlp_row;
+    while (j > 0 && gm[j - 1].k == hidden && gm[j - 1].n * tp != hidden) --j;
+    if (j == mlp_row || j < 2) return false;
+    const size_t mlp_first = j, attn_row = j - 1;
+    const ActCkpt mode = layer_ckpt(s, l);
+    const bool full = mode == ActCkpt::Full, sac_op = mode == ActCkpt::SelectiveOp;
+    if (!backward && gather) {
+      columns(gm, 0, attn_row, fwd_ratio, false);
+      columns(gm, mlp_first, mlp_row, fwd_ratio, false);
+    } else if (!backward) {
+      single(gm[attn_row], fwd_ratio);
+      single(gm[mlp_row], fwd_ratio);
+    } else if (gather) {
+      single(gm[attn_row], bwd_ratio);
+      single(gm[mlp_row], bwd_ratio);
+      if (full || sac_op) {
+        columns(gm, 0, attn_row, fwd_ratio, sac_op);
+        columns(gm, mlp_first, mlp_row, fwd_ratio, sac_op);
+      }
+    } else {
+      if (attn_row == 1) single(gm[0], bwd_ratio);
+      if (mlp_row - mlp_first == 1) single(gm[mlp_first], bwd_ratio);
+      if (full) {
+        single(gm[attn_row], fwd_ratio);
+        single(gm[mlp_row], fwd_ratio);
+      }
+    }
+  }
+  const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.holds_head();
+  if (head && gather && !backward) single(p.head_gemm, fwd_ratio);
+  if (head && !gather && backward) single(p.head_gemm, bwd_ratio);
+  if (calls != op.async_tp_fused_calls) return false;
+  exposed_s = total;
+  return true;
 }
 
 }  // namespace fsdp

@@ -36,6 +36,10 @@
 
 #include <cstdint>
 
+#include "hardware/hardware_profile.hpp"
+#include "program/step_program.hpp"
+#include "strategy/strategy.hpp"
+
 namespace fsdp {
 
 // The GEMMs one fused call decomposes, in seconds (one pass's share of the cost path's mean GEMM).
@@ -57,5 +61,19 @@ struct AsyncTpMoves {
 double async_tp_all_gather_matmul_exposed_s(const AsyncTpGemms& g, const AsyncTpMoves& m, int64_t tp);
 // Exposed seconds of one fused matmul + reduce-scatter (never negative).
 double async_tp_matmul_reduce_scatter_exposed_s(const AsyncTpGemms& g, const AsyncTpMoves& m, int64_t tp);
+
+// The exposed seconds of a tensor-parallel op's `op.async_tp_fused_calls` fused
+// calls, each priced with the GEMMs Inductor fuses it with (tensor_parallel.hpp), or false where the unit's layers
+// do not read as dense attention + MLP blocks (tp_overlap_gemms' reading) or the calls found do not match the count
+// (the caller then keeps the 1/tp estimate, tp_exposed_fraction). Per layer, as tp_forward_collectives /
+// tp_backward_collectives count them: forward the gathers of the attention's and the MLP's column-parallel inputs
+// (with every column GEMM of the block: fused_all_gather_matmul takes the list of Bs) and the reduce-scatters of
+// their row-parallel outputs; backward the gathers of the row outputs' gradients (the input-gradient GEMM of the row
+// linear), where the layer's forward runs again its column inputs' gathers (full: the block's column GEMMs; the
+// per-op policy: the ones it recomputes) and its row outputs' reduce-scatters (full), and the input-gradient
+// reduce-scatter of a block read by one linear; the head's gather forward and its input gradient's reduce-scatter.
+// Each GEMM at its pass's share of the cost path's mean (matmul_forward_ratio; a backward GEMM the rest over two).
+bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Strategy& s,
+                              const AsyncTpMoves& moves, double& exposed_s);
 
 }  // namespace fsdp

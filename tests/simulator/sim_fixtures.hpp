@@ -1,8 +1,14 @@
 // Shared helpers for simulator tests: load zoo models, runtimes and hardware from the source tree.
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include "core/errors.hpp"
 #include "memory/memory_walk.hpp"
 #include "model/model_loader.hpp"
 #include "program/step_program.hpp"
@@ -18,6 +24,30 @@ inline const std::string& root() {
 
 inline ModelSpec zoo(const std::string& name) { return load_model(name, root()); }
 inline RuntimeProfile runtime(const std::string& name) { return load_runtime(name, root()); }
+
+// The shipped runtime profile `name`'s text.
+inline std::string runtime_text(const std::string& name) {
+  std::ifstream in(root() + "/configs/runtimes/" + name + ".yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `yaml` written to a scratch file (`tag` in its name) and loaded as a runtime profile: the loader's message, "" when
+// it loads.
+inline std::string runtime_load_error(const std::string& yaml, const std::string& tag) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("fsdp-runtime-" + std::to_string(getpid()) + "-" + tag + ".yaml");
+  std::ofstream(path) << yaml;
+  std::string what;
+  try {
+    load_runtime(path.string(), root());
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  std::filesystem::remove(path);
+  return what;
+}
 inline HardwareProfile hardware(const std::string& name) { return load_hardware(name, root()); }
 
 inline StepProgram program(const ModuleGraph& g, const Strategy& s, const RuntimeProfile& rt, int64_t nodes,

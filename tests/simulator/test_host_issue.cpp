@@ -70,23 +70,10 @@ double last_charged_end(const StepProgram& p, const TimelineResult& r, const Str
 
 // The nanotron profile with `text` appended, written to a scratch file; the loader's message ("" when it loads).
 std::string load_error_with(const std::string& text) {
-  std::ifstream in(root() + "/configs/runtimes/nanotron.yaml");
-  std::stringstream yaml;
-  yaml << in.rdbuf();
-  std::string body = yaml.str();
+  const std::string body = runtime_text("nanotron");
   const size_t at = body.find("\nhost_issue:");
   REQUIRE(at != std::string::npos);
-  body = body.substr(0, at + 1) + text;
-  const auto path = std::filesystem::temp_directory_path() / ("fsdp-host-issue-" + std::to_string(getpid()) + ".yaml");
-  std::ofstream(path) << body;
-  std::string what;
-  try {
-    load_runtime(path.string(), root());
-  } catch (const InputError& e) {
-    what = e.what();
-  }
-  std::filesystem::remove(path);
-  return what;
+  return runtime_load_error(body.substr(0, at + 1) + text, "host-issue");
 }
 
 }  // namespace

@@ -20,25 +20,12 @@ namespace {
 // pytorch.yaml with `line` added under its `section` mapping, written to a scratch file; the loader's message
 // ("" when it loads).
 std::string load_error_with_line(const std::string& section, const std::string& line) {
-  std::ifstream in(root() + "/configs/runtimes/pytorch.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string yaml = text.str();
+  std::string yaml = runtime_text("pytorch");
   const std::string anchor = section + ":\n";
   const size_t at = yaml.find(anchor);
   REQUIRE(at != std::string::npos);
   yaml.insert(at + anchor.size(), "  " + line + "\n");
-  const auto path =
-      std::filesystem::temp_directory_path() / ("fsdp-runtime-" + std::to_string(getpid()) + "-torchtitan.yaml");
-  std::ofstream(path) << yaml;
-  std::string what;
-  try {
-    load_runtime(path.string(), root());
-  } catch (const InputError& e) {
-    what = e.what();
-  }
-  std::filesystem::remove(path);
-  return what;
+  return runtime_load_error(yaml, "torchtitan");
 }
 
 std::string load_error_with_sharding_line(const std::string& line) { return load_error_with_line("sharding", line); }
