@@ -69,7 +69,10 @@ constexpr double kMeshTimeMedianBand = 0.06;
 // The 3B tp 4 run at micro-batch 4 (+46.2%, dp 2 pp 2 on 2 nodes): bench_final2's same mesh on 2 nodes takes 194-211
 // ms per pipeline slot at micro-batch 1, 2 and 4 alike (jobs of 3.57G_dp2_tp4_pp2 at mbs 1, 2, 4), against 69 ms on
 // one node at micro-batch 1: a floor per slot of the cross-node pipeline the model does not have (README, the mesh
-// rows' accuracy). Its own band, at today's worst plus about 3 points (0.60 with the micro-batch-1 run in it, 0.35 with
+// rows' accuracy). Not nanotron's 100 ms metadata poll (p2p.py _send_meta / _recv_meta @ 67c5ebb6): tp-1 pipelines
+// across nodes pay nothing (job 14098578) and tp-2 floors are under 100 ms (14098594); bench_final2's tp > 1
+// pipelines on 2-8 nodes take about the stage's host issue time times 1 + tp / 2 a slot, no mechanism found. Its own
+// band, at today's worst plus about 3 points (0.60 with the micro-batch-1 run in it, 0.35 with
 // 31.9% before nanotron's layer kernels were priced as it runs them). The micro-batch-1 run on one node (+56.6%
 // before, then gated here at 0.60) is host-bound: nanotron's host issue time (configs/runtimes/nanotron.yaml
 // host_issue, fitted on bench_final2's other micro-batch-1 cells) took it to -4.5%, inside the rows' band.
