@@ -34,7 +34,10 @@ const std::string kDir = kRoot + "/tests/accuracy/published";
 // tests/accuracy/published/fitted.txt). A row
 // priced with a neighbour for a knob its source does not state, or that fsdp-plan does not model (the table's
 // "priced with" line), has its own, wider band: its error is partly the approximation's.
-constexpr double kTimeRowBand = 0.20;
+// With compute under communication at the measured 18.9% (docs/hardware.md "Compute under communication",
+// 2026-12-02): 12.3% worst of the rows with every knob stated (fms-llama2-13b-a100-128gpu-hsdp-mb1-2024-02, 14.7%
+// before), median 4.0%: the row band at that worst plus about 5 points (0.20 before).
+constexpr double kTimeRowBand = 0.17;
 constexpr double kTimeApproximatedRowBand = 0.29;
 constexpr double kMemoryRowBand = 0.12;
 constexpr double kMemoryApproximatedRowBand = 0.22;
