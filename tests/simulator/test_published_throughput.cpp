@@ -8,7 +8,7 @@
 //   hwprofiles/a100-80gb.yaml, h200-141gb.yaml: peak FLOP/s and memory bandwidth (datasheets), the
 //     matmul plateau (stas00/ml-engineering MAMF 0.869 on A100, MSMF 0.710 on H200), the attention
 //     curves (FlashAttention-2/-3 papers' benchmarks), the NVLink/IB bus-efficiency curves (NCCL's
-//     topo.h figures and nccl-tests sweeps), compute_slowdown_during_comm (NCCL channels over SMs);
+//     topo.h figures and nccl-tests sweeps), compute_slowdown_during_comm (measured, arXiv:2507.03114);
 //   configs/runtimes/pytorch.yaml: the optimizer's bytes per parameter (read from torch/optim/adamw.py);
 //     its one fitted constant, allocator.fragmentation_fraction, is fitted to the H200 rows' reserved
 //     memory (test_runtime_calibration.cpp) and plays no part in step time.
