@@ -77,6 +77,13 @@ const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, CollectiveKind kin
   return own != nullptr && !own->empty() ? *own : t.bus_efficiency;
 }
 
+const EfficiencyCurve& tier_bus_efficiency_by_nodes(const LinkTier& t, CollectiveKind kind) {
+  const EfficiencyCurve* own = nullptr;
+  if (kind == CollectiveKind::AllGather) own = &t.bus_efficiency_by_nodes_all_gather;
+  if (kind == CollectiveKind::ReduceScatter) own = &t.bus_efficiency_by_nodes_reduce_scatter;
+  return own != nullptr && !own->empty() ? *own : t.bus_efficiency_by_nodes;
+}
+
 BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g, Bytes message, CollectiveKind kind) {
   double s = message.value;
   bool uses_intra = g.ranks_per_node > 1;
@@ -97,9 +104,10 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& g,
     double nic_share = hw.nics_per_node * hw.inter_node.bandwidth.value / hw.gpus_per_node;
     double net = g.ranks_per_node * nic_share * tier_bus_efficiency(hw.inter_node, kind).at(s);
     // A fabric whose measured bus bandwidth falls with the node count (the profile's bus_efficiency_by_nodes,
-    // e.g. EFA on p5: hwprofiles/p5-h100-80gb.yaml) scales the network's share by its factor at this group's nodes.
-    if (!hw.inter_node.bus_efficiency_by_nodes.empty())
-      net *= hw.inter_node.bus_efficiency_by_nodes.at(static_cast<double>(g.nodes()));
+    // e.g. EFA on p5: hwprofiles/p5-h100-80gb.yaml) scales the network's share by its factor at this group's nodes,
+    // the collective's own factor where the profile measured one (bus_efficiency_by_nodes_all_gather, ...).
+    const EfficiencyCurve& by_nodes = tier_bus_efficiency_by_nodes(hw.inter_node, kind);
+    if (!by_nodes.empty()) net *= by_nodes.at(static_cast<double>(g.nodes()));
     bw = have ? std::min(bw, net) : net;
     have = true;
   }

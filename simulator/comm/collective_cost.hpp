@@ -39,6 +39,9 @@ BytesPerSecond ring_bus_bandwidth(const HardwareProfile& hw, const CommGroup& gr
 
 // The tier's bus-efficiency curve for `kind`: its own when present, else the shared bus_efficiency.
 const EfficiencyCurve& tier_bus_efficiency(const LinkTier& tier, CollectiveKind kind);
+// The tier's factor by node count for `kind`: its own (bus_efficiency_by_nodes_<kind>) when present, else the shared
+// bus_efficiency_by_nodes (empty: no factor).
+const EfficiencyCurve& tier_bus_efficiency_by_nodes(const LinkTier& tier, CollectiveKind kind);
 
 // One algorithm, priced as NCCL's tuning model does (src/graph/tuning.cc). Tree exists only for
 // all-reduce (as in NCCL); asking for another collective is a bug.

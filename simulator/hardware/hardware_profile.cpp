@@ -291,6 +291,12 @@ void read_tier(ConfigMap& parent, const std::string& key, bool inherit, LinkTier
     if (t.has(k)) *curve = read_curve(t, k, "message", CurveX::Bytes);
   if (t.has("bus_efficiency_by_nodes"))
     tier.bus_efficiency_by_nodes = read_curve(t, "bus_efficiency_by_nodes", "nodes", CurveX::Number);
+  // Optional per-collective factors by node count (docs/hardware.md): absent, the collective uses
+  // bus_efficiency_by_nodes.
+  for (auto [k, curve] :
+       {std::pair{"bus_efficiency_by_nodes_all_gather", &tier.bus_efficiency_by_nodes_all_gather},
+        std::pair{"bus_efficiency_by_nodes_reduce_scatter", &tier.bus_efficiency_by_nodes_reduce_scatter}})
+    if (t.has(k)) *curve = read_curve(t, k, "nodes", CurveX::Number);
   if (fabric != nullptr && t.has("fabric")) {
     const std::string f = t.get_enum("fabric", {"infiniband", "roce", "efa"});
     *fabric = f == "infiniband" ? Fabric::InfiniBand : f == "roce" ? Fabric::RoCE : Fabric::Efa;

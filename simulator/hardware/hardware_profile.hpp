@@ -55,6 +55,10 @@ struct LinkTier {
   // count beyond what the ring's latency explains (EFA: docs/hardware.md, "The network between nodes").
   // Empty means 1 at every node count.
   EfficiencyCurve bus_efficiency_by_nodes;
+  // Optional factors of one collective by node count (`bus_efficiency_by_nodes_all_gather`, `..._reduce_scatter`):
+  // empty means `bus_efficiency_by_nodes`. NCCL runs all-gather and reduce-scatter as rings only (no tree), and their
+  // measured bus bandwidth on EFA falls faster with the node count than the all-reduce's (docs/hardware.md).
+  EfficiencyCurve bus_efficiency_by_nodes_all_gather, bus_efficiency_by_nodes_reduce_scatter;
 };
 
 // Host time of an eager runtime's operators that the kernel costs do not account for (ATen dispatch, output

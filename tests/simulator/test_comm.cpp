@@ -319,3 +319,19 @@ TEST_CASE("p5 EFA: all-reduce bus bandwidth by node count reproduces the playboo
   CHECK(collective_time(ib, CollectiveKind::AllReduce, gib, g1).value ==
         doctest::Approx(collective_time(p5, CollectiveKind::AllReduce, gib, g1).value));
 }
+
+// A profile may give all-gather and reduce-scatter their own factor by node count (docs/hardware.md, "The network
+// between nodes": the playbook's p5 cluster measured them at 0.43 of the all-reduce's bus bandwidth on 32 nodes).
+TEST_CASE("a collective's own factor by node count replaces the shared one; absent, the shared one applies") {
+  HardwareProfile hw = synthetic_node();
+  // 2 nodes of 8: the network's share is 8 x 25 x 0.8 = 160 GB/s, over NVLink's 100; a factor of 0.25 makes it 40.
+  hw.inter_node.bus_efficiency_by_nodes = EfficiencyCurve{{2.0}, {0.5}};  // 80 GB/s: NVLink's 100 no longer binds
+  hw.inter_node.bus_efficiency_by_nodes_all_gather = EfficiencyCurve{{2.0}, {0.25}};  // 40 GB/s
+  CommGroup g = make_group(hw, 16, 8);
+  const Bytes s(1.0 * kGiB);
+  CHECK(ring_bus_bandwidth(hw, g, s, CollectiveKind::AllGather).value == doctest::Approx(40 * kGB));
+  CHECK(ring_bus_bandwidth(hw, g, s, CollectiveKind::ReduceScatter).value == doctest::Approx(80 * kGB));
+  CHECK(ring_bus_bandwidth(hw, g, s, CollectiveKind::AllReduce).value == doctest::Approx(80 * kGB));
+  // Inside one node no factor applies.
+  CHECK(ring_bus_bandwidth(hw, make_group(hw, 8, 8), s, CollectiveKind::AllGather).value == doctest::Approx(100 * kGB));
+}

@@ -470,6 +470,26 @@ TEST_CASE("a derived profile overrides the keys it gives, key by key, and inheri
     CHECK(hw.intra_node.bandwidth == h100.intra_node.bandwidth);
     CHECK(hw.attention_efficiency.x == h100.attention_efficiency.x);  // a curve not given stays
   }
+  SUBCASE("a collective's own factor by node count is read, checked like any curve, and optional") {
+    const HardwareProfile hw =
+        load_hardware(write_temp_profile("base: p5-h100-80gb\nname: efa-gather\nnode:\n  inter_node:\n"
+                                         "    bus_efficiency_by_nodes_all_gather:\n"
+                                         "      - {nodes: 2, efficiency: 0.5}\n"
+                                         "      - {nodes: 32, efficiency: 0.1}\n",
+                                         "derived_by_nodes_ag"),
+                      kRoot);
+    REQUIRE(hw.inter_node.bus_efficiency_by_nodes_all_gather.x.size() == 2);
+    CHECK(hw.inter_node.bus_efficiency_by_nodes_all_gather.at(32) == doctest::Approx(0.1));
+    CHECK(hw.inter_node.bus_efficiency_by_nodes_reduce_scatter.empty());
+    // The shared curve stays the base's.
+    CHECK(hw.inter_node.bus_efficiency_by_nodes.x ==
+          load_hardware("p5-h100-80gb", kRoot).inter_node.bus_efficiency_by_nodes.x);
+    CHECK(contains(error_of(write_temp_profile("base: h100-80gb\nname: x\nnode:\n  inter_node:\n"
+                                               "    bus_efficiency_by_nodes_reduce_scatter:\n"
+                                               "      - {nodes: 2, efficiency: 1.5}\n",
+                                               "derived_by_nodes_rs_bad")),
+                   "bus_efficiency_by_nodes_reduce_scatter[0].efficiency"));
+  }
   SUBCASE("a derived profile may be the base of another; a relative path is the file's own directory's") {
     write_temp_profile("base: h100-80gb\nname: mid\nnode:\n  nics_per_node: 4\n", "chain_mid");
     const HardwareProfile hw = load_hardware(
