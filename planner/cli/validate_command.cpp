@@ -7,16 +7,20 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "validate/published_runs.hpp"
+#include "validate/row_breakdown.hpp"
 
 namespace fsdp {
 
 int run_validate(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root"}, {"--help"});
+  Args args(argv, {"--config-root", "--breakdown"}, {"--help"});
   if (args.has("--help")) {
-    std::cout << "usage: fsdp-plan validate [DIR]\n"
+    std::cout << "usage: fsdp-plan validate [DIR] [--breakdown TEXT]\n"
                  "  simulates every published run of DIR (default: tests/accuracy/published of the source tree;\n"
                  "  format: SCHEMA.md there) and prints predicted against measured tokens/s and peak memory,\n"
-                 "  with the median and max |error| over all rows, the held-out rows and each source.\n";
+                 "  with the median and max |error| over all rows, the held-out rows and each source.\n"
+                 "  --breakdown TEXT: instead, for each row whose id contains TEXT, where its predicted step goes\n"
+                 "  (seconds: compute, collectives, exposed, compute slowed beside collectives, after the backward)\n"
+                 "  and its predicted device memory against the GPU's usable memory.\n";
     return 0;
   }
   const std::string root = config_root_from(argv);
@@ -27,7 +31,11 @@ int run_validate(const std::vector<std::string>& argv) {
                               : args.positional()[0];
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(dir + ": not a directory of published runs");
-  std::cout << format_validation(validate_published(dir, root));
+  const ValidationReport report = validate_published(dir, root);
+  if (auto match = args.get("--breakdown"))
+    std::cout << format_breakdown(report, *match);
+  else
+    std::cout << format_validation(report);
   return 0;
 }
 

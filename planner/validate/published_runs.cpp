@@ -423,6 +423,14 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   }
   res.simulated = true;
   res.fits = p.fits;
+  res.breakdown = RowResult::Breakdown{p.time.step_s,
+                                       p.time.compute_s,
+                                       p.time.comm_s,
+                                       p.time.exposed_comm_s,
+                                       p.time.contention_s,
+                                       p.time.optimizer_phase_s,
+                                       p.memory.device_total / kBytesPerGiB,
+                                       p.usable_bytes / kBytesPerGiB};
   res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
                   to_string(s.param_dtype), static_cast<long long>(s.micro_batch), static_cast<long long>(s.grad_accum),
                   static_cast<long long>(s.seq_len));

@@ -90,6 +90,14 @@ struct RowResult {
   // The step window's allocated peak (Measured::step_peak_allocated_gib; MemoryResult::peak_allocated_after_backward).
   std::optional<double> predicted_step_allocated_gib, measured_step_allocated_gib, step_allocated_error;
   bool fits = true;
+  // Where the predicted step goes (simulator/timeline/timeline.hpp TimelineResult) and the predicted device memory
+  // against the GPU's usable memory: whether a row is bound by compute or by communication, and how close to full.
+  // `fsdp-plan validate --breakdown TEXT` prints it (validate/row_breakdown.hpp).
+  struct Breakdown {
+    double step_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0, contention_s = 0, optimizer_phase_s = 0;
+    double device_total_gib = 0, usable_gib = 0;
+  };
+  std::optional<Breakdown> breakdown;
   bool fitted = false;         // some constant was fitted on this row
   bool fitted_time = false;    // on its step time (a constant without a "memory:" prefix)
   bool fitted_memory = false;  // on its memory (a constant without a "time:" prefix)

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli_runner.hpp"
@@ -108,4 +109,13 @@ TEST_CASE("planner: bad input") {
   // Why, in the memory table's category names, largest first: a full replica's optimizer states lead.
   CHECK(r.out.find("GiB per GPU > 80 GiB: optimizer_states ") != std::string::npos);
   CHECK(r.out.find(", sharded_params ") != std::string::npos);
+}
+
+TEST_CASE("validate --breakdown: the matching rows' lines; a text no row's id contains is an error") {
+  auto r = run_cli("validate --breakdown titan-a100-llama2-70b-64gpu-mb1-sel-op");
+  CHECK(r.code == 0);
+  CHECK(r.out.rfind("row ", 0) == 0);  // the header first
+  CHECK(r.out.find("\ntitan-a100-llama2-70b-64gpu-mb1-sel-op ") != std::string::npos);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);
+  expect_error("validate --breakdown no-such-row", "no simulated row's id contains 'no-such-row'");
 }

@@ -61,7 +61,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST_CASE("every shipped hardware profile loads and is consistent") {
   auto names = list_hardware(kRoot);
   for (const char* required : {"a100-80gb", "a100-40gb", "a800-80gb", "h100-80gb", "h200-141gb", "l40s-48gb", "cpu",
-                               "p4d-a100-40gb", "p5-h100-80gb", "meta-roce-h100-80gb"})
+                               "p4d-a100-40gb", "p4de-a100-80gb", "p5-h100-80gb", "meta-roce-h100-80gb"})
     CHECK_MESSAGE(std::find(names.begin(), names.end(), required) != names.end(), required);
   CHECK(std::is_sorted(names.begin(), names.end()));
   for (const auto& n : names) {
@@ -123,7 +123,7 @@ TEST_CASE("the A100 and H100 families price compute under communication at the m
   // slowdown of 18.9%" against the same compute alone (4x A100, 4x H100, MI250, MI210). Before: NCCL's CTAs' share of
   // the SMs, 16/108 = 0.15 (A100) and 16/132 = 0.12 (H100). Derived profiles inherit it through base:.
   for (const char* name : {"a100-40gb", "a100-80gb", "a800-80gb", "h100-80gb", "h200-141gb", "p4d-a100-40gb",
-                           "p5-h100-80gb", "grand-teton-h100-96gb", "meta-roce-h100-80gb"}) {
+                           "p4de-a100-80gb", "p5-h100-80gb", "grand-teton-h100-96gb", "meta-roce-h100-80gb"}) {
     CAPTURE(name);
     CHECK(load_hardware(name, kRoot).compute_slowdown_during_comm == doctest::Approx(0.189));
   }
@@ -616,6 +616,15 @@ TEST_CASE("the network: fabric, NICs per node and their bandwidth, as the collec
         collective_time(dgx, CollectiveKind::AllGather, Bytes(kGiB), world));
   // EFA's hop is NCCL's 14 us plus twice the plugin's 75 us (hwprofiles/p4d-a100-40gb.yaml).
   CHECK(p4d.inter_node.latency.value == doctest::Approx(164 * kMicro));
+  // p4de.24xlarge: p4d's host and network around the DGX A100 640GB's GPUs (hwprofiles/p4de-a100-80gb.yaml).
+  const HardwareProfile p4de = load_hardware("p4de-a100-80gb", kRoot);
+  const HardwareProfile dgx_a100_80 = load_hardware("a100-80gb", kRoot);
+  CHECK(network_summary(p4de) == network_summary(p4d));
+  CHECK(p4de.inter_node.latency == p4d.inter_node.latency);
+  CHECK(p4de.usable_device_memory == dgx_a100_80.usable_device_memory);
+  CHECK(p4de.memory_bandwidth == dgx_a100_80.memory_bandwidth);
+  CHECK(p4de.host_memory == p4d.host_memory);
+  CHECK(p4de.cpu_cores == p4d.cpu_cores);
 
   SUBCASE("halving the NICs doubles the inter-node transfer of a large all-gather") {
     const std::string half_path =

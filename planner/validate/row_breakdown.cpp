@@ -1,0 +1,30 @@
+#include "validate/row_breakdown.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/errors.hpp"
+
+namespace fsdp {
+
+std::string format_breakdown(const ValidationReport& r, const std::string& match) {
+  std::ostringstream o;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-50s %8s %8s %8s %8s %8s %8s %8s %8s\n", "row", "step s", "compute", "comm",
+                "exposed", "contend", "opt tail", "mem GiB", "usable");
+  o << line;
+  int n = 0;
+  for (const RowResult& x : r.results) {
+    if (!x.simulated || !x.breakdown || x.row->id.find(match) == std::string::npos) continue;
+    const RowResult::Breakdown& b = *x.breakdown;
+    std::snprintf(line, sizeof line, "%-50s %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.1f %8.1f\n", x.row->id.c_str(),
+                  b.step_s, b.compute_s, b.comm_s, b.exposed_comm_s, b.contention_s, b.optimizer_phase_s,
+                  b.device_total_gib, b.usable_gib);
+    o << line;
+    ++n;
+  }
+  if (n == 0) throw InputError("--breakdown: no simulated row's id contains '" + match + "'");
+  return o.str();
+}
+
+}  // namespace fsdp
