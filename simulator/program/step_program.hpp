@@ -18,6 +18,7 @@
 #include "model/module_graph.hpp"
 #include "program/layer_costs.hpp"
 #include "program/op_kinds.hpp"
+#include "program/stage_invariants.hpp"
 #include "program/wrap_units.hpp"
 #include "runtime/runtime_profile.hpp"
 #include "strategy/strategy.hpp"
@@ -201,7 +202,9 @@ struct ProgramInput {
   int64_t pipeline_stage = 0;
 };
 
-StepProgram emit_step_program(const ProgramInput& in);
+// `shared`: where the stages of one plan (ProgramInputs differing in pipeline_stage only) keep what they derive alike
+// (program/stage_invariants.hpp): the first emission fills it, later ones read it; null derives everything here.
+StepProgram emit_step_program(const ProgramInput& in, StageInvariants* shared = nullptr);
 
 // Activation query for this strategy and runtime (dtype, attention, autocast, runtime module behaviour).
 ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt);
