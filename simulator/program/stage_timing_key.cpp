@@ -1,5 +1,7 @@
 #include "program/stage_timing_key.hpp"
 
+#include <algorithm>
+
 #include "program/pipeline_parallel.hpp"
 
 namespace fsdp {
@@ -10,22 +12,27 @@ std::optional<StageTimingKey> stage_timing_key(const ModuleGraph& g, const Strat
   if (mesh.pp < 3 || stage <= 0 || stage >= mesh.pp - 1) return std::nullopt;
   if (mesh.pp_schedule == PipelineSchedule::Interleaved1F1B || mesh.pp_virtual_stages != 1) return std::nullopt;
   if (rt.pipeline_split_by_cost) return std::nullopt;
-  // The even split (emit_step_program's, by_cost false): the stage's layers, and the head, final norm and loss on
-  // the last stage.
+  // The even split (emit_step_program's, by_cost false): the stage's layers.
   const StageLayers layers = stage_layers(g.spec().num_layers, mesh.pp, mesh.pp_virtual_stages, stage);
-  const PipelineTail tail = pipeline_tail(g.spec(), mesh.pp, false);
   StageTimingKey key;
   constexpr int64_t kModes = 8;  // more than ActCkpt's values
-  for (int64_t l = layers.first; l <= layers.last; ++l)
+  for (int64_t l = layers.first; l <= layers.last; ++l) {
     key.layers.push_back(g.layer_classes()[static_cast<size_t>(l)] * kModes + static_cast<int64_t>(layer_ckpt(s, l)));
-  for (const WrapUnit& u : stage_units(g, units, layers, stage, tail)) {
+    key.layers.push_back(g.params_under(g.layers()[static_cast<size_t>(l)]));
+  }
+  // The units stage_units keeps, clipped to the stage's layers as it clips them (without their names and parameters,
+  // which it derives from the layers).
+  for (const WrapUnit& u : units) {
     StageTimingKey::Unit k;
     k.is_root = u.is_root;
     if (u.num_layers() > 0) {
-      k.first = u.first_layer - layers.first;
-      k.last = u.last_layer - layers.first;
+      const int64_t first = std::max(u.first_layer, layers.first), last = std::min(u.last_layer, layers.last);
+      if (first > last && !u.is_root) continue;
+      if (first <= last) {
+        k.first = first - layers.first;
+        k.last = last - layers.first;
+      }
     }
-    k.params = u.params;
     key.units.push_back(k);
   }
   return key;

@@ -3,10 +3,14 @@
 // them hold the same layers in the same wrap units, so one timeline serves every stage of equal key.
 //
 // The key of a stage j between the first and the last (0 < j < pp - 1), its layers f_j .. f_j + n - 1: n; for each
-// offset i < n the graph's class of layer f_j + i (ModuleGraph::layer_classes) and its checkpointing mode
-// (layer_ckpt); and the stage's wrap units (pipeline_parallel.hpp stage_units) in order, each as whether it is the
-// root, its first and last layer less f_j, and its parameters. Claim: two such stages j and k of one plan with equal
-// keys have bit-identical timelines (run_timeline). Proof: let d = f_k - f_j.
+// offset i < n the graph's class of layer f_j + i (ModuleGraph::layer_classes), its checkpointing mode (layer_ckpt)
+// and its parameters; and the stage's wrap units (pipeline_parallel.hpp stage_units: the strategy's units clipped to
+// the stage's layers, the root kept) in order, each as whether it is the root and its first and last layer less f_j.
+// A unit's parameters follow (stage_units): its layers' (equal by the key), and the root's besides those the model
+// parts of the root that the stage holds, the same for every stage between under the even split (stage_holds: the
+// embedding and a vision tower on the first stage only, the final norm, head and loss on the last only, the others
+// on every stage). Claim: two such stages j and k of one plan with equal keys have bit-identical timelines
+// (run_timeline). Proof: let d = f_k - f_j.
 //  1. Emission (step_program.cpp emit_step_program) reads the stage through (a) the layout's stage predicates:
 //     first_stage(), holds_head(), holds_loss(), receives_logits(), sends_logits(), all false for both, as the key
 //     is only given under the even split with one model chunk per rank (head, final norm and loss on the last stage,
@@ -40,11 +44,10 @@
 namespace fsdp {
 
 struct StageTimingKey {
-  std::vector<int64_t> layers;  // per offset: graph class x 8 + checkpointing mode
+  std::vector<int64_t> layers;  // per offset: graph class x 8 + checkpointing mode, then the layer's parameters
   struct Unit {
     bool is_root = false;
     int64_t first = -1, last = -1;  // less the stage's first layer (-1 where the unit holds no layer)
-    int64_t params = 0;
     bool operator==(const Unit&) const = default;
   };
   std::vector<Unit> units;

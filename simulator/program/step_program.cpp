@@ -310,6 +310,12 @@ struct Emitter {
           if (k == ModuleKind::Norm && s.mesh.tp > 1) tp_replicated_params += static_cast<double>(g.params_under(c));
         }
       }
+    // Per-unit vectors, sized once (the search emits thousands of programs).
+    for (std::vector<double>* v :
+         {&train_p, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward, &unit_forward_transient,
+          &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &recompute_bytes, &recompute_flops,
+          &recompute_attn_flops, &recompute_elementwise})
+      v->reserve(prog.units.size());
     for (const auto& u : prog.units) {
       const double params = static_cast<double>(u.params);
       if (s.method == Method::Full) {
@@ -434,12 +440,30 @@ struct Emitter {
            (recomputes_layer_forward(lc.ckpt) ? lc.elementwise_bytes_per_token : 0.0);
   }
 
-  // The costs of a unit's decoder layers, in forward order.
-  std::vector<const LayerCost*> costs_of(const WrapUnit& u) const {
-    std::vector<const LayerCost*> out;
-    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l)
-      out.push_back(&class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])]);
-    return out;
+  // The costs of a unit's decoder layers, in forward order: a view over its layers (no vector per call: the setup
+  // asks for every unit's several times per program).
+  struct LayerCosts {
+    const Emitter* e;
+    int64_t first, count;  // the unit's first layer and how many (0 for none)
+    const LayerCost* operator[](size_t i) const {
+      return &e->class_costs[static_cast<size_t>(e->layer_class[static_cast<size_t>(first) + i])];
+    }
+    struct Iter {
+      const LayerCosts* v;
+      size_t i;
+      const LayerCost* operator*() const { return (*v)[i]; }
+      Iter& operator++() {
+        ++i;
+        return *this;
+      }
+      bool operator!=(const Iter& o) const { return i != o.i; }
+    };
+    Iter begin() const { return Iter{this, 0}; }
+    Iter end() const { return Iter{this, static_cast<size_t>(count)}; }
+  };
+  LayerCosts costs_of(const WrapUnit& u) const {
+    const bool any = u.first_layer >= 0 && u.last_layer >= u.first_layer;
+    return LayerCosts{this, any ? u.first_layer : 0, any ? u.last_layer - u.first_layer + 1 : 0};
   }
   double unit_elementwise_bytes(const WrapUnit& u) const {
     return unit_elementwise[static_cast<size_t>(&u - prog.units.data())];
@@ -974,7 +998,7 @@ void Emitter::emit_sharded() {
         // activations are never all alive at once. One op per layer; the unit's own non-layer
         // parameters (root: the embeddings; the head's came in the loss backward) get their gradients
         // after the last, when the embedding backward runs.
-        const std::vector<const LayerCost*> layers = costs_of(u);
+        const LayerCosts layers = costs_of(u);
         auto layer_train = [&](const LayerCost& lc) {
           if (adapters_outside_units()) return 0.0;
           return s.method == Method::Full ? lc.params : lc.lora_params;
