@@ -218,17 +218,18 @@ ProgramInput program_input(const SimulationInput& in) {
 StepProgram emit_stage_program(const SimulationInput& in, int64_t stage) {
   ProgramInput pi = program_input(in);
   pi.pipeline_stage = stage;
-  return emit_step_program(pi);
+  return emit_step_program(pi, in.memo);
 }
 
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   const ProgramInput pi = program_input(in);
   const Strategy& s = pi.strategy;
   const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);
-  // The stages of a pipeline plan derive their wrap units and layer costs alike: once for all of them
-  // (program/stage_invariants.hpp).
-  StageInvariants stages;
-  StepProgram prog = emit_step_program(pi, &stages);
+  // The stages of a pipeline plan derive their wrap units and layer costs alike, and so do many plans of a search:
+  // once for all of them (program/emit_memo.hpp), in the caller's memo where it gives one.
+  EmitMemo local_memo;
+  EmitMemo& memo = in.memo != nullptr ? *in.memo : local_memo;
+  StepProgram prog = emit_step_program(pi, &memo);
   Prediction p;
   p.params = in.graph->total_params();
   auto walk = [&](const StepProgram& program) {
@@ -244,7 +245,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     // the plan's memory is the worse of the two (pipeline_parallel.hpp).
     ProgramInput last = pi;
     last.pipeline_stage = s.mesh.pp - 1;
-    StepProgram last_prog = emit_step_program(last, &stages);
+    StepProgram last_prog = emit_step_program(last, &memo);
     MemoryResult last_mem = walk(last_prog);
     TimelineResult last_time = run_timeline(last_prog, *in.hardware, in.cluster, s);
     auto stage_label = [&](int64_t stage) {
@@ -281,7 +282,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       ProgramInput mid = pi;
       mid.pipeline_stage = stage;
       std::optional<StageTimingKey> key;
-      if (!walk_between) key = stage_timing_key(*in.graph, s, *in.runtime, stages.units, stage);
+      if (!walk_between) key = stage_timing_key(*in.graph, s, *in.runtime, memo.strategy_units(*in.graph, s), stage);
       if (key) {
         const auto same = std::find_if(timed.begin(), timed.end(), [&](const auto& k) { return k.first == *key; });
         if (same != timed.end()) {
@@ -292,7 +293,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
         }
         timed.emplace_back(std::move(*key), times.size());
       }
-      StepProgram mid_prog = emit_step_program(mid, &stages);
+      StepProgram mid_prog = emit_step_program(mid, &memo);
       if (walk_between) keep_worse(walk(mid_prog), stage);
       times.push_back(run_timeline(mid_prog, *in.hardware, in.cluster, s));
       programs.push_back(program_out ? std::move(mid_prog) : StepProgram{});
@@ -312,7 +313,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       // The slowest is a stage that took an equal stage's timeline: its own program, whose ops those timings are.
       ProgramInput mid = pi;
       mid.pipeline_stage = static_cast<int64_t>(slowest);
-      programs[slowest] = emit_step_program(mid, &stages);
+      programs[slowest] = emit_step_program(mid, &memo);
       FSDP_ASSERT(programs[slowest].ops.size() == p.time.ops.size(), "a stage of equal timing key has equal ops");
     }
     prog = std::move(programs[slowest]);

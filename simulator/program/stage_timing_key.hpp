@@ -18,7 +18,7 @@
 //     layer ranges, roots and parameters: equal up to the shift d by the key; their names feed op labels only);
 //     (c) per decoder layer l of a unit or of the stage, the graph's class of l, its checkpointing mode and the cost
 //     class (graph class, mode) they select: equal at l and l + d by the key, and the class costs themselves do not
-//     depend on the stage (stage_invariants.hpp); (d) the in-flight micro-batches of the schedule
+//     depend on the stage (emit_memo.hpp); (d) the in-flight micro-batches of the schedule
 //     (pp_in_flight_bytes), which differ by stage but enter memory events only. So the two op lists are equal
 //     field by field but for memory events, and first_layer / last_layer shifted by d.
 //  2. run_timeline reads of an op its stream, kind, phase, micro-batch, dependencies, barrier flag and cost fields,

@@ -196,8 +196,8 @@ struct Emitter {
     }
   }
 
-  // `shared`: the stages' cache (program/stage_invariants.hpp), or null.
-  void setup(StageInvariants* shared) {
+  // `memo`: what programs of the same inputs share (program/emit_memo.hpp), or null.
+  void setup(EmitMemo* memo) {
     q = activation_query(s, rt, sdpa_memory);
     tokens = static_cast<double>(s.micro_batch * s.seq_len);
     prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
@@ -225,20 +225,20 @@ struct Emitter {
     dp.gb = gb;
     dp.backend_gather_buffer = backend_gather_buffer;
     dp.host_params_are_compute_params = host_params_are_compute_params;
-    // What every pipeline stage of the plan derives alike (program/stage_invariants.hpp): from the stages' cache
-    // where an earlier stage filled it, else derived here (and stored where a cache is given).
-    const bool reuse = shared != nullptr && shared->filled;
-    FSDP_ASSERT(!reuse || (shared->graph == &g && shared->runtime == &rt), "a stage cache serves one plan's stages");
-    if (!reuse) {
-      prog.units = strategy_units(g, s);
-      if (shared != nullptr) shared->units = prog.units;
-    }
+    // The strategy's units (from the memo where one is given: program/emit_memo.hpp), clipped to a pipeline stage's
+    // layers.
+    std::vector<WrapUnit> built;
+    if (memo == nullptr) built = strategy_units(g, s);
+    const std::vector<WrapUnit>& all_units = memo != nullptr ? memo->strategy_units(g, s) : built;
     const StepLayout& lay = prog.layout;
-    if (lay.pp > 1)
-      prog.units = stage_units(g, reuse ? shared->units : prog.units,
-                               StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, tail());
-    else if (reuse)
-      prog.units = shared->units;
+    if (lay.pp > 1) {
+      prog.units =
+          stage_units(g, all_units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, tail());
+    } else if (memo != nullptr) {
+      prog.units = all_units;
+    } else {
+      prog.units = std::move(built);
+    }
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
@@ -248,15 +248,23 @@ struct Emitter {
     LayerCostInput lin{&g, &s, &rt, q, tokens};
     // Layers of one structure cost the same under one checkpointing mode: each (class, mode) is derived once
     // (ModuleGraph::layer_classes; every:N gives a class's layers two modes, layer_ckpt). Shapes are the class's.
+    // From the memo where an earlier program of the same inputs derived them (program/emit_memo.hpp).
+    std::optional<EmitMemo::CostKey> memo_key;
+    const EmitMemo::LayerClasses* known = nullptr;
+    if (memo != nullptr) {
+      memo->bind(g, rt);
+      memo_key = EmitMemo::cost_key(q, s);
+      known = memo->find(*memo_key);
+    }
+    if (known != nullptr) {
+      class_costs = known->class_costs;
+      layer_class = known->layer_class;
+      prog.layer_shapes = known->layer_shapes;
+      prog.layer_shape_of = known->layer_shape_of;
+    }
     std::vector<std::pair<int64_t, ActCkpt>> cost_keys;
     std::vector<int32_t> shape_of_class(g.layers().size(), -1);
-    if (reuse) {
-      class_costs = shared->class_costs;
-      layer_class = shared->layer_class;
-      prog.layer_shapes = shared->layer_shapes;
-      prog.layer_shape_of = shared->layer_shape_of;
-    }
-    for (size_t l = 0; !reuse && l < g.layers().size(); ++l) {
+    for (size_t l = 0; known == nullptr && l < g.layers().size(); ++l) {
       const int64_t cls = g.layer_classes()[l];
       const std::pair<int64_t, ActCkpt> key{cls, layer_ckpt(s, static_cast<int64_t>(l))};
       auto idx = static_cast<int32_t>(std::find(cost_keys.begin(), cost_keys.end(), key) - cost_keys.begin());
@@ -278,15 +286,9 @@ struct Emitter {
       layer_class.push_back(idx);
       prog.layer_shape_of.push_back(shape);
     }
-    if (shared != nullptr && !reuse) {
-      shared->graph = &g;
-      shared->runtime = &rt;
-      shared->class_costs = class_costs;
-      shared->layer_class = layer_class;
-      shared->layer_shapes = prog.layer_shapes;
-      shared->layer_shape_of = prog.layer_shape_of;
-      shared->filled = true;
-    }
+    if (memo != nullptr && known == nullptr)
+      memo->store(std::move(*memo_key),
+                  EmitMemo::LayerClasses{class_costs, layer_class, prog.layer_shapes, prog.layer_shape_of});
     if (s.mesh.tp > 1) {
       // One tp rank's parameters of each unit: its layers' (shard_layer_for_tp), and of the model's other parts the
       // embedding and head 1/tp, the final norm whole.
@@ -1414,7 +1416,7 @@ void Emitter::emit_optimizer_step() {
 
 }  // namespace
 
-StepProgram emit_step_program(const ProgramInput& in, StageInvariants* shared) {
+StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   FSDP_ASSERT(in.graph && in.runtime, "emit_step_program needs a graph and a runtime");
   const Strategy& s = in.strategy;
   Emitter e(*in.graph, s, *in.runtime);
@@ -1459,7 +1461,7 @@ StepProgram emit_step_program(const ProgramInput& in, StageInvariants* shared) {
   // Micro-batches between the first and the last are identical; one represents them all and the
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
-  e.setup(shared);
+  e.setup(memo);
   // Ops per unit and micro-batch: gathers, compute, frees, reductions, the mesh's collectives (a few more for
   // multi-layer units, which split their backward per layer); reserved once, as the search emits thousands.
   // Tensor parallelism adds its collectives (forward and backward, two kinds each with sequence parallelism); a unit

@@ -16,9 +16,9 @@
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
 #include "model/module_graph.hpp"
+#include "program/emit_memo.hpp"
 #include "program/layer_costs.hpp"
 #include "program/op_kinds.hpp"
-#include "program/stage_invariants.hpp"
 #include "program/wrap_units.hpp"
 #include "runtime/runtime_profile.hpp"
 #include "strategy/strategy.hpp"
@@ -202,9 +202,9 @@ struct ProgramInput {
   int64_t pipeline_stage = 0;
 };
 
-// `shared`: where the stages of one plan (ProgramInputs differing in pipeline_stage only) keep what they derive alike
-// (program/stage_invariants.hpp): the first emission fills it, later ones read it; null derives everything here.
-StepProgram emit_step_program(const ProgramInput& in, StageInvariants* shared = nullptr);
+// `memo`: what the programs of many plans (a plan's stages, a search's plans) derive alike, kept across them
+// (program/emit_memo.hpp); null derives everything here.
+StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo = nullptr);
 
 // Activation query for this strategy and runtime (dtype, attention, autocast, runtime module behaviour).
 ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt);
