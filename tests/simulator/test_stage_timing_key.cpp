@@ -42,10 +42,14 @@ struct Ckpt {
 TEST_CASE("stage timing key: stages between of equal key time bit-identically, and simulate() reports their step") {
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
   const HardwareProfile hw = load_hardware("h100-80gb", FSDP_SOURCE_ROOT);
-  int64_t equal_pairs = 0, unequal_pairs = 0, plans = 0;
-  // A uniform stack, one of alternating sliding-window and global layers, one of a global layer every sixth.
-  for (const std::string model : {"llama3-8b", "gemma2-9b", "gemma3-1b"}) {
-    const ModuleGraph graph{load_model(model, FSDP_SOURCE_ROOT)};
+  // A uniform stack, and one whose every fourth layer attends globally without RoPE and the others within chunks
+  // (Llama 4 Scout's NoPE layers: two classes of decoder layer, so stages of 6 layers alternate in key). Gemma's
+  // alternating windows would do too, but its tied embeddings refuse pipeline parallelism.
+  for (const std::string model : {"llama3-8b", "llama4-scout-17b-16e"}) {
+    ModelSpec spec = load_model(model, FSDP_SOURCE_ROOT);
+    if (spec.vision && spec.vision->image_tokens <= 0) spec.vision->image_tokens = 576;
+    const ModuleGraph graph{spec};
+    int64_t equal_pairs = 0, unequal_pairs = 0, plans = 0;
     for (int64_t pp : {4, 8})
       for (PipelineSchedule sched : {PipelineSchedule::OneFOneB, PipelineSchedule::GPipe})
         for (int64_t tp : {1, 2})
@@ -112,11 +116,12 @@ TEST_CASE("stage timing key: stages between of equal key time bit-identically, a
                   CHECK(chosen.layout.stage == static_cast<int64_t>(slowest));
                   CHECK(chosen.ops.size() == p.time.ops.size());
                 }
+    // The grid exercises both: stages that share a timeline and stages whose layers or units differ.
+    CAPTURE(model);
+    CHECK(plans > 50);
+    CHECK(equal_pairs > 50);
+    CHECK(unequal_pairs > 10);
   }
-  // The grid exercises both: stages that share a timeline and stages whose layers or units differ.
-  CHECK(plans > 100);
-  CHECK(equal_pairs > 100);
-  CHECK(unequal_pairs > 10);
 }
 
 TEST_CASE("stage timing key: none for the first and last stage, interleaved 1F1B or nanotron's compute-cost split") {
