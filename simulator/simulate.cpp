@@ -286,7 +286,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       if (key) {
         const auto same = std::find_if(timed.begin(), timed.end(), [&](const auto& k) { return k.first == *key; });
         if (same != timed.end()) {
-          times.push_back(times[same->second]);
+          TimelineResult alike = times[same->second];
+          times.push_back(std::move(alike));
           programs.push_back(StepProgram{});
           reused[static_cast<size_t>(stage)] = true;
           continue;
