@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "model/model_loader.hpp"
+#include "search/allocator_tuning.hpp"
 #include "search/plan_search.hpp"
 #include "simulate.hpp"
 
@@ -88,4 +89,12 @@ BENCHMARK(BM_SimulateLlama3_70b_64Gpus_Tp8Pp2)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// fsdp-plan's main keeps freed memory for reuse (search/allocator_tuning.hpp); the benchmarks run as it does.
+int main(int argc, char** argv) {
+  fsdp::keep_freed_memory_for_reuse();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,11 +1,14 @@
 #include "simulate.hpp"
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/errors.hpp"
 #include "program/pipeline_parallel.hpp"
+#include "program/stage_timing_key.hpp"
 #include "strategy/capabilities.hpp"
 
 namespace fsdp {
@@ -215,14 +218,18 @@ ProgramInput program_input(const SimulationInput& in) {
 StepProgram emit_stage_program(const SimulationInput& in, int64_t stage) {
   ProgramInput pi = program_input(in);
   pi.pipeline_stage = stage;
-  return emit_step_program(pi);
+  return emit_step_program(pi, in.memo);
 }
 
 Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   const ProgramInput pi = program_input(in);
   const Strategy& s = pi.strategy;
   const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);
-  StepProgram prog = emit_step_program(pi);
+  // The stages of a pipeline plan derive their wrap units and layer costs alike, and so do many plans of a search:
+  // once for all of them (program/emit_memo.hpp), in the caller's memo where it gives one.
+  EmitMemo local_memo;
+  EmitMemo& memo = in.memo != nullptr ? *in.memo : local_memo;
+  StepProgram prog = emit_step_program(pi, &memo);
   Prediction p;
   p.params = in.graph->total_params();
   auto walk = [&](const StepProgram& program) {
@@ -238,7 +245,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     // the plan's memory is the worse of the two (pipeline_parallel.hpp).
     ProgramInput last = pi;
     last.pipeline_stage = s.mesh.pp - 1;
-    StepProgram last_prog = emit_step_program(last);
+    StepProgram last_prog = emit_step_program(last, &memo);
     MemoryResult last_mem = walk(last_prog);
     TimelineResult last_time = run_timeline(last_prog, *in.hardware, in.cluster, s);
     auto stage_label = [&](int64_t stage) {
@@ -266,10 +273,28 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     std::vector<StepProgram> programs;
     times.push_back(std::move(p.time));
     programs.push_back(std::move(prog));
+    // Stages between of equal timing keys time alike, bit for bit (program/stage_timing_key.hpp, with the proof):
+    // one is emitted and timed, the others take its timeline (and are emitted afterwards only where the slowest is
+    // one of them and the caller wants its program). Not where the stages between are walked too.
+    std::vector<std::pair<StageTimingKey, size_t>> timed;  // a key and the stage timed for it
+    std::vector<bool> reused(static_cast<size_t>(s.mesh.pp), false);
     for (int64_t stage = 1; !interleaved && stage < s.mesh.pp - 1; ++stage) {
       ProgramInput mid = pi;
       mid.pipeline_stage = stage;
-      StepProgram mid_prog = emit_step_program(mid);
+      std::optional<StageTimingKey> key;
+      if (!walk_between) key = stage_timing_key(*in.graph, s, *in.runtime, memo.strategy_units(*in.graph, s), stage);
+      if (key) {
+        const auto same = std::find_if(timed.begin(), timed.end(), [&](const auto& k) { return k.first == *key; });
+        if (same != timed.end()) {
+          TimelineResult alike = times[same->second];
+          times.push_back(std::move(alike));
+          programs.push_back(StepProgram{});
+          reused[static_cast<size_t>(stage)] = true;
+          continue;
+        }
+        timed.emplace_back(std::move(*key), times.size());
+      }
+      StepProgram mid_prog = emit_step_program(mid, &memo);
       if (walk_between) keep_worse(walk(mid_prog), stage);
       times.push_back(run_timeline(mid_prog, *in.hardware, in.cluster, s));
       programs.push_back(program_out ? std::move(mid_prog) : StepProgram{});
@@ -285,6 +310,13 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       if (paced(times[j]) > paced(times[slowest])) slowest = j;
     }
     p.time = std::move(times[slowest]);
+    if (program_out && reused[slowest]) {
+      // The slowest is a stage that took an equal stage's timeline: its own program, whose ops those timings are.
+      ProgramInput mid = pi;
+      mid.pipeline_stage = static_cast<int64_t>(slowest);
+      programs[slowest] = emit_step_program(mid, &memo);
+      FSDP_ASSERT(programs[slowest].ops.size() == p.time.ops.size(), "a stage of equal timing key has equal ops");
+    }
     prog = std::move(programs[slowest]);
     if (!interleaved) {
       // The bubble and the step move together; the exposed communication (idle less the bubble) is unchanged.

@@ -26,6 +26,9 @@ struct SimulationInput {
   // model_flops_per_token of the graph at the strategy's sequence and method, when the caller has it (the search
   // prices thousands of plans of one model and sequence); 0: simulate computes it.
   double model_flops_per_token = 0;
+  // What the programs of many plans derive alike (program/emit_memo.hpp), kept across the caller's simulations of
+  // one graph and runtime (the search's); null: kept across the stages of this plan only.
+  EmitMemo* memo = nullptr;
 };
 
 // A configuration that cannot run at all (not a user typo: a value the planner counts and explains).

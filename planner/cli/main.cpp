@@ -8,9 +8,12 @@
 #include "cli/commands.hpp"
 #include "cli/plan_command.hpp"
 #include "core/errors.hpp"
+#include "search/allocator_tuning.hpp"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // The search's step programs reuse the heap's freed memory (search/allocator_tuning.hpp).
+  fsdp::keep_freed_memory_for_reuse();
   try {
     if (!args.empty() && args[0] == "simulate") return fsdp::run_simulate({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "compare") return fsdp::run_compare({args.begin() + 1, args.end()});

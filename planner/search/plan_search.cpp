@@ -129,6 +129,9 @@ SearchResult search_plans(const SearchRequest& req) {
   const double budget = usable * (1.0 - req.memory_headroom);
   res.budget_bytes = budget;
   const ModelSpec& m = req.graph->spec();
+  // What the plans' step programs derive alike (wrap units, layer-class costs), once for the search
+  // (program/emit_memo.hpp): exact, keyed by every input of those derivations.
+  EmitMemo memo;
 
   std::vector<StrategyKind> kinds = pinned_or(
       req.pins.strategy, {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2,
@@ -421,6 +424,7 @@ SearchResult search_plans(const SearchRequest& req) {
                       continue;
                     }
                     SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s, flops_per_token};
+                    in.memo = &memo;
                     // The throughput bound (plan_search.hpp): a plan whose pure compute already makes it slower
                     // than every result it could join is not simulated.
                     const BoundKey bkey{mesh.tp, mesh.pp, s.act_ckpt, s.ckpt_every, mb, accum, s.param_dtype};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/errors.hpp"
@@ -76,13 +77,22 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   MemoryBreakdown cur{};
   const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
   Ledger ledger;
+  // The categories some event has changed (a bit each; Transient always counts): the others hold exactly +0.0
+  // throughout, and the per-op total below skips them. Exact: the running sum starts at +0.0 and a rounded sum is
+  // -0.0 only where both terms are, so it is never -0.0, and s + (+0.0) == s for every s that is not -0.0.
+  uint32_t touched = 1u << idx(MemoryCategory::Transient);
+  auto touch = [&](MemoryCategory c) { touched |= 1u << idx(c); };
   for (const MemEvent& e : p.persistent) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
+    touch(e.category);
     ledger.persistent(e);
   }
   // On a CPU run the "host" and the device are the same memory: offloaded state counts too.
   if (!cuda)
-    for (const MemEvent& e : p.host_persistent) cur[idx(e.category)] += e.bytes;
+    for (const MemEvent& e : p.host_persistent) {
+      cur[idx(e.category)] += e.bytes;
+      touch(e.category);
+    }
   auto total = [](const MemoryBreakdown& b) {
     double t = 0;
     for (double v : b) t += v;
@@ -147,6 +157,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   std::vector<int> gathers_open;
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
+    touch(e.category);
     if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
       rs_live += rounded(e.bytes, round_to);
       rs_most = std::max(rs_most, rs_live);
@@ -199,11 +210,19 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     for (const MemEvent& e : op.on_issue) apply(e, op);
     step_segment(op, 1.0);
     if (backend_buffers_until_waited) cur[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
-    MemoryBreakdown during = cur;
-    during[idx(MemoryCategory::Transient)] += rounded(op.transient_bytes, round_to);
-    if (!backend_buffers_until_waited)
-      during[idx(MemoryCategory::Transient)] += rounded(op.backend_buffer_bytes, round_to);
-    double t = total(during);
+    // The op's bytes: what is allocated, its working memory (Transient) and, where it lives only while the gather
+    // is walked, the backend's buffer; summed over the categories in order, as total() does, but for those no event
+    // has touched (+0.0, above). The breakdown is copied out only at a new peak.
+    constexpr size_t kTransient = static_cast<size_t>(MemoryCategory::Transient);
+    double transient_now = cur[kTransient];
+    transient_now += rounded(op.transient_bytes, round_to);
+    if (!backend_buffers_until_waited) transient_now += rounded(op.backend_buffer_bytes, round_to);
+    double t = 0;
+    for (size_t c = 0; c < kNumMemoryCategories; ++c)
+      if (c == kTransient)
+        t += transient_now;
+      else if ((touched >> c) & 1u)
+        t += cur[c];
     r.samples.push_back(MemorySample{static_cast<int>(i), t});
     // The micro-batches end with the last backward compute or post-backward hook (the autograd engine's final
     // callbacks run inside loss.backward()): the window after it starts over at each of them.
@@ -221,7 +240,8 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     }
     if (t > r.peak_allocated) {
       r.peak_allocated = t;
-      r.breakdown = during;
+      r.breakdown = cur;
+      r.breakdown[kTransient] = transient_now;
       r.peak_op = static_cast<int>(i);
       rs_live_at_peak = rs_live;
     }

@@ -196,7 +196,8 @@ struct Emitter {
     }
   }
 
-  void setup() {
+  // `memo`: what programs of the same inputs share (program/emit_memo.hpp), or null.
+  void setup(EmitMemo* memo) {
     q = activation_query(s, rt, sdpa_memory);
     tokens = static_cast<double>(s.micro_batch * s.seq_len);
     prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
@@ -224,11 +225,20 @@ struct Emitter {
     dp.gb = gb;
     dp.backend_gather_buffer = backend_gather_buffer;
     dp.host_params_are_compute_params = host_params_are_compute_params;
-    prog.units = strategy_units(g, s);
+    // The strategy's units (from the memo where one is given: program/emit_memo.hpp), clipped to a pipeline stage's
+    // layers.
+    std::vector<WrapUnit> built;
+    if (memo == nullptr) built = strategy_units(g, s);
+    const std::vector<WrapUnit>& all_units = memo != nullptr ? memo->strategy_units(g, s) : built;
     const StepLayout& lay = prog.layout;
-    if (lay.pp > 1)
+    if (lay.pp > 1) {
       prog.units =
-          stage_units(g, prog.units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, tail());
+          stage_units(g, all_units, StageLayers{lay.stage_first_layer, lay.stage_last_layer}, lay.stage, tail());
+    } else if (memo != nullptr) {
+      prog.units = all_units;
+    } else {
+      prog.units = std::move(built);
+    }
     // LoRA (Hu et al. 2021, arXiv 2106.09685): rank-r adapters A (r x in) and B (out x r) on the target
     // linears, trainable; the base frozen in the compute dtype. QLoRA (Dettmers et al. 2023, arXiv
     // 2305.14314 sec. 3): the base linears in 4-bit NormalFloat with double-quantised constants,
@@ -238,9 +248,23 @@ struct Emitter {
     LayerCostInput lin{&g, &s, &rt, q, tokens};
     // Layers of one structure cost the same under one checkpointing mode: each (class, mode) is derived once
     // (ModuleGraph::layer_classes; every:N gives a class's layers two modes, layer_ckpt). Shapes are the class's.
+    // From the memo where an earlier program of the same inputs derived them (program/emit_memo.hpp).
+    std::optional<EmitMemo::CostKey> memo_key;
+    const EmitMemo::LayerClasses* known = nullptr;
+    if (memo != nullptr) {
+      memo->bind(g, rt);
+      memo_key = EmitMemo::cost_key(q, s);
+      known = memo->find(*memo_key);
+    }
+    if (known != nullptr) {
+      class_costs = known->class_costs;
+      layer_class = known->layer_class;
+      prog.layer_shapes = known->layer_shapes;
+      prog.layer_shape_of = known->layer_shape_of;
+    }
     std::vector<std::pair<int64_t, ActCkpt>> cost_keys;
     std::vector<int32_t> shape_of_class(g.layers().size(), -1);
-    for (size_t l = 0; l < g.layers().size(); ++l) {
+    for (size_t l = 0; known == nullptr && l < g.layers().size(); ++l) {
       const int64_t cls = g.layer_classes()[l];
       const std::pair<int64_t, ActCkpt> key{cls, layer_ckpt(s, static_cast<int64_t>(l))};
       auto idx = static_cast<int32_t>(std::find(cost_keys.begin(), cost_keys.end(), key) - cost_keys.begin());
@@ -262,6 +286,9 @@ struct Emitter {
       layer_class.push_back(idx);
       prog.layer_shape_of.push_back(shape);
     }
+    if (memo != nullptr && known == nullptr)
+      memo->store(std::move(*memo_key),
+                  EmitMemo::LayerClasses{class_costs, layer_class, prog.layer_shapes, prog.layer_shape_of});
     if (s.mesh.tp > 1) {
       // One tp rank's parameters of each unit: its layers' (shard_layer_for_tp), and of the model's other parts the
       // embedding and head 1/tp, the final norm whole.
@@ -285,6 +312,12 @@ struct Emitter {
           if (k == ModuleKind::Norm && s.mesh.tp > 1) tp_replicated_params += static_cast<double>(g.params_under(c));
         }
       }
+    // Per-unit vectors, sized once (the search emits thousands of programs).
+    for (std::vector<double>* v :
+         {&train_p, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward, &unit_forward_transient,
+          &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &recompute_bytes, &recompute_flops,
+          &recompute_attn_flops, &recompute_elementwise})
+      v->reserve(prog.units.size());
     for (const auto& u : prog.units) {
       const double params = static_cast<double>(u.params);
       if (s.method == Method::Full) {
@@ -409,12 +442,30 @@ struct Emitter {
            (recomputes_layer_forward(lc.ckpt) ? lc.elementwise_bytes_per_token : 0.0);
   }
 
-  // The costs of a unit's decoder layers, in forward order.
-  std::vector<const LayerCost*> costs_of(const WrapUnit& u) const {
-    std::vector<const LayerCost*> out;
-    for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l)
-      out.push_back(&class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])]);
-    return out;
+  // The costs of a unit's decoder layers, in forward order: a view over its layers (no vector per call: the setup
+  // asks for every unit's several times per program).
+  struct LayerCosts {
+    const Emitter* e;
+    int64_t first, count;  // the unit's first layer and how many (0 for none)
+    const LayerCost* operator[](size_t i) const {
+      return &e->class_costs[static_cast<size_t>(e->layer_class[static_cast<size_t>(first) + i])];
+    }
+    struct Iter {
+      const LayerCosts* v;
+      size_t i;
+      const LayerCost* operator*() const { return (*v)[i]; }
+      Iter& operator++() {
+        ++i;
+        return *this;
+      }
+      bool operator!=(const Iter& o) const { return i != o.i; }
+    };
+    Iter begin() const { return Iter{this, 0}; }
+    Iter end() const { return Iter{this, static_cast<size_t>(count)}; }
+  };
+  LayerCosts costs_of(const WrapUnit& u) const {
+    const bool any = u.first_layer >= 0 && u.last_layer >= u.first_layer;
+    return LayerCosts{this, any ? u.first_layer : 0, any ? u.last_layer - u.first_layer + 1 : 0};
   }
   double unit_elementwise_bytes(const WrapUnit& u) const {
     return unit_elementwise[static_cast<size_t>(&u - prog.units.data())];
@@ -949,7 +1000,7 @@ void Emitter::emit_sharded() {
         // activations are never all alive at once. One op per layer; the unit's own non-layer
         // parameters (root: the embeddings; the head's came in the loss backward) get their gradients
         // after the last, when the embedding backward runs.
-        const std::vector<const LayerCost*> layers = costs_of(u);
+        const LayerCosts layers = costs_of(u);
         auto layer_train = [&](const LayerCost& lc) {
           if (adapters_outside_units()) return 0.0;
           return s.method == Method::Full ? lc.params : lc.lora_params;
@@ -1365,7 +1416,7 @@ void Emitter::emit_optimizer_step() {
 
 }  // namespace
 
-StepProgram emit_step_program(const ProgramInput& in) {
+StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   FSDP_ASSERT(in.graph && in.runtime, "emit_step_program needs a graph and a runtime");
   const Strategy& s = in.strategy;
   Emitter e(*in.graph, s, *in.runtime);
@@ -1410,7 +1461,7 @@ StepProgram emit_step_program(const ProgramInput& in) {
   // Micro-batches between the first and the last are identical; one represents them all and the
   // timeline scales its duration (timeline.cpp).
   lay.micro_batches_emitted = std::min<int64_t>(s.grad_accum, 3);
-  e.setup();
+  e.setup(memo);
   // Ops per unit and micro-batch: gathers, compute, frees, reductions, the mesh's collectives (a few more for
   // multi-layer units, which split their backward per layer); reserved once, as the search emits thousands.
   // Tensor parallelism adds its collectives (forward and backward, two kinds each with sequence parallelism); a unit

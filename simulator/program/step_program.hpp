@@ -16,6 +16,7 @@
 #include "hardware/cluster.hpp"
 #include "memory/memory_category.hpp"
 #include "model/module_graph.hpp"
+#include "program/emit_memo.hpp"
 #include "program/layer_costs.hpp"
 #include "program/op_kinds.hpp"
 #include "program/wrap_units.hpp"
@@ -201,7 +202,9 @@ struct ProgramInput {
   int64_t pipeline_stage = 0;
 };
 
-StepProgram emit_step_program(const ProgramInput& in);
+// `memo`: what the programs of many plans (a plan's stages, a search's plans) derive alike, kept across them
+// (program/emit_memo.hpp); null derives everything here.
+StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo = nullptr);
 
 // Activation query for this strategy and runtime (dtype, attention, autocast, runtime module behaviour).
 ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt);

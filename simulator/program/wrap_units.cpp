@@ -87,9 +87,12 @@ std::vector<WrapUnit> build_wrap_units(const ModuleGraph& g, const WrapPolicy& p
   return out;
 }
 
+WrapPolicy strategy_wrap_policy(const Strategy& s) {
+  return shards_params(s.kind) ? s.wrap : WrapPolicy{WrapKind::Layer, 1, 0};
+}
+
 std::vector<WrapUnit> strategy_units(const ModuleGraph& g, const Strategy& s) {
-  if (!shards_params(s.kind)) return build_wrap_units(g, WrapPolicy{WrapKind::Layer, 1, 0});
-  return build_wrap_units(g, s.wrap);
+  return build_wrap_units(g, strategy_wrap_policy(s));
 }
 
 }  // namespace fsdp

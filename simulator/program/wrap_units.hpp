@@ -32,5 +32,7 @@ std::vector<WrapUnit> build_wrap_units(const ModuleGraph& graph, const WrapPolic
 // per unit for the replicated strategies (DDP, no-shard, ZeRO-1/2), whose gradients are bucketed or
 // reduced layer by layer whatever the plan's wrap says. The step program and fsdp-run both build these.
 std::vector<WrapUnit> strategy_units(const ModuleGraph& graph, const Strategy& strategy);
+// The policy strategy_units builds by: build_wrap_units(graph, strategy_wrap_policy(strategy)).
+WrapPolicy strategy_wrap_policy(const Strategy& strategy);
 
 }  // namespace fsdp

@@ -34,6 +34,26 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // after every step). On a CPU device the host's time is the compute itself (HostOverhead), charged there.
   const bool host_issue = !hw.device_is_host() && !p.host_issue.empty();
   double host_clock = 0, host_wait = 0, host_wait_mid = 0;
+  // What the passes after the schedule read of the ops, gathered as each op is scheduled (its timing is final then),
+  // in program order: one pass over the program, whose ops are large, instead of several. Sums are taken in program
+  // order as before and maxima are exact in any order, so every result is bit-identical.
+  const int64_t K = s.grad_accum;
+  double end = 0;             // the latest end of any op
+  double before_barrier = 0;  // ... of the ops before the first that waits for every collective
+  bool barrier_seen = false;
+  double compute_end = 0;                       // ... of the compute ops
+  double offload_end = 0;                       // ... of the offload ops (copies and the host optimizer)
+  std::vector<std::pair<double, double>> comm;  // the gathers' and reductions' busy intervals
+  comm.reserve(p.ops.size());
+  struct ComputeSpan {
+    double start, end;
+    bool mid;  // of the representative micro-batch (index 1)
+  };
+  std::vector<ComputeSpan> compute_spans;
+  compute_spans.reserve(p.ops.size());
+  // The representative micro-batch (accumulation, below): its first compute op's start, the first compute op's start of
+  // micro-batch K - 1, its compute, and its collectives (all, tensor-parallel, pipeline).
+  double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0, mid_tp = 0, mid_pp = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     // Tensor-parallel collectives and pipeline transfers block the compute stream: the next GEMM needs their output
@@ -86,24 +106,34 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
       case Stream::kCount:
         break;
     }
+    const OpTiming& done = r.ops[i];
+    end = std::max(end, done.end);
+    barrier_seen = barrier_seen || op.after_all_comm;
+    if (!barrier_seen) before_barrier = std::max(before_barrier, done.end);
+    if ((op.stream == Stream::AllGather || op.stream == Stream::ReduceScatter) && done.end > done.start)
+      comm.emplace_back(done.start, done.end);
+    if (op.stream == Stream::HostToDevice || op.stream == Stream::DeviceToHost || op.stream == Stream::Host)
+      offload_end = std::max(offload_end, done.end);
+    if (op.stream == Stream::Compute) {
+      compute_spans.push_back({done.start, done.end, op.micro_batch == 1});
+      compute_end = std::max(compute_end, done.end);
+      // Micro-batch boundaries on the compute stream (prefetched gathers may start earlier).
+      if (op.micro_batch == 1 && mid_start < 0) mid_start = done.start;
+      if (op.micro_batch == K - 1 && next_start < 0) next_start = done.start;
+      if (op.micro_batch == 1) mid_compute += done.end - done.start;
+    } else if (op.micro_batch == 1) {
+      const double d = done.end - done.start;
+      mid_comm += d;
+      if (op.stream == Stream::TensorParallel) mid_tp += d;
+      if (op.stream == Stream::Pipeline) mid_pp += d;
+    }
   }
-  double end = 0;
-  for (const auto& t : r.ops) end = std::max(end, t.end);
   // The optimizer phase starts at the first op that waits for every collective (the step's barrier).
-  double before_barrier = 0;
-  for (size_t i = 0; i < p.ops.size() && !p.ops[i].after_all_comm; ++i)
-    before_barrier = std::max(before_barrier, r.ops[i].end);
   r.optimizer_phase_s = end - before_barrier;
   // Collectives occupy SMs (one CTA per NCCL channel), so compute overlapped with communication runs
   // slower by the profile's compute_slowdown_during_comm; first order: the overlapped compute time
   // stretches the step by that fraction (Calculon models the same effect as a network's
   // "processor_usage", calculon/network.py).
-  std::vector<std::pair<double, double>> comm;
-  comm.reserve(p.ops.size());
-  for (size_t i = 0; i < p.ops.size(); ++i)
-    if ((p.ops[i].stream == Stream::AllGather || p.ops[i].stream == Stream::ReduceScatter) &&
-        r.ops[i].end > r.ops[i].start)
-      comm.emplace_back(r.ops[i].start, r.ops[i].end);
   std::sort(comm.begin(), comm.end());
   std::vector<std::pair<double, double>> merged;
   for (const auto& iv : comm) {
@@ -122,11 +152,10 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     return o;
   };
   double overlapped = 0, overlapped_mid = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (p.ops[i].stream != Stream::Compute) continue;
-    double o = overlap_with_comm(r.ops[i].start, r.ops[i].end);
+  for (const ComputeSpan& c : compute_spans) {
+    double o = overlap_with_comm(c.start, c.end);
     overlapped += o;
-    if (p.ops[i].micro_batch == 1) overlapped_mid += o;
+    if (c.mid) overlapped_mid += o;
   }
   const double slowdown = hw.compute_slowdown_during_comm * overlapped;
   end += slowdown;
@@ -134,24 +163,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   r.contention_s = slowdown;
   // Accumulation: micro-batches 2..K-1 are identical and one of them (index 1) was emitted; the others
   // take as long as it does, from its first op to the first op of the next emitted micro-batch.
-  const int64_t K = s.grad_accum;
   if (K > p.layout.micro_batches_emitted) {
-    double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0, mid_tp = 0, mid_pp = 0;
-    for (size_t i = 0; i < p.ops.size(); ++i) {
-      if (p.ops[i].micro_batch != 1 || p.ops[i].stream == Stream::Compute) continue;
-      const double d = r.ops[i].end - r.ops[i].start;
-      mid_comm += d;
-      if (p.ops[i].stream == Stream::TensorParallel) mid_tp += d;
-      if (p.ops[i].stream == Stream::Pipeline) mid_pp += d;
-    }
-    for (size_t i = 0; i < p.ops.size(); ++i) {
-      const Op& op = p.ops[i];
-      // Micro-batch boundaries on the compute stream (prefetched gathers may start earlier).
-      if (op.stream != Stream::Compute) continue;
-      if (op.micro_batch == 1 && mid_start < 0) mid_start = r.ops[i].start;
-      if (op.micro_batch == K - 1 && next_start < 0) next_start = r.ops[i].start;
-      if (op.micro_batch == 1) mid_compute += r.ops[i].end - r.ops[i].start;
-    }
     FSDP_ASSERT(mid_start >= 0 && next_start >= mid_start, "representative micro-batch missing");
     double repeats = static_cast<double>(K - p.layout.micro_batches_emitted);
     const double mid_slowdown = hw.compute_slowdown_during_comm * overlapped_mid;
@@ -177,16 +189,10 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // Everything that is not compute-stream work is exposed time; split it between communication and
   // offload by which kind of op the compute stream was waiting for.
   double idle = std::max(0.0, end - compute_busy);
-  double exposed_offload = 0;
-  double compute_end = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i)
-    if (p.ops[i].stream == Stream::Compute) compute_end = std::max(compute_end, r.ops[i].end);
-  // Tail after the last compute op is offload time when an offload op ends the step.
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    Stream st = p.ops[i].stream;
-    if ((st == Stream::HostToDevice || st == Stream::DeviceToHost || st == Stream::Host) && r.ops[i].end > compute_end)
-      exposed_offload = std::max(exposed_offload, r.ops[i].end - compute_end);
-  }
+  // Tail after the last compute op is offload time when an offload op ends the step: the most of end - compute_end
+  // over the offload ops ending after compute_end, which is the latest offload end less compute_end (rounded
+  // subtraction is monotone in its first operand, so the largest difference is the latest end's, bit for bit).
+  double exposed_offload = offload_end > compute_end ? offload_end - compute_end : 0.0;
   exposed_offload = std::min(exposed_offload, idle);
   r.exposed_offload_s = exposed_offload;
   // The tensor-parallel collectives and pipeline transfers are waited for on the compute stream: all exposed.
