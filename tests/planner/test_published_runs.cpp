@@ -76,8 +76,12 @@ const std::string kPlaybook = "ultrascale-playbook";
 // split puts the final norm and the head on stage 6 and the fp32 cast and the loss alone on stage 7, the bf16 logits
 // sent between them, simulator/program/pipeline_parallel.hpp; priced together on the last stage it was -26.5%, and the
 // loss's stage, its fp32 loss kernels and the logits' two transfers, now sets the pace); they were 3-25% slow with the
-// layers' kernels priced as eager PyTorch's and the loss as log_softmax's. The row band at today's worst plus about 3
-// points (0.30 before the split).
+// layers' kernels priced as eager PyTorch's and the loss as log_softmax's. (2026-12-03, M15, not fixed: pp 4's first
+// stage, layers 0-5 and the embedding, must run within 27.6 ms a micro-batch, 3.533 s / 128, and is priced 31.7 ms;
+// the tp-1 cells take the same time per token at micro-batch 1, 2 and 4, so not host-bound; pricing the fp32
+// accumulator's add at the fp32 rate took pp 4 to -10.1% but the playbook's 1-D time median from 2.5% to 2.9%, not
+// kept: README, "The one-node tp-1 pipeline rows".) The row band at today's worst plus about 3 points (0.30 before the
+// split).
 const std::string kPlaybookMesh = "ultrascale-playbook-mesh";
 constexpr double kMeshTimeRowBand = 0.18;
 constexpr double kMeshTimeMedianBand = 0.06;
