@@ -610,10 +610,18 @@ struct Emitter {
     const size_t i = static_cast<size_t>(ui);
     int last = dep;
     for (const TpCollective& c : backward ? tp_backward[i] : tp_forward[i]) {
-      Op op = collective_op(OpKind::TpCollective, Stream::TensorParallel,
-                            backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives, c.kind,
-                            GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),
-                            wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
+      // Built in place (the op collective_op would return, field for field, without its copy): nothing below pushes
+      // an op before `op` is complete, so the reference stays valid.
+      Op& op = prog.ops.emplace_back();
+      op.kind = OpKind::TpCollective;
+      op.stream = Stream::TensorParallel;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.phase = backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives;
+      op.collective = c.kind;
+      op.group = GroupKind::Tensor;
+      op.comm_bytes = wire_bytes(c.bytes / pb, pb, GroupKind::Tensor);
+      op.comm_dtype = wire_type(s.param_dtype, GroupKind::Tensor);
       op.comm_calls = c.calls;
       op.async_tp_fused_calls = c.fused_calls;
       op.transient_bytes = c.gathered_bytes;
@@ -628,7 +636,7 @@ struct Emitter {
       op.first_layer = u.first_layer;
       op.last_layer = u.last_layer;
       op.deps.push_back(last);
-      last = push(op);
+      last = static_cast<int>(prog.ops.size()) - 1;
     }
     return last;
   }
@@ -689,8 +697,13 @@ struct Emitter {
 
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
   Op forward_op(int ui, int mbi) const {
-    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     Op f;
+    fill_forward_op(f, ui, mbi);
+    return f;
+  }
+  // The same, into `f` as it is value-initialised (an op emplaced in the program: no copy).
+  void fill_forward_op(Op& f, int ui, int mbi) const {
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     f.kind = OpKind::Forward;
     f.unit = ui;
     f.micro_batch = mbi;
@@ -705,7 +718,6 @@ struct Emitter {
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
     f.elementwise_bytes = unit_elementwise_bytes(u);
-    return f;
   }
 
   // A unit's backward compute (recomputation included); frees the unit's activations when done.
@@ -931,7 +943,7 @@ void Emitter::emit_sharded() {
       gather_op[static_cast<size_t>(ui)] = push(op);
     };
     auto reshard = [&](int ui) {
-      Op op;
+      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
       op.kind = OpKind::Reshard;
       op.stream = Stream::Compute;
       op.unit = ui;
@@ -939,7 +951,6 @@ void Emitter::emit_sharded() {
       op.phase = Phase::Free;
       op.on_issue.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
       gathered[static_cast<size_t>(ui)] = false;
-      push(op);
     };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -955,12 +966,15 @@ void Emitter::emit_sharded() {
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
       for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
         if (!gathered[static_cast<size_t>(ui + ahead)]) gather(ui + ahead, false);
-      Op f = forward_op(ui, mbi);
+      // Built in place (forward_op's op, field for field, without its copy): nothing pushes an op before it is
+      // complete, so the reference stays valid.
+      Op& f = prog.ops.emplace_back();
+      fill_forward_op(f, ui, mbi);
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
-      push_tp(ui, mbi, false, push(f));
+      push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
       if (!keep_after_forward(ui)) reshard(ui);
     }
     pp_turn(mbi);
