@@ -696,12 +696,8 @@ struct Emitter {
   }
 
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
-  Op forward_op(int ui, int mbi) const {
-    Op f;
-    fill_forward_op(f, ui, mbi);
-    return f;
-  }
-  // The same, into `f` as it is value-initialised (an op emplaced in the program: no copy).
+  // Into `f` as it is value-initialised: an op emplaced in the program, built in place (no copy of the op; the callers
+  // push no other op before it is complete, so the reference stays valid).
   void fill_forward_op(Op& f, int ui, int mbi) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     f.kind = OpKind::Forward;
@@ -721,9 +717,9 @@ struct Emitter {
   }
 
   // A unit's backward compute (recomputation included); frees the unit's activations when done.
-  Op backward_op(int ui, int mbi) const {
+  // Into `b` as it is value-initialised (an op emplaced in the program, or a template of a unit's per-layer ops).
+  void fill_backward_op(Op& b, int ui, int mbi) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    Op b;
     b.kind = OpKind::Backward;
     b.unit = ui;
     b.micro_batch = mbi;
@@ -750,7 +746,6 @@ struct Emitter {
     b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
-    return b;
   }
 
   // The head's GEMM and the loss, forward then backward: logits in the compute dtype, an fp32 copy when
@@ -998,16 +993,21 @@ void Emitter::emit_sharded() {
       }
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
-      Op b = backward_op(ui, mbi);
-      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
-      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       const int64_t nl = u.num_layers();
+      // A unit of one layer: its backward op built in place (as fill_forward_op says); of several: a template of its
+      // per-layer ops, pushed below.
+      std::optional<Op> layered;
+      if (nl > 1) layered.emplace();
+      Op& b = nl <= 1 ? prog.ops.emplace_back() : *layered;
+      fill_backward_op(b, ui, mbi);
+      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
       int bop = -1;
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
       if (nl <= 1) {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, full * pb - head});
-        bop = push(b);
+        bop = static_cast<int>(prog.ops.size()) - 1;
       } else {
         // A unit of several layers: autograd walks its layers in reverse, allocating each layer's
         // parameter gradients and releasing its activations as it goes, so the unit's gradients and
@@ -1181,14 +1181,15 @@ void Emitter::emit_replicated() {
     int last_backward = -1;
     pp_before_forward(mbi);
     for (int ui = 0; ui < n; ++ui) {
-      Op f = forward_op(ui, mbi);
+      Op& f = prog.ops.emplace_back();  // in place (fill_forward_op)
+      fill_forward_op(f, ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed): the unit's checkpointed share of them is transient.
       const double cast = casts ? train(ui) * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
       f.transient_bytes += recast;
-      push_tp(ui, mbi, false, push(f));
+      push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
     }
     pp_turn(mbi);
     std::vector<int> order;
@@ -1196,7 +1197,8 @@ void Emitter::emit_replicated() {
     order.push_back(0);
     for (int ui : order) {
       double p = train(ui);
-      Op b = backward_op(ui, mbi);
+      Op& b = prog.ops.emplace_back();  // in place, as the forward ops (fill_forward_op)
+      fill_backward_op(b, ui, mbi);
       const double cast = casts ? p * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       b.transient_bytes += recast;
@@ -1216,7 +1218,7 @@ void Emitter::emit_replicated() {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
       if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
-      int bop = push_tp(ui, mbi, true, push(b));
+      int bop = push_tp(ui, mbi, true, static_cast<int>(prog.ops.size()) - 1);
       last_backward = bop;
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay
