@@ -233,7 +233,8 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   Prediction p;
   p.params = in.graph->total_params();
   auto walk = [&](const StepProgram& program) {
-    MemoryResult mem = walk_memory(program, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host());
+    MemoryResult mem =
+        walk_memory(program, *in.runtime, in.cluster.gpus_per_node, !in.hardware->device_is_host(), in.memory_samples);
     if (!in.hardware->device_is_host()) cap_reserved_at_device(mem, in.hardware->usable_device_memory.value);
     return mem;
   };

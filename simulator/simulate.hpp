@@ -29,6 +29,9 @@ struct SimulationInput {
   // What the programs of many plans derive alike (program/emit_memo.hpp), kept across the caller's simulations of
   // one graph and runtime (the search's); null: kept across the stages of this plan only.
   EmitMemo* memo = nullptr;
+  // Record the per-op memory samples (MemoryResult::samples, for the trace); false: they stay empty and every other
+  // field of the prediction is the same, bit for bit (the planner's search keeps no per-op detail).
+  bool memory_samples = true;
 };
 
 // A configuration that cannot run at all (not a user typo: a value the planner counts and explains).

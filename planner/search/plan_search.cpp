@@ -425,6 +425,7 @@ SearchResult search_plans(const SearchRequest& req) {
                     }
                     SimulationInput in{req.graph, req.hardware, req.runtime, req.cluster, s, flops_per_token};
                     in.memo = &memo;
+                    in.memory_samples = false;  // dropped below: per-op detail is for the chosen plan's trace
                     // The throughput bound (plan_search.hpp): a plan whose pure compute already makes it slower
                     // than every result it could join is not simulated.
                     const BoundKey bkey{mesh.tp, mesh.pp, s.act_ckpt, s.ckpt_every, mb, accum, s.param_dtype};

@@ -72,7 +72,7 @@ double segment_bytes(double bytes) {
 // `backend_buffers_until_waited`: a backend's gather buffer (Op::backend_buffer_bytes) lives from the gather's
 // issue until its consumer waits (the bound), or only while the gather op itself is walked (the floor).
 MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda,
-                  bool backend_buffers_until_waited) {
+                  bool backend_buffers_until_waited, bool samples) {
   MemoryResult r;
   MemoryBreakdown cur{};
   const double round_to = cuda ? rt.allocation_rounding.value : 1.0;
@@ -82,6 +82,12 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // -0.0 only where both terms are, so it is never -0.0, and s + (+0.0) == s for every s that is not -0.0.
   uint32_t touched = 1u << idx(MemoryCategory::Transient);
   auto touch = [&](MemoryCategory c) { touched |= 1u << idx(c); };
+  // The per-op total's partial sum over the categories before Transient (below): recomputed only after an event has
+  // changed one of them (or touched one). Exact: it is the same sum of the same values in the same order that the
+  // full loop forms before it reaches Transient, so the total is the same double.
+  constexpr size_t kTransient = static_cast<size_t>(MemoryCategory::Transient);
+  double before_transient = 0;
+  bool before_transient_stale = true;
   for (const MemEvent& e : p.persistent) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
     touch(e.category);
@@ -112,7 +118,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   // An all-gather is waited for (and its staging copied out and released) right before the first
   // compute op that depends on it: a prefetched unit's staging coexists with the compute issued
   // meanwhile (FSDP2 wait_for_unshard in the consumer's pre-forward; fsdp-run's wait_unsharded).
-  r.samples.reserve(p.ops.size());
+  if (samples) r.samples.reserve(p.ops.size());
   // The step window (MemoryResult::step_segments): the ops after the last backward compute or post-backward hook,
   // where one of them states its largest tensor (Op::largest_block_bytes; an op that does not, an optimizer's
   // temporaries over every parameter, is assumed to fit the cache), else none (and none on a CPU run). Before it, the
@@ -158,6 +164,7 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   auto apply = [&](const MemEvent& e, const Op& o) {
     cur[idx(e.category)] += rounded(e.bytes, round_to);
     touch(e.category);
+    if (idx(e.category) < kTransient) before_transient_stale = true;
     if (rs_pool && e.category == MemoryCategory::ShardedGrads) {
       rs_live += rounded(e.bytes, round_to);
       rs_most = std::max(rs_most, rs_live);
@@ -213,17 +220,20 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
     // The op's bytes: what is allocated, its working memory (Transient) and, where it lives only while the gather
     // is walked, the backend's buffer; summed over the categories in order, as total() does, but for those no event
     // has touched (+0.0, above). The breakdown is copied out only at a new peak.
-    constexpr size_t kTransient = static_cast<size_t>(MemoryCategory::Transient);
     double transient_now = cur[kTransient];
     transient_now += rounded(op.transient_bytes, round_to);
     if (!backend_buffers_until_waited) transient_now += rounded(op.backend_buffer_bytes, round_to);
-    double t = 0;
-    for (size_t c = 0; c < kNumMemoryCategories; ++c)
-      if (c == kTransient)
-        t += transient_now;
-      else if ((touched >> c) & 1u)
-        t += cur[c];
-    r.samples.push_back(MemorySample{static_cast<int>(i), t});
+    if (before_transient_stale) {
+      before_transient = 0;
+      for (size_t c = 0; c < kTransient; ++c)
+        if ((touched >> c) & 1u) before_transient += cur[c];
+      before_transient_stale = false;
+    }
+    double t = before_transient;
+    t += transient_now;
+    for (size_t c = kTransient + 1; c < kNumMemoryCategories; ++c)
+      if ((touched >> c) & 1u) t += cur[c];
+    if (samples) r.samples.push_back(MemorySample{static_cast<int>(i), t});
     // The micro-batches end with the last backward compute or post-backward hook (the autograd engine's final
     // callbacks run inside loss.backward()): the window after it starts over at each of them.
     if (op.kind == OpKind::Backward || op.phase == Phase::PostBackward)
@@ -310,10 +320,11 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
 
 }  // namespace
 
-MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda) {
-  MemoryResult r = walk(p, rt, ranks_per_node, cuda, true);
+MemoryResult walk_memory(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_per_node, bool cuda,
+                         bool samples) {
+  MemoryResult r = walk(p, rt, ranks_per_node, cuda, true, samples);
   const bool racing = std::any_of(p.ops.begin(), p.ops.end(), [](const Op& o) { return o.backend_buffer_bytes > 0; });
-  if (racing) r.peak_allocated_floor = walk(p, rt, ranks_per_node, cuda, false).peak_allocated;
+  if (racing) r.peak_allocated_floor = walk(p, rt, ranks_per_node, cuda, false, false).peak_allocated;
   return r;
 }
 

@@ -57,8 +57,10 @@ struct MemoryResult {
 
 // `cuda`: the device has a CUDA context, NCCL buffers and a caching allocator (fragmentation). On CPU
 // (Gloo, the plain allocator that fsdp-run's counting wrapper measures) none of the three exists.
+// `samples`: record MemoryResult::samples (the trace's counter); without them every other field is the same, bit for
+// bit (the planner's search, which keeps no per-op detail, skips them).
 MemoryResult walk_memory(const StepProgram& program, const RuntimeProfile& runtime, int64_t ranks_per_node,
-                         bool cuda = true);
+                         bool cuda = true, bool samples = true);
 
 // The caching allocator's miss path, when cudaMalloc fails: it returns every unsplit cached block to CUDA and
 // retries (c10/cuda/CUDACachingAllocator.cpp malloc -> release_cached_blocks -> alloc_block(isRetry)), so reserved

@@ -13,7 +13,7 @@ namespace fsdp {
 // TensorParallel: the tensor-parallel collectives of the layers (program/tensor_parallel.hpp); Pipeline: the
 // point-to-point transfers between pipeline stages (program/pipeline_parallel.hpp). Both block the compute stream
 // (Megatron-LM and DTensor wait for them before the next GEMM) unless async TP overlaps them (timeline.cpp).
-enum class Stream {
+enum class Stream : uint8_t {
   Compute,
   AllGather,
   ReduceScatter,
@@ -26,7 +26,7 @@ enum class Stream {
 };
 const char* to_string(Stream);
 
-enum class OpKind {
+enum class OpKind : uint8_t {
   Gather,             // all-gather a unit's parameters (or copy them in from the host first)
   Forward,            // a unit's forward compute
   Reshard,            // free a unit's unsharded parameters

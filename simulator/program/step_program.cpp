@@ -610,10 +610,18 @@ struct Emitter {
     const size_t i = static_cast<size_t>(ui);
     int last = dep;
     for (const TpCollective& c : backward ? tp_backward[i] : tp_forward[i]) {
-      Op op = collective_op(OpKind::TpCollective, Stream::TensorParallel,
-                            backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives, c.kind,
-                            GroupKind::Tensor, wire_bytes(c.bytes / pb, pb, GroupKind::Tensor),
-                            wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
+      // Built in place (the op collective_op would return, field for field, without its copy): nothing below pushes
+      // an op before `op` is complete, so the reference stays valid.
+      Op& op = prog.ops.emplace_back();
+      op.kind = OpKind::TpCollective;
+      op.stream = Stream::TensorParallel;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.phase = backward ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives;
+      op.collective = c.kind;
+      op.group = GroupKind::Tensor;
+      op.comm_bytes = wire_bytes(c.bytes / pb, pb, GroupKind::Tensor);
+      op.comm_dtype = wire_type(s.param_dtype, GroupKind::Tensor);
       op.comm_calls = c.calls;
       op.async_tp_fused_calls = c.fused_calls;
       op.transient_bytes = c.gathered_bytes;
@@ -628,7 +636,7 @@ struct Emitter {
       op.first_layer = u.first_layer;
       op.last_layer = u.last_layer;
       op.deps.push_back(last);
-      last = push(op);
+      last = static_cast<int>(prog.ops.size()) - 1;
     }
     return last;
   }
@@ -688,9 +696,10 @@ struct Emitter {
   }
 
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
-  Op forward_op(int ui, int mbi) const {
+  // Into `f` as it is value-initialised: an op emplaced in the program, built in place (no copy of the op; the callers
+  // push no other op before it is complete, so the reference stays valid).
+  void fill_forward_op(Op& f, int ui, int mbi) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    Op f;
     f.kind = OpKind::Forward;
     f.unit = ui;
     f.micro_batch = mbi;
@@ -705,13 +714,12 @@ struct Emitter {
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
     f.elementwise_bytes = unit_elementwise_bytes(u);
-    return f;
   }
 
   // A unit's backward compute (recomputation included); frees the unit's activations when done.
-  Op backward_op(int ui, int mbi) const {
+  // Into `b` as it is value-initialised (an op emplaced in the program, or a template of a unit's per-layer ops).
+  void fill_backward_op(Op& b, int ui, int mbi) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    Op b;
     b.kind = OpKind::Backward;
     b.unit = ui;
     b.micro_batch = mbi;
@@ -738,7 +746,6 @@ struct Emitter {
     b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
-    return b;
   }
 
   // The head's GEMM and the loss, forward then backward: logits in the compute dtype, an fp32 copy when
@@ -931,7 +938,7 @@ void Emitter::emit_sharded() {
       gather_op[static_cast<size_t>(ui)] = push(op);
     };
     auto reshard = [&](int ui) {
-      Op op;
+      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
       op.kind = OpKind::Reshard;
       op.stream = Stream::Compute;
       op.unit = ui;
@@ -939,7 +946,6 @@ void Emitter::emit_sharded() {
       op.phase = Phase::Free;
       op.on_issue.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
       gathered[static_cast<size_t>(ui)] = false;
-      push(op);
     };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -955,12 +961,15 @@ void Emitter::emit_sharded() {
       if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
       for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
         if (!gathered[static_cast<size_t>(ui + ahead)]) gather(ui + ahead, false);
-      Op f = forward_op(ui, mbi);
+      // Built in place (forward_op's op, field for field, without its copy): nothing pushes an op before it is
+      // complete, so the reference stays valid.
+      Op& f = prog.ops.emplace_back();
+      fill_forward_op(f, ui, mbi);
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
-      push_tp(ui, mbi, false, push(f));
+      push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
       if (!keep_after_forward(ui)) reshard(ui);
     }
     pp_turn(mbi);
@@ -984,16 +993,21 @@ void Emitter::emit_sharded() {
       }
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
-      Op b = backward_op(ui, mbi);
-      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
-      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       const int64_t nl = u.num_layers();
+      // A unit of one layer: its backward op built in place (as fill_forward_op says); of several: a template of its
+      // per-layer ops, pushed below.
+      std::optional<Op> layered;
+      if (nl > 1) layered.emplace();
+      Op& b = nl <= 1 ? prog.ops.emplace_back() : *layered;
+      fill_backward_op(b, ui, mbi);
+      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
       int bop = -1;
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
       if (nl <= 1) {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, full * pb - head});
-        bop = push(b);
+        bop = static_cast<int>(prog.ops.size()) - 1;
       } else {
         // A unit of several layers: autograd walks its layers in reverse, allocating each layer's
         // parameter gradients and releasing its activations as it goes, so the unit's gradients and
@@ -1167,14 +1181,15 @@ void Emitter::emit_replicated() {
     int last_backward = -1;
     pp_before_forward(mbi);
     for (int ui = 0; ui < n; ++ui) {
-      Op f = forward_op(ui, mbi);
+      Op& f = prog.ops.emplace_back();  // in place (fill_forward_op)
+      fill_forward_op(f, ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed): the unit's checkpointed share of them is transient.
       const double cast = casts ? train(ui) * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
       f.transient_bytes += recast;
-      push_tp(ui, mbi, false, push(f));
+      push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
     }
     pp_turn(mbi);
     std::vector<int> order;
@@ -1182,7 +1197,8 @@ void Emitter::emit_replicated() {
     order.push_back(0);
     for (int ui : order) {
       double p = train(ui);
-      Op b = backward_op(ui, mbi);
+      Op& b = prog.ops.emplace_back();  // in place, as the forward ops (fill_forward_op)
+      fill_backward_op(b, ui, mbi);
       const double cast = casts ? p * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       b.transient_bytes += recast;
@@ -1202,7 +1218,7 @@ void Emitter::emit_replicated() {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
       if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
-      int bop = push_tp(ui, mbi, true, push(b));
+      int bop = push_tp(ui, mbi, true, static_cast<int>(prog.ops.size()) - 1);
       last_backward = bop;
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below
       // fsdp-run's ZeRO-2 reduce-scatters the flat copy itself: the copy and the shard-sized output stay

@@ -47,14 +47,24 @@ struct InlineList {
   bool empty() const { return count == 0; }
 };
 
+// The fields are ordered so that the one-byte and four-byte ones pack together: an Op is copied once per emission
+// and read by the memory walk and the timeline, millions of times per search (no field's meaning depends on its
+// place; Op is only ever value-initialised, Op{}, and assigned by name).
 struct Op {
   OpKind kind = OpKind::Forward;
   Stream stream = Stream::Compute;
-  int unit = -1;                     // index into StepProgram::units
-  int micro_batch = 0;               // 0-based
-  Phase phase = Phase::Forward;      // label prefix; the full label is op_label(program, op)
-  InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
-  double transient_bytes = 0;        // live only while the op runs (Transient category)
+  Phase phase = Phase::Forward;  // label prefix; the full label is op_label(program, op)
+  CollectiveKind collective = CollectiveKind::None;
+  GroupKind group = GroupKind::Shard;
+  WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
+  bool after_all_comm = false;           // also waits for every earlier non-compute op (optimizer barrier)
+  int unit = -1;                         // index into StepProgram::units
+  int micro_batch = 0;                   // 0-based
+  int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
+  int async_tp_fused_calls = 0;          // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
+  InlineList<int, 2> deps;               // ops that must complete before this one starts
+  InlineList<MemEvent, 4> on_issue;      // applied when the op is issued (CPU order)
+  double transient_bytes = 0;            // live only while the op runs (Transient category)
   // The largest single tensor its on_issue allocations hold, freed with its on_complete, where the emitter knows it
   // (0: not stated): the memory walk's step segments (memory_walk.hpp MemoryResult::step_segments) count the ops of
   // the step window that state it. nanotron's ZeRO-1 gather: c10d's flat output of the whole replica.
@@ -82,16 +92,9 @@ struct Op {
   double attn_bwd_passes = 0;
   double head_passes = 0;
   double elementwise_bytes = 0;  // memory-bound traffic
-  CollectiveKind collective = CollectiveKind::None;
-  GroupKind group = GroupKind::Shard;
-  double comm_bytes = 0;                 // full buffer size of the collective
-  int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
-  int async_tp_fused_calls = 0;          // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
-  WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
-  double copy_bytes = 0;                 // host<->device
+  double comm_bytes = 0;         // full buffer size of the collective
+  double copy_bytes = 0;         // host<->device
   double host_optimizer_params = 0;
-  InlineList<int, 2> deps;      // ops that must complete before this one starts
-  bool after_all_comm = false;  // also waits for every earlier non-compute op (optimizer barrier)
 };
 
 struct StepLayout;
