@@ -1271,6 +1271,10 @@ void Emitter::emit_replicated() {
       a.micro_batch = mbi;
       a.phase = Phase::PostBackward;
       a.elementwise_bytes = P * (gb + 8.0);
+      // fp32_grad.add_(bf16 grad) computes in fp32 (PyTorch's type promotion: the result dtype of fp32 and bf16
+      // operands is fp32, torch/_prims_common result_type), 8 of its 10 bytes a parameter fp32: priced at the
+      // master dtype's elementwise rate, as the optimizer's passes.
+      a.elementwise_in_master_dtype = true;
       a.on_complete.push_back({MemoryCategory::UnshardedGrads, -P * gb});
       a.deps.push_back(last_backward);
       last_backward = push(a);

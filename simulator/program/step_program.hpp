@@ -58,13 +58,16 @@ struct Op {
   GroupKind group = GroupKind::Shard;
   WireType comm_dtype = WireType::Fp32;  // what travels (fp32 where the backend lacks the plan's dtype)
   bool after_all_comm = false;           // also waits for every earlier non-compute op (optimizer barrier)
-  int unit = -1;                         // index into StepProgram::units
-  int micro_batch = 0;                   // 0-based
-  int comm_calls = 1;                    // the op is this many collectives of comm_bytes each (a unit's tp layers)
-  int async_tp_fused_calls = 0;          // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
-  InlineList<int, 2> deps;               // ops that must complete before this one starts
-  InlineList<MemEvent, 4> on_issue;      // applied when the op is issued (CPU order)
-  double transient_bytes = 0;            // live only while the op runs (Transient category)
+  // Its elementwise_bytes compute in the master dtype, not the compute dtype (op_cost.cpp: a kernel is priced for the
+  // dtype it computes in, docs/hardware.md "Elementwise kernels"), as the optimizer's.
+  bool elementwise_in_master_dtype = false;
+  int unit = -1;                     // index into StepProgram::units
+  int micro_batch = 0;               // 0-based
+  int comm_calls = 1;                // the op is this many collectives of comm_bytes each (a unit's tp layers)
+  int async_tp_fused_calls = 0;      // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
+  InlineList<int, 2> deps;           // ops that must complete before this one starts
+  InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
+  double transient_bytes = 0;        // live only while the op runs (Transient category)
   // The largest single tensor its on_issue allocations hold, freed with its on_complete, where the emitter knows it
   // (0: not stated): the memory walk's step segments (memory_walk.hpp MemoryResult::step_segments) count the ops of
   // the step window that state it. nanotron's ZeRO-1 gather: c10d's flat output of the whole replica.

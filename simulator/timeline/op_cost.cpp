@@ -230,7 +230,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   if (op.head_passes > 0) compute += pass_weight(op.head_passes) * prices.head;
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.
-  const bool master_side = op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm;
+  const bool master_side =
+      op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm || op.elementwise_in_master_dtype;
   if (op.elementwise_bytes > 0) {
     constexpr size_t kMemoLimit = 64;
     const OpPrices::TrafficMemo* hit = nullptr;

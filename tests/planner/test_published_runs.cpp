@@ -55,9 +55,10 @@ constexpr double kMemoryRowBand = 0.12;
 constexpr double kMemoryApproximatedRowBand = 0.22;
 constexpr double kTimeMedianBand = 0.10;
 constexpr double kMemoryMedianBand = 0.05;
-// The Ultra-Scale Playbook's rows, priced with the nanotron runtime and p5's measured EFA factor (2026-12-02): time
-// median 2.5%, worst 16.2% but for usp-1b-h100-8n-mbs2-ga2-zero0 (+115%: measured 16,057 tok/s, half of the same
-// cell's ZeRO-1 run and of its 1-node and 16-node neighbours, gated by no band). (Time median 3.8% and the 3B rows
+// The Ultra-Scale Playbook's rows, priced with the nanotron runtime and p5's measured EFA factor (2026-12-03): time
+// median 2.9%, worst 17.5% but for usp-1b-h100-8n-mbs2-ga2-zero0 (+115%: measured 16,057 tok/s, half of the same
+// cell's ZeRO-1 run and of its 1-node and 16-node neighbours, gated by no band); 2.5% and 16.2% before nanotron's
+// fp32 gradient accumulator's add was priced at the fp32 rate (step_program.cpp). (Time median 3.8% and the 3B rows
 // 2-12% slow before nanotron.yaml priced its Triton norm, in-place rotary and fp32 vocabulary-parallel loss:
 // configs/runtimes/nanotron.yaml norm_kernel, rotary_kernel, loss_kernels.) Memory median 2.2%, worst 10.7%
 // (usp-1b-h100-8n-mbs2-ga2-zero1; they were 4.2% and 12.2% before the memory walk's step segments and nanotron's
@@ -67,25 +68,27 @@ const std::string kPlaybook = "ultrascale-playbook";
 // (2026-12-02, stages split by nanotron's compute cost, its asynchronous tensor-parallel linears overlapping their
 // collectives and gathering into its MemoryBuffer, every stage timed and 1F1B's fill and drain at the other stages'
 // paces, nanotron's kernels priced as it runs them, the head and the loss on the stages nanotron's split gives them:
-// time median 4.4%, worst 14.9% but for the 3B tp 4 run at micro-batch 4; memory reserved median 4.8%, the rows
+// time median 3.9%, worst 14.3% but for the 3B tp 4 run at micro-batch 4 (4.2% and 14.9% before the accumulator's
+// fp32 rate, 2026-12-03); memory reserved median 4.8%, the rows
 // without tensor parallelism within 8.2% (they were +10% to +18% with the fraction fitted on PyTorch's FSDP runs), the
 // tensor-parallel rows -12.8% to +9.4% with the reduce-scatters' recorded inputs held for their pass
 // (configs/runtimes/nanotron.yaml allocator.collective_inputs_held_for_the_pass, not fitted; median 8.0% and the tp
 // rows -28.4% to +0.7% without it, -20.2% to +11.8% before nanotron's own fraction); allocated after the backward
-// median 1.3%, worst 10.3%). The 1B pipeline rows are within 6% but for pp 4 (-14.9%) and pp 8 (-14.3%: nanotron's
+// median 1.3%, worst 10.3%). The 1B pipeline rows are within 6% but for pp 4 (-10.1%, -14.9% before the accumulator's
+// fp32 rate) and pp 8 (-14.3%: nanotron's
 // split puts the final norm and the head on stage 6 and the fp32 cast and the loss alone on stage 7, the bf16 logits
 // sent between them, simulator/program/pipeline_parallel.hpp; priced together on the last stage it was -26.5%, and the
 // loss's stage, its fp32 loss kernels and the logits' two transfers, now sets the pace); they were 3-25% slow with the
-// layers' kernels priced as eager PyTorch's and the loss as log_softmax's. (2026-12-03, M15, not fixed: pp 4's first
-// stage, layers 0-5 and the embedding, must run within 27.6 ms a micro-batch, 3.533 s / 128, and is priced 31.7 ms;
+// layers' kernels priced as eager PyTorch's and the loss as log_softmax's. (2026-12-03, M15: pp 4's first
+// stage, layers 0-5 and the embedding, must run within 27.6 ms a micro-batch, 3.533 s / 128, and was priced 31.7 ms;
 // the tp-1 cells take the same time per token at micro-batch 1, 2 and 4, so not host-bound; pricing the fp32
-// accumulator's add at the fp32 rate took pp 4 to -10.1% but the playbook's 1-D time median from 2.5% to 2.9%, not
-// kept: README, "The one-node tp-1 pipeline rows".) The row band at today's worst plus about 3 points (0.30 before the
-// split).
+// accumulator's add at the fp32 rate, as it computes, took pp 4 to -10.1% and the playbook's 1-D time median from 2.5%
+// to 2.9%, kept: README, "The one-node tp-1 pipeline rows".) The row band at today's worst plus about 3 points (0.30
+// before the split).
 const std::string kPlaybookMesh = "ultrascale-playbook-mesh";
 constexpr double kMeshTimeRowBand = 0.18;
 constexpr double kMeshTimeMedianBand = 0.06;
-// The 3B tp 4 run at micro-batch 4 (+46.2%, dp 2 pp 2 on 2 nodes): bench_final2's same mesh on 2 nodes takes 194-211
+// The 3B tp 4 run at micro-batch 4 (+46.1%, dp 2 pp 2 on 2 nodes): bench_final2's same mesh on 2 nodes takes 194-211
 // ms per pipeline slot at micro-batch 1, 2 and 4 alike (jobs of 3.57G_dp2_tp4_pp2 at mbs 1, 2, 4), against 69 ms on
 // one node at micro-batch 1: a floor per slot of the cross-node pipeline the model does not have (README, the mesh
 // rows' accuracy). Not nanotron's 100 ms metadata poll (p2p.py _send_meta / _recv_meta @ 67c5ebb6): tp-1 pipelines

@@ -336,6 +336,33 @@ TEST_CASE("nanotron runtime: bf16 params, full fp32 gradient buffer, masters and
   CHECK(grads == doctest::Approx(0.0).epsilon(1e-9));
 }
 
+// FP32GradientAccumulator.backward's fp32_grad.add_(bf16 grad) computes in fp32 (type promotion), so its 2 + 4 + 4
+// bytes a parameter are priced at the fp32 elementwise rate, not the bf16 eager kernels' (docs/hardware.md
+// "Elementwise kernels": p5's bf16 rate is 0.54 of its 3.35 TB/s, fp32 the full rate). By hand, the 16-layer
+// gpt_like(2048) model's P parameters: 10 P / 3.35e12 s a micro-batch, 1.85x faster than at the bf16 rate.
+TEST_CASE("nanotron: the fp32 gradient accumulator's add is priced at the fp32 elementwise rate") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  RuntimeProfile rt = runtime("nanotron");
+  HardwareProfile hw = hardware("p5-h100-80gb");
+  Strategy s = zero_strategy(StrategyKind::Ddp, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.grad_accum = 2;
+  const Cluster c{1, 8};
+  StepProgram p = program(g, s, rt, 1, 8);
+  const double P = static_cast<double>(g.total_params());
+  int adds = 0;
+  for (const Op& op : p.ops) {
+    if (!op.elementwise_in_master_dtype) continue;
+    ++adds;
+    CHECK(op.elementwise_bytes == doctest::Approx(10.0 * P));
+    const double t = op_duration(op, p, hw, c, s);
+    CHECK(t == doctest::Approx(10.0 * P / hw.elementwise_bandwidth(DType::Fp32).value));
+    CHECK(hw.elementwise_bandwidth(DType::Fp32).value == doctest::Approx(3.35e12));
+    CHECK(t < 0.6 * 10.0 * P / hw.elementwise_bandwidth(DType::Bf16).value);
+  }
+  CHECK(adds == 2);  // one a micro-batch
+}
+
 // trainer.py training_step: without DDP (ZeRO-1 with accumulate_grad_in_fp32) the fp32 gradient buffer is
 // all-reduced after train_batch_iter, so the whole all-reduce is exposed; DDP's bucketed all-reduce overlaps the
 // last backward. One all-reduce of P fp32 over the world, after the last backward and before the optimizer.
