@@ -62,4 +62,15 @@ inline StepProgram program(const ModuleGraph& g, const Strategy& s, const Runtim
 
 inline double cat(const MemoryBreakdown& b, MemoryCategory c) { return b[static_cast<size_t>(c)]; }
 
+// Whether the capability table accepts a plan (validate_strategy throws its first violation): grid tests skip the
+// plans it refuses.
+inline bool valid_plan(const Strategy& s, const ModelSpec& m, const Cluster& c) {
+  try {
+    validate_strategy(s, m, c);
+  } catch (const InputError&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace fsdp::test

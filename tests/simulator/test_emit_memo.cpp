@@ -10,6 +10,7 @@
 #include "memory/memory_walk.hpp"
 #include "model/model_loader.hpp"
 #include "program/emit_memo.hpp"
+#include "sim_fixtures.hpp"
 #include "simulate.hpp"
 #include "timeline/timeline.hpp"
 
@@ -67,11 +68,7 @@ TEST_CASE("emit memo: programs emitted with a memo shared across plans are those
                   s.mesh.tp = tp;
                   s.mesh.pp = pp;
                   const Cluster c{2, 8};
-                  try {
-                    validate_strategy(s, graph.spec(), c);
-                  } catch (const InputError&) {
-                    continue;
-                  }
+                  if (!test::valid_plan(s, graph.spec(), c)) continue;
                   SimulationInput in{&graph, &hw, &rt, c, s};
                   for (int64_t stage = 0; stage < pp; ++stage) {
                     in.memo = &memo;

@@ -11,6 +11,7 @@
 #include "memory/memory_walk.hpp"
 #include "model/model_loader.hpp"
 #include "program/step_program.hpp"
+#include "sim_fixtures.hpp"
 #include "simulate.hpp"
 
 using namespace fsdp;
@@ -74,11 +75,7 @@ TEST_CASE("search mode: a simulation without memory samples equals the full one 
                   s.mesh.tp = tp;
                   s.mesh.pp = pp;
                   const Cluster c{2, 8};
-                  try {
-                    validate_strategy(s, graph.spec(), c);
-                  } catch (const InputError&) {
-                    continue;
-                  }
+                  if (!test::valid_plan(s, graph.spec(), c)) continue;
                   SimulationInput in{&graph, &hw, &rt, c, s};
                   in.memo = &memo;
                   StepProgram full_prog, search_prog;
