@@ -166,8 +166,7 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
 double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
                                const RuntimeProfile& rt, int64_t micro_batch) {
-  // A single-kernel norm computes in fp32 in its registers whatever its input's dtype: 2 tensors either way.
-  double e = w.norm_elems * (rt.norm_single_kernel ? 2.0 * pb : norm_fp32 ? 32.0 : 4.0 * pb);
+  double e = w.norm_elems * norm_traffic_per_element(rt, pb, norm_fp32).forward;
   if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
   if (w.rope && !rt.rotary_in_place_packed_kv) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
@@ -190,7 +189,10 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 double eager_backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager) {
   if (!eager) return 0.0;
   double saved = 0;
-  if (rt.norm_single_kernel) saved += w.norm_elems * (2.0 * 2.0 - 3.0) * pb;
+  if (rt.norm_single_kernel) {
+    const NormTraffic n = norm_traffic_per_element(rt, pb, false);
+    saved += w.norm_elems * (2.0 * n.forward - n.backward);
+  }
   if (w.rope && rt.rotary_in_place_packed_kv) {
     const double forward = 2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv);
     const double backward = 2.0 * (w.q + w.kv) + 2.0 * (2.0 * w.kv);
@@ -228,6 +230,23 @@ double fused_elementwise_bytes(const Widths& w, double h, double pb, double res,
 }
 
 }  // namespace
+
+NormTraffic norm_traffic_per_element(const RuntimeProfile& rt, double pb, bool norm_fp32) {
+  NormTraffic n;
+  if (rt.fused_elementwise) {
+    n.forward = 2.0 * pb;
+  } else if (rt.norm_single_kernel) {
+    // A single-kernel norm computes in fp32 in its registers whatever its input's dtype: 2 tensors either way; its
+    // backward reads x and dy and writes dx (eager_backward_savings).
+    n.forward = 2.0 * pb;
+    n.backward = 3.0 * pb;
+    return n;
+  } else {
+    n.forward = norm_fp32 ? 32.0 : 4.0 * pb;
+  }
+  n.backward = 2.0 * n.forward;
+  return n;
+}
 
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer) {
   FSDP_ASSERT(in.graph && in.strategy, "layer_cost needs a graph and a strategy");

@@ -62,6 +62,15 @@ struct LayerCostInput {
   double tokens = 0;  // of one micro-batch
 };
 
+// What one norm's kernels move per element they normalise (per token: times its width), forward and backward:
+// eager (a runtime whose norm upcasts moves 32 bytes, HF LlamaRMSNorm's five kernels; one that does not, 4 tensors;
+// a single-kernel norm 2 tensors, its backward 3) or fused by Inductor (2 tensors), as the layers' traffic counts
+// them (layer_costs.cpp eager_elementwise_bytes, fused_elementwise_bytes, eager_backward_savings).
+struct NormTraffic {
+  double forward = 0, backward = 0;
+};
+NormTraffic norm_traffic_per_element(const RuntimeProfile& rt, double pb, bool norm_fp32);
+
 // A decoder layer under checkpointing mode `ckpt`, or under the mode the strategy gives it (layer_ckpt).
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt);
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer);

@@ -8,6 +8,7 @@
 #include "program/collective_wire.hpp"
 #include "program/data_parallel.hpp"
 #include "program/pipeline_parallel.hpp"
+#include "program/root_module_costs.hpp"
 #include "program/tensor_parallel.hpp"
 #include "strategy/placement.hpp"
 
@@ -391,6 +392,10 @@ struct Emitter {
           if (k == ModuleKind::Head) c_mm /= static_cast<double>(s.mesh.tp);  // vocabulary-parallel
           mm += r * c_mm;
           at += r * c_at;
+          // The lookups' and the final norm's memory-bound kernels (program/root_module_costs.hpp).
+          const RootModuleTraffic traffic = root_module_traffic(g, c, s, rt, q, r * tokens);
+          ew += traffic.forward_bytes;
+          bew += traffic.backward_bytes;
           // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
           const double saved = r * tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
           act += saved;

@@ -6,6 +6,7 @@
 #include "model/model_loader.hpp"
 #include "model/module_graph.hpp"
 #include "program/layer_costs.hpp"
+#include "program/root_module_costs.hpp"
 #include "program/step_program.hpp"
 #include "runtime/runtime_profile.hpp"
 
@@ -87,4 +88,45 @@ TEST_CASE("layer costs: an MoE block's saved tensors and its backward at the fir
   CHECK(c.backward_transient == doctest::Approx(acts + grads - released));
   // fsdp-run measured 828,032 bytes for it (tests/accuracy/README.md "Q/k norms and MoE"): within 2%.
   CHECK(c.backward_transient == doctest::Approx(828032).epsilon(0.02));
+}
+
+// program/root_module_costs.hpp: the token embedding and the final norm of the Llama-3-70B shape (vocabulary 128256,
+// hidden 8192), one sequence of 4096 tokens in bf16 under the eager `pytorch` runtime (HF RMSNorm: 32 bytes an
+// element). The embedding's backward is ATen's embedding_backward_cuda_kernel: the zeroed gradient table, the
+// output gradient read, fp32 partial sums written and read back, the rows written.
+TEST_CASE("root module costs: the embedding lookup and its backward, the final norm, under tp and LoRA") {
+  const ModuleGraph g(load_model("llama3-70b", FSDP_SOURCE_ROOT));
+  const RuntimeProfile rt = load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  Strategy s = batch_of(1, 4096);
+  ModuleId embedding = g.root(), norm = g.root();
+  for (ModuleId c : g.children(g.root())) {
+    if (g.node(c).kind == ModuleKind::Embedding) embedding = c;
+    if (g.node(c).kind == ModuleKind::Norm) norm = c;
+  }
+  REQUIRE(embedding != g.root());
+  REQUIRE(norm != g.root());
+  const double tokens = 4096, h = 8192, vocab = 128256, b = 2;
+  RootModuleTraffic e = root_module_traffic(g, embedding, s, rt, activation_query(s, rt), tokens);
+  CHECK(e.forward_bytes == doctest::Approx(2 * tokens * h * b));
+  CHECK(e.backward_bytes == doctest::Approx(vocab * h * b + 2 * tokens * h * b + 2 * tokens * h * 4));
+  const RootModuleTraffic n = root_module_traffic(g, norm, s, rt, activation_query(s, rt), tokens);
+  CHECK(n.forward_bytes == doctest::Approx(tokens * h * 32));
+  CHECK(n.backward_bytes == doctest::Approx(2 * tokens * h * 32));
+  // Vocabulary-parallel over tp 4: a quarter of the table zeroed, the out-of-slice rows zeroed in forward; the final
+  // norm on a quarter of the sequence (sequence parallelism).
+  s.mesh.tp = 4;
+  e = root_module_traffic(g, embedding, s, rt, activation_query(s, rt), tokens);
+  CHECK(e.forward_bytes == doctest::Approx(4 * tokens * h * b));
+  CHECK(e.backward_bytes == doctest::Approx(vocab / 4 * h * b + 2 * tokens * h * b + 2 * tokens * h * 4));
+  CHECK(root_module_traffic(g, norm, s, rt, activation_query(s, rt), tokens).forward_bytes ==
+        doctest::Approx(tokens / 4 * h * 32));
+  // A frozen embedding (LoRA) gets no weight gradient: no backward kernel.
+  s.mesh.tp = 1;
+  s.method = Method::Lora;
+  CHECK(root_module_traffic(g, embedding, s, rt, activation_query(s, rt), tokens).backward_bytes == 0.0);
+  // The compiled runtime prices the norm as the layers' fused kernel: read x, write y.
+  const RuntimeProfile compiled = load_runtime("pytorch-compile", FSDP_SOURCE_ROOT);
+  s.method = Method::Full;
+  CHECK(root_module_traffic(g, norm, s, compiled, activation_query(s, compiled), tokens).forward_bytes ==
+        doctest::Approx(tokens * h * 2 * b));
 }
