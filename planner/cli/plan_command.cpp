@@ -92,10 +92,12 @@ int run_plan(const std::vector<std::string>& argv) {
            "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
            "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
            "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
+           "                 [--gpus-per-node G] [--max-micro-batch B] [--config-root DIR]\n"
            "                 [pins: --strategy S --wrap W --act-ckpt A --offload O --param-dtype D --micro-batch "
            "B ...]\n"
-           "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
-           "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
+        << strategy_flags_help("                 ", 110)
+        << "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
+        << "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
            "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
            "       fsdp-plan --list-models | --list-hardware | --list-targets\n";
     return 0;

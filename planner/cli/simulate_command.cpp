@@ -57,7 +57,12 @@ int run_simulate(const std::vector<std::string>& argv) {
                  "         [--act-ckpt A] [--offload O] [--param-dtype D] [--reduce-dtype D] [--micro-batch B]\n"
                  "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n"
                  "         [--image-tokens N]    (a vision-language model's image tokens per sample)\n"
-                 "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n";
+                 "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n"
+                 "         [--config-root DIR]\n"
+                 "       fsdp-plan simulate --plan plan.yaml [--json] [--trace F] [--memory-timeline]\n"
+                 "  mesh: --tp N [--sequence-parallel B] [--async-tp B], --pp N [--pp-schedule S] "
+                 "[--pp-virtual-stages V]\n"
+              << strategy_flags_help("  ", 110);
     return 0;
   }
   if (!args.positional().empty()) throw InputError("simulate: unexpected argument '" + args.positional()[0] + "'");

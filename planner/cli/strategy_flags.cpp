@@ -39,6 +39,18 @@ const std::set<std::string>& strategy_value_flags() {
   return flags;
 }
 
+std::string strategy_flags_help(const std::string& indent, size_t width) {
+  std::string out, line = indent + "strategy:";
+  for (const std::string& f : strategy_value_flags()) {
+    if (line.size() + 1 + f.size() + 2 > width) {
+      out += line + "\n";
+      line = indent + "         ";
+    }
+    line += " " + f + " V";
+  }
+  return out + line + "\n";
+}
+
 namespace {
 
 template <typename E>

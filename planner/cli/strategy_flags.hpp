@@ -14,6 +14,10 @@ namespace fsdp {
 // Flags naming one strategy knob each.
 const std::set<std::string>& strategy_value_flags();
 
+// The --help lines that name every strategy flag (strategy_value_flags, so the help cannot miss one), after
+// `indent`, wrapped before `width` columns.
+std::string strategy_flags_help(const std::string& indent, size_t width);
+
 // Sets every knob given on the command line; InputError naming the flag for a bad value.
 void apply_strategy_flags(const Args& args, Strategy& s);
 
