@@ -1077,6 +1077,12 @@ void Emitter::emit_sharded() {
       post.phase = Phase::PostBackward;
       post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       post.deps.push_back(bop);
+      // FSDP1: the per-parameter gradients concatenated into the flat gradient (read them, write it), on the compute
+      // stream at the end of the unit's backward, while both are alive.
+      if (rt.flat_grad_cat_in_backward) {
+        post.elementwise_bytes += 2.0 * full * pb;
+        post.transient_bytes += full * pb;
+      }
       if (accumulate_unsharded && mbi > 0) {
         // AccumulateGrad into the kept unsharded gradient (read both, write one), this micro-batch's freed.
         post.elementwise_bytes += 3.0 * full * pb;

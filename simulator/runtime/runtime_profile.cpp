@@ -148,6 +148,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("default_reduce_dtype"))
       r.reduce_in_compute_dtype_by_default = sh.get_enum("default_reduce_dtype", {"fp32", "compute"}) == "compute";
     flag("reduce_dtype_copy_of_grads", r.grads_in_reduce_dtype_before_reduce);
+    // Optional (absent: false, per-parameter gradients reduced as they are).
+    if (sh.has("flat_grad_cat_in_backward")) r.flat_grad_cat_in_backward = sh.get_bool("flat_grad_cat_in_backward");
     flag("ddp_gradient_as_bucket_view", r.ddp_gradient_as_bucket_view);
     flag("autocast_keeps_weight_casts", r.autocast_caches_weight_casts);
     flag("grads_persist", r.grads_persist);

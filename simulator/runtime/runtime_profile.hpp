@@ -78,6 +78,9 @@ struct RuntimeProfile {
   bool grads_in_reduce_dtype_before_reduce = true;  // a reduce-dtype copy of the unit's grads is made to reduce
   bool ddp_gradient_as_bucket_view = false;         // DDP grads are views into its buckets (no extra copy)
   bool autocast_caches_weight_casts = true;         // autocast keeps low-precision weight casts for backward
+  // FSDP1's flat parameter: the module's parameters are views split off the unsharded flat parameter, so autograd
+  // concatenates their gradients into the flat gradient (SplitWithSizesBackward) before the post-backward hook.
+  bool flat_grad_cat_in_backward = false;
   // ZeRO stages keep parameters and gradients in the low precision with an fp32 master partition
   // (DeepSpeed, the ZeRO paper), rather than fp32 parameters cast for compute (PyTorch, fsdp-run).
   bool zero_low_precision_params = false;

@@ -49,8 +49,14 @@ const std::string kDir = kRoot + "/tests/accuracy/published";
 // rows priced on AWS p4de (hwprofiles/p4de-a100-80gb.yaml, the cluster of the repo's launcher; its eight A100 rows
 // +1.4..+12.0% -> -5.4..+0.7%, the time median 4.0% -> 3.9%). Bands unchanged: the worst row with every knob stated
 // is still fms-fsdp's 13B (12.3%).
+// FSDP1's flat gradient concatenated from its views' gradients at each unit's post-backward (2026-12-03,
+// configs/runtimes/pytorch-fsdp1.yaml flat_grad_cat_in_backward: autograd's SplitWithSizesBackward): every FSDP1 row
+// 0.3-4.2 points slower, fms-fsdp's 13B HSDP run +12.3% -> +11.7% (still the worst with every knob stated),
+// llm-foundry's 70B on 128 A100-40GB +13.2% -> +11.1%, time median 3.8% -> 3.6%. The approximated band at today's
+// worst approximated row plus about 5 points (0.29 at 23.3%): the playbook's 1B ZeRO-1 run on 32 nodes, +17.5%
+// (usp-1b-h100-32n-mbs1-ga1-zero1, nanotron runtime, not moved by this), the FSDP1 rows' worst +11.1%.
 constexpr double kTimeRowBand = 0.17;
-constexpr double kTimeApproximatedRowBand = 0.29;
+constexpr double kTimeApproximatedRowBand = 0.23;
 constexpr double kMemoryRowBand = 0.12;
 constexpr double kMemoryApproximatedRowBand = 0.22;
 constexpr double kTimeMedianBand = 0.10;
@@ -525,10 +531,13 @@ TEST_CASE("published runs: the A100 rows over 10% - fms' 13B HSDP all-reduces, f
   const double bwd7 = 2.0 / 3.0 * (fms7.compute_s - fms7.contention_s);
   CHECK(40.0 * ar13 / bwd13 > 0.85);
   CHECK(32.0 * ar7 / bwd7 < 0.5);
-  CHECK(fms13.exposed_comm_s > 2.0 * fms7.exposed_comm_s);
-  // llm-foundry's 70B on 128 A100-40GB: its collectives hide behind the compute (under 1% of the step exposed), so
-  // neither the network nor NCCL's bandwidth at its message sizes moves it; its predicted memory is 80% of the GPU
-  // (31.9 of 40 GiB), not at the allocator's limit.
+  // 0.119 s against 0.066 s exposed (0.164 s against 0.067 s before FSDP1's flat-gradient concatenation was priced:
+  // its memory-bound copy at each unit's post-backward lengthens the backward the all-reduces hide under).
+  CHECK(fms13.exposed_comm_s > 1.5 * fms7.exposed_comm_s);
+  // llm-foundry's 70B on 128 A100-40GB (+11.1%, +13.2% before FSDP1's flat-gradient concatenation was priced): its
+  // collectives hide behind the compute (under 1% of the step exposed), so neither the network nor NCCL's bandwidth at
+  // its message sizes moves it; its predicted memory is 80% of the GPU (31.9 of 40 GiB), not at the allocator's
+  // limit.
   const RowResult::Breakdown foundry70 = breakdown("foundry-mpt-70b-a100-40gb-128gpu-s2048-ac-pure");
   CHECK(foundry70.exposed_comm_s < 0.01 * foundry70.step_s);
   CHECK(foundry70.device_total_gib < 0.85 * foundry70.usable_gib);

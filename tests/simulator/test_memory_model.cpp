@@ -754,3 +754,50 @@ TEST_CASE("recorded collective inputs: held in reserved memory until their pass 
   rt.collective_inputs_held_for_the_pass = true;
   CHECK(walk_memory(tp_micro_batch(), rt, 8, /*cuda=*/false).reserved_peak == doctest::Approx(18 * kSegGiB));
 }
+
+// FSDP1's flat parameter (configs/runtimes/pytorch-fsdp1.yaml flat_grad_cat_in_backward): the module's parameters
+// are views split off the unsharded flat parameter (torch/distributed/fsdp/_flat_param.py _get_unflat_views), so
+// autograd's SplitWithSizesBackward concatenates their gradients into the flat gradient: each unit's post-backward
+// reads its per-parameter gradients and writes the flat one (2 x its padded parameters x 2 B in bf16), both alive
+// while it runs. Nothing else in the program moves.
+TEST_CASE("FSDP1: the flat gradient concatenated from the views' gradients at each unit's post-backward") {
+  ModuleGraph g(gpt_like(2048, 4, 16));
+  const RuntimeProfile with = runtime("pytorch-fsdp1");
+  REQUIRE(with.flat_grad_cat_in_backward);
+  CHECK(runtime("pytorch-fsdp1-compile").flat_grad_cat_in_backward);  // derived from it: the same flat parameters
+  CHECK_FALSE(runtime("pytorch").flat_grad_cat_in_backward);          // FSDP2's per-parameter DTensors
+  RuntimeProfile without = with;
+  without.flat_grad_cat_in_backward = false;
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.param_dtype = DType::Bf16;
+  s.reduce_dtype = DType::Bf16;
+  s.micro_batch = 2;
+  s.seq_len = 1024;
+  s.grad_accum = 2;
+  const StepProgram a = program(g, s, with, 2, 8);
+  const StepProgram b = program(g, s, without, 2, 8);
+  REQUIRE(a.ops.size() == b.ops.size());
+  const double P = static_cast<double>(g.total_params());
+  double extra_bytes = 0, extra_transient = 0;
+  int posts = 0;
+  for (size_t i = 0; i < a.ops.size(); ++i) {
+    const Op& x = a.ops[i];
+    const Op& y = b.ops[i];
+    CHECK(x.kind == y.kind);
+    if (x.kind == OpKind::Reshard && x.phase == Phase::PostBackward) {
+      ++posts;
+      CHECK(x.elementwise_bytes - y.elementwise_bytes ==
+            doctest::Approx(2.0 * (x.transient_bytes - y.transient_bytes)));
+      extra_bytes += x.elementwise_bytes - y.elementwise_bytes;
+      extra_transient += x.transient_bytes - y.transient_bytes;
+    } else {
+      CHECK(x.elementwise_bytes == y.elementwise_bytes);
+      CHECK(x.transient_bytes == y.transient_bytes);
+    }
+  }
+  CHECK(posts == 2 * static_cast<int>(a.units.size()));  // every unit, each micro-batch
+  // Per micro-batch every parameter once (padding to the 16 ranks adds under 16 elements a unit), 2 B a gradient.
+  CHECK(extra_transient == doctest::Approx(2.0 * 2.0 * P).epsilon(1e-4));
+  CHECK(extra_bytes == doctest::Approx(2.0 * 2.0 * 2.0 * P).epsilon(1e-4));
+}
