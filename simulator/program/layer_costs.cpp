@@ -205,9 +205,13 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 // And in either mode, eager or compiled:
 //  - torchtitan's complex rotary backward runs the forward's three kernels on the gradient (rotary_complex_bytes):
 //    once the forward's bytes, not twice.
-double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager) {
+// The fused kernels only:
+//  - the compiled layer's repeat of k and v to the query heads (fused_elementwise_bytes): its backward moves 2q,
+//    once the forward's.
+double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager, bool kv_repeated) {
   double saved = 0;
   if (w.rope && rt.rotary_complex_fp32) saved += rotary_complex_bytes(w, pb);
+  if (!eager && kv_repeated) saved += 2.0 * w.q * pb;
   if (!eager) return saved;
   if (rt.norm_single_kernel) saved += w.norm_elems * (2.0 * 2.0 - 3.0) * pb;
   if (w.rope && rt.rotary_in_place_packed_kv) {
@@ -231,16 +235,24 @@ double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bo
 //  - attention layout: nothing; the transposes to (batch, heads, seq, dim) are views, and Inductor's layout
 //    constraint for SDPA asks only for a dense last dimension (torch/_inductor/lowering.py sdpa_constraint,
 //    pytorch/pytorch @ 68b7b9529d9f296a6eb1a9db1a41ad6f8edee158: "sdpa requires dense last dimension"), which the
-//    rotary kernel's output and the projections' views have;
+//    rotary kernel's output and the projections' views have. With fewer key/value heads than query heads the keys
+//    and values are repeated to the query heads before SDPA (pytorch/torchtitan torchtitan/models/llama/model.py
+//    repeat_kv @ 9dec370ad26b5f8e9a7333a0e36165018262644b: unsqueeze, expand, then reshape, which cannot view an
+//    expanded dimension merged into the heads; Hugging Face's repeat_kv, transformers models/llama/modeling_llama.py,
+//    is the same): SDPA is an extern kernel, so Inductor writes its inputs to memory, k at q's width from the rotary
+//    kernel (q - kv more) and v copied (read kv, write q): 2q more per token. Its backward sums the repeated
+//    gradients back inside the kernels that read them (dk at q's width: q - kv more read; dv: read q, write kv): 2q
+//    too, once the forward's bytes (backward_savings);
 //  - gated MLP: SiLU(gate) * up in one kernel: read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 each, residual dtype), except that an add whose sum feeds the next norm inside the
 //    layer (a sequential pre-norm block's post-attention norm) is that norm's kernel: it reads the add's inputs and
 //    writes the sum (the next residual) and the normed output, so the sum is not read back (one h less);
 //  - dropout: the mask is drawn inside its neighbour's kernel, which writes it (1 byte per element) for backward.
 double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm,
-                               const RuntimeProfile& rt) {
+                               const RuntimeProfile& rt, bool kv_repeated) {
   double e = w.norm_elems * 2.0 * pb;
   if (w.rope) e += rt.rotary_complex_fp32 ? rotary_complex_bytes(w, pb) : 2.0 * (w.q + w.kv) * pb;
+  if (kv_repeated) e += 2.0 * w.q * pb;
   e += (w.gated ? 3.0 : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
   if (add_fused_into_norm) e -= h * res;
@@ -314,12 +326,15 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.recompute_bytes = tokens * g.recomputed_bytes_per_token(layer, q, ckpt);
 
   const ModelSpec& m = g.spec();
-  c.elementwise_bytes_per_token = rt.fused_elementwise
-                                      ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block, rt)
-                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
+  // Grouped-query attention: fewer key/value heads than query heads, repeated to them before SDPA.
+  const bool kv_repeated = c.shape.kv_heads > 0 && c.shape.kv_heads < c.shape.heads;
+  c.elementwise_bytes_per_token =
+      rt.fused_elementwise
+          ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block, rt, kv_repeated)
+          : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
   c.elementwise_backward_bytes_per_token =
-      2.0 * c.elementwise_bytes_per_token - ratio * backward_savings(w, pb, rt, !rt.fused_elementwise);
+      2.0 * c.elementwise_bytes_per_token - ratio * backward_savings(w, pb, rt, !rt.fused_elementwise, kv_repeated);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer
