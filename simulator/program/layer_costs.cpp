@@ -156,12 +156,13 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 // the upcast reads x and writes its fp32 copy (pb + 4 bytes per element), the complex multiply reads and writes
 // complex64 (4 + 4 per real element; freqs_cis is seq x head_dim / 2, negligible), the downcast reads fp32 and
 // writes x's dtype (4 + pb). A compiled layer runs the same three: Inductor generates no code for complex tensors
-// (pytorch/pytorch torch/_inductor/lowering.py unsupported_input_tensor: a complex tensor falls the op back to
-// ATen, "Torchinductor does not support code generation for complex operators. Performance may be worse than
-// eager.", the warning torchtitan's compiled Llama raises: pytorch/torchtitan issue #15), so the multiply stays an
-// ATen kernel whose fp32 input and complex output are written to memory between the two casts. The backward is the
-// same three kernels on the gradient (ToCopyBackward, MulBackward0's grad * conj(freqs_cis), ToCopyBackward): as
-// many bytes as the forward, not twice (rotary_complex_backward_savings).
+// (pytorch/pytorch torch/_inductor/lowering.py @ 0015748b977f49ad69b6c73c057ef49fe1346966
+// unsupported_input_tensor and fallback_node_due_to_unsupported_type: a complex tensor falls the op back to ATen,
+// "Torchinductor does not support code generation for complex operators. Performance may be worse than eager.", the
+// warning torchtitan's compiled Llama raises: pytorch/torchtitan issue #15), so the multiply stays an ATen kernel whose
+// fp32 input and complex output are written to memory between the two casts. The backward is the same three kernels on
+// the gradient (ToCopyBackward, MulBackward0's grad * conj(freqs_cis), ToCopyBackward): as many bytes as the forward,
+// not twice (backward_savings).
 double rotary_complex_bytes(const Widths& w, double pb) { return (w.q + w.kv) * ((pb + 4.0) + 8.0 + (4.0 + pb)); }
 
 // Memory-bound traffic of the forward per token, one kernel per op (eager PyTorch): the non-GEMM kernels read their
@@ -239,10 +240,11 @@ double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bo
 //    and values are repeated to the query heads before SDPA (pytorch/torchtitan torchtitan/models/llama/model.py
 //    repeat_kv @ 9dec370ad26b5f8e9a7333a0e36165018262644b: unsqueeze, expand, then reshape, which cannot view an
 //    expanded dimension merged into the heads; Hugging Face's repeat_kv, transformers models/llama/modeling_llama.py,
-//    is the same): SDPA is an extern kernel, so Inductor writes its inputs to memory, k at q's width from the rotary
-//    kernel (q - kv more) and v copied (read kv, write q): 2q more per token. Its backward sums the repeated
-//    gradients back inside the kernels that read them (dk at q's width: q - kv more read; dv: read q, write kv): 2q
-//    too, once the forward's bytes (backward_savings);
+//    is the same): SDPA is an extern kernel whose inputs Inductor writes to memory (lowering.py @ 0015748b
+//    sdpa_constraint: ExternKernel.realize_input), k at q's width from the rotary kernel (q - kv more) and v copied
+//    (read kv, write q): 2q more per token. Its backward sums the repeated gradients back inside the kernels that read
+//    them (dk at q's width: q - kv more read; dv: read q, write kv): 2q too, once the forward's bytes
+//    (backward_savings);
 //  - gated MLP: SiLU(gate) * up in one kernel: read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 each, residual dtype), except that an add whose sum feeds the next norm inside the
 //    layer (a sequential pre-norm block's post-attention norm) is that norm's kernel: it reads the add's inputs and
