@@ -150,6 +150,25 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
   return w;
 }
 
+// torchtitan's rotary embedding (pytorch/torchtitan torchtitan/models/llama/model.py apply_rotary_emb @
+// 9dec370ad26b5f8e9a7333a0e36165018262644b): view_as_complex(x.float().reshape(..., -1, 2)) * freqs_cis, then
+// view_as_real(...).flatten(3).type_as(x), for q and k. Three kernels move bytes (the reshapes and views do not):
+// the upcast reads x and writes its fp32 copy (pb + 4 bytes per element), the complex multiply reads and writes
+// complex64 (4 + 4 per real element; freqs_cis is seq x head_dim / 2, negligible), the downcast reads fp32 and
+// writes x's dtype (4 + pb). A compiled layer runs the same three: Inductor generates no code for complex tensors
+// (pytorch/pytorch torch/_inductor/lowering.py @ 0015748b977f49ad69b6c73c057ef49fe1346966
+// unsupported_input_tensor and fallback_node_due_to_unsupported_type: a complex tensor falls the op back to ATen,
+// "Torchinductor does not support code generation for complex operators. Performance may be worse than eager.", the
+// warning torchtitan's compiled Llama raises: pytorch/torchtitan issue #15), so the multiply stays an ATen kernel whose
+// fp32 input and complex output are written to memory between the two casts. The backward is the same three kernels on
+// the gradient (ToCopyBackward, MulBackward0's grad * conj(freqs_cis), ToCopyBackward): as many bytes as the forward,
+// not twice (backward_savings). The count checked on Liger-Kernel's H100 80GB benchmark of Hugging Face Llama 4's
+// apply_rotary_emb, the same three ops (linkedin/Liger-Kernel benchmark/data/all_benchmark_data.csv @ ead96b61,
+// llama4_rope, provider huggingface, bf16, T 16384, 32 query and 8 kv heads of 256): forward over q and k 1.455 ms,
+// backward from q alone 1.482 ms; 20 bytes an element make 3.355 and 2.684 GB, 2.31 and 1.81 TB/s, 0.69 and 0.54
+// of its 3.35 TB/s (the profiles' eager elementwise_efficiency is 0.54).
+double rotary_complex_bytes(const Widths& w, double pb) { return (w.q + w.kv) * ((pb + 4.0) + 8.0 + (4.0 + pb)); }
+
 // Memory-bound traffic of the forward per token, one kernel per op (eager PyTorch): the non-GEMM kernels read their
 // inputs and write their outputs (bytes = (in + out) x dtype):
 //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
@@ -168,7 +187,8 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
                                const RuntimeProfile& rt, int64_t micro_batch) {
   double e = w.norm_elems * norm_traffic_per_element(rt, pb, norm_fp32).forward;
   if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
-  if (w.rope && !rt.rotary_in_place_packed_kv) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+  if (w.rope && rt.rotary_complex_fp32) e += rotary_complex_bytes(w, pb);
+  if (w.rope && !rt.rotary_in_place_packed_kv && !rt.rotary_complex_fp32) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
   if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
@@ -177,7 +197,7 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
   return e;
 }
 
-// What the backward of those kernels moves less than twice their forward, per token (the eager kernels only):
+// What the backward of the layer's kernels moves less than twice their forward, per token; the eager kernels:
 //  - a single-kernel norm's backward (flash-attn flash_attn/ops/triton/layer_norm.py _layer_norm_bwd @
 //    0251105a2fb19d2957484b7f023cd8c115286ced, recompute_output False) reads x and dy and writes dx (its weight
 //    gradient is one partial row per program): 3 tensors, not 4;
@@ -186,9 +206,17 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 //    backwards are views (narrow, permute) and only the split of the packed kv into k and v, by flash attention's
 //    separate dk and dv, is joined again by SplitBackward's cat (one copy of 2 kv): 2 (q + kv) + 2 x 2 kv, not twice
 //    the forward's 2 (q + kv) + 2 x 2 x 2 kv.
-double eager_backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager) {
-  if (!eager) return 0.0;
+// And in either mode, eager or compiled:
+//  - torchtitan's complex rotary backward runs the forward's three kernels on the gradient (rotary_complex_bytes):
+//    once the forward's bytes, not twice.
+// The fused kernels only:
+//  - the compiled layer's repeat of k and v to the query heads (fused_elementwise_bytes): its backward moves 2q,
+//    once the forward's.
+double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager, bool kv_repeated) {
   double saved = 0;
+  if (w.rope && rt.rotary_complex_fp32) saved += rotary_complex_bytes(w, pb);
+  if (!eager && kv_repeated) saved += 2.0 * w.q * pb;
+  if (!eager) return saved;
   if (rt.norm_single_kernel) {
     const NormTraffic n = norm_traffic_per_element(rt, pb, false);
     saved += w.norm_elems * (2.0 * n.forward - n.backward);
@@ -209,19 +237,30 @@ double eager_backward_savings(const Widths& w, double pb, const RuntimeProfile& 
 // kernels between the chains. Per token:
 //  - each norm: the upcast, the mean of squares, rsqrt, the multiply, the cast back and the weight in one reduction
 //    kernel: read x, write y (2 tensors; its per-row statistic, 4 bytes, is left out);
-//  - rotary: one kernel reads q and k and writes them rotated (2 tensors of q + kv);
+//  - rotary: one kernel reads q and k and writes them rotated (2 tensors of q + kv); torchtitan's complex rotary
+//    keeps its three kernels (rotary_complex_bytes: Inductor does not generate code for complex tensors);
 //  - attention layout: nothing; the transposes to (batch, heads, seq, dim) are views, and Inductor's layout
 //    constraint for SDPA asks only for a dense last dimension (torch/_inductor/lowering.py sdpa_constraint,
 //    pytorch/pytorch @ 68b7b9529d9f296a6eb1a9db1a41ad6f8edee158: "sdpa requires dense last dimension"), which the
-//    rotary kernel's output and the projections' views have;
+//    rotary kernel's output and the projections' views have. With fewer key/value heads than query heads the keys
+//    and values are repeated to the query heads before SDPA (pytorch/torchtitan torchtitan/models/llama/model.py
+//    repeat_kv @ 9dec370ad26b5f8e9a7333a0e36165018262644b: unsqueeze, expand, then reshape, which cannot view an
+//    expanded dimension merged into the heads; Hugging Face's repeat_kv, transformers models/llama/modeling_llama.py,
+//    is the same): SDPA is an extern kernel whose inputs Inductor writes to memory (lowering.py @ 0015748b
+//    sdpa_constraint: ExternKernel.realize_input), k at q's width from the rotary kernel (q - kv more) and v copied
+//    (read kv, write q): 2q more per token. Its backward sums the repeated gradients back inside the kernels that read
+//    them (dk at q's width: q - kv more read; dv: read q, write kv): 2q too, once the forward's bytes
+//    (backward_savings);
 //  - gated MLP: SiLU(gate) * up in one kernel: read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 each, residual dtype), except that an add whose sum feeds the next norm inside the
 //    layer (a sequential pre-norm block's post-attention norm) is that norm's kernel: it reads the add's inputs and
 //    writes the sum (the next residual) and the normed output, so the sum is not read back (one h less);
 //  - dropout: the mask is drawn inside its neighbour's kernel, which writes it (1 byte per element) for backward.
-double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm) {
+double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm,
+                               const RuntimeProfile& rt, bool kv_repeated) {
   double e = w.norm_elems * 2.0 * pb;
-  if (w.rope) e += 2.0 * (w.q + w.kv) * pb;
+  if (w.rope) e += rt.rotary_complex_fp32 ? rotary_complex_bytes(w, pb) : 2.0 * (w.q + w.kv) * pb;
+  if (kv_repeated) e += 2.0 * w.q * pb;
   e += (w.gated ? 3.0 : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
   if (add_fused_into_norm) e -= h * res;
@@ -237,7 +276,7 @@ NormTraffic norm_traffic_per_element(const RuntimeProfile& rt, double pb, bool n
     n.forward = 2.0 * pb;
   } else if (rt.norm_single_kernel) {
     // A single-kernel norm computes in fp32 in its registers whatever its input's dtype: 2 tensors either way; its
-    // backward reads x and dy and writes dx (eager_backward_savings).
+    // backward reads x and dy and writes dx (backward_savings).
     n.forward = 2.0 * pb;
     n.backward = 3.0 * pb;
     return n;
@@ -312,12 +351,15 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.recompute_bytes = tokens * g.recomputed_bytes_per_token(layer, q, ckpt);
 
   const ModelSpec& m = g.spec();
-  c.elementwise_bytes_per_token = rt.fused_elementwise
-                                      ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block)
-                                      : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
+  // Grouped-query attention: fewer key/value heads than query heads, repeated to them before SDPA.
+  const bool kv_repeated = c.shape.kv_heads > 0 && c.shape.kv_heads < c.shape.heads;
+  c.elementwise_bytes_per_token =
+      rt.fused_elementwise
+          ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block, rt, kv_repeated)
+          : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
   c.elementwise_bytes_per_token *= ratio;
   c.elementwise_backward_bytes_per_token =
-      2.0 * c.elementwise_bytes_per_token - ratio * eager_backward_savings(w, pb, rt, !rt.fused_elementwise);
+      2.0 * c.elementwise_bytes_per_token - ratio * backward_savings(w, pb, rt, !rt.fused_elementwise, kv_repeated);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

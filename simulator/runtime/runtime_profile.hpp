@@ -171,6 +171,11 @@ struct RuntimeProfile {
   // permuted contiguous copy), then flash-attn's Triton rotary rewriting q and k in place; default `eager`, Hugging
   // Face's apply_rotary_pos_emb (q * cos, rotate_half, * sin, add: 7 passes).
   bool rotary_in_place_packed_kv = false;
+  // `rotary_kernel: complex`: the rotation as a complex multiply in fp32 (torchtitan's apply_rotary_emb:
+  // view_as_complex(x.float()) * freqs_cis, view_as_real, type_as): an upcast, the complex multiply and a downcast,
+  // whose backward is the same three kernels; Inductor generates no code for complex tensors, so a compiled layer
+  // runs them too (program/layer_costs.cpp rotary_complex_bytes).
+  bool rotary_complex_fp32 = false;
   // `attention_output_copy: true`: the layer runs sequence-first ([seq, batch, hidden]) while the attention kernel
   // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
   // transposed input into a dense one.
