@@ -606,6 +606,15 @@ struct Emitter {
     return shape;
   }
 
+  // What a unit's sequence-parallel collectives copy on the compute stream in one direction
+  // (RuntimeProfile::tp_sequence_collective_copy, tp_sequence_layout_copy_bytes).
+  double tp_layout_copy_bytes(int ui, bool backward) {
+    if (s.mesh.tp <= 1 || !rt.tp_sequence_collective_copy) return 0.0;
+    tp_unit_shape(ui);
+    const size_t i = static_cast<size_t>(ui);
+    return tp_sequence_layout_copy_bytes(backward ? tp_backward[i] : tp_forward[i], s.mesh);
+  }
+
   // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel
   // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
   int push_tp(int ui, int mbi, bool backward, int dep) {
@@ -703,7 +712,7 @@ struct Emitter {
   // A unit's forward compute: GEMMs, attention, elementwise traffic; its saved activations allocated.
   // Into `f` as it is value-initialised: an op emplaced in the program, built in place (no copy of the op; the callers
   // push no other op before it is complete, so the reference stays valid).
-  void fill_forward_op(Op& f, int ui, int mbi) const {
+  void fill_forward_op(Op& f, int ui, int mbi) {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     f.kind = OpKind::Forward;
     f.unit = ui;
@@ -718,12 +727,12 @@ struct Emitter {
     f.attn_fwd_passes = 1;
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
-    f.elementwise_bytes = unit_elementwise_bytes(u);
+    f.elementwise_bytes = unit_elementwise_bytes(u) + tp_layout_copy_bytes(ui, false);
   }
 
   // A unit's backward compute (recomputation included); frees the unit's activations when done.
   // Into `b` as it is value-initialised (an op emplaced in the program, or a template of a unit's per-layer ops).
-  void fill_backward_op(Op& b, int ui, int mbi) const {
+  void fill_backward_op(Op& b, int ui, int mbi) {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     b.kind = OpKind::Backward;
     b.unit = ui;
@@ -748,7 +757,7 @@ struct Emitter {
     // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
     // outgoing one: twice the forward traffic (LayerCost::elementwise_backward_bytes_per_token); plus a forward's
     // worth where the layer's forward runs again.
-    b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
+    b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i] + tp_layout_copy_bytes(ui, true);
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
   }

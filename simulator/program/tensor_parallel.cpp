@@ -218,6 +218,17 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   return out;
 }
 
+double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collectives, const MeshSpec& mesh) {
+  if (mesh.tp <= 1 || !mesh.sequence_parallel) return 0.0;
+  double bytes = 0;
+  for (const TpCollective& c : collectives) {
+    if (c.kind != CollectiveKind::AllGather && c.kind != CollectiveKind::ReduceScatter) continue;
+    const int copied = c.calls - (mesh.async_tp ? c.fused_calls : 0);
+    bytes += 2.0 * static_cast<double>(copied) * c.bytes;
+  }
+  return bytes;
+}
+
 TpCollective tp_loss_collective(double tokens) {
   constexpr double kFp32Bytes = 4.0;
   constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)

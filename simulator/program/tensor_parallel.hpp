@@ -115,6 +115,18 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
 // for the layers whose forward is recomputed, plus the column inputs' gathers again where they are regathered.
 std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 
+// The copies a batch-first sequence-parallel layout adds on the compute stream for `collectives` (one direction of a
+// unit): DTensor gathers a Shard(1) activation with funcol.all_gather_tensor(gather_dim=1), which all-gathers into a
+// rank-major buffer and then runs torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim), and reduce-scatters
+// into Shard(1) with reduce_scatter_tensor(scatter_dim=1), which first runs torch.cat(torch.chunk(self, group_size,
+// dim=scatter_dim)) (pytorch/pytorch torch/distributed/_functional_collectives.py all_gather_tensor,
+// reduce_scatter_tensor; a cat reads and writes the whole tensor). fsdp-run does the same with a transpose copy
+// (executor/model/tensor_parallel.cpp all_gather_seq, reduce_scatter_seq; its all-gather also copies the rank's
+// shard, 1/tp of it, not counted). Per all-gather or reduce-scatter: read and write the whole s x b x h tensor. Under
+// async TP the fused calls are Inductor's fused_all_gather_matmul / fused_matmul_reduce_scatter, which take the
+// shards as they are (micro_pipeline_tp.py): no copy. 0 without sequence parallelism (all-reduces copy nothing).
+double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collectives, const MeshSpec& mesh);
+
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 

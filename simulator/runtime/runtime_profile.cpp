@@ -141,6 +141,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("pipeline_stage_split"))
       r.pipeline_split_by_cost = sh.get_enum("pipeline_stage_split", {"layers", "compute-cost"}) == "compute-cost";
     if (sh.has("tp_linear_async_overlap")) r.tp_linear_async_overlap = sh.get_bool("tp_linear_async_overlap");
+    if (sh.has("tp_sequence_collective_copy"))
+      r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");
     if (sh.has("sp_column_input_saved"))
       r.sp_saves_column_input_shard = sh.get_enum("sp_column_input_saved", {"gathered", "shard"}) == "shard";
     // Optional too (absent: PyTorch's behaviour): DeepSpeed ZeRO-3's layout and its default reduction dtype.

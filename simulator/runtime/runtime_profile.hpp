@@ -121,6 +121,11 @@ struct RuntimeProfile {
   // in backward; false: every tensor-parallel collective waited for (Megatron-style without overlap), async TP aside.
   // Optional in the file (sharding.tp_linear_async_overlap; absent: false).
   bool tp_linear_async_overlap = false;
+  // Each sequence-parallel collective copies its whole tensor once on the compute stream: a batch-first [B, S, H]
+  // activation gathered or scattered along the sequence (dim 1) is laid out rank-major for NCCL and back
+  // (program/tensor_parallel.hpp tp_sequence_layout_copy_bytes). Optional in the file
+  // (sharding.tp_sequence_collective_copy; absent: false, a sequence-first layout such as Megatron's or nanotron's).
+  bool tp_sequence_collective_copy = false;
   // What a sequence-parallel column-parallel linear (q/k/v, gate/up) keeps of its input for the weight gradient:
   // - the all-gathered, full-sequence input (false): PyTorch DTensor tensor parallelism, where SequenceParallel
   //   shards the norm and PrepareModuleInput / ColwiseParallel all-gather its output into the tensor that aten.mm

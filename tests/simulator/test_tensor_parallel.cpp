@@ -283,6 +283,46 @@ TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the voc
   CHECK(p.communicators == 2);
 }
 
+// DTensor's sequence-dimension collectives copy the whole [B, S, H] tensor once each (funcol all_gather_tensor's
+// cat of the rank-major chunks, reduce_scatter_tensor's cat before it): read and write, 2 x its bytes; the fused
+// calls of async TP and the all-reduces without sequence parallelism copy nothing.
+TEST_CASE("tp: the sequence-parallel collectives' layout copies, and what the compute ops gain from them") {
+  MeshSpec sp;
+  sp.tp = 4;
+  const TpUnitShape two{2, 0, 0, false, false, 1000.0, 0};
+  // Forward: 4 all-gathers + 4 reduce-scatters of 1000 bytes, each copied once (r + w).
+  CHECK(tp_sequence_layout_copy_bytes(tp_forward_collectives(two, sp), sp) == 8 * 2 * 1000.0);
+  // Async TP fuses every layer collective of the forward: nothing copied; the root's embedding reduce-scatter
+  // (a lookup's output) is not fused: one copy.
+  MeshSpec async = sp;
+  async.async_tp = true;
+  CHECK(tp_sequence_layout_copy_bytes(tp_forward_collectives(two, async), async) == 0.0);
+  const TpUnitShape root{0, 0, 0, true, false, 1000.0, 0};
+  CHECK(tp_sequence_layout_copy_bytes(tp_forward_collectives(root, async), async) == 2 * 1000.0);
+  MeshSpec ar = sp;
+  ar.sequence_parallel = false;
+  CHECK(tp_sequence_layout_copy_bytes(tp_forward_collectives(two, ar), ar) == 0.0);
+  // In the emitted program (fsdp-run's profile sets tp_sequence_collective_copy: its all_gather_seq and
+  // reduce_scatter_seq copy too), a layer unit's forward op carries its two all-gathers' and two reduce-scatters'
+  // copies more than the same program without the key.
+  static const RuntimeProfile copying = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  REQUIRE(copying.tp_sequence_collective_copy);
+  RuntimeProfile plain = copying;
+  plain.tp_sequence_collective_copy = false;
+  auto forward_bytes = [](const RuntimeProfile& rt) {
+    ProgramInput in;
+    in.graph = &llama8b();
+    in.cluster = Cluster{1, 8};
+    in.strategy = plan(4);
+    in.runtime = &rt;
+    for (const Op& op : emit_step_program(in).ops)
+      if (op.kind == OpKind::Forward && op.unit == 1 && op.micro_batch == 0) return op.elementwise_bytes;
+    return -1.0;
+  };
+  const double act = 4096.0 * 4096.0 * 2.0;  // s x b x h in bf16
+  CHECK(forward_bytes(copying) - forward_bytes(plain) == doctest::Approx(4 * 2 * act));
+}
+
 TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the flag and the numbers") {
   const ModelSpec& m = llama8b().spec();
   auto violation = [&](Strategy s, int64_t world, int64_t gpn = 8) {
