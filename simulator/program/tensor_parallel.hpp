@@ -127,6 +127,23 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 // shards as they are (micro_pipeline_tp.py): no copy. 0 without sequence parallelism (all-reduces copy nothing).
 double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collectives, const MeshSpec& mesh);
 
+// What async TP's fused all-gathers copy in backward for the weight gradients, under a batch-first
+// sequence-parallel layout with more than one sequence a micro-batch (0 otherwise: without async TP, without
+// sequence parallelism, or with micro_batch 1, where the two layouts below coincide). Inductor restrides the shard
+// so that A_shard.movedim(gather_dim, 0) is contiguous and fused_all_gather_matmul returns the gathered A (and its
+// GEMMs' outputs) as `t.view(*leading_dims, -1).flatten(0, 1).movedim(0, gather_dim)` of a rank-major [s, b, k]
+// buffer (pytorch/pytorch torch/distributed/_symmetric_memory/__init__.py _fused_all_gather_matmul_impl, its
+// unflatten; restride_A_shard_for_fused_all_gather_matmul), returning A whenever the gathered node has users besides
+// the fused matmuls (torch/_inductor/fx_passes/micro_pipeline_tp.py fuse_all_gather_matmul: return_A is cleared
+// only when it has none). A linear's weight gradient reads its input as reshape(x, [b * s, k]), which a [b, s, k]
+// tensor stored sequence-major cannot view, so Inductor writes it out (torch/_inductor/ir.py View.create: a
+// non-contiguous input becomes an indexed View that is copied when an extern GEMM reads it). Per layer, in
+// backward: the two gathered output gradients (read by the row-parallel linears' weight gradients) and the two
+// gathered column inputs (recomputed in backward, or saved by a forward that keeps them): read and write of 4
+// s x b x h tensors. A vanilla DTensor gather's cat (tp_sequence_layout_copy_bytes) leaves a contiguous [b, s, h]
+// tensor, which views.
+double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec& mesh, int64_t micro_batch);
+
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 
