@@ -607,12 +607,14 @@ struct Emitter {
   }
 
   // What a unit's sequence-parallel collectives copy on the compute stream in one direction
-  // (RuntimeProfile::tp_sequence_collective_copy, tp_sequence_layout_copy_bytes).
+  // (RuntimeProfile::tp_sequence_collective_copy, tp_sequence_layout_copy_bytes), and in backward what async TP's
+  // fused gathers leave for the weight gradients to copy (tp_async_gathered_layout_copy_bytes).
   double tp_layout_copy_bytes(int ui, bool backward) {
     if (s.mesh.tp <= 1 || !rt.tp_sequence_collective_copy) return 0.0;
-    tp_unit_shape(ui);
+    const TpUnitShape& shape = tp_unit_shape(ui);
     const size_t i = static_cast<size_t>(ui);
-    return tp_sequence_layout_copy_bytes(backward ? tp_backward[i] : tp_forward[i], s.mesh);
+    return tp_sequence_layout_copy_bytes(backward ? tp_backward[i] : tp_forward[i], s.mesh) +
+           (backward ? tp_async_gathered_layout_copy_bytes(shape, s.mesh, s.micro_batch) : 0.0);
   }
 
   // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel

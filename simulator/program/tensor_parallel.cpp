@@ -229,6 +229,12 @@ double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collective
   return bytes;
 }
 
+double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec& mesh, int64_t micro_batch) {
+  if (mesh.tp <= 1 || !mesh.sequence_parallel || !mesh.async_tp || micro_batch <= 1) return 0.0;
+  // Per layer 2 output-gradient gathers + 2 column-input gathers, each read and written once (header).
+  return 2.0 * 4.0 * static_cast<double>(u.layers) * u.activation_bytes;
+}
+
 TpCollective tp_loss_collective(double tokens) {
   constexpr double kFp32Bytes = 4.0;
   constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)

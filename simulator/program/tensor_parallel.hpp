@@ -127,6 +127,24 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 // shards as they are (micro_pipeline_tp.py): no copy. 0 without sequence parallelism (all-reduces copy nothing).
 double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collectives, const MeshSpec& mesh);
 
+// What async TP's fused all-gathers copy in backward for the weight gradients, under a batch-first
+// sequence-parallel layout with more than one sequence a micro-batch (0 otherwise: without async TP, without
+// sequence parallelism, or with micro_batch 1, where the two layouts below coincide). Inductor's micro-pipeline pass
+// forces the shard's stride order so that A_shard.movedim(gather_dim, 0) is contiguous and replaces every other use
+// of the gathered tensor with the fused op's A (pytorch/pytorch torch/_inductor/fx_passes/micro_pipeline_tp.py
+// fuse_all_gather_matmul @ 00122fb1c8e5cc0f9871dbaa5343fde4546ff9da; later versions clear return_A only when the
+// gathered node has no other user), and fused_all_gather_matmul returns A, and its GEMMs' outputs, as
+// `t.view(*leading_dims, -1).flatten(0, 1).movedim(0, gather_dim)` of a rank-major [s, b, k] buffer
+// (torch/distributed/_symmetric_memory/__init__.py _fused_all_gather_matmul_impl's unflatten @
+// 006b161f8e5a26c8618dee34ee4d6b5dcaf578c0, the same in the mid-2025 version async_tp_overlap.hpp read). A linear's
+// weight gradient reads its input as reshape(x, [b * s, k]), which a [b, s, k] tensor stored sequence-major cannot
+// view, so Inductor writes it out (torch/_inductor/ir.py View.create, the same in every stored version read: an input
+// without contiguous storage becomes an indexed View, copied when an extern GEMM reads it). Per layer, in backward:
+// the two gathered output gradients (read by the row-parallel linears' weight gradients) and the two gathered column
+// inputs (recomputed in backward, or saved by a forward that keeps them): read and write of 4 s x b x h tensors. A
+// vanilla DTensor gather's cat (tp_sequence_layout_copy_bytes) leaves a contiguous [b, s, h] tensor, which views.
+double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec& mesh, int64_t micro_batch);
+
 // Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
 TpCollective tp_loss_collective(double tokens);
 

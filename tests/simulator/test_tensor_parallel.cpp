@@ -323,6 +323,28 @@ TEST_CASE("tp: the sequence-parallel collectives' layout copies, and what the co
   CHECK(forward_bytes(copying) - forward_bytes(plain) == doctest::Approx(4 * 2 * act));
 }
 
+// Async TP's fused all-gathers return the gathered tensor sequence-major ([s, b, k] storage of a [b, s, k] view:
+// _symmetric_memory's unflatten), which a weight gradient's reshape to [b * s, k] cannot view: per layer in backward
+// the two output gradients' and the two column inputs' gathered tensors are copied (read and write), whatever the
+// checkpointing; nothing with one sequence a micro-batch (the layouts coincide), without async TP or without
+// sequence parallelism.
+TEST_CASE("tp: async TP's gathered tensors are copied for the weight gradients of a batch-first layout") {
+  MeshSpec async;
+  async.tp = 4;
+  async.async_tp = true;
+  const TpUnitShape two{2, 0, 0, false, false, 1000.0, 0};
+  const TpUnitShape two_full{2, 2, 0, false, false, 1000.0, 0};
+  CHECK(tp_async_gathered_layout_copy_bytes(two, async, 2) == 2 * 4 * 2 * 1000.0);
+  CHECK(tp_async_gathered_layout_copy_bytes(two_full, async, 16) == 2 * 4 * 2 * 1000.0);
+  CHECK(tp_async_gathered_layout_copy_bytes(two, async, 1) == 0.0);
+  MeshSpec vanilla = async;
+  vanilla.async_tp = false;
+  CHECK(tp_async_gathered_layout_copy_bytes(two, vanilla, 2) == 0.0);
+  MeshSpec no_sp = async;
+  no_sp.sequence_parallel = false;
+  CHECK(tp_async_gathered_layout_copy_bytes(two, no_sp, 2) == 0.0);
+}
+
 TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the flag and the numbers") {
   const ModelSpec& m = llama8b().spec();
   auto violation = [&](Strategy s, int64_t world, int64_t gpn = 8) {
