@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ std::string config_root_from(const std::vector<std::string>& argv);
 // check_trained_length (simulate.hpp) for a plan file's model and strategy.seq_len.
 void check_trained_length(const PlanFile& plan, const std::string& plan_path);
 int run_simulate(const std::vector<std::string>& argv);
+// The flags `fsdp-plan simulate` accepts, with a value and without (its --help names each).
+std::set<std::string> simulate_value_flags();
+std::set<std::string> simulate_switch_flags();
 int run_list_models(const std::vector<std::string>& argv);
 int run_list_hardware(const std::vector<std::string>& argv);
 int run_compare(const std::vector<std::string>& argv);

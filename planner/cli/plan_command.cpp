@@ -63,7 +63,7 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
-int run_plan(const std::vector<std::string>& argv) {
+std::set<std::string> plan_value_flags() {
   std::set<std::string> values{"--model",
                                "--hw",
                                "--nodes",
@@ -84,7 +84,13 @@ int run_plan(const std::vector<std::string>& argv) {
   values.insert("--html");
   values.insert("--target");
   values.insert("--target-version");
-  Args args(argv, values, {"--json", "--help", "--no-out"});
+  return values;
+}
+
+std::set<std::string> plan_switch_flags() { return {"--json", "--help", "--no-out"}; }
+
+int run_plan(const std::vector<std::string>& argv) {
+  Args args(argv, plan_value_flags(), plan_switch_flags());
   if (args.has("--help")) {
     std::cout
         << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"

@@ -46,11 +46,18 @@ void print_simulation(const Args& args, const SimulationContext& ctx, const Step
 
 }  // namespace
 
-int run_simulate(const std::vector<std::string>& argv) {
+std::set<std::string> simulate_value_flags() {
   std::set<std::string> values{"--model",   "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
                                "--runtime", "--trace", "--config-root", "--image-tokens",  "--plan"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
-  Args args(argv, values, {"--json", "--memory-timeline", "--help"});
+  return values;
+}
+
+std::set<std::string> simulate_switch_flags() { return {"--json", "--memory-timeline", "--help"}; }
+
+int run_simulate(const std::vector<std::string>& argv) {
+  const std::set<std::string> values = simulate_value_flags();
+  Args args(argv, values, simulate_switch_flags());
   if (args.has("--help")) {
     std::cout << "usage: fsdp-plan simulate --model M [--hw H] [--nodes N --gpus-per-node G | --gpus N]\n"
                  "         [--strategy S] [--hsdp-group G] [--wrap W] [--reshard-after-forward true|false]\n"
@@ -58,7 +65,7 @@ int run_simulate(const std::vector<std::string>& argv) {
                  "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n"
                  "         [--image-tokens N]    (a vision-language model's image tokens per sample)\n"
                  "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n"
-                 "         [--config-root DIR]\n"
+                 "         [--config-root DIR] [--help]\n"
                  "       fsdp-plan simulate --plan plan.yaml [--json] [--trace F] [--memory-timeline]\n"
                  "  mesh: --tp N [--sequence-parallel B] [--async-tp B], --pp N [--pp-schedule S] "
                  "[--pp-virtual-stages V]\n"
