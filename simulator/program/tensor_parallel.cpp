@@ -171,10 +171,10 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
   if (mesh.sequence_parallel) {
     // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the final
     // norm's output gathered for the head; the embedding's output reduce-scattered into the sequence shards. Under
-    // async TP all but the embedding's (a lookup's output) fuse with their GEMMs (header).
+    // async TP the layers' fuse with their GEMMs; the head's and the embedding's do not (header).
     const int ag = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
     const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag});
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, static_cast<int>(2 * u.layers)});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, static_cast<int>(2 * u.layers)});
   } else {
     // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
@@ -200,13 +200,14 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
     // head's input gradient reduce-scattered, the embedding's output gradient gathered; where the column inputs are
     // regathered, once more per column-parallel block of the layers whose forward does not run again, and the
     // head's. Fused under async TP (header): the output gradients' gathers (left operand of the input-gradient
-    // GEMM), the re-run forward's collectives, the head's input gradient (one GEMM) and those of the blocks read by
-    // one linear; whole: the embedding's gradient gather and the other blocks' input-gradient reduce-scatters.
+    // GEMM), the re-run forward's collectives and the input-gradient reduce-scatters of the blocks read by one
+    // linear; whole: the embedding's gradient gather, the head's input-gradient reduce-scatter (the head runs
+    // outside the compiled blocks) and the other blocks' input-gradient reduce-scatters.
     int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0) + again;
     if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun)) + (u.head ? 1 : 0);
     const int ag_fused = static_cast<int>(2 * u.layers) + again;
     const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again_rs;
-    const int rs_fused = static_cast<int>(u.single_linear_blocks) + (u.head ? 1 : 0) + again_rs;
+    const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs;
     if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag_fused});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, rs_fused});
   } else {

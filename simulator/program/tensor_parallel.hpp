@@ -38,7 +38,10 @@
 //    with one column-parallel linear (a fused qkv or gate_up projection, a plain MLP's up projection); with
 //    separate q, k, v (gate, up) projections it is a sum of GEMM outputs and stays whole on the critical path. The
 //    embedding's reduce-scatter (a lookup's output) and gradient all-gather (read by no GEMM), the loss's and the
-//    norms' all-reduces never fuse.
+//    norms' all-reduces never fuse, and neither do the head's input gather and its input-gradient reduce-scatter:
+//    the pass runs on Inductor's graphs, and torchtitan compiles each TransformerBlock alone (parallelize_llama.py
+//    apply_compile), leaving the final norm, the output projection and the loss eager (as the compiled runtimes
+//    do: configs/runtimes/torchtitan-compile.yaml, pytorch-compile.yaml).
 #pragma once
 
 #include <cstdint>
