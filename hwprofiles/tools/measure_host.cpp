@@ -21,9 +21,7 @@
 #include <vector>
 
 using Clock = std::chrono::steady_clock;
-static double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+static double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 static void triad() {
   const size_t n = size_t(1) << 26;  // 64 Mi doubles per array = 512 MiB each
