@@ -121,6 +121,11 @@ BytesPerSecond HardwareProfile::elementwise_bandwidth(DType d) const {
   return memory_bandwidth;
 }
 
+BytesPerSecond HardwareProfile::copy_bandwidth(DType d) const {
+  if (copy_efficiency > 0) return memory_bandwidth * copy_efficiency;
+  return elementwise_bandwidth(d);
+}
+
 double HardwareProfile::matmul_forward_ratio(DType d) const {
   const double r = d == DType::Bf16   ? matmul_forward_ratio_bf16
                    : d == DType::Fp16 ? matmul_forward_ratio_fp16
@@ -433,6 +438,11 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
     if (!(dst > 0 && dst < 3)) m.fail(key, "must be within (0, 3)");
   });
+  if (dev.has("copy_efficiency")) {
+    hw.copy_efficiency = dev.get_double("copy_efficiency");
+    if (!(hw.copy_efficiency > 0 && hw.copy_efficiency <= 1))
+      dev.fail("copy_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
+  }
   if (dev.has("cores")) hw.device_cores = dev.get_positive_double("cores");
   dev.finish();
 }

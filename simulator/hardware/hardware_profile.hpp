@@ -151,6 +151,11 @@ struct HardwareProfile {
   // casts, rotary slices and concatenates (docs/hardware.md "Elementwise kernels": measured against the byte counts
   // of simulator/program/layer_costs.cpp).
   double elementwise_efficiency_fp32 = 0, elementwise_efficiency_bf16 = 0, elementwise_efficiency_fp16 = 0;
+  // `device.copy_efficiency` (optional): the fraction of memory_bandwidth a contiguous device-to-device copy reaches,
+  // its read and its write both counted (a measured memcpy within the device: docs/hardware.md "Elementwise
+  // kernels"). Prices the ops' Op::device_copy_bytes (FSDP's all-gather copy-out and copy-in, FSDP1's flat-gradient
+  // cat, sequence-parallel layout cats); 0 (absent): those copies take the elementwise rate.
+  double copy_efficiency = 0;
   // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
   // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
   // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full
@@ -225,6 +230,8 @@ struct HardwareProfile {
   const HostOverhead& host_overhead(DType) const;
   // The dtype's elementwise bandwidth, else fp32's, else memory_bandwidth.
   BytesPerSecond elementwise_bandwidth(DType) const;
+  // memory_bandwidth x copy_efficiency, else the dtype's elementwise bandwidth.
+  BytesPerSecond copy_bandwidth(DType) const;
   // The dtype's forward-GEMM ratio, else 1.
   double matmul_forward_ratio(DType) const;
 };

@@ -729,7 +729,8 @@ struct Emitter {
     f.attn_fwd_passes = 1;
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
-    f.elementwise_bytes = unit_elementwise_bytes(u) + tp_layout_copy_bytes(ui, false);
+    f.elementwise_bytes = unit_elementwise_bytes(u);
+    f.device_copy_bytes = tp_layout_copy_bytes(ui, false);
   }
 
   // A unit's backward compute (recomputation included); frees the unit's activations when done.
@@ -759,7 +760,8 @@ struct Emitter {
     // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
     // outgoing one: twice the forward traffic (LayerCost::elementwise_backward_bytes_per_token); plus a forward's
     // worth where the layer's forward runs again.
-    b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i] + tp_layout_copy_bytes(ui, true);
+    b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
+    b.device_copy_bytes = tp_layout_copy_bytes(ui, true);
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
   }
@@ -984,7 +986,7 @@ void Emitter::emit_sharded() {
       f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
-      if (rt.allgather_copy_out) f.elementwise_bytes += 2.0 * gathered_bytes(ui);
+      if (rt.allgather_copy_out) f.device_copy_bytes += 2.0 * gathered_bytes(ui);
       push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
       if (!keep_after_forward(ui)) reshard(ui);
     }
@@ -1018,7 +1020,7 @@ void Emitter::emit_sharded() {
       Op& b = nl <= 1 ? prog.ops.emplace_back() : *layered;
       fill_backward_op(b, ui, mbi);
       b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
-      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.elementwise_bytes += 2.0 * full_bytes;
+      if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.device_copy_bytes += 2.0 * full_bytes;
       int bop = -1;
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
       if (nl <= 1) {
@@ -1053,6 +1055,7 @@ void Emitter::emit_sharded() {
           part.matmul_flops *= share(backward_gemm_weight(lc), mm_sum);
           part.attention_flops *= share(backward_attention_weight(lc), at_sum);
           part.elementwise_bytes *= share(backward_elementwise_weight(lc), ew_sum);
+          part.device_copy_bytes *= share(backward_elementwise_weight(lc), ew_sum);
           part.layers = 1;
           part.first_layer = part.last_layer = u.last_layer - i;
           part.on_issue = {};
@@ -1091,7 +1094,7 @@ void Emitter::emit_sharded() {
       // FSDP1: the per-parameter gradients concatenated into the flat gradient (read them, write it), on the compute
       // stream at the end of the unit's backward, while both are alive.
       if (rt.flat_grad_cat_in_backward) {
-        post.elementwise_bytes += 2.0 * full * pb;
+        post.device_copy_bytes += 2.0 * full * pb;
         post.transient_bytes += full * pb;
       }
       if (accumulate_unsharded && mbi > 0) {
@@ -1105,7 +1108,7 @@ void Emitter::emit_sharded() {
         continue;
       }
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
-      post.elementwise_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
+      post.device_copy_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
       if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int pop = push(post);
       // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's

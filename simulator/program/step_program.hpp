@@ -95,8 +95,11 @@ struct Op {
   double attn_bwd_passes = 0;
   double head_passes = 0;
   double elementwise_bytes = 0;  // memory-bound traffic
-  double comm_bytes = 0;         // full buffer size of the collective
-  double copy_bytes = 0;         // host<->device
+  // Contiguous device-to-device copies (read + write), priced at HardwareProfile::copy_bandwidth: FSDP2's all-gather
+  // copy-out and copy-in, FSDP1's flat-gradient cat, sequence-parallel layout cats of rank-major chunks.
+  double device_copy_bytes = 0;
+  double comm_bytes = 0;  // full buffer size of the collective
+  double copy_bytes = 0;  // host<->device
   double host_optimizer_params = 0;
 };
 

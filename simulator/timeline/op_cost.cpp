@@ -249,6 +249,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
       compute += seconds;
     }
   }
+  // Contiguous device-to-device copies stream nearer the memory's peak than the eager elementwise kernels.
+  if (op.device_copy_bytes > 0) compute += op.device_copy_bytes / hw.copy_bandwidth(dt).value;
   // The eager runtime's per-pass host overhead of the embedding + head + loss around the Loss ops (the decoder
   // layers' is priced with each layer above).
   if (op.kind == OpKind::Loss) compute += ho.head_forward.value;

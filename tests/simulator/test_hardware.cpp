@@ -812,6 +812,26 @@ TEST_CASE("eager elementwise kernels: a fraction of the memory's bandwidth, kept
   }
 }
 
+// device.copy_efficiency: the fraction of memory_bandwidth a contiguous device-to-device copy reaches (read and write
+// counted); absent, copies take the dtype's elementwise rate. The A100 and H100 profiles set it from cuda-samples'
+// p2pBandwidthLatencyTest intra-GPU diagonal (docs/hardware.md "Elementwise kernels").
+TEST_CASE("device.copy_efficiency: copies at a fraction of memory_bandwidth, else the elementwise rate") {
+  const HardwareProfile h100 = load_hardware("h100-80gb", kRoot);
+  CHECK(h100.copy_efficiency == doctest::Approx(0.75));
+  CHECK(h100.copy_bandwidth(DType::Bf16).value == doctest::Approx(0.75 * 3350e9));
+  CHECK(h100.copy_bandwidth(DType::Fp32).value == doctest::Approx(0.75 * 3350e9));
+  CHECK(load_hardware("a100-80gb", kRoot).copy_efficiency == doctest::Approx(0.78));
+  const HardwareProfile cpu = load_hardware("cpu", kRoot);
+  CHECK(cpu.copy_efficiency == 0.0);
+  CHECK(cpu.copy_bandwidth(DType::Bf16).value == doctest::Approx(cpu.elementwise_bandwidth(DType::Bf16).value));
+  const HardwareProfile own =
+      load_hardware(write_temp_profile("base: cpu\nname: c\ndevice:\n  copy_efficiency: 0.5\n", "copy_ok"), kRoot);
+  CHECK(own.copy_bandwidth(DType::Bf16).value == doctest::Approx(0.5 * own.memory_bandwidth.value));
+  CHECK(contains(
+      error_of(write_temp_profile("base: h100-80gb\nname: x\ndevice:\n  copy_efficiency: 1.5\n", "copy_range")),
+      "key 'device.copy_efficiency': must be within (0, 1]"));
+}
+
 TEST_CASE("the attention curves' reference call: shipped on the GPU profiles read from FlashAttention's benchmarks") {
   for (const char* name : {"a100-80gb", "a100-40gb", "a800-80gb", "h100-80gb", "h200-141gb", "l40s-48gb",
                            "p5-h100-80gb", "grand-teton-h100-96gb"}) {

@@ -755,6 +755,37 @@ TEST_CASE("recorded collective inputs: held in reserved memory until their pass 
   CHECK(walk_memory(tp_micro_batch(), rt, 8, /*cuda=*/false).reserved_peak == doctest::Approx(18 * kSegGiB));
 }
 
+// FSDP2's all-gather copy-out (wait_for_unshard: split_with_sizes_copy into the per-parameter tensors) is a contiguous
+// copy: its read and write are the forward op's device_copy_bytes, priced at HardwareProfile::copy_bandwidth
+// (device.copy_efficiency), not at the eager elementwise rate; a profile without the key prices it at that rate.
+TEST_CASE("FSDP2: the all-gather copy-out is priced at the device's copy rate") {
+  ModuleGraph g(gpt_like(2048, 4, 16));
+  const RuntimeProfile rt = runtime("pytorch");
+  REQUIRE(rt.allgather_copy_out);
+  Strategy s = zero_strategy(StrategyKind::Fsdp, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  const Cluster c{1, 8};
+  const StepProgram p = program(g, s, rt, 1, 8);
+  const HardwareProfile hw = hardware("h100-80gb");
+  REQUIRE(hw.copy_efficiency > 0);
+  HardwareProfile eager = hw;
+  eager.copy_efficiency = 0;
+  int forwards = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::Forward) continue;
+    ++forwards;
+    CHECK(op.device_copy_bytes > 0);
+    Op without = op;
+    without.device_copy_bytes = 0;
+    const double base = op_duration(without, p, hw, c, s);
+    CHECK(op_duration(op, p, hw, c, s) - base ==
+          doctest::Approx(op.device_copy_bytes / (hw.copy_efficiency * hw.memory_bandwidth.value)));
+    CHECK(op_duration(op, p, eager, c, s) - base ==
+          doctest::Approx(op.device_copy_bytes / hw.elementwise_bandwidth(DType::Bf16).value));
+  }
+  CHECK(forwards > 0);
+}
+
 // FSDP1's flat parameter (configs/runtimes/pytorch-fsdp1.yaml flat_grad_cat_in_backward): the module's parameters
 // are views split off the unsharded flat parameter (torch/distributed/fsdp/_flat_param.py _get_unflat_views), so
 // autograd's SplitWithSizesBackward concatenates their gradients into the flat gradient: each unit's post-backward
@@ -787,12 +818,14 @@ TEST_CASE("FSDP1: the flat gradient concatenated from the views' gradients at ea
     CHECK(x.kind == y.kind);
     if (x.kind == OpKind::Reshard && x.phase == Phase::PostBackward) {
       ++posts;
-      CHECK(x.elementwise_bytes - y.elementwise_bytes ==
+      CHECK(x.elementwise_bytes == y.elementwise_bytes);
+      CHECK(x.device_copy_bytes - y.device_copy_bytes ==
             doctest::Approx(2.0 * (x.transient_bytes - y.transient_bytes)));
-      extra_bytes += x.elementwise_bytes - y.elementwise_bytes;
+      extra_bytes += x.device_copy_bytes - y.device_copy_bytes;
       extra_transient += x.transient_bytes - y.transient_bytes;
     } else {
       CHECK(x.elementwise_bytes == y.elementwise_bytes);
+      CHECK(x.device_copy_bytes == y.device_copy_bytes);
       CHECK(x.transient_bytes == y.transient_bytes);
     }
   }

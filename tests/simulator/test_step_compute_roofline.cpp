@@ -159,6 +159,7 @@ double simulated_step(const HardwareProfile& hw, const Row& r) {
   double total = 0;
   for (Op op : p.ops) {
     op.elementwise_bytes = 0;
+    op.device_copy_bytes = 0;
     op.collective = CollectiveKind::None;
     op.comm_bytes = 0;
     op.copy_bytes = 0;

@@ -317,7 +317,8 @@ TEST_CASE("tp: the sequence-parallel collectives' layout copies, and what the co
     in.strategy = plan(4);
     in.runtime = &rt;
     for (const Op& op : emit_step_program(in).ops)
-      if (op.kind == OpKind::Forward && op.unit == 1 && op.micro_batch == 0) return op.elementwise_bytes;
+      if (op.kind == OpKind::Forward && op.unit == 1 && op.micro_batch == 0)
+        return op.elementwise_bytes + op.device_copy_bytes;
     return -1.0;
   };
   const double act = 4096.0 * 4096.0 * 2.0;  // s x b x h in bf16
