@@ -258,7 +258,7 @@ double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bo
 //  - dropout: the mask is drawn inside its neighbour's kernel, which writes it (1 byte per element) for backward.
 double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm,
                                const RuntimeProfile& rt, bool kv_repeated) {
-  double e = w.norm_elems * 2.0 * pb;
+  double e = w.norm_elems * norm_traffic_per_element(rt, pb, false).forward;
   if (w.rope) e += rt.rotary_complex_fp32 ? rotary_complex_bytes(w, pb) : 2.0 * (w.q + w.kv) * pb;
   if (kv_repeated) e += 2.0 * w.q * pb;
   e += (w.gated ? 3.0 : 2.0) * w.ffn * pb;

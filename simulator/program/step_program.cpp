@@ -1054,8 +1054,9 @@ void Emitter::emit_sharded() {
           Op part = b;
           part.matmul_flops *= share(backward_gemm_weight(lc), mm_sum);
           part.attention_flops *= share(backward_attention_weight(lc), at_sum);
-          part.elementwise_bytes *= share(backward_elementwise_weight(lc), ew_sum);
-          part.device_copy_bytes *= share(backward_elementwise_weight(lc), ew_sum);
+          const double elementwise_share = share(backward_elementwise_weight(lc), ew_sum);
+          part.elementwise_bytes *= elementwise_share;
+          part.device_copy_bytes *= elementwise_share;
           part.layers = 1;
           part.first_layer = part.last_layer = u.last_layer - i;
           part.on_issue = {};
