@@ -20,7 +20,8 @@ int run_validate(const std::vector<std::string>& argv) {
                  "  with the median and max |error| over all rows, the held-out rows and each source.\n"
                  "  --breakdown TEXT: instead, for each row whose id contains TEXT, where its predicted step goes\n"
                  "  (seconds: compute, collectives, exposed, compute slowed beside collectives, after the backward)\n"
-                 "  and its predicted device memory against the GPU's usable memory.\n";
+                 "  and its predicted device memory against the GPU's usable memory; then a memory line: the\n"
+                 "  allocated peak, its phase, the reserved peak and every category live at the peak.\n";
     return 0;
   }
   const std::string root = config_root_from(argv);

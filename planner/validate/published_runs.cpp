@@ -430,7 +430,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
                                        p.time.contention_s,
                                        p.time.optimizer_phase_s,
                                        p.memory.device_total / kBytesPerGiB,
-                                       p.usable_bytes / kBytesPerGiB};
+                                       p.usable_bytes / kBytesPerGiB,
+                                       p.memory.peak_allocated / kBytesPerGiB,
+                                       p.memory.reserved_peak / kBytesPerGiB,
+                                       p.memory.peak_phase,
+                                       p.memory.breakdown};
   res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
                   to_string(s.param_dtype), static_cast<long long>(s.micro_batch), static_cast<long long>(s.grad_accum),
                   static_cast<long long>(s.seq_len));

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "memory/memory_walk.hpp"
+
 namespace fsdp {
 
 // One measured run, with the knobs its source states (null in the file: nullopt / empty here).
@@ -91,11 +93,15 @@ struct RowResult {
   std::optional<double> predicted_step_allocated_gib, measured_step_allocated_gib, step_allocated_error;
   bool fits = true;
   // Where the predicted step goes (simulator/timeline/timeline.hpp TimelineResult) and the predicted device memory
-  // against the GPU's usable memory: whether a row is bound by compute or by communication, and how close to full.
+  // against the GPU's usable memory: whether a row is bound by compute or by communication, and how close to full;
+  // where its allocated peak happens and what is live then, by category (fragmentation, NCCL and workspace included).
   // `fsdp-plan validate --breakdown TEXT` prints it (validate/row_breakdown.hpp).
   struct Breakdown {
     double step_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0, contention_s = 0, optimizer_phase_s = 0;
     double device_total_gib = 0, usable_gib = 0;
+    double peak_allocated_gib = 0, reserved_peak_gib = 0;
+    std::string peak_phase;
+    MemoryBreakdown memory{};  // bytes
   };
   std::optional<Breakdown> breakdown;
   bool fitted = false;         // some constant was fitted on this row

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/units.hpp"
 
 namespace fsdp {
 
@@ -21,6 +22,16 @@ std::string format_breakdown(const ValidationReport& r, const std::string& match
                   b.step_s, b.compute_s, b.comm_s, b.exposed_comm_s, b.contention_s, b.optimizer_phase_s,
                   b.device_total_gib, b.usable_gib);
     o << line;
+    // The memory line: the allocated peak, where it happens, and what is live then by category.
+    std::snprintf(line, sizeof line, "  memory: allocated %.2f GiB at %s, reserved %.2f GiB;", b.peak_allocated_gib,
+                  b.peak_phase.c_str(), b.reserved_peak_gib);
+    o << line;
+    for (size_t c = 0; c < kNumMemoryCategories; ++c) {
+      if (b.memory[c] <= 0) continue;
+      std::snprintf(line, sizeof line, " %s %.2f", std::string(kMemoryCategoryNames[c]).c_str(), b.memory[c] / kGiB);
+      o << line;
+    }
+    o << "\n";
     ++n;
   }
   if (n == 0) throw InputError("--breakdown: no simulated row's id contains '" + match + "'");

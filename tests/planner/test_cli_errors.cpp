@@ -116,6 +116,7 @@ TEST_CASE("validate --breakdown: the matching rows' lines; a text no row's id co
   CHECK(r.code == 0);
   CHECK(r.out.rfind("row ", 0) == 0);  // the header first
   CHECK(r.out.find("\ntitan-a100-llama2-70b-64gpu-mb1-sel-op ") != std::string::npos);
-  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3);
+  CHECK(r.out.find("\n  memory: allocated ") != std::string::npos);
   expect_error("validate --breakdown no-such-row", "no simulated row's id contains 'no-such-row'");
 }
