@@ -868,8 +868,8 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
                                reinterpret_cast<int64_t>(names.get()));
   };
   // A unit's layers under the plan's checkpointing: full checkpointing of every layer is one region per unit (the
-  // simulator's RuntimeProfile::checkpoint_per_unit); every:N checkpoints the layers layer_ckpt names, each its
-  // own region (torchtitan wraps each chosen block), and runs the others as they are.
+  // simulator's RuntimeProfile::checkpoint_per_unit); every:N and fraction:P checkpoint the layers layer_ckpt names,
+  // each its own region (torchtitan wraps each chosen block), and runs the others as they are.
   auto run_layers = [&](Unit& u, const at::Tensor& x, const ParamMap& p) {
     ForwardOptions uo = fo;
     uo.tp = m.tp_of(u);
@@ -878,7 +878,7 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
       for (int l : u.layers) h = layer_forward(spec, p, l, h, uo);
       return h;
     }
-    if (m.strategy.ckpt_every <= 1) return checkpointed(u.layers, x, p, uo);
+    if (checkpoints_every_layer(m.strategy)) return checkpointed(u.layers, x, p, uo);
     at::Tensor h = x;
     for (int l : u.layers)
       h = layer_ckpt(m.strategy, l) == ActCkpt::Full ? checkpointed({l}, h, p, uo) : layer_forward(spec, p, l, h, uo);

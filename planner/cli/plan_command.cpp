@@ -42,6 +42,7 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   if (a.has("--act-ckpt")) {
     p.act_ckpt = s.act_ckpt;
     p.ckpt_every = s.ckpt_every;
+    p.ckpt_fraction = s.ckpt_fraction;
   }
   if (a.has("--offload")) p.offload = s.offload;
   if (a.has("--param-dtype")) p.param_dtype = s.param_dtype;

@@ -95,8 +95,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
     if (!parse_wrap(*v, s.wrap)) throw InputError("--wrap: '" + *v + "' is not one of: layer, every:K, size:N, model");
   s.reshard_after_forward = a.get_bool_or("--reshard-after-forward", s.reshard_after_forward);
   if (auto v = a.get("--act-ckpt"))
-    if (!parse_act_ckpt(*v, s.act_ckpt, s.ckpt_every))
-      throw InputError("--act-ckpt: '" + *v + "' is not one of: " + kActCkptNames);
+    if (!parse_act_ckpt(*v, s)) throw InputError("--act-ckpt: '" + *v + "' is not one of: " + kActCkptNames);
   enum_flag(a, "--offload", parse_offload, s.offload, "none, optimizer, params");
   enum_flag(a, "--param-dtype", parse_dtype, s.param_dtype, "fp32, bf16, fp16");
   enum_flag(a, "--reduce-dtype", parse_dtype, s.reduce_dtype, "fp32, bf16, fp16");

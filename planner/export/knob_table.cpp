@@ -105,7 +105,7 @@ const std::vector<Knob> kKnobs{
        return true;
      }},
     {"act_ckpt", "--act-ckpt", true, always, [](const Strategy& s, const Cluster&) { return act_ckpt_name(s); },
-     [](Strategy& s, const std::string& v, const Cluster&) { return parse_act_ckpt(v, s.act_ckpt, s.ckpt_every); }},
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_act_ckpt(v, s); }},
     {"offload", "--offload", true, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.offload)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_offload(v, s.offload); }},
@@ -198,7 +198,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"hsdp_group", {"node", "4"}},
       {"wrap", {"layer", "every:2", "size:100000000", "model"}},
       {"reshard_after_forward", {"true", "false"}},
-      {"act_ckpt", {"none", "full", "selective", "selective-op", "every:2"}},
+      {"act_ckpt", {"none", "full", "selective", "selective-op", "every:2", "fraction:0.5"}},
       {"offload", {"none", "optimizer", "params"}},
       {"dtypes", {"bf16/fp32/fp32", "bf16/bf16/fp32", "bf16/bf16/bf16", "fp32/fp32/fp32"}},
       {"grad_sync", {"every-micro-batch", "last-micro-batch"}},
@@ -223,6 +223,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
 std::string sample_label(const std::string& knob, const std::string& sample) {
   if (sample == "any") return "any";
   if (sample.rfind("every:", 0) == 0) return "every:N";
+  if (sample.rfind("fraction:", 0) == 0) return "fraction:P";
   if (sample.rfind("size:", 0) == 0) return "size:N";
   if (knob == "hsdp_group" && sample != "node") return "other";
   if (knob == "ddp_bucket_mb" && sample != "25") return "other";
@@ -240,7 +241,8 @@ bool rule_admits(const KnobRule& rule, const std::string& value) {
   if (rule.knob == "lora_targets") return lora_targets_admitted(rule, value);
   for (const std::string& v : rule.values) {
     if (v == value || v == "any") return true;
-    if ((v == "every:N" && value.rfind("every:", 0) == 0) || (v == "size:N" && value.rfind("size:", 0) == 0))
+    if ((v == "every:N" && value.rfind("every:", 0) == 0) || (v == "size:N" && value.rfind("size:", 0) == 0) ||
+        (v == "fraction:P" && value.rfind("fraction:", 0) == 0))
       return true;
   }
   return false;

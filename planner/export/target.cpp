@@ -56,7 +56,7 @@ void apply_fixed_knobs(const TargetSpec& spec, Strategy& s, const Cluster& c) {
     const KnobRule* r = spec.rule(k.name, s.kind);
     if (!r || r->values.size() != 1 || !k.applies(s)) continue;
     const std::string& v = r->values.front();
-    if (v == "any" || v == "every:N" || v == "size:N") continue;
+    if (v == "any" || v == "every:N" || v == "size:N" || v == "fraction:P") continue;
     if (!rule_admits(*r, k.value(s, c))) k.set(s, v, c);
   }
 }

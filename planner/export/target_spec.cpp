@@ -161,9 +161,10 @@ TargetSpec load_target_spec(const std::string& config_root, const std::string& t
         for (const Knob& kn : knob_table()) known += (known.empty() ? "" : ", ") + std::string(kn.name);
         caps.fail(knob, "unknown knob '" + r.knob + "' (known: " + known + ")");
       }
-      // Every concrete value must be one fsdp-plan can set (patterns every:N, size:N and any match values).
+      // Every concrete value must be one fsdp-plan can set (patterns every:N, size:N, fraction:P and any match
+      // values).
       auto check_value = [&](const std::string& v, const std::string& key) {
-        if (v == "any" || v == "every:N" || v == "size:N") return;
+        if (v == "any" || v == "every:N" || v == "size:N" || v == "fraction:P") return;
         Strategy probe;
         probe.method = Method::Lora;
         if (!k->set(probe, v, Cluster{2, 8})) c.fail(key, "'" + v + "' is not a value of " + r.knob);

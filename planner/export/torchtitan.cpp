@@ -117,9 +117,11 @@ class TorchtitanTarget final : public Target {
       if (s.mesh.pp > 1) d.emplace_back("parallelism.pipeline_parallel_microbatch_size", s.micro_batch);
       if (s.act_ckpt == ActCkpt::None) {
         d.emplace_back("activation_checkpoint.mode", "none");
-      } else if (s.act_ckpt == ActCkpt::Full && s.ckpt_every == 1) {
+      } else if (checkpoints_every_layer(s)) {
         d.emplace_back("activation_checkpoint.mode", "full");
       } else {
+        // fraction:P is refused by the target's knob table (configs/targets/torchtitan: act_ckpt) before this.
+        FSDP_ASSERT(s.ckpt_fraction == 0, "torchtitan has no fractional checkpointing");
         d.emplace_back("activation_checkpoint.mode", "selective");
         d.emplace_back("activation_checkpoint.selective_ac_option",
                        s.act_ckpt == ActCkpt::SelectiveOp ? std::string("op") : std::to_string(s.ckpt_every));

@@ -32,8 +32,7 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   s.reshard_after_forward = m.get_bool("reshard_after_forward");
   {
     const std::string ck = m.get_string("act_ckpt");
-    if (!parse_act_ckpt(ck, s.act_ckpt, s.ckpt_every))
-      m.fail("act_ckpt", "'" + ck + "' is not one of: " + kActCkptNames);
+    if (!parse_act_ckpt(ck, s)) m.fail("act_ckpt", "'" + ck + "' is not one of: " + kActCkptNames);
   }
   s.offload = enum_key(m, "offload", parse_offload, "none, optimizer, params");
   s.param_dtype = enum_key(m, "param_dtype", parse_dtype, "fp32, bf16, fp16");

@@ -155,12 +155,13 @@ SearchResult search_plans(const SearchRequest& req) {
   struct Ckpt {
     ActCkpt mode;
     int64_t every;
+    double fraction;
   };
   std::vector<Ckpt> ckpts;
   if (req.pins.act_ckpt) {
-    ckpts = {{*req.pins.act_ckpt, req.pins.ckpt_every.value_or(1)}};
+    ckpts = {{*req.pins.act_ckpt, req.pins.ckpt_every.value_or(1), req.pins.ckpt_fraction.value_or(0.0)}};
   } else {
-    ckpts = {{ActCkpt::None, 1}, {ActCkpt::Selective, 1}, {ActCkpt::Full, 1}};
+    ckpts = {{ActCkpt::None, 1, 0.0}, {ActCkpt::Selective, 1, 0.0}, {ActCkpt::Full, 1, 0.0}};
   }
   std::vector<Offload> offloads = pinned_or(req.pins.offload, {Offload::None, Offload::Optimizer, Offload::Params});
   struct Dt {
@@ -377,6 +378,7 @@ SearchResult search_plans(const SearchRequest& req) {
                     s.reshard_after_forward = reshard;
                     s.act_ckpt = ck.mode;
                     s.ckpt_every = ck.every;
+                    s.ckpt_fraction = ck.fraction;
                     s.offload = off;
                     s.param_dtype = dt.param;
                     s.reduce_dtype = dt.reduce;

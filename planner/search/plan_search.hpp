@@ -47,7 +47,8 @@ struct SearchPins {
   std::optional<WrapPolicy> wrap;
   std::optional<bool> reshard_after_forward;
   std::optional<ActCkpt> act_ckpt;
-  std::optional<int64_t> ckpt_every;  // with act_ckpt Full: every:N (absent: 1)
+  std::optional<int64_t> ckpt_every;    // with act_ckpt Full: every:N (absent: 1)
+  std::optional<double> ckpt_fraction;  // with act_ckpt Full: fraction:P (absent: 0, not used)
   std::optional<Offload> offload;
   std::optional<DType> param_dtype;
   std::optional<DType> reduce_dtype;

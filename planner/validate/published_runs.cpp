@@ -104,6 +104,10 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   else
     row.compile = r.get_bool("compile");
   row.act_ckpt = nullable_string(r, "act_ckpt");
+  if (r.has("act_ckpt_inferred")) {
+    row.act_ckpt_inferred = r.get_string("act_ckpt_inferred");
+    if (row.act_ckpt.empty()) r.fail("act_ckpt_inferred", "says how act_ckpt was inferred, but act_ckpt is null");
+  }
   row.param_dtype = nullable_string(r, "param_dtype");
   row.reduce_dtype = nullable_string(r, "reduce_dtype");
   if (r.has("master_dtype")) row.master_dtype = nullable_string(r, "master_dtype");
@@ -265,9 +269,8 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   if (row.strategy.empty()) return skip("strategy not stated");
   const auto kind = strategy_of(row.strategy);
   if (!kind) return skip("strategy '" + row.strategy + "' is not one of fsdp-plan's");
-  ActCkpt ck = ActCkpt::None;
-  int64_t ckpt_every = 1;
-  if (!row.act_ckpt.empty() && !parse_act_ckpt(row.act_ckpt, ck, ckpt_every))
+  Strategy ckpt;  // the row's checkpointing (act_ckpt, ckpt_every, ckpt_fraction)
+  if (!row.act_ckpt.empty() && !parse_act_ckpt(row.act_ckpt, ckpt))
     return skip("activation checkpointing '" + row.act_ckpt + "' is not modelled");
   if (!row.offload.empty() && row.offload != "none")
     return skip("offload '" + row.offload + "' rows are not in the set yet");
@@ -358,8 +361,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     if (!row.hsdp_shard_group) return skip("hsdp without its shard group size");
     s.hsdp_group = *row.hsdp_shard_group;
   }
-  s.act_ckpt = ck;
-  s.ckpt_every = ckpt_every;
+  s.act_ckpt = ckpt.act_ckpt;
+  s.ckpt_every = ckpt.ckpt_every;
+  s.ckpt_fraction = ckpt.ckpt_fraction;
   DType pd;
   if (row.param_dtype.empty()) return skip("compute dtype not stated");
   if (!parse_dtype(row.param_dtype, pd)) return skip("param dtype '" + row.param_dtype + "'");
@@ -405,6 +409,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
   s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
   if (row.act_ckpt.empty()) res.approximations.push_back("checkpointing not stated: none");
+  if (!row.act_ckpt_inferred.empty())
+    res.approximations.push_back("checkpointing not stated: " + row.act_ckpt + ", inferred from " +
+                                 row.act_ckpt_inferred);
   if (row.offload.empty()) res.approximations.push_back("offload not stated: none");
   const Cluster cluster{nodes, gpn};
   validate_strategy(s, spec, cluster, rt.support);
@@ -435,7 +442,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
                                        p.memory.reserved_peak / kBytesPerGiB,
                                        p.memory.peak_phase,
                                        p.memory.breakdown};
-  res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), to_string(s.act_ckpt),
+  res.plan = sfmt("%s ckpt=%s %s mb=%lldx%lld seq=%lld", to_string(s.kind), act_ckpt_name(s).c_str(),
                   to_string(s.param_dtype), static_cast<long long>(s.micro_batch), static_cast<long long>(s.grad_accum),
                   static_cast<long long>(s.seq_len));
   if (!s.mesh.is_data_parallel_only()) res.plan += " " + mesh_text(s.mesh);

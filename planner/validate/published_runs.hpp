@@ -37,6 +37,10 @@ struct PublishedRow {
   std::optional<int64_t> hsdp_shard_group;
   bool compile = false;
   std::string act_ckpt;
+  // Where the source does not state the checkpointing but publishes what implies it (a hardware-FLOPs utilisation
+  // beside the model-FLOPs one: their ratio counts the recomputed forward), how act_ckpt was inferred; the table
+  // names it as an approximation ("" when act_ckpt is stated).
+  std::string act_ckpt_inferred;
   std::string param_dtype, reduce_dtype;
   // Optional: the dtype of the parameters the optimizer updates and of its states (LitGPT's bf16-true, DeepSpeed's
   // bf16 master weights); absent, fp32 masters, mixed precision's default in every framework of the set.

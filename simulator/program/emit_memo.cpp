@@ -31,6 +31,7 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  s.lora.target_modules,
                  s.act_ckpt,
                  s.ckpt_every,
+                 s.ckpt_fraction,
                  s.mesh.tp,
                  s.mesh.sequence_parallel};
 }

@@ -418,9 +418,7 @@ struct Emitter {
 
   // Full checkpointing of every layer on a runtime that checkpoints a unit as one region (fsdp-run's CheckpointFn
   // over the unit's layers): only the unit's input is kept. every:N checkpoints layer by layer (a region each).
-  bool unit_checkpoint_region() const {
-    return s.act_ckpt == ActCkpt::Full && s.ckpt_every <= 1 && rt.checkpoint_per_unit;
-  }
+  bool unit_checkpoint_region() const { return checkpoints_every_layer(s) && rt.checkpoint_per_unit; }
   // The share of a unit's layers that are checkpointed (any mode); a unit without layers (the root) counts as the
   // model's layers do, as checkpointing of the whole model was counted before modes differed by layer.
   double checkpointed_share(int ui) const {

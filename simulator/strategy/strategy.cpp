@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <system_error>
 #include <utility>
 
 namespace fsdp {
@@ -41,6 +42,7 @@ constexpr std::array<std::pair<ActCkpt, const char*>, 4> kActCkpt{{
     {ActCkpt::SelectiveOp, "selective-op"},
 }};
 constexpr const char* kEveryPrefix = "every:";
+constexpr const char* kFractionPrefix = "fraction:";
 constexpr std::array<std::pair<Offload, const char*>, 3> kOffload{{
     {Offload::None, "none"},
     {Offload::Optimizer, "optimizer"},
@@ -106,34 +108,67 @@ std::string act_ckpt_name(ActCkpt mode, int64_t every) {
   if (mode == ActCkpt::Full && every > 1) return kEveryPrefix + std::to_string(every);
   return to_string(mode);
 }
-std::string act_ckpt_name(const Strategy& s) { return act_ckpt_name(s.act_ckpt, s.ckpt_every); }
+std::string act_ckpt_name(const Strategy& s) {
+  if (s.act_ckpt == ActCkpt::Full && s.ckpt_fraction > 0) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, s.ckpt_fraction);  // the shortest text that reads back
+    return kFractionPrefix + std::string(buf, r.ptr);
+  }
+  return act_ckpt_name(s.act_ckpt, s.ckpt_every);
+}
 
-bool parse_act_ckpt(const std::string& s, ActCkpt& mode, int64_t& every) {
-  const std::string prefix = kEveryPrefix;
-  if (s.rfind(prefix, 0) == 0) {
+bool parse_act_ckpt(const std::string& s, Strategy& out) {
+  const std::string every = kEveryPrefix, fraction = kFractionPrefix;
+  if (s.rfind(every, 0) == 0) {
     int64_t n = 0;
-    if (!parse_i64(s.substr(prefix.size()), n) || n < 1) return false;
-    mode = ActCkpt::Full;  // every:1 is full
-    every = n;
+    if (!parse_i64(s.substr(every.size()), n) || n < 1) return false;
+    out.act_ckpt = ActCkpt::Full;  // every:1 is full
+    out.ckpt_every = n;
+    out.ckpt_fraction = 0;
+    return true;
+  }
+  if (s.rfind(fraction, 0) == 0) {
+    const std::string v = s.substr(fraction.size());
+    double p = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), p);
+    if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || !(p > 0) || p > 1) return false;
+    out.act_ckpt = ActCkpt::Full;
+    out.ckpt_every = 1;
+    out.ckpt_fraction = p < 1 ? p : 0;  // fraction:1 is full
     return true;
   }
   ActCkpt m{};
   if (!value_of(s, m, kActCkpt)) return false;
-  mode = m;
-  every = 1;
+  out.act_ckpt = m;
+  out.ckpt_every = 1;
+  out.ckpt_fraction = 0;
   return true;
 }
 
 bool parse_act_ckpt(const std::string& s, ActCkpt& mode) {
-  int64_t every = 1;
-  ActCkpt m{};
-  if (!parse_act_ckpt(s, m, every) || every != 1) return false;
-  mode = m;
+  Strategy st;
+  if (!parse_act_ckpt(s, st) || st.ckpt_every != 1 || st.ckpt_fraction != 0) return false;
+  mode = st.act_ckpt;
   return true;
 }
 
+bool checkpoints_every_layer(const Strategy& s) {
+  return s.act_ckpt == ActCkpt::Full && s.ckpt_every <= 1 && s.ckpt_fraction == 0;
+}
+
 ActCkpt layer_ckpt(const Strategy& s, int64_t layer) {
-  if (s.act_ckpt != ActCkpt::Full || s.ckpt_every <= 1) return s.act_ckpt;
+  if (s.act_ckpt != ActCkpt::Full) return s.act_ckpt;
+  if (s.ckpt_fraction > 0) {
+    // fms-fsdp's apply_fsdp_checkpointing (strategy.hpp): the blocks counted from 1, in order.
+    double cut_off = 0.5;
+    bool checkpointed = false;
+    for (int64_t block = 1; block <= layer + 1; ++block) {
+      checkpointed = static_cast<double>(block) * s.ckpt_fraction >= cut_off;
+      if (checkpointed) cut_off += 1.0;
+    }
+    return checkpointed ? ActCkpt::Full : ActCkpt::None;
+  }
+  if (s.ckpt_every <= 1) return s.act_ckpt;
   // torchtitan _apply_layer_sac (torchtitan/distributed/activation_checkpoint.py, pytorch/torchtitan@1f029641):
   //   _layer_sac_count += 1; if not ac_freq or _layer_sac_count % ac_freq == 0: checkpoint_wrapper(block)
   // with the count starting at 0 and the blocks wrapped in order (apply_ac: layers.named_children()).

@@ -62,6 +62,9 @@ struct Strategy {
   // With act_ckpt Full: only every ckpt_every-th decoder layer is checkpointed (torchtitan's selective layer AC,
   // selective_ac_option = "N"; layer_ckpt); 1 = every layer (plain full checkpointing).
   int64_t ckpt_every = 1;
+  // With act_ckpt Full: the fraction of the decoder layers checkpointed, in (0, 1), placed as fms-fsdp's selective
+  // checkpointing places them (layer_ckpt); 0 = not used (every layer, or every ckpt_every-th).
+  double ckpt_fraction = 0;
   Offload offload = Offload::None;
   DType param_dtype = DType::Bf16;   // the dtype compute uses
   DType reduce_dtype = DType::Fp32;  // gradient reduction dtype
@@ -95,13 +98,18 @@ std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
 // The checkpointing policy's text name: "none", "full", "selective" (ours, the attention core),
-// "selective-op" (torchtitan's per-op policy) or "every:N" (full on every N-th layer, N >= 2; "every:1" is
-// "full" and parses to it).
+// "selective-op" (torchtitan's per-op policy), "every:N" (full on every N-th layer, N >= 2; "every:1" is
+// "full" and parses to it) or "fraction:P" (full on the fraction P of the layers, 0 < P < 1, fms-fsdp's spacing;
+// "fraction:1" is "full").
 std::string act_ckpt_name(ActCkpt mode, int64_t every);
 std::string act_ckpt_name(const Strategy&);
-bool parse_act_ckpt(const std::string&, ActCkpt& mode, int64_t& every);
-bool parse_act_ckpt(const std::string&, ActCkpt& mode);  // a mode alone: every:N with N >= 2 is refused
-inline constexpr const char* kActCkptNames = "none, full, selective, selective-op, every:N";
+// Sets the strategy's act_ckpt, ckpt_every and ckpt_fraction from a name; false (the strategy unchanged) if it is
+// none of them.
+bool parse_act_ckpt(const std::string&, Strategy&);
+bool parse_act_ckpt(const std::string&, ActCkpt& mode);  // a mode alone: every:N and fraction:P are refused
+inline constexpr const char* kActCkptNames = "none, full, selective, selective-op, every:N, fraction:P";
+// Whether full checkpointing covers every decoder layer (not every:N, not fraction:P).
+bool checkpoints_every_layer(const Strategy&);
 bool parse_offload(const std::string&, Offload&);
 bool parse_dtype(const std::string&, DType&);
 bool parse_optimizer(const std::string&, Optimizer&);
@@ -118,6 +126,10 @@ bool parse_wrap(const std::string&, WrapPolicy&);  // "layer", "every:K", "size:
 // step program, op costs, layer costs, fsdp-run) asks this per layer. every:N checkpoints the layers torchtitan's
 // _apply_layer_sac does: it counts the blocks it wraps from 1 and checkpoints block c where c % N == 0, i.e.
 // layer indices N-1, 2N-1, ... (torchtitan/distributed/activation_checkpoint.py at pytorch/torchtitan@1f029641).
+// fraction:P checkpoints the blocks fms-fsdp's apply_fsdp_checkpointing picks (foundation-model-stack/fms-fsdp
+// fms_fsdp/policies/ac_handler.py @ 4eb97d80b08f7b89068c7f4c312e233fded2343d): counting blocks from 1, block c when
+// c x P reaches the cut-off, which starts at 1/2 and grows by 1 at each block checkpointed (P = 1/2: blocks 1, 3,
+// 5, ...; P = 2/3: 1, 2, 4, 5, ...), evenly spaced.
 ActCkpt layer_ckpt(const Strategy&, int64_t layer);
 // What a mode recomputes in backward: the layer's GEMMs (all under Full; SelectiveOp those it does not cache),
 // the attention kernel's forward, the memory-bound kernels (norms, rotary, activations, adds), and so the eager

@@ -133,7 +133,7 @@ TEST_CASE("equivalence: q/k-norm and MoE models, every strategy against one unsh
     for (const char* ckpt : {"full", "selective", "every:2"}) {
       PlanFile p = small_plan(StrategyKind::Fsdp, "layer", W, 2, model);
       p.training.eps = rp.training.eps;
-      REQUIRE(parse_act_ckpt(ckpt, p.strategy.act_ckpt, p.strategy.ckpt_every));
+      REQUIRE(parse_act_ckpt(ckpt, p.strategy));
       largest = std::max(largest, check_same(train(p, comm), ref,
                                              model.name + " fsdp act_ckpt " + ckpt + " world " + std::to_string(W)));
     }
@@ -295,6 +295,14 @@ TEST_CASE("activation checkpointing changes memory, not results") {
       CHECK(o.result.peak_bytes > peak[ActCkpt::Full]);
     }
   }
+  // fraction:0.5 (fms-fsdp's selective_checkpointing): layers 0 and 2 of the 3, each its own region. Same results;
+  // memory between full and none.
+  PlanFile p = base;
+  REQUIRE(parse_act_ckpt("fraction:0.5", p.strategy));
+  Outcome o = train(p, comm, 3);
+  check_same(o, ref, "act_ckpt fraction:0.5");
+  CHECK(o.result.peak_bytes < peak[ActCkpt::None]);
+  CHECK(o.result.peak_bytes > peak[ActCkpt::Full]);
 }
 
 TEST_CASE("bf16 compute tracks the fp32 loss within bf16 tolerance") {

@@ -131,7 +131,7 @@ TEST_CASE("mesh: tensor parallelism (tp 2) equals one unsharded process") {
   // Checkpointing recomputes the tp collectives in backward; accumulation over 2 micro-batches.
   for (const char* ckpt : {"full", "selective"}) {
     PlanFile p = mesh_plan(StrategyKind::Fsdp, 2, 2, 1, mesh_model(), 4, 2);
-    REQUIRE(parse_act_ckpt(ckpt, p.strategy.act_ckpt, p.strategy.ckpt_every));
+    REQUIRE(parse_act_ckpt(ckpt, p.strategy));
     check_mesh(comm, p, worst);
   }
   {
@@ -165,7 +165,7 @@ TEST_CASE("mesh: pipeline parallelism (pp 2, 1F1B and GPipe) equals one unsharde
   {
     // Fewer micro-batches than stages, the GPT-2-style block, units kept gathered (fsdp-grad-op), checkpointing.
     PlanFile p = mesh_plan(StrategyKind::FsdpGradOp, 2, 1, 2, mesh_gpt_model(false), 2, 2);
-    REQUIRE(parse_act_ckpt("full", p.strategy.act_ckpt, p.strategy.ckpt_every));
+    REQUIRE(parse_act_ckpt("full", p.strategy));
     check_mesh(comm, p, worst);
   }
   {

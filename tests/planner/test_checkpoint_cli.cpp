@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -25,7 +26,8 @@ std::string tmp(const std::string& name) { return "/tmp/fsdp_ckpt_" + std::to_st
 }  // namespace
 
 TEST_CASE("--act-ckpt: a bad value is one line naming the flag, exit 2") {
-  for (const std::string bad : {"every:0", "every:x", "every:", "every:-1", "bogus", "every:33"}) {
+  for (const std::string bad :
+       {"every:0", "every:x", "every:", "every:-1", "bogus", "every:33", "fraction:0", "fraction:2", "fraction:0.01"}) {
     const auto r = run_cli(kSim + "--act-ckpt " + bad);
     CAPTURE(bad);
     CAPTURE(r.err);
@@ -37,6 +39,10 @@ TEST_CASE("--act-ckpt: a bad value is one line naming the flag, exit 2") {
   // Naming the values it takes (and the layer count where N is too large).
   CHECK(run_cli(kSim + "--act-ckpt every:x").err.find("selective-op") != std::string::npos);
   CHECK(run_cli(kSim + "--act-ckpt every:33").err.find("32 layers") != std::string::npos);
+  CHECK(run_cli(kSim + "--act-ckpt every:x").err.find("fraction:P") != std::string::npos);
+  // fms-fsdp's spacing checkpoints no layer of 32 below P = 1/64.
+  CHECK(run_cli(kSim + "--act-ckpt fraction:0.01").err.find("checkpoints none of the model's 32 layers") !=
+        std::string::npos);
 }
 
 TEST_CASE("--act-ckpt: every name reaches the JSON and text reports as given; every:1 is full") {
@@ -45,7 +51,9 @@ TEST_CASE("--act-ckpt: every name reaches the JSON and text reports as given; ev
                                                                                      {"selective", "selective"},
                                                                                      {"selective-op", "selective-op"},
                                                                                      {"every:2", "every:2"},
-                                                                                     {"every:1", "full"}}) {
+                                                                                     {"every:1", "full"},
+                                                                                     {"fraction:0.4", "fraction:0.4"},
+                                                                                     {"fraction:1", "full"}}) {
     CAPTURE(given);
     const auto r = run_cli(kSim + "--act-ckpt " + given + " --json");
     REQUIRE(r.code == 0);
@@ -57,8 +65,8 @@ TEST_CASE("--act-ckpt: every name reaches the JSON and text reports as given; ev
   }
 }
 
-TEST_CASE("plan.yaml and the HTML report carry every:N and selective-op; plan.yaml round-trips exactly") {
-  for (const std::string mode : {"every:2", "selective-op"}) {
+TEST_CASE("plan.yaml and the HTML report carry every:N, fraction:P and selective-op; plan.yaml round-trips exactly") {
+  for (const std::string mode : {"every:2", "fraction:0.4", "selective-op"}) {
     CAPTURE(mode);
     const std::string plan = tmp("plan.yaml"), html = tmp("report.html");
     const auto r = run_cli("--model llama3-8b --hw h100-80gb --gpus 8 --strategy fsdp --micro-batch 1 --act-ckpt " +
@@ -84,4 +92,37 @@ TEST_CASE("plan.yaml and the HTML report carry every:N and selective-op; plan.ya
     std::remove(plan.c_str());
     std::remove(html.c_str());
   }
+}
+
+TEST_CASE("fraction:P sits between none and full, and exports only where the framework runs it") {
+  // Memory and time between none and full: 13 of 32 layers checkpointed (floor(32 x 0.4 + 1/2)).
+  auto sim = [](const std::string& ck) {
+    const auto r = run_cli(kSim + "--act-ckpt " + ck + " --json");
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto none = sim("none"), part = sim("fraction:0.4"), full = sim("full");
+  const double pn = none["memory"]["peak_bytes"], pp = part["memory"]["peak_bytes"], pf = full["memory"]["peak_bytes"];
+  CHECK(pf < pp);
+  CHECK(pp < pn);
+  const double tn = none["time"]["step_s"], tp = part["time"]["step_s"], tf = full["time"]["step_s"];
+  CHECK(tn < tp);
+  CHECK(tp < tf);
+  // fsdp-run runs it (its target lists fraction:P); torchtitan has no fractional mode: refused naming the knob.
+  const std::string dir = tmp("export");
+  std::filesystem::create_directories(dir);
+  const auto ok = run_cli(
+      "--model llama3-8b --hw h100-80gb --gpus 8 --strategy fsdp --micro-batch 1 --act-ckpt "
+      "fraction:0.4 --target fsdp-run --out " +
+      dir + "/plan.yaml");
+  CAPTURE(ok.err);
+  CHECK(ok.code == 0);
+  CHECK(slurp(dir + "/plan.yaml").find("act_ckpt: fraction:0.4\n") != std::string::npos);
+  const auto refused = run_cli(
+      "--model llama3-8b --hw h100-80gb --gpus 8 --strategy fsdp --micro-batch 1 "
+      "--act-ckpt fraction:0.4 --target torchtitan --out " +
+      dir + "/plan.yaml");
+  CHECK(refused.code != 0);
+  CHECK(refused.err.find("fraction:0.4") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -358,10 +358,22 @@ TEST_CASE("published runs: a row the simulator can price matches a direct simula
   CHECK(b.contention_s <= b.compute_s);
   CHECK(b.usable_gib == doctest::Approx(81559.0 / 1024.0));
   CHECK(b.device_total_gib > 0);
-  // `fsdp-plan validate --breakdown TEXT`: a header and the row's line; a text no row's id contains is an error.
+  // The memory at the allocated peak: where it falls and what is live then, fragmentation, NCCL and workspace
+  // included, summing to the device total.
+  CHECK(b.peak_allocated_gib <= b.reserved_peak_gib);
+  CHECK(b.reserved_peak_gib <= b.device_total_gib);
+  CHECK_FALSE(b.peak_phase.empty());
+  double categories = 0;
+  for (double v : b.memory) categories += v;
+  CHECK(categories / (1024.0 * 1024.0 * 1024.0) == doctest::Approx(b.device_total_gib));
+  // `fsdp-plan validate --breakdown TEXT`: a header, the row's line and its memory line; a text no row's id contains
+  // is an error.
   const std::string text = format_breakdown(rep, "r1");
-  CHECK(std::count(text.begin(), text.end(), '\n') == 2);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3);
   CHECK(text.find("r1 ") != std::string::npos);
+  CHECK(text.find("\n  memory: allocated ") != std::string::npos);
+  CHECK(text.find(" at " + b.peak_phase + ", reserved ") != std::string::npos);
+  CHECK(text.find(" activations ") != std::string::npos);
   CHECK_THROWS_WITH_AS(format_breakdown(rep, "no-such-row"), doctest::Contains("no simulated row's id contains"),
                        InputError);
   std::filesystem::remove_all(d);
@@ -473,6 +485,9 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
   fails_with(with("    nodes: 1\n    gpus_per_node: 8\n", "    nodes: null\n    gpus_per_node: null\n"), "one.yaml",
              "gpus");
   fails_with(with("    runtime: fsdp2\n", "    runtime: megatron\n"), "one.yaml", "runtime");
+  // An inferred checkpointing needs the act_ckpt it explains.
+  fails_with(with("    act_ckpt: full\n", "    act_ckpt: null\n    act_ckpt_inferred: \"from HFU / MFU\"\n"),
+             "one.yaml", "act_ckpt_inferred");
   fails_with(t, "other.yaml", "id");  // source.id must be the file's name
   // One id in two files.
   const std::string d = scratch_dir("dup");
@@ -481,6 +496,24 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
   two.replace(two.find("id: one"), 7, "id: two");
   write(d + "/two.yaml", two);
   CHECK(load_error(d).find("row id 'r1'") != std::string::npos);
+}
+
+TEST_CASE("published runs: an inferred checkpointing is priced as given and named as an approximation") {
+  const std::string d = scratch_dir("inferred");
+  std::string t = kRowTemplate;
+  t.replace(t.find("    act_ckpt: full\n"), 19,
+            "    act_ckpt: fraction:0.5\n    act_ckpt_inferred: \"HFU / MFU 1.16 = 1 + P x 0.33\"\n");
+  write(d + "/one.yaml", t);
+  const ValidationReport rep = validate_published(d, kRoot);
+  std::filesystem::remove_all(d);
+  REQUIRE(rep.results.size() == 1);
+  const RowResult& r = rep.results[0];
+  REQUIRE(r.simulated);
+  CHECK(r.plan.find("ckpt=fraction:0.5 ") != std::string::npos);
+  const bool named = std::any_of(r.approximations.begin(), r.approximations.end(), [](const std::string& a) {
+    return a == "checkpointing not stated: fraction:0.5, inferred from HFU / MFU 1.16 = 1 + P x 0.33";
+  });
+  CHECK(named);
 }
 
 TEST_CASE("published runs: a knob the simulator does not model is reported, not priced") {

@@ -1,12 +1,14 @@
 // Activation checkpointing modes as the frameworks define them (issue M12): none, full, every:N (torchtitan's
-// selective layer AC), selective-op (torchtitan's per-op SAC) and selective (ours, the attention core), decided per
-// decoder layer by layer_ckpt. Goldens on llama3-8b (configs/models/llama3-8b.yaml: hidden 4096, 32 query heads and
-// 8 kv heads of 128, FFN 14336, 32 layers) at micro-batch 1, seq 4096, bf16, flash attention, on 8 H100-80GB.
+// selective layer AC), fraction:P (fms-fsdp's selective_checkpointing), selective-op (torchtitan's per-op SAC) and
+// selective (ours, the attention core), decided per decoder layer by layer_ckpt. Goldens on llama3-8b
+// (configs/models/llama3-8b.yaml: hidden 4096, 32 query heads and 8 kv heads of 128, FFN 14336, 32 layers) at
+// micro-batch 1, seq 4096, bf16, flash attention, on 8 H100-80GB.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compute/compute_cost.hpp"
@@ -67,26 +69,44 @@ double compute_seconds(const StepProgram& p, const HardwareProfile& hw, const Cl
 
 }  // namespace
 
-TEST_CASE("checkpointing names: parse and print round-trip exactly; every:1 is full; bad values refused") {
-  for (const std::string name : {"none", "full", "selective", "selective-op", "every:2", "every:7"}) {
-    ActCkpt m{};
-    int64_t every = 0;
-    REQUIRE(parse_act_ckpt(name, m, every));
-    CHECK(act_ckpt_name(m, every) == name);
+TEST_CASE(
+    "checkpointing names: parse and print round-trip exactly; every:1 and fraction:1 are full; bad values refused") {
+  for (const std::string name :
+       {"none", "full", "selective", "selective-op", "every:2", "every:7", "fraction:0.4", "fraction:0.75"}) {
+    Strategy s;
+    REQUIRE(parse_act_ckpt(name, s));
+    CHECK(act_ckpt_name(s) == name);
   }
+  Strategy s;
+  REQUIRE(parse_act_ckpt("every:1", s));
+  CHECK(s.act_ckpt == ActCkpt::Full);
+  CHECK(s.ckpt_every == 1);
+  CHECK(act_ckpt_name(s) == "full");
+  REQUIRE(parse_act_ckpt("every:4", s));
+  CHECK(s.act_ckpt == ActCkpt::Full);
+  CHECK(s.ckpt_every == 4);
+  CHECK(s.ckpt_fraction == 0);
+  REQUIRE(parse_act_ckpt("fraction:0.4", s));
+  CHECK(s.act_ckpt == ActCkpt::Full);
+  CHECK(s.ckpt_every == 1);  // the one clears the other
+  CHECK(s.ckpt_fraction == 0.4);
+  CHECK_FALSE(checkpoints_every_layer(s));
+  REQUIRE(parse_act_ckpt("fraction:1", s));
+  CHECK(s.ckpt_fraction == 0);
+  CHECK(checkpoints_every_layer(s));
+  CHECK(act_ckpt_name(s) == "full");
+  for (const std::string bad :
+       {"every:0", "every:x", "every:", "every:-2", "every:2x", "Full", "selective_op", "", "fraction:0",
+        "fraction:1.5", "fraction:", "fraction:x", "fraction:-0.5", "fraction:0.5x", "fraction:nan", "fraction:inf"}) {
+    Strategy t;
+    t.ckpt_every = 3;
+    CHECK_FALSE(parse_act_ckpt(bad, t));
+    CHECK(t.ckpt_every == 3);  // a refused name leaves the strategy as it was
+  }
+  // The mode alone (no N or P to carry): every:N with N >= 2 and fraction:P with P < 1 are refused.
   ActCkpt m{};
-  int64_t every = 0;
-  REQUIRE(parse_act_ckpt("every:1", m, every));
-  CHECK(m == ActCkpt::Full);
-  CHECK(every == 1);
-  CHECK(act_ckpt_name(m, every) == "full");
-  REQUIRE(parse_act_ckpt("every:4", m, every));
-  CHECK(m == ActCkpt::Full);
-  CHECK(every == 4);
-  for (const std::string bad : {"every:0", "every:x", "every:", "every:-2", "every:2x", "Full", "selective_op", ""})
-    CHECK_FALSE(parse_act_ckpt(bad, m, every));
-  // The mode alone (no N to carry): every:N with N >= 2 is refused, every:1 is full.
   CHECK_FALSE(parse_act_ckpt("every:2", m));
+  CHECK_FALSE(parse_act_ckpt("fraction:0.5", m));
   CHECK(parse_act_ckpt("every:1", m));
   CHECK(m == ActCkpt::Full);
   CHECK(parse_act_ckpt("selective-op", m));
@@ -102,6 +122,32 @@ TEST_CASE("layer_ckpt: every:N checkpoints torchtitan's layers N-1, 2N-1, ...; t
     s = llama_strategy(ck);
     for (int64_t l = 0; l < 32; ++l) CHECK(layer_ckpt(s, l) == ck);
   }
+}
+
+TEST_CASE("layer_ckpt: fraction:P checkpoints fms-fsdp's blocks, by hand") {
+  // fms_fsdp/policies/ac_handler.py apply_fsdp_checkpointing: block c (from 1) when c x P >= cut-off, the cut-off
+  // 1/2, then 3/2, 5/2, ... after each block checkpointed. Its docstring: P = 1/2 [ac, no-ac, ac, no-ac, ...],
+  // P = 1/3 [no-ac, ac, no-ac, no-ac, ac, no-ac, ...], P = 2/3 [ac, no-ac, ac, ac, no-ac, ac, ...].
+  auto checkpointed = [](double p, int64_t layers) {
+    Strategy s = llama_strategy(ActCkpt::Full);
+    s.ckpt_fraction = p;
+    std::vector<int64_t> out;
+    for (int64_t l = 0; l < layers; ++l)
+      if (layer_ckpt(s, l) == ActCkpt::Full) out.push_back(l);
+    return out;
+  };
+  CHECK(checkpointed(0.5, 8) == std::vector<int64_t>{0, 2, 4, 6});
+  CHECK(checkpointed(1.0 / 3.0, 9) == std::vector<int64_t>{1, 4, 7});
+  CHECK(checkpointed(2.0 / 3.0, 6) == std::vector<int64_t>{0, 2, 3, 5});
+  // P = 0.4 over 16 blocks: c x 0.4 = 0.8 (c 2), 1.6 (4), 2.8 (7), 3.6 (9), 4.8 (12), 5.6 (14) reach 0.5, 1.5, ...
+  CHECK(checkpointed(0.4, 16) == std::vector<int64_t>{1, 3, 6, 8, 11, 13});
+  // The count is the fraction rounded half up: floor(L x P + 1/2) of L layers.
+  for (double p : {0.1, 0.21, 0.39, 0.5, 0.73, 0.89})
+    for (int64_t layers : {16, 32, 40, 48, 80}) {
+      CAPTURE(p);
+      CAPTURE(layers);
+      CHECK(static_cast<double>(checkpointed(p, layers).size()) == std::floor(static_cast<double>(layers) * p + 0.5));
+    }
 }
 
 TEST_CASE("selective-op: torchtitan's policy over a Llama layer's ops in forward order, by hand") {
@@ -308,7 +354,9 @@ TEST_CASE("time per mode on llama3-8b, 8 x H100: what each mode recomputes, pric
   CHECK(t_none <= t_sel);
 }
 
-TEST_CASE("every:2 and selective-op walk balanced and time finite for every strategy, wrap, world and runtime") {
+TEST_CASE(
+    "every:2, fraction:0.6 and selective-op walk balanced and time finite for every strategy, wrap, world and "
+    "runtime") {
   const ModuleGraph g(load_model(std::string(FSDP_TEST_DATA) + "/models/acc-small.yaml", root()));
   const RuntimeProfile runtimes[] = {runtime("fsdp-run"), runtime("pytorch")};
   const HardwareProfile hws[] = {hardware("cpu"), hardware("a100-80gb")};
@@ -320,8 +368,9 @@ TEST_CASE("every:2 and selective-op walk balanced and time finite for every stra
                              StrategyKind::Zero3, StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::Hsdp})
         for (int64_t world : {1, 2, 4})
           for (const WrapPolicy& w : wraps)
-            for (const auto& [ck, every] :
-                 {std::pair{ActCkpt::Full, int64_t{2}}, std::pair{ActCkpt::SelectiveOp, int64_t{1}}})
+            for (const auto& [ck, every, fraction] :
+                 {std::tuple{ActCkpt::Full, int64_t{2}, 0.0}, std::tuple{ActCkpt::Full, int64_t{1}, 0.6},
+                  std::tuple{ActCkpt::SelectiveOp, int64_t{1}, 0.0}})
               for (AttentionImpl attn : {AttentionImpl::Eager, AttentionImpl::Sdpa})
                 for (DType pd : {DType::Bf16, DType::Fp32}) {
                   Strategy s;
@@ -330,6 +379,7 @@ TEST_CASE("every:2 and selective-op walk balanced and time finite for every stra
                   s.wrap = w;
                   s.act_ckpt = ck;
                   s.ckpt_every = every;
+                  s.ckpt_fraction = fraction;
                   s.param_dtype = pd;
                   s.reduce_dtype = DType::Fp32;
                   s.micro_batch = 2;
@@ -355,8 +405,10 @@ TEST_CASE("every:2 and selective-op walk balanced and time finite for every stra
                   Strategy none = s, full = s;
                   none.act_ckpt = ActCkpt::None;
                   none.ckpt_every = 1;
+                  none.ckpt_fraction = 0;
                   full.act_ckpt = ActCkpt::Full;
                   full.ckpt_every = 1;
+                  full.ckpt_fraction = 0;
                   const StepProgram pn = program(g, none, rt, 1, world), pf = program(g, full, rt, 1, world);
                   CHECK(layer_activations(p) <= layer_activations(pn));
                   CHECK(layer_activations(p) >= layer_activations(pf));
