@@ -112,18 +112,8 @@ std::string first_difference(const std::string& saved, const std::string& ours) 
     const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
     if (!more_a && !more_b) return "";
     if (la != lb || more_a != more_b) {
-      // Appended piece by piece: GCC 12 at -O3 (the GPU script's Release build) reads the chain of operator+ over
-      // substr's result as a copy of unbounded size and stops -Werror with stringop-overflow.
-      auto append_trimmed = [](std::string& out, const std::string& l) {
-        const std::size_t first = l.find_first_not_of(' ');
-        if (first != std::string::npos) out.append(l, first, std::string::npos);
-      };
-      std::string out = "'";
-      append_trimmed(out, la);
-      out += "' in the checkpoint, '";
-      append_trimmed(out, lb);
-      out += "' here";
-      return out;
+      auto trim = [](const std::string& l) { return l.substr(std::min(l.find_first_not_of(' '), l.size())); };
+      return "'" + trim(la) + "' in the checkpoint, '" + trim(lb) + "' here";
     }
   }
 }
