@@ -134,7 +134,11 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
     pp.step_s = pr.get_double("step_s");
     pp.compute_s = pr.get_double("compute_s");
     pp.exposed_comm_s = pr.get_double("exposed_comm_s");
-    pp.optimizer_phase_s = pr.get_double("optimizer_phase_s");
+    // Absent from plans written before the key (PlanPrediction::optimizer_phase_recorded).
+    if (pr.has("optimizer_phase_s"))
+      pp.optimizer_phase_s = pr.get_double("optimizer_phase_s");
+    else
+      pp.optimizer_phase_recorded = false;
     pp.tokens_per_s_per_gpu = pr.get_double("tokens_per_s_per_gpu");
     pr.finish();
     p.prediction = pp;
@@ -231,7 +235,7 @@ std::string write_plan_text(const PlanFile& p) {
     out << YAML::Key << "step_s" << YAML::Value << pp.step_s;
     out << YAML::Key << "compute_s" << YAML::Value << pp.compute_s;
     out << YAML::Key << "exposed_comm_s" << YAML::Value << pp.exposed_comm_s;
-    out << YAML::Key << "optimizer_phase_s" << YAML::Value << pp.optimizer_phase_s;
+    if (pp.optimizer_phase_recorded) out << YAML::Key << "optimizer_phase_s" << YAML::Value << pp.optimizer_phase_s;
     out << YAML::Key << "tokens_per_s_per_gpu" << YAML::Value << pp.tokens_per_s_per_gpu;
     out << YAML::EndMap;
   }

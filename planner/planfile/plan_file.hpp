@@ -52,6 +52,9 @@ struct PlanPrediction {
   double compute_s = 0;
   double exposed_comm_s = 0;
   double optimizer_phase_s = 0;  // TimelineResult::optimizer_phase_s
+  // Whether the file recorded optimizer_phase_s: plans written before the key (schema 1, before 2026-11-30, 4ac5f3b)
+  // lack it; `compare` then leaves that row out, and writing such a plan again leaves the key out.
+  bool optimizer_phase_recorded = true;
   double tokens_per_s_per_gpu = 0;
 };
 

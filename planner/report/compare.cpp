@@ -93,7 +93,7 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
       c.time.push_back(ComparisonRow{"exposed comm (median)", "s", pred.exposed_comm_s, wait, true});
     }
     // After the last backward: gradient norm, optimizer, the step's scalar all-reduces.
-    if (steps[0].contains("optimizer_phase_s")) {
+    if (steps[0].contains("optimizer_phase_s") && pred.optimizer_phase_recorded) {
       const double phase = median_of([&](const nlohmann::json& st) { return number(st, "optimizer_phase_s", path); });
       c.time.push_back(ComparisonRow{"optimizer phase (median)", "s", pred.optimizer_phase_s, phase, true});
     }

@@ -272,6 +272,19 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   CHECK_THROWS_WITH_AS(parse_plan_text(v2_without, "p.yaml"), doctest::Contains("grad_sync"), InputError);
   CHECK_THROWS_WITH_AS(parse_plan_text(text + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
                        InputError);
+  // A plan written before the prediction recorded its optimizer phase (2026-11-30) loads, says so, and is written
+  // again without the key (no invented value).
+  const size_t op = v1_without.find("  optimizer_phase_s: ");
+  REQUIRE(op != std::string::npos);
+  std::string v1_old = v1_without;
+  v1_old.erase(op, v1_old.find('\n', op) + 1 - op);
+  const PlanFile old = parse_plan_text(v1_old, "p.yaml");
+  REQUIRE(old.prediction);
+  CHECK_FALSE(old.prediction->optimizer_phase_recorded);
+  const std::string again = write_plan_text(old);
+  CHECK(again.find("optimizer_phase_s") == std::string::npos);
+  CHECK_FALSE(parse_plan_text(again, "again.yaml").prediction->optimizer_phase_recorded);
+  CHECK(parse_plan_text(text, "p.yaml").prediction->optimizer_phase_recorded);
   std::remove(path.c_str());
 }
 
