@@ -57,13 +57,11 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, 
   if (s.ckpt_fraction < 0 || s.ckpt_fraction >= 1 ||
       (s.ckpt_fraction > 0 && (s.act_ckpt != ActCkpt::Full || s.ckpt_every > 1)))
     bad("--act-ckpt", "fraction:P needs 0 < P <= 1 and applies to full checkpointing only");
-  if (s.ckpt_fraction > 0) {
-    bool any = false;
-    for (int64_t l = 0; l < m.num_layers && !any; ++l) any = layer_ckpt(s, l) == ActCkpt::Full;
-    if (!any)
-      bad("--act-ckpt", act_ckpt_name(s) + " checkpoints none of the model's " + std::to_string(m.num_layers) +
-                            " layers (fms-fsdp's spacing needs layers x P >= 1/2)");
-  }
+  // fms-fsdp's first checkpointed block is the first c with c x P >= 1/2 (layer_ckpt), so one exists among the
+  // model's layers exactly when its last block reaches it (the same product layer_ckpt forms).
+  if (s.ckpt_fraction > 0 && static_cast<double>(m.num_layers) * s.ckpt_fraction < 0.5)
+    bad("--act-ckpt", act_ckpt_name(s) + " checkpoints none of the model's " + std::to_string(m.num_layers) +
+                          " layers (fms-fsdp's spacing needs layers x P >= 1/2)");
   if (s.ckpt_every > m.num_layers)
     bad("--act-ckpt", "every:" + std::to_string(s.ckpt_every) + " exceeds the model's " + std::to_string(m.num_layers) +
                           " layers (it would checkpoint none)");
