@@ -99,9 +99,11 @@ namespace {
 
 Group& group_of(int64_t addr) { return *reinterpret_cast<Group*>(addr); }
 
+// Under the step program's phases (program/step_program.cpp push_tp): a unit's tp collectives in forward (and in a
+// checkpointed unit's recomputed forward, which runs inside its backward) and in backward.
 CollectiveTag tag_of(const TpContext& tp) {
   const bool bwd = tp.in_backward != nullptr && *tp.in_backward;
-  return CollectiveTag{bwd ? Phase::Backward : Phase::Forward, GroupKind::Tensor, tp.unit};
+  return CollectiveTag{bwd ? Phase::TpBackwardCollectives : Phase::TpForwardCollectives, GroupKind::Tensor, tp.unit};
 }
 
 // The sequence dimension (1 of [B, T, H]) first and contiguous, as one flat buffer for the group's
@@ -139,7 +141,8 @@ at::Tensor all_reduce(Group& g, const at::Tensor& y, const CollectiveTag& tag) {
 }
 
 CollectiveTag saved_tag(AutogradContext* ctx) {
-  return CollectiveTag{Phase::Backward, GroupKind::Tensor, static_cast<int>(ctx->saved_data["unit"].toInt())};
+  return CollectiveTag{Phase::TpBackwardCollectives, GroupKind::Tensor,
+                       static_cast<int>(ctx->saved_data["unit"].toInt())};
 }
 
 void save(AutogradContext* ctx, int64_t group, int64_t unit) {
@@ -259,7 +262,8 @@ at::Tensor vocab_parallel_embedding(const TpContext& tp, const at::Tensor& w, co
 }
 
 at::Tensor vocab_parallel_cross_entropy(const TpContext& tp, const at::Tensor& logits, const at::Tensor& targets) {
-  const CollectiveTag tag = tag_of(tp);
+  // The loss's all-reduces belong to no unit (the step program's TpLossAllReduce).
+  const CollectiveTag tag{Phase::TpLossAllReduce, GroupKind::Tensor, -1};
   return VocabParallelCE::apply(logits, targets, reinterpret_cast<int64_t>(tp.group), tp.vocab.start,
                                 reinterpret_cast<int64_t>(&tag))
       .mean();

@@ -376,7 +376,7 @@ struct ShardedModel::Impl {
       }
       if (parts.empty()) continue;
       at::Tensor buf = at::cat(parts);
-      g.all_reduce_sum(buf, tag(Phase::AllReduce, GroupKind::Tensor, u)).wait();
+      g.all_reduce_sum(buf, tag(Phase::TpNormGradAllReduce, GroupKind::Tensor, u)).wait();
       int64_t pos = 0;
       for (auto& part : parts) {
         part.copy_(buf.narrow(0, pos, part.numel()));
@@ -920,6 +920,8 @@ at::Tensor ShardedModel::forward_loss(const at::Tensor& tokens, const at::Tensor
   FSDP_ASSERT(impl_->mesh.pp == 1, "forward_loss runs the whole model: a pipeline stage runs forward_stage");
   return forward_stage(tokens, targets, at::Tensor());
 }
+
+void ShardedModel::trace_micro_batch(int64_t k) { impl_->comm.trace().set_micro_batch(static_cast<int>(k)); }
 
 void ShardedModel::backward(const at::Tensor& loss, bool sync) { backward_stage(loss, at::Tensor(), sync); }
 

@@ -83,6 +83,9 @@ class ShardedModel {
   // An empty buffer for the activation between pipeline stages of a micro-batch of `rows` x `seq` tokens: [rows,
   // seq (/ tp under sequence parallelism), hidden] in the compute dtype, on the device.
   at::Tensor stage_input(int64_t rows, int64_t seq) const;
+  // The micro-batch (0-based) the step trace files what is recorded next under: a pipeline transfer carries one
+  // micro-batch's activations or gradients, whichever pass the stage is in when it posts it.
+  void trace_micro_batch(int64_t k);
   // This rank's coordinates and process groups.
   const Mesh& mesh() const;
   at::Device device() const;

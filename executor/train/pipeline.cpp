@@ -20,7 +20,7 @@ namespace {
 class StageLinks {
  public:
   StageLinks(ShardedModel& model, int64_t rows, int64_t seq)
-      : mesh_(model.mesh()), shape_like_(model.stage_input(rows, seq)) {}
+      : model_(model), mesh_(model.mesh()), shape_like_(model.stage_input(rows, seq)) {}
   ~StageLinks() {
     try {
       finish();
@@ -30,39 +30,47 @@ class StageLinks {
   bool first() const { return mesh_.first_stage(); }
   bool last() const { return mesh_.last_stage(); }
 
-  at::Tensor recv_forward() {
+  // Each transfer is recorded under the micro-batch `k` (0-based) whose activations or gradients it carries.
+  at::Tensor recv_forward(int64_t k) {
     if (first()) return {};
     at::Tensor t = fresh();
+    model_.trace_micro_batch(k);
     group().recv(t, mesh_.pp_rank - 1, tag(Phase::PipelineRecvActivations)).wait();
     return t.requires_grad_(true);
   }
-  void send_forward(const at::Tensor& out) {
+  void send_forward(const at::Tensor& out, int64_t k) {
     if (last()) return;
     fwd_send_.wait();
+    model_.trace_micro_batch(k);
     fwd_send_ = group().send(out.detach().contiguous(), mesh_.pp_rank + 1, tag(Phase::PipelineSendActivations));
   }
-  at::Tensor recv_backward() {
+  at::Tensor recv_backward(int64_t k) {
     if (last()) return {};
     at::Tensor t = fresh();
+    model_.trace_micro_batch(k);
     group().recv(t, mesh_.pp_rank + 1, tag(Phase::PipelineRecvGradients)).wait();
     return t;
   }
-  void send_backward(const at::Tensor& grad) {
+  void send_backward(const at::Tensor& grad, int64_t k) {
     if (first()) return;
     bwd_send_.wait();
+    model_.trace_micro_batch(k);
     bwd_send_ = group().send(grad.contiguous(), mesh_.pp_rank - 1, tag(Phase::PipelineSendGradients));
   }
-  // This stage is the lower of the pair: send, then receive.
-  at::Tensor send_forward_recv_backward(const at::Tensor& out) {
-    send_forward(out);
-    return recv_backward();
+  // This stage is the lower of the pair: send micro-batch `sent`'s output, then receive micro-batch `grad_of`'s
+  // gradient.
+  at::Tensor send_forward_recv_backward(const at::Tensor& out, int64_t sent, int64_t grad_of) {
+    send_forward(out, sent);
+    return recv_backward(grad_of);
   }
-  // This stage is the higher of the pair: receive posted first, then send.
-  at::Tensor send_backward_recv_forward(const at::Tensor& grad) {
+  // This stage is the higher of the pair: the receive of micro-batch `next`'s input posted first, then the send of
+  // micro-batch `sent`'s input gradient.
+  at::Tensor send_backward_recv_forward(const at::Tensor& grad, int64_t sent, int64_t next) {
     if (first()) return {};
     at::Tensor t = fresh();
+    model_.trace_micro_batch(next);
     Handle h = group().recv(t, mesh_.pp_rank - 1, tag(Phase::PipelineRecvActivations));
-    send_backward(grad);
+    send_backward(grad, sent);
     h.wait();
     return t.requires_grad_(true);
   }
@@ -75,6 +83,7 @@ class StageLinks {
   Group& group() { return *mesh_.pp_group; }
   at::Tensor fresh() const { return at::empty_like(shape_like_); }
   static CollectiveTag tag(Phase p) { return CollectiveTag{p, GroupKind::Pipeline, -1}; }
+  ShardedModel& model_;
   const Mesh& mesh_;
   at::Tensor shape_like_;
   Handle fwd_send_, bwd_send_;
@@ -123,19 +132,28 @@ at::Tensor run_micro_batches(ShardedModel& model, const std::vector<MicroBatch>&
   const int64_t warmup =
       mesh.schedule == PipelineSchedule::GPipe ? K : std::min<int64_t>(mesh.pp - mesh.pp_rank - 1, K);
   const int64_t steady = K - warmup;
-  for (int64_t i = 0; i < warmup; ++i) links.send_forward(forward(links.recv_forward()));
-  at::Tensor input = steady > 0 ? links.recv_forward() : at::Tensor();
+  // `fwd` and `bwd` count the forwards and backwards run so far: the next forward is micro-batch fwd, the oldest
+  // alive (the next backward) micro-batch bwd.
+  for (int64_t i = 0; i < warmup; ++i) {
+    at::Tensor out = forward(links.recv_forward(fwd));
+    links.send_forward(out, fwd - 1);
+  }
+  at::Tensor input = steady > 0 ? links.recv_forward(fwd) : at::Tensor();
   for (int64_t i = 0; i < steady; ++i) {
-    const at::Tensor grad = links.send_forward_recv_backward(forward(input));
+    at::Tensor out = forward(input);
+    const at::Tensor grad = links.send_forward_recv_backward(out, fwd - 1, bwd);
     const at::Tensor input_grad = backward(grad);
     if (i == steady - 1) {
       input = at::Tensor();
-      links.send_backward(input_grad);
+      links.send_backward(input_grad, bwd - 1);
     } else {
-      input = links.send_backward_recv_forward(input_grad);
+      input = links.send_backward_recv_forward(input_grad, bwd - 1, fwd);
     }
   }
-  for (int64_t i = 0; i < warmup; ++i) links.send_backward(backward(links.recv_backward()));
+  for (int64_t i = 0; i < warmup; ++i) {
+    const at::Tensor input_grad = backward(links.recv_backward(bwd));
+    links.send_backward(input_grad, bwd - 1);
+  }
   links.finish();
   return loss_sum;
 }

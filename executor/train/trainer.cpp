@@ -222,7 +222,7 @@ RunResult Trainer::run(std::ostream* log) {
     const bool counts = mesh.last_stage() && mesh.tp_rank == 0;
     at::Tensor l = (loss_sum / static_cast<double>(K)).reshape({1}) * (counts ? 1.0 : 0.0);
     if (t.comm.size() > 1)
-      t.comm.world().all_reduce_sum(l, CollectiveTag{Phase::LossAllReduce, GroupKind::World, -1}).wait();
+      t.comm.world().all_reduce_sum(l, CollectiveTag{Phase::LossAllReduce, GroupKind::Mesh, -1}).wait();
     t.comm.trace().end_step();
     // A local group (world 1 or rehearsal) did not sum anything.
     st.loss = l.item<double>() / (t.comm.world().is_local() ? 1.0 : static_cast<double>(W));

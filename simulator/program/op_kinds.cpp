@@ -36,7 +36,7 @@ constexpr std::array<const char*, 17> kOpKindNames{"gather",
 
 constexpr std::array<const char*, 6> kCollectiveNames{"none",       "all-gather", "reduce-scatter",
                                                       "all-reduce", "broadcast",  "send-recv"};
-constexpr std::array<const char*, 5> kGroupNames{"shard", "replica", "world", "tensor", "pipeline"};
+constexpr std::array<const char*, 6> kGroupNames{"shard", "replica", "world", "tensor", "pipeline", "mesh"};
 
 constexpr std::array<const char*, 4> kWireNames{"fp64", "fp32", "bf16", "fp16"};
 
@@ -129,7 +129,6 @@ bool is_step_phase(Phase p) {
     case Phase::ParamAllGather:
     case Phase::ParametersToDevice:
     case Phase::LossAllReduce:
-    case Phase::TpNormGradAllReduce:
       return true;
     default:
       return false;

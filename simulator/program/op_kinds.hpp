@@ -56,8 +56,10 @@ std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
 // Shard: the ranks a parameter/gradient shard is split over (the world, or an HSDP shard group);
 // Replica: across shard groups (HSDP); World: every data-parallel rank (DDP buckets, the step's scalars);
 // Tensor: the tensor-parallel group (tp ranks inside a node); Pipeline: the pipeline stages (a stage and its
-// neighbour for point-to-point transfers).
-enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline };
+// neighbour for point-to-point transfers); Mesh: every rank of the mesh, dp x tp x pp (the step's loss, which
+// fsdp-run sums over all of them: the last stage's loss reaches the first stage's rank 0 in the same call; World
+// when the mesh is data parallel only).
+enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline, Mesh };
 const char* to_string(GroupKind);
 std::optional<GroupKind> group_kind_from_string(std::string_view);
 

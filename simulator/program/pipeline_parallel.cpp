@@ -166,4 +166,25 @@ int pipeline_transfers_per_micro_batch(const MeshSpec& mesh) {
   return mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? static_cast<int>(mesh.pp_virtual_stages) : 1;
 }
 
+int64_t pipeline_warmup(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro_batches) {
+  if (schedule == PipelineSchedule::GPipe) return micro_batches;
+  return std::min(std::max<int64_t>(pp - stage - 1, 0), micro_batches);
+}
+
+bool pipeline_orders_passes(PipelineSchedule schedule, int64_t pp) {
+  return pp > 1 && schedule != PipelineSchedule::Interleaved1F1B;
+}
+
+bool pipeline_kept_unit_gathered_in_forward(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro_batches,
+                                            int64_t k) {
+  if (!pipeline_orders_passes(schedule, pp)) return true;
+  return k == 0 || k > pipeline_warmup(schedule, pp, stage, micro_batches);
+}
+
+bool pipeline_kept_unit_regathered_in_backward(PipelineSchedule schedule, int64_t pp, int64_t stage,
+                                               int64_t micro_batches, int64_t k) {
+  if (!pipeline_orders_passes(schedule, pp)) return false;
+  return k >= std::max<int64_t>(micro_batches - pipeline_warmup(schedule, pp, stage, micro_batches), 1);
+}
+
 }  // namespace fsdp

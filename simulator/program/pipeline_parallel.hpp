@@ -97,4 +97,21 @@ double pipeline_fill_drain_s(const MeshSpec& mesh, const std::vector<double>& st
 // Point-to-point transfers one rank makes per micro-batch and direction: v (one per model chunk boundary).
 int pipeline_transfers_per_micro_batch(const MeshSpec& mesh);
 
+// The order in which stage `stage` of `pp` runs its passes over `micro_batches` (GPipe, 1F1B; Narayanan et al. 2021
+// sec. 2.2.1 PipeDream-Flush, torch.distributed.pipelining Schedule1F1B / ScheduleGPipe, fsdp-run's
+// run_micro_batches): the forwards it runs before its first backward (GPipe: all of them; 1F1B: pp - stage - 1),
+// then a forward and a backward in turn, then the remaining backwards.
+int64_t pipeline_warmup(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro_batches);
+// Whether the stage's schedule orders its passes so (pp > 1, GPipe or 1F1B); interleaved 1F1B's chunks are not.
+bool pipeline_orders_passes(PipelineSchedule schedule, int64_t pp);
+// A unit kept gathered after its forward (the root, a no-reshard strategy's units, FSDP2's last unit) is resharded
+// at the end of each backward. Under that order micro-batch k's forward finds it resharded, and gathers it, only
+// for k = 0 or after a backward (k > warmup); micro-batch k's backward gathers it again when a backward ran just
+// before (k >= max(micro_batches - warmup, 1)). Without an ordered pipeline a forward follows the previous
+// micro-batch's backward, and a backward its own forward.
+bool pipeline_kept_unit_gathered_in_forward(PipelineSchedule schedule, int64_t pp, int64_t stage, int64_t micro_batches,
+                                            int64_t k);
+bool pipeline_kept_unit_regathered_in_backward(PipelineSchedule schedule, int64_t pp, int64_t stage,
+                                               int64_t micro_batches, int64_t k);
+
 }  // namespace fsdp

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "program/pipeline_parallel.hpp"
+#include "program/step_trace.hpp"
 
 namespace fsdp {
 
@@ -35,6 +36,11 @@ std::optional<StageTimingKey> stage_timing_key(const ModuleGraph& g, const Strat
     }
     key.units.push_back(k);
   }
+  // The micro-batches the program emits (StepLayout::micro_batches_emitted: the first, one middle, the last).
+  for (int k : emitted_micro_batches(s.grad_accum))
+    key.kept_gathers.push_back(
+        2 * pipeline_kept_unit_gathered_in_forward(mesh.pp_schedule, mesh.pp, stage, s.grad_accum, k) +
+        pipeline_kept_unit_regathered_in_backward(mesh.pp_schedule, mesh.pp, stage, s.grad_accum, k));
   return key;
 }
 

@@ -19,8 +19,10 @@
 //     (c) per decoder layer l of a unit or of the stage, the graph's class of l, its checkpointing mode and the cost
 //     class (graph class, mode) they select: equal at l and l + d by the key, and the class costs themselves do not
 //     depend on the stage (emit_memo.hpp); (d) the in-flight micro-batches of the schedule
-//     (pp_in_flight_bytes), which differ by stage but enter memory events only. So the two op lists are equal
-//     field by field but for memory events, and first_layer / last_layer shifted by d.
+//     (pp_in_flight_bytes), which differ by stage but enter memory events only; (e) where the schedule has the stage
+//     gather the units it keeps after forward (pipeline_kept_unit_gathered_in_forward / _regathered_in_backward of
+//     each emitted micro-batch: the stage's warm-up), equal by the key. So the two op lists are equal field by field
+//     but for memory events, and first_layer / last_layer shifted by d.
 //  2. run_timeline reads of an op its stream, kind, phase, micro-batch, dependencies, barrier flag and cost fields,
 //     and per layer l in [first_layer, last_layer] the shape class layer_shape_of[l] (one per graph class) and
 //     layer_ckpt(s, l) (op_cost.cpp op_duration, host_issue_seconds, tp_overlap_gemms; async_tp_overlap.cpp), equal
@@ -51,6 +53,9 @@ struct StageTimingKey {
     bool operator==(const Unit&) const = default;
   };
   std::vector<Unit> units;
+  // Per emitted micro-batch, where the schedule has the stage gather its kept units (pipeline_parallel.hpp
+  // pipeline_kept_unit_gathered_in_forward, pipeline_kept_unit_regathered_in_backward): 2 x forward + backward.
+  std::vector<int> kept_gathers;
   bool operator==(const StageTimingKey&) const = default;
 };
 

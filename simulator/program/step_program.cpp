@@ -144,8 +144,9 @@ struct Emitter {
   bool adapters_outside_units() const { return s.method != Method::Full && rt.lora_adapters_replicated; }
   Op deferred_replica;  // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
   // Tensor parallelism: the parameters every tp rank holds whole (norms), whose gradients are summed over the tp
-  // group with sequence parallelism (program/tensor_parallel.hpp).
+  // group with sequence parallelism (program/tensor_parallel.hpp); in all, and per unit.
   double tp_replicated_params = 0;
+  std::vector<double> tp_unit_replicated_params;
   // Pipeline parallelism: the stage's other micro-batches' activations its schedule keeps in flight, held from the
   // first micro-batch's transfer to the last one's (program/pipeline_parallel.hpp in_flight_micro_batches).
   double pp_in_flight_bytes = 0;
@@ -293,9 +294,13 @@ struct Emitter {
     if (s.mesh.tp > 1) {
       // One tp rank's parameters of each unit: its layers' (shard_layer_for_tp), and of the model's other parts the
       // embedding and head 1/tp, the final norm whole.
+      tp_unit_replicated_params.assign(prog.units.size(), 0.0);
       for (WrapUnit& u : prog.units) {
         double p = 0;
-        for (const LayerCost* lc : costs_of(u)) p += lc->params;
+        for (const LayerCost* lc : costs_of(u)) {
+          p += lc->params;
+          tp_unit_replicated_params[static_cast<size_t>(&u - prog.units.data())] += lc->replicated_params;
+        }
         if (u.is_root)
           for (ModuleId c : g.children(g.root()))
             if (g.node(c).kind != ModuleKind::LayerStack && stage_holds(g, c, lay.stage, tail()))
@@ -310,7 +315,11 @@ struct Emitter {
         const ModuleKind k = g.node(c).kind;
         if (k == ModuleKind::Head || k == ModuleKind::Norm) {
           head_train += tp_root_module_params(g, c, s.mesh.tp);
-          if (k == ModuleKind::Norm && s.mesh.tp > 1) tp_replicated_params += static_cast<double>(g.params_under(c));
+          if (k == ModuleKind::Norm && s.mesh.tp > 1) {
+            tp_replicated_params += static_cast<double>(g.params_under(c));
+            for (size_t i = 0; i < prog.units.size(); ++i)
+              if (prog.units[i].is_root) tp_unit_replicated_params[i] += static_cast<double>(g.params_under(c));
+          }
         }
       }
     // Per-unit vectors, sized once (the search emits thousands of programs).
@@ -570,7 +579,8 @@ struct Emitter {
   // (ModuleGraph::layer_classes: layers of one class have the same children).
   std::vector<TpUnitShape> tp_shapes;
   std::vector<bool> tp_shape_known;
-  std::vector<std::vector<TpCollective>> tp_forward, tp_backward;  // per unit, its collectives
+  std::vector<std::vector<TpCollective>> tp_forward, tp_backward;  // per unit, its collectives (the head's apart)
+  std::vector<TpCollective> tp_head_forward, tp_head_backward;     // the head's (push_tp_head)
   std::vector<int64_t> class_single_linear_blocks;                 // per layer class, -1: not yet counted
   const TpUnitShape& tp_unit_shape(int ui) {
     const size_t i = static_cast<size_t>(ui);
@@ -598,8 +608,15 @@ struct Emitter {
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
-    tp_forward[i] = tp_forward_collectives(shape, s.mesh);
-    tp_backward[i] = tp_backward_collectives(shape, s.mesh);
+    // The unit's own collectives, without the head's: those run with the head+loss ops (push_tp_head).
+    TpUnitShape own = shape;
+    own.head = false;
+    tp_forward[i] = tp_forward_collectives(own, s.mesh);
+    tp_backward[i] = tp_backward_collectives(own, s.mesh);
+    if (shape.head) {
+      tp_head_forward = tp_head_collectives(shape, s.mesh, false);
+      tp_head_backward = tp_head_collectives(shape, s.mesh, true);
+    }
     tp_shape_known[i] = true;
     return shape;
   }
@@ -611,7 +628,10 @@ struct Emitter {
     if (s.mesh.tp <= 1 || !rt.tp_sequence_collective_copy) return 0.0;
     const TpUnitShape& shape = tp_unit_shape(ui);
     const size_t i = static_cast<size_t>(ui);
-    return tp_sequence_layout_copy_bytes(backward ? tp_backward[i] : tp_forward[i], s.mesh) +
+    // The head's collectives' copies are charged to its unit's pass, as before they were emitted apart.
+    const double head =
+        shape.head ? tp_sequence_layout_copy_bytes(backward ? tp_head_backward : tp_head_forward, s.mesh) : 0.0;
+    return tp_sequence_layout_copy_bytes(backward ? tp_backward[i] : tp_forward[i], s.mesh) + head +
            (backward ? tp_async_gathered_layout_copy_bytes(shape, s.mesh, s.micro_batch) : 0.0);
   }
 
@@ -619,11 +639,28 @@ struct Emitter {
   // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
   int push_tp(int ui, int mbi, bool backward, int dep) {
     if (s.mesh.tp <= 1) return dep;
-    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     tp_unit_shape(ui);
     const size_t i = static_cast<size_t>(ui);
+    return push_tp_list(backward ? tp_backward[i] : tp_forward[i], ui, mbi, backward, false, dep);
+  }
+
+  // The head's tensor-parallel collectives (tensor_parallel.hpp tp_head_collectives) where the head runs: forward
+  // before the head's GEMM (its input gathered), backward after the head's backward GEMM (its input gradient), as
+  // fsdp-run and Megatron-LM issue them. Returns the last op pushed, or `dep`.
+  int push_tp_head(int mbi, bool backward, int dep) {
+    if (s.mesh.tp <= 1 || !holds_head()) return dep;
+    int root = -1;
+    for (size_t i = 0; i < prog.units.size(); ++i)
+      if (prog.units[i].is_root) root = static_cast<int>(i);
+    if (root < 0) return dep;
+    tp_unit_shape(root);
+    return push_tp_list(backward ? tp_head_backward : tp_head_forward, root, mbi, backward, true, dep);
+  }
+
+  int push_tp_list(const std::vector<TpCollective>& list, int ui, int mbi, bool backward, bool head, int dep) {
+    const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
     int last = dep;
-    for (const TpCollective& c : backward ? tp_backward[i] : tp_forward[i]) {
+    for (const TpCollective& c : list) {
       // Built in place (the op collective_op would return, field for field, without its copy): nothing below pushes
       // an op before `op` is complete, so the reference stays valid.
       Op& op = prog.ops.emplace_back();
@@ -638,6 +675,7 @@ struct Emitter {
       op.comm_dtype = wire_type(s.param_dtype, GroupKind::Tensor);
       op.comm_calls = c.calls;
       op.async_tp_fused_calls = c.fused_calls;
+      op.tp_head = head;
       op.transient_bytes = c.gathered_bytes;
       // Each sequence-parallel reduce-scatter reads a full-sequence tensor its block frees right after: the row
       // linears' outputs in forward, the column linears' (and the head's) input gradients in backward, the
@@ -647,12 +685,27 @@ struct Emitter {
       if (c.kind == CollectiveKind::ReduceScatter && s.mesh.sequence_parallel)
         op.stream_recorded_bytes = static_cast<double>(c.calls) * c.bytes;
       // The layers whose GEMMs the collectives may overlap (timeline/tp_linear_overlap.hpp).
-      op.first_layer = u.first_layer;
-      op.last_layer = u.last_layer;
-      op.deps.push_back(last);
+      op.first_layer = head ? -1 : u.first_layer;
+      op.last_layer = head ? -1 : u.last_layer;
+      if (last >= 0) op.deps.push_back(last);
       last = static_cast<int>(prog.ops.size()) - 1;
     }
     return last;
+  }
+
+  // With sequence parallelism, the replicated norms' gradients of unit `ui` summed over the tp group as the unit's
+  // backward hands them over, every micro-batch (RuntimeProfile::tp_norm_grad_sum_per_unit; fsdp-run's
+  // ShardedModel sum_partial_grads, one all-reduce of the unit's norms in the compute dtype). Returns the op, or
+  // `dep`.
+  int push_tp_norm_grad_sum(int ui, int mbi, int dep) {
+    if (s.mesh.tp <= 1 || !s.mesh.sequence_parallel || !rt.tp_norm_grad_sum_per_unit) return dep;
+    const double elems = tp_unit_replicated_params.empty() ? 0.0 : tp_unit_replicated_params[static_cast<size_t>(ui)];
+    if (elems <= 0) return dep;
+    Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpNormGradAllReduce,
+                         CollectiveKind::AllReduce, GroupKind::Tensor, wire_bytes(elems, pb, GroupKind::Tensor),
+                         wire_type(s.param_dtype, GroupKind::Tensor), ui, mbi);
+    if (dep >= 0) a.deps.push_back(dep);
+    return push(a);
   }
 
   // A pipeline stage's point-to-point transfer of one micro-batch's activations (or their gradients): s x b x h in
@@ -681,6 +734,16 @@ struct Emitter {
     }
     if (dep >= 0) op.deps.push_back(dep);
     return push(op);
+  }
+
+  // A unit kept gathered after forward under the stage's pipeline schedule (pipeline_parallel.hpp).
+  bool kept_gathered_in_forward(int mbi) const {
+    const StepLayout& l = prog.layout;
+    return pipeline_kept_unit_gathered_in_forward(l.pp_schedule, l.pp, l.stage, s.grad_accum, mbi);
+  }
+  bool kept_regathered_in_backward(int mbi) const {
+    const StepLayout& l = prog.layout;
+    return pipeline_kept_unit_regathered_in_backward(l.pp_schedule, l.pp, l.stage, s.grad_accum, mbi);
   }
 
   // Before a micro-batch's forward: a stage after the first receives its input.
@@ -804,15 +867,18 @@ struct Emitter {
     if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
     // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
     l.head_passes = holds_head() ? 1 : 0;
+    push_tp_head(mbi, false, -1);
     const int lop = push(l);
     if (s.mesh.tp > 1) {
       // Vocabulary-parallel cross-entropy (tensor_parallel.hpp): its all-reduces over the tp group.
-      const TpCollective c = tp_loss_collective(tokens);
-      Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpLossAllReduce, c.kind,
-                           GroupKind::Tensor, c.bytes, WireType::Fp32, -1, mbi);
-      a.comm_calls = c.calls;
-      a.deps.push_back(lop);
-      push(a);
+      int dep = lop;
+      for (const TpCollective& c : tp_loss_collectives(tokens, rt.tp_loss_all_reduces_fused)) {
+        Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpLossAllReduce, c.kind,
+                             GroupKind::Tensor, c.bytes, WireType::Fp32, -1, mbi);
+        a.comm_calls = c.calls;
+        a.deps.push_back(dep);
+        dep = push(a);
+      }
     }
     Op lb;
     lb.kind = OpKind::LossBackward;
@@ -837,7 +903,7 @@ struct Emitter {
     if (rt.loss_vocab_parallel_kernels)
       lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
     lb.head_passes = holds_head() ? 2 : 0;
-    push(lb);
+    push_tp_head(mbi, true, push(lb));
   }
 
   // One of the head's ops on its own stage: the root unit's, `passes` of the head GEMM.
@@ -860,6 +926,7 @@ struct Emitter {
     const double logits = logits_elems() * pb;
     Op h = head_op(OpKind::Loss, Phase::HeadLossForward, mbi, 1);
     h.on_issue.push_back({MemoryCategory::Activations, logits});
+    push_tp_head(mbi, false, -1);
     const int hop = push(h);
     const int sent = push_pp(Phase::PipelineSendActivations, mbi, hop, true);
     prog.ops[static_cast<size_t>(sent)].on_complete.push_back({MemoryCategory::Activations, -logits});
@@ -871,7 +938,7 @@ struct Emitter {
     hb.on_complete.push_back({MemoryCategory::Activations, -(logits + head_act)});
     hb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
     if (mbi == 0) keep_adapter_grads(hb);
-    push(hb);
+    push_tp_head(mbi, true, push(hb));
   }
 
   // Adapters outside the units (fsdp-run's LoRA): one replicated fp32 leaf with its gradient, kept for the run;
@@ -931,6 +998,9 @@ void Emitter::emit_sharded() {
     std::vector<bool> gathered(static_cast<size_t>(n), false);
     std::vector<bool> regathered(static_cast<size_t>(n), false);  // gathered again for backward
     auto gather = [&](int ui, bool backward) {
+      // A unit the schedule left resident since an earlier pass (kept_regathered_in_backward): its parameters are
+      // in the walk already, from this micro-batch's forward; the gather moves them again.
+      const bool resident = gathered[static_cast<size_t>(ui)];
       if (backward) regathered[static_cast<size_t>(ui)] = true;
       UnitGather ug;
       ug.unit = ui;
@@ -941,6 +1011,12 @@ void Emitter::emit_sharded() {
       ug.wire_bytes = gathered_wire_bytes(ui);
       ug.host_shard_bytes = offload_params ? shard_bytes(ui, mb) : 0.0;
       Op op = dp_param_gather_op(dp, ug);
+      if (resident) {
+        InlineList<MemEvent, 4> kept;
+        for (const MemEvent& e : op.on_issue)
+          if (e.category != MemoryCategory::UnshardedParams) kept.push_back(e);
+        op.on_issue = kept;
+      }
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -970,13 +1046,38 @@ void Emitter::emit_sharded() {
       if (!u.is_root && ui == n - 1 && !rt.last_unit_reshard_after_forward) return true;
       return !unit_placement(s, u.is_root, rt.root_reshard_after_forward).reshard_after_forward;
     };
+    // A unit kept after forward is gathered where the stage's pipeline schedule leaves it resharded (the forward
+    // of the first micro-batch, or one after a backward); else it is still resident from the previous forward, and
+    // a backward after a backward gathers it again (kept_gathered_in_forward, kept_regathered_in_backward).
+    auto resident = [&](int ui) {
+      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
+      op.kind = OpKind::Reshard;
+      op.stream = Stream::Compute;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.phase = Phase::FwdAllGather;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, gathered_bytes(ui)});
+      gathered[static_cast<size_t>(ui)] = true;
+      gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
+    };
+    auto gather_forward = [&](int ui) {
+      if (gathered[static_cast<size_t>(ui)]) return;
+      if (keep_after_forward(ui) && !kept_gathered_in_forward(mbi)) {
+        resident(ui);
+      } else {
+        gather(ui, false);
+      }
+    };
+    auto needs_backward_gather = [&](int ui) {
+      const size_t i = static_cast<size_t>(ui);
+      return !gathered[i] || (keep_after_forward(ui) && kept_regathered_in_backward(mbi) && !regathered[i]);
+    };
     // ---- forward ----
     pp_before_forward(mbi);
     int last_bwd = -1;
     for (int ui = 0; ui < n; ++ui) {
-      if (!gathered[static_cast<size_t>(ui)]) gather(ui, false);
-      for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead)
-        if (!gathered[static_cast<size_t>(ui + ahead)]) gather(ui + ahead, false);
+      gather_forward(ui);
+      for (int ahead = 1; ahead <= s.forward_prefetch && ui + ahead < n; ++ahead) gather_forward(ui + ahead);
       // Built in place (forward_op's op, field for field, without its copy): nothing pushes an op before it is
       // complete, so the reference stays valid.
       Op& f = prog.ops.emplace_back();
@@ -1002,10 +1103,10 @@ void Emitter::emit_sharded() {
         reshard(free_late);
         free_late = -1;
       }
-      if (!gathered[static_cast<size_t>(ui)]) gather(ui, true);
+      if (needs_backward_gather(ui)) gather(ui, true);
       for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
         int nxt = order[oi + static_cast<size_t>(ahead)];
-        if (!gathered[static_cast<size_t>(nxt)]) gather(nxt, true);
+        if (needs_backward_gather(nxt)) gather(nxt, true);
       }
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
@@ -1103,13 +1204,14 @@ void Emitter::emit_sharded() {
       }
       if (mbi < first_reduced_mb) {
         // Not reduced: the unit's kept gradient waits for the last micro-batch.
-        push(post);
+        push_tp_norm_grad_sum(ui, mbi, push(post));
         continue;
       }
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       post.device_copy_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
       if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       int pop = push(post);
+      push_tp_norm_grad_sum(ui, mbi, pop);
       // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
       // reduce-scatter (fsdp-run's ShardedModel wait_pending; one reduction step in flight).
       if (deferred_replica.kind == OpKind::AllReduce) {
@@ -1269,6 +1371,7 @@ void Emitter::emit_replicated() {
         post.deps.push_back(bop);
         bop = push(post);
       }
+      bop = push_tp_norm_grad_sum(ui, mbi, bop);
       if (!sync) continue;
       // bucket_cap_mb counts the gradients' own bytes (DDP's reducer buckets the .grad tensors; a comm hook
       // such as bf16_compress_hook casts a full bucket; fsdp-run's flush_bucket likewise).
@@ -1337,13 +1440,13 @@ void Emitter::emit_optimizer() {
     f.after_all_comm = true;
     push(f);
   }
-  if (s.mesh.tp > 1 && s.mesh.sequence_parallel && tp_replicated_params > 0) {
+  if (s.mesh.tp > 1 && s.mesh.sequence_parallel && tp_replicated_params > 0 && !rt.tp_norm_grad_sum_per_unit) {
     // The replicated norms' gradients differ per tp rank under sequence parallelism (each saw its s/tp tokens):
     // summed over the tp group before the step (Megatron-LM finalize_model_grads, allreduce_layernorm_grads).
     Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpNormGradAllReduce,
                          CollectiveKind::AllReduce, GroupKind::Tensor,
                          wire_bytes(tp_replicated_params, rb, GroupKind::Tensor),
-                         wire_type(s.reduce_dtype, GroupKind::Tensor), -1, 0);
+                         wire_type(s.reduce_dtype, GroupKind::Tensor), -1, static_cast<int>(s.grad_accum) - 1);
     a.after_all_comm = true;
     push(a);
   }
@@ -1372,9 +1475,9 @@ void Emitter::emit_optimizer() {
     }
   }
   emit_optimizer_step();
-  if (rt.loss_all_reduce && prog.layout.world > 1) {
+  if (rt.loss_all_reduce && prog.layout.ranks() > 1) {
     Op l = collective_op(OpKind::ScalarAllReduce, Stream::ReduceScatter, Phase::LossAllReduce,
-                         CollectiveKind::AllReduce, GroupKind::World, kScalarBytes, WireType::Fp64, -1, 0);
+                         CollectiveKind::AllReduce, GroupKind::Mesh, kScalarBytes, WireType::Fp64, -1, 0);
     l.after_all_comm = true;
     l.deps.push_back(static_cast<int>(prog.ops.size()) - 1);
     push(l);

@@ -65,6 +65,7 @@ struct Op {
   int micro_batch = 0;               // 0-based
   int comm_calls = 1;                // the op is this many collectives of comm_bytes each (a unit's tp layers)
   int async_tp_fused_calls = 0;      // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
+  bool tp_head = false;              // a tensor-parallel op of the head's (tensor_parallel.hpp tp_head_collectives)
   InlineList<int, 2> deps;           // ops that must complete before this one starts
   InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
   double transient_bytes = 0;        // live only while the op runs (Transient category)
@@ -152,6 +153,8 @@ struct StepLayout {
         return tp;
       case GroupKind::Pipeline:
         return pp;
+      case GroupKind::Mesh:
+        return ranks();
     }
     return 1;
   }

@@ -1,8 +1,10 @@
 #include "program/step_trace.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/errors.hpp"
+#include "program/pipeline_parallel.hpp"
 #include "program/step_program.hpp"
 
 namespace fsdp {
@@ -32,27 +34,125 @@ bool is_unit_op(const Op& op) {
   }
 }
 
+TraceEntry entry_of(const StepProgram& p, const Op& op) {
+  TraceEntry e;
+  e.collective = op.collective;
+  e.phase = op.phase;
+  e.unit = phase_has_unit(op.phase) ? op.unit : -1;
+  e.micro_batch = is_step_phase(op.phase) ? -1 : op.micro_batch;
+  if (op.collective != CollectiveKind::None) {
+    e.group = op.group;
+    e.group_size = p.layout.group_size(op.group);
+    e.dtype = op.comm_dtype;
+    e.bytes = static_cast<int64_t>(op.comm_bytes);
+  }
+  return e;
+}
+
+// Ops that stand for several calls of one pass (Op::comm_calls): a unit's tensor-parallel collectives of one
+// direction, one op per kind (program/tensor_parallel.hpp), issued in turn as the runtime issues them.
+bool same_pass(const Op& a, const Op& b) {
+  return a.kind == OpKind::TpCollective && b.kind == OpKind::TpCollective && a.unit == b.unit &&
+         a.micro_batch == b.micro_batch && a.phase == b.phase && a.tp_head == b.tp_head;
+}
+
+// A micro-batch's ops up to its forward's end (the activations sent on, or the loss computed) belong to its forward
+// pass; the rest (the gradient received, the backward, the reductions) to its backward pass.
+bool forward_pass_phase(Phase ph) {
+  switch (ph) {
+    case Phase::FwdAllGather:
+    case Phase::Forward:
+    case Phase::Free:
+    case Phase::HeadLossForward:
+    case Phase::TpForwardCollectives:
+    case Phase::TpLossAllReduce:
+    case Phase::PipelineRecvActivations:
+    case Phase::PipelineSendActivations:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The program's op indices in the order the stage's pipeline schedule runs its passes. The program emits each
+// micro-batch's forward and backward one after the other; a stage runs them as its schedule says: GPipe every
+// forward, then every backward; 1F1B (Narayanan et al. 2021, PipeDream-Flush; torch.distributed.pipelining
+// Schedule1F1B, fsdp-run's run_micro_batches) pp - stage - 1 forwards, then one forward and one backward in turn,
+// then the remaining backwards. The step's own ops (no micro-batch) keep their place before the first pass or after
+// the last. Interleaved 1F1B and a single stage keep the program's order.
+std::vector<size_t> schedule_order(const StepProgram& p) {
+  std::vector<size_t> order(p.ops.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const StepLayout& l = p.layout;
+  if (!pipeline_orders_passes(l.pp_schedule, l.pp)) return order;
+  int K = 0;
+  for (const Op& op : p.ops)
+    if (!is_step_phase(op.phase)) K = std::max(K, op.micro_batch + 1);
+  if (K == 0) return order;
+  // Each emitted micro-batch's two passes, and the step's ops before the first pass and after it.
+  std::vector<std::vector<size_t>> fwd(static_cast<size_t>(K)), bwd(static_cast<size_t>(K));
+  std::vector<size_t> before, after;
+  bool started = false;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    if (is_step_phase(op.phase)) {
+      (started ? after : before).push_back(i);
+      continue;
+    }
+    started = true;
+    (forward_pass_phase(op.phase) ? fwd : bwd)[static_cast<size_t>(op.micro_batch)].push_back(i);
+  }
+  const int warmup = static_cast<int>(pipeline_warmup(l.pp_schedule, l.pp, l.stage, K));
+  std::vector<std::pair<bool, int>> passes;  // (forward, micro-batch) in the schedule's order
+  for (int k = 0; k < warmup; ++k) passes.push_back({true, k});
+  for (int k = warmup; k < K; ++k) {
+    passes.push_back({true, k});
+    passes.push_back({false, k - warmup});
+  }
+  for (int k = K - warmup; k < K; ++k) passes.push_back({false, k});
+  order = before;
+  for (const auto& [forward, k] : passes) {
+    const std::vector<size_t>& ops = (forward ? fwd : bwd)[static_cast<size_t>(k)];
+    order.insert(order.end(), ops.begin(), ops.end());
+  }
+  order.insert(order.end(), after.begin(), after.end());
+  return order;
+}
+
 }  // namespace
 
 std::vector<TraceEntry> program_trace(const StepProgram& p) {
   std::vector<TraceEntry> out;
-  for (const Op& op : p.ops) {
+  const std::vector<size_t> order = schedule_order(p);
+  for (size_t j = 0; j < order.size(); ++j) {
+    const size_t i = order[j];
+    const Op& op = p.ops[i];
     const bool collective = op.collective != CollectiveKind::None;
     if (!collective && !is_unit_op(op)) continue;
-    TraceEntry e;
-    e.collective = op.collective;
-    e.phase = op.phase;
-    e.unit = phase_has_unit(op.phase) ? op.unit : -1;
-    e.micro_batch = is_step_phase(op.phase) ? -1 : op.micro_batch;
-    if (collective) {
-      e.group = op.group;
-      e.group_size = p.layout.group_size(op.group);
-      e.dtype = op.comm_dtype;
-      e.bytes = static_cast<int64_t>(op.comm_bytes);
-    } else if (!out.empty() && out.back() == e) {
-      continue;  // one unit's backward emitted layer by layer
+    if (!collective) {
+      const TraceEntry e = entry_of(p, op);
+      if (!out.empty() && out.back() == e) continue;  // one unit's backward emitted layer by layer
+      out.push_back(e);
+      continue;
     }
-    out.push_back(e);
+    // One entry per call. The ops of one pass take turns, a call each: a layer's collectives alternate between
+    // the blocks' kinds (with sequence parallelism the attention's gather, its reduce-scatter, the MLP's gather,
+    // its reduce-scatter: Korthikanti et al. 2022 Fig. 5; fsdp-run's GatherSeq / ScatterSeq), and a checkpointed
+    // layer's recomputed forward issues the same pattern before its backward's.
+    size_t end = j + 1;
+    while (end < order.size() && same_pass(op, p.ops[order[end]])) ++end;
+    std::vector<int> left;
+    for (size_t k = j; k < end; ++k) left.push_back(std::max(1, p.ops[order[k]].comm_calls));
+    for (bool any = true; any;) {
+      any = false;
+      for (size_t k = j; k < end; ++k) {
+        if (left[k - j] == 0) continue;
+        --left[k - j];
+        out.push_back(entry_of(p, p.ops[order[k]]));
+        any = true;
+      }
+    }
+    j = end - 1;
   }
   return out;
 }

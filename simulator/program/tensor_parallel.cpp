@@ -219,6 +219,23 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   return out;
 }
 
+std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSpec& mesh, bool backward) {
+  std::vector<TpCollective> out;
+  if (mesh.tp <= 1 || !u.head) return out;
+  const double a = u.activation_bytes;
+  if (!mesh.sequence_parallel) {
+    if (backward) out.push_back({CollectiveKind::AllReduce, 1, a, 0.0, 0});
+    return out;
+  }
+  if (!backward) {
+    out.push_back({CollectiveKind::AllGather, 1, a, a, 0});
+    return out;
+  }
+  if (u.column_inputs_regathered) out.push_back({CollectiveKind::AllGather, 1, a, a, 0});
+  out.push_back({CollectiveKind::ReduceScatter, 1, a, 0.0, 0});
+  return out;
+}
+
 double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collectives, const MeshSpec& mesh) {
   if (mesh.tp <= 1 || !mesh.sequence_parallel) return 0.0;
   double bytes = 0;
@@ -236,10 +253,12 @@ double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec&
   return 2.0 * 4.0 * static_cast<double>(u.layers) * u.activation_bytes;
 }
 
-TpCollective tp_loss_collective(double tokens) {
+std::vector<TpCollective> tp_loss_collectives(double tokens, bool fused) {
   constexpr double kFp32Bytes = 4.0;
-  constexpr int kAllReduces = 3;  // logits max, target logit, sum of exponentials (cross_entropy.py)
-  return {CollectiveKind::AllReduce, kAllReduces, tokens * kFp32Bytes, 0.0, 0};
+  constexpr int kTerms = 3;  // logits max, target logit, sum of exponentials (header)
+  const double one = tokens * kFp32Bytes;
+  if (!fused) return {{CollectiveKind::AllReduce, kTerms, one, 0.0, 0}};
+  return {{CollectiveKind::AllReduce, 1, one, 0.0, 0}, {CollectiveKind::AllReduce, 1, (kTerms - 1) * one, 0.0, 0}};
 }
 
 double tp_exposed_fraction(const MeshSpec& mesh) {

@@ -118,6 +118,13 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
 // for the layers whose forward is recomputed, plus the column inputs' gathers again where they are regathered.
 std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh);
 
+// The head's collectives in one direction, which run with the head (the head+loss ops), not with its unit's forward
+// and backward: forward, with sequence parallelism, the final norm's output gathered for the head; backward its
+// input gradient reduce-scattered (all-reduced without sequence parallelism), after the gathering again of its
+// input where the column inputs are regathered. tp_forward_collectives / tp_backward_collectives of a shape with
+// `head` set include these; the step program emits them apart (step_program.cpp push_tp_head).
+std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSpec& mesh, bool backward);
+
 // The copies a batch-first sequence-parallel layout adds on the compute stream for `collectives` (one direction of a
 // unit): DTensor gathers a Shard(1) activation with funcol.all_gather_tensor(gather_dim=1), which all-gathers into a
 // rank-major buffer and then runs torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim), and reduce-scatters
@@ -148,8 +155,14 @@ double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collective
 // vanilla DTensor gather's cat (tp_sequence_layout_copy_bytes) leaves a contiguous [b, s, h] tensor, which views.
 double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec& mesh, int64_t micro_batch);
 
-// Vocabulary-parallel cross-entropy: 3 all-reduces of one fp32 value per token (max, target logit, sum of exp).
-TpCollective tp_loss_collective(double tokens);
+// Vocabulary-parallel cross-entropy's all-reduces over the tp group, in issue order: the logits' row maximum, the
+// target logit and the sum of exponentials, one fp32 value per token each. Separate (`fused` false): three calls, as
+// Megatron-LM's original cross_entropy.py, nanotron's _ShardedCrossEntropy and PyTorch's loss_parallel
+// (torch/distributed/tensor/parallel/loss.py: the max and the sum in _log_softmax, the target in the nll_loss
+// handler) issue them. Fused (true): the maximum, then the other two concatenated into one call of two values per
+// token (Megatron core fusions/fused_cross_entropy.py @ 0cb4a9c81767: torch.cat((predicted_logits,
+// sum_exp_logits)) all-reduced once; fsdp-run's VocabParallelCE, executor/model/tensor_parallel.cpp).
+std::vector<TpCollective> tp_loss_collectives(double tokens, bool fused);
 
 // The share of a fused collective's time that stays on the critical path (1 without async TP; 1/tp with it): the
 // estimate kept for layers whose GEMMs do not read as attention + MLP blocks, where the decomposition's pricing

@@ -143,6 +143,10 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("tp_linear_async_overlap")) r.tp_linear_async_overlap = sh.get_bool("tp_linear_async_overlap");
     if (sh.has("tp_sequence_collective_copy"))
       r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");
+    if (sh.has("tp_loss_all_reduces"))
+      r.tp_loss_all_reduces_fused = sh.get_enum("tp_loss_all_reduces", {"separate", "fused"}) == "fused";
+    if (sh.has("tp_norm_grad_sum"))
+      r.tp_norm_grad_sum_per_unit = sh.get_enum("tp_norm_grad_sum", {"per-step", "per-unit"}) == "per-unit";
     if (sh.has("sp_column_input_saved"))
       r.sp_saves_column_input_shard = sh.get_enum("sp_column_input_saved", {"gathered", "shard"}) == "shard";
     // Optional too (absent: PyTorch's behaviour): DeepSpeed ZeRO-3's layout and its default reduction dtype.

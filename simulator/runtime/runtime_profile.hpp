@@ -136,6 +136,19 @@ struct RuntimeProfile {
   //   all-gather in backward"), nanotron's tp_recompute_allgather.
   // Optional in the file (sharding.sp_column_input_saved: gathered | shard; absent: gathered, PyTorch's).
   bool sp_saves_column_input_shard = false;
+  // When the replicated norms' gradients (partial sums over each tp rank's sequence shard under sequence
+  // parallelism) are summed over the tp group:
+  // - once a step, all of them in one all-reduce after the last backward (false): Megatron-LM's finalize_model_grads
+  //   (_allreduce_layernorm_grads), nanotron's sync of its tied parameters' gradients;
+  // - per unit and micro-batch, as the unit's backward hands its gradients over (true): fsdp-run
+  //   (executor/shard/sharded_model.cpp sum_partial_grads, one all-reduce of the unit's norms in the compute dtype).
+  // Optional in the file (sharding.tp_norm_grad_sum: per-step | per-unit; absent: per-step).
+  bool tp_norm_grad_sum_per_unit = false;
+  // The vocabulary-parallel cross-entropy's all-reduces (program/tensor_parallel.hpp tp_loss_collectives): three
+  // separate calls (false), or the maximum and then the target logit with the sum of exponentials in one call
+  // (true: Megatron core's fused cross-entropy, fsdp-run). Optional in the file (sharding.tp_loss_all_reduces:
+  // separate | fused; absent: separate).
+  bool tp_loss_all_reduces_fused = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;
@@ -217,7 +230,7 @@ struct RuntimeProfile {
   // The norm and the optimizer run unit by unit over the wrap units' flat buffers, so their temporaries
   // cover the largest unit's owned elements, not all of them.
   bool step_per_unit = false;
-  bool loss_all_reduce = false;  // the step's loss is all-reduced over the world (one scalar) every step
+  bool loss_all_reduce = false;  // the step's loss is all-reduced over the mesh (one scalar) every step
   // --- the host's issue time on a GPU (section host_issue, optional): see HostIssue ---
   HostIssue host_issue;
   // --- the mesh the runtime runs (section mesh, optional; absent keys: supported) ---

@@ -39,6 +39,8 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
       constexpr int kPair = 2;
       return make_group(hw, kPair, l.tp * l.world >= c.gpus_per_node ? 1 : kPair);
     }
+    case GroupKind::Mesh:
+      return contiguous_group(hw, gpn, static_cast<int>(l.ranks()));
   }
   return CommGroup{};
 }
@@ -288,8 +290,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     if (op.stream == Stream::TensorParallel && p.tp_async_linears) {
       // nanotron's asynchronous linears hide part of each collective under their own GEMMs (tp_linear_overlap.hpp).
       const bool backward_op = op.phase == Phase::TpBackwardCollectives;
-      const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.holds_head();
-      const TpOverlapGemms g = tp_overlap_gemms(op, p, hw, s, head);
+      const TpOverlapGemms g = tp_overlap_gemms(op, p, hw, s, op.tp_head);
       const double whole = one * static_cast<double>(op.comm_calls);
       const double exposed =
           g.layers.empty() && op.first_layer >= 0

@@ -173,7 +173,7 @@ TEST_CASE("the training loop around the step: gradient norm, its all-reduce, the
     CHECK(std::find(opt[0]->deps.begin(), opt[0]->deps.end(), static_cast<int>(scalar[0] - p.ops.data())) !=
           opt[0]->deps.end());
     CHECK(scalar[1]->phase == Phase::LossAllReduce);
-    CHECK(scalar[1]->group == GroupKind::World);
+    CHECK(scalar[1]->group == GroupKind::Mesh);  // every rank of the mesh (here the data-parallel world)
     CHECK(scalar[1] == &p.ops.back());
     // On a CPU rank everything is serial: the optimizer phase is the sum of the ops from the norm on.
     HardwareProfile cpu = hardware("cpu");

@@ -166,3 +166,20 @@ TEST_CASE("runtime profile: allocator.collective_inputs_held_for_the_pass is opt
     CHECK_FALSE(runtime(name).collective_inputs_held_for_the_pass);
   CHECK(runtime("nanotron").collective_inputs_held_for_the_pass);
 }
+
+TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are optional and parsed strictly") {
+  CHECK(load_error_with_sharding_line("tp_loss_all_reduces: fused").empty());
+  CHECK(load_error_with_sharding_line("tp_loss_all_reduces: separate").empty());
+  CHECK(load_error_with_sharding_line("tp_loss_all_reduces: two").find("tp_loss_all_reduces") != std::string::npos);
+  CHECK(load_error_with_sharding_line("tp_norm_grad_sum: per-unit").empty());
+  CHECK(load_error_with_sharding_line("tp_norm_grad_sum: per-layer").find("tp_norm_grad_sum") != std::string::npos);
+  // fsdp-run fuses and sums per unit (executor/model/tensor_parallel.cpp VocabParallelCE, shard/sharded_model.cpp
+  // sum_partial_grads); nanotron says separate and per step, torchtitan separate; pytorch says nothing (absent: the
+  // same).
+  CHECK(runtime("fsdp-run").tp_loss_all_reduces_fused);
+  CHECK(runtime("fsdp-run").tp_norm_grad_sum_per_unit);
+  for (const char* name : {"pytorch", "torchtitan", "nanotron"}) {
+    CHECK_FALSE(runtime(name).tp_loss_all_reduces_fused);
+    CHECK_FALSE(runtime(name).tp_norm_grad_sum_per_unit);
+  }
+}

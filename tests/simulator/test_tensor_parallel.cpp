@@ -203,6 +203,24 @@ TEST_CASE("tp: collectives per layer, forward and backward, with and without seq
   CHECK((r[0].kind == CollectiveKind::AllGather && r[0].calls == 1));
   CHECK((r[1].kind == CollectiveKind::ReduceScatter && r[1].calls == 1));
   CHECK(tp_forward_collectives(root, ar)[0].calls == 1);
+  // The head's own, which the step program emits with the head: forward its input gathered (SP only); backward its
+  // input gradient reduce-scattered (all-reduced), after its input is gathered again where column inputs are.
+  auto hf = tp_head_collectives(root, sp, false);
+  REQUIRE(hf.size() == 1);
+  CHECK((hf[0].kind == CollectiveKind::AllGather && hf[0].calls == 1 && hf[0].gathered_bytes == 1000.0));
+  CHECK(tp_head_collectives(root, ar, false).empty());
+  auto hb = tp_head_collectives(root, sp, true);
+  REQUIRE(hb.size() == 1);
+  CHECK((hb[0].kind == CollectiveKind::ReduceScatter && hb[0].calls == 1));
+  REQUIRE(tp_head_collectives(root, ar, true).size() == 1);
+  CHECK(tp_head_collectives(root, ar, true)[0].kind == CollectiveKind::AllReduce);
+  TpUnitShape regathering = root;
+  regathering.column_inputs_regathered = true;
+  auto hr = tp_head_collectives(regathering, sp, true);
+  REQUIRE(hr.size() == 2);
+  CHECK((hr[0].kind == CollectiveKind::AllGather && hr[1].kind == CollectiveKind::ReduceScatter));
+  CHECK(tp_head_collectives(two, sp, false).empty());  // a unit without the head
+  CHECK(tp_head_collectives(two, sp, true).empty());
   // No tp, no collectives.
   CHECK(tp_forward_collectives(two, MeshSpec{}).empty());
   // Async TP leaves the first of tp chunks exposed.
@@ -268,14 +286,16 @@ TEST_CASE("tp: the emitted program's tp ops: bytes and counts per layer, the voc
       CHECK(op.stream_recorded_bytes == (op.collective == CollectiveKind::ReduceScatter ? 2 * act : 0.0));
     }
     if (op.phase == Phase::TpLossAllReduce) {
+      // fsdp-run's fused form: the maximum (one fp32 per token), then the target logit and the sum of exponentials
+      // in one call (two per token).
       ++loss;
       CHECK(op.collective == CollectiveKind::AllReduce);
-      CHECK(op.comm_calls == 3);
-      CHECK(op.comm_bytes == 4096.0 * 4.0);  // one fp32 per token
+      CHECK(op.comm_calls == 1);
+      CHECK(op.comm_bytes == 4096.0 * 4.0 * loss);
     }
   }
   CHECK(layer_fwd == 2);
-  CHECK(loss == 1);
+  CHECK(loss == 2);
   // Without sequence parallelism the all-reduces write in place: nothing is freed under them.
   for (const Op& op : emit(plan(4, false), 8).ops) CHECK(op.stream_recorded_bytes == 0);
   // The head computes its quarter of the 128,256-entry vocabulary.
