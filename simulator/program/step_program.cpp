@@ -1029,16 +1029,20 @@ void Emitter::emit_sharded() {
       gathered[static_cast<size_t>(ui)] = true;
       gather_op[static_cast<size_t>(ui)] = push(op);
     };
-    auto reshard = [&](int ui) {
+    // A memory-only op on the compute stream: the unit's gathered parameters released (its reshard) or, for a unit
+    // the schedule left gathered since an earlier pass, counted as resident without a gather (resident, below).
+    auto set_resident = [&](int ui, bool on) {
       Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
       op.kind = OpKind::Reshard;
       op.stream = Stream::Compute;
       op.unit = ui;
       op.micro_batch = mbi;
-      op.phase = Phase::Free;
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
-      gathered[static_cast<size_t>(ui)] = false;
+      op.phase = on ? Phase::FwdAllGather : Phase::Free;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, on ? gathered_bytes(ui) : -gathered_bytes(ui)});
+      gathered[static_cast<size_t>(ui)] = on;
+      if (on) gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
     };
+    auto reshard = [&](int ui) { set_resident(ui, false); };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       // The last layer unit is the first the backward gathers: a runtime that keeps it (torchtitan) saves that
@@ -1049,17 +1053,7 @@ void Emitter::emit_sharded() {
     // A unit kept after forward is gathered where the stage's pipeline schedule leaves it resharded (the forward
     // of the first micro-batch, or one after a backward); else it is still resident from the previous forward, and
     // a backward after a backward gathers it again (kept_gathered_in_forward, kept_regathered_in_backward).
-    auto resident = [&](int ui) {
-      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
-      op.kind = OpKind::Reshard;
-      op.stream = Stream::Compute;
-      op.unit = ui;
-      op.micro_batch = mbi;
-      op.phase = Phase::FwdAllGather;
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, gathered_bytes(ui)});
-      gathered[static_cast<size_t>(ui)] = true;
-      gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
-    };
+    auto resident = [&](int ui) { set_resident(ui, true); };
     auto gather_forward = [&](int ui) {
       if (gathered[static_cast<size_t>(ui)]) return;
       if (keep_after_forward(ui) && !kept_gathered_in_forward(mbi)) {
