@@ -1056,7 +1056,7 @@ void Emitter::emit_sharded() {
     auto resident = [&](int ui) { set_resident(ui, true); };
     auto gather_forward = [&](int ui) {
       if (gathered[static_cast<size_t>(ui)]) return;
-      if (keep_after_forward(ui) && !kept_gathered_in_forward(mbi)) {
+      if (!kept_gathered_in_forward(mbi) && keep_after_forward(ui)) {
         resident(ui);
       } else {
         gather(ui, false);
@@ -1064,7 +1064,7 @@ void Emitter::emit_sharded() {
     };
     auto needs_backward_gather = [&](int ui) {
       const size_t i = static_cast<size_t>(ui);
-      return !gathered[i] || (keep_after_forward(ui) && kept_regathered_in_backward(mbi) && !regathered[i]);
+      return !gathered[i] || (kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui));
     };
     // ---- forward ----
     pp_before_forward(mbi);
