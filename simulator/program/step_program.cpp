@@ -992,6 +992,12 @@ void Emitter::emit_sharded() {
     prog.persistent.push_back({MemoryCategory::ShardedParams, bytes});
   }
   std::vector<int> last_rs(static_cast<size_t>(n), -1);
+  // A runtime whose pipeline schedule keeps the stage's units unsharded from their first gather to the step's last
+  // backward (RuntimeProfile::pipeline_keeps_units_gathered): a unit kept after forward is gathered once a step, its
+  // parameters held across the micro-batches (`held`: from the previous micro-batch's backward).
+  const bool keeps_gathered =
+      rt.pipeline_keeps_units_gathered && pipeline_orders_passes(prog.layout.pp_schedule, prog.layout.pp);
+  std::vector<bool> held(static_cast<size_t>(n), false);
   for (int rep = 0; rep < Kemit; ++rep) {
     const int mbi = rep == Kemit - 1 ? K - 1 : rep;
     std::vector<int> gather_op(static_cast<size_t>(n), -1);
@@ -1055,8 +1061,14 @@ void Emitter::emit_sharded() {
     // a backward after a backward gathers it again (kept_gathered_in_forward, kept_regathered_in_backward).
     auto resident = [&](int ui) { set_resident(ui, true); };
     auto gather_forward = [&](int ui) {
-      if (gathered[static_cast<size_t>(ui)]) return;
-      if (!kept_gathered_in_forward(mbi) && keep_after_forward(ui)) {
+      const size_t i = static_cast<size_t>(ui);
+      if (gathered[i]) return;
+      if (held[i]) {  // still unsharded since an earlier micro-batch: nothing moves, nothing is added
+        gathered[i] = true;
+        gather_op[i] = -1;
+        return;
+      }
+      if (!keeps_gathered && !kept_gathered_in_forward(mbi) && keep_after_forward(ui)) {
         resident(ui);
       } else {
         gather(ui, false);
@@ -1064,7 +1076,8 @@ void Emitter::emit_sharded() {
     };
     auto needs_backward_gather = [&](int ui) {
       const size_t i = static_cast<size_t>(ui);
-      return !gathered[i] || (kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui));
+      return !gathered[i] ||
+             (!keeps_gathered && kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui));
     };
     // ---- forward ----
     pp_before_forward(mbi);
@@ -1076,7 +1089,7 @@ void Emitter::emit_sharded() {
       // complete, so the reference stays valid.
       Op& f = prog.ops.emplace_back();
       fill_forward_op(f, ui, mbi);
-      f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      if (gather_op[static_cast<size_t>(ui)] >= 0) f.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.device_copy_bytes += 2.0 * gathered_bytes(ui);
@@ -1112,7 +1125,7 @@ void Emitter::emit_sharded() {
       if (nl > 1) layered.emplace();
       Op& b = nl <= 1 ? prog.ops.emplace_back() : *layered;
       fill_backward_op(b, ui, mbi);
-      b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      if (gather_op[static_cast<size_t>(ui)] >= 0) b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
       if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.device_copy_bytes += 2.0 * full_bytes;
       int bop = -1;
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
@@ -1183,7 +1196,9 @@ void Emitter::emit_sharded() {
       post.unit = ui;
       post.micro_batch = mbi;
       post.phase = Phase::PostBackward;
-      post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
+      // Kept by the schedule until the last micro-batch's backward (keeps_gathered), else resharded here.
+      held[static_cast<size_t>(ui)] = keeps_gathered && keep_after_forward(ui) && mbi < K - 1;
+      if (!held[static_cast<size_t>(ui)]) post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       post.deps.push_back(bop);
       // FSDP1: the per-parameter gradients concatenated into the flat gradient (read them, write it), on the compute
       // stream at the end of the unit's backward, while both are alive.

@@ -143,6 +143,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("tp_linear_async_overlap")) r.tp_linear_async_overlap = sh.get_bool("tp_linear_async_overlap");
     if (sh.has("tp_sequence_collective_copy"))
       r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");
+    if (sh.has("pipeline_reshard_after_backward"))
+      r.pipeline_keeps_units_gathered = sh.get_enum("pipeline_reshard_after_backward", {"each", "last"}) == "last";
     if (sh.has("tp_loss_all_reduces"))
       r.tp_loss_all_reduces_fused = sh.get_enum("tp_loss_all_reduces", {"separate", "fused"}) == "fused";
     if (sh.has("tp_norm_grad_sum"))

@@ -149,6 +149,14 @@ struct RuntimeProfile {
   // (true: Megatron core's fused cross-entropy, fsdp-run). Optional in the file (sharding.tp_loss_all_reduces:
   // separate | fused; absent: separate).
   bool tp_loss_all_reduces_fused = false;
+  // Under a pipeline schedule (GPipe, 1F1B), whether the stage's FSDP units are resharded at the end of every
+  // backward (false: fsdp-run's run_micro_batches) or kept unsharded until the step's last backward (true:
+  // torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False)
+  // and set_requires_gradient_sync(False) on an FSDPModule for every backward, stage.py @ 0138610331c9, and the
+  // schedule reshards and reduces once at the step's end): a unit kept after forward (torchtitan turns
+  // reshard_after_forward off under pipeline parallelism) is then gathered once a step and held through it.
+  // Optional in the file (sharding.pipeline_reshard_after_backward: each | last; absent: each).
+  bool pipeline_keeps_units_gathered = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

@@ -183,3 +183,23 @@ TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are 
     CHECK_FALSE(runtime(name).tp_norm_grad_sum_per_unit);
   }
 }
+
+TEST_CASE("runtime profile: pipeline_reshard_after_backward is optional and parsed strictly") {
+  // pytorch.yaml (load_error_with_sharding_line's base) says `last`: its value replaced.
+  auto with_value = [](const std::string& value) {
+    std::string yaml = runtime_text("pytorch");
+    const std::string key = "pipeline_reshard_after_backward: last";
+    const size_t at = yaml.find(key);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, key.size(), "pipeline_reshard_after_backward: " + value);
+    return runtime_load_error(yaml, "pipeline-reshard");
+  };
+  CHECK(with_value("each").empty());
+  CHECK(with_value("never").find("pipeline_reshard_after_backward") != std::string::npos);
+  CHECK(with_value("never").find("duplicate") == std::string::npos);
+  // FSDP2 under torch.distributed.pipelining (pytorch, torchtitan and their compiled bases) keeps the units gathered
+  // to the step's last backward; fsdp-run reshards at every backward.
+  for (const char* name : {"pytorch", "pytorch-compile", "torchtitan", "torchtitan-compile"})
+    CHECK(runtime(name).pipeline_keeps_units_gathered);
+  CHECK_FALSE(runtime("fsdp-run").pipeline_keeps_units_gathered);
+}

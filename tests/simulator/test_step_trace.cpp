@@ -205,3 +205,36 @@ TEST_CASE("step trace, pp: a unit kept gathered after forward is gathered where 
       flat += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
   CHECK(flat == "fwd0 fwd1 ");
 }
+
+TEST_CASE("step trace, pp: torch.distributed.pipelining keeps the stage's units gathered through the step") {
+  // torchtitan's profile (pipeline_reshard_after_backward: last): FSDP without resharding after forward (torchtitan's
+  // policy under pipeline parallelism), pp 2 x dp 2, 4 micro-batches. Every unit is gathered once, at the first
+  // micro-batch's forward, and resharded at the last one's backward; fsdp-run reshards at every backward and gathers
+  // again.
+  Strategy s = mesh_plan(StrategyKind::Fsdp, 1, 2, 4);
+  s.reshard_after_forward = false;
+  auto gathers = [&](const std::string& rt, int& forward, int& backward) {
+    forward = backward = 0;
+    for (const TraceEntry& e : program_trace(emit(s, 4, rt))) {
+      forward += e.phase == Phase::FwdAllGather ? 1 : 0;
+      backward += e.phase == Phase::BwdAllGather ? 1 : 0;
+    }
+  };
+  const int units = static_cast<int>(llama8b().layers().size()) / 2 + 1;  // stage 0: 16 layers and the root
+  int fwd = 0, bwd = 0;
+  gathers("torchtitan", fwd, bwd);
+  CHECK(fwd == units);
+  CHECK(bwd == 0);
+  gathers("fsdp-run", fwd, bwd);
+  CHECK(fwd > units);  // the forwards after a backward gather again (micro-batches 1 and 3 of those emitted)
+  CHECK(bwd > 0);      // and the backwards after a backward
+  // The walk holds every unit's parameters from the first gather to the last backward: released only there.
+  const StepProgram p = emit(s, 4, "torchtitan");
+  double released_early = 0, released_last = 0;
+  for (const Op& op : p.ops)
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::UnshardedParams && e.bytes < 0 && op.phase == Phase::PostBackward)
+        (op.micro_batch == 3 ? released_last : released_early) += e.bytes;
+  CHECK(released_early == 0.0);
+  CHECK(released_last < 0.0);
+}
