@@ -36,6 +36,9 @@ struct LayerCost {
   double linear_params = 0;  // its linears' weights (what QLoRA quantises)
   double replicated_params =
       0;  // under tensor parallelism, what every tp rank holds whole (norms: tensor_parallel.cpp)
+  // Of those, the ones whose gradient each tp rank computes only part of, summed over the tp group: every norm under
+  // sequence parallelism (each rank saw its s/tp tokens), else the attention's q/k norms (each rank saw its heads).
+  double tp_partial_grad_params = 0;
   ActCkpt ckpt = ActCkpt::None;  // the layer's checkpointing mode (layer_ckpt), which the fields below assume
   // Bytes of one micro-batch: saved for backward under the layer's checkpointing mode, without checkpointing, and
   // what its backward rematerialises (ModuleGraph::recomputed_bytes_per_token).

@@ -143,8 +143,9 @@ struct Emitter {
   double adapters = 0;
   bool adapters_outside_units() const { return s.method != Method::Full && rt.lora_adapters_replicated; }
   Op deferred_replica;  // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
-  // Tensor parallelism: the parameters every tp rank holds whole (norms), whose gradients are summed over the tp
-  // group with sequence parallelism (program/tensor_parallel.hpp); in all, and per unit.
+  // Tensor parallelism: the replicated parameters whose gradients are summed over the tp group (LayerCost::
+  // tp_partial_grad_params: every norm with sequence parallelism, else the q/k norms; the final norm with sequence
+  // parallelism); in all, and per unit.
   double tp_replicated_params = 0;
   std::vector<double> tp_unit_replicated_params;
   // Pipeline parallelism: the stage's other micro-batches' activations its schedule keeps in flight, held from the
@@ -299,7 +300,7 @@ struct Emitter {
         double p = 0;
         for (const LayerCost* lc : costs_of(u)) {
           p += lc->params;
-          tp_unit_replicated_params[static_cast<size_t>(&u - prog.units.data())] += lc->replicated_params;
+          tp_unit_replicated_params[static_cast<size_t>(&u - prog.units.data())] += lc->tp_partial_grad_params;
         }
         if (u.is_root)
           for (ModuleId c : g.children(g.root()))
@@ -308,14 +309,15 @@ struct Emitter {
         u.params = std::llround(p);
       }
       for (int64_t l = lay.stage_first_layer; l <= lay.stage_last_layer; ++l)
-        tp_replicated_params += class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])].replicated_params;
+        tp_replicated_params +=
+            class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])].tp_partial_grad_params;
     }
     if (s.method == Method::Full && holds_head())
       for (ModuleId c : g.children(g.root())) {
         const ModuleKind k = g.node(c).kind;
         if (k == ModuleKind::Head || k == ModuleKind::Norm) {
           head_train += tp_root_module_params(g, c, s.mesh.tp);
-          if (k == ModuleKind::Norm && s.mesh.tp > 1) {
+          if (k == ModuleKind::Norm && s.mesh.tp > 1 && s.mesh.sequence_parallel) {
             tp_replicated_params += static_cast<double>(g.params_under(c));
             for (size_t i = 0; i < prog.units.size(); ++i)
               if (prog.units[i].is_root) tp_unit_replicated_params[i] += static_cast<double>(g.params_under(c));
@@ -693,12 +695,12 @@ struct Emitter {
     return last;
   }
 
-  // With sequence parallelism, the replicated norms' gradients of unit `ui` summed over the tp group as the unit's
-  // backward hands them over, every micro-batch (RuntimeProfile::tp_norm_grad_sum_per_unit; fsdp-run's
-  // ShardedModel sum_partial_grads, one all-reduce of the unit's norms in the compute dtype). Returns the op, or
-  // `dep`.
+  // The replicated norms' partial gradients of unit `ui` (LayerCost::tp_partial_grad_params) summed over the tp
+  // group as the unit's backward hands them over, every micro-batch (RuntimeProfile::tp_norm_grad_sum_per_unit;
+  // fsdp-run's ShardedModel sum_partial_grads, one all-reduce of the unit's norms in the compute dtype). Returns the
+  // op, or `dep`.
   int push_tp_norm_grad_sum(int ui, int mbi, int dep) {
-    if (s.mesh.tp <= 1 || !s.mesh.sequence_parallel || !rt.tp_norm_grad_sum_per_unit) return dep;
+    if (s.mesh.tp <= 1 || !rt.tp_norm_grad_sum_per_unit) return dep;
     const double elems = tp_unit_replicated_params.empty() ? 0.0 : tp_unit_replicated_params[static_cast<size_t>(ui)];
     if (elems <= 0) return dep;
     Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpNormGradAllReduce,
@@ -1449,9 +1451,10 @@ void Emitter::emit_optimizer() {
     f.after_all_comm = true;
     push(f);
   }
-  if (s.mesh.tp > 1 && s.mesh.sequence_parallel && tp_replicated_params > 0 && !rt.tp_norm_grad_sum_per_unit) {
-    // The replicated norms' gradients differ per tp rank under sequence parallelism (each saw its s/tp tokens):
-    // summed over the tp group before the step (Megatron-LM finalize_model_grads, allreduce_layernorm_grads).
+  if (s.mesh.tp > 1 && tp_replicated_params > 0 && !rt.tp_norm_grad_sum_per_unit) {
+    // The replicated norms' gradients differ per tp rank under sequence parallelism (each saw its s/tp tokens), the
+    // q/k norms' without it too (each saw its heads): summed over the tp group before the step (Megatron-LM
+    // finalize_model_grads, allreduce_layernorm_grads).
     Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpNormGradAllReduce,
                          CollectiveKind::AllReduce, GroupKind::Tensor,
                          wire_bytes(tp_replicated_params, rb, GroupKind::Tensor),

@@ -38,6 +38,11 @@ double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const Ac
   double b = 0;
   for (ModuleId leaf : g.leaves_under(layer))
     if (g.node(leaf).kind == ModuleKind::Norm) b += g.saved_bytes_per_token(leaf, q, ActCkpt::None);
+  // The attention's q/k norms run on the rank's heads, so what they save is split like the heads.
+  for (ModuleId child : g.children(layer))
+    if (g.node(child).kind == ModuleKind::Attention)
+      for (ModuleId leaf : g.leaves_under(child))
+        if (g.node(leaf).kind == ModuleKind::Norm) b -= g.saved_bytes_per_token(leaf, q, ActCkpt::None);
   return b;
 }
 
@@ -87,6 +92,12 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   // linears' weights (each weight element is one multiply-add per token).
   double linear_before = 0, linear_after = 0;
   lc.replicated_params = 0;
+  lc.tp_partial_grad_params = 0;
+  for (ModuleId child : g.children(layer))
+    if (g.node(child).kind == ModuleKind::Attention)
+      for (ModuleId leaf : g.leaves_under(child))
+        if (g.node(leaf).kind == ModuleKind::Norm)
+          lc.tp_partial_grad_params += static_cast<double>(g.node(leaf).params);
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     if (n.kind != ModuleKind::Linear) {
@@ -97,6 +108,7 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
     linear_before += w;
     linear_after += w * linear_share(m, n, tp);
   }
+  if (mesh.sequence_parallel) lc.tp_partial_grad_params = lc.replicated_params;
   const double gemm_share = linear_before > 0 ? linear_after / linear_before : 1.0 / t;
   lc.params = tp_layer_params(g, layer, tp);
   lc.linear_params *= gemm_share;

@@ -67,7 +67,8 @@ int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp);
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
                         double column_input_bytes, bool sp_keeps_column_input_shard, const MeshSpec& mesh);
 
-// What layer `layer`'s Norm modules save per token (ActCkpt::None).
+// What layer `layer`'s Norm modules that read the whole hidden stream save per token (ActCkpt::None): not the
+// attention's q/k norms, which run on the rank's heads and save 1/tp of theirs.
 double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
 
 // What the layer's column-parallel linears save per token of the norm outputs they read (ActCkpt::None): the

@@ -10,6 +10,7 @@
 
 #include "model/model_loader.hpp"
 #include "program/step_trace.hpp"
+#include "program/tensor_parallel.hpp"
 #include "simulate.hpp"
 
 using namespace fsdp;
@@ -237,4 +238,44 @@ TEST_CASE("step trace, pp: torch.distributed.pipelining keeps the stage's units 
         (op.micro_batch == 3 ? released_last : released_early) += e.bytes;
   CHECK(released_early == 0.0);
   CHECK(released_last < 0.0);
+}
+
+TEST_CASE("step trace, tp: q/k norms see only the rank's heads: their gradients summed over tp without SP too") {
+  // Qwen3 8B: q_norm and k_norm of head_dim 128 in each layer's attention. Without sequence parallelism the layer
+  // norms see the whole sequence on every rank (equal gradients, nothing summed), the q/k norms only the rank's heads:
+  // each unit's post-backward sums 2 x 128 values (fsdp-run, bf16). With sequence parallelism every norm is summed.
+  static const ModuleGraph qwen(load_model("qwen3-8b", FSDP_SOURCE_ROOT));
+  auto norm_sums = [](bool sp) {
+    ProgramInput in;
+    in.graph = &qwen;
+    in.cluster = Cluster{1, 2};
+    in.strategy = mesh_plan(StrategyKind::Fsdp, 2, 1, 1, sp);
+    in.runtime = &runtime("fsdp-run");
+    std::vector<int64_t> bytes;
+    for (const TraceEntry& e : program_trace(emit_step_program(in)))
+      if (e.phase == Phase::TpNormGradAllReduce) bytes.push_back(e.bytes);
+    return bytes;
+  };
+  const int64_t head_dim = qwen.spec().head_dim, hidden = qwen.spec().hidden_size;
+  const std::vector<int64_t> no_sp = norm_sums(false);
+  REQUIRE(no_sp.size() == qwen.layers().size());  // the layer units; the root has no q/k norm
+  for (int64_t b : no_sp) CHECK(b == 2 * head_dim * 2);
+  const std::vector<int64_t> sp = norm_sums(true);
+  REQUIRE(sp.size() == qwen.layers().size() + 1);  // and the root's final norm
+  CHECK(sp.front() == (2 * head_dim + 2 * hidden) * 2);
+  CHECK(sp.back() == hidden * 2);
+  // What the layer's norms save whole on every rank without sequence parallelism: the two layer norms' inputs, not
+  // the q/k norms' (split like the heads).
+  ActivationQuery q;
+  q.seq_len = 4096;
+  const ModuleId layer = qwen.layers().front();
+  double whole = 0, attention = 0;
+  for (ModuleId leaf : qwen.leaves_under(layer))
+    if (qwen.node(leaf).kind == ModuleKind::Norm) whole += qwen.saved_bytes_per_token(leaf, q, ActCkpt::None);
+  for (ModuleId child : qwen.children(layer))
+    if (qwen.node(child).kind == ModuleKind::Attention)
+      for (ModuleId leaf : qwen.leaves_under(child))
+        if (qwen.node(leaf).kind == ModuleKind::Norm) attention += qwen.saved_bytes_per_token(leaf, q, ActCkpt::None);
+  CHECK(attention > 0);
+  CHECK(norm_saved_bytes_per_token(qwen, layer, q) == doctest::Approx(whole - attention));
 }
