@@ -995,8 +995,10 @@ void Emitter::emit_sharded() {
   }
   std::vector<int> last_rs(static_cast<size_t>(n), -1);
   // A runtime whose pipeline schedule keeps the stage's units unsharded from their first gather to the step's last
-  // backward (RuntimeProfile::pipeline_keeps_units_gathered): a unit kept after forward is gathered once a step, its
-  // parameters held across the micro-batches (`held`: from the previous micro-batch's backward).
+  // backward (RuntimeProfile::pipeline_keeps_units_gathered): no backward reshards before the last, so a unit kept
+  // after forward is gathered once a step, and one resharded after forward is gathered by a forward that follows a
+  // forward and by a backward that follows a forward, and found unsharded otherwise (FSDP2's unshard is a no-op on
+  // an unsharded group). `held`: the walk holds the unit's parameters from the previous micro-batch's backward.
   const bool keeps_gathered =
       rt.pipeline_keeps_units_gathered && pipeline_orders_passes(prog.layout.pp_schedule, prog.layout.pp);
   std::vector<bool> held(static_cast<size_t>(n), false);
@@ -1039,18 +1041,18 @@ void Emitter::emit_sharded() {
     };
     // A memory-only op on the compute stream: the unit's gathered parameters released (its reshard) or, for a unit
     // the schedule left gathered since an earlier pass, counted as resident without a gather (resident, below).
-    auto set_resident = [&](int ui, bool on) {
+    auto set_resident = [&](int ui, bool on, Phase phase) {
       Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
       op.kind = OpKind::Reshard;
       op.stream = Stream::Compute;
       op.unit = ui;
       op.micro_batch = mbi;
-      op.phase = on ? Phase::FwdAllGather : Phase::Free;
+      op.phase = phase;
       op.on_issue.push_back({MemoryCategory::UnshardedParams, on ? gathered_bytes(ui) : -gathered_bytes(ui)});
       gathered[static_cast<size_t>(ui)] = on;
       if (on) gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
     };
-    auto reshard = [&](int ui) { set_resident(ui, false); };
+    auto reshard = [&](int ui) { set_resident(ui, false, Phase::Free); };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       // The last layer unit is the first the backward gathers: a runtime that keeps it (torchtitan) saves that
@@ -1061,25 +1063,38 @@ void Emitter::emit_sharded() {
     // A unit kept after forward is gathered where the stage's pipeline schedule leaves it resharded (the forward
     // of the first micro-batch, or one after a backward); else it is still resident from the previous forward, and
     // a backward after a backward gathers it again (kept_gathered_in_forward, kept_regathered_in_backward).
-    auto resident = [&](int ui) { set_resident(ui, true); };
+    auto resident = [&](int ui, Phase phase) { set_resident(ui, true, phase); };
     auto gather_forward = [&](int ui) {
       const size_t i = static_cast<size_t>(ui);
       if (gathered[i]) return;
-      if (held[i]) {  // still unsharded since an earlier micro-batch: nothing moves, nothing is added
+      if (held[i]) {  // the walk holds it since the previous micro-batch's backward (keeps_gathered)
+        held[i] = false;
         gathered[i] = true;
         gather_op[i] = -1;
+        // Resharded by the forward before it in the schedule: gathered again (nothing added to the walk).
+        if (!keep_after_forward(ui) && !kept_gathered_in_forward(mbi)) gather(ui, false);
         return;
       }
       if (!keeps_gathered && !kept_gathered_in_forward(mbi) && keep_after_forward(ui)) {
-        resident(ui);
+        resident(ui, Phase::FwdAllGather);
       } else {
         gather(ui, false);
       }
     };
-    auto needs_backward_gather = [&](int ui) {
+    auto gather_backward = [&](int ui) {
       const size_t i = static_cast<size_t>(ui);
-      return !gathered[i] ||
-             (!keeps_gathered && kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui));
+      if (keeps_gathered) {
+        if (gathered[i]) return;
+        // Resharded after this micro-batch's forward; a backward before this one (the schedule's) left it unsharded.
+        if (kept_regathered_in_backward(mbi)) {
+          resident(ui, Phase::BwdAllGather);
+        } else {
+          gather(ui, true);
+        }
+        return;
+      }
+      if (!gathered[i] || (kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui)))
+        gather(ui, true);
     };
     // ---- forward ----
     pp_before_forward(mbi);
@@ -1112,11 +1127,9 @@ void Emitter::emit_sharded() {
         reshard(free_late);
         free_late = -1;
       }
-      if (needs_backward_gather(ui)) gather(ui, true);
-      for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
-        int nxt = order[oi + static_cast<size_t>(ahead)];
-        if (needs_backward_gather(nxt)) gather(nxt, true);
-      }
+      gather_backward(ui);
+      for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead)
+        gather_backward(order[oi + static_cast<size_t>(ahead)]);
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -1199,7 +1212,7 @@ void Emitter::emit_sharded() {
       post.micro_batch = mbi;
       post.phase = Phase::PostBackward;
       // Kept by the schedule until the last micro-batch's backward (keeps_gathered), else resharded here.
-      held[static_cast<size_t>(ui)] = keeps_gathered && keep_after_forward(ui) && mbi < K - 1;
+      held[static_cast<size_t>(ui)] = keeps_gathered && mbi < K - 1;
       if (!held[static_cast<size_t>(ui)]) post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       post.deps.push_back(bop);
       // FSDP1: the per-parameter gradients concatenated into the flat gradient (read them, write it), on the compute

@@ -154,7 +154,8 @@ struct RuntimeProfile {
   // torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False)
   // and set_requires_gradient_sync(False) on an FSDPModule for every backward, stage.py @ 0138610331c9, and the
   // schedule reshards and reduces once at the step's end): a unit kept after forward (torchtitan turns
-  // reshard_after_forward off under pipeline parallelism) is then gathered once a step and held through it.
+  // reshard_after_forward off under pipeline parallelism) is then gathered once a step and held through it, and one
+  // resharded after forward is gathered only by a pass that follows a forward (step_program.cpp emit_sharded).
   // Optional in the file (sharding.pipeline_reshard_after_backward: each | last; absent: each).
   bool pipeline_keeps_units_gathered = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):

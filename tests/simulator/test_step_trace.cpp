@@ -279,3 +279,27 @@ TEST_CASE("step trace, tp: q/k norms see only the rank's heads: their gradients 
   CHECK(attention > 0);
   CHECK(norm_saved_bytes_per_token(qwen, layer, q) == doctest::Approx(whole - attention));
 }
+
+TEST_CASE("step trace, pp: under torch.distributed.pipelining a unit resharded after forward is found unsharded") {
+  // torchtitan's profile, FSDP resharding after forward, pp 2 x dp 2, 4 micro-batches (emitted 0, 1, 3), stage 0
+  // under 1F1B: F0 F1 B0 F2 B1 F3 B2 B3. No backward but the last reshards, so layers.0 is gathered by F0, F1 (after a
+  // forward), B0, B1 (each after a forward) and B2, and found unsharded by F2, F3 (after a backward) and B3.
+  Strategy s = mesh_plan(StrategyKind::Fsdp, 1, 2, 4);
+  s.reshard_after_forward = true;
+  const StepProgram p = emit(s, 4, "torchtitan");
+  std::string unit1;
+  for (const TraceEntry& e : program_trace(p))
+    if (e.unit == 1 && (e.phase == Phase::FwdAllGather || e.phase == Phase::BwdAllGather))
+      unit1 += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
+  CHECK(unit1 == "fwd0 fwd1 bwd0 bwd1 ");
+  // The walk: every op of layers.0 that adds or releases its parameters, summed, leaves nothing held after the step.
+  double net = 0;
+  for (const Op& op : p.ops) {
+    if (op.unit != 1) continue;
+    for (const MemEvent& e : op.on_issue)
+      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
+  }
+  CHECK(net == doctest::Approx(0.0));
+}
