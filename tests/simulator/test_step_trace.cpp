@@ -72,6 +72,29 @@ std::string kinds(const std::vector<TraceEntry>& t, Phase phase, int unit, int m
   return s;
 }
 
+// "fwd0 bwd1 ..." for the parameter gathers of `unit` in the trace's order.
+std::string gathers_of(const StepProgram& p, int unit) {
+  std::string s;
+  for (const TraceEntry& e : program_trace(p))
+    if (e.unit == unit && (e.phase == Phase::FwdAllGather || e.phase == Phase::BwdAllGather))
+      s += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
+  return s;
+}
+
+// What the walk's events add to and release of `unit`'s unsharded parameters, over micro-batch `micro_batch` (-1:
+// all of them).
+double unsharded_params_net(const StepProgram& p, int unit, int micro_batch) {
+  double net = 0;
+  for (const Op& op : p.ops) {
+    if (op.unit != unit || (micro_batch >= 0 && op.micro_batch != micro_batch)) continue;
+    for (const MemEvent& e : op.on_issue)
+      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
+    for (const MemEvent& e : op.on_complete)
+      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
+  }
+  return net;
+}
+
 }  // namespace
 
 TEST_CASE("step trace, tp: a layer's collectives one entry per call, the blocks' kinds in turn") {
@@ -183,28 +206,13 @@ TEST_CASE("step trace, pp: a unit kept gathered after forward is gathered where 
   // gathered in F0, still resident in F1, resharded at the end of B0 and gathered again in B1's backward.
   Strategy s = mesh_plan(StrategyKind::Fsdp, 1, 2, 2);
   const StepProgram p = emit(s, 4);
-  std::string root;
-  for (const TraceEntry& e : program_trace(p))
-    if (e.unit == 0 && (e.phase == Phase::FwdAllGather || e.phase == Phase::BwdAllGather))
-      root += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
-  CHECK(root == "fwd0 bwd1 ");
+  CHECK(gathers_of(p, 0) == "fwd0 bwd1 ");
   // The walk holds the root's parameters once: the resident forward adds them without a gather, the backward's
   // gather moves them without adding them again, and the reshard after each backward frees them once.
-  double root_params = 0;
-  for (const Op& op : p.ops) {
-    if (op.unit != 0 || op.micro_batch != 1) continue;
-    for (const MemEvent& e : op.on_issue)
-      if (e.category == MemoryCategory::UnshardedParams) root_params += e.bytes;
-    for (const MemEvent& e : op.on_complete)
-      if (e.category == MemoryCategory::UnshardedParams) root_params += e.bytes;
-  }
+  const double root_params = unsharded_params_net(p, 0, 1);
   CHECK(root_params == 0.0);  // added by micro-batch 1's resident forward, freed by its post-backward
   // Without a pipeline every forward gathers it (the previous micro-batch's backward resharded it).
-  std::string flat;
-  for (const TraceEntry& e : program_trace(emit(mesh_plan(StrategyKind::Fsdp, 1, 1, 2), 2)))
-    if (e.unit == 0 && (e.phase == Phase::FwdAllGather || e.phase == Phase::BwdAllGather))
-      flat += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
-  CHECK(flat == "fwd0 fwd1 ");
+  CHECK(gathers_of(emit(mesh_plan(StrategyKind::Fsdp, 1, 1, 2), 2), 0) == "fwd0 fwd1 ");
 }
 
 TEST_CASE("step trace, pp: torch.distributed.pipelining keeps the stage's units gathered through the step") {
@@ -287,19 +295,8 @@ TEST_CASE("step trace, pp: under torch.distributed.pipelining a unit resharded a
   Strategy s = mesh_plan(StrategyKind::Fsdp, 1, 2, 4);
   s.reshard_after_forward = true;
   const StepProgram p = emit(s, 4, "torchtitan");
-  std::string unit1;
-  for (const TraceEntry& e : program_trace(p))
-    if (e.unit == 1 && (e.phase == Phase::FwdAllGather || e.phase == Phase::BwdAllGather))
-      unit1 += std::string(e.phase == Phase::FwdAllGather ? "fwd" : "bwd") + std::to_string(e.micro_batch) + " ";
-  CHECK(unit1 == "fwd0 fwd1 bwd0 bwd1 ");
+  CHECK(gathers_of(p, 1) == "fwd0 fwd1 bwd0 bwd1 ");
   // The walk: every op of layers.0 that adds or releases its parameters, summed, leaves nothing held after the step.
-  double net = 0;
-  for (const Op& op : p.ops) {
-    if (op.unit != 1) continue;
-    for (const MemEvent& e : op.on_issue)
-      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
-    for (const MemEvent& e : op.on_complete)
-      if (e.category == MemoryCategory::UnshardedParams) net += e.bytes;
-  }
+  const double net = unsharded_params_net(p, 1, -1);
   CHECK(net == doctest::Approx(0.0));
 }
