@@ -90,7 +90,7 @@ Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
   op.comm_dtype = c.wire.type(s.param_dtype, GroupKind::Shard);
   const bool offload_params = s.offload == Offload::Params;
   if (offload_params) op.copy_bytes = g.host_shard_bytes;
-  op.on_issue.push_back({MemoryCategory::UnshardedParams, g.gathered_bytes});
+  if (!g.params_resident) op.on_issue.push_back({MemoryCategory::UnshardedParams, g.gathered_bytes});
   // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
   double staging = c.plan->mixed && !c.plan->zero_layout && !c.wire.fp32_only ? c.shard(g.train_elems) * c.pb : 0.0;
   // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output

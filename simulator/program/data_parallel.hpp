@@ -133,9 +133,12 @@ struct UnitGather {
   double gathered_bytes = 0;    // its gathered parameters in compute form (trainable and frozen)
   double wire_bytes = 0;        // what the gather moves (trainable and frozen)
   double host_shard_bytes = 0;  // parameter offload: the shard copied in from the host (master dtype)
+  // The unsharded parameters are in the walk already (a pipeline schedule left the unit resident since an earlier
+  // pass): the gather moves them again without allocating them.
+  bool params_resident = false;
 };
-// Its op: the unsharded parameters allocated on issue, the staging buffers alive while it runs. The caller adds the
-// prefetch window's dependency.
+// Its op: the unsharded parameters allocated on issue (unless resident), the staging buffers alive while it runs. The
+// caller adds the prefetch window's dependency.
 Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g);
 
 // A sharded unit's reduce-scatter of `full` gradient elements (`rs_input` bytes of reduce-dtype copy made by its

@@ -143,10 +143,9 @@ struct Emitter {
   double adapters = 0;
   bool adapters_outside_units() const { return s.method != Method::Full && rt.lora_adapters_replicated; }
   Op deferred_replica;  // HSDP: a replica all-reduce waiting for its issue point (kind AllReduce)
-  // Tensor parallelism: the replicated parameters whose gradients are summed over the tp group (LayerCost::
-  // tp_partial_grad_params: every norm with sequence parallelism, else the q/k norms; the final norm with sequence
-  // parallelism); in all, and per unit.
-  double tp_replicated_params = 0;
+  // Tensor parallelism: per unit, the replicated parameters whose gradients are summed over the tp group
+  // (LayerCost::tp_partial_grad_params: every norm with sequence parallelism, else the q/k norms; the root's final
+  // norm with sequence parallelism).
   std::vector<double> tp_unit_replicated_params;
   // Pipeline parallelism: the stage's other micro-batches' activations its schedule keeps in flight, held from the
   // first micro-batch's transfer to the last one's (program/pipeline_parallel.hpp in_flight_micro_batches).
@@ -308,20 +307,15 @@ struct Emitter {
               p += tp_root_module_params(g, c, s.mesh.tp);
         u.params = std::llround(p);
       }
-      for (int64_t l = lay.stage_first_layer; l <= lay.stage_last_layer; ++l)
-        tp_replicated_params +=
-            class_costs[static_cast<size_t>(layer_class[static_cast<size_t>(l)])].tp_partial_grad_params;
     }
     if (s.method == Method::Full && holds_head())
       for (ModuleId c : g.children(g.root())) {
         const ModuleKind k = g.node(c).kind;
         if (k == ModuleKind::Head || k == ModuleKind::Norm) {
           head_train += tp_root_module_params(g, c, s.mesh.tp);
-          if (k == ModuleKind::Norm && s.mesh.tp > 1 && s.mesh.sequence_parallel) {
-            tp_replicated_params += static_cast<double>(g.params_under(c));
-            for (size_t i = 0; i < prog.units.size(); ++i)
-              if (prog.units[i].is_root) tp_unit_replicated_params[i] += static_cast<double>(g.params_under(c));
-          }
+          // The root is unit 0 (wrap_units.hpp: root first).
+          if (k == ModuleKind::Norm && s.mesh.tp > 1 && s.mesh.sequence_parallel)
+            tp_unit_replicated_params[0] += static_cast<double>(g.params_under(c));
         }
       }
     // Per-unit vectors, sized once (the search emits thousands of programs).
@@ -651,12 +645,9 @@ struct Emitter {
   // fsdp-run and Megatron-LM issue them. Returns the last op pushed, or `dep`.
   int push_tp_head(int mbi, bool backward, int dep) {
     if (s.mesh.tp <= 1 || !holds_head()) return dep;
-    int root = -1;
-    for (size_t i = 0; i < prog.units.size(); ++i)
-      if (prog.units[i].is_root) root = static_cast<int>(i);
-    if (root < 0) return dep;
-    tp_unit_shape(root);
-    return push_tp_list(backward ? tp_head_backward : tp_head_forward, root, mbi, backward, true, dep);
+    constexpr int kRoot = 0;  // wrap_units.hpp: root first
+    tp_unit_shape(kRoot);
+    return push_tp_list(backward ? tp_head_backward : tp_head_forward, kRoot, mbi, backward, true, dep);
   }
 
   int push_tp_list(const std::vector<TpCollective>& list, int ui, int mbi, bool backward, bool head, int dep) {
@@ -1020,13 +1011,8 @@ void Emitter::emit_sharded() {
       ug.gathered_bytes = gathered_bytes(ui);
       ug.wire_bytes = gathered_wire_bytes(ui);
       ug.host_shard_bytes = offload_params ? shard_bytes(ui, mb) : 0.0;
+      ug.params_resident = resident;
       Op op = dp_param_gather_op(dp, ug);
-      if (resident) {
-        InlineList<MemEvent, 4> kept;
-        for (const MemEvent& e : op.on_issue)
-          if (e.category != MemoryCategory::UnshardedParams) kept.push_back(e);
-        op.on_issue = kept;
-      }
       // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
       // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
       // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
@@ -1464,6 +1450,8 @@ void Emitter::emit_optimizer() {
     f.after_all_comm = true;
     push(f);
   }
+  double tp_replicated_params = 0;
+  for (double p : tp_unit_replicated_params) tp_replicated_params += p;
   if (s.mesh.tp > 1 && tp_replicated_params > 0 && !rt.tp_norm_grad_sum_per_unit) {
     // The replicated norms' gradients differ per tp rank under sequence parallelism (each saw its s/tp tokens), the
     // q/k norms' without it too (each saw its heads): summed over the tp group before the step (Megatron-LM

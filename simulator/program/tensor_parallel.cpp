@@ -27,6 +27,32 @@ double linear_share(const ModelSpec& m, const ModuleNode& n, int64_t tp) {
   return 1.0 / static_cast<double>(tp);
 }
 
+// `own` with `extra`'s calls added to the entries of their kinds (a new entry where `own` has none), in the kinds'
+// order (all-gathers, reduce-scatters, all-reduces).
+std::vector<TpCollective> with_calls_of(std::vector<TpCollective> own, const std::vector<TpCollective>& extra) {
+  for (const TpCollective& c : extra) {
+    auto it = std::find_if(own.begin(), own.end(), [&](const TpCollective& o) { return o.kind == c.kind; });
+    if (it != own.end()) {
+      it->calls += c.calls;
+    } else {
+      own.push_back(c);
+    }
+  }
+  std::stable_sort(own.begin(), own.end(),
+                   [](const TpCollective& x, const TpCollective& y) { return x.kind < y.kind; });
+  return own;
+}
+
+// The norms of layer `layer`'s attention (q_norm, k_norm), which each tp rank runs on its own heads.
+std::vector<ModuleId> attention_norms(const ModuleGraph& g, ModuleId layer) {
+  std::vector<ModuleId> out;
+  for (ModuleId child : g.children(layer))
+    if (g.node(child).kind == ModuleKind::Attention)
+      for (ModuleId leaf : g.leaves_under(child))
+        if (g.node(leaf).kind == ModuleKind::Norm) out.push_back(leaf);
+  return out;
+}
+
 }  // namespace
 
 int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp) {
@@ -39,10 +65,7 @@ double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const Ac
   for (ModuleId leaf : g.leaves_under(layer))
     if (g.node(leaf).kind == ModuleKind::Norm) b += g.saved_bytes_per_token(leaf, q, ActCkpt::None);
   // The attention's q/k norms run on the rank's heads, so what they save is split like the heads.
-  for (ModuleId child : g.children(layer))
-    if (g.node(child).kind == ModuleKind::Attention)
-      for (ModuleId leaf : g.leaves_under(child))
-        if (g.node(leaf).kind == ModuleKind::Norm) b -= g.saved_bytes_per_token(leaf, q, ActCkpt::None);
+  for (ModuleId leaf : attention_norms(g, layer)) b -= g.saved_bytes_per_token(leaf, q, ActCkpt::None);
   return b;
 }
 
@@ -93,11 +116,7 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   double linear_before = 0, linear_after = 0;
   lc.replicated_params = 0;
   lc.tp_partial_grad_params = 0;
-  for (ModuleId child : g.children(layer))
-    if (g.node(child).kind == ModuleKind::Attention)
-      for (ModuleId leaf : g.leaves_under(child))
-        if (g.node(leaf).kind == ModuleKind::Norm)
-          lc.tp_partial_grad_params += static_cast<double>(g.node(leaf).params);
+  for (ModuleId leaf : attention_norms(g, layer)) lc.tp_partial_grad_params += static_cast<double>(g.node(leaf).params);
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     if (n.kind != ModuleKind::Linear) {
@@ -181,10 +200,10 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
   if (mesh.tp <= 1) return out;
   const double a = u.activation_bytes;
   if (mesh.sequence_parallel) {
-    // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the final
-    // norm's output gathered for the head; the embedding's output reduce-scattered into the sequence shards. Under
-    // async TP the layers' fuse with their GEMMs; the head's and the embedding's do not (header).
-    const int ag = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0);
+    // Per layer: all-gather before the attention and the MLP (g-bar), reduce-scatter after each (g); the embedding's
+    // output reduce-scattered into the sequence shards (the head's gather: tp_head_collectives, below). Under async TP
+    // the layers' fuse with their GEMMs; the head's and the embedding's do not (header).
+    const int ag = static_cast<int>(2 * u.layers);
     const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
     if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, static_cast<int>(2 * u.layers)});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, static_cast<int>(2 * u.layers)});
@@ -193,7 +212,7 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
     const int ar = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
     if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, 0});
   }
-  return out;
+  return with_calls_of(std::move(out), tp_head_collectives(u, mesh, false));
 }
 
 std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const MeshSpec& mesh) {
@@ -209,26 +228,25 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
   const int again_rs = static_cast<int>(2 * u.recomputed_layers);
   if (mesh.sequence_parallel) {
     // Conjugates: the forward's all-gathers become reduce-scatters of the input gradients and vice versa; the
-    // head's input gradient reduce-scattered, the embedding's output gradient gathered; where the column inputs are
-    // regathered, once more per column-parallel block of the layers whose forward does not run again, and the
-    // head's. Fused under async TP (header): the output gradients' gathers (left operand of the input-gradient
-    // GEMM), the re-run forward's collectives and the input-gradient reduce-scatters of the blocks read by one
-    // linear; whole: the embedding's gradient gather, the head's input-gradient reduce-scatter (the head runs
-    // outside the compiled blocks) and the other blocks' input-gradient reduce-scatters.
+    // embedding's output gradient gathered; where the column inputs are regathered, once more per column-parallel
+    // block of the layers whose forward does not run again (the head's: tp_head_collectives, below). Fused under
+    // async TP (header): the output gradients' gathers (left operand of the input-gradient GEMM), the re-run
+    // forward's collectives and the input-gradient reduce-scatters of the blocks read by one linear; whole: the
+    // embedding's gradient gather, the head's (the head runs outside the compiled blocks) and the other blocks'
+    // input-gradient reduce-scatters.
     int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0) + again;
-    if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun)) + (u.head ? 1 : 0);
+    if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun));
     const int ag_fused = static_cast<int>(2 * u.layers) + again;
-    const int rs = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again_rs;
+    const int rs = static_cast<int>(2 * u.layers) + again_rs;
     const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs;
     if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag_fused});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, rs_fused});
   } else {
-    // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP); the head's input
-    // gradient (its linear is column-parallel on a replicated input).
-    const int ar = static_cast<int>(2 * u.layers) + (u.head ? 1 : 0) + again;
+    // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP).
+    const int ar = static_cast<int>(2 * u.layers) + again;
     if (ar > 0) out.push_back({CollectiveKind::AllReduce, ar, a, 0.0, 0});
   }
-  return out;
+  return with_calls_of(std::move(out), tp_head_collectives(u, mesh, true));
 }
 
 std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSpec& mesh, bool backward) {
@@ -236,6 +254,7 @@ std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSp
   if (mesh.tp <= 1 || !u.head) return out;
   const double a = u.activation_bytes;
   if (!mesh.sequence_parallel) {
+    // f of a column-parallel linear on a replicated input: its input gradient all-reduced.
     if (backward) out.push_back({CollectiveKind::AllReduce, 1, a, 0.0, 0});
     return out;
   }
