@@ -2,10 +2,10 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <deque>
 
 #include "dist/comm.hpp"
+#include "program/pipeline_parallel.hpp"
 #include "shard/mesh.hpp"
 #include "shard/sharded_model.hpp"
 
@@ -129,8 +129,8 @@ at::Tensor run_micro_batches(ShardedModel& model, const std::vector<MicroBatch>&
       model.backward_stage(f.output, grad, sync);
     return links.first() ? at::Tensor() : f.input.grad();
   };
-  const int64_t warmup =
-      mesh.schedule == PipelineSchedule::GPipe ? K : std::min<int64_t>(mesh.pp - mesh.pp_rank - 1, K);
+  // The schedule's warm-up, as the simulator orders a stage's passes (program/pipeline_parallel.hpp).
+  const int64_t warmup = pipeline_warmup(mesh.schedule, mesh.pp, mesh.pp_rank, K);
   const int64_t steady = K - warmup;
   // `fwd` and `bwd` count the forwards and backwards run so far: the next forward is micro-batch fwd, the oldest
   // alive (the next backward) micro-batch bwd.
