@@ -61,7 +61,14 @@ at::Tensor top_k_experts(const at::Tensor& scores, int64_t k) {
 //    weighted products [N, k, H] and their sum [N, H].
 // Every token goes to exactly k experts (no capacity, no token dropped), so the buffers are N k tokens whatever
 // the experts' load; only each expert's GEMM shape depends on it.
-at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h) {
+// Under tensor parallelism every rank routes the same gathered tokens the same way (the fp64 scores are a function
+// of the token) and runs its slice of each expert's width: the experts' outputs, their weighted sum and the shared
+// experts' are partial sums, [N, H] and [N k, H] on every rank, and only the experts' intermediate tensors are split.
+// The partial block output is summed over tp once, at the end. Each expert's down projection is then a plain linear
+// (dense_mlp without a tp context: no sum of its own); the router's and the shared gate's weight gradients, taken
+// against partial outputs, are partial too (tensor_parallel.cpp tp_param_defs sums them over tp).
+at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h,
+                       const TpContext& tp) {
   const MoeSpec& m = *s.moe;
   const int64_t H = s.hidden_size, k = m.experts_per_token;
   at::Tensor x = h.reshape({-1, H});
@@ -107,7 +114,7 @@ at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string&
     if (m.shared_expert_gate) shared = at::sigmoid(linear(p, prefix + ".shared_expert_gate", x)) * shared;
     y = y + shared;
   }
-  return y.view(h.sizes());
+  return tp_exit(tp, y.view(h.sizes()));
 }
 
 }  // namespace fsdp::exec

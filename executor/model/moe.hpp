@@ -1,7 +1,11 @@
 // The mixture-of-experts MLP block of a decoder layer (ModelSpec::moe, simulator/model/model_spec.hpp MoeSpec):
 // a softmax router choosing top-k of the routed experts per token, every routed expert a dense MLP of
 // expert_ffn_size over the tokens routed to it, and shared experts over every token. No expert parallelism:
-// the experts are parameters of their layer like any other, in the layer's wrap unit.
+// the experts are parameters of their layer like any other, in the layer's wrap unit. Under tensor parallelism each
+// expert is split as a dense MLP is (gate/up column-parallel, down row-parallel: torchtitan's TensorParallel plan for
+// grouped experts without expert parallelism, torchtitan/models/moe parallelize apply_moe_ep_tp; Megatron-LM's expert
+// tensor parallelism), the router runs whole on every rank over the gathered tokens, and the block's output, a sum
+// of the experts' partial outputs, is summed over tp once (tensor_parallel.hpp tp_exit).
 //
 // Parameter names are Hugging Face's Qwen2-MoE / Qwen3-MoE ones (transformers models/qwen2_moe/modeling_qwen2_moe.py
 // Qwen2MoeSparseMoeBlock, models/qwen3_moe/modeling_qwen3_moe.py): model.layers.N.mlp.gate.weight [E, H],
@@ -17,14 +21,18 @@
 
 #include "model/model_spec.hpp"
 #include "model/ops.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace fsdp::exec {
 
 // The parameters of decoder layer `layer`'s MoE block `prefix` ("model.layers.N.mlp"), appended to `out`.
 void moe_param_defs(const ModelSpec& s, const std::string& prefix, int layer, std::vector<ParamDef>& out);
 
-// The MoE block on the post-attention norm's output h [B, T, H]; returns [B, T, H].
-at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h);
+// The MoE block on the post-attention norm's output h [B, T, H] (under tp the whole sequence, gathered by the
+// caller's tp_enter); returns [B, T, H], under tp summed over the group (tp_exit: [B, T/tp, H] with sequence
+// parallelism).
+at::Tensor moe_forward(const ModelSpec& s, const ParamMap& p, const std::string& prefix, const at::Tensor& h,
+                       const TpContext& tp);
 
 // The scores the routing chooses by: the router logits of x [N, H] recomputed in fp64, without autograd. A GEMM's
 // rounding depends on its shape (the rows beside a token), so fp32 logits of one token may differ in their last

@@ -80,10 +80,13 @@ std::vector<ParamDef> tp_param_defs(const std::vector<ParamDef>& full, const Mod
       const int64_t cols = d.shape[1];
       slice(d, 1, mod == "o_proj" ? RowRange{heads.start * hd, heads.size * hd} : split_rows(cols, tp, tp_rank));
     } else {
-      // Replicated: norms, row-parallel biases, position embeddings, Qwen3's q/k norms. Their gradient is partial
-      // where the rank saw part of their use: its sequence slice (sequence parallelism), its heads (q/k norms).
+      // Replicated: norms, row-parallel biases, position embeddings, Qwen3's q/k norms, an MoE block's router and
+      // shared-expert gate. Their gradient is partial where the rank saw part of their use: its sequence slice
+      // (sequence parallelism), its heads (q/k norms), its slice of the experts' widths (the gates).
       const bool per_head_norm = mod == "q_norm" || mod == "k_norm";
-      if (sequence_parallel || per_head_norm) d.grad_sum = TpGradSum::Tensor;
+      // An MoE block's router and shared-expert gate weigh the experts' partial outputs (moe.cpp): partial gradients.
+      const bool moe_gate = s.moe && (mod == "gate" || mod == "shared_expert_gate");
+      if (sequence_parallel || per_head_norm || moe_gate) d.grad_sum = TpGradSum::Tensor;
       d.counts_in_norm = tp_rank == 0;
     }
   }

@@ -220,7 +220,7 @@ at::Tensor layer_forward(const ModelSpec& s, const ParamMap& p, int layer, const
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
   at::Tensor x1 = x + row_parallel_linear(tp, p, pre + "self_attn.o_proj", o);
   at::Tensor h2 = tp_enter(tp, norm(s, p, pre + "post_attention_layernorm", x1));
-  return x1 + (s.is_moe_layer(layer) ? moe_forward(s, p, pre + "mlp", h2) : dense_mlp(s, p, pre + "mlp", h2, tp));
+  return x1 + (s.is_moe_layer(layer) ? moe_forward(s, p, pre + "mlp", h2, tp) : dense_mlp(s, p, pre + "mlp", h2, tp));
 }
 
 at::Tensor head_loss(const ModelSpec& s, const ParamMap& p, const at::Tensor& x, const at::Tensor& targets,

@@ -26,18 +26,20 @@ struct Widths {
 // per token; saved bytes per token; parameters whole.
 struct MoeParts {
   bool present = false;
-  double k = 0;                  // experts per token
-  double experts = 0;            // routed experts
-  double expert_ffn = 0;         // one routed expert's intermediate width
-  double shared_ffn = 0;         // the shared experts' intermediate widths, summed
-  double shared_params = 0;      // the shared experts' and the shared gate's parameters
-  double shared_out_params = 0;  // the shared experts' output projections'
-  double routed_params = 0;      // the routed experts'
-  double routed_out_params = 0;  // their output projections'
-  double shared_saved = 0;       // what the shared path saves beyond the block's input
-  double routed_saved = 0;       // what the routed experts save, their gathered inputs included
-  double dispatched = 0;         // of which the gathered inputs (k x hidden)
-  double combine_saved = 0;      // the experts' outputs and their weights, kept by the weighting multiply
+  double k = 0;                   // experts per token
+  double experts = 0;             // routed experts
+  double expert_ffn = 0;          // one routed expert's intermediate width
+  double shared_ffn = 0;          // the shared experts' intermediate widths, summed
+  double shared_params = 0;       // the shared experts' and the shared gate's parameters
+  double shared_gate_params = 0;  // of which the shared gate's (whole on every tp rank)
+  double shared_out_params = 0;   // the shared experts' output projections'
+  double routed_params = 0;       // the routed experts'
+  double routed_out_params = 0;   // their output projections'
+  double shared_saved = 0;        // what the shared path saves beyond the block's input
+  double shared_gate_saved = 0;   // of which the shared gate's: its sigmoid and the shared output (whole under tp)
+  double routed_saved = 0;        // what the routed experts save, their gathered inputs included
+  double dispatched = 0;          // of which the gathered inputs (k x hidden)
+  double combine_saved = 0;       // the experts' outputs and their weights, kept by the weighting multiply
 };
 
 double token_fraction(const ModuleNode& n) {
@@ -82,6 +84,13 @@ MoeParts moe_parts_of(const ModuleGraph& g, ModuleId layer, const ActivationQuer
     };
     p.shared_saved = with_router(shared);
     p.routed_saved = with_router(routed);
+    std::vector<ModuleId> gates;
+    for (ModuleId e : shared)
+      if (tp_replicated_gate(g.node(e))) {
+        gates.push_back(e);
+        p.shared_gate_params += static_cast<double>(g.node(e).params);
+      }
+    p.shared_gate_saved = gates.empty() ? 0.0 : with_router(gates);
     for (ModuleId e : routed) {
       p.routed_params += static_cast<double>(g.params_under(e));
       p.routed_out_params += static_cast<double>(last_linear(g, e)->params);
@@ -270,6 +279,10 @@ double fused_elementwise_bytes(const Widths& w, double h, double pb, double res,
 
 }  // namespace
 
+bool tp_replicated_gate(const ModuleNode& n) {
+  return n.kind == ModuleKind::Router || (n.kind == ModuleKind::Linear && n.short_name == "shared_expert_gate");
+}
+
 NormTraffic norm_traffic_per_element(const RuntimeProfile& rt, double pb, bool norm_fp32) {
   NormTraffic n;
   if (rt.fused_elementwise) {
@@ -334,7 +347,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
     const bool sac = std::find(sac_recomputed.begin(), sac_recomputed.end(), leaf) != sac_recomputed.end();
     if (ckpt == ActCkpt::Full || (ckpt == ActCkpt::SelectiveOp && sac))
       c.recompute_matmul_flops_per_token += n.flops_per_token;
-    c.shape.gemms.push_back(GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac});
+    c.shape.gemms.push_back(
+        GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac, tp_replicated_gate(n)});
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
     for (const auto& t : s.lora.target_modules)
@@ -412,16 +426,22 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   // of every expert but the first one's gate and up projections. By then the shared path's saved tensors, the
   // weighting's and every other expert's are released, except the gathered inputs: one buffer that all the experts'
   // views keep (measured on fsdp-run's allocation trace: tests/accuracy/README.md, "MoE").
+  // Under tensor parallelism (executor/model/moe.cpp) the block runs on the gathered tokens: the hidden-wide
+  // gradients, the joined outputs', the gathered inputs and the weighting's tensors are whole on every rank, the
+  // experts' widths, their weight gradients and intermediate tensors 1/tp; the shared gate stays whole.
   if (moe.present) {
+    const double t = static_cast<double>(std::max<int64_t>(1, s.mesh.tp));
     const double first = moe.k / moe.experts;  // the first expert's share of the tokens, uniform load
     const double acts =
-        tokens * pb * (2.0 * h + 2.0 * moe.k * h - first * h + (w.gated ? 2.0 : 1.0) * first * moe.expert_ffn);
-    const double grads =
-        trained * pb *
-        (moe.shared_params + moe.routed_params * (1.0 - 1.0 / moe.experts) + moe.routed_out_params / moe.experts);
-    const double released = tokens * (moe.shared_saved + moe.combine_saved +
-                                      (moe.routed_saved - moe.dispatched) * (1.0 - 1.0 / moe.experts));
-    c.backward_transient = std::max(c.backward_transient, acts + grads - released);
+        tokens * pb * (2.0 * h + 2.0 * moe.k * h - first * h + (w.gated ? 2.0 : 1.0) * first * moe.expert_ffn / t);
+    const double grads = trained * pb *
+                         (moe.shared_gate_params + (moe.shared_params - moe.shared_gate_params) / t +
+                          (moe.routed_params * (1.0 - 1.0 / moe.experts) + moe.routed_out_params / moe.experts) / t);
+    const double released =
+        tokens * (moe.shared_gate_saved + (moe.shared_saved - moe.shared_gate_saved) / t + moe.combine_saved +
+                  (moe.routed_saved - moe.dispatched) * (1.0 - 1.0 / moe.experts) / t);
+    c.moe_backward_transient = acts + grads - released;
+    c.backward_transient = std::max(c.backward_transient, c.moe_backward_transient);
   }
   return c;
 }

@@ -17,6 +17,9 @@ struct GemmShape {
   int64_t m = 0, n = 0, k = 0;     // C[m,n] = A[m,k] B[k,n]; m = tokens of the micro-batch
   double weight = 1.0;             // fraction of tokens (MoE experts see k/E of them)
   bool op_sac_recomputed = false;  // run again in backward under ActCkpt::SelectiveOp (ModuleGraph::op_sac)
+  // Not split by tensor parallelism: an MoE block's router and shared-expert gate, which every tp rank runs whole on
+  // the gathered tokens (tp_replicated_gate).
+  bool tp_replicated = false;
 };
 
 // A layer's shapes for the compute cost model (timeline/op_cost.cpp).
@@ -54,6 +57,9 @@ struct LayerCost {
   double elementwise_backward_bytes_per_token = 0;
   double forward_transient = 0;   // working memory of its forward beyond what it saves
   double backward_transient = 0;  // working memory of its backward (recomputation not included)
+  // Of which a mixture-of-experts block's stage (0 in a dense layer), already for one tp rank of the strategy's mesh:
+  // its tensors over all the tokens stay whole under tp (shard_layer_for_tp keeps it as it is).
+  double moe_backward_transient = 0;
   LayerShape shape;
 };
 
@@ -73,6 +79,12 @@ struct NormTraffic {
   double forward = 0, backward = 0;
 };
 NormTraffic norm_traffic_per_element(const RuntimeProfile& rt, double pb, bool norm_fp32);
+
+// An MoE block's gates: its router, and the shared experts' sigmoid gate (ModuleNode short name
+// "shared_expert_gate"). Tensor parallelism leaves them whole on every rank (their outputs are one score per expert,
+// or one per token), and their weight gradients, taken against the experts' partial outputs, are partial
+// (executor/model/moe.cpp).
+bool tp_replicated_gate(const ModuleNode& n);
 
 // A decoder layer under checkpointing mode `ckpt`, or under the mode the strategy gives it (layer_ckpt).
 LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt);

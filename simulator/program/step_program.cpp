@@ -277,7 +277,8 @@ struct Emitter {
         const ModuleId layer = g.layers()[l];
         if (s.mesh.tp > 1)
           shard_layer_for_tp(class_costs.back(), g, layer, tokens * norm_saved_bytes_per_token(g, layer, q),
-                             tokens * column_input_bytes_per_token(g, layer, q), rt.sp_saves_column_input_shard,
+                             tokens * column_input_bytes_per_token(g, layer, q),
+                             tokens * moe_tp_whole_saved_bytes_per_token(g, layer, q), rt.sp_saves_column_input_shard,
                              s.mesh);
       }
       int32_t& shape = shape_of_class[static_cast<size_t>(cls)];

@@ -23,6 +23,7 @@ double kv_share(const ModelSpec& m, int64_t tp) {
 }
 
 double linear_share(const ModelSpec& m, const ModuleNode& n, int64_t tp) {
+  if (tp_replicated_gate(n)) return 1.0;
   if (kv_projection(m, n.in_features, n.out_features)) return kv_share(m, tp);
   return 1.0 / static_cast<double>(tp);
 }
@@ -53,6 +54,24 @@ std::vector<ModuleId> attention_norms(const ModuleGraph& g, ModuleId layer) {
   return out;
 }
 
+// The linears of layer `layer` (under `under`: the layer itself, or one of its blocks) that read a norm's output, the
+// column-parallel inputs sequence parallelism gathers: q/k/v, a dense MLP's gate/up, an MoE block's shared experts'
+// gate/up and shared gate (the routed experts read gathered copies of their tokens).
+std::vector<ModuleId> column_readers(const ModuleGraph& g, ModuleId layer, ModuleId under) {
+  const ModelSpec& m = g.spec();
+  std::vector<std::string> norm_outputs;  // the builders name a norm's output `<norm>.out` (module_graph.cpp)
+  for (ModuleId leaf : g.leaves_under(layer))
+    if (g.node(leaf).kind == ModuleKind::Norm) norm_outputs.push_back(g.node(leaf).name + ".out");
+  std::vector<ModuleId> readers;
+  for (ModuleId leaf : g.leaves_under(under)) {
+    const ModuleNode& n = g.node(leaf);
+    if (n.kind != ModuleKind::Linear || !column_parallel(m, n.in_features) || n.saved.empty()) continue;
+    if (std::find(norm_outputs.begin(), norm_outputs.end(), n.saved.front().id) != norm_outputs.end())
+      readers.push_back(leaf);
+  }
+  return readers;
+}
+
 }  // namespace
 
 int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp) {
@@ -70,18 +89,33 @@ double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const Ac
 }
 
 double column_input_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
-  const ModelSpec& m = g.spec();
-  std::vector<std::string> norm_outputs;  // the builders name a norm's output `<norm>.out` (module_graph.cpp)
-  for (ModuleId leaf : g.leaves_under(layer))
-    if (g.node(leaf).kind == ModuleKind::Norm) norm_outputs.push_back(g.node(leaf).name + ".out");
-  std::vector<ModuleId> readers;
-  for (ModuleId leaf : g.leaves_under(layer)) {
-    const ModuleNode& n = g.node(leaf);
-    if (n.kind != ModuleKind::Linear || !column_parallel(m, n.in_features) || n.saved.empty()) continue;
-    if (std::find(norm_outputs.begin(), norm_outputs.end(), n.saved.front().id) != norm_outputs.end())
-      readers.push_back(leaf);
-  }
+  const std::vector<ModuleId> readers = column_readers(g, layer, layer);
   return readers.empty() ? 0.0 : g.saved_bytes_per_token(readers, q, ActCkpt::None);
+}
+
+double moe_tp_whole_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q) {
+  double whole = 0;
+  for (ModuleId block : g.children(layer)) {
+    if (g.node(block).kind != ModuleKind::Moe) continue;
+    whole += g.saved_bytes_per_token(block, q, ActCkpt::None);
+    // The experts' own tensors, split: what each saves beyond its input (a routed expert's gathered copy of its
+    // tokens, a shared expert's norm output), its first linear's saved tensor.
+    for (ModuleId e : g.children(block)) {
+      if (g.node(e).kind != ModuleKind::Mlp) continue;
+      const SavedTensor* input = nullptr;
+      for (ModuleId leaf : g.leaves_under(e))
+        if (g.node(leaf).kind == ModuleKind::Linear && !g.node(leaf).saved.empty()) {
+          input = &g.node(leaf).saved.front();
+          break;
+        }
+      FSDP_ASSERT(input != nullptr, "an expert's first linear saves its input");
+      whole -= g.saved_bytes_per_token(e, q, ActCkpt::None) - input->elems_per_token * tensor_bytes(input->cls, q);
+    }
+    // The norm output and what its readers save, counted with the column-parallel inputs.
+    const std::vector<ModuleId> readers = column_readers(g, layer, block);
+    if (!readers.empty()) whole -= g.saved_bytes_per_token(readers, q, ActCkpt::None);
+  }
+  return whole;
 }
 
 double tp_layer_params(const ModuleGraph& g, ModuleId layer, int64_t tp) {
@@ -106,20 +140,25 @@ double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp) 
 }
 
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
-                        double column_input_bytes, bool sp_keeps_column_input_shard, const MeshSpec& mesh) {
+                        double column_input_bytes, double moe_whole_saved_bytes, bool sp_keeps_column_input_shard,
+                        const MeshSpec& mesh) {
   const int64_t tp = mesh.tp;
   if (tp <= 1) return;
   const ModelSpec& m = g.spec();
   const double t = static_cast<double>(tp);
   // Parameters: linears split (kv projections per kv head held), the rest replicated. GEMM FLOPs follow the
   // linears' weights (each weight element is one multiply-add per token).
-  double linear_before = 0, linear_after = 0;
+  // An MoE block's gates stay whole (tp_replicated_gate), their gradients partial whatever the sequence layout.
+  double linear_before = 0, linear_after = 0, gate_params = 0, gate_weights = 0;
   lc.replicated_params = 0;
-  lc.tp_partial_grad_params = 0;
-  for (ModuleId leaf : attention_norms(g, layer)) lc.tp_partial_grad_params += static_cast<double>(g.node(leaf).params);
+  double partial = 0;
+  for (ModuleId leaf : attention_norms(g, layer)) partial += static_cast<double>(g.node(leaf).params);
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
-    if (n.kind != ModuleKind::Linear) {
+    if (tp_replicated_gate(n)) gate_params += static_cast<double>(n.params);
+    if (tp_replicated_gate(n) && n.kind == ModuleKind::Linear)
+      gate_weights += static_cast<double>(n.in_features * n.out_features);
+    if (n.kind != ModuleKind::Linear || tp_replicated_gate(n)) {
       lc.replicated_params += static_cast<double>(n.params);
       continue;
     }
@@ -127,15 +166,22 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
     linear_before += w;
     linear_after += w * linear_share(m, n, tp);
   }
-  if (mesh.sequence_parallel) lc.tp_partial_grad_params = lc.replicated_params;
+  lc.tp_partial_grad_params = mesh.sequence_parallel ? lc.replicated_params : partial + gate_params;
   const double gemm_share = linear_before > 0 ? linear_after / linear_before : 1.0 / t;
   lc.params = tp_layer_params(g, layer, tp);
-  lc.linear_params *= gemm_share;
-  lc.matmul_flops_per_token *= gemm_share;
-  lc.recompute_matmul_flops_per_token *= gemm_share;
+  lc.linear_params = (lc.linear_params - gate_weights) * gemm_share + gate_weights;
+  // The gates' FLOPs (their GEMMs, whole on every rank) stay; the recomputed ones where the whole forward runs again.
+  double gate_flops = 0;
+  for (const GemmShape& gs : lc.shape.gemms)
+    if (gs.tp_replicated) gate_flops += 2.0 * static_cast<double>(gs.n * gs.k) * gs.weight;
+  const double gate_recompute = lc.ckpt == ActCkpt::Full ? gate_flops : 0.0;
+  lc.matmul_flops_per_token = (lc.matmul_flops_per_token - gate_flops) * gemm_share + gate_flops;
+  lc.recompute_matmul_flops_per_token =
+      (lc.recompute_matmul_flops_per_token - gate_recompute) * gemm_share + gate_recompute;
   // Attention: the heads split; each rank's scores are over its heads only.
   lc.attention_flops_per_token /= t;
   for (GemmShape& gs : lc.shape.gemms) {
+    if (gs.tp_replicated) continue;
     if (!column_parallel(m, gs.k)) {
       gs.k = std::max<int64_t>(1, gs.k / tp);
     } else if (kv_projection(m, gs.k, gs.n)) {
@@ -154,10 +200,16 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
     replicated = std::min(replicated, bytes);
     return replicated + (bytes - replicated) / t;
   };
+  // An MoE block's tensors over all the tokens stay whole (moe_tp_whole_saved_bytes_per_token) where the layer's mode
+  // saves the block's tensors (not under full checkpointing; the per-op policy is refused for MoE under tp:
+  // capabilities.cpp TpModelParts).
   const double unckpt_before = lc.saved_bytes_unckpt;
+  const bool saves_block = lc.ckpt == ActCkpt::None || lc.ckpt == ActCkpt::Selective;
   const double ckpt_replicated = lc.ckpt == ActCkpt::Full ? lc.saved_bytes : norm_saved_bytes;
-  lc.saved_bytes = split(lc.saved_bytes, ckpt_replicated);
-  lc.saved_bytes_unckpt = split(lc.saved_bytes_unckpt, norm_saved_bytes);
+  const double ckpt_whole = saves_block ? moe_whole_saved_bytes : 0.0;
+  lc.saved_bytes = split(lc.saved_bytes - ckpt_whole, ckpt_replicated) + ckpt_whole;
+  lc.saved_bytes_unckpt =
+      split(lc.saved_bytes_unckpt - moe_whole_saved_bytes, norm_saved_bytes) + moe_whole_saved_bytes;
   const double act_share = unckpt_before > 0 ? lc.saved_bytes_unckpt / unckpt_before : 1.0 / t;
   // The column-parallel linears' inputs (the norm outputs) stay whole where each rank holds the whole sequence of
   // them: without SP (Korthikanti et al. 2022 Table 2: the QKV and MLP inputs are among the 10 sbh not split), and
@@ -174,7 +226,7 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   // Working memory and memory-bound traffic: per rank over its heads and its slice of the MLP (and of the tokens
   // between blocks with SP); without SP the norms' share stays whole, as the saved tensors' does.
   lc.forward_transient *= act_share;
-  lc.backward_transient *= act_share;
+  lc.backward_transient = std::max(lc.backward_transient * act_share, lc.moe_backward_transient);
   lc.elementwise_bytes_per_token *= act_share;
   lc.elementwise_backward_bytes_per_token *= act_share;
 }

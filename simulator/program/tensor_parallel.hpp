@@ -64,8 +64,12 @@ int64_t tp_kv_heads_per_rank(const ModelSpec& m, int64_t tp);
 // column-parallel linears save of the norm outputs they read (column_input_bytes_per_token), whole on every rank
 // without sequence parallelism, and with it unless `sp_keeps_column_input_shard` (the runtime keeps the s/tp shard
 // and gathers it again: RuntimeProfile::sp_saves_column_input_shard).
+// `moe_whole_saved_bytes` what its MoE block saves of one micro-batch that stays whole on every rank
+// (moe_tp_whole_saved_bytes_per_token; 0 in a dense layer). An MoE block's router and shared gate stay whole
+// (tp_replicated_gate), their gradients summed over tp; each expert is split as a dense MLP (executor/model/moe.cpp).
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
-                        double column_input_bytes, bool sp_keeps_column_input_shard, const MeshSpec& mesh);
+                        double column_input_bytes, double moe_whole_saved_bytes, bool sp_keeps_column_input_shard,
+                        const MeshSpec& mesh);
 
 // What layer `layer`'s Norm modules that read the whole hidden stream save per token (ActCkpt::None): not the
 // attention's q/k norms, which run on the rank's heads and save 1/tp of theirs.
@@ -74,6 +78,14 @@ double norm_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const Ac
 // What the layer's column-parallel linears save per token of the norm outputs they read (ActCkpt::None): the
 // tensors sequence parallelism all-gathers (q/k/v share one, gate/up another).
 double column_input_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
+
+// What layer `layer`'s MoE block saves per token without checkpointing that tensor parallelism leaves whole on every
+// rank (0 in a dense layer). The block runs on the gathered tokens (executor/model/moe.cpp; torchtitan's MoE under
+// TP gathers the block's input, PrepareModuleInputOutput to Replicate): the router's tensors (its input, the norm
+// output, is counted with the column-parallel inputs above), the dispatch indices, the gathered copies the routed
+// experts read, the experts' outputs and their weights, the shared gate's sigmoid and the shared output are over all
+// the tokens at full width; only the experts' own intermediate tensors are split (their widths 1/tp).
+double moe_tp_whole_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q);
 
 // Parameters one tp rank holds of a decoder layer: its linears split (kv projections per tp_kv_heads_per_rank),
 // norms replicated.

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "core/errors.hpp"
 
@@ -74,21 +76,41 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        }},
       // Megatron-LM's ColumnParallelLinear: output_size_per_partition = divide(output_size, world_size)
       // (megatron/core/utils.py divide asserts divisibility); torchtitan's ColwiseParallel shards evenly by DTensor.
+      // The same for every MLP a layer has: the dense one, each routed expert, the shared experts.
       {R::TpFfn, "tp does not divide the MLP width",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.tp() <= 1 || c.m.ffn_size % c.tp() == 0 || (c.rt.uneven_ffn_split && c.m.ffn_size >= c.tp()))
-           return std::nullopt;
-         return broken(R::TpFfn, "--tp",
-                       "tp " + n(c.tp()) + (c.rt.uneven_ffn_split ? " exceeds" : " does not divide") +
-                           " the MLP's intermediate size " + n(c.m.ffn_size) + " of " + c.m.name);
+         if (c.tp() <= 1) return std::nullopt;
+         std::vector<std::pair<const char*, int64_t>> widths{{"the MLP's intermediate size", c.m.ffn_size}};
+         if (c.m.moe) {
+           widths.push_back({"the routed experts' intermediate size", c.m.moe->expert_ffn_size});
+           if (c.m.moe->shared_experts > 0)
+             widths.push_back({"the shared experts' intermediate size", c.m.moe->shared_ffn()});
+         }
+         for (const auto& [what, ffn] : widths) {
+           if (ffn <= 0 || ffn % c.tp() == 0 || (c.rt.uneven_ffn_split && ffn >= c.tp())) continue;
+           return broken(R::TpFfn, "--tp",
+                         "tp " + n(c.tp()) + (c.rt.uneven_ffn_split ? " exceeds" : " does not divide") + " " + what +
+                             " " + n(ffn) + " of " + c.m.name);
+         }
+         return std::nullopt;
        }},
+      // Mixture-of-experts layers split each expert's width over tp (torchtitan's TensorParallel plan for grouped
+      // experts without expert parallelism; Megatron-LM's expert tensor parallelism): modelled, but for experts with
+      // biases (a row-parallel bias inside the experts' weighted sum) and for the per-op checkpointing policy, whose
+      // saved set of a routed block under tp is not modelled. Expert parallelism is a different mesh dimension, not
+      // modelled.
       {R::TpModelParts, "tensor parallelism of a part not modelled",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.tp() <= 1) return std::nullopt;
-         const char* part = c.m.moe      ? "mixture-of-experts layers (expert parallelism is not modelled)"
-                            : c.m.mla    ? "multi-head latent attention"
-                            : c.m.vision ? "a vision tower"
-                                         : nullptr;
+         const bool moe_sac = c.m.moe && c.s.act_ckpt == ActCkpt::SelectiveOp;
+         if (moe_sac)
+           return broken(R::TpModelParts, "--act-ckpt",
+                         "selective-op checkpointing of the mixture-of-experts layers of " + c.m.name +
+                             " under tensor parallelism is not modelled; use --act-ckpt full, selective or none");
+         const char* part = c.m.moe && c.m.mlp_bias ? "mixture-of-experts layers whose experts have biases"
+                            : c.m.mla               ? "multi-head latent attention"
+                            : c.m.vision            ? "a vision tower"
+                                                    : nullptr;
          if (part == nullptr) return std::nullopt;
          return broken(
              R::TpModelParts, "--tp",

@@ -18,18 +18,18 @@
 namespace fsdp {
 
 enum class CapabilityRule : uint8_t {
-  MeshWorld,                  // tp x pp must divide the world
-  TpWithinNode,               // the tp group inside one node (NVLink): tp divides the GPUs per node
-  TpHeads,                    // attention heads split evenly over tp
-  TpKvHeads,                  // kv heads split over tp, or tp a multiple of them (each kv head replicated)
-  TpFfn,                      // the MLP's intermediate width split evenly
-  TpModelParts,               // parts tensor parallelism is not modelled for (MoE experts, MLA, vision towers)
-  TpVocab,                    // every tp rank holds a row of the vocabulary (embedding and head split by rows)
-  TpSequenceSplit,            // sequence parallelism splits the sequence evenly over tp
-  MeshLora,                   // LoRA / QLoRA with tp or pp
-  MeshOffload,                // offload with tp or pp
-  PpLayers,                   // at least one decoder layer per (virtual) stage
-  PpVirtualStages,            // virtual stages with the interleaved schedule only, and at least 2 there
+  MeshWorld,        // tp x pp must divide the world
+  TpWithinNode,     // the tp group inside one node (NVLink): tp divides the GPUs per node
+  TpHeads,          // attention heads split evenly over tp
+  TpKvHeads,        // kv heads split over tp, or tp a multiple of them (each kv head replicated)
+  TpFfn,            // the MLP's intermediate width split evenly
+  TpModelParts,     // parts tensor parallelism is not modelled for (MLA, vision towers, MoE with biases or per-op AC)
+  TpVocab,          // every tp rank holds a row of the vocabulary (embedding and head split by rows)
+  TpSequenceSplit,  // sequence parallelism splits the sequence evenly over tp
+  MeshLora,         // LoRA / QLoRA with tp or pp
+  MeshOffload,      // offload with tp or pp
+  PpLayers,         // at least one decoder layer per (virtual) stage
+  PpVirtualStages,  // virtual stages with the interleaved schedule only, and at least 2 there
   PpInterleavedMicroBatches,  // interleaved 1F1B: micro-batches a multiple of pp
   PpStrategy,                 // pipeline parallelism with ZeRO-2/3 (partitioned gradients)
   PpTiedEmbeddings,           // tied embeddings split over stages (RuntimeSupport::pipeline_tied_embeddings)

@@ -1,7 +1,8 @@
-// Issue M15 (fsdp-run half): tensor parallelism (+ sequence parallelism) and pipeline parallelism on a mesh with the
-// data-parallel strategies. Each mesh plan trains like one unsharded process on the same global batch (5 AdamW
-// steps, fp32, clipping active): the same losses, gradient norms and gathered parameters within 1e-5; checkpoints
-// resume on the same mesh and reshard onto another. World 2 runs tp 2 and pp 2, world 4 the 2-D meshes.
+// Issue M15 (fsdp-run half): tensor parallelism (+ sequence parallelism, of dense and mixture-of-experts layers) and
+// pipeline parallelism on a mesh with the data-parallel strategies. Each mesh plan trains like one unsharded process on
+// the same global batch (5 AdamW steps, fp32, clipping active): the same losses, gradient norms and gathered parameters
+// within 1e-5; checkpoints resume on the same mesh and reshard onto another. World 2 runs tp 2 and pp 2, world 4 the
+// 2-D meshes.
 #include <filesystem>
 #include <map>
 #include <tuple>
@@ -122,6 +123,24 @@ TEST_CASE("mesh: tensor parallelism (tp 2) equals one unsharded process") {
     qwen.name = "exec-test-mesh-qwen3";
     qwen.qk_norm = QkNorm::PerHead;
     check_mesh(comm, mesh_plan(StrategyKind::Fsdp, 2, 2, 1, qwen), worst);
+  }
+  // Mixture-of-experts layers, each expert's width split (router and shared gate whole, their gradients summed over
+  // tp): Qwen2-MoE-style (a gated shared expert) with and without sequence parallelism, Mixtral-style (no shared
+  // expert, top-k renormalised) under full checkpointing.
+  for (bool mixtral : {false, true}) {
+    ModelSpec moe = small_moe_model(mixtral);
+    moe.name += "-mesh";
+    moe.hidden_size = 64;
+    moe.num_heads = 4;
+    moe.num_kv_heads = 2;
+    moe.head_dim = 16;
+    for (bool sp : {true, false}) {
+      if (mixtral && !sp) continue;
+      PlanFile p = mesh_plan(StrategyKind::Fsdp, 2, 2, 1, moe);
+      p.strategy.mesh.sequence_parallel = sp;
+      if (mixtral) REQUIRE(parse_act_ckpt("full", p.strategy));
+      check_mesh(comm, p, worst);
+    }
   }
   for (bool sp : {true, false}) {
     PlanFile gpt = mesh_plan(StrategyKind::Zero2, 2, 2, 1, mesh_gpt_model(true));

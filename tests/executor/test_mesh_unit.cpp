@@ -120,7 +120,8 @@ TEST_CASE("mesh refusals: the capability table's first violation, one message na
   s.hsdp_group = 2;
   CHECK(refused(2) == "strategy.hsdp_group: 2 does not divide the data-parallel degree 1 (world / (tp x pp))");
   CHECK(refused(4).empty());
-  // LoRA on a mesh (rule MeshLora) and tp of MoE layers (TpModelParts).
+  // LoRA on a mesh (rule MeshLora) and tp of MoE layers whose experts have biases (TpModelParts; without biases
+  // they run: test_mesh.cpp).
   s.kind = StrategyKind::Fsdp;
   s.hsdp_group = 0;
   s.method = Method::Lora;
@@ -133,11 +134,15 @@ TEST_CASE("mesh refusals: the capability table's first violation, one message na
   moe.num_heads = 4;
   moe.num_kv_heads = 2;
   moe.ffn_size = 64;
+  s.mesh.sequence_parallel = false;  // the test strategy's 25 tokens do not split over tp 2
+  CHECK_NOTHROW(check_mesh_supported(moe, s, 2));
+  moe.mlp_bias = true;
   try {
     check_mesh_supported(moe, s, 2);
-    FAIL("tp of MoE layers ran");
+    FAIL("tp of MoE layers with expert biases ran");
   } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("strategy.tp: tensor parallelism of mixture-of-experts layers") == 0);
+    CHECK(std::string(e.what()).find("strategy.tp: tensor parallelism of mixture-of-experts layers whose experts have "
+                                     "biases") == 0);
   }
   // Through the plan check fsdp-run runs before any rank starts.
   PlanFile p = small_plan(StrategyKind::Fsdp, "layer", 4);

@@ -148,7 +148,7 @@ TEST_CASE("MoE block: sorted dispatch equals the per-token definition; ties go t
       p[defs[i].name] = init_param(defs[i], static_cast<int64_t>(i), 11) * 20.0;  // routing far from uniform
     at::manual_seed(3);
     const at::Tensor h = at::randn({2, 7, s.hidden_size});
-    const at::Tensor got = moe_forward(s, p, "mlp", h);
+    const at::Tensor got = moe_forward(s, p, "mlp", h, TpContext{});
     const at::Tensor x = h.reshape({-1, s.hidden_size});
     for (int64_t t = 0; t < x.size(0); ++t) {
       const at::Tensor xt = x.narrow(0, t, 1);

@@ -110,9 +110,9 @@ TEST_CASE(
     LayerCost sp = whole, plain = whole;
     MeshSpec m;
     m.tp = tp;
-    shard_layer_for_tp(sp, g, layer, norms, cols, true, m);
+    shard_layer_for_tp(sp, g, layer, norms, cols, 0.0, true, m);
     m.sequence_parallel = false;
-    shard_layer_for_tp(plain, g, layer, norms, cols, true, m);
+    shard_layer_for_tp(plain, g, layer, norms, cols, 0.0, true, m);
     CHECK(sp.saved_bytes == doctest::Approx(whole.saved_bytes / static_cast<double>(tp)));
     CHECK(plain.saved_bytes ==
           doctest::Approx(norms + cols + (whole.saved_bytes - norms - cols) / static_cast<double>(tp)));
@@ -126,9 +126,9 @@ TEST_CASE(
   LayerCost sp = full, plain = full;
   MeshSpec m;
   m.tp = 4;
-  shard_layer_for_tp(sp, g, layer, norms, cols, true, m);
+  shard_layer_for_tp(sp, g, layer, norms, cols, 0.0, true, m);
   m.sequence_parallel = false;
-  shard_layer_for_tp(plain, g, layer, norms, cols, true, m);
+  shard_layer_for_tp(plain, g, layer, norms, cols, 0.0, true, m);
   CHECK(sp.saved_bytes == doctest::Approx(full.saved_bytes / 4));
   CHECK(plain.saved_bytes == doctest::Approx(full.saved_bytes));
 }
@@ -155,8 +155,8 @@ TEST_CASE("tp: a runtime that saves the gathered input of the column-parallel li
     CAPTURE(static_cast<int>(mode));
     const LayerCost whole = layer_cost(in, layer, mode);
     LayerCost kept = whole, shard = whole;
-    shard_layer_for_tp(kept, g, layer, norms, gathered, false, m);
-    shard_layer_for_tp(shard, g, layer, norms, gathered, true, m);
+    shard_layer_for_tp(kept, g, layer, norms, gathered, 0.0, false, m);
+    shard_layer_for_tp(shard, g, layer, norms, gathered, 0.0, true, m);
     CHECK(kept.saved_bytes_unckpt == doctest::Approx(shard.saved_bytes_unckpt + gathered * 3 / 4));
     const bool keeps_inputs = mode == ActCkpt::None || mode == ActCkpt::Selective;
     CHECK(kept.saved_bytes == doctest::Approx(shard.saved_bytes + (keeps_inputs ? gathered * 3 / 4 : 0.0)));
@@ -168,8 +168,8 @@ TEST_CASE("tp: a runtime that saves the gathered input of the column-parallel li
   m.sequence_parallel = false;
   const LayerCost whole = layer_cost(in, layer, ActCkpt::None);
   LayerCost kept = whole, shard = whole;
-  shard_layer_for_tp(kept, g, layer, norms, gathered, false, m);
-  shard_layer_for_tp(shard, g, layer, norms, gathered, true, m);
+  shard_layer_for_tp(kept, g, layer, norms, gathered, 0.0, false, m);
+  shard_layer_for_tp(shard, g, layer, norms, gathered, 0.0, true, m);
   CHECK(kept.saved_bytes == doctest::Approx(shard.saved_bytes));
   CHECK(kept.saved_bytes == doctest::Approx(norms + gathered + (whole.saved_bytes - norms - gathered) / 4));
 }
@@ -544,4 +544,77 @@ TEST_CASE("capability table: the rules fsdp-run's profile adds, refused by the s
   // The table is in the enum's order (to_string asserts each row's id).
   for (size_t i = 0; i < static_cast<size_t>(CapabilityRule::kCount); ++i)
     CHECK_NOTHROW(to_string(static_cast<CapabilityRule>(i)));
+}
+
+TEST_CASE("tp of mixture-of-experts layers: experts split, router and shared gate whole, the block's tensors whole") {
+  // configs/models/tiny-moe.yaml: hidden 128, 8 routed experts of 96 (top-2, probabilities as they are), one shared
+  // expert of 192 behind its sigmoid gate; fsdp-run in fp32.
+  const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  const ModuleId layer = g.layers().front();
+  constexpr double h = 128, e = 8, k = 2, ffn = 96, shared = 192;
+  const double router = h * e, gate = h;
+  const double attention = 2 * h * h + 2 * h * 64, norms = 2 * h;
+  const double experts = e * 3 * h * ffn + 3 * h * shared;
+  CHECK(static_cast<double>(g.params_under(layer)) == attention + norms + router + gate + experts);
+  CHECK(tp_layer_params(g, layer, 2) == (attention + experts) / 2 + norms + router + gate);
+
+  Strategy s = plan(1);
+  s.param_dtype = DType::Fp32;
+  s.seq_len = 64;
+  const ActivationQuery q = activation_query(s, rt);
+  const double tokens = 2 * 64;
+  // Whole on every rank (fp32, int64 indices): the router's probabilities (E fp32) and chosen experts (k), the
+  // dispatch's two index maps (2k), the experts' outputs and their weights (k x (h + 1)), the gathered copies the
+  // routed experts read (k x h in all); the norm output and what the shared gate keeps (its sigmoid and the shared
+  // output) are the column-parallel readers', counted with them.
+  const double whole = e * 4 + k * 8 + 2 * k * 8 + k * (h + 1) * 4 + k * h * 4;
+  CHECK(moe_tp_whole_saved_bytes_per_token(g, layer, q) == doctest::Approx(whole));
+  const double cols = column_input_bytes_per_token(g, layer, q);
+  CHECK(cols == doctest::Approx((2 * h + 1 + h) * 4));  // two norm outputs, the gate's sigmoid and shared output
+
+  for (bool sp : {true, false}) {
+    CAPTURE(sp);
+    s.mesh.tp = 2;
+    s.mesh.sequence_parallel = sp;
+    const LayerCost one = layer_cost(LayerCostInput{&g, &s, &rt, q, tokens}, layer, ActCkpt::None);
+    LayerCost two = one;
+    const double norm_bytes = tokens * norm_saved_bytes_per_token(g, layer, q);
+    shard_layer_for_tp(two, g, layer, norm_bytes, tokens * cols, tokens * whole, false, s.mesh);
+    // The gates' gradients are partial whatever the layout (the experts' outputs they weigh are); under SP the
+    // norms' too.
+    CHECK(two.tp_partial_grad_params == (sp ? norms + router + gate : router + gate));
+    CHECK(two.replicated_params == norms + router + gate);
+    // Everything but the whole tensors, the norm outputs' readers and (without SP) the norms' inputs is split.
+    const double kept = tokens * (whole + cols) + (sp ? 0.0 : norm_bytes);
+    CHECK(two.saved_bytes_unckpt == doctest::Approx(kept + (one.saved_bytes_unckpt - kept) / 2));
+    // The router's and the shared gate's GEMMs stay whole, every other one is halved.
+    for (const GemmShape& gs : two.shape.gemms)
+      if (gs.tp_replicated) CHECK((gs.n == e || gs.n == 1));
+    const double gate_flops = 2 * h * e + 2 * h;
+    CHECK(two.matmul_flops_per_token == doctest::Approx((one.matmul_flops_per_token - gate_flops) / 2 + gate_flops));
+    // The block's backward stage, computed for the rank (layer_costs.cpp): its hidden-wide tensors whole.
+    CHECK(two.moe_backward_transient > 0);
+    CHECK(two.backward_transient >= two.moe_backward_transient);
+  }
+  // The capability table: MoE under tp is planned, but not with expert biases or the per-op policy.
+  s.mesh.tp = 2;
+  CHECK_FALSE(first_violation(s, g.spec(), MeshWorld{2, 2}));
+  ModelSpec biased = g.spec();
+  biased.mlp_bias = true;
+  auto v = first_violation(s, biased, MeshWorld{2, 2});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpModelParts);
+  CHECK(v->reason.find("experts have biases") != std::string::npos);
+  s.act_ckpt = ActCkpt::SelectiveOp;
+  v = first_violation(s, g.spec(), MeshWorld{2, 2});
+  REQUIRE(v);
+  CHECK(v->flag == "--act-ckpt");
+  s.act_ckpt = ActCkpt::None;
+  ModelSpec odd = g.spec();
+  odd.moe->expert_ffn_size = 97;
+  v = first_violation(s, odd, MeshWorld{2, 2});
+  REQUIRE(v);
+  CHECK(v->rule == CapabilityRule::TpFfn);
+  CHECK(v->reason == "tp 2 does not divide the routed experts' intermediate size 97 of tiny-moe");
 }
