@@ -89,6 +89,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
     << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget " << format_gib(r.budget_bytes)
     << " GiB per GPU" << reset << "\n";
+  if (!r.mesh_offload_searched)
+    o << dim
+      << "offload was tried with data parallelism alone (no plan needed it under tp or pp; pin --offload to "
+         "search it there)"
+      << reset << "\n";
   // What the capability table (simulator/strategy/capabilities.hpp) refused, per rule, with one example.
   for (const auto& [rule, rr] : r.rejected)
     o << dim << "refused " << rr.count << " x " << rule << " (" << rr.example << ")" << reset << "\n";
@@ -190,7 +195,8 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
                  {"pruned_by_throughput", r.pruned_by_throughput},
                  {"filtered", r.filtered},
                  {"seconds", r.seconds},
-                 {"budget_bytes", r.budget_bytes}};
+                 {"budget_bytes", r.budget_bytes},
+                 {"mesh_offload_searched", r.mesh_offload_searched}};
   return j;
 }
 

@@ -116,6 +116,9 @@ struct SearchResult {
   int64_t pruned_by_throughput = 0;  // of which by the throughput bound
   double seconds = 0;
   double budget_bytes = 0;
+  // Whether tp/pp meshes were tried with offload: when --offload is pinned, or in a second pass when no plan fit
+  // without it (search_plans; `seconds` counts both passes).
+  bool mesh_offload_searched = false;
 };
 
 SearchResult search_plans(const SearchRequest& req);

@@ -885,6 +885,11 @@ struct Emitter {
     // only the upcast's backward allocates, the compute-dtype gradient of the logits.
     if (rt.loss_backward_in_place)
       lb.transient_bytes = (upcasts ? logits : 0.0) + (rt.logits_kept_by_caller ? logits : 0.0);
+    // A vocabulary-parallel loss whose backward copies the saved probabilities into the logits' gradient
+    // (RuntimeProfile::tp_loss_backward_copies_probabilities): the copy beside them; the upcast's backward runs after
+    // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
+    else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
+      lb.transient_bytes = logprobs + (rt.logits_kept_by_caller ? logits : 0.0);
     lb.on_complete.push_back({MemoryCategory::Activations, -(logprobs + head_act)});
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
@@ -1221,6 +1226,20 @@ void Emitter::emit_sharded() {
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       post.device_copy_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
       if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
+      const std::optional<MemEvent> kept =
+          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
+      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
+      // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
+      // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
+      // hook reshards between the copy-in and the issue), so only what exceeds them raises the post-backward's peak.
+      if (rt.unit_grads_held_through_reduce_issue) {
+        double issued = 0;
+        for (const MemEvent& e : r.on_issue)
+          if (e.category == MemoryCategory::CommBuffers) issued += e.bytes;
+        const double resharded = held[static_cast<size_t>(ui)] ? 0.0 : full_bytes;
+        post.transient_bytes = std::max(post.transient_bytes, issued - resharded);
+      }
       int pop = push(post);
       push_tp_norm_grad_sum(ui, mbi, pop);
       // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
@@ -1230,10 +1249,6 @@ void Emitter::emit_sharded() {
         last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
         deferred_replica = Op{};
       }
-      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
-      const std::optional<MemEvent> kept =
-          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
-      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
       r.deps.push_back(pop);
       int rop = push(r);
       last_rs[static_cast<size_t>(ui)] = rop;
@@ -1374,6 +1389,9 @@ void Emitter::emit_replicated() {
           post.on_issue.push_back({MemoryCategory::CommBuffers, p * rb});
           post.on_complete.push_back({MemoryCategory::UnshardedGrads, -p * gb});
           post.elementwise_bytes = 2.0 * p * pb;
+          // The partition's reduce-scatter output allocated while the gradients are held
+          // (RuntimeProfile::unit_grads_held_through_reduce_issue).
+          if (rt.unit_grads_held_through_reduce_issue) post.transient_bytes = shard(p) * rb;
         } else {
           post.transient_bytes = 2.0 * p * pb - head;
           post.elementwise_bytes = 3.0 * p * pb;

@@ -147,6 +147,12 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.pipeline_keeps_units_gathered = sh.get_enum("pipeline_reshard_after_backward", {"each", "last"}) == "last";
     if (sh.has("tp_loss_all_reduces"))
       r.tp_loss_all_reduces_fused = sh.get_enum("tp_loss_all_reduces", {"separate", "fused"}) == "fused";
+    if (sh.has("unit_grads_released"))
+      r.unit_grads_held_through_reduce_issue =
+          sh.get_enum("unit_grads_released", {"after-copy-in", "after-reduce-issue"}) == "after-reduce-issue";
+    if (sh.has("tp_loss_backward"))
+      r.tp_loss_backward_copies_probabilities =
+          sh.get_enum("tp_loss_backward", {"as-loss", "probabilities-copy"}) == "probabilities-copy";
     if (sh.has("tp_norm_grad_sum"))
       r.tp_norm_grad_sum_per_unit = sh.get_enum("tp_norm_grad_sum", {"per-step", "per-unit"}) == "per-unit";
     if (sh.has("sp_column_input_saved"))
@@ -241,7 +247,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
           std::pair{"sequence_parallel", &r.support.sequence_parallel}, std::pair{"async_tp", &r.support.async_tp},
           std::pair{"pipeline_parallel", &r.support.pipeline_parallel},
           std::pair{"interleaved_pipeline", &r.support.interleaved_pipeline},
-          std::pair{"pipeline_tied_embeddings", &r.support.pipeline_tied_embeddings}})
+          std::pair{"pipeline_tied_embeddings", &r.support.pipeline_tied_embeddings},
+          std::pair{"offload", &r.support.mesh_offload}})
       if (mesh.has(key)) *field = mesh.get_bool(key);
     mesh.finish();
   }

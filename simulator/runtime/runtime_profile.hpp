@@ -149,6 +149,21 @@ struct RuntimeProfile {
   // (true: Megatron core's fused cross-entropy, fsdp-run). Optional in the file (sharding.tp_loss_all_reduces:
   // separate | fused; absent: separate).
   bool tp_loss_all_reduces_fused = false;
+  // What the vocabulary-parallel cross-entropy's backward allocates beyond the probabilities it saved, under tp > 1:
+  // as the loss without tp (absent: the log-softmax and NLL gradients, two logits-sized tensors, as DTensor's
+  // loss_parallel runs aten's _log_softmax_backward_data and nll_loss_backward, torch/distributed/tensor/parallel/
+  // loss.py; or in place where loss_backward_in_place says so), or one copy of the saved probabilities that becomes
+  // the logits' gradient (true: fsdp-run's VocabParallelCE::backward, executor/model/tensor_parallel.cpp, clones them
+  // and writes the target's subtraction and the scaling into the clone). Optional in the file
+  // (sharding.tp_loss_backward: as-loss | probabilities-copy; absent: as-loss).
+  bool tp_loss_backward_copies_probabilities = false;
+  // When a unit's per-parameter gradients are released against its reduction's buffers: once copied into the
+  // reduce-scatter input, before the output is allocated (false: FSDP2's foreach_reduce, unsharded_grads.clear()
+  // after foreach_reduce_scatter_copy_in, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), or only once the
+  // reduction is issued, its output (and a staging copy) allocated beside them (true: fsdp-run's post-backward hook,
+  // whose gradients autograd holds until the hook returns, executor/shard/sharded_model.cpp post_backward). Optional
+  // in the file (sharding.unit_grads_released: after-copy-in | after-reduce-issue; absent: after-copy-in).
+  bool unit_grads_held_through_reduce_issue = false;
   // Under a pipeline schedule (GPipe, 1F1B), whether the stage's FSDP units are resharded at the end of every
   // backward (false: fsdp-run's run_micro_batches) or kept unsharded until the step's last backward (true:
   // torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False)

@@ -143,11 +143,12 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                        std::string(to_string(c.s.method)) +
                            " with tensor or pipeline parallelism is not modelled; use --tp 1 --pp 1");
        }},
-      {R::MeshOffload, "offload with tp or pp not modelled",
+      {R::MeshOffload, "offload with tp or pp where the runtime does not run it",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (!c.mesh() || c.s.offload == Offload::None || c.rt.mesh_offload) return std::nullopt;
-         return broken(R::MeshOffload, "--offload",
-                       "offload with tensor or pipeline parallelism is not modelled; use --offload none");
+         return broken(
+             R::MeshOffload, "--offload",
+             c.rt.runtime_name + " does not offload under tensor or pipeline parallelism; use --offload none");
        }},
       {R::PpLayers, "fewer decoder layers than pipeline stages",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {

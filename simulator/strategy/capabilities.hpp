@@ -66,10 +66,11 @@ struct RuntimeSupport {
   // simulator prices even slices only (rule TpFfn); fsdp-run splits unevenly (executor/model/tensor_parallel.cpp
   // split_rows) and sets it for its own check. No profile key sets it.
   bool uneven_ffn_split = false;
-  // Offload with tp or pp. Clear by default: the simulator does not price it (rule MeshOffload); fsdp-run offloads
-  // each stage's and tp slice's own shards (tests/executor/test_mesh.cpp runs optimizer offload with tp 2) and sets
-  // it for its own check. No profile key sets it.
-  bool mesh_offload = false;
+  // Offload with tp or pp: each stage's and tp slice's own shards on the host (fsdp-run: tests/executor/test_mesh.cpp
+  // runs optimizer offload with tp 2; the step program places them as without a mesh, checked on the accuracy grid's
+  // offload rows under tp and pp, tests/accuracy/README.md). A profile clears it with `mesh: {offload: false}`
+  // (rule MeshOffload).
+  bool mesh_offload = true;
   std::string runtime_name = "the simulator";
 };
 

@@ -171,8 +171,9 @@ TEST_CASE("mesh: fsdp-run's RuntimeSupport and its runtime profile's mesh sectio
   CHECK_FALSE(plan.pipeline_partitioned_gradients);
   CHECK(run.uneven_ffn_split);
   CHECK_FALSE(plan.uneven_ffn_split);
+  // Offload under a mesh: both (the step program places each stage's and tp slice's shards; grid rows 79-82).
   CHECK(run.mesh_offload);
-  CHECK_FALSE(plan.mesh_offload);
+  CHECK(plan.mesh_offload);
 }
 
 }  // namespace fsdp::exec::test

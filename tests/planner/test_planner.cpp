@@ -151,6 +151,23 @@ TEST_CASE("llama2-70b on 8 a100-80gb nodes fits with FSDP and no offload") {
   CHECK(j["chosen"]["time"]["step_s"].get<double>() > 0);
 }
 
+TEST_CASE("offload under tp or pp: searched in a second pass when nothing fits without it, or when pinned") {
+  // 70B on 8 nodes fits without offload: the meshes are searched without it (one pass).
+  auto fits = plan_json("--model 70b --nodes 8");
+  CHECK(fits["search"]["mesh_offload_searched"] == false);
+  CHECK(fits["chosen"]["config"]["offload"] == "none");
+  // 405B on 4 nodes of H100 at 8k tokens: nothing fits without offload, data parallel alone not even with it; the
+  // second pass finds FSDP x TP with the parameters offloaded.
+  auto short_of_memory = plan_json("--model 405b --nodes 4 --hw h100-80gb --seq 8192");
+  CHECK(short_of_memory["search"]["mesh_offload_searched"] == true);
+  CHECK(short_of_memory["chosen"]["config"]["offload"] != "none");
+  CHECK(short_of_memory["chosen"]["config"]["tp"].get<int64_t>() > 1);
+  // Pinned, one pass searches it everywhere.
+  auto pinned = plan_json("--model 70b --nodes 8 --offload optimizer");
+  CHECK(pinned["search"]["mesh_offload_searched"] == true);
+  CHECK(pinned["chosen"]["config"]["offload"] == "optimizer");
+}
+
 TEST_CASE("llama2-70b on one a100-80gb node needs offload and says how much host RAM") {
   auto r = run_cli("--model llama2-70b --nodes 1 --no-out --tp 1 --pp 1");
   REQUIRE(r.code == 0);

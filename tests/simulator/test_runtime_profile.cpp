@@ -173,6 +173,18 @@ TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are 
   CHECK(load_error_with_sharding_line("tp_loss_all_reduces: two").find("tp_loss_all_reduces") != std::string::npos);
   CHECK(load_error_with_sharding_line("tp_norm_grad_sum: per-unit").empty());
   CHECK(load_error_with_sharding_line("tp_norm_grad_sum: per-layer").find("tp_norm_grad_sum") != std::string::npos);
+  CHECK(load_error_with_sharding_line("unit_grads_released: after-copy-in").empty());
+  CHECK(load_error_with_sharding_line("unit_grads_released: later").find("unit_grads_released") != std::string::npos);
+  CHECK(runtime("fsdp-run").unit_grads_held_through_reduce_issue);
+  for (const char* name : {"pytorch", "torchtitan", "pytorch-fsdp1", "deepspeed", "nanotron"})
+    CHECK_FALSE(runtime(name).unit_grads_held_through_reduce_issue);
+  CHECK(load_error_with_sharding_line("tp_loss_backward: as-loss").empty());
+  CHECK(load_error_with_sharding_line("tp_loss_backward: in-place").find("tp_loss_backward") != std::string::npos);
+  // fsdp-run's vocabulary-parallel backward copies the probabilities (VocabParallelCE::backward); the others run
+  // their loss's own backward under tp.
+  CHECK(runtime("fsdp-run").tp_loss_backward_copies_probabilities);
+  for (const char* name : {"pytorch", "torchtitan", "nanotron", "deepspeed"})
+    CHECK_FALSE(runtime(name).tp_loss_backward_copies_probabilities);
   // fsdp-run fuses and sums per unit (executor/model/tensor_parallel.cpp VocabParallelCE, shard/sharded_model.cpp
   // sum_partial_grads); nanotron says separate and per step, torchtitan separate; pytorch says nothing (absent: the
   // same).
