@@ -65,6 +65,19 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
   return o.str();
 }
 
+std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
+  std::vector<std::string> out;
+  if (m.moe)
+    out.push_back(
+        "expert parallelism (the routed experts spread over ranks, the tokens dispatched to them all-to-all: how "
+        "DeepSeek-V3, Mixtral and Llama 4 train at scale, Megatron-LM's and torchtitan's expert_parallel_degree); "
+        "every "
+        "plan above holds all of a layer's experts on each rank of its tp slice, which FSDP gathers whole");
+  if (m.mla) out.push_back("tensor parallelism of multi-head latent attention (the search ran " + m.name + " at tp 1)");
+  if (m.vision) out.push_back("tensor parallelism of a vision tower (the search ran " + m.name + " at tp 1)");
+  return out;
+}
+
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color) {
   const char* bold = color ? "\033[1m" : "";
   const char* dim = color ? "\033[2m" : "";
@@ -102,6 +115,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
     for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
     o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq, or --offload params.\n";
+    for (const std::string& n : unmodelled_parallelism(*ctx.model)) o << "Not modelled: " << n << "\n";
     return o.str();
   }
   o << bold << "top plans" << reset << "\n";
@@ -154,6 +168,7 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     j["chosen"] = chosen;
   } else {
     j["chosen"] = nullptr;
+    j["not_modelled"] = unmodelled_parallelism(*ctx.model);
   }
   nlohmann::json cands = nlohmann::json::array();
   // One entry per plan the runtime runs identically under several names: `strategy_names` lists them.

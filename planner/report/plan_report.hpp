@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "report/prediction_view.hpp"
 #include "search/plan_search.hpp"
@@ -21,6 +22,10 @@ struct PlanReportContext {
 };
 
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color);
+// The parallelism a model of this kind is trained with that the simulator does not model, named when no plan fits
+// (expert parallelism for MoE models, tensor parallelism of MLA and of vision towers): "No plan fits" is then this
+// planner's limit, not necessarily the cluster's.
+std::vector<std::string> unmodelled_parallelism(const ModelSpec& m);
 nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult& r);
 std::string family_line(const std::string& name, const FamilyVerdict& v);
 

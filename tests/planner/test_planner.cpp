@@ -16,6 +16,7 @@
 #include "core/errors.hpp"
 #include "model/model_loader.hpp"
 #include "planfile/plan_file.hpp"
+#include "report/plan_report.hpp"
 #include "search/plan_search.hpp"
 #include "search_space.hpp"
 
@@ -166,6 +167,20 @@ TEST_CASE("offload under tp or pp: searched in a second pass when nothing fits w
   auto pinned = plan_json("--model 70b --nodes 8 --offload optimizer");
   CHECK(pinned["search"]["mesh_offload_searched"] == true);
   CHECK(pinned["chosen"]["config"]["offload"] == "optimizer");
+}
+
+TEST_CASE("no plan fits: the report names the parallelism such a model trains with that is not modelled") {
+  // DeepSeek-V3 on 32 nodes of H100: a MoE layer's experts gathered whole (11B parameters) do not fit, and the
+  // expert parallelism it trains with is not modelled; neither is tp of its MLA.
+  auto j = plan_json("--model deepseek-v3 --nodes 32 --hw h100-80gb");
+  REQUIRE(j["chosen"].is_null());
+  const std::string notes = j["not_modelled"].dump();
+  CHECK(notes.find("expert parallelism") != std::string::npos);
+  CHECK(notes.find("multi-head latent attention") != std::string::npos);
+  auto r = run_cli("--model deepseek-v3 --nodes 32 --hw h100-80gb --no-out");
+  CHECK(r.out.find("Not modelled: expert parallelism") != std::string::npos);
+  // A dense model has nothing to add.
+  CHECK(unmodelled_parallelism(load_model("llama3-70b", FSDP_SOURCE_ROOT)).empty());
 }
 
 TEST_CASE("llama2-70b on one a100-80gb node needs offload and says how much host RAM") {
