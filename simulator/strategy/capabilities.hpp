@@ -27,7 +27,7 @@ enum class CapabilityRule : uint8_t {
   TpVocab,          // every tp rank holds a row of the vocabulary (embedding and head split by rows)
   TpSequenceSplit,  // sequence parallelism splits the sequence evenly over tp
   MeshLora,         // LoRA / QLoRA with tp or pp
-  MeshOffload,      // offload with tp or pp
+  MeshOffload,      // offload with tp or pp where the runtime does not run it (RuntimeSupport::mesh_offload)
   PpLayers,         // at least one decoder layer per (virtual) stage
   PpVirtualStages,  // virtual stages with the interleaved schedule only, and at least 2 there
   PpInterleavedMicroBatches,  // interleaved 1F1B: micro-batches a multiple of pp
