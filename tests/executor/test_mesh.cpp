@@ -228,7 +228,9 @@ TEST_CASE("mesh: 2-D meshes at world 4 (tp 2 x dp 2, pp 2 x dp 2, tp 2 x pp 2) e
                                                            << ", parameter " << worst.param_abs);
 }
 
-TEST_CASE("mesh checkpoints: resume on the same mesh, and reshard tp 2 -> tp 1 x dp 2 and pp 2 -> pp 1 x dp 2") {
+TEST_CASE(
+    "mesh checkpoints: resume on the same mesh, and reshard tp 2 -> tp 1 x dp 2 (dense and MoE) and pp 2 -> pp 1 x dp "
+    "2") {
   namespace fs = std::filesystem;
   Comm& comm = *g_comm;
   if (comm.size() != 2) return;
@@ -297,6 +299,9 @@ TEST_CASE("mesh checkpoints: resume on the same mesh, and reshard tp 2 -> tp 1 x
   };
   resume_on(mesh_plan(StrategyKind::Fsdp, 2, 2, 1, mesh_model()),
             mesh_plan(StrategyKind::Fsdp, 2, 1, 1, mesh_model(), 2, 1));
+  // The experts' tp slices (rows of gate/up, columns of down per expert) rebuilt whole and cut again.
+  resume_on(mesh_plan(StrategyKind::Fsdp, 2, 2, 1, mesh_moe_model(true)),
+            mesh_plan(StrategyKind::Fsdp, 2, 1, 1, mesh_moe_model(true), 2, 1));
   resume_on(mesh_plan(StrategyKind::Zero2, 2, 1, 2, mesh_model(), 2, 1),
             mesh_plan(StrategyKind::Fsdp, 2, 1, 1, mesh_model(), 2, 1));
 }
