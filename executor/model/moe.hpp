@@ -3,9 +3,10 @@
 // expert_ffn_size over the tokens routed to it, and shared experts over every token. No expert parallelism:
 // the experts are parameters of their layer like any other, in the layer's wrap unit. Under tensor parallelism each
 // expert is split as a dense MLP is (gate/up column-parallel, down row-parallel: torchtitan's TensorParallel plan for
-// grouped experts without expert parallelism, torchtitan/models/moe parallelize apply_moe_ep_tp; Megatron-LM's expert
-// tensor parallelism), the router runs whole on every rank over the gathered tokens, and the block's output, a sum
-// of the experts' partial outputs, is summed over tp once (tensor_parallel.hpp tp_exit).
+// grouped experts without expert parallelism, torchtitan/models/llama4/infra/parallelize.py apply_moe_ep_tp: the
+// block's input gathered to Replicate, its output Partial reduce-scattered; Megatron-LM's expert tensor parallelism),
+// the router runs whole on every rank over the gathered tokens, and the block's output, a sum of the experts' partial
+// outputs, is summed over tp once (tensor_parallel.hpp tp_exit).
 //
 // Parameter names are Hugging Face's Qwen2-MoE / Qwen3-MoE ones (transformers models/qwen2_moe/modeling_qwen2_moe.py
 // Qwen2MoeSparseMoeBlock, models/qwen3_moe/modeling_qwen3_moe.py): model.layers.N.mlp.gate.weight [E, H],
