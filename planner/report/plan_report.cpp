@@ -65,6 +65,17 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
   return o.str();
 }
 
+const Candidate* faster_near_tie(const SearchResult& r) {
+  if (r.ranked.empty()) return nullptr;
+  const Candidate* fastest = &r.ranked.front();
+  for (const Candidate& c : r.ranked)
+    if (c.prediction.tokens_per_s_per_gpu > fastest->prediction.tokens_per_s_per_gpu) fastest = &c;
+  // The ranking's own ties (0.1%, plan_search.cpp) are not a choice to explain.
+  constexpr double kTieFraction = 1e-3;
+  const double chosen = r.ranked.front().prediction.tokens_per_s_per_gpu;
+  return fastest->prediction.tokens_per_s_per_gpu > chosen * (1.0 + kTieFraction) ? fastest : nullptr;
+}
+
 std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
   std::vector<std::string> out;
   if (m.moe)
@@ -151,6 +162,13 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
+  if (const Candidate* faster = faster_near_tie(r)) {
+    o << "  near-tie: " << one_line_strategy(faster->strategy) << " rates "
+      << fmt("%.1f", (faster->prediction.tokens_per_s_per_gpu / best.prediction.tokens_per_s_per_gpu - 1.0) * 100.0)
+      << "% higher; within 5% the simpler plan is chosen (no offload before offload, data parallelism alone before "
+         "tp or pp, fewer collectives per step): the simulator's error is larger than the difference (README "
+         "\"Accuracy\")\n\n";
+  }
   o << bold << "why the others lose (best of each strategy family)" << reset << "\n";
   for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
   if (r.meshes.size() > 1) {
@@ -166,6 +184,7 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
   if (!r.ranked.empty()) {
     nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
     j["chosen"] = chosen;
+    if (const Candidate* faster = faster_near_tie(r)) j["near_tie_faster"] = candidate_json(ctx, *faster);
   } else {
     j["chosen"] = nullptr;
     j["not_modelled"] = unmodelled_parallelism(*ctx.model);

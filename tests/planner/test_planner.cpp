@@ -152,6 +152,26 @@ TEST_CASE("llama2-70b on 8 a100-80gb nodes fits with FSDP and no offload") {
   CHECK(j["chosen"]["time"]["step_s"].get<double>() > 0);
 }
 
+TEST_CASE("near-ties: a plan without tp or pp goes before a mesh plan within 5% of its rate") {
+  // 70B on 8 A100 nodes: FSDP + TP 4 + PP 8 rates best, 1-D FSDP with full checkpointing within 5% of it.
+  auto j = plan_json("--model 70b --nodes 8");
+  const auto& chosen = j["chosen"]["config"];
+  CHECK(chosen["tp"] == 1);
+  CHECK(chosen["pp"] == 1);
+  double best_mesh = 0;
+  for (const auto& [shape, v] : j["meshes"].items())
+    if (v["feasible"] == true && shape != "tp=1 pp=1")
+      best_mesh = std::max(best_mesh, v["best"]["throughput"]["tokens_per_s_per_gpu"].get<double>());
+  const double rate = j["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>();
+  CHECK(best_mesh > rate);
+  CHECK(rate >= 0.95 * best_mesh);
+  // The report says why: the faster plan and the rule.
+  CHECK(j["near_tie_faster"]["throughput"]["tokens_per_s_per_gpu"].get<double>() == doctest::Approx(best_mesh));
+  auto r = run_cli("--model 70b --nodes 8 --no-out");
+  CHECK(r.out.find("near-tie: fsdp wrap=layer ckpt=none") != std::string::npos);
+  CHECK(r.out.find("within 5% the simpler plan is chosen") != std::string::npos);
+}
+
 TEST_CASE("offload under tp or pp: searched in a second pass when nothing fits without it, or when pinned") {
   // 70B on 8 nodes fits without offload: the meshes are searched without it (one pass).
   auto fits = plan_json("--model 70b --nodes 8");
