@@ -162,7 +162,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
-  if (const Candidate* faster = faster_near_tie(r)) {
+  if (const Candidate* faster = ctx.objective == "throughput" ? faster_near_tie(r) : nullptr) {
     o << "  near-tie: " << one_line_strategy(faster->strategy) << " rates "
       << fmt("%.1f", (faster->prediction.tokens_per_s_per_gpu / best.prediction.tokens_per_s_per_gpu - 1.0) * 100.0)
       << "% higher; within 5% the simpler plan is chosen (no offload before offload, data parallelism alone before "
@@ -184,7 +184,8 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
   if (!r.ranked.empty()) {
     nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
     j["chosen"] = chosen;
-    if (const Candidate* faster = faster_near_tie(r)) j["near_tie_faster"] = candidate_json(ctx, *faster);
+    if (const Candidate* faster = ctx.objective == "throughput" ? faster_near_tie(r) : nullptr)
+      j["near_tie_faster"] = candidate_json(ctx, *faster);
   } else {
     j["chosen"] = nullptr;
     j["not_modelled"] = unmodelled_parallelism(*ctx.model);

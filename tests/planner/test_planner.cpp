@@ -170,6 +170,8 @@ TEST_CASE("near-ties: a plan without tp or pp goes before a mesh plan within 5% 
   auto r = run_cli("--model 70b --nodes 8 --no-out");
   CHECK(r.out.find("near-tie: fsdp wrap=layer ckpt=none") != std::string::npos);
   CHECK(r.out.find("within 5% the simpler plan is chosen") != std::string::npos);
+  // Not under another objective, which ranks by something else.
+  CHECK_FALSE(plan_json("--model 70b --nodes 8 --objective memory").contains("near_tie_faster"));
 }
 
 TEST_CASE("offload under tp or pp: searched in a second pass when nothing fits without it, or when pinned") {
