@@ -65,15 +65,14 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
   return o.str();
 }
 
-const Candidate* faster_near_tie(const SearchResult& r) {
-  if (r.ranked.empty()) return nullptr;
+const Candidate* faster_near_tie(const PlanReportContext& ctx, const SearchResult& r) {
+  if (ctx.objective != "throughput" || r.ranked.empty()) return nullptr;
   const Candidate* fastest = &r.ranked.front();
   for (const Candidate& c : r.ranked)
     if (c.prediction.tokens_per_s_per_gpu > fastest->prediction.tokens_per_s_per_gpu) fastest = &c;
-  // The ranking's own ties (0.1%, plan_search.cpp) are not a choice to explain.
-  constexpr double kTieFraction = 1e-3;
+  // The ranking's own ties are not a choice to explain.
   const double chosen = r.ranked.front().prediction.tokens_per_s_per_gpu;
-  return fastest->prediction.tokens_per_s_per_gpu > chosen * (1.0 + kTieFraction) ? fastest : nullptr;
+  return fastest->prediction.tokens_per_s_per_gpu > chosen * (1.0 + kRankingTieFraction) ? fastest : nullptr;
 }
 
 std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
@@ -82,8 +81,7 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
     out.push_back(
         "expert parallelism (the routed experts spread over ranks, the tokens dispatched to them all-to-all: how "
         "DeepSeek-V3, Mixtral and Llama 4 train at scale, Megatron-LM's and torchtitan's expert_parallel_degree); "
-        "every "
-        "plan above holds all of a layer's experts on each rank of its tp slice, which FSDP gathers whole");
+        "every plan above holds all of a layer's experts on each rank of its tp slice, which FSDP gathers whole");
   if (m.mla) out.push_back("tensor parallelism of multi-head latent attention (the search ran " + m.name + " at tp 1)");
   if (m.vision) out.push_back("tensor parallelism of a vision tower (the search ran " + m.name + " at tp 1)");
   return out;
@@ -162,10 +160,11 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
-  if (const Candidate* faster = ctx.objective == "throughput" ? faster_near_tie(r) : nullptr) {
+  if (const Candidate* faster = faster_near_tie(ctx, r)) {
     o << "  near-tie: " << one_line_strategy(faster->strategy) << " rates "
       << fmt("%.1f", (faster->prediction.tokens_per_s_per_gpu / best.prediction.tokens_per_s_per_gpu - 1.0) * 100.0)
-      << "% higher; within 5% the simpler plan is chosen (no offload before offload, data parallelism alone before "
+      << "% higher; within " << fmt("%.0f", kNearTieFraction * 100.0)
+      << "% the simpler plan is chosen (no offload before offload, data parallelism alone before "
          "tp or pp, fewer collectives per step): the simulator's error is larger than the difference (README "
          "\"Accuracy\")\n\n";
   }
@@ -184,8 +183,7 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
   if (!r.ranked.empty()) {
     nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
     j["chosen"] = chosen;
-    if (const Candidate* faster = ctx.objective == "throughput" ? faster_near_tie(r) : nullptr)
-      j["near_tie_faster"] = candidate_json(ctx, *faster);
+    if (const Candidate* faster = faster_near_tie(ctx, r)) j["near_tie_faster"] = candidate_json(ctx, *faster);
   } else {
     j["chosen"] = nullptr;
     j["not_modelled"] = unmodelled_parallelism(*ctx.model);

@@ -27,9 +27,9 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
 // planner's limit, not necessarily the cluster's.
 std::vector<std::string> unmodelled_parallelism(const ModelSpec& m);
 // Under the throughput objective: the fastest ranked plan where the search's near-tie rule chose a simpler one within
-// 5% of it (plan_search.cpp simplicity_rank), or nullptr: the report says why the chosen plan is not the fastest
-// (`--json` near_tie_faster). Other objectives rank by something else; the report does not call it.
-const Candidate* faster_near_tie(const SearchResult& r);
+// kNearTieFraction of it (plan_search.cpp simplicity_rank), or nullptr: the report says why the chosen plan is not the
+// fastest (`--json` near_tie_faster). Other objectives rank by something else: nullptr.
+const Candidate* faster_near_tie(const PlanReportContext& ctx, const SearchResult& r);
 nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult& r);
 std::string family_line(const std::string& name, const FamilyVerdict& v);
 

@@ -239,10 +239,9 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     const double ceiling = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum) /
                            static_cast<double>(s.mesh.model_parallel()) / step_lower_bound_s;
     // Below what ties and near-ties compare: the ranking's 0.1% ties, the 5% near-tie of the simpler plan.
-    constexpr double kTie = 1e-3, kNearTie = 0.05;
-    auto below = [&](double rate) { return ceiling < rate * (1.0 - kTie); };
+    auto below = [&](double rate) { return ceiling < rate * (1.0 - kRankingTieFraction); };
     if (static_cast<int64_t>(top_rates.size()) < req.keep_top || !below(top_rates.front())) return false;
-    if (!(ceiling < best_rate * (1.0 - kNearTie))) return false;
+    if (!(ceiling < best_rate * (1.0 - kNearTieFraction))) return false;
     for (const FamilyVerdict* v : {&res.families[to_string(s.kind)], &res.meshes[mesh_text(s.mesh)]})
       if (!v->feasible || !v->best || !below(v->best->prediction.tokens_per_s_per_gpu)) return false;
     return true;
@@ -568,21 +567,19 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   // Ties (within 0.1%) go to the plan with more memory headroom.
   std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     double sa = objective_score(a, req.objective), sb = objective_score(b, req.objective);
-    constexpr double kTieFraction = 1e-3;
-    if (std::fabs(sa - sb) > kTieFraction * std::max(std::fabs(sa), std::fabs(sb))) return sa < sb;
+    if (std::fabs(sa - sb) > kRankingTieFraction * std::max(std::fabs(sa), std::fabs(sb))) return sa < sb;
     return a.prediction.memory.device_total < b.prediction.memory.device_total;
   });
-  // Near-ties go to the simpler plan (simplicity_rank): within kNearTie of the best throughput, a plan with fewer
-  // collectives per step (no mesh before a mesh, DDP before ZeRO-1/2, before full sharding) is chosen, since the
+  // Near-ties go to the simpler plan (simplicity_rank): within kNearTieFraction of the best throughput, a plan with
+  // fewer collectives per step (no mesh before a mesh, DDP before ZeRO-1/2, before full sharding) is chosen, since the
   // simulator's step-time error is larger than the difference (README "Accuracy") and the simpler plan has less to go
   // wrong; the FSDP paper (Zhao et al. 2023, arXiv 2304.11277, sec. 7) likewise recommends DDP when the model fits.
   if (req.objective == Objective::Throughput && res.ranked.size() > 1) {
-    constexpr double kNearTie = 0.05;
     const double best = res.ranked.front().prediction.tokens_per_s_per_gpu;
     size_t pick = 0;
     for (size_t i = 1; i < res.ranked.size(); ++i) {
       const Candidate& c = res.ranked[i];
-      if (c.prediction.tokens_per_s_per_gpu < best * (1.0 - kNearTie)) break;
+      if (c.prediction.tokens_per_s_per_gpu < best * (1.0 - kNearTieFraction)) break;
       if (simplicity_rank(c.strategy) < simplicity_rank(res.ranked[pick].strategy)) pick = i;
     }
     if (pick != 0)

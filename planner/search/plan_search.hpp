@@ -39,6 +39,12 @@
 
 namespace fsdp {
 
+// The ranking's ties: objective scores within this fraction of each other are ordered by memory headroom.
+inline constexpr double kRankingTieFraction = 1e-3;
+// The near-tie: under the throughput objective, the simplest plan within this fraction of the best rate is chosen
+// (plan_search.cpp simplicity_rank).
+inline constexpr double kNearTieFraction = 0.05;
+
 enum class Objective { Throughput, Memory, Cost };
 
 // Knobs the user pinned on the command line; unset = searched.
