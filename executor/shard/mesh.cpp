@@ -32,6 +32,9 @@ RuntimeSupport fsdp_run_support() {
   rt.uneven_ffn_split = true;
   // shard/sharded_model.cpp offloads the shards a rank owns, whatever its stage and tp slice.
   rt.mesh_offload = true;
+  // LibTorch's linears only: no float8 tensor type in 1.13, and no torch._scaled_mm path in the executor.
+  rt.float8_linears = false;
+  rt.float8_all_gather = false;
   return rt;
 }
 

@@ -30,6 +30,8 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--backward-prefetch",
                                            "--ddp-bucket-mb",
                                            "--grad-sync",
+                                           "--float8",
+                                           "--float8-all-gather",
                                            "--tp",
                                            "--sequence-parallel",
                                            "--async-tp",
@@ -125,6 +127,8 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   s.backward_prefetch = a.get_int_or("--backward-prefetch", s.backward_prefetch);
   s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);
   enum_flag(a, "--grad-sync", parse_grad_sync, s.grad_sync, "every-micro-batch, last-micro-batch");
+  enum_flag(a, "--float8", parse_float8, s.float8, kFloat8Names);
+  s.float8_all_gather = a.get_bool_or("--float8-all-gather", s.float8_all_gather);
   s.mesh.tp = positive(a, "--tp", s.mesh.tp);
   s.mesh.sequence_parallel = a.get_bool_or("--sequence-parallel", s.mesh.sequence_parallel);
   s.mesh.async_tp = a.get_bool_or("--async-tp", s.mesh.async_tp);

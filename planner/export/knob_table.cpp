@@ -75,6 +75,19 @@ bool set_kind(Strategy& s, const std::string& v, const Cluster& c) {
   return true;
 }
 
+// Float8 linears as one value: the recipe, and "+all-gather" when FSDP gathers the weights in float8.
+std::string float8_value(const Strategy& s, const Cluster&) {
+  return std::string(to_string(s.float8)) + (s.float8_all_gather ? "+all-gather" : "");
+}
+
+bool set_float8(Strategy& s, const std::string& v, const Cluster&) {
+  const std::string suffix = "+all-gather";
+  const bool all_gather = v.size() > suffix.size() && v.compare(v.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (!parse_float8(all_gather ? v.substr(0, v.size() - suffix.size()) : v, s.float8)) return false;
+  s.float8_all_gather = all_gather;
+  return true;
+}
+
 bool set_lora_targets(Strategy& s, const std::string& v, const Cluster&) {
   s.lora.target_modules = split(v, ',');
   return !s.lora.target_modules.empty();
@@ -134,6 +147,7 @@ const std::vector<Knob> kKnobs{
     {"attention", "--attention", false, always,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
+    {"float8", "--float8", false, always, float8_value, set_float8},
     // The mesh beyond data parallelism (strategy/mesh.hpp).
     {"tp", "--tp", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.tp); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.tp) && s.mesh.tp > 0; }},
@@ -209,6 +223,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"lora_targets", {"q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "q_proj,gate_proj", "q_proj,fc1"}},
       {"optimizer", {"adamw", "sgd"}},
       {"attention", {"flash", "sdpa", "eager"}},
+      {"float8", {"none", "tensorwise", "tensorwise+all-gather", "rowwise"}},
       {"tp", {"1", "2", "8"}},
       {"sequence_parallel", {"true", "false"}},
       {"async_tp", {"true", "false"}},

@@ -60,6 +60,10 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
     s.mesh.pp_schedule = enum_key(m, "pp_schedule", parse_pipeline_schedule, kPipelineScheduleNames);
     s.mesh.pp_virtual_stages = m.get_positive_int("pp_virtual_stages");
   }
+  if (version >= 4) {
+    s.float8 = enum_key(m, "float8", parse_float8, kFloat8Names);
+    s.float8_all_gather = m.get_bool("float8_all_gather");
+  }
   m.finish();
   return s;
 }
@@ -212,6 +216,8 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "pp" << YAML::Value << s.mesh.pp;
   out << YAML::Key << "pp_schedule" << YAML::Value << to_string(s.mesh.pp_schedule);
   out << YAML::Key << "pp_virtual_stages" << YAML::Value << s.mesh.pp_virtual_stages;
+  out << YAML::Key << "float8" << YAML::Value << to_string(s.float8);
+  out << YAML::Key << "float8_all_gather" << YAML::Value << s.float8_all_gather;
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "optimizer" << YAML::Value << to_string(s.optimizer);

@@ -28,6 +28,8 @@ std::string plan_key_of_flag(const std::string& flag) {
       {"--backward-prefetch", "strategy.backward_prefetch"},
       {"--ddp-bucket-mb", "strategy.ddp_bucket_mb"},
       {"--grad-sync", "strategy.grad_sync"},
+      {"--float8", "strategy.float8"},
+      {"--float8-all-gather", "strategy.float8_all_gather"},
       {"--tp", "strategy.tp"},
       {"--sequence-parallel", "strategy.sequence_parallel"},
       {"--async-tp", "strategy.async_tp"},

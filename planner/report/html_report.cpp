@@ -131,6 +131,8 @@ std::string short_strategy(const Strategy& s, bool with_kind = true) {
   parts.push_back("ckpt " + act_ckpt_name(s));
   if (s.offload != Offload::None) parts.push_back(std::string("offload ") + to_string(s.offload));
   parts.push_back(std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype));
+  if (s.float8 != Float8Recipe::None)
+    parts.push_back(std::string("float8 ") + to_string(s.float8) + (s.float8_all_gather ? " all-gather" : ""));
   parts.push_back(std::to_string(s.micro_batch) + "\u00d7" + std::to_string(s.grad_accum));
   std::string o;
   for (const auto& p : parts) o += (o.empty() ? "" : " \u00b7 ") + p;

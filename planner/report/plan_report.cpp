@@ -141,6 +141,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     std::string kind = rows[i].name_text();
     if (s.kind == StrategyKind::Hsdp) kind += ":" + std::to_string(s.hsdp_group);
     std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
+    if (s.float8 != Float8Recipe::None) dt = std::string("f8") + (s.float8_all_gather ? "ag" : "") + "/" + dt;
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
     const std::string mesh_cell = std::to_string(s.mesh.tp) + "x" + std::to_string(s.mesh.pp);
     double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;

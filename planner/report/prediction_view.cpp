@@ -32,6 +32,8 @@ std::string one_line_strategy(const Strategy& s) {
   o << " ckpt=" << act_ckpt_name(s) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype) << "/"
     << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
   if (!s.mesh.is_data_parallel_only()) o << " " << mesh_text(s.mesh);
+  if (s.float8 != Float8Recipe::None)
+    o << " float8=" << to_string(s.float8) << (s.float8_all_gather ? "+all-gather" : "");
   return o.str();
 }
 
@@ -61,6 +63,8 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["pp"] = s.mesh.pp;
   j["pp_schedule"] = to_string(s.mesh.pp_schedule);
   j["pp_virtual_stages"] = s.mesh.pp_virtual_stages;
+  j["float8"] = to_string(s.float8);
+  j["float8_all_gather"] = s.float8_all_gather;
   return j;
 }
 

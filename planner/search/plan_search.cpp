@@ -403,6 +403,9 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                     // The user's grad_sync last-micro-batch holds for the candidates it applies to (plan_command
                     // says so); the others reduce as they always do.
                     if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
+                    // So does the float8 all-gather, for FSDP's candidates (fsdp, fsdp-grad-op, hsdp); the others
+                    // gather nothing or gather ZeRO-3 partitions in the compute dtype.
+                    if (!shards_params(kind) || kind == StrategyKind::Zero3) s.float8_all_gather = false;
                     // What the capability table refuses (offload without a ZeRO stage, ZeRO-2/3 with pp, ...): not a
                     // point of the space (search_space.hpp), counted apart.
                     if (refused(s)) continue;

@@ -114,6 +114,21 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   if (r.has("kernel_library")) row.kernel_library = nullable_string(r, "kernel_library");
   if (r.has("grad_sync")) row.grad_sync = r.get_enum("grad_sync", {"every-micro-batch", "last-micro-batch"});
   row.fp8 = r.get_bool("fp8");
+  if (r.has("runtime_profile")) row.runtime_profile = r.get_string("runtime_profile");
+  if (r.has("float8_recipe")) {
+    if (is_null(r, "float8_recipe"))
+      r.take_raw("float8_recipe");
+    else
+      row.float8_recipe = r.get_enum("float8_recipe", {"tensorwise", "rowwise"});
+  }
+  if (r.has("float8_all_gather")) {
+    if (is_null(r, "float8_all_gather"))
+      r.take_raw("float8_all_gather");
+    else
+      row.float8_all_gather = r.get_bool("float8_all_gather");
+  }
+  if (!row.fp8 && (!row.float8_recipe.empty() || row.float8_all_gather))
+    r.fail("fp8", "is false, but the row gives float8_recipe or float8_all_gather");
   if (r.has("tp")) row.tp = r.get_positive_int("tp");
   if (r.has("sequence_parallel")) row.sequence_parallel = r.get_bool("sequence_parallel");
   if (r.has("async_tp")) row.async_tp = r.get_bool("async_tp");
@@ -252,7 +267,6 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     res.not_simulated = why;
     return res;
   };
-  if (row.fp8) return skip("float8 linears are not modelled");
   // A row may name the profile of its cluster (`hw`: a shipped or derived profile, e.g. an AWS instance type);
   // otherwise its GPU's shipped profile.
   // A variant's bandwidths (HBM, NVLink or PCIe) set the step time but not the bytes a step allocates.
@@ -348,6 +362,11 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("nanotron's modules priced as PyTorch's");
   }
+  if (!row.runtime_profile.empty()) {
+    if (!file_exists(runtime_file(config_root, row.runtime_profile)))
+      return skip("runtime profile '" + row.runtime_profile + "' is not shipped");
+    rt_name = row.runtime_profile;
+  }
   RuntimeProfile rt = load_runtime(rt_name, config_root);
   res.runtime = rt_name;
 
@@ -407,6 +426,21 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
                                                                     : AttentionImpl::Flash;
   if (row.attention.empty()) res.approximations.push_back("attention not stated: flash");
   s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
+  // Float8 linears (torchao): the recipe torchao defaults to (Float8LinearConfig: tensorwise dynamic scaling) and the
+  // all-gather torchtitan defaults to (--float8.enable_fsdp_float8_all_gather, store_true: off) where not stated.
+  if (row.fp8) {
+    if (row.float8_recipe.empty()) {
+      s.float8 = Float8Recipe::Tensorwise;
+      res.approximations.push_back("float8 recipe not stated: tensorwise, torchao's default");
+    } else {
+      FSDP_ASSERT(parse_float8(row.float8_recipe, s.float8), "float8_recipe read strictly");
+    }
+    if (row.float8_all_gather) {
+      s.float8_all_gather = *row.float8_all_gather;
+    } else {
+      res.approximations.push_back("float8 all-gather not stated: off, torchtitan's default");
+    }
+  }
   s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
   if (row.act_ckpt.empty()) res.approximations.push_back("checkpointing not stated: none");
   if (!row.act_ckpt_inferred.empty())
@@ -414,7 +448,13 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
                                  row.act_ckpt_inferred);
   if (row.offload.empty()) res.approximations.push_back("offload not stated: none");
   const Cluster cluster{nodes, gpn};
-  validate_strategy(s, spec, cluster, rt.support);
+  // A knob combination the simulator refuses (the capability table: float8 under tensor parallelism, say) is a row
+  // it does not price, listed with the refusal.
+  try {
+    validate_strategy(s, spec, cluster, rt.support);
+  } catch (const InputError& e) {
+    return skip(std::string("refused: ") + e.what());
+  }
   ModuleGraph graph(std::move(spec));
   RuntimeProfile row_rt = rt;
   row_rt.cudnn_version.clear();

@@ -57,6 +57,14 @@ struct PublishedRow {
   std::string pp_schedule;  // gpipe, 1f1b, interleaved-1f1b (required with pp > 1)
   int64_t pp_virtual_stages = 1;
   bool fp8 = false;
+  // With fp8: torchao's recipe ("tensorwise", "rowwise") and whether FSDP all-gathers the weights in float8, where the
+  // source states them (empty / nullopt: not stated, priced as torchao's and torchtitan's defaults and said).
+  std::string float8_recipe;
+  // The shipped runtime profile describing the source's framework at its stated commit, where the framework's default
+  // profile (the framework and compile flag's) describes another (configs/runtimes/torchtitan-2506-compile.yaml for
+  // torchtitan six months after torchtitan-compile's commit); empty: the default.
+  std::string runtime_profile;
+  std::optional<bool> float8_all_gather;
   int64_t micro_batch = 0, seq = 0;  // 0: not stated
   std::optional<int64_t> grad_accum;
   std::string attention, optimizer, offload;

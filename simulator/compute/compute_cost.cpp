@@ -48,16 +48,34 @@ double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n) {
   return best;
 }
 
+namespace {
+
+// The curve prices the mean of a linear layer's three GEMMs (timeline/op_cost.cpp); their outputs are m x n
+// (y = x W^T), m x k (dx = dy W) and n x k (dW = dy^T x), each quantized over the SMs on its own: the mean of
+// the three times is the harmonic mean of their efficiencies.
+double linear_quantized(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k) {
+  return 3.0 / (1.0 / tile_wave_efficiency(hw, m, n) + 1.0 / tile_wave_efficiency(hw, m, k) +
+                1.0 / tile_wave_efficiency(hw, n, k));
+}
+
+}  // namespace
+
 Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType dtype) {
   if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
   Flops f = matmul_flops(m, n, k);
-  // The curve prices the mean of a linear layer's three GEMMs (timeline/op_cost.cpp); their outputs are m x n
-  // (y = x W^T), m x k (dx = dy W) and n x k (dW = dy^T x), each quantized over the SMs on its own: the mean of
-  // the three times is the harmonic mean of their efficiencies.
-  const double quantized = 3.0 / (1.0 / tile_wave_efficiency(hw, m, n) + 1.0 / tile_wave_efficiency(hw, m, k) +
-                                  1.0 / tile_wave_efficiency(hw, n, k));
-  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * quantized);
+  FlopsPerSecond rate = hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * linear_quantized(hw, m, n, k));
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
+}
+
+Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
+  if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
+  const Flops f = matmul_flops(m, n, k);
+  const FlopsPerSecond rate =
+      hw.float8_peak_flops() * (hw.matmul_curve(out_dtype).at(f.value) * linear_quantized(hw, m, n, k));
+  constexpr double kFloat8Bytes = 1.0;
+  const Bytes bytes(kFloat8Bytes * (double(m) * double(k) + double(k) * double(n)) +
+                    dsize(out_dtype) * double(m) * double(n));
+  return roofline(hw, f, rate, bytes);
 }
 
 Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) {

@@ -23,6 +23,13 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
 // wave takes a whole one's time. The fraction of the issued work that is useful, for the best of the profile's tile
 // shapes (device.matmul_tiles, as cuBLAS's heuristic picks the kernel); 1 for a profile without them (CPUs).
 double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n);
+// A float8 linear's GEMM (torch._scaled_mm: E4M3/E5M2 operands, 1 byte each, output in the compute dtype): the
+// profile's matmul curve of `out_dtype` (its large-GEMM plateau is a fraction of the bf16 peak) applied to the FP8
+// peak, as torchao's float8 roofline does (torchao/testing/training/roofline_utils.py @
+// 36027d82d1ad9949597ea16002ff4940374b1b94: one pct_achievable_gemm_tops, 0.78 on H100, for the bf16 and the fp8
+// peak), with the same tile and wave quantization; its bytes are the operands at 1 byte and the output at the
+// compute dtype's size (the same file's get_individual_gemm_time_sympy).
+Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype);
 // One batched GEMM: `batch` independent products C[m,n] = A[m,k] B[k,n] in one launch (torch.matmul on 4-d tensors
 // calls bmm). Its rate is the profile's curve at the launch's FLOP count times the tile and wave quantization of the
 // batch's tiles, issued together (batch x m rows of output tiles, n columns); its bytes are every operand read and

@@ -55,6 +55,8 @@ double HardwareProfile::clock_scale(DType d) const {
 
 FlopsPerSecond HardwareProfile::peak_flops(DType d) const { return rated_peak_flops(d) * clock_scale(d); }
 
+FlopsPerSecond HardwareProfile::float8_peak_flops() const { return peak_flops_fp8 * clock_scale(DType::Bf16); }
+
 const char* to_string(Fabric f) {
   switch (f) {
     case Fabric::InfiniBand:
@@ -318,6 +320,7 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     for (auto [key, field] : {std::pair{"fp32", &hw.peak_flops_fp32}, std::pair{"bf16", &hw.peak_flops_bf16},
                               std::pair{"fp16", &hw.peak_flops_fp16}})
       if (given(peak, key, inherit)) *field = peak.get_flops_rate(key);
+    if (peak.has("fp8")) hw.peak_flops_fp8 = peak.get_flops_rate("fp8");
     peak.finish();
   }
   // Clocks and power (optional, docs/hardware.md "Clocks and power"); their consistency is checked once the
@@ -442,6 +445,11 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     hw.copy_efficiency = dev.get_double("copy_efficiency");
     if (!(hw.copy_efficiency > 0 && hw.copy_efficiency <= 1))
       dev.fail("copy_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
+  }
+  if (dev.has("float8_cast_efficiency")) {
+    hw.float8_cast_efficiency = dev.get_double("float8_cast_efficiency");
+    if (!(hw.float8_cast_efficiency > 0 && hw.float8_cast_efficiency <= 1))
+      dev.fail("float8_cast_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
   }
   if (dev.has("cores")) hw.device_cores = dev.get_positive_double("cores");
   dev.finish();

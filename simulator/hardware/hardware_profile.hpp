@@ -94,6 +94,9 @@ struct HardwareProfile {
   FlopsPerSecond peak_flops_fp32{0};  // dense (TF32 tensor cores where applicable is NOT used for fp32 here)
   FlopsPerSecond peak_flops_bf16{0};  // dense tensor-core
   FlopsPerSecond peak_flops_fp16{0};
+  // `device.peak_flops.fp8` (optional): the dense FP8 tensor-core peak (E4M3/E5M2 inputs, torch._scaled_mm); a
+  // profile without it cannot price float8 linears (Strategy::float8), which are refused on it.
+  FlopsPerSecond peak_flops_fp8{0};
   // Clocks and power (optional; docs/hardware.md "Clocks and power"). Peak FLOP/s = SMs x FLOP/clk/SM x clock
   // (NVIDIA A100 and H100 whitepapers), so a GPU held below the clock its peaks are quoted at computes that much
   // slower; memory bandwidth does not follow the SM clock.
@@ -156,6 +159,10 @@ struct HardwareProfile {
   // kernels"). Prices the ops' Op::device_copy_bytes (FSDP's all-gather copy-out and copy-in, FSDP1's flat-gradient
   // cat, sequence-parallel layout cats); 0 (absent): those copies take the elementwise rate.
   double copy_efficiency = 0;
+  // `device.float8_cast_efficiency` (optional; float8 linears need it): the fraction of memory_bandwidth the compiled
+  // (Triton) kernels that cast a float8 linear's tensors reach (program/float8_linears.hpp; docs/hardware.md "Float8
+  // linears").
+  double float8_cast_efficiency = 0;
   // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
   // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
   // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full
@@ -215,6 +222,8 @@ struct HardwareProfile {
 
   // The dtype's peak at the clock the GPU holds: rated_peak_flops x clock_scale. Every compute cost uses it.
   FlopsPerSecond peak_flops(DType) const;
+  // The FP8 tensor-core peak at the clock the GPU holds (the tensor-core clock scale, as bf16's).
+  FlopsPerSecond float8_peak_flops() const;
   // The datasheet's peak (`device.peak_flops.<dtype>`), at the boost clock.
   FlopsPerSecond rated_peak_flops(DType) const;
   // sustained_clock / the clock the dtype's peak is quoted at (boost_clock_fp32 for fp32, else boost_clock),
@@ -232,6 +241,8 @@ struct HardwareProfile {
   BytesPerSecond elementwise_bandwidth(DType) const;
   // memory_bandwidth x copy_efficiency, else the dtype's elementwise bandwidth.
   BytesPerSecond copy_bandwidth(DType) const;
+  // memory_bandwidth x float8_cast_efficiency.
+  BytesPerSecond float8_cast_bandwidth() const { return memory_bandwidth * float8_cast_efficiency; }
   // The dtype's forward-GEMM ratio, else 1.
   double matmul_forward_ratio(DType) const;
 };

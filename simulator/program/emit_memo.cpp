@@ -33,7 +33,8 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  s.ckpt_every,
                  s.ckpt_fraction,
                  s.mesh.tp,
-                 s.mesh.sequence_parallel};
+                 s.mesh.sequence_parallel,
+                 s.float8};
 }
 
 void EmitMemo::bind(const ModuleGraph& g, const RuntimeProfile& rt) {

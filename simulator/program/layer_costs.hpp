@@ -20,6 +20,7 @@ struct GemmShape {
   // Not split by tensor parallelism: an MoE block's router and shared-expert gate, which every tp rank runs whole on
   // the gathered tokens (tp_replicated_gate).
   bool tp_replicated = false;
+  bool float8 = false;  // a Float8Linear's GEMMs (program/float8_linears.hpp): priced at the FP8 peak
 };
 
 // A layer's shapes for the compute cost model (timeline/op_cost.cpp).
@@ -37,6 +38,7 @@ struct LayerCost {
   double params = 0;         // every parameter of the layer
   double lora_params = 0;    // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
   double linear_params = 0;  // its linears' weights (what QLoRA quantises)
+  double float8_params = 0;  // the weights of its float8 linears (Strategy::float8; float8_linears.hpp)
   double replicated_params =
       0;  // under tensor parallelism, what every tp rank holds whole (norms: tensor_parallel.cpp)
   // Of those, the ones whose gradient each tp rank computes only part of, summed over the tp group: every norm under
@@ -55,6 +57,10 @@ struct LayerCost {
   // Its backward's: twice the forward's (each kernel's backward reads its saved input and the incoming gradient and
   // writes the outgoing one), less what the runtime's in-place and single-kernel ops leave out (layer_costs.cpp).
   double elementwise_backward_bytes_per_token = 0;
+  // Its float8 linears' casts of their inputs (forward) and incoming gradients (backward), per token
+  // (float8_linears.hpp); priced apart from the elementwise bytes, at the cast kernels' rate.
+  double float8_cast_bytes_per_token = 0;
+  double float8_cast_backward_bytes_per_token = 0;
   double forward_transient = 0;   // working memory of its forward beyond what it saves
   double backward_transient = 0;  // working memory of its backward (recomputation not included)
   // Of which a mixture-of-experts block's stage (0 in a dense layer), already for one tp rank of the strategy's mesh:

@@ -7,6 +7,7 @@
 #include "core/errors.hpp"
 #include "program/collective_wire.hpp"
 #include "program/data_parallel.hpp"
+#include "program/float8_linears.hpp"
 #include "program/pipeline_parallel.hpp"
 #include "program/root_module_costs.hpp"
 #include "program/tensor_parallel.hpp"
@@ -111,6 +112,9 @@ struct Emitter {
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
   // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
   std::vector<double> train_p, frozen_p, frozen_bpe;
+  // Bytes per trained element a unit gathers and holds unsharded: the compute dtype's, less for the weights of float8
+  // linears gathered in float8 (Strategy::float8_all_gather: 1 byte each).
+  std::vector<double> train_bpe;
   // Per class of decoder layers (ModuleGraph::layer_classes), from its nodes; layer l's is
   // class_costs[layer_class[l]].
   std::vector<LayerCost> class_costs;
@@ -127,6 +131,8 @@ struct Emitter {
   // Per unit, what its backward adds by recomputation under its layers' modes (layer_ckpt): GEMM FLOPs, attention
   // FLOPs (the forward run again) and memory-bound bytes (the forward's kernels run again).
   std::vector<double> recompute_flops, recompute_attn_flops, recompute_elementwise;
+  // Float8 linears' casts per unit (float8_linears.hpp): forward, and backward with what the recomputed forward casts.
+  std::vector<double> unit_float8_cast, unit_float8_cast_backward;
   // The root's activations on the head side (the final norm's and the head's saved inputs): released by
   // the loss backward, which runs their backward; the embedding side waits for the root's backward.
   double head_act = 0;
@@ -181,7 +187,7 @@ struct Emitter {
   // What gathering unit `ui` moves (its trainable and frozen parameters).
   double gathered_wire_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);
-    return wire_bytes(padded(train_p[i]), pb, GroupKind::Shard) +
+    return wire_bytes(padded(train_p[i]), train_bpe[i], GroupKind::Shard) +
            wire_bytes(padded(frozen_p[i]), frozen_bpe[i], GroupKind::Shard);
   }
 
@@ -321,14 +327,20 @@ struct Emitter {
       }
     // Per-unit vectors, sized once (the search emits thousands of programs).
     for (std::vector<double>* v :
-         {&train_p, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward, &unit_forward_transient,
-          &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &recompute_bytes, &recompute_flops,
-          &recompute_attn_flops, &recompute_elementwise})
+         {&train_p, &train_bpe, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward,
+          &unit_forward_transient, &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &recompute_bytes,
+          &recompute_flops, &recompute_attn_flops, &recompute_elementwise, &unit_float8_cast,
+          &unit_float8_cast_backward})
       v->reserve(prog.units.size());
     for (const auto& u : prog.units) {
       const double params = static_cast<double>(u.params);
       if (s.method == Method::Full) {
         train_p.push_back(params);
+        double float8 = 0;
+        if (s.float8_all_gather)
+          for (const LayerCost* lc : costs_of(u)) float8 += lc->float8_params;
+        constexpr double kFloat8Bytes = 1.0;
+        train_bpe.push_back(params > 0 ? ((params - float8) * pb + float8 * kFloat8Bytes) / params : pb);
         frozen_p.push_back(0.0);
         frozen_bpe.push_back(pb);
         continue;
@@ -339,6 +351,7 @@ struct Emitter {
         quantised += lc->linear_params;
       }
       train_p.push_back(adapters_outside_units() ? 0.0 : lora);
+      train_bpe.push_back(pb);
       if (adapters_outside_units()) adapters += lora;
       frozen_p.push_back(params);
       if (s.method == Method::QLora && params > 0) {
@@ -356,9 +369,11 @@ struct Emitter {
     if (!rt.host_issue.tensor_parallel_only || s.mesh.tp > 1) prog.host_issue = rt.host_issue;
     prog.attn_batch = s.micro_batch;
     prog.attn_seq = s.seq_len;
+    const Float8WeightCastBytes f8_weight = float8_weight_cast_bytes_per_element(
+        s.float8, s.float8_all_gather, static_cast<double>(prog.layout.shard_size));
     for (const auto& u : prog.units) {
       double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0, rec_all = 0, ew = 0, ft = 0, bt = 0;
-      double rec_mm = 0, rec_at = 0, rec_ew = 0, bew = 0;
+      double rec_mm = 0, rec_at = 0, rec_ew = 0, bew = 0, f8 = 0, f8_back = 0;
       bool first = true;
       for (const LayerCost* lc : costs_of(u)) {
         act += lc->saved_bytes;
@@ -372,6 +387,12 @@ struct Emitter {
         rec_mm += lc->recompute_matmul_flops_per_token;
         rec_at += recomputes_attention(lc->ckpt) ? lc->attention_flops_per_token : 0.0;
         rec_ew += recomputes_layer_forward(lc->ckpt) ? tokens * lc->elementwise_bytes_per_token : 0.0;
+        // Float8 linears cast their activations and weights every micro-batch, again where the layer's forward
+        // reruns (float8_linears.hpp).
+        const double f8_fwd = tokens * lc->float8_cast_bytes_per_token + lc->float8_params * f8_weight.forward;
+        f8 += f8_fwd;
+        f8_back += tokens * lc->float8_cast_backward_bytes_per_token + lc->float8_params * f8_weight.backward +
+                   (recomputes_layer_forward(lc->ckpt) ? f8_fwd : 0.0);
         // A layer's region rematerialises its activations one layer at a time (the largest counts): under Full all
         // it saves without checkpointing; selective: only what the attention core did not save (Korthikanti et al.
         // 2022); selective-op: what the per-op policy did not cache (LayerCost::recompute_bytes).
@@ -419,6 +440,8 @@ struct Emitter {
       recompute_flops.push_back(rec_mm * tokens);
       recompute_attn_flops.push_back(rec_at * tokens);
       recompute_elementwise.push_back(rec_ew);
+      unit_float8_cast.push_back(f8);
+      unit_float8_cast_backward.push_back(f8_back);
     }
   }
 
@@ -500,7 +523,7 @@ struct Emitter {
   // Bytes of a unit's gathered (unsharded) parameters in compute form.
   double gathered_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);
-    return padded(train_p[i]) * pb + padded(frozen_p[i]) * frozen_bpe[i];
+    return padded(train_p[i]) * train_bpe[i] + padded(frozen_p[i]) * frozen_bpe[i];
   }
   // Bytes of this rank's stored shard of a unit.
   double shard_bytes(int ui, double train_bytes_per_elem) const {
@@ -785,6 +808,7 @@ struct Emitter {
     f.on_issue.push_back({MemoryCategory::Activations, act_bytes[static_cast<size_t>(ui)]});
     f.transient_bytes = forward_transient(u);
     f.elementwise_bytes = unit_elementwise_bytes(u);
+    f.float8_cast_bytes = unit_float8_cast[static_cast<size_t>(ui)];
     f.device_copy_bytes = tp_layout_copy_bytes(ui, false);
   }
 
@@ -816,6 +840,7 @@ struct Emitter {
     // outgoing one: twice the forward traffic (LayerCost::elementwise_backward_bytes_per_token); plus a forward's
     // worth where the layer's forward runs again.
     b.elementwise_bytes = unit_elementwise_backward[i] + recompute_elementwise[i];
+    b.float8_cast_bytes = unit_float8_cast_backward[i];
     b.device_copy_bytes = tp_layout_copy_bytes(ui, true);
     b.on_complete.push_back(
         {MemoryCategory::Activations, -(act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0))});
@@ -861,6 +886,15 @@ struct Emitter {
     if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
     // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
     l.head_passes = holds_head() ? 1 : 0;
+    // A compiled loss (RuntimeProfile::loss_compiled): one pass over the compute-dtype logits, which it saves for its
+    // backward in place of the log-probabilities; no fp32 copy.
+    const bool compiled = rt.loss_compiled && s.mesh.tp == 1;
+    if (compiled) {
+      l.transient_bytes = 0;
+      l.on_issue = {};
+      l.on_issue.push_back({MemoryCategory::Activations, logits});
+      l.elementwise_bytes = logits;
+    }
     push_tp_head(mbi, false, -1);
     const int lop = push(l);
     if (s.mesh.tp > 1) {
@@ -890,7 +924,7 @@ struct Emitter {
     // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
     else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
       lb.transient_bytes = logprobs + (rt.logits_kept_by_caller ? logits : 0.0);
-    lb.on_complete.push_back({MemoryCategory::Activations, -(logprobs + head_act)});
+    lb.on_complete.push_back({MemoryCategory::Activations, -((compiled ? logits : logprobs) + head_act)});
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
@@ -901,6 +935,11 @@ struct Emitter {
     // that gradient back to the compute dtype (read it, write the logits' gradient).
     if (rt.loss_vocab_parallel_kernels)
       lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
+    // Compiled: one kernel reads the saved logits and writes their gradient in the compute dtype, beside them.
+    if (compiled) {
+      lb.transient_bytes = logits;
+      lb.elementwise_bytes = 2.0 * logits;
+    }
     lb.head_passes = holds_head() ? 2 : 0;
     push_tp_head(mbi, true, push(lb));
   }
@@ -1169,6 +1208,7 @@ void Emitter::emit_sharded() {
           part.attention_flops *= share(backward_attention_weight(lc), at_sum);
           const double elementwise_share = share(backward_elementwise_weight(lc), ew_sum);
           part.elementwise_bytes *= elementwise_share;
+          part.float8_cast_bytes *= elementwise_share;
           part.device_copy_bytes *= elementwise_share;
           part.layers = 1;
           part.first_layer = part.last_layer = u.last_layer - i;

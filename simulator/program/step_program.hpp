@@ -96,6 +96,7 @@ struct Op {
   double attn_bwd_passes = 0;
   double head_passes = 0;
   double elementwise_bytes = 0;  // memory-bound traffic
+  double float8_cast_bytes = 0;  // float8 linears' casts (program/float8_linears.hpp), at their own rate
   // Contiguous device-to-device copies (read + write), priced at HardwareProfile::copy_bandwidth: FSDP2's all-gather
   // copy-out and copy-in, FSDP1's flat-gradient cat, sequence-parallel layout cats of rank-major chunks.
   double device_copy_bytes = 0;

@@ -125,9 +125,11 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.rotary_complex_fp32 = rotary == "complex";
     }
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
-    if (mod.has("loss_kernels"))
-      r.loss_vocab_parallel_kernels =
-          mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel"}) == "vocab-parallel";
+    if (mod.has("loss_kernels")) {
+      const std::string loss = mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel", "compiled"});
+      r.loss_vocab_parallel_kernels = loss == "vocab-parallel";
+      r.loss_compiled = loss == "compiled";
+    }
   });
   section("sharding", [&](ConfigMap& sh, auto&& has) {
     auto flag = flags_of(sh, has);
@@ -251,6 +253,14 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
           std::pair{"offload", &r.support.mesh_offload}})
       if (mesh.has(key)) *field = mesh.get_bool(key);
     mesh.finish();
+  }
+  // Optional (absent: the runtime runs float8 linears and their float8 all-gather, as the simulator prices them).
+  if (map.has("float8")) {
+    ConfigMap f8 = map.get_map("float8");
+    for (auto [key, field] :
+         {std::pair{"linears", &r.support.float8_linears}, std::pair{"all_gather", &r.support.float8_all_gather}})
+      if (f8.has(key)) *field = f8.get_bool(key);
+    f8.finish();
   }
   r.support.runtime_name = r.name;
   map.finish();

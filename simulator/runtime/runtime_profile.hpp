@@ -226,6 +226,16 @@ struct RuntimeProfile {
   // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
   // default `log-softmax`: log_softmax and nll_loss.
   bool loss_vocab_parallel_kernels = false;
+  // `loss_kernels: compiled`: the cross-entropy (with its fp32 upcast) compiled by torch.compile (torchtitan
+  // components/loss.py build_cross_entropy_loss @ e7c0cae934df78d6e9c2835f42ff1f757dc3fddc: `loss_fn =
+  // torch.compile(loss_fn)` under training.compile). Inductor fuses the upcast, the log-softmax's reductions and the
+  // target's pick into one pass over the compute-dtype logits, and AOTAutograd's min-cut partitioner saves those
+  // logits (2 bytes an element, cheaper than the fp32 log-probabilities) with one log-sum-exp per token; the backward
+  // is one kernel that reads them and writes the logits' gradient in the compute dtype (the upcast's backward fused).
+  // So the logits live from the head to the loss backward, no fp32 copy exists, and the backward's peak is the logits
+  // beside their gradient (step_program.cpp push_loss_ops). Without tensor parallelism only (the vocabulary-parallel
+  // loss keeps its own kernels: the key is ignored under tp, and the runtime profile says so).
+  bool loss_compiled = false;
   // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
   // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it
   // loads, which decide whether cuDNN's attention comes first in SDPA's order on sm90 / sm100. Not given: the

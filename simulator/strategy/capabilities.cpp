@@ -264,6 +264,49 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
            return broken(R::RuntimeMesh, "--pp-schedule", who + " does not run interleaved-1f1b yet");
          return std::nullopt;
        }},
+      {R::Float8Runtime, "float8 where the runtime does not run it",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.float8 != Float8Recipe::None && !c.rt.float8_linears)
+           return broken(R::Float8Runtime, "--float8",
+                         c.rt.runtime_name + " does not train float8 linears; use --float8 none");
+         if (c.s.float8_all_gather && !c.rt.float8_all_gather)
+           return broken(R::Float8Runtime, "--float8-all-gather",
+                         c.rt.runtime_name +
+                             " all-gathers parameters in the compute dtype (the float8 all-gather is "
+                             "an FSDP2 extension); use --float8-all-gather false");
+         return std::nullopt;
+       }},
+      {R::Float8AllGather, "float8 all-gather without tensorwise float8 and sharded parameters",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (!c.s.float8_all_gather) return std::nullopt;
+         if (c.s.float8 != Float8Recipe::Tensorwise)
+           return broken(R::Float8AllGather, "--float8-all-gather",
+                         std::string("the float8 all-gather applies to --float8 tensorwise (torchao casts the weight "
+                                     "with one scale before the gather), not ") +
+                             to_string(c.s.float8));
+         if (!shards_params(c.s.kind) || c.s.kind == StrategyKind::Zero3)
+           return broken(R::Float8AllGather, "--float8-all-gather",
+                         std::string("the float8 all-gather is FSDP's (fsdp, fsdp-grad-op, hsdp), not ") +
+                             to_string(c.s.kind) + "'s");
+         return std::nullopt;
+       }},
+      {R::Float8ModelParts, "float8 with parts it is not modelled for",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.float8 == Float8Recipe::None) return std::nullopt;
+         if (c.m.moe)
+           return broken(R::Float8ModelParts, "--float8",
+                         "float8 of " + c.m.name +
+                             "'s mixture-of-experts layers (grouped expert GEMMs) is not "
+                             "modelled; use --float8 none");
+         if (c.s.method != Method::Full)
+           return broken(R::Float8ModelParts, "--float8",
+                         "float8 with LoRA / QLoRA is not modelled; use --float8 none");
+         if (c.tp() > 1)
+           return broken(R::Float8ModelParts, "--float8",
+                         "float8 under tensor parallelism (torchtitan's Float8ColwiseParallel: the sequence-parallel "
+                         "all-gather in float8) is not modelled; use --tp 1 or --float8 none");
+         return std::nullopt;
+       }},
   }};
   return table;
 }

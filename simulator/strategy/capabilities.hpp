@@ -38,6 +38,9 @@ enum class CapabilityRule : uint8_t {
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
   RuntimeMesh,                // the runtime cannot run this mesh dimension (RuntimeSupport)
+  Float8Runtime,              // float8 linears (or their float8 all-gather) where the runtime does not run them
+  Float8AllGather,            // the float8 all-gather needs tensorwise float8 and FSDP's sharded parameters
+  Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tensor parallelism)
   kCount
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
@@ -71,6 +74,13 @@ struct RuntimeSupport {
   // offload rows under tp and pp, tests/accuracy/README.md). A profile clears it with `mesh: {offload: false}`
   // (rule MeshOffload).
   bool mesh_offload = true;
+  // Float8 linears (Strategy::float8: torchao.float8's Float8Linear, which FSDP2, FSDP1 and torch.compile compose
+  // with) and their float8 all-gather (an FSDP2 extension: torchao fsdp_utils.py implements fsdp_pre_all_gather /
+  // fsdp_post_all_gather, the hooks of FSDP2's per-parameter all-gather). A profile clears them with
+  // `float8: {linears: false}` (DeepSpeed's engine, nanotron and fsdp-run swap no linears), `float8: {all_gather:
+  // false}` (FSDP1's flat parameters all-gather in the compute dtype); rule Float8Runtime.
+  bool float8_linears = true;
+  bool float8_all_gather = true;
   std::string runtime_name = "the simulator";
 };
 

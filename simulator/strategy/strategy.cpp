@@ -72,6 +72,11 @@ constexpr std::array<std::pair<GradSync, const char*>, 2> kGradSync{{
     {GradSync::EveryMicroBatch, "every-micro-batch"},
     {GradSync::LastMicroBatch, "last-micro-batch"},
 }};
+constexpr std::array<std::pair<Float8Recipe, const char*>, 3> kFloat8{{
+    {Float8Recipe::None, "none"},
+    {Float8Recipe::Tensorwise, "tensorwise"},
+    {Float8Recipe::Rowwise, "rowwise"},
+}};
 
 bool parse_i64(const std::string& s, int64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -88,6 +93,7 @@ const char* to_string(Optimizer k) { return name_of(k, kOptimizer); }
 const char* to_string(Method k) { return name_of(k, kMethod); }
 const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
 const char* to_string(GradSync k) { return name_of(k, kGradSync); }
+const char* to_string(Float8Recipe k) { return name_of(k, kFloat8); }
 
 std::string to_string(const WrapPolicy& w) {
   switch (w.kind) {
@@ -183,6 +189,7 @@ bool parse_optimizer(const std::string& s, Optimizer& o) { return value_of(s, o,
 bool parse_method(const std::string& s, Method& o) { return value_of(s, o, kMethod); }
 bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s, o, kAttention); }
 bool parse_grad_sync(const std::string& s, GradSync& o) { return value_of(s, o, kGradSync); }
+bool parse_float8(const std::string& s, Float8Recipe& o) { return value_of(s, o, kFloat8); }
 
 bool grad_sync_applies(const Strategy& s) {
   const bool fsdp_family =

@@ -41,6 +41,13 @@ enum class AttentionImpl { Flash, Sdpa, Eager };
 // FSDPModule.set_requires_gradient_sync(False); Lightning Fabric's no_backward_sync and accelerate's
 // accumulate() call them): 1/K of the reduce-scatters, at the memory of the whole unsharded gradient.
 enum class GradSync { EveryMicroBatch, LastMicroBatch };
+// Float8 training of the decoder layers' linears as torchao.float8 does it (convert_to_float8_training swaps each
+// nn.Linear for a Float8Linear; torchtitan's `model.converters = float8` leaves the output head in the compute dtype):
+// each linear's three GEMMs run on the FP8 tensor cores (torch._scaled_mm), its inputs cast to float8 with dynamic
+// scales first. The recipes are torchao's (torchao/float8/config.py Float8LinearRecipeName): tensorwise (one scale
+// per tensor, the fastest), rowwise (one scale per row, more accurate, extra casting). Sources and formulas:
+// docs/hardware.md "Float8 linears".
+enum class Float8Recipe { None, Tensorwise, Rowwise };
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::Layer;
@@ -80,6 +87,11 @@ struct Strategy {
   int64_t backward_prefetch = 1;  // units gathered ahead in backward
   int64_t ddp_bucket_mb = 25;     // DDP bucket_cap_mb
   GradSync grad_sync = GradSync::EveryMicroBatch;
+  Float8Recipe float8 = Float8Recipe::None;
+  // With float8 tensorwise under FSDP2: the sharded weights of the float8 linears are cast to float8 before FSDP's
+  // all-gather, which then moves and holds 1 byte per weight (torchao enable_fsdp_float8_all_gather, fsdp_utils.py
+  // WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather / fsdp_post_all_gather).
+  bool float8_all_gather = false;
   // Tensor and pipeline parallelism on the same mesh (strategy/mesh.hpp); kind then names the data-parallel
   // strategy over the dp = world / (tp x pp) ranks that hold the same model slice.
   MeshSpec mesh;
@@ -93,7 +105,8 @@ const char* to_string(DType);
 const char* to_string(Optimizer);
 const char* to_string(Method);
 const char* to_string(AttentionImpl);
-const char* to_string(GradSync);  // "every-micro-batch", "last-micro-batch"
+const char* to_string(GradSync);      // "every-micro-batch", "last-micro-batch"
+const char* to_string(Float8Recipe);  // "none", "tensorwise", "rowwise"
 std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
@@ -116,6 +129,8 @@ bool parse_optimizer(const std::string&, Optimizer&);
 bool parse_method(const std::string&, Method&);
 bool parse_attention(const std::string&, AttentionImpl&);
 bool parse_grad_sync(const std::string&, GradSync&);
+bool parse_float8(const std::string&, Float8Recipe&);
+inline constexpr const char* kFloat8Names = "none, tensorwise, rowwise";
 // Whether grad_sync last-micro-batch means something for this strategy: an FSDP-family kind without offload (DDP and
 // ZeRO-1 reduce on the last micro-batch anyway; DeepSpeed refuses no_sync with partitioned gradients; offload with
 // it is not modelled).

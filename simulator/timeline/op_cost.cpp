@@ -45,9 +45,10 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
   return CommGroup{};
 }
 
+// A float8 linear's GEMMs run on the FP8 tensor cores, their output in the compute dtype (float8_matmul_time).
 double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
   int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
-  return matmul_time(hw, m, g.n, g.k, dt).value;
+  return g.float8 ? float8_matmul_time(hw, m, g.n, g.k, dt).value : matmul_time(hw, m, g.n, g.k, dt).value;
 }
 
 // The GEMMs a tensor-parallel op's collectives overlap (tp_linear_overlap.hpp). A dense decoder layer's GEMMs, in
@@ -253,6 +254,8 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   }
   // Contiguous device-to-device copies stream nearer the memory's peak than the eager elementwise kernels.
   if (op.device_copy_bytes > 0) compute += op.device_copy_bytes / hw.copy_bandwidth(dt).value;
+  // Float8 linears' casts: compiled Triton kernels at their own rate (HardwareProfile::float8_cast_bandwidth).
+  if (op.float8_cast_bytes > 0) compute += op.float8_cast_bytes / hw.float8_cast_bandwidth().value;
   // The eager runtime's per-pass host overhead of the embedding + head + loss around the Loss ops (the decoder
   // layers' is priced with each layer above).
   if (op.kind == OpKind::Loss) compute += ho.head_forward.value;

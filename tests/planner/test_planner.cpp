@@ -295,7 +295,7 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 9");
   CHECK_THROWS_WITH_AS(parse_plan_text(newer, "p.yaml"), doctest::Contains("schema version 9"), InputError);
   // Version 2 requires strategy.grad_sync; a version-1 file has none and reduces on every micro-batch.
   std::string v1 = text;
@@ -305,7 +305,7 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(mesh_end != std::string::npos);
   const std::string v3_mesh = v1.substr(mesh_keys, mesh_end - mesh_keys);
   v1.erase(mesh_keys, mesh_end - mesh_keys);
-  v1.replace(v1.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 1");
+  v1.replace(v1.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 1");
   const size_t gs = v1.find("  grad_sync: every-micro-batch\n");
   REQUIRE(gs != std::string::npos);
   std::string v1_without = v1;
@@ -316,11 +316,20 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   // Version 3 requires the mesh keys; a version-2 file has none and is data parallel only.
   std::string v2 = text;
   v2.erase(v2.find(v3_mesh), v3_mesh.size());
-  v2.replace(v2.find("fsdp_plan_version: 3"), 20, "fsdp_plan_version: 2");
+  v2.replace(v2.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 2");
   CHECK(parse_plan_text(v2, "p.yaml").strategy.mesh.is_data_parallel_only());
   std::string v3_without_tp = text;
   v3_without_tp.erase(text.find("  tp: 1\n"), std::string("  tp: 1\n").size());
   CHECK_THROWS_WITH_AS(parse_plan_text(v3_without_tp, "p.yaml"), doctest::Contains("strategy.tp"), InputError);
+  // Version 4 requires the float8 keys; a version-3 file has none and trains its linears in the compute dtype.
+  const std::string f8_keys = "  float8: none\n  float8_all_gather: false\n";
+  REQUIRE(text.find(f8_keys) != std::string::npos);
+  std::string v3 = text;
+  v3.erase(v3.find(f8_keys), f8_keys.size());
+  std::string v4_without_float8 = v3;
+  v3.replace(v3.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 3");
+  CHECK(parse_plan_text(v3, "p.yaml").strategy.float8 == Float8Recipe::None);
+  CHECK_THROWS_WITH_AS(parse_plan_text(v4_without_float8, "p.yaml"), doctest::Contains("strategy.float8"), InputError);
   std::string v2_without = v2;
   v2_without.erase(v2.find("  grad_sync: every-micro-batch\n"), std::string("  grad_sync: every-micro-batch\n").size());
   CHECK_THROWS_WITH_AS(parse_plan_text(v2_without, "p.yaml"), doctest::Contains("grad_sync"), InputError);

@@ -1,0 +1,53 @@
+// Float8 linears (Strategy::float8, torchao.float8): which of a layer's linears run their GEMMs in float8, and the
+// memory-bound casting each adds around them. The GEMMs' rate is compute/compute_cost.hpp float8_matmul_time; the
+// float8 all-gather's bytes are the step program's (step_program.cpp gathered_bytes). Sources: docs/hardware.md
+// "Float8 linears".
+#pragma once
+
+#include <cstdint>
+
+#include "model/module_graph.hpp"
+#include "strategy/strategy.hpp"
+
+namespace fsdp {
+
+// Whether linear `n` of a decoder layer is a Float8Linear under the strategy: every linear whose both widths are
+// multiples of 16 (torch._scaled_mm refuses others: "Expected both dimensions of mat2 to be divisble by 16", aten
+// Blas.cpp), as torchtitan converts every nn.Linear but the head (torchtitan/float8.py @
+// 9dec370ad26b5f8e9a7333a0e36165018262644b: module_filter_fn=lambda mod, fqn: fqn != "output"). Not the
+// output head (torchtitan filters `output`, and the head is no decoder-layer node) nor a router. Mixture-of-experts
+// models are refused with float8 (simulate.cpp validate_strategy): their experts are grouped GEMMs, not nn.Linear.
+bool float8_linear(const ModuleNode& n, const Strategy& s);
+
+// Bytes the casts of a float8 linear's activations move, per element of the tensor cast, after torchao's roofline of
+// the compiled casts (torchao/testing/training/roofline_utils.py @ 36027d82d1ad9949597ea16002ff4940374b1b94,
+// get_tensor_memory_traffic_ovhd_s, roles input and grad_output, without fusion into the producing kernel: its
+// benchmarks/float8/float8_roofline.py default, enable_fusion_modeling = False):
+//  - tensorwise: a max(abs) reduction reads the bf16 tensor (2 B), then one kernel reads it again and writes the
+//    float8 copy row-major and column-major (2 + 1 + 1 B): 6 B;
+//  - rowwise: one kernel reads the tensor and writes its row-scaled float8 copy and a transposed bf16 copy (2 + 1 + 2
+//    B), another reads the transposed copy and writes its float8 (2 + 1 B): 8 B.
+// The input is cast in forward (the linear's input: in_features per token), the incoming gradient in backward
+// (out_features per token). Priced at HardwareProfile::float8_cast_bandwidth.
+double float8_activation_cast_bytes_per_element(Float8Recipe recipe);
+
+// What casting a float8 linear's weight moves per micro-batch, forward and backward, per weight element this rank
+// holds unsharded (`shard_size`: the FSDP group its weights are sharded over; 1 when they are not):
+//  - tensorwise, bf16 all-gather: forward max(abs) (2 B) and the cast (2 + 1 B), backward the transposed cast again
+//    (2 + 1 B) (the same roofline's role weight: 5 B and 3 B);
+//  - tensorwise, float8 all-gather (Strategy::float8_all_gather): each all-gather casts this rank's shard first
+//    (2 + 1 B per shard element, forward and backward: torchao fsdp_utils.py fsdp_pre_all_gather), and the backward's
+//    grad-input GEMM needs the gathered float8 weight column-major: one transposed copy (1 + 1 B; torchao
+//    float8_ops.py addmm_float8_unwrapped makes the second operand column-major with .t().contiguous()). The
+//    per-step max(abs) of all the shards (precompute_float8_dynamic_scale_for_fsdp: one fused reduction and one
+//    all-reduce of a scalar per linear) is left out: 2 B per shard element once per step, under 0.1% of a step;
+//  - rowwise: forward the row-scaled cast (2 + 1 B), backward a transposed bf16 copy (2 + 2 B) and its cast (2 + 1
+//    B) (the roofline's rowwise weight kernels 1-3).
+// Priced at HardwareProfile::float8_cast_bandwidth, as the activations' casts.
+struct Float8WeightCastBytes {
+  double forward = 0, backward = 0;
+};
+Float8WeightCastBytes float8_weight_cast_bytes_per_element(Float8Recipe recipe, bool float8_all_gather,
+                                                           double shard_size);
+
+}  // namespace fsdp
