@@ -29,6 +29,10 @@ double float8_activation_cast_bytes_per_element(Float8Recipe recipe) {
   return 0;
 }
 
+double float8_backward_rescale_bytes_per_element(Float8Recipe recipe) {
+  return recipe == Float8Recipe::Rowwise ? 2.0 * kBf16 : 0.0;
+}
+
 Float8WeightCastBytes float8_weight_cast_bytes_per_element(Float8Recipe recipe, bool float8_all_gather,
                                                            double shard_size) {
   FSDP_ASSERT(shard_size >= 1, "a shard group of at least one rank");
@@ -47,7 +51,7 @@ Float8WeightCastBytes float8_weight_cast_bytes_per_element(Float8Recipe recipe, 
       break;
     case Float8Recipe::Rowwise:
       b.forward = kBf16 + kFp8;
-      b.backward = 2.0 * kBf16 + kBf16 + kFp8;
+      b.backward = 2.0 * kBf16 + kBf16 + kFp8 + float8_backward_rescale_bytes_per_element(recipe);
       break;
   }
   return b;

@@ -31,6 +31,15 @@ bool float8_linear(const ModuleNode& n, const Strategy& s);
 // (out_features per token). Priced at HardwareProfile::float8_cast_bandwidth.
 double float8_activation_cast_bytes_per_element(Float8Recipe recipe);
 
+// Rowwise's backward GEMMs (grad_input, grad_weight) run without fast accumulation, where torchao calls cuBLAS's
+// tensorwise kernel with unit scales and multiplies its bf16 output by the outer product of the row scales afterwards
+// (torchao/float8/float8_ops.py addmm_float8_unwrapped @ 890e0ac8 and 0afa4c1: "The rowwise CUTLASS-based kernel is
+// so slow without fast-accum that we'd rather use the tensorwise cuBLAS-based kernel and do the scaling manually
+// afterwards"; Float8LinearConfig gives fast accumulation to the output GEMM only): one pass that reads and writes each
+// output element (2 + 2 B), over the grad_input (in_features per token) and the grad_weight (per weight element). 0 for
+// the other recipes.
+double float8_backward_rescale_bytes_per_element(Float8Recipe recipe);
+
 // What casting a float8 linear's weight moves per micro-batch, forward and backward, per weight element this rank
 // holds unsharded (`shard_size`: the FSDP group its weights are sharded over; 1 when they are not):
 //  - tensorwise, bf16 all-gather: forward max(abs) (2 B) and the cast (2 + 1 B), backward the transposed cast again
@@ -42,7 +51,8 @@ double float8_activation_cast_bytes_per_element(Float8Recipe recipe);
 //    per-step max(abs) of all the shards (precompute_float8_dynamic_scale_for_fsdp: one fused reduction and one
 //    all-reduce of a scalar per linear) is left out: 2 B per shard element once per step, under 0.1% of a step;
 //  - rowwise: forward the row-scaled cast (2 + 1 B), backward a transposed bf16 copy (2 + 2 B) and its cast (2 + 1
-//    B) (the roofline's rowwise weight kernels 1-3).
+//    B) (the roofline's rowwise weight kernels 1-3), and the grad_weight's rescale (float8_backward_rescale_bytes_
+//    per_element, 4 B).
 // Priced at HardwareProfile::float8_cast_bandwidth, as the activations' casts.
 struct Float8WeightCastBytes {
   double forward = 0, backward = 0;

@@ -385,7 +385,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   // Float8 linears cast their input in forward and the incoming gradient in backward (float8_linears.hpp).
   const double cast = float8_activation_cast_bytes_per_element(s.float8);
   c.float8_cast_bytes_per_token = ratio * cast * float8_input_elems;
-  c.float8_cast_backward_bytes_per_token = ratio * cast * float8_grad_elems;
+  c.float8_cast_backward_bytes_per_token =
+      ratio * (cast * float8_grad_elems + float8_backward_rescale_bytes_per_element(s.float8) * float8_input_elems);
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

@@ -207,6 +207,13 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   CHECK(r.out.find("99") != std::string::npos);
   r = sh(kBin + " " + plan + " --no-such-flag");
   CHECK(r.code == 2);
+  // Float8 linears are planned, not run: fsdp-run refuses the plan by its key (the capability table's
+  // Float8Runtime rule with fsdp-run's support).
+  PlanFile f8 = small_plan(StrategyKind::Fsdp, "layer", 2);
+  f8.strategy.float8 = Float8Recipe::Tensorwise;
+  r = sh(kBin + " --emulate-world-size 2 " + write_plan(d, f8, "float8.yaml") + " --steps 1");
+  CHECK(r.code == 2);
+  CHECK(r.out.find("strategy.float8: fsdp-run does not train float8 linears") != std::string::npos);
   r = sh(kBin + " " + (d / "missing.yaml"));
   CHECK(r.code == 2);
   // MoE runs (issue M13); DeepSeek-V3's routing with its score-correction bias does not, and is named.

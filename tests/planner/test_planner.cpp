@@ -290,6 +290,49 @@ TEST_CASE("plan.yaml round-trips: write, read, re-simulate gives the same number
   std::remove(path.c_str());
 }
 
+TEST_CASE("--float8: every candidate trains float8 linears, plan.yaml carries them, and what cannot is refused") {
+  std::string path = "/tmp/fsdp_plan_f8_" + std::to_string(::getpid()) + ".yaml";
+  auto r = run_cli(
+      "--model llama3-8b --nodes 1 --hw h100-80gb --runtime torchtitan-compile --seq 8192 --float8 "
+      "tensorwise --float8-all-gather true --tp 1 --pp 1 --out " +
+      path + " --json");
+  REQUIRE(r.code == 0);
+  auto chosen = nlohmann::json::parse(r.out)["chosen"];
+  CHECK(chosen["config"]["float8"] == "tensorwise");
+  // The float8 all-gather holds for FSDP's candidates (the chosen one here); ZeRO / DDP candidates gather nothing.
+  CHECK(chosen["config"]["float8_all_gather"] ==
+        (chosen["config"]["strategy"] == "fsdp" || chosen["config"]["strategy"] == "fsdp-grad-op" ||
+         chosen["config"]["strategy"] == "hsdp"));
+  const PlanFile plan = read_plan_file(path);
+  CHECK(plan.strategy.float8 == Float8Recipe::Tensorwise);
+  auto again = run_cli("simulate --plan " + path + " --json");
+  REQUIRE(again.code == 0);
+  CHECK(nlohmann::json::parse(again.out)["time"]["step_s"].get<double>() ==
+        doctest::Approx(chosen["time"]["step_s"].get<double>()));
+  // The same search in bf16 is slower.
+  auto bf16 = run_cli(
+      "--model llama3-8b --nodes 1 --hw h100-80gb --runtime torchtitan-compile --seq 8192 --tp 1 --pp 1 "
+      "--no-out --json");
+  REQUIRE(bf16.code == 0);
+  CHECK(nlohmann::json::parse(bf16.out)["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>() <
+        chosen["throughput"]["tokens_per_s_per_gpu"].get<double>());
+  // A GPU without FP8 tensor cores, a runtime that does not run float8, an unknown recipe: one message, exit 2.
+  auto a100 = run_cli("--model llama3-8b --nodes 1 --runtime torchtitan-compile --float8 tensorwise --no-out");
+  CHECK(a100.code == 2);
+  CHECK(a100.err.find("--float8: a100-80gb has compute capability 8.0") != std::string::npos);
+  auto eager = run_cli("simulate --model llama3-8b --gpus 8 --hw h100-80gb --runtime torchtitan --float8 tensorwise");
+  CHECK(eager.code == 2);
+  CHECK(eager.err.find("--float8: torchtitan does not train float8 linears") != std::string::npos);
+  auto bad = run_cli("--model llama3-8b --nodes 1 --float8 fp8 --no-out");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--float8: 'fp8' is not one of: none, tensorwise, rowwise") != std::string::npos);
+  // fsdp-run is not a float8 target: exporting this plan there is refused with the knob and why.
+  auto to_run = run_cli("export " + path + " --to fsdp-run --out /tmp");
+  CHECK(to_run.code == 2);
+  CHECK(to_run.err.find("float8") != std::string::npos);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   std::string path = "/tmp/fsdp_plan_bad_" + std::to_string(::getpid()) + ".yaml";
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);

@@ -177,8 +177,12 @@ constexpr double kTorchtitanTimeRowBand = 0.09;
 // +2.1%: the measured float8 speed-up 28-29% against the predicted 23%), the CP-1 row at sequence 32768 +7.5%, the June
 // 2025 H200 benchmark's 32 and 64 GPUs +7.4% and +9.2% (configs/runtimes/torchtitan-2506-compile.yaml); reserved
 // memory +6.0%, +9.0%, +4.0%, +5.0%, +3.2% (the H200 rows were +46% priced with the end-2024 profile's eager loss: the
-// June 2025 torchtitan compiles its loss). Bands at today's worst plus about 3 points.
-constexpr size_t kTorchtitanFloat8Rows = 5;
+// June 2025 torchtitan compiles its loss). And torchao's README benchmark (torchao.yaml: 8B on 8 H100s of an unstated
+// variant, so memory only): tensorwise with the float8 all-gather +3.4%, rowwise +3.9% (the bf16 run +4.2%); their
+// predicted speed-ups over the bf16 run 27.7% and 16.4% against the measured 25.0% and 10.1% (rowwise's output GEMM
+// is priced at tensorwise's rate: docs/hardware.md "Float8 linears"). Bands at today's worst plus about 3 points.
+constexpr size_t kFloat8Rows = 7;
+constexpr size_t kFloat8TimedRows = 5;
 constexpr double kFloat8TimeRowBand = 0.12;
 constexpr double kFloat8MemoryRowBand = 0.12;
 // The playbook runs' second memory figure, the peak allocated from the end of the micro-batches through the step
@@ -262,7 +266,7 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   std::set<std::string> sources_with_rows;
   std::vector<double> time_errors, memory_errors, playbook_time, playbook_memory, step_allocated;
   std::vector<double> mesh_time, mesh_memory, titan_mesh_time;
-  size_t titan_mesh_float8 = 0, titan_mesh_pipeline = 0, inferred_ckpt = 0, titan_float8 = 0;
+  size_t titan_mesh_float8 = 0, titan_mesh_pipeline = 0, inferred_ckpt = 0, float8_rows = 0, float8_timed = 0;
   for (const RowResult& r : rep.results) {
     CAPTURE(r.row->id);
     // fms-fsdp's selective rows: their checkpointing inferred from HFU / MFU (fms-fsdp.yaml's header), every one
@@ -312,11 +316,13 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
       continue;
     }
     if (r.row->fp8) {
-      ++titan_float8;
-      REQUIRE(r.time_error);
+      ++float8_rows;
       REQUIRE(r.memory_error);
-      CHECK(std::fabs(*r.time_error) <= kFloat8TimeRowBand);
       CHECK(std::fabs(*r.memory_error) <= kFloat8MemoryRowBand);
+      if (r.time_error) {
+        ++float8_timed;
+        CHECK(std::fabs(*r.time_error) <= kFloat8TimeRowBand);
+      }
     }
     if (r.row->source_id == kPlaybook) {
       if (r.time_error) {
@@ -364,7 +370,8 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   CHECK(inferred_ckpt == kFmsInferredCheckpointingRows);
   CHECK(titan_mesh_time.size() == 5);
   CHECK(titan_mesh_float8 == kTitanMeshFloat8Rows);
-  CHECK(titan_float8 == kTorchtitanFloat8Rows);
+  CHECK(float8_rows == kFloat8Rows);
+  CHECK(float8_timed == kFloat8TimedRows);
   CHECK(titan_mesh_pipeline == kTitanMeshPipelineRows);
   CHECK(summarise(titan_mesh_time).median_abs <= kTitanMeshTimeMedianBand);
 }

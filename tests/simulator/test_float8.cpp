@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "compute/compute_cost.hpp"
 #include "core/errors.hpp"
@@ -21,15 +23,13 @@ namespace {
 
 constexpr double kH = 4096, kQ = 4096, kKv = 1024, kF = 14336, kVocab = 128256;
 
+// torchtitan's 8B runs: FSDP per layer, the per-op checkpointing policy, micro-batch 2 of 8192 tokens.
 Strategy titan_8b(Float8Recipe recipe, bool all_gather) {
   Strategy s;
-  s.kind = StrategyKind::Fsdp;
   s.act_ckpt = ActCkpt::SelectiveOp;
   s.micro_batch = 2;
   s.seq_len = 8192;
-  s.attention = AttentionImpl::Flash;
-  s.float8 = recipe;
-  s.float8_all_gather = all_gather;
+  std::tie(s.float8, s.float8_all_gather) = std::pair{recipe, all_gather};
   return s;
 }
 
@@ -57,9 +57,13 @@ TEST_CASE("float8: torchao's roofline bytes for the casts of activations and wei
   const Float8WeightCastBytes ag = float8_weight_cast_bytes_per_element(Float8Recipe::Tensorwise, true, 8);
   CHECK(ag.forward == doctest::Approx(3.0 / 8));
   CHECK(ag.backward == doctest::Approx(3.0 / 8 + 2));
+  // Rowwise's backward GEMMs rescale their bf16 outputs afterwards (read and write: 4 B an element): the grad_weight's
+  // per weight element, the grad_input's per input element.
   const Float8WeightCastBytes r = float8_weight_cast_bytes_per_element(Float8Recipe::Rowwise, false, 8);
   CHECK(r.forward == 3);
-  CHECK(r.backward == 7);
+  CHECK(r.backward == 7 + 4);
+  CHECK(float8_backward_rescale_bytes_per_element(Float8Recipe::Rowwise) == 4);
+  CHECK(float8_backward_rescale_bytes_per_element(Float8Recipe::Tensorwise) == 0);
 }
 
 TEST_CASE("float8: a GEMM runs at the FP8 peak on the bf16 curve, its operands one byte each") {
@@ -87,6 +91,13 @@ TEST_CASE("float8: a layer's float8 linears, their weights and the casts per tok
   CHECK(c.float8_cast_bytes_per_token == 6 * (3 * kH + kQ + 2 * kH + kF));
   // Incoming gradients: each linear's output width.
   CHECK(c.float8_cast_backward_bytes_per_token == 6 * (kQ + 2 * kKv + kH + 2 * kF + kH));
+  // Rowwise: 8 bytes a cast element, and the backward GEMMs' rescale of the grad_input (4 bytes an input element).
+  const Strategy rowwise = titan_8b(Float8Recipe::Rowwise, false);
+  const LayerCostInput rin{&g, &rowwise, &rt, activation_query(rowwise, rt), 16384.0};
+  const LayerCost rc = layer_cost(rin, g.layers().front(), ActCkpt::None);
+  CHECK(rc.float8_cast_bytes_per_token == 8 * (3 * kH + kQ + 2 * kH + kF));
+  CHECK(rc.float8_cast_backward_bytes_per_token ==
+        8 * (kQ + 2 * kKv + kH + 2 * kF + kH) + 4 * (3 * kH + kQ + 2 * kH + kF));
   // Without float8: none of it.
   const Strategy plain = titan_8b(Float8Recipe::None, false);
   const LayerCostInput pin{&g, &plain, &rt, activation_query(plain, rt), 16384.0};
