@@ -1,6 +1,11 @@
 #include "program/float8_linears.hpp"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "core/errors.hpp"
+#include "program/tensor_parallel.hpp"
 
 namespace fsdp {
 
@@ -15,6 +20,52 @@ constexpr int64_t kScaledMmAlignment = 16;
 bool float8_linear(const ModuleNode& n, const Strategy& s) {
   if (s.float8 == Float8Recipe::None || n.kind != ModuleKind::Linear) return false;
   return n.in_features % kScaledMmAlignment == 0 && n.out_features % kScaledMmAlignment == 0;
+}
+
+Float8CastElems float8_cast_elems_per_token(const ModuleGraph& g, ModuleId layer, const Strategy& s) {
+  Float8CastElems e;
+  const ModelSpec& m = g.spec();
+  const int64_t tp = s.mesh.tp;
+  const double t = static_cast<double>(tp), h = static_cast<double>(m.hidden_size);
+  std::vector<std::string> cast_inputs;  // the column blocks' inputs cast once (tensorwise under tp)
+  const std::vector<ModuleId> columns = tp > 1 ? tp_column_linears(g, layer) : std::vector<ModuleId>{};
+  for (ModuleId leaf : g.leaves_under(layer)) {
+    const ModuleNode& n = g.node(leaf);
+    if (!float8_linear(n, s)) continue;
+    const double in = static_cast<double>(n.in_features), out = static_cast<double>(n.out_features);
+    if (tp <= 1) {
+      e.forward += in;
+      e.backward += out;
+      e.rescale += in;
+      continue;
+    }
+    const bool column = std::find(columns.begin(), columns.end(), leaf) != columns.end();
+    const double share = tp_linear_share(m, n, tp);
+    if (s.float8 == Float8Recipe::Tensorwise) {
+      if (column) {
+        const std::string input = n.saved.empty() ? n.name : n.saved.front().id;
+        if (std::find(cast_inputs.begin(), cast_inputs.end(), input) == cast_inputs.end()) {
+          cast_inputs.push_back(input);
+          e.forward += h / t;
+        }
+        e.backward += out * share;
+      } else {
+        e.forward += in * share;
+        e.backward += h / t;
+      }
+      continue;
+    }
+    if (column) {
+      e.forward += in;
+      e.backward += out * share;
+      e.rescale += in;
+    } else {
+      e.forward += in * share;
+      e.backward += out;
+      e.rescale += in * share;
+    }
+  }
+  return e;
 }
 
 double float8_activation_cast_bytes_per_element(Float8Recipe recipe) {

@@ -40,6 +40,25 @@ double float8_activation_cast_bytes_per_element(Float8Recipe recipe);
 // the other recipes.
 double float8_backward_rescale_bytes_per_element(Float8Recipe recipe);
 
+// The elements a decoder layer's float8 linears cast per token on one rank (each times the recipe's bytes above):
+// `forward` the inputs', `backward` the incoming gradients', `rescale` the rowwise grad_input outputs'
+// (float8_backward_rescale_bytes_per_element). Without tensor parallelism every linear casts its own input
+// (in_features) and gradient (out_features), as torchao's roofline counts one linear. Under tensor parallelism with
+// sequence parallelism (the only float8 tp torchtitan runs: parallelize_llama.py apply_tp), per rank of `tp`:
+//  - tensorwise, torchao's float8 TP styles (float8_tensor_parallel.py): a column-parallel block's input is cast once,
+//    on the sequence shard, before it is gathered in float8 (PrepareFloat8ModuleInput: h / tp per distinct input, the
+//    attention's and the MLP's); a row-parallel linear casts its split input (in / tp); backward, a column linear its
+//    split output gradient (out x its share), a row linear its output gradient on the sequence shard before the
+//    gather (h / tp);
+//  - rowwise, the plain TP styles (torchtitan applies torchao's float8 styles to tensorwise only): each column linear
+//    casts the gathered input (in_features), each row linear its split input (in / tp); backward, column linears their
+//    split output gradients, row linears the gathered output gradient (out_features); the grad_input outputs rescaled:
+//    a column linear's whole (in_features, before its reduce-scatter), a row linear's split (in / tp).
+struct Float8CastElems {
+  double forward = 0, backward = 0, rescale = 0;
+};
+Float8CastElems float8_cast_elems_per_token(const ModuleGraph& g, ModuleId layer, const Strategy& s);
+
 // What casting a float8 linear's weight moves per micro-batch, forward and backward, per weight element this rank
 // holds unsharded (`shard_size`: the FSDP group its weights are sharded over; 1 when they are not):
 //  - tensorwise, bf16 all-gather: forward max(abs) (2 B) and the cast (2 + 1 B), backward the transposed cast again

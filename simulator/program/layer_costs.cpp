@@ -329,7 +329,6 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   const int64_t toks = s.micro_batch * (node.tokens_per_sample > 0 ? node.tokens_per_sample : s.seq_len);
   // The GEMMs the per-op policy runs again (a property of the layer's op order, whatever its mode).
   const std::vector<ModuleId> sac_recomputed = g.op_sac(layer).recomputed_mms;
-  double float8_input_elems = 0, float8_grad_elems = 0;  // per token, over the layer's float8 linears
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     c.matmul_flops_per_token += n.flops_per_token;
@@ -352,11 +351,7 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
     const bool f8 = float8_linear(n, s);
     c.shape.gemms.push_back(
         GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac, tp_replicated_gate(n), f8});
-    if (f8) {
-      c.float8_params += static_cast<double>(n.in_features * n.out_features);
-      float8_input_elems += static_cast<double>(n.in_features);
-      float8_grad_elems += static_cast<double>(n.out_features);
-    }
+    if (f8) c.float8_params += static_cast<double>(n.in_features * n.out_features);
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
     for (const auto& t : s.lora.target_modules)
@@ -382,11 +377,15 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.elementwise_bytes_per_token *= ratio;
   c.elementwise_backward_bytes_per_token =
       2.0 * c.elementwise_bytes_per_token - ratio * backward_savings(w, pb, rt, !rt.fused_elementwise, kv_repeated);
-  // Float8 linears cast their input in forward and the incoming gradient in backward (float8_linears.hpp).
-  const double cast = float8_activation_cast_bytes_per_element(s.float8);
-  c.float8_cast_bytes_per_token = ratio * cast * float8_input_elems;
-  c.float8_cast_backward_bytes_per_token =
-      ratio * (cast * float8_grad_elems + float8_backward_rescale_bytes_per_element(s.float8) * float8_input_elems);
+  // Float8 linears cast their input in forward and the incoming gradient in backward, on this rank of the strategy's
+  // tp group (float8_linears.hpp; shard_layer_for_tp leaves these as they are).
+  if (s.float8 != Float8Recipe::None) {
+    const double cast = float8_activation_cast_bytes_per_element(s.float8);
+    const Float8CastElems f8 = float8_cast_elems_per_token(g, layer, s);
+    c.float8_cast_bytes_per_token = ratio * cast * f8.forward;
+    c.float8_cast_backward_bytes_per_token =
+        ratio * (cast * f8.backward + float8_backward_rescale_bytes_per_element(s.float8) * f8.rescale);
+  }
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two
   // hidden-size tensors in the residual dtype), the usual transient of a pre-norm block. A checkpointed layer

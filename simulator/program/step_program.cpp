@@ -270,6 +270,12 @@ struct Emitter {
       prog.layer_shapes = known->layer_shapes;
       prog.layer_shape_of = known->layer_shape_of;
     }
+    // Float8 tensorwise under tp gathers the column blocks' inputs in float8, and the linears save that gathered
+    // float8 tensor (torchao Float8Linear saves its input as it receives it: float8_linear.py
+    // matmul_with_hp_or_float8_args): one byte an element of what column_input_bytes_per_token counts in the compute
+    // dtype.
+    constexpr double kFloat8Bytes = 1.0;
+    const double column_input_scale = s.float8 == Float8Recipe::Tensorwise ? kFloat8Bytes / pb : 1.0;
     std::vector<std::pair<int64_t, ActCkpt>> cost_keys;
     std::vector<int32_t> shape_of_class(g.layers().size(), -1);
     for (size_t l = 0; known == nullptr && l < g.layers().size(); ++l) {
@@ -283,7 +289,7 @@ struct Emitter {
         const ModuleId layer = g.layers()[l];
         if (s.mesh.tp > 1)
           shard_layer_for_tp(class_costs.back(), g, layer, tokens * norm_saved_bytes_per_token(g, layer, q),
-                             tokens * column_input_bytes_per_token(g, layer, q),
+                             tokens * column_input_bytes_per_token(g, layer, q) * column_input_scale,
                              tokens * moe_tp_whole_saved_bytes_per_token(g, layer, q), rt.sp_saves_column_input_shard,
                              s.mesh);
       }
@@ -627,6 +633,10 @@ struct Emitter {
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
+    constexpr double kFloat8Bytes = 1.0;
+    shape.layer_gather_bytes = s.float8 == Float8Recipe::Tensorwise
+                                   ? tokens * static_cast<double>(g.spec().hidden_size) * kFloat8Bytes
+                                   : shape.activation_bytes;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
     // The unit's own collectives, without the head's: those run with the head+loss ops (push_tp_head).
     TpUnitShape own = shape;

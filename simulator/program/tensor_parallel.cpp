@@ -139,6 +139,12 @@ double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp) 
   return p;
 }
 
+std::vector<ModuleId> tp_column_linears(const ModuleGraph& g, ModuleId layer) {
+  return column_readers(g, layer, layer);
+}
+
+double tp_linear_share(const ModelSpec& m, const ModuleNode& n, int64_t tp) { return linear_share(m, n, tp); }
+
 void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, double norm_saved_bytes,
                         double column_input_bytes, double moe_whole_saved_bytes, bool sp_keeps_column_input_shard,
                         const MeshSpec& mesh) {
@@ -170,6 +176,7 @@ void shard_layer_for_tp(LayerCost& lc, const ModuleGraph& g, ModuleId layer, dou
   const double gemm_share = linear_before > 0 ? linear_after / linear_before : 1.0 / t;
   lc.params = tp_layer_params(g, layer, tp);
   lc.linear_params = (lc.linear_params - gate_weights) * gemm_share + gate_weights;
+  lc.float8_params *= gemm_share;  // no gate is a float8 linear (float8_linears.hpp: MoE is refused with float8)
   // The gates' FLOPs (their GEMMs, whole on every rank) stay; the recomputed ones where the whole forward runs again.
   double gate_flops = 0;
   for (const GemmShape& gs : lc.shape.gemms)
@@ -257,7 +264,8 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
     // the layers' fuse with their GEMMs; the head's and the embedding's do not (header).
     const int ag = static_cast<int>(2 * u.layers);
     const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, static_cast<int>(2 * u.layers)});
+    const double lg = u.layer_gather();
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, lg, lg, static_cast<int>(2 * u.layers)});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, static_cast<int>(2 * u.layers)});
   } else {
     // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
@@ -286,12 +294,20 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
     // forward's collectives and the input-gradient reduce-scatters of the blocks read by one linear; whole: the
     // embedding's gradient gather, the head's (the head runs outside the compiled blocks) and the other blocks'
     // input-gradient reduce-scatters.
-    int ag = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0) + again;
+    int ag = static_cast<int>(2 * u.layers) + again;
     if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun));
     const int ag_fused = static_cast<int>(2 * u.layers) + again;
     const int rs = static_cast<int>(2 * u.layers) + again_rs;
     const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs;
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, a, a, ag_fused});
+    const double lg = u.layer_gather();
+    // The layers' gathers (float8 ones at a byte an element) and the embedding's output gradient, in the compute
+    // dtype: one entry where they move alike.
+    if (lg == a) {
+      ag += u.embedding ? 1 : 0;
+    } else if (u.embedding) {
+      out.push_back({CollectiveKind::AllGather, 1, a, a, 0});
+    }
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, lg, lg, ag_fused});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, rs_fused});
   } else {
     // f: an all-reduce of the input gradient before each column-parallel block (attention, MLP).

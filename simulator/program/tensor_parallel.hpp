@@ -90,6 +90,12 @@ double moe_tp_whole_saved_bytes_per_token(const ModuleGraph& g, ModuleId layer, 
 // Parameters one tp rank holds of a decoder layer: its linears split (kv projections per tp_kv_heads_per_rank),
 // norms replicated.
 double tp_layer_params(const ModuleGraph& g, ModuleId layer, int64_t tp);
+// The column-parallel linears of decoder layer `layer`: those reading a norm's output (q, k, v, gate, up; their
+// outputs split, their sequence-parallel input gathered); the others (the attention's output projection, the MLP's
+// down projection) are row-parallel. And the share of a linear's weight (of its split width) one of `tp` ranks holds
+// (kv projections per kv head held).
+std::vector<ModuleId> tp_column_linears(const ModuleGraph& g, ModuleId layer);
+double tp_linear_share(const ModelSpec& m, const ModuleNode& n, int64_t tp);
 // Of a module outside the layers: the embedding and head vocabulary-parallel (1/tp), norms replicated.
 double tp_root_module_params(const ModuleGraph& g, ModuleId module, int64_t tp);
 
@@ -118,6 +124,13 @@ struct TpUnitShape {
   // tensor_parallel/functional.py _ColumnLinearAsyncCommunication.backward @ 67c5ebb6): one more all-gather per
   // column-parallel block, and the head's, in backward.
   bool column_inputs_regathered = false;
+  // What one of the decoder layers' all-gathers moves (0: activation_bytes): one byte an element where float8
+  // tensorwise linears cast before gathering (torchao float8_tensor_parallel.py: PrepareFloat8ModuleInput and
+  // Float8ColwiseParallel cast the sequence shard before the Shard -> Replicate redistribute in forward;
+  // Float8RowwiseParallel's NoopFwToFloat8BwDynamic, applied after its output's redistribute, casts the output gradient
+  // before that redistribute's backward gathers it). The embedding's and the head's gathers stay in the compute dtype.
+  double layer_gather_bytes = 0;
+  double layer_gather() const { return layer_gather_bytes > 0 ? layer_gather_bytes : activation_bytes; }
 };
 
 // The column-parallel blocks of decoder layer `layer` (its Attention and Mlp children) that read their input with

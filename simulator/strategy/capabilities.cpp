@@ -301,10 +301,10 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
          if (c.s.method != Method::Full)
            return broken(R::Float8ModelParts, "--float8",
                          "float8 with LoRA / QLoRA is not modelled; use --float8 none");
-         if (c.tp() > 1)
+         if (c.tp() > 1 && !c.s.mesh.sequence_parallel)
            return broken(R::Float8ModelParts, "--float8",
-                         "float8 under tensor parallelism (torchtitan's Float8ColwiseParallel: the sequence-parallel "
-                         "all-gather in float8) is not modelled; use --tp 1 or --float8 none");
+                         "float8 under tensor parallelism without sequence parallelism is not modelled (torchtitan's "
+                         "float8 tp runs with it); use --sequence-parallel true or --float8 none");
          return std::nullopt;
        }},
   }};

@@ -40,7 +40,7 @@ enum class CapabilityRule : uint8_t {
   RuntimeMesh,                // the runtime cannot run this mesh dimension (RuntimeSupport)
   Float8Runtime,              // float8 linears (or their float8 all-gather) where the runtime does not run them
   Float8AllGather,            // the float8 all-gather needs tensorwise float8 and FSDP's sharded parameters
-  Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tensor parallelism)
+  Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tp without SP)
   kCount
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"

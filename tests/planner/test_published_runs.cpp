@@ -147,11 +147,19 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // The same file's Float8 runs (M15, 2026-12-02): the async-TP benchmark's float8 tensorwise and rowwise rows (8), the
 // 2024-08 405B 2-D Float8 rows (2) and the end-2024 tables' 70B FSDP 32 x TP 8 (2) and 405B FSDP 8 x TP 8 x PP 8 rows
 // (1F1B, Interleaved 1F1B, and the CP-1 row at sequence 32768): torchtitan's only published FSDP x TP x PP runs.
-// Float8 linears are priced since 2026-12-03 (program/float8_linears.hpp), but not under tensor parallelism
-// (torchtitan's float8 sequence-parallel all-gather, rule Float8ModelParts) nor eager: these are listed with the
-// capability table's refusal (the pipeline rows: their micro-batch is not stated), the count gated so that none is
-// lost or priced as bf16 by accident.
-constexpr size_t kTitanMeshFloat8Rows = 15;
+// Float8 linears are priced since 2026-12-03 (program/float8_linears.hpp), under tensor parallelism with torchao's
+// float8 TP styles (tensorwise: shards cast, gathers in float8) or the plain ones (rowwise), compiled only: 11 rows
+// priced, held out (the async-TP benchmark's priced with torchtitan-2506-compile, as their bf16 twins now): 70B
+// tensorwise vanilla / async +3.3% / +1.4%, rowwise +5.1% / +19.0%; 8B tensorwise +15.0% / +16.0%, rowwise +8.0% /
+// +16.6%; the 2024-08 405B float8 + async TP +3.4%; the end-2024 70B 2D +0.9% / +9.0%, reserved -10.5% / -4.8%. The 8B
+// rows' float8 GEMMs are small per rank (n 1792, k 512 for the down and output projections at tp 8), where FP8
+// kernels reach less of their peak than the one-point curve prices; the async rowwise rows' measured gain over vanilla
+// is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. Listed, not priced (count and
+// reason gated so that none is lost or priced as bf16 by accident): the eager 2024-08 405B float8 row (refused: float8
+// is priced compiled only) and the three pipeline rows (micro-batch not stated).
+constexpr size_t kTitanMeshFloat8Rows = 4;
+constexpr size_t kTitanMeshFloat8PricedRows = 11;
+constexpr double kFloat8MeshTimeRowBand = 0.22;
 constexpr size_t kTitanMeshPipelineRows = 3;
 // And one bf16 FSDP 2 x TP 2 measurement from a torchtitan issue (#1207) that does not state its batch: listed, not
 // priced.
@@ -266,7 +274,8 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   std::set<std::string> sources_with_rows;
   std::vector<double> time_errors, memory_errors, playbook_time, playbook_memory, step_allocated;
   std::vector<double> mesh_time, mesh_memory, titan_mesh_time;
-  size_t titan_mesh_float8 = 0, titan_mesh_pipeline = 0, inferred_ckpt = 0, float8_rows = 0, float8_timed = 0;
+  size_t titan_mesh_float8 = 0, titan_mesh_pipeline = 0, inferred_ckpt = 0, float8_rows = 0, float8_timed = 0,
+         titan_mesh_float8_priced = 0;
   for (const RowResult& r : rep.results) {
     CAPTURE(r.row->id);
     // fms-fsdp's selective rows: their checkpointing inferred from HFU / MFU (fms-fsdp.yaml's header), every one
@@ -307,6 +316,13 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
                  : kMeshTimeRowBand));
       CHECK(std::fabs(*r.memory_error) <= (r.row->tp > 1 ? kPlaybookMemoryRowBand : kMeshMemoryRowBand));
       CHECK(std::fabs(*r.step_allocated_error) <= kMeshStepAllocatedRowBand);
+      continue;
+    }
+    if (r.row->source_id == kTorchtitanMesh && r.row->fp8) {
+      REQUIRE(r.time_error);
+      ++titan_mesh_float8_priced;
+      CHECK(std::fabs(*r.time_error) <= kFloat8MeshTimeRowBand);
+      if (r.memory_error) CHECK(std::fabs(*r.memory_error) <= kFloat8MemoryRowBand);
       continue;
     }
     if (r.row->source_id == kTorchtitanMesh) {
@@ -370,6 +386,7 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
   CHECK(inferred_ckpt == kFmsInferredCheckpointingRows);
   CHECK(titan_mesh_time.size() == 5);
   CHECK(titan_mesh_float8 == kTitanMeshFloat8Rows);
+  CHECK(titan_mesh_float8_priced == kTitanMeshFloat8PricedRows);
   CHECK(float8_rows == kFloat8Rows);
   CHECK(float8_timed == kFloat8TimedRows);
   CHECK(titan_mesh_pipeline == kTitanMeshPipelineRows);

@@ -163,10 +163,14 @@ TEST_CASE("float8: refused where it is not priced, naming the flag and why") {
   Strategy ddp = titan_8b(Float8Recipe::Tensorwise, true);
   ddp.kind = StrategyKind::Ddp;
   CHECK(error_of([&] { validate_strategy(ddp, llama, c, rt.support); }).find("FSDP's") != std::string::npos);
-  // Tensor parallelism, MoE experts and LoRA are not modelled with float8.
+  // Tensor parallelism without sequence parallelism, MoE experts and LoRA are not modelled with float8.
   Strategy tp = titan_8b(Float8Recipe::Tensorwise, false);
   tp.mesh.tp = 2;
-  CHECK(error_of([&] { validate_strategy(tp, llama, c, rt.support); }).find("tensor parallelism") != std::string::npos);
+  tp.mesh.sequence_parallel = true;
+  CHECK(error_of([&] { validate_strategy(tp, llama, c, rt.support); }).empty());
+  tp.mesh.sequence_parallel = false;
+  CHECK(error_of([&] { validate_strategy(tp, llama, c, rt.support); }).find("without sequence parallelism") !=
+        std::string::npos);
   CHECK(error_of([&] {
           validate_strategy(titan_8b(Float8Recipe::Tensorwise, false), test::zoo("mixtral-8x7b"), c, rt.support);
         }).find("mixture-of-experts") != std::string::npos);
@@ -177,6 +181,50 @@ TEST_CASE("float8: refused where it is not priced, naming the flag and why") {
     simulate(SimulationInput{&g, &a100, &rt, c, titan_8b(Float8Recipe::Tensorwise, false)});
   });
   CHECK(why.find("--float8: a100-80gb has compute capability 8.0") == 0);
+}
+
+TEST_CASE("float8 under tensor parallelism: torchao's float8 TP styles cast shards and gather in float8") {
+  const ModuleGraph g(test::zoo("llama3-8b"));
+  const RuntimeProfile rt = test::runtime("torchtitan-compile");
+  Strategy s = titan_8b(Float8Recipe::Tensorwise, false);
+  s.mesh.tp = 2;
+  s.mesh.sequence_parallel = true;
+  const ModuleId layer = g.layers().front();
+  // Tensorwise: each column block's input cast once on its sequence shard (h / 2, attention and MLP), the row
+  // linears' split inputs; backward the column linears' split output gradients (4 of 8 kv heads a rank), the row
+  // linears' output gradients on the sequence shard; no rescale.
+  const Float8CastElems t = float8_cast_elems_per_token(g, layer, s);
+  CHECK(t.forward == doctest::Approx((2 * kH + kQ + kF) / 2));
+  CHECK(t.backward == doctest::Approx((kQ + 2 * kKv + 2 * kF) / 2 + 2 * kH / 2));
+  CHECK(t.rescale == 0);
+  // Rowwise: the plain TP styles, every column linear casting the gathered input, the row linears the gathered
+  // gradient; the grad_input rescale over the column linears' whole outputs and the row linears' split ones.
+  s.float8 = Float8Recipe::Rowwise;
+  const Float8CastElems r = float8_cast_elems_per_token(g, layer, s);
+  CHECK(r.forward == doctest::Approx(5 * kH + (kQ + kF) / 2));
+  CHECK(r.backward == doctest::Approx((kQ + 2 * kKv + 2 * kF) / 2 + 2 * kH));
+  CHECK(r.rescale == doctest::Approx(5 * kH + (kQ + kF) / 2));
+  // The layers' sequence-parallel gathers move a byte an element under tensorwise (forward and backward), the
+  // reduce-scatters two; rowwise gathers in bf16.
+  const HardwareProfile hw = test::hardware("h100-80gb");
+  auto collectives = [&](Float8Recipe recipe) {
+    Strategy st = s;
+    st.float8 = recipe;
+    StepProgram p;
+    simulate(SimulationInput{&g, &hw, &rt, Cluster{1, 8}, st}, &p);
+    double ag = 0, rs = 0;
+    for (const Op& op : p.ops) {
+      if (op.kind != OpKind::TpCollective || op.unit != 1) continue;
+      if (op.collective == CollectiveKind::AllGather) ag += op.comm_bytes * op.comm_calls;
+      if (op.collective == CollectiveKind::ReduceScatter) rs += op.comm_bytes * op.comm_calls;
+    }
+    return std::pair{ag, rs};
+  };
+  const auto [ag_t, rs_t] = collectives(Float8Recipe::Tensorwise);
+  const auto [ag_r, rs_r] = collectives(Float8Recipe::Rowwise);
+  CHECK(ag_t > 0);
+  CHECK(ag_t == doctest::Approx(ag_r / 2));
+  CHECK(rs_t == doctest::Approx(rs_r));
 }
 
 TEST_CASE("a compiled loss keeps the bf16 logits for its backward, with no fp32 copy") {
