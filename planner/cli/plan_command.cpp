@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/strategy_flags.hpp"
 #include "core/errors.hpp"
+#include "core/format.hpp"
 #include "export/export_plan.hpp"
 #include "export/target_search.hpp"
 #include "model/model_loader.hpp"
@@ -53,6 +54,27 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   if (a.has("--tp")) p.tp = s.mesh.tp;
   if (a.has("--pp")) p.pp = s.mesh.pp;
   return p;
+}
+
+// The chosen plan with float8 linears (torchao tensorwise, with FSDP2's float8 all-gather where the plan gathers
+// parameters and the runtime does it), when the user left --float8 out, the runtime runs float8 and the GPU has FP8
+// tensor cores: what the search does not try, since float8 changes the numerics (docs/hardware.md "Float8 linears").
+// nullopt where any of that does not hold or the capability table refuses it.
+std::optional<std::pair<Strategy, Prediction>> float8_what_if(const ModuleGraph& graph, const HardwareProfile& hw,
+                                                              const RuntimeProfile& rt, const Cluster& cluster,
+                                                              const Strategy& chosen) {
+  if (chosen.float8 != Float8Recipe::None || !rt.support.float8_linears || hw.device_is_host() ||
+      !hw.compute_capability.at_least(8, 9) || !(hw.peak_flops_fp8.value > 0) || !(hw.float8_cast_efficiency > 0))
+    return std::nullopt;
+  Strategy s = chosen;
+  s.float8 = Float8Recipe::Tensorwise;
+  s.float8_all_gather = rt.support.float8_all_gather && shards_params(s.kind) && s.kind != StrategyKind::Zero3;
+  try {
+    validate_strategy(s, graph.spec(), cluster, rt.support);
+    return std::pair{s, simulate(SimulationInput{&graph, &hw, &rt, cluster, s})};
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
 }
 
 std::string shell_quote(const std::string& s) {
@@ -259,8 +281,13 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   if (target) explain_excluded_families(*target, result);
   PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens};
+  std::optional<std::pair<Strategy, Prediction>> f8;
+  if (!result.ranked.empty() && !args.has("--float8"))
+    f8 = float8_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);
   if (args.has("--json")) {
     nlohmann::json j = plan_report_json(ctx, result);
+    if (f8)
+      j["float8_what_if"] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, f8->first}, f8->second);
     j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
     if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
@@ -270,6 +297,15 @@ int run_plan(const std::vector<std::string>& argv) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));
+    if (f8) {
+      const Prediction& best = result.ranked.front().prediction;
+      std::cout << "\nfloat8 (not searched: it changes the numerics): --float8 tensorwise"
+                << (f8->first.float8_all_gather ? " --float8-all-gather true" : "") << " would run this plan at "
+                << fmt("%.0f", f8->second.tokens_per_s_per_gpu) << " tokens/s per GPU ("
+                << fmt("%+.1f", (f8->second.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
+                << format_gib(f8->second.memory.device_total) << " GiB per GPU"
+                << (f8->second.fits ? "" : " (does not fit)") << " (docs/hardware.md \"Float8 linears\")\n";
+    }
   }
   if (auto html = args.get("--html")) {
     // The chosen plan re-simulated with its program: the search drops per-op timings and memory samples.

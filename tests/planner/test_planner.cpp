@@ -309,13 +309,26 @@ TEST_CASE("--float8: every candidate trains float8 linears, plan.yaml carries th
   REQUIRE(again.code == 0);
   CHECK(nlohmann::json::parse(again.out)["time"]["step_s"].get<double>() ==
         doctest::Approx(chosen["time"]["step_s"].get<double>()));
-  // The same search in bf16 is slower.
+  CHECK_FALSE(nlohmann::json::parse(r.out).contains("float8_what_if"));  // pinned: nothing to add
+  // The same search in bf16 is slower; its report adds the chosen plan with float8 (not searched), since the runtime
+  // runs float8 on this GPU.
   auto bf16 = run_cli(
       "--model llama3-8b --nodes 1 --hw h100-80gb --runtime torchtitan-compile --seq 8192 --tp 1 --pp 1 "
       "--no-out --json");
   REQUIRE(bf16.code == 0);
-  CHECK(nlohmann::json::parse(bf16.out)["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>() <
+  const auto bf16_json = nlohmann::json::parse(bf16.out);
+  CHECK(bf16_json["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>() <
         chosen["throughput"]["tokens_per_s_per_gpu"].get<double>());
+  REQUIRE(bf16_json.contains("float8_what_if"));
+  CHECK(bf16_json["float8_what_if"]["config"]["float8"] == "tensorwise");
+  CHECK(bf16_json["float8_what_if"]["throughput"]["tokens_per_s_per_gpu"].get<double>() >
+        bf16_json["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>());
+  auto text = run_cli(
+      "--model llama3-8b --nodes 1 --hw h100-80gb --runtime torchtitan-compile --seq 8192 --tp 1 --pp 1 --no-out");
+  CHECK(text.out.find("float8 (not searched: it changes the numerics): --float8 tensorwise") != std::string::npos);
+  // fsdp-run (the default runtime) runs no float8: no such line.
+  CHECK(run_cli("--model llama3-8b --nodes 1 --hw h100-80gb --tp 1 --pp 1 --no-out").out.find("float8 (not") ==
+        std::string::npos);
   // A GPU without FP8 tensor cores, a runtime that does not run float8, an unknown recipe: one message, exit 2.
   auto a100 = run_cli("--model llama3-8b --nodes 1 --runtime torchtitan-compile --float8 tensorwise --no-out");
   CHECK(a100.code == 2);
