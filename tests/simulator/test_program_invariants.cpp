@@ -120,3 +120,45 @@ TEST_CASE("every strategy x knob combination of a small model walks balanced and
   MESSAGE("simulated " << n.simulated << " configurations, " << n.refused << " refused by validate_strategy");
   CHECK(n.simulated > n.refused);
 }
+
+TEST_CASE("float8 linears over every strategy, mesh and knob of a small model walk balanced and time finite") {
+  // acc-small's attention linears (128 and 64 wide) are float8, its MLP's (ffn 344, not a multiple of 16) are not.
+  const ModelSpec m = load_model(std::string(FSDP_TEST_DATA) + "/models/acc-small.yaml", root());
+  const ModuleGraph g(m);
+  const RuntimeProfile runtimes[] = {runtime("pytorch-compile"), runtime("pytorch-fsdp1-compile"),
+                                     runtime("torchtitan-2506-compile")};
+  const HardwareProfile hw = hardware("h100-80gb");
+  const StrategyKind kinds[] = {StrategyKind::NoShard,    StrategyKind::Ddp,   StrategyKind::Zero1,
+                                StrategyKind::Zero2,      StrategyKind::Zero3, StrategyKind::Fsdp,
+                                StrategyKind::FsdpGradOp, StrategyKind::Hsdp};
+  Counts n;
+  for (const auto& rt : runtimes)
+    for (StrategyKind k : kinds)
+      for (int64_t world : {2, 4})
+        for (int64_t tp : {1, 2})
+          for (Float8Recipe recipe : {Float8Recipe::Tensorwise, Float8Recipe::Rowwise})
+            for (bool all_gather : {false, true})
+              for (ActCkpt ck : {ActCkpt::None, ActCkpt::Full, ActCkpt::SelectiveOp})
+                for (Offload off : {Offload::None, Offload::Optimizer, Offload::Params})
+                  for (int64_t accum : {1, 2}) {
+                    // The float8 all-gather applies to tensorwise FSDP plans only (the capability table refuses the
+                    // rest, which the test above covers): not enumerated.
+                    const bool fsdp_family =
+                        k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp || k == StrategyKind::Hsdp;
+                    if (all_gather && (recipe != Float8Recipe::Tensorwise || !fsdp_family)) continue;
+                    Strategy s;
+                    s.kind = k;
+                    s.hsdp_group = k == StrategyKind::Hsdp ? std::max<int64_t>(1, world / tp / 2) : 0;
+                    s.act_ckpt = ck;
+                    s.offload = off;
+                    s.micro_batch = 2;
+                    s.seq_len = 64;
+                    s.grad_accum = accum;
+                    s.mesh.tp = tp;
+                    s.float8 = recipe;
+                    s.float8_all_gather = all_gather;
+                    check_one(g, hw, rt, Cluster{1, world}, s, n);
+                  }
+  MESSAGE("simulated " << n.simulated << " float8 configurations, " << n.refused << " refused by validate_strategy");
+  CHECK(n.simulated > n.refused);
+}
