@@ -139,6 +139,11 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   row.micro_batch = nullable_int(r, "micro_batch").value_or(0);
   row.seq = nullable_int(r, "seq").value_or(0);
   row.grad_accum = nullable_int(r, "grad_accum");
+  if (r.has("micro_batch_inferred")) {
+    row.micro_batch_inferred = r.get_string("micro_batch_inferred");
+    if (!row.micro_batch || !row.grad_accum)
+      r.fail("micro_batch_inferred", "says how micro_batch and grad_accum were inferred, but one of them is null");
+  }
   if (r.has("global_batch_tokens")) nullable_double(r, "global_batch_tokens");
   row.attention = nullable_string(r, "attention");
   row.optimizer = nullable_string(r, "optimizer");
@@ -443,6 +448,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   }
   s.reshard_after_forward = s.kind != StrategyKind::FsdpGradOp;
   if (row.act_ckpt.empty()) res.approximations.push_back("checkpointing not stated: none");
+  if (!row.micro_batch_inferred.empty())
+    res.approximations.push_back("micro-batch not stated: " + std::to_string(row.micro_batch) + " x " +
+                                 std::to_string(*row.grad_accum) + ", inferred from " + row.micro_batch_inferred);
   if (!row.act_ckpt_inferred.empty())
     res.approximations.push_back("checkpointing not stated: " + row.act_ckpt + ", inferred from " +
                                  row.act_ckpt_inferred);

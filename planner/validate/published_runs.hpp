@@ -41,6 +41,9 @@ struct PublishedRow {
   // beside the model-FLOPs one: their ratio counts the recomputed forward), how act_ckpt was inferred; the table
   // names it as an approximation ("" when act_ckpt is stated).
   std::string act_ckpt_inferred;
+  // How micro_batch and grad_accum were inferred where the source does not state them but names the framework's
+  // default that sets them (a pipeline's micro-batch count); empty: stated.
+  std::string micro_batch_inferred;
   std::string param_dtype, reduce_dtype;
   // Optional: the dtype of the parameters the optimizer updates and of its states (LitGPT's bf16-true, DeepSpeed's
   // bf16 master weights); absent, fp32 masters, mixed precision's default in every framework of the set.

@@ -154,12 +154,19 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // +16.6%; the 2024-08 405B float8 + async TP +3.4%; the end-2024 70B 2D +0.9% / +9.0%, reserved -10.5% / -4.8%. The 8B
 // rows' float8 GEMMs are small per rank (n 1792, k 512 for the down and output projections at tp 8), where FP8
 // kernels reach less of their peak than the one-point curve prices; the async rowwise rows' measured gain over vanilla
-// is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. Listed, not priced (count and
-// reason gated so that none is lost or priced as bf16 by accident): the eager 2024-08 405B float8 row (refused: float8
-// is priced compiled only) and the three pipeline rows (micro-batch not stated).
-constexpr size_t kTitanMeshFloat8Rows = 4;
-constexpr size_t kTitanMeshFloat8PricedRows = 11;
+// is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. And torchtitan's only published
+// FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x PP 8, float8 + async TP, full AC), priced with
+// the micro-batch count torchtitan's defaults give (pipeline_llama.py: pp micro-batches of the local batch;
+// micro_batch_inferred) and its 405B toml's float8 all-gather: 1F1B +11.7%, interleaved 1F1B (2 stages a rank)
+// +11.7%, the CP-1 row at sequence 32768 +11.4%; their reserved memory -43.0%, -20.7% and -37.6% (max over ranks,
+// measured 82.5 / 72.7 / 75.3 GiB): the measured memory falls from 1F1B to interleaved where the model's rises, a gap
+// not explained (README, the mesh rows' accuracy), gated where it is. Listed, not priced (count and reason gated so
+// that none is lost or priced as bf16 by accident): the eager 2024-08 405B float8 row (refused: float8 is priced
+// compiled only).
+constexpr size_t kTitanMeshFloat8Rows = 1;
+constexpr size_t kTitanMeshFloat8PricedRows = 14;
 constexpr double kFloat8MeshTimeRowBand = 0.22;
+constexpr double kTitanPipelineMemoryRowBand = 0.46;
 constexpr size_t kTitanMeshPipelineRows = 3;
 // And one bf16 FSDP 2 x TP 2 measurement from a torchtitan issue (#1207) that does not state its batch: listed, not
 // priced.
@@ -299,7 +306,6 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
         CHECK(r.row->fp8);
         CHECK((r.not_simulated.rfind("refused: --float8: ", 0) == 0 || r.not_simulated == "micro-batch not stated"));
         ++titan_mesh_float8;
-        if (r.row->pp > 1) ++titan_mesh_pipeline;
       }
       continue;
     }
@@ -321,8 +327,10 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
     if (r.row->source_id == kTorchtitanMesh && r.row->fp8) {
       REQUIRE(r.time_error);
       ++titan_mesh_float8_priced;
+      if (r.row->pp > 1) ++titan_mesh_pipeline;
       CHECK(std::fabs(*r.time_error) <= kFloat8MeshTimeRowBand);
-      if (r.memory_error) CHECK(std::fabs(*r.memory_error) <= kFloat8MemoryRowBand);
+      if (r.memory_error)
+        CHECK(std::fabs(*r.memory_error) <= (r.row->pp > 1 ? kTitanPipelineMemoryRowBand : kFloat8MemoryRowBand));
       continue;
     }
     if (r.row->source_id == kTorchtitanMesh) {
