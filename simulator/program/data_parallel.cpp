@@ -34,8 +34,14 @@ DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt,
   p.reducer_buckets = p.bucketed && !p.place.optim_sharded && !(p.fp32_grad_accumulator && dp_ranks <= 1);
   p.reduce_after_backward = p.bucketed && p.place.optim_sharded && rt.zero1_grads_reduced_after_backward;
   p.partitions_replicated_grads = p.place.grads_sharded && !p.place.params_sharded;
+  // A pipeline schedule that keeps the stage's units unsharded to the step's last backward also turns their gradient
+  // sync off until then (RuntimeProfile::pipeline_keeps_units_gathered: torch.distributed.pipelining's
+  // backward_maybe_with_nosync calls set_requires_gradient_sync(False) for every backward and runs the post-backward
+  // once, after the last), as grad_sync last-micro-batch does.
+  const bool pipeline_defers = s.mesh.pp > 1 && rt.pipeline_keeps_units_gathered;
   p.reduces_every_micro_batch =
-      p.partitions_replicated_grads || (p.place.params_sharded && s.grad_sync == GradSync::EveryMicroBatch);
+      p.partitions_replicated_grads ||
+      (p.place.params_sharded && s.grad_sync == GradSync::EveryMicroBatch && !pipeline_defers);
   p.flat_grad_copy = p.partitions_replicated_grads && rt.replicated_grads_via_flat_copy;
   p.gathers_params_after_step = p.place.optim_sharded && !p.place.params_sharded;
   p.shard_groups = p.place.replica_all_reduce;

@@ -157,16 +157,18 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. And torchtitan's only published
 // FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x PP 8, float8 + async TP, full AC), priced with
 // the micro-batch count torchtitan's defaults give (pipeline_llama.py: pp micro-batches of the local batch;
-// micro_batch_inferred) and its 405B toml's float8 all-gather: 1F1B +11.7%, interleaved 1F1B (2 stages a rank)
-// +11.7%, the CP-1 row at sequence 32768 +11.4%; their reserved memory -43.0%, -20.7% and -37.6% (max over ranks,
-// measured 82.5 / 72.7 / 75.3 GiB): the measured memory falls from 1F1B to interleaved where the model's rises, a gap
-// not explained (README, the mesh rows' accuracy), gated where it is. Listed, not priced (count and reason gated so
+// micro_batch_inferred) and its 405B toml's float8 all-gather, the stage's gradient sync deferred to the last backward
+// as torch.distributed.pipelining does (data_parallel.cpp): 1F1B +15.1%, interleaved 1F1B (2 stages a rank) +15.0%,
+// the CP-1 row at sequence 32768 +13.9%; their reserved memory -27.6%, -1.8% and -20.6% (max over ranks, measured
+// 82.5 / 72.7 / 75.3 GiB; -43.0%, -20.7%, -37.6% with the gradients reduced every micro-batch): the measured memory
+// falls from 1F1B to interleaved where the model's rises, a gap not explained (README, the mesh rows' accuracy),
+// gated where it is. Listed, not priced (count and reason gated so
 // that none is lost or priced as bf16 by accident): the eager 2024-08 405B float8 row (refused: float8 is priced
 // compiled only).
 constexpr size_t kTitanMeshFloat8Rows = 1;
 constexpr size_t kTitanMeshFloat8PricedRows = 14;
 constexpr double kFloat8MeshTimeRowBand = 0.22;
-constexpr double kTitanPipelineMemoryRowBand = 0.46;
+constexpr double kTitanPipelineMemoryRowBand = 0.31;
 constexpr size_t kTitanMeshPipelineRows = 3;
 // And one bf16 FSDP 2 x TP 2 measurement from a torchtitan issue (#1207) that does not state its batch: listed, not
 // priced.

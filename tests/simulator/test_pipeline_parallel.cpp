@@ -363,3 +363,26 @@ TEST_CASE(
   // One reduce-scatter per unit on the last micro-batch only, against one per unit and emitted micro-batch.
   CHECK(reduce_scatters(every_prog) == 3 * reduce_scatters(last_prog));
 }
+
+TEST_CASE("pp: a schedule that keeps the stage's units gathered defers their gradient sync to the last backward") {
+  // torch.distributed.pipelining (torchtitan's runtimes: sharding.pipeline_reshard_after_backward last) turns the
+  // stage's gradient sync off for every backward and reduces once after the last: grad_sync every-micro-batch emits
+  // what last-micro-batch emits; fsdp-run (each) reduces every micro-batch.
+  const Setup& st = setup();
+  const RuntimeProfile titan = load_runtime("torchtitan", FSDP_SOURCE_ROOT);
+  REQUIRE(titan.pipeline_keeps_units_gathered);
+  REQUIRE_FALSE(st.rt.pipeline_keeps_units_gathered);
+  const Strategy every = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  Strategy last = every;
+  last.grad_sync = GradSync::LastMicroBatch;
+  const Cluster c{2, 8};
+  auto reduce_scatters = [&](const RuntimeProfile& rt, const Strategy& s) {
+    StepProgram p;
+    simulate(SimulationInput{&st.graph, &st.hw, &rt, c, s}, &p);
+    int n = 0;
+    for (const Op& op : p.ops) n += op.kind == OpKind::ReduceScatter ? 1 : 0;
+    return n;
+  };
+  CHECK(reduce_scatters(titan, every) == reduce_scatters(titan, last));
+  CHECK(reduce_scatters(st.rt, every) == 3 * reduce_scatters(titan, every));
+}
