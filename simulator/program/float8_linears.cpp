@@ -11,7 +11,7 @@ namespace fsdp {
 
 namespace {
 // Element sizes of torchao's roofline (roofline_utils.py BYTES_PER_EL_FLOAT8, BYTES_PER_EL_BF16).
-constexpr double kFp8 = 1.0;
+constexpr double kFp8 = kFloat8ElementBytes;
 constexpr double kBf16 = 2.0;
 // torch._scaled_mm refuses operands whose widths are not multiples of 16.
 constexpr int64_t kScaledMmAlignment = 16;

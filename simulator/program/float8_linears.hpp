@@ -11,6 +11,9 @@
 
 namespace fsdp {
 
+// An E4M3 / E5M2 element: what a float8 tensor holds, gathers and saves per element.
+inline constexpr double kFloat8ElementBytes = 1.0;
+
 // Whether linear `n` of a decoder layer is a Float8Linear under the strategy: every linear whose both widths are
 // multiples of 16 (torch._scaled_mm refuses others: "Expected both dimensions of mat2 to be divisble by 16", aten
 // Blas.cpp), as torchtitan converts every nn.Linear but the head (torchtitan/float8.py @

@@ -274,8 +274,7 @@ struct Emitter {
     // float8 tensor (torchao Float8Linear saves its input as it receives it: float8_linear.py
     // matmul_with_hp_or_float8_args): one byte an element of what column_input_bytes_per_token counts in the compute
     // dtype.
-    constexpr double kFloat8Bytes = 1.0;
-    const double column_input_scale = s.float8 == Float8Recipe::Tensorwise ? kFloat8Bytes / pb : 1.0;
+    const double column_input_scale = s.float8 == Float8Recipe::Tensorwise ? kFloat8ElementBytes / pb : 1.0;
     std::vector<std::pair<int64_t, ActCkpt>> cost_keys;
     std::vector<int32_t> shape_of_class(g.layers().size(), -1);
     for (size_t l = 0; known == nullptr && l < g.layers().size(); ++l) {
@@ -345,8 +344,7 @@ struct Emitter {
         double float8 = 0;
         if (s.float8_all_gather)
           for (const LayerCost* lc : costs_of(u)) float8 += lc->float8_params;
-        constexpr double kFloat8Bytes = 1.0;
-        train_bpe.push_back(params > 0 ? ((params - float8) * pb + float8 * kFloat8Bytes) / params : pb);
+        train_bpe.push_back(params > 0 ? ((params - float8) * pb + float8 * kFloat8ElementBytes) / params : pb);
         frozen_p.push_back(0.0);
         frozen_bpe.push_back(pb);
         continue;
@@ -633,9 +631,8 @@ struct Emitter {
     shape.embedding = u.is_root && prog.layout.first_stage();
     shape.head = u.is_root && holds_head();
     shape.activation_bytes = tokens * static_cast<double>(g.spec().hidden_size) * pb;
-    constexpr double kFloat8Bytes = 1.0;
     shape.layer_gather_bytes = s.float8 == Float8Recipe::Tensorwise
-                                   ? tokens * static_cast<double>(g.spec().hidden_size) * kFloat8Bytes
+                                   ? tokens * static_cast<double>(g.spec().hidden_size) * kFloat8ElementBytes
                                    : shape.activation_bytes;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
     // The unit's own collectives, without the head's: those run with the head+loss ops (push_tp_head).
