@@ -860,3 +860,27 @@ TEST_CASE("the attention curves' reference call: shipped on the GPU profiles rea
                    "base: h100-80gb\nname: x\ndevice:\n  attention_reference: {tokens_per_call: 16384}\n", "ref_half")),
                "heads"));
 }
+
+TEST_CASE("the FP8 peak and the float8 cast rate: optional, strict, inherited by derived profiles") {
+  // Datasheet dense FP8 peaks (half the sparsity figures) and torchao's measured cast rate on Hopper.
+  const HardwareProfile h100 = load_hardware("h100-80gb", kRoot), h200 = load_hardware("h200-141gb", kRoot);
+  CHECK(h100.peak_flops_fp8.value == doctest::Approx(1979e12));
+  CHECK(h200.peak_flops_fp8.value == doctest::Approx(1979e12));
+  CHECK(h100.float8_cast_efficiency == doctest::Approx(0.92));
+  CHECK(load_hardware("l40s-48gb", kRoot).peak_flops_fp8.value == doctest::Approx(733e12));
+  // A derived profile keeps its base's (grand-teton-h100-96gb on h100-80gb), at its own clock.
+  const HardwareProfile gt = load_hardware("grand-teton-h100-96gb", kRoot);
+  CHECK(gt.peak_flops_fp8.value == doctest::Approx(1979e12));
+  CHECK(gt.float8_peak_flops().value == doctest::Approx(1979e12 * gt.clock_scale(DType::Bf16)));
+  // An A100 has none (no FP8 tensor cores).
+  CHECK(load_hardware("a100-80gb", kRoot).peak_flops_fp8.value == 0);
+  const std::string base = read_text(kRoot + "/hwprofiles/a100-80gb.yaml");
+  CHECK(contains(load_error(replace_once(base, "  copy_efficiency: 0.78",
+                                         "  copy_efficiency: 0.78\n  float8_cast_efficiency: 1.5"),
+                            "f8_cast"),
+                 "float8_cast_efficiency"));
+  CHECK(contains(
+      load_error(replace_once(base, "    fp16: \"312 TFLOP/s\"", "    fp16: \"312 TFLOP/s\"\n    fp8: \"fast\""),
+                 "f8_peak"),
+      "fp8"));
+}

@@ -215,3 +215,33 @@ TEST_CASE("runtime profile: pipeline_reshard_after_backward is optional and pars
     CHECK(runtime(name).pipeline_keeps_units_gathered);
   CHECK_FALSE(runtime("fsdp-run").pipeline_keeps_units_gathered);
 }
+
+TEST_CASE("runtime profile: the float8 section says what runs float8, parsed strictly") {
+  // The compiled PyTorch runtimes run float8 linears, FSDP2's with the float8 all-gather; the eager ones, FSDP1's
+  // all-gather, fsdp-run, DeepSpeed and nanotron do not (capabilities.hpp RuntimeSupport).
+  for (const char* name :
+       {"pytorch-compile", "torchtitan-compile", "torchtitan-2503-compile", "torchtitan-2506-compile"}) {
+    CAPTURE(name);
+    CHECK(runtime(name).support.float8_linears);
+    CHECK(runtime(name).support.float8_all_gather);
+  }
+  CHECK(runtime("pytorch-fsdp1-compile").support.float8_linears);
+  CHECK_FALSE(runtime("pytorch-fsdp1-compile").support.float8_all_gather);
+  for (const char* name :
+       {"pytorch", "torchtitan", "pytorch-fsdp1", "fsdp-run", "deepspeed", "transformers-deepspeed", "nanotron"}) {
+    CAPTURE(name);
+    CHECK_FALSE(runtime(name).support.float8_linears);
+  }
+  // The compiled loss: torchtitan of June 2025 only.
+  CHECK(runtime("torchtitan-2506-compile").loss_compiled);
+  CHECK_FALSE(runtime("torchtitan-2503-compile").loss_compiled);
+  std::string yaml = runtime_text("pytorch");
+  const std::string section = "float8:\n  linears: false\n  all_gather: false\n";
+  const size_t at = yaml.find(section);
+  REQUIRE(at != std::string::npos);
+  std::string unknown = yaml, bad = yaml;
+  unknown.replace(at, section.size(), "float8:\n  linears: false\n  recipe: tensorwise\n");
+  bad.replace(at, section.size(), "float8:\n  linears: maybe\n");
+  CHECK(runtime_load_error(unknown, "float8-unknown").find("recipe") != std::string::npos);
+  CHECK(runtime_load_error(bad, "float8-bad").find("linears") != std::string::npos);
+}
