@@ -46,12 +46,14 @@ Float8CastElems float8_cast_elems_per_token(const ModuleGraph& g, ModuleId layer
         const std::string input = n.saved.empty() ? n.name : n.saved.front().id;
         if (std::find(cast_inputs.begin(), cast_inputs.end(), input) == cast_inputs.end()) {
           cast_inputs.push_back(input);
-          e.forward += h / t;
+          e.forward_shard += h / t;
         }
         e.backward += out * share;
+        e.transposed += h;
       } else {
         e.forward += in * share;
-        e.backward += h / t;
+        e.backward_shard += h / t;
+        e.transposed += h;
       }
       continue;
     }
@@ -79,6 +81,10 @@ double float8_activation_cast_bytes_per_element(Float8Recipe recipe) {
   }
   return 0;
 }
+
+double float8_shard_cast_bytes_per_element() { return kBf16 + kBf16 + kFp8; }
+
+double float8_transpose_bytes_per_element() { return 2.0 * kFp8; }
 
 double float8_backward_rescale_bytes_per_element(Float8Recipe recipe) {
   return recipe == Float8Recipe::Rowwise ? 2.0 * kBf16 : 0.0;

@@ -50,16 +50,26 @@ double float8_backward_rescale_bytes_per_element(Float8Recipe recipe);
 // sequence parallelism (the only float8 tp torchtitan runs: parallelize_llama.py apply_tp), per rank of `tp`:
 //  - tensorwise, torchao's float8 TP styles (float8_tensor_parallel.py): a column-parallel block's input is cast once,
 //    on the sequence shard, before it is gathered in float8 (PrepareFloat8ModuleInput: h / tp per distinct input, the
-//    attention's and the MLP's); a row-parallel linear casts its split input (in / tp); backward, a column linear its
-//    split output gradient (out x its share), a row linear its output gradient on the sequence shard before the
-//    gather (h / tp);
+//    attention's and the MLP's: `forward_shard`); a row-parallel linear casts its split input (in / tp); backward, a
+//    column linear its split output gradient (out x its share), a row linear its output gradient on the sequence shard
+//    before the gather (h / tp: `backward_shard`). A cast on a shard writes the row-major float8 copy only (the
+//    column-major one of the gathered tensor is no concatenation of the shards'), so each linear's weight-gradient
+//    GEMM copies the gathered float8 operand it reads transposed (torchao float8_ops.py addmm_float8_unwrapped:
+//    .t().contiguous() of an operand not in the layout torch._scaled_mm needs): `transposed`, h per column linear (its
+//    gathered input) and per row linear (its gathered output gradient);
 //  - rowwise, the plain TP styles (torchtitan applies torchao's float8 styles to tensorwise only): each column linear
 //    casts the gathered input (in_features), each row linear its split input (in / tp); backward, column linears their
 //    split output gradients, row linears the gathered output gradient (out_features); the grad_input outputs rescaled:
 //    a column linear's whole (in_features, before its reduce-scatter), a row linear's split (in / tp).
 struct Float8CastElems {
   double forward = 0, backward = 0, rescale = 0;
+  double forward_shard = 0, backward_shard = 0, transposed = 0;  // tensorwise under tp (above)
 };
+// A tensorwise cast of a sequence shard before its float8 gather: max(abs) reads 2 B, the cast reads 2 and writes the
+// row-major copy, 1 (torchao's roofline kernels 1 and 3 with one output layout). And the transposed copy of a gathered
+// float8 tensor: 1 + 1 B.
+double float8_shard_cast_bytes_per_element();
+double float8_transpose_bytes_per_element();
 Float8CastElems float8_cast_elems_per_token(const ModuleGraph& g, ModuleId layer, const Strategy& s);
 
 // What casting a float8 linear's weight moves per micro-batch, forward and backward, per weight element this rank

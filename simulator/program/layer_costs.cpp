@@ -382,9 +382,11 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   if (s.float8 != Float8Recipe::None) {
     const double cast = float8_activation_cast_bytes_per_element(s.float8);
     const Float8CastElems f8 = float8_cast_elems_per_token(g, layer, s);
-    c.float8_cast_bytes_per_token = ratio * cast * f8.forward;
+    const double shard = float8_shard_cast_bytes_per_element();
+    c.float8_cast_bytes_per_token = ratio * (cast * f8.forward + shard * f8.forward_shard);
     c.float8_cast_backward_bytes_per_token =
-        ratio * (cast * f8.backward + float8_backward_rescale_bytes_per_element(s.float8) * f8.rescale);
+        ratio * (cast * f8.backward + shard * f8.backward_shard + float8_transpose_bytes_per_element() * f8.transposed +
+                 float8_backward_rescale_bytes_per_element(s.float8) * f8.rescale);
   }
 
   // Working memory of the forward beyond what it saves: the sublayer output and the residual sum (two

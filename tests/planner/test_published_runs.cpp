@@ -150,16 +150,16 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // Float8 linears are priced since 2026-12-03 (program/float8_linears.hpp), under tensor parallelism with torchao's
 // float8 TP styles (tensorwise: shards cast, gathers in float8) or the plain ones (rowwise), compiled only: 11 rows
 // priced, held out (the async-TP benchmark's priced with torchtitan-2506-compile, as their bf16 twins now): 70B
-// tensorwise vanilla / async +3.3% / +1.4%, rowwise +5.1% / +19.0%; 8B tensorwise +15.0% / +16.0%, rowwise +8.0% /
-// +16.6%; the 2024-08 405B float8 + async TP +3.4%; the end-2024 70B 2D +0.9% / +9.0%, reserved -10.5% / -4.8%. The 8B
-// rows' float8 GEMMs are small per rank (n 1792, k 512 for the down and output projections at tp 8), where FP8
-// kernels reach less of their peak than the one-point curve prices; the async rowwise rows' measured gain over vanilla
-// is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. And torchtitan's only published
+// tensorwise vanilla / async +0.7% / -1.6%, rowwise +5.1% / +19.0%; 8B tensorwise +10.9% / +11.4%, rowwise +8.0% /
+// +16.6%; the 2024-08 405B float8 + async TP +1.4%; the end-2024 70B 2D -1.7% / +5.9%, reserved -10.5% / -4.8%
+// (tensorwise +3.3 / +1.4 / +15.0 / +16.0 / +3.4 / +0.9 / +9.0% before the weight-gradient GEMMs' transposed copies of
+// the gathered float8 operands were priced). The 8B tp 8 rows' measured float8 speed-up is 16%, the predicted 27%;
+// the async rowwise rows' measured gain over vanilla is 4-6% against the predicted 12-14%. Band at today's worst plus about 3 points. And torchtitan's only published
 // FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x PP 8, float8 + async TP, full AC), priced with
 // the micro-batch count torchtitan's defaults give (pipeline_llama.py: pp micro-batches of the local batch;
 // micro_batch_inferred) and its 405B toml's float8 all-gather, the stage's gradient sync deferred to the last backward
-// as torch.distributed.pipelining does (data_parallel.cpp): 1F1B +15.1%, interleaved 1F1B (2 stages a rank) +15.0%,
-// the CP-1 row at sequence 32768 +13.9%; their reserved memory -27.6%, -1.8% and -20.6% (max over ranks, measured
+// as torch.distributed.pipelining does (data_parallel.cpp): 1F1B +12.7%, interleaved 1F1B (2 stages a rank) +12.6%,
+// the CP-1 row at sequence 32768 +12.1%; their reserved memory -27.6%, -1.8% and -20.6% (max over ranks, measured
 // 82.5 / 72.7 / 75.3 GiB; -43.0%, -20.7%, -37.6% with the gradients reduced every micro-batch): the measured memory
 // falls from 1F1B to interleaved where the model's rises, a gap not explained (README, the mesh rows' accuracy),
 // gated where it is. Listed, not priced (count and reason gated so

@@ -192,11 +192,17 @@ TEST_CASE("float8 under tensor parallelism: torchao's float8 TP styles cast shar
   const ModuleId layer = g.layers().front();
   // Tensorwise: each column block's input cast once on its sequence shard (h / 2, attention and MLP), the row
   // linears' split inputs; backward the column linears' split output gradients (4 of 8 kv heads a rank), the row
-  // linears' output gradients on the sequence shard; no rescale.
+  // linears' output gradients on the sequence shard; the gathered float8 operands of the 7 weight-gradient GEMMs
+  // copied transposed (5 column inputs, 2 row output gradients); no rescale.
   const Float8CastElems t = float8_cast_elems_per_token(g, layer, s);
-  CHECK(t.forward == doctest::Approx((2 * kH + kQ + kF) / 2));
-  CHECK(t.backward == doctest::Approx((kQ + 2 * kKv + 2 * kF) / 2 + 2 * kH / 2));
+  CHECK(t.forward == doctest::Approx((kQ + kF) / 2));
+  CHECK(t.forward_shard == doctest::Approx(2 * kH / 2));
+  CHECK(t.backward == doctest::Approx((kQ + 2 * kKv + 2 * kF) / 2));
+  CHECK(t.backward_shard == doctest::Approx(2 * kH / 2));
+  CHECK(t.transposed == doctest::Approx(7 * kH));
   CHECK(t.rescale == 0);
+  CHECK(float8_shard_cast_bytes_per_element() == 5);
+  CHECK(float8_transpose_bytes_per_element() == 2);
   // Rowwise: the plain TP styles, every column linear casting the gathered input, the row linears the gathered
   // gradient; the grad_input rescale over the column linears' whole outputs and the row linears' split ones.
   s.float8 = Float8Recipe::Rowwise;
