@@ -28,6 +28,21 @@ void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt) {
                      "fsdp-run calibrate again");
 }
 
+std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw) {
+  if (hw.device_is_host() || !hw.compute_capability.known() || !hw.compute_capability.at_least(8, 9))
+    return "--float8: " + hw.name +
+           (hw.compute_capability.known() ? " has compute capability " + to_string(hw.compute_capability)
+                                          : std::string(" gives no compute capability")) +
+           "; float8 GEMMs need FP8 tensor cores (compute capability 8.9 or later: L40S, H100, H200)";
+  if (!(hw.peak_flops_fp8.value > 0))
+    return hw.source + ": device.peak_flops.fp8: --float8 needs the GPU's dense FP8 tensor-core peak";
+  if (!(hw.float8_cast_efficiency > 0))
+    return hw.source +
+           ": device.float8_cast_efficiency: --float8 needs the rate of the compiled float8 cast kernels "
+           "(docs/hardware.md \"Float8 linears\")";
+  return std::nullopt;
+}
+
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, const RuntimeSupport& rt) {
   auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
   if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
@@ -199,27 +214,10 @@ namespace {
 
 // The program input of `in`'s language model (language_model_strategy): the SDPA kernels its stack dispatches and
 // what the backend cannot do.
-// Float8 GEMMs (torch._scaled_mm) need FP8 tensor cores: compute capability 8.9 (Ada) or later, which PyTorch checks
-// before running them (aten/src/ATen/native/cuda/Blas.cpp _scaled_mm_out_cuda: "torch._scaled_mm is only supported on
-// CUDA devices with compute capability >= 9.0 or 8.9"), and the profile's FP8 peak to price them.
-void check_float8_hardware(const HardwareProfile& hw, const Strategy& s) {
-  if (s.float8 == Float8Recipe::None) return;
-  if (hw.device_is_host() || !hw.compute_capability.known() || !hw.compute_capability.at_least(8, 9))
-    throw InputError("--float8: " + hw.name +
-                     (hw.compute_capability.known() ? " has compute capability " + to_string(hw.compute_capability)
-                                                    : std::string(" gives no compute capability")) +
-                     "; float8 GEMMs need FP8 tensor cores (compute capability 8.9 or later: L40S, H100, H200)");
-  if (!(hw.peak_flops_fp8.value > 0))
-    throw InputError(hw.source + ": device.peak_flops.fp8: --float8 needs the GPU's dense FP8 tensor-core peak");
-  if (!(hw.float8_cast_efficiency > 0))
-    throw InputError(hw.source +
-                     ": device.float8_cast_efficiency: --float8 needs the rate of the compiled float8 "
-                     "cast kernels (docs/hardware.md \"Float8 linears\")");
-}
-
 ProgramInput program_input(const SimulationInput& in) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
-  check_float8_hardware(*in.hardware, in.strategy);
+  if (in.strategy.float8 != Float8Recipe::None)
+    if (const std::optional<std::string> why = float8_hardware_refusal(*in.hardware)) throw InputError(*why);
   // The language model runs the sample's text tokens and its image tokens (language_model_strategy).
   const Strategy s = language_model_strategy(in.strategy, in.graph->spec());
   const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);

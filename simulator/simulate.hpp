@@ -96,6 +96,13 @@ void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string
 // the runtime and the cost-model version it was fitted against; InputError naming the profile and the reason.
 void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);
 
+// Why the profile cannot price float8 linears (Strategy::float8), or nullopt: float8 GEMMs (torch._scaled_mm) need FP8
+// tensor cores, compute capability 8.9 (Ada) or later, which PyTorch checks before running them
+// (aten/src/ATen/native/cuda/Blas.cpp _scaled_mm_out_cuda: "torch._scaled_mm is only supported on CUDA devices with
+// compute capability >= 9.0 or 8.9"), and the profile's FP8 peak and float8 cast rate to price them. simulate throws it
+// as an InputError for a float8 plan.
+std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw);
+
 // Simulates memory and time. The input must be valid (validate_strategy). `program_out`: the program whose time
 // the prediction reports (under pipeline parallelism the slower of the first and the last stage).
 Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullptr);

@@ -63,12 +63,11 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
 std::optional<std::pair<Strategy, Prediction>> float8_what_if(const ModuleGraph& graph, const HardwareProfile& hw,
                                                               const RuntimeProfile& rt, const Cluster& cluster,
                                                               const Strategy& chosen) {
-  if (chosen.float8 != Float8Recipe::None || !rt.support.float8_linears || hw.device_is_host() ||
-      !hw.compute_capability.at_least(8, 9) || !(hw.peak_flops_fp8.value > 0) || !(hw.float8_cast_efficiency > 0))
+  if (chosen.float8 != Float8Recipe::None || !rt.support.float8_linears || float8_hardware_refusal(hw))
     return std::nullopt;
   Strategy s = chosen;
   s.float8 = Float8Recipe::Tensorwise;
-  s.float8_all_gather = rt.support.float8_all_gather && shards_params(s.kind) && s.kind != StrategyKind::Zero3;
+  s.float8_all_gather = rt.support.float8_all_gather && fsdp_family(s.kind);
   try {
     validate_strategy(s, graph.spec(), cluster, rt.support);
     return std::pair{s, simulate(SimulationInput{&graph, &hw, &rt, cluster, s})};

@@ -405,7 +405,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                     if (!grad_sync_applies(s)) s.grad_sync = GradSync::EveryMicroBatch;
                     // So does the float8 all-gather, for FSDP's candidates (fsdp, fsdp-grad-op, hsdp); the others
                     // gather nothing or gather ZeRO-3 partitions in the compute dtype.
-                    if (!shards_params(kind) || kind == StrategyKind::Zero3) s.float8_all_gather = false;
+                    if (!fsdp_family(kind)) s.float8_all_gather = false;
                     // What the capability table refuses (offload without a ZeRO stage, ZeRO-2/3 with pp, ...): not a
                     // point of the space (search_space.hpp), counted apart.
                     if (refused(s)) continue;

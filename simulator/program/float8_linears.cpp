@@ -33,15 +33,10 @@ Float8CastElems float8_cast_elems_per_token(const ModuleGraph& g, ModuleId layer
     const ModuleNode& n = g.node(leaf);
     if (!float8_linear(n, s)) continue;
     const double in = static_cast<double>(n.in_features), out = static_cast<double>(n.out_features);
-    if (tp <= 1) {
-      e.forward += in;
-      e.backward += out;
-      e.rescale += in;
-      continue;
-    }
+    // Without tp no linear is column-parallel and every share is 1: each linear casts its whole input and gradient.
     const bool column = std::find(columns.begin(), columns.end(), leaf) != columns.end();
-    const double share = tp_linear_share(m, n, tp);
-    if (s.float8 == Float8Recipe::Tensorwise) {
+    const double share = tp > 1 ? tp_linear_share(m, n, tp) : 1.0;
+    if (tp > 1 && s.float8 == Float8Recipe::Tensorwise) {
       if (column) {
         const std::string input = n.saved.empty() ? n.name : n.saved.front().id;
         if (std::find(cast_inputs.begin(), cast_inputs.end(), input) == cast_inputs.end()) {

@@ -284,7 +284,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          std::string("the float8 all-gather applies to --float8 tensorwise (torchao casts the weight "
                                      "with one scale before the gather), not ") +
                              to_string(c.s.float8));
-         if (!shards_params(c.s.kind) || c.s.kind == StrategyKind::Zero3)
+         if (!fsdp_family(c.s.kind))
            return broken(R::Float8AllGather, "--float8-all-gather",
                          std::string("the float8 all-gather is FSDP's (fsdp, fsdp-grad-op, hsdp), not ") +
                              to_string(c.s.kind) + "'s");

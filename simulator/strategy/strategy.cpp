@@ -191,11 +191,11 @@ bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s
 bool parse_grad_sync(const std::string& s, GradSync& o) { return value_of(s, o, kGradSync); }
 bool parse_float8(const std::string& s, Float8Recipe& o) { return value_of(s, o, kFloat8); }
 
-bool grad_sync_applies(const Strategy& s) {
-  const bool fsdp_family =
-      s.kind == StrategyKind::Fsdp || s.kind == StrategyKind::FsdpGradOp || s.kind == StrategyKind::Hsdp;
-  return fsdp_family && s.offload == Offload::None;
+bool fsdp_family(StrategyKind k) {
+  return k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp || k == StrategyKind::Hsdp;
 }
+
+bool grad_sync_applies(const Strategy& s) { return fsdp_family(s.kind) && s.offload == Offload::None; }
 
 bool parse_wrap(const std::string& s, WrapPolicy& w) {
   if (s == "layer") {

@@ -153,7 +153,10 @@ bool recomputes_attention(ActCkpt);
 bool recomputes_layer_forward(ActCkpt);  // the layer's forward runs again (Full, SelectiveOp)
 
 int dtype_bytes(DType);
-bool shards_params(StrategyKind);     // zero3, fsdp, fsdp-grad-op, hsdp
+bool shards_params(StrategyKind);  // zero3, fsdp, fsdp-grad-op, hsdp
+// PyTorch FSDP's kinds (fsdp, fsdp-grad-op, hsdp): what grad_sync last-micro-batch and the float8 all-gather (an FSDP2
+// extension) apply to; zero3 shards its parameters with DeepSpeed's layout.
+bool fsdp_family(StrategyKind);
 bool shards_grads(StrategyKind);      // zero2 and all that shard params
 bool shards_optimizer(StrategyKind);  // zero1 and above
 

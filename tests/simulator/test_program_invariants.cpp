@@ -143,9 +143,7 @@ TEST_CASE("float8 linears over every strategy, mesh and knob of a small model wa
                   for (int64_t accum : {1, 2}) {
                     // The float8 all-gather applies to tensorwise FSDP plans only (the capability table refuses the
                     // rest, which the test above covers): not enumerated.
-                    const bool fsdp_family =
-                        k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp || k == StrategyKind::Hsdp;
-                    if (all_gather && (recipe != Float8Recipe::Tensorwise || !fsdp_family)) continue;
+                    if (all_gather && (recipe != Float8Recipe::Tensorwise || !fsdp_family(k))) continue;
                     Strategy s;
                     s.kind = k;
                     s.hsdp_group = k == StrategyKind::Hsdp ? std::max<int64_t>(1, world / tp / 2) : 0;
