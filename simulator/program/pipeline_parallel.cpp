@@ -143,6 +143,11 @@ double in_flight_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micr
   return 1.0;
 }
 
+double in_flight_loss_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micro_batches) {
+  if (mesh.pp > 1 && mesh.pp_schedule == PipelineSchedule::Interleaved1F1B) return 1.0;
+  return in_flight_micro_batches(mesh, stage, micro_batches);
+}
+
 double pipeline_bubble_s(const MeshSpec& mesh, double micro_batch_s) {
   if (mesh.pp <= 1) return 0.0;
   const double v =

@@ -80,6 +80,12 @@ std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUn
 // Micro-batches whose activations stage `stage` holds at once under the schedule, in units of the stage's whole
 // activations of one micro-batch (interleaved: chunks of 1/v of them), over `micro_batches` per step.
 double in_flight_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micro_batches);
+// Of those, the micro-batches whose loss graph (the log-probabilities the loss saved) the loss's stage holds at once:
+// as many under GPipe and 1F1B; one under interleaved 1F1B, whose last rank holds the loss in its last model chunk
+// and spends its warm-up, (v - 1) x p chunk forwards, on its earlier chunks (torch.distributed.pipelining runs p
+// micro-batches on a chunk before the next: schedules.py _get_1f1b_rank_ops, forward chunk (step // p) % v), so that
+// each loss forward is followed by its backward.
+double in_flight_loss_micro_batches(const MeshSpec& mesh, int64_t stage, int64_t micro_batches);
 
 // The schedule's bubble: (pp - 1) / v of one micro-batch's forward and backward on the slowest stage.
 double pipeline_bubble_s(const MeshSpec& mesh, double micro_batch_s);

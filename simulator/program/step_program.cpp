@@ -1027,6 +1027,11 @@ void Emitter::emit_sharded() {
   // that one reduce-scatter.
   const bool accumulate_unsharded = !dp_plan.reduces_every_micro_batch && K > 1;
   const int first_reduced_mb = accumulate_unsharded ? K - 1 : 0;
+  // The kept gradient's bytes per element: the compute dtype's, or the reduce dtype's where the runtime upcasts it
+  // (RuntimeProfile::unsynced_grads_in_reduce_dtype; FSDP2 only when the reduce dtype differs from the compute dtype).
+  const bool kept_in_reduce_dtype =
+      accumulate_unsharded && rt.unsynced_grads_in_reduce_dtype && s.reduce_dtype != s.param_dtype;
+  const double kb = kept_in_reduce_dtype ? rb : pb;
   // Persistent: parameter shards in the master dtype (FSDP2 keeps the sharded fp32 parameter and casts
   // at all-gather: torch/distributed/fsdp/_fully_shard/_fsdp_param.py), unless offloaded.
   if (!offload_params) {
@@ -1261,18 +1266,33 @@ void Emitter::emit_sharded() {
         post.transient_bytes += full * pb;
       }
       if (accumulate_unsharded && mbi > 0) {
-        // AccumulateGrad into the kept unsharded gradient (read both, write one), this micro-batch's freed.
-        post.elementwise_bytes += 3.0 * full * pb;
+        // This micro-batch's gradient added into the kept one (read both, write the kept), then freed.
+        post.elementwise_bytes += full * (2.0 * kb + pb);
         post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
       }
       if (mbi < first_reduced_mb) {
         // Not reduced: the unit's kept gradient waits for the last micro-batch.
-        push_tp_norm_grad_sum(ui, mbi, push(post));
+        int pop = push(post);
+        if (kept_in_reduce_dtype && mbi == 0) {
+          // After the reshard, the first gradient upcast into the kept reduce-dtype copy, both alive while it is
+          // written, the compute-dtype one then freed.
+          Op up;
+          up.kind = OpKind::Reshard;
+          up.unit = ui;
+          up.micro_batch = mbi;
+          up.phase = Phase::PostBackward;
+          up.device_copy_bytes = full * (pb + rb);
+          up.on_issue.push_back({MemoryCategory::UnshardedGrads, full * rb});
+          up.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+          up.deps.push_back(pop);
+          pop = push(up);
+        }
+        push_tp_norm_grad_sum(ui, mbi, pop);
         continue;
       }
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
-      post.device_copy_bytes += rs_input > 0 ? full * pb + rs_input : 0.0;
-      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
+      post.device_copy_bytes += rs_input > 0 ? full * kb + rs_input : 0.0;
+      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * kb});
       // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
       const std::optional<MemEvent> kept =
           mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
@@ -1705,9 +1725,11 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
     // The last stage computes each micro-batch's loss in its forward, and the loss's graph, with the log-probabilities
     // it saved, lives until that micro-batch's backward (torch.distributed.pipelining's last stage calls the loss
     // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
-    // stage's loss output per micro-batch, executor/train/pipeline.cpp): a micro-batch in flight there holds them too.
-    if (e.holds_loss()) act += e.logits_elems() * e.logprob_bytes();
-    e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act;
+    // stage's loss output per micro-batch, executor/train/pipeline.cpp): a loss micro-batch in flight holds them too
+    // (pipeline_parallel.hpp in_flight_loss_micro_batches).
+    const double loss = e.holds_loss() ? e.logits_elems() * e.logprob_bytes() : 0.0;
+    e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act +
+                           (in_flight_loss_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * loss;
   }
   if (e.place.params_sharded) {
     e.emit_sharded();

@@ -147,6 +147,9 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");
     if (sh.has("pipeline_reshard_after_backward"))
       r.pipeline_keeps_units_gathered = sh.get_enum("pipeline_reshard_after_backward", {"each", "last"}) == "last";
+    if (sh.has("unsynced_grads_kept_in"))
+      r.unsynced_grads_in_reduce_dtype =
+          sh.get_enum("unsynced_grads_kept_in", {"compute-dtype", "reduce-dtype"}) == "reduce-dtype";
     if (sh.has("tp_loss_all_reduces"))
       r.tp_loss_all_reduces_fused = sh.get_enum("tp_loss_all_reduces", {"separate", "fused"}) == "fused";
     if (sh.has("unit_grads_released"))

@@ -173,6 +173,16 @@ struct RuntimeProfile {
   // resharded after forward is gathered only by a pass that follows a forward (step_program.cpp emit_sharded).
   // Optional in the file (sharding.pipeline_reshard_after_backward: each | last; absent: each).
   bool pipeline_keeps_units_gathered = false;
+  // The dtype a unit's unsharded gradient is kept in between backwards that do not reduce it (grad_sync
+  // last-micro-batch, or a pipeline schedule that turns gradient sync off: pipeline_keeps_units_gathered):
+  // - the compute dtype (false): FSDP1's no_sync accumulates into the flat parameter's low-precision gradient;
+  // - the reduce dtype when it differs from the compute dtype (true): FSDP2's post-backward without reduction reshards,
+  //   then upcasts each gradient into FSDPParam.unsharded_accumulated_grad (to_accumulated_grad_if_needed, a
+  //   reduce-dtype copy beside the compute-dtype one for a moment), and later backwards add theirs into it
+  //   (accumulate_unsharded_grad_if_needed) before the reduce-scatter reads it
+  //   (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _fsdp_param_group.py FSDPParamGroup.post_backward).
+  // Optional in the file (sharding.unsynced_grads_kept_in: compute-dtype | reduce-dtype; absent: compute-dtype).
+  bool unsynced_grads_in_reduce_dtype = false;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

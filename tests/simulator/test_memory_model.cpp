@@ -553,6 +553,56 @@ TEST_CASE("grad_sync last-micro-batch: the unsharded gradients are kept across m
   CHECK_NOTHROW(validate_strategy(s, g.spec(), Cluster{1, 4}));
 }
 
+// FSDP2 keeps an unsynced unit's gradient in the reduce dtype: its post-backward reshards, upcasts the compute-dtype
+// gradient into unsharded_accumulated_grad (both alive while it is written) and later backwards add into it; FSDP1's
+// no_sync keeps the compute-dtype flat gradient (RuntimeProfile::unsynced_grads_in_reduce_dtype).
+TEST_CASE(
+    "grad_sync last-micro-batch under FSDP2: the kept gradients are in the reduce dtype, FSDP1's in the compute") {
+  ModuleGraph g(gpt_like(2048, 8, 16));
+  const RuntimeProfile fsdp2 = runtime("pytorch"), fsdp1 = runtime("pytorch-fsdp1");
+  REQUIRE(fsdp2.unsynced_grads_in_reduce_dtype);
+  REQUIRE_FALSE(fsdp1.unsynced_grads_in_reduce_dtype);
+  Strategy s = zero_strategy(StrategyKind::Fsdp, DType::Fp32);
+  s.param_dtype = DType::Bf16;
+  s.grad_accum = 4;
+  s.grad_sync = GradSync::LastMicroBatch;
+  // What micro-batch 0 leaves allocated in unsharded gradients, and the bytes it copies in its post-backward.
+  auto kept_after_first = [&](const RuntimeProfile& rt, const Strategy& st) {
+    const StepProgram p = program(g, st, rt, 1, 4);
+    double kept = 0, copied = 0, balance = 0;
+    auto tally = [&](const Op& o, const MemEvent& e) {
+      if (e.category != MemoryCategory::UnshardedGrads) return;
+      balance += e.bytes;
+      if (o.micro_batch == 0) kept += e.bytes;
+    };
+    for (const Op& o : p.ops) {
+      for (const MemEvent& e : o.on_issue) tally(o, e);
+      for (const MemEvent& e : o.on_complete) tally(o, e);
+      if (o.micro_batch == 0 && o.phase == Phase::PostBackward) copied += o.device_copy_bytes;
+    }
+    CHECK(balance == doctest::Approx(0.0).epsilon(1e-9));
+    return std::pair{kept, copied};
+  };
+  const double P = static_cast<double>(g.total_params());
+  RuntimeProfile fsdp2_compute = fsdp2;
+  fsdp2_compute.unsynced_grads_in_reduce_dtype = false;
+  const auto [kept2, copied2] = kept_after_first(fsdp2, s);
+  const auto [kept2c, copied2c] = kept_after_first(fsdp2_compute, s);
+  CHECK(kept2 / (4.0 * P) == doctest::Approx(1.0).epsilon(0.01));
+  CHECK(kept2c / (2.0 * P) == doctest::Approx(1.0).epsilon(0.01));
+  CHECK(kept_after_first(fsdp1, s).first == doctest::Approx(kept2c));
+  // The upcast reads the bf16 gradient and writes the fp32 one.
+  CHECK(copied2 - copied2c == doctest::Approx(6.0 * P).epsilon(0.01));
+  // FSDP2 upcasts only where the reduce dtype differs from the compute dtype.
+  Strategy same = s;
+  same.reduce_dtype = DType::Bf16;
+  CHECK(kept_after_first(fsdp2, same).first == doctest::Approx(kept_after_first(fsdp2_compute, same).first));
+  // The peak carries the difference: the whole model's gradient at 2 more bytes an element (within its padding).
+  const MemoryResult m2 = walk_memory(program(g, s, fsdp2, 1, 4), fsdp2, 4);
+  const MemoryResult m2c = walk_memory(program(g, s, fsdp2_compute, 1, 4), fsdp2_compute, 4);
+  CHECK((m2.peak_allocated - m2c.peak_allocated) / (2.0 * P) == doctest::Approx(1.0).epsilon(0.02));
+}
+
 // FSDP2 / FSDP1 allocate the sharded gradients on the reduce-scatter stream; freed by zero_grad, their blocks stay in
 // that stream's pool (CUDACachingAllocator reuses a block only on its own stream): reserved beyond the fraction.
 TEST_CASE("the reduce stream's pool keeps the sharded gradients' blocks reserved at a peak where they are freed") {

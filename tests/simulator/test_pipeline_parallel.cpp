@@ -81,6 +81,16 @@ TEST_CASE("pp: micro-batches in flight per schedule (Narayanan et al. 2021 sec. 
   CHECK(in_flight_micro_batches(MeshSpec{}, 0, 8) == 1);
 }
 
+TEST_CASE("pp: the loss graphs in flight on the loss's stage: as many as micro-batches, one when interleaved") {
+  // The interleaved last rank's warm-up ((v - 1) x p chunk forwards) runs its earlier chunks only, so each loss
+  // forward is followed by its backward.
+  CHECK(in_flight_loss_micro_batches(pipeline(4, PipelineSchedule::GPipe), 3, 8) == 8);
+  CHECK(in_flight_loss_micro_batches(pipeline(4, PipelineSchedule::OneFOneB), 3, 8) == 1);
+  CHECK(in_flight_loss_micro_batches(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), 3, 8) == 1);
+  CHECK(in_flight_micro_batches(pipeline(4, PipelineSchedule::Interleaved1F1B, 2), 3, 8) == 2.5);
+  CHECK(in_flight_loss_micro_batches(MeshSpec{}, 0, 8) == 1);
+}
+
 TEST_CASE("pp: the bubble is (p - 1) / v micro-batches; v transfers per micro-batch when interleaved") {
   CHECK(pipeline_bubble_s(pipeline(4, PipelineSchedule::OneFOneB), 2.0) == 6.0);
   CHECK(pipeline_bubble_s(pipeline(4, PipelineSchedule::GPipe), 2.0) == 6.0);

@@ -214,6 +214,18 @@ TEST_CASE("runtime profile: pipeline_reshard_after_backward is optional and pars
   for (const char* name : {"pytorch", "pytorch-compile", "torchtitan", "torchtitan-compile"})
     CHECK(runtime(name).pipeline_keeps_units_gathered);
   CHECK_FALSE(runtime("fsdp-run").pipeline_keeps_units_gathered);
+  // FSDP2 keeps unsynced gradients in the reduce dtype; FSDP1's no_sync and the rest in the compute dtype.
+  for (const char* name : {"pytorch", "pytorch-compile", "torchtitan", "torchtitan-compile", "torchtitan-2503-compile",
+                           "torchtitan-2506-compile"})
+    CHECK(runtime(name).unsynced_grads_in_reduce_dtype);
+  for (const char* name : {"pytorch-fsdp1", "pytorch-fsdp1-compile", "fsdp-run", "deepspeed", "nanotron"})
+    CHECK_FALSE(runtime(name).unsynced_grads_in_reduce_dtype);
+  std::string yaml = runtime_text("pytorch");
+  const std::string key = "unsynced_grads_kept_in: reduce-dtype";
+  const size_t at = yaml.find(key);
+  REQUIRE(at != std::string::npos);
+  yaml.replace(at, key.size(), "unsynced_grads_kept_in: fp16");
+  CHECK(runtime_load_error(yaml, "unsynced").find("unsynced_grads_kept_in") != std::string::npos);
 }
 
 TEST_CASE("runtime profile: the float8 section says what runs float8, parsed strictly") {
