@@ -330,9 +330,10 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     // The slowest stage: the longest step without its own bubble (interleaved: with it, as before).
     auto paced = [&](const TimelineResult& t) { return interleaved ? t.step_s : t.step_s - t.pipeline_bubble_s; };
     size_t slowest = 0;
-    std::vector<double> per_micro_batch;
+    std::vector<double> per_micro_batch, reduction_tails;
     for (size_t j = 0; j < times.size(); ++j) {
       per_micro_batch.push_back(times[j].pipeline_micro_batch_s);
+      reduction_tails.push_back(times[j].pipeline_reduction_tail_s);
       if (paced(times[j]) > paced(times[slowest])) slowest = j;
     }
     p.time = std::move(times[slowest]);
@@ -350,6 +351,17 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       p.time.step_s += fill_drain - p.time.pipeline_bubble_s;
       p.time.pipeline_bubble_s = fill_drain;
     }
+    // A stage whose reductions follow its whole backward sends the last micro-batch's input gradient only once they
+    // are done (DataParallelPlan::reduces_after_stage_backward), so the last backward reaches the stage before it that
+    // much later: every other stage's reduction tail is on the drain's path, in turn (the slowest stage's own is in
+    // its step already). Interleaved 1F1B times the first and the last stage only: the ranks between, decoder layers
+    // only, take the first's.
+    double others_tails = 0;
+    for (size_t j = 0; j < reduction_tails.size(); ++j)
+      if (j != slowest) others_tails += reduction_tails[j];
+    others_tails += static_cast<double>(s.mesh.pp - static_cast<int64_t>(reduction_tails.size())) * reduction_tails[0];
+    p.time.step_s += others_tails;
+    p.time.pipeline_bubble_s += others_tails;
   }
   p.usable_bytes = in.hardware->usable_device_memory.value;
   p.fits = p.memory.device_total <= p.usable_bytes;

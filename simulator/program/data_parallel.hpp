@@ -80,6 +80,14 @@ struct DataParallelPlan {
   // refuses no_sync with partitioned gradients), the sharded (FSDP) family unless grad_sync last-micro-batch (FSDP1
   // no_sync, FSDP2 set_requires_gradient_sync(False)); replicas (DDP no_sync) only on the last.
   bool reduces_every_micro_batch = false;
+  // The last micro-batch's reductions are issued after the stage's whole backward, not unit by unit inside it:
+  // torch.distributed.pipelining runs every backward with gradient sync off and then FSDP2's post-backward of every
+  // group by hand (stage.py backward_maybe_with_nosync, last_backward: run_post_backward, then
+  // _root_post_backward_final_callback, whose finalize_backward makes the compute stream wait for the reductions), so
+  // the schedule's send of that micro-batch's input gradient follows them (schedules.py: get_bwd_send_ops after
+  // backward_one_chunk). Pipeline stages of a runtime whose schedule keeps the units gathered
+  // (RuntimeProfile::pipeline_keeps_units_gathered).
+  bool reduces_after_stage_backward = false;
   // Replicated parameters with partitioned gradients (ZeRO-2): each bucket's full gradient is held until it is
   // reduce-scattered into this rank's partition (stage_1_and_2.py average_tensor / reduce_ipg_grads).
   bool partitions_replicated_grads = false;

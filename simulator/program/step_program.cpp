@@ -1139,6 +1139,67 @@ void Emitter::emit_sharded() {
       if (!gathered[i] || (kept_regathered_in_backward(mbi) && !regathered[i] && keep_after_forward(ui)))
         gather(ui, true);
     };
+    // A unit's post-backward `post` (its reshard, and its accumulation where it had one) completed by the copy-in and
+    // the reduce-scatter of its gradient, issued now; `norm_sum`: with the tensor-parallel norm gradients' sum.
+    int last_reduction = -1;
+    auto reduce_unit = [&](Op post, int ui, bool norm_sum) {
+      const double full = padded(train(ui));
+      const double full_bytes = gathered_bytes(ui);
+      const double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
+      post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
+      post.device_copy_bytes += rs_input > 0 ? full * kb + rs_input : 0.0;
+      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * kb});
+      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
+      const std::optional<MemEvent> kept =
+          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
+      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
+      // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
+      // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
+      // hook reshards between the copy-in and the issue), so only what exceeds them raises the post-backward's peak.
+      if (rt.unit_grads_held_through_reduce_issue) {
+        double issued = 0;
+        for (const MemEvent& e : r.on_issue)
+          if (e.category == MemoryCategory::CommBuffers) issued += e.bytes;
+        const double resharded = held[static_cast<size_t>(ui)] ? 0.0 : full_bytes;
+        post.transient_bytes = std::max(post.transient_bytes, issued - resharded);
+      }
+      int pop = push(post);
+      if (norm_sum) push_tp_norm_grad_sum(ui, mbi, pop);
+      // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
+      // reduce-scatter (fsdp-run's ShardedModel wait_pending; one reduction step in flight).
+      if (deferred_replica.kind == OpKind::AllReduce) {
+        deferred_replica.deps.push_back(pop);
+        last_rs[static_cast<size_t>(deferred_replica.unit)] = last_reduction = push(deferred_replica);
+        deferred_replica = Op{};
+      }
+      r.deps.push_back(pop);
+      int rop = push(r);
+      last_reduction = rop;
+      last_rs[static_cast<size_t>(ui)] = rop;
+      if (hsdp && mbi == K - 1 && prog.layout.replicas > 1) {
+        // HSDP: the accumulated gradient shard summed over the replicas (data_parallel.hpp) once the reduce-scatter
+        // has landed: issued at the next unit's post-backward, or at the end of the backward for the last unit.
+        Op a = dp_replica_all_reduce_op(dp, ui, mbi, shard(train(ui)));
+        a.deps.push_back(rop);
+        deferred_replica = a;
+      }
+      if (s.offload != Offload::None && mbi == K - 1) {
+        // ZeRO-Offload copies each gradient partition to the host as soon as it is reduced, overlapping
+        // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2).
+        Op d;
+        d.kind = OpKind::CopyToHost;
+        d.stream = Stream::DeviceToHost;
+        d.unit = ui;
+        d.micro_batch = mbi;
+        d.phase = Phase::GradientsToHost;
+        d.copy_bytes = shard(train(ui)) * rb;
+        d.deps.push_back(rop);
+        push(d);
+        grads_copied_per_unit = true;
+      }
+    };
+    const bool defer_reduction = dp_plan.reduces_after_stage_backward && mbi == K - 1;
+    std::vector<int> reduced_after_backward;
     // ---- forward ----
     pp_before_forward(mbi);
     int last_bwd = -1;
@@ -1248,8 +1309,7 @@ void Emitter::emit_sharded() {
       // Post-backward (on the compute stream, once the unit's gradients are complete): the gradients are
       // copied into the reduce-scatter input in the reduce dtype while the unsharded parameters and the
       // per-parameter gradients are still alive (FSDP2 foreach_reduce's copy-in; fsdp-run's flat buffer),
-      // then the parameters are resharded and the per-parameter gradients released.
-      const double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
+      // then the parameters are resharded and the per-parameter gradients released (reduce_unit).
       Op post;
       post.kind = OpKind::Reshard;
       post.unit = ui;
@@ -1257,7 +1317,8 @@ void Emitter::emit_sharded() {
       post.phase = Phase::PostBackward;
       // Kept by the schedule until the last micro-batch's backward (keeps_gathered), else resharded here.
       held[static_cast<size_t>(ui)] = keeps_gathered && mbi < K - 1;
-      if (!held[static_cast<size_t>(ui)]) post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
+      if (!held[static_cast<size_t>(ui)] && !defer_reduction)
+        post.on_complete.push_back({MemoryCategory::UnshardedParams, -full_bytes});
       post.deps.push_back(bop);
       // FSDP1: the per-parameter gradients concatenated into the flat gradient (read them, write it), on the compute
       // stream at the end of the unit's backward, while both are alive.
@@ -1290,64 +1351,36 @@ void Emitter::emit_sharded() {
         push_tp_norm_grad_sum(ui, mbi, pop);
         continue;
       }
-      post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
-      post.device_copy_bytes += rs_input > 0 ? full * kb + rs_input : 0.0;
-      if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * kb});
-      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
-      const std::optional<MemEvent> kept =
-          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
-      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
-      // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
-      // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
-      // hook reshards between the copy-in and the issue), so only what exceeds them raises the post-backward's peak.
-      if (rt.unit_grads_held_through_reduce_issue) {
-        double issued = 0;
-        for (const MemEvent& e : r.on_issue)
-          if (e.category == MemoryCategory::CommBuffers) issued += e.bytes;
-        const double resharded = held[static_cast<size_t>(ui)] ? 0.0 : full_bytes;
-        post.transient_bytes = std::max(post.transient_bytes, issued - resharded);
+      if (defer_reduction) {
+        // The unit's gradient is complete (added into the kept one); the reshard and the reduction wait for the
+        // stage's whole backward (DataParallelPlan::reduces_after_stage_backward).
+        push_tp_norm_grad_sum(ui, mbi, push(post));
+        reduced_after_backward.push_back(ui);
+        continue;
       }
-      int pop = push(post);
-      push_tp_norm_grad_sum(ui, mbi, pop);
-      // The previous unit's replica all-reduce is issued here, when this post-backward waits for that unit's
-      // reduce-scatter (fsdp-run's ShardedModel wait_pending; one reduction step in flight).
-      if (deferred_replica.kind == OpKind::AllReduce) {
-        deferred_replica.deps.push_back(pop);
-        last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
-        deferred_replica = Op{};
-      }
-      r.deps.push_back(pop);
-      int rop = push(r);
-      last_rs[static_cast<size_t>(ui)] = rop;
-      if (hsdp && mbi == K - 1 && prog.layout.replicas > 1) {
-        // HSDP: the accumulated gradient shard summed over the replicas (data_parallel.hpp) once the reduce-scatter
-        // has landed: issued at the next unit's post-backward, or at the end of the backward for the last unit.
-        Op a = dp_replica_all_reduce_op(dp, ui, mbi, shard(train(ui)));
-        a.deps.push_back(rop);
-        deferred_replica = a;
-      }
-      if (s.offload != Offload::None && mbi == K - 1) {
-        // ZeRO-Offload copies each gradient partition to the host as soon as it is reduced, overlapping
-        // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2).
-        Op d;
-        d.kind = OpKind::CopyToHost;
-        d.stream = Stream::DeviceToHost;
-        d.unit = ui;
-        d.micro_batch = mbi;
-        d.phase = Phase::GradientsToHost;
-        d.copy_bytes = shard(train(ui)) * rb;
-        d.deps.push_back(rop);
-        push(d);
-        grads_copied_per_unit = true;
-      }
+      reduce_unit(post, ui, true);
+    }
+    // After the stage's backward: each unit's post-backward (its reshard and copy-in) and reduction, in the order the
+    // backward completed them; the compute stream waits for them before the input gradient is sent.
+    for (int ui : reduced_after_backward) {
+      Op post;
+      post.kind = OpKind::Reshard;
+      post.unit = ui;
+      post.micro_batch = mbi;
+      post.phase = Phase::PostBackward;
+      post.on_complete.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
+      post.deps.push_back(last_bwd);
+      if (prog.first_reduction_after_backward < 0)
+        prog.first_reduction_after_backward = static_cast<int>(prog.ops.size());
+      reduce_unit(post, ui, false);
     }
     // The last unit's replica all-reduce, issued when the end of the backward waits for its reduce-scatter.
     if (deferred_replica.kind == OpKind::AllReduce) {
-      last_rs[static_cast<size_t>(deferred_replica.unit)] = push(deferred_replica);
+      last_rs[static_cast<size_t>(deferred_replica.unit)] = last_reduction = push(deferred_replica);
       deferred_replica = Op{};
     }
     if (free_late >= 0) reshard(free_late);
-    pp_after_backward(mbi, last_bwd);
+    pp_after_backward(mbi, defer_reduction && last_reduction >= 0 ? last_reduction : last_bwd);
     if (mbi == K - 1) push_adapter_all_reduce(mbi);
   }
   emit_optimizer();

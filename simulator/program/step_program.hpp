@@ -190,6 +190,10 @@ struct StepProgram {
   double host_bytes_per_rank = 0;         // host-resident state for offload (pinned buffers included)
   double pinned_bytes_per_rank = 0;
   int communicators = 0;  // NCCL communicators this rank holds
+  // The first op of the last micro-batch's reductions issued after the stage's whole backward
+  // (DataParallelPlan::reduces_after_stage_backward), or -1: the timeline measures the stage's reduction tail from
+  // the end of the work before it.
+  int first_reduction_after_backward = -1;
 };
 
 struct ProgramInput {

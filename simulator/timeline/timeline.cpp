@@ -38,8 +38,9 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // in program order: one pass over the program, whose ops are large, instead of several. Sums are taken in program
   // order as before and maxima are exact in any order, so every result is bit-identical.
   const int64_t K = s.grad_accum;
-  double end = 0;             // the latest end of any op
-  double before_barrier = 0;  // ... of the ops before the first that waits for every collective
+  double end = 0;                // the latest end of any op
+  double before_barrier = 0;     // ... of the ops before the first that waits for every collective
+  double before_reductions = 0;  // ... of the ops before the stage's reductions after its backward
   bool barrier_seen = false;
   double compute_end = 0;                       // ... of the compute ops
   double offload_end = 0;                       // ... of the offload ops (copies and the host optimizer)
@@ -110,6 +111,8 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     end = std::max(end, done.end);
     barrier_seen = barrier_seen || op.after_all_comm;
     if (!barrier_seen) before_barrier = std::max(before_barrier, done.end);
+    if (p.first_reduction_after_backward >= 0 && static_cast<int>(i) < p.first_reduction_after_backward)
+      before_reductions = std::max(before_reductions, done.end);
     if ((op.stream == Stream::AllGather || op.stream == Stream::ReduceScatter) && done.end > done.start)
       comm.emplace_back(done.start, done.end);
     if (op.stream == Stream::HostToDevice || op.stream == Stream::DeviceToHost || op.stream == Stream::Host)
@@ -179,7 +182,11 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   // Pipeline parallelism: the schedule's bubble, (pp - 1) / v of one micro-batch's work on this stage
   // (pipeline_parallel.hpp; Narayanan et al. 2021 sec. 2.2): the stage idles while the pipeline fills and drains.
   if (p.layout.pp > 1) {
-    const double micro_batch_s = (end - r.optimizer_phase_s) / static_cast<double>(K);
+    // The reductions after the stage's backward delay its input gradient's send, so they sit on the drain's path once
+    // (simulate.cpp), not in each micro-batch.
+    if (p.first_reduction_after_backward >= 0)
+      r.pipeline_reduction_tail_s = std::max(0.0, before_barrier - before_reductions);
+    const double micro_batch_s = (end - r.optimizer_phase_s - r.pipeline_reduction_tail_s) / static_cast<double>(K);
     r.pipeline_micro_batch_s = micro_batch_s;
     r.pipeline_bubble_s = pipeline_bubble_s(s.mesh, micro_batch_s);
     end += r.pipeline_bubble_s;

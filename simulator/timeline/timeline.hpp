@@ -36,6 +36,10 @@ struct TimelineResult {
   // The stage's forward and backward of one micro-batch, the bubble's unit: its step before the optimizer phase over
   // the micro-batches (pp > 1 only).
   double pipeline_micro_batch_s = 0;
+  // The stage's reductions issued after its whole backward (StepProgram::first_reduction_after_backward): from the end
+  // of the work before them to the end of the work before the optimizer phase; not in pipeline_micro_batch_s. 0 where
+  // the program has none.
+  double pipeline_reduction_tail_s = 0;
   // The compute stream's wait for the host to issue its work (StepProgram::host_issue; in compute_s, not in
   // exposed_comm_s): the step is host-bound by this much.
   double host_wait_s = 0;

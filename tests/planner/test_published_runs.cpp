@@ -158,8 +158,11 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // about 3 points. And torchtitan's only published FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x
 // PP 8, float8 + async TP, full AC), priced with the micro-batch count torchtitan's defaults give (pipeline_llama.py:
 // pp micro-batches of the local batch; micro_batch_inferred) and its 405B toml's float8 all-gather, the stage's
-// gradient sync deferred to the last backward as torch.distributed.pipelining does (data_parallel.cpp): 1F1B +11.7%,
-// interleaved 1F1B (2 stages a rank) +11.6%, the CP-1 row at sequence 32768 +11.3%; their reserved memory (max over
+// gradient sync deferred to the last backward as torch.distributed.pipelining does (data_parallel.cpp), its
+// reductions after the stage's whole backward and before the input gradient's send, so every stage's are on the
+// drain's path (DataParallelPlan::reduces_after_stage_backward): 1F1B +1.8%, interleaved 1F1B (2 stages a rank) -1.3%,
+// the CP-1 row at sequence 32768 +3.7% (+11.7%, +11.6%, +11.3% with the reductions inside the backward; gated by the
+// torchtitan mesh rows' band); their reserved memory (max over
 // ranks, measured 82.5 / 72.7 / 75.3 GiB) -8.8%, +6.4% and -0.1% with FSDP2's unsynced gradients kept in the reduce
 // dtype (fp32) between backwards (runtime_profile.hpp unsynced_grads_in_reduce_dtype) and the interleaved last rank
 // holding one micro-batch's loss (pipeline_parallel.hpp in_flight_loss_micro_batches); -27.6%, -1.8%, -20.6% before,
@@ -330,7 +333,7 @@ TEST_CASE("published runs: every row simulated against its measurement, the tabl
       REQUIRE(r.time_error);
       ++titan_mesh_float8_priced;
       if (r.row->pp > 1) ++titan_mesh_pipeline;
-      CHECK(std::fabs(*r.time_error) <= kFloat8MeshTimeRowBand);
+      CHECK(std::fabs(*r.time_error) <= (r.row->pp > 1 ? kTitanMeshTimeRowBand : kFloat8MeshTimeRowBand));
       if (r.memory_error) CHECK(std::fabs(*r.memory_error) <= kFloat8MemoryRowBand);
       continue;
     }

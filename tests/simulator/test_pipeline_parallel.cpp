@@ -396,3 +396,57 @@ TEST_CASE("pp: a schedule that keeps the stage's units gathered defers their gra
   CHECK(reduce_scatters(titan, every) == reduce_scatters(titan, last));
   CHECK(reduce_scatters(st.rt, every) == 3 * reduce_scatters(titan, every));
 }
+
+TEST_CASE("pp: pipelining reduces after the stage's backward, and the drain waits for every stage's reductions") {
+  // torch.distributed.pipelining (torchtitan): every backward with gradient sync off, then FSDP2's post-backward by
+  // hand after the stage's last backward, the compute stream waiting for its reductions before the input gradient is
+  // sent; fsdp-run reduces each unit inside the backward.
+  const Setup& st = setup();
+  const RuntimeProfile titan = load_runtime("torchtitan", FSDP_SOURCE_ROOT);
+  const Strategy s = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  const SimulationInput in{&st.graph, &st.hw, &titan, Cluster{2, 8}, s};
+  const StepProgram prog = emit_stage_program(in, 1);
+  REQUIRE(prog.first_reduction_after_backward > 0);
+  int last_backward = -1, first_rs = -1, last_rs = -1, send = -1;
+  for (size_t i = 0; i < prog.ops.size(); ++i) {
+    const Op& op = prog.ops[i];
+    if (op.micro_batch != 7) continue;
+    const int at = static_cast<int>(i);
+    if (op.kind == OpKind::Backward) last_backward = at;
+    if (op.kind == OpKind::ReduceScatter) {
+      if (first_rs < 0) first_rs = at;
+      last_rs = at;
+    }
+    if (op.phase == Phase::PipelineSendGradients) send = at;
+  }
+  REQUIRE(last_backward >= 0);
+  REQUIRE(send >= 0);
+  CHECK(first_rs > last_backward);
+  CHECK(prog.first_reduction_after_backward > last_backward);
+  CHECK(prog.first_reduction_after_backward < first_rs);
+  CHECK(std::count(prog.ops[static_cast<size_t>(send)].deps.begin(), prog.ops[static_cast<size_t>(send)].deps.end(),
+                   last_rs) == 1);
+  const SimulationInput run_in{&st.graph, &st.hw, &st.rt, Cluster{2, 8}, s};
+  const StepProgram fsdp_run_prog = emit_stage_program(run_in, 1);
+  CHECK(fsdp_run_prog.first_reduction_after_backward == -1);
+  CHECK(run_timeline(fsdp_run_prog, st.hw, run_in.cluster, s).pipeline_reduction_tail_s == 0);
+  // The step: the slowest stage's own (its tail in it), the fill and drain through the others at their paces, and
+  // each other stage's reduction tail once.
+  std::vector<double> paces, tails, steps;  // steps: without the stage's own bubble, what sets the slowest
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    const TimelineResult t = run_timeline(emit_stage_program(in, stage), st.hw, in.cluster, s);
+    steps.push_back(t.step_s - t.pipeline_bubble_s);
+    CHECK(t.pipeline_reduction_tail_s > 0);
+    CHECK(t.pipeline_micro_batch_s ==
+          doctest::Approx((t.step_s - t.pipeline_bubble_s - t.optimizer_phase_s - t.pipeline_reduction_tail_s) / 8.0));
+    paces.push_back(t.pipeline_micro_batch_s);
+    tails.push_back(t.pipeline_reduction_tail_s);
+  }
+  const Prediction p = simulate(in);
+  const size_t slowest = static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin());
+  double others = 0;
+  for (size_t j = 0; j < 4; ++j)
+    if (j != slowest) others += paces[j] + tails[j];
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
+  CHECK(p.time.pipeline_reduction_tail_s == doctest::Approx(tails[slowest]));
+}
