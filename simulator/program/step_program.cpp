@@ -157,6 +157,43 @@ struct Emitter {
   // first micro-batch's transfer to the last one's (program/pipeline_parallel.hpp in_flight_micro_batches).
   double pp_in_flight_bytes = 0;
   bool pp_in_flight_held = false;
+  // A pipeline stage's output, held from its forward to its backward by every schedule (the backward runs on it:
+  // torch.distributed.pipelining's fwd_cache, nanotron's activations requiring backward, fsdp-run's
+  // executor/train/pipeline.cpp), and where the runtime keeps it to the step's end
+  // (RuntimeProfile::pipeline_outputs_to_step_end) until then: how many micro-batches' outputs are held so far, and
+  // what is freed when the step ends.
+  int64_t pp_outputs_held = 0;
+  double pp_outputs_freed_at_end = 0;
+  // Whether this stage keeps its outputs to the step's end; under either setting the loss's stage outputs its logits.
+  bool keeps_stage_outputs() const {
+    using K = RuntimeProfile::PipelineOutputsKept;
+    if (prog.layout.pp <= 1) return false;
+    return rt.pipeline_outputs_to_step_end == K::EveryStage ||
+           (rt.pipeline_outputs_to_step_end == K::LastStage && holds_loss());
+  }
+  bool loss_stage_outputs_logits() const {
+    return prog.layout.pp > 1 && rt.pipeline_outputs_to_step_end != RuntimeProfile::PipelineOutputsKept::None;
+  }
+  // Elements of one micro-batch's transfer between stages, and of the stage's output: s x b x h (1/tp of it with
+  // sequence parallelism), or the logits across nanotron's head-to-loss boundary.
+  double pp_transfer_elems(bool logits) const {
+    if (logits) return logits_elems();
+    double elems = tokens * static_cast<double>(g.spec().hidden_size);
+    if (s.mesh.tp > 1 && s.mesh.sequence_parallel) elems /= static_cast<double>(s.mesh.tp);
+    return elems;
+  }
+  // This micro-batch's output held by the stage (`bytes` each): to the step's end with those of the micro-batches
+  // since the last emitted one (the one emitted in the middle stands for them), or to its backward.
+  void hold_stage_output(Op& op, int mbi, double bytes) {
+    if (keeps_stage_outputs()) {
+      const int64_t held_after = static_cast<int64_t>(mbi) + 1;
+      op.on_issue.push_back({MemoryCategory::Activations, static_cast<double>(held_after - pp_outputs_held) * bytes});
+      pp_outputs_freed_at_end += static_cast<double>(held_after - pp_outputs_held) * bytes;
+      pp_outputs_held = held_after;
+    } else {
+      op.on_issue.push_back({MemoryCategory::Activations, bytes});
+    }
+  }
   // The final norm and the head, and the loss (with nanotron's fp32 cast): on the last stage, or on two
   // (StepLayout::head_stage, loss_stage; pipeline_parallel.hpp pipeline_split_by_cost).
   bool holds_head() const { return prog.layout.holds_head(); }
@@ -739,9 +776,7 @@ struct Emitter {
   // lm_head's sharded_logits are the cast_to_fp32 PipelineBlock's input, sent by pipeline_parallel/functional.py
   // send_to_pipeline_state_buffer; their gradient comes back the same size).
   int push_pp(Phase phase, int mbi, int dep, bool logits = false) {
-    double elems = tokens * static_cast<double>(g.spec().hidden_size);
-    if (s.mesh.tp > 1 && s.mesh.sequence_parallel) elems /= static_cast<double>(s.mesh.tp);
-    if (logits) elems = logits_elems();
+    const double elems = pp_transfer_elems(logits);
     Op op = collective_op(OpKind::PipelineTransfer, Stream::Pipeline, phase, CollectiveKind::SendRecv,
                           GroupKind::Pipeline, wire_bytes(elems, pb, GroupKind::Pipeline),
                           wire_type(s.param_dtype, GroupKind::Pipeline), -1, mbi);
@@ -788,7 +823,12 @@ struct Emitter {
     }
     const int sent =
         push_pp(Phase::PipelineSendActivations, mbi, static_cast<int>(prog.ops.size()) - 1, sends_logits());
-    push_pp(Phase::PipelineRecvGradients, mbi, sent, sends_logits());
+    const double output = pp_transfer_elems(sends_logits()) * pb;
+    hold_stage_output(prog.ops[static_cast<size_t>(sent)], mbi, output);
+    const int received = push_pp(Phase::PipelineRecvGradients, mbi, sent, sends_logits());
+    // Its backward runs on the output: released then, unless the runtime keeps it to the step's end.
+    if (!keeps_stage_outputs())
+      prog.ops[static_cast<size_t>(received)].on_complete.push_back({MemoryCategory::Activations, -output});
   }
   // After a micro-batch's backward: a stage after the first sends its input's gradient back.
   void pp_after_backward(int mbi, int last_backward) {
@@ -899,9 +939,13 @@ struct Emitter {
     if (compiled) {
       l.transient_bytes = 0;
       l.on_issue = {};
-      l.on_issue.push_back({MemoryCategory::Activations, logits});
+      // The logits it saves are the stage's output where the schedule computes the loss on it (below): counted there.
+      if (!loss_stage_outputs_logits()) l.on_issue.push_back({MemoryCategory::Activations, logits});
       l.elementwise_bytes = logits;
     }
+    // A schedule that computes the loss on the stage's output (torch.distributed.pipelining) holds the logits to this
+    // micro-batch's backward, or to the step's end.
+    if (loss_stage_outputs_logits()) hold_stage_output(l, mbi, logits);
     push_tp_head(mbi, false, -1);
     const int lop = push(l);
     if (s.mesh.tp > 1) {
@@ -931,7 +975,10 @@ struct Emitter {
     // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
     else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
       lb.transient_bytes = logprobs + (rt.logits_kept_by_caller ? logits : 0.0);
-    lb.on_complete.push_back({MemoryCategory::Activations, -((compiled ? logits : logprobs) + head_act)});
+    const double saved = compiled ? (loss_stage_outputs_logits() ? 0.0 : logits) : logprobs;
+    lb.on_complete.push_back({MemoryCategory::Activations, -(saved + head_act)});
+    if (loss_stage_outputs_logits() && !keeps_stage_outputs())
+      lb.on_complete.push_back({MemoryCategory::Activations, -logits});
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
@@ -1760,7 +1807,14 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
     // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
     // stage's loss output per micro-batch, executor/train/pipeline.cpp): a loss micro-batch in flight holds them too
     // (pipeline_parallel.hpp in_flight_loss_micro_batches).
-    const double loss = e.holds_loss() ? e.logits_elems() * e.logprob_bytes() : 0.0;
+    double loss = e.holds_loss() ? e.logits_elems() * e.logprob_bytes() : 0.0;
+    // Each holds its output too (Emitter::hold_stage_output): the logits on the loss's stage where the schedule
+    // computes the loss on them, else what it sends.
+    if (e.holds_loss()) {
+      if (e.loss_stage_outputs_logits()) loss += e.logits_elems() * e.pb;
+    } else {
+      act += e.pp_transfer_elems(e.sends_logits()) * e.pb;
+    }
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act +
                            (in_flight_loss_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * loss;
   }
@@ -1769,6 +1823,9 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   } else {
     e.emit_replicated();
   }
+  // The stage's outputs kept to the step's end are released when the next step starts: after this step's last op.
+  if (e.pp_outputs_freed_at_end > 0)
+    e.prog.ops.back().on_complete.push_back({MemoryCategory::Activations, -e.pp_outputs_freed_at_end});
   // Parameter offload: the parameter shards live on the host, where the optimizer updates them in place
   // (FSDP CPUOffload: the fp32 sharded parameters are the optimizer's, torch/distributed/fsdp/
   // _fully_shard/_fsdp_param.py offload_to_cpu), so they are the master copy emit_optimizer already

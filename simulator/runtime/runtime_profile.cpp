@@ -147,6 +147,12 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");
     if (sh.has("pipeline_reshard_after_backward"))
       r.pipeline_keeps_units_gathered = sh.get_enum("pipeline_reshard_after_backward", {"each", "last"}) == "last";
+    if (sh.has("pipeline_outputs_to_step_end")) {
+      const std::string kept = sh.get_enum("pipeline_outputs_to_step_end", {"none", "last-stage", "every-stage"});
+      r.pipeline_outputs_to_step_end = kept == "every-stage"  ? RuntimeProfile::PipelineOutputsKept::EveryStage
+                                       : kept == "last-stage" ? RuntimeProfile::PipelineOutputsKept::LastStage
+                                                              : RuntimeProfile::PipelineOutputsKept::None;
+    }
     if (sh.has("unsynced_grads_kept_in"))
       r.unsynced_grads_in_reduce_dtype =
           sh.get_enum("unsynced_grads_kept_in", {"compute-dtype", "reduce-dtype"}) == "reduce-dtype";

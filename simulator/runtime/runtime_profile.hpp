@@ -183,6 +183,15 @@ struct RuntimeProfile {
   //   (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, _fsdp_param_group.py FSDPParamGroup.post_backward).
   // Optional in the file (sharding.unsynced_grads_kept_in: compute-dtype | reduce-dtype; absent: compute-dtype).
   bool unsynced_grads_in_reduce_dtype = false;
+  // Which pipeline stages keep each micro-batch's output to the step's end, beyond its backward (until which every
+  // schedule holds it, to call the backward on it): none; the last stage's (its logits), torch.distributed.pipelining
+  // since pytorch/pytorch#153383 (2025-05-13: stage.py forward_one_chunk, `if self.is_last:
+  // self.output_chunks.append(output)`, for the schedule's merged return value); every stage's, the same before it
+  // (every forward output appended). output_chunks is cleared when the next step starts (clear_runtime_states). With
+  // either, the last stage's output is the logits, the loss computed by the schedule on them. Optional in the file
+  // (sharding.pipeline_outputs_to_step_end: none | last-stage | every-stage; absent: none).
+  enum class PipelineOutputsKept { None, LastStage, EveryStage };
+  PipelineOutputsKept pipeline_outputs_to_step_end = PipelineOutputsKept::None;
   // DeepSpeed's ZeRO-3 (deepspeed/runtime/zero/stage3.py), optional in the file (absent: false / 0, PyTorch's):
   // - a master partition of its own even when the master dtype is the parameters' (bf16_master_weights_and_grads);
   bool zero3_master_copy_same_dtype = false;

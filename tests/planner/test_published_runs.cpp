@@ -163,9 +163,11 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // drain's path (DataParallelPlan::reduces_after_stage_backward): 1F1B +1.8%, interleaved 1F1B (2 stages a rank) -1.3%,
 // the CP-1 row at sequence 32768 +3.7% (+11.7%, +11.6%, +11.3% with the reductions inside the backward; gated by the
 // torchtitan mesh rows' band); their reserved memory (max over
-// ranks, measured 82.5 / 72.7 / 75.3 GiB) -8.8%, +6.4% and -0.1% with FSDP2's unsynced gradients kept in the reduce
-// dtype (fp32) between backwards (runtime_profile.hpp unsynced_grads_in_reduce_dtype) and the interleaved last rank
-// holding one micro-batch's loss (pipeline_parallel.hpp in_flight_loss_micro_batches); -27.6%, -1.8%, -20.6% before,
+// ranks, measured 82.5 / 72.7 / 75.3 GiB) -7.1%, +9.8% and +1.8% with FSDP2's unsynced gradients kept in the reduce
+// dtype (fp32) between backwards (runtime_profile.hpp unsynced_grads_in_reduce_dtype), the interleaved last rank
+// holding one micro-batch's loss (pipeline_parallel.hpp in_flight_loss_micro_batches) and each stage's outputs held to
+// the step's end (runtime_profile.hpp pipeline_outputs_to_step_end: -8.8%, +6.4%, -0.1% without); -27.6%, -1.8%,
+// -20.6% before,
 // -43.0%, -20.7%, -37.6% with the gradients reduced every micro-batch. Gated by the float8 rows' memory band. Listed,
 // not priced (count and reason gated so that none is lost or priced as bf16 by accident): the eager 2024-08 405B float8
 // row (refused: float8 is priced compiled only).

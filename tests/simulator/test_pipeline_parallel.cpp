@@ -177,9 +177,10 @@ TEST_CASE("pp: GPipe holds every micro-batch's activations, 1F1B at most pp on t
   const double one = first_stage_activations(fsdp_pp(4, PipelineSchedule::OneFOneB, 8));
   const double gpipe = first_stage_activations(fsdp_pp(4, PipelineSchedule::GPipe, 8));
   const double single = first_stage_activations(fsdp_pp(4, PipelineSchedule::OneFOneB, 1));
-  // Full checkpointing: each micro-batch in flight keeps its 8 layers' inputs (s x h in bf16 each, 32 MiB): GPipe
-  // holds 8 micro-batches, 1F1B 4 on stage 0, one alone 1; the peak adds the working set of one layer.
-  const double inputs = 8.0 * 4096.0 * 4096.0 * 2.0;
+  // Full checkpointing: each micro-batch in flight keeps its 8 layers' inputs and the stage's output, held for its
+  // backward (s x h in bf16 each, 32 MiB): GPipe holds 8 micro-batches, 1F1B 4 on stage 0, one alone 1; the peak adds
+  // the working set of one layer.
+  const double inputs = (8.0 + 1.0) * 4096.0 * 4096.0 * 2.0;
   CHECK(gpipe - one == doctest::Approx(4.0 * inputs).epsilon(0.01));
   CHECK(one - single == doctest::Approx(3.0 * inputs).epsilon(0.01));
 }
@@ -449,4 +450,46 @@ TEST_CASE("pp: pipelining reduces after the stage's backward, and the drain wait
     if (j != slowest) others += paces[j] + tails[j];
   CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
   CHECK(p.time.pipeline_reduction_tail_s == doctest::Approx(tails[slowest]));
+}
+
+TEST_CASE("pp: a stage holds each micro-batch's output for its backward, torch's pipelining to the step's end") {
+  // Every schedule runs the backward on the stage's output (fsdp-run's pipeline.cpp keeps it per micro-batch in
+  // flight); torch.distributed.pipelining also appends it to output_chunks, cleared when the next step starts: every
+  // stage's at torchtitan's end-2024 nightly, the last stage's (the logits) since pytorch/pytorch#153383.
+  const Setup& st = setup();
+  using K = RuntimeProfile::PipelineOutputsKept;
+  CHECK(load_runtime("torchtitan", FSDP_SOURCE_ROOT).pipeline_outputs_to_step_end == K::EveryStage);
+  CHECK(load_runtime("pytorch", FSDP_SOURCE_ROOT).pipeline_outputs_to_step_end == K::LastStage);
+  CHECK(st.rt.pipeline_outputs_to_step_end == K::None);
+  const Strategy s = fsdp_pp(4, PipelineSchedule::OneFOneB, 8);
+  const double output = 4096.0 * 4096.0 * 2.0;  // s x h in bf16, what stage 1 sends
+  // The output events of stage 1's program: allocated with each send, freed with each gradient received (fsdp-run),
+  // or all freed after the step's last op (torchtitan: the emitted micro-batches 0, 1 and 7 hold 1, 1 and 6).
+  auto outputs = [&](const RuntimeProfile& rt) {
+    const StepProgram p = emit_stage_program(SimulationInput{&st.graph, &st.hw, &rt, Cluster{2, 8}, s}, 1);
+    std::vector<double> sent, freed_at_receive;
+    double freed_at_end = 0;
+    for (const MemEvent& e : p.ops.back().on_complete)
+      if (e.category == MemoryCategory::Activations) freed_at_end -= e.bytes;
+    for (const Op& op : p.ops) {
+      if (op.phase == Phase::PipelineSendActivations)
+        for (const MemEvent& e : op.on_issue)
+          if (e.category == MemoryCategory::Activations) sent.push_back(e.bytes);
+      if (op.phase == Phase::PipelineRecvGradients)
+        for (const MemEvent& e : op.on_complete)
+          if (e.category == MemoryCategory::Activations) freed_at_receive.push_back(-e.bytes);
+    }
+    return std::tuple{sent, freed_at_receive, freed_at_end};
+  };
+  const auto [run_sent, run_freed, run_end] = outputs(st.rt);
+  REQUIRE(run_freed.size() == 3);
+  for (double f : run_freed) CHECK(f == doctest::Approx(output));
+  CHECK(run_end == 0);
+  // The first emitted micro-batch's send also carries the in-flight micro-batches' lump.
+  CHECK(run_sent.back() == doctest::Approx(output));
+  const RuntimeProfile titan = load_runtime("torchtitan", FSDP_SOURCE_ROOT);
+  const auto [titan_sent, titan_freed, titan_end] = outputs(titan);
+  CHECK(titan_freed.empty());
+  CHECK(titan_end == doctest::Approx(8.0 * output));
+  CHECK(titan_sent.back() == doctest::Approx(6.0 * output));
 }

@@ -226,6 +226,12 @@ TEST_CASE("runtime profile: pipeline_reshard_after_backward is optional and pars
   REQUIRE(at != std::string::npos);
   yaml.replace(at, key.size(), "unsynced_grads_kept_in: fp16");
   CHECK(runtime_load_error(yaml, "unsynced").find("unsynced_grads_kept_in") != std::string::npos);
+  std::string outputs = runtime_text("pytorch");
+  const std::string outputs_key = "pipeline_outputs_to_step_end: last-stage";
+  const size_t outputs_at = outputs.find(outputs_key);
+  REQUIRE(outputs_at != std::string::npos);
+  outputs.replace(outputs_at, outputs_key.size(), "pipeline_outputs_to_step_end: first-stage");
+  CHECK(runtime_load_error(outputs, "outputs").find("pipeline_outputs_to_step_end") != std::string::npos);
 }
 
 TEST_CASE("runtime profile: the float8 section says what runs float8, parsed strictly") {
