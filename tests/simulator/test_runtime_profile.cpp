@@ -220,18 +220,19 @@ TEST_CASE("runtime profile: pipeline_reshard_after_backward is optional and pars
     CHECK(runtime(name).unsynced_grads_in_reduce_dtype);
   for (const char* name : {"pytorch-fsdp1", "pytorch-fsdp1-compile", "fsdp-run", "deepspeed", "nanotron"})
     CHECK_FALSE(runtime(name).unsynced_grads_in_reduce_dtype);
-  std::string yaml = runtime_text("pytorch");
-  const std::string key = "unsynced_grads_kept_in: reduce-dtype";
-  const size_t at = yaml.find(key);
-  REQUIRE(at != std::string::npos);
-  yaml.replace(at, key.size(), "unsynced_grads_kept_in: fp16");
-  CHECK(runtime_load_error(yaml, "unsynced").find("unsynced_grads_kept_in") != std::string::npos);
-  std::string outputs = runtime_text("pytorch");
-  const std::string outputs_key = "pipeline_outputs_to_step_end: last-stage";
-  const size_t outputs_at = outputs.find(outputs_key);
-  REQUIRE(outputs_at != std::string::npos);
-  outputs.replace(outputs_at, outputs_key.size(), "pipeline_outputs_to_step_end: first-stage");
-  CHECK(runtime_load_error(outputs, "outputs").find("pipeline_outputs_to_step_end") != std::string::npos);
+  // pytorch.yaml's line `key: value` given another value: the load error names the key.
+  auto error_with = [](const std::string& key, const std::string& value, const std::string& other) {
+    std::string yaml = runtime_text("pytorch");
+    const std::string line = key + ": " + value;
+    const size_t at = yaml.find(line);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, line.size(), key + ": " + other);
+    return runtime_load_error(yaml, key);
+  };
+  CHECK(error_with("unsynced_grads_kept_in", "reduce-dtype", "fp16").find("unsynced_grads_kept_in") !=
+        std::string::npos);
+  CHECK(error_with("pipeline_outputs_to_step_end", "last-stage", "first-stage").find("pipeline_outputs_to_step_end") !=
+        std::string::npos);
 }
 
 TEST_CASE("runtime profile: the float8 section says what runs float8, parsed strictly") {
