@@ -919,8 +919,11 @@ struct Emitter {
     l.unit = 0;
     // A caller that keeps the logits (Hugging Face returns them in CausalLMOutputWithPast) holds them
     // through the loss and its backward; otherwise the compute-dtype logits are gone once upcast
-    // (fsdp-run's head_loss), and the peak is the fp32 logits beside the log-probabilities.
-    l.transient_bytes = rt.logits_kept_by_caller ? logits + upcast : (upcasts ? upcast : logits);
+    // (fsdp-run's head_loss), and the peak is the fp32 logits beside the log-probabilities. A pipeline schedule that
+    // computes the loss on the stage's output holds them itself (hold_stage_output, below), whoever else does.
+    const bool schedule_keeps = loss_stage_outputs_logits();
+    const bool caller_keeps = rt.logits_kept_by_caller && !schedule_keeps;
+    l.transient_bytes = schedule_keeps ? upcast : caller_keeps ? logits + upcast : (upcasts ? upcast : logits);
     l.on_issue.push_back({MemoryCategory::Activations, logprobs});
     l.elementwise_bytes = logits + upcast + logprobs;
     // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
@@ -940,12 +943,12 @@ struct Emitter {
       l.transient_bytes = 0;
       l.on_issue = {};
       // The logits it saves are the stage's output where the schedule computes the loss on it (below): counted there.
-      if (!loss_stage_outputs_logits()) l.on_issue.push_back({MemoryCategory::Activations, logits});
+      if (!schedule_keeps) l.on_issue.push_back({MemoryCategory::Activations, logits});
       l.elementwise_bytes = logits;
     }
     // A schedule that computes the loss on the stage's output (torch.distributed.pipelining) holds the logits to this
     // micro-batch's backward, or to the step's end.
-    if (loss_stage_outputs_logits()) hold_stage_output(l, mbi, logits);
+    if (schedule_keeps) hold_stage_output(l, mbi, logits);
     push_tp_head(mbi, false, -1);
     const int lop = push(l);
     if (s.mesh.tp > 1) {
@@ -965,20 +968,18 @@ struct Emitter {
     lb.micro_batch = mbi;
     lb.unit = 0;
     // The gradients of the log-probabilities and of the (fp32) logits, beside the saved log-probabilities.
-    lb.transient_bytes = logprobs * 2.0 + (rt.logits_kept_by_caller ? logits : 0.0);
+    lb.transient_bytes = logprobs * 2.0 + (caller_keeps ? logits : 0.0);
     // In place (RuntimeProfile::loss_backward_in_place): the saved probabilities become the fp32 logits' gradient;
     // only the upcast's backward allocates, the compute-dtype gradient of the logits.
-    if (rt.loss_backward_in_place)
-      lb.transient_bytes = (upcasts ? logits : 0.0) + (rt.logits_kept_by_caller ? logits : 0.0);
+    if (rt.loss_backward_in_place) lb.transient_bytes = (upcasts ? logits : 0.0) + (caller_keeps ? logits : 0.0);
     // A vocabulary-parallel loss whose backward copies the saved probabilities into the logits' gradient
     // (RuntimeProfile::tp_loss_backward_copies_probabilities): the copy beside them; the upcast's backward runs after
     // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
     else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
-      lb.transient_bytes = logprobs + (rt.logits_kept_by_caller ? logits : 0.0);
-    const double saved = compiled ? (loss_stage_outputs_logits() ? 0.0 : logits) : logprobs;
+      lb.transient_bytes = logprobs + (caller_keeps ? logits : 0.0);
+    const double saved = compiled ? (schedule_keeps ? 0.0 : logits) : logprobs;
     lb.on_complete.push_back({MemoryCategory::Activations, -(saved + head_act)});
-    if (loss_stage_outputs_logits() && !keeps_stage_outputs())
-      lb.on_complete.push_back({MemoryCategory::Activations, -logits});
+    if (schedule_keeps && !keeps_stage_outputs()) lb.on_complete.push_back({MemoryCategory::Activations, -logits});
     // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
     // (the peak of this op) are released.
     lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});

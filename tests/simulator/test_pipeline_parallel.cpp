@@ -493,3 +493,25 @@ TEST_CASE("pp: a stage holds each micro-batch's output for its backward, torch's
   CHECK(titan_end == doctest::Approx(8.0 * output));
   CHECK(titan_sent.back() == doctest::Approx(6.0 * output));
 }
+
+TEST_CASE("pp: logits the schedule holds are not counted again as the caller's") {
+  // The pytorch runtime's Hugging Face caller keeps its logits through the loss (logits_kept_by_caller); under torch's
+  // pipelining they are the last stage's output the schedule holds (to the step's end there): the loss's working set
+  // is the fp32 upcast alone, the bf16 logits held once.
+  const Setup& st = setup();
+  const RuntimeProfile hf = load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  REQUIRE(hf.logits_kept_by_caller);
+  const Strategy s = fsdp_pp(2, PipelineSchedule::OneFOneB, 4);
+  const StepProgram p = emit_stage_program(SimulationInput{&st.graph, &st.hw, &hf, Cluster{2, 8}, s}, 1);
+  const double logits = 4096.0 * 128256.0;  // tokens x vocab of the loss's micro-batch
+  const Op* loss = nullptr;
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::Loss && op.micro_batch == 0) loss = &op;
+  REQUIRE(loss != nullptr);
+  CHECK(loss->transient_bytes == doctest::Approx(4.0 * logits));
+  double held = 0;
+  for (const MemEvent& e : loss->on_issue)
+    if (e.category == MemoryCategory::Activations) held += e.bytes;
+  // The log-probabilities (fp32) and the bf16 logits.
+  CHECK(held == doctest::Approx(4.0 * logits + 2.0 * logits));
+}
