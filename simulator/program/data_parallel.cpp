@@ -42,7 +42,7 @@ DataParallelPlan data_parallel_plan(const Strategy& s, const RuntimeProfile& rt,
   p.reduces_every_micro_batch =
       p.partitions_replicated_grads ||
       (p.place.params_sharded && s.grad_sync == GradSync::EveryMicroBatch && !pipeline_defers);
-  p.reduces_after_stage_backward = pipeline_defers && p.place.params_sharded && !p.partitions_replicated_grads;
+  p.reduces_after_stage_backward = pipeline_defers && p.place.params_sharded;
   p.flat_grad_copy = p.partitions_replicated_grads && rt.replicated_grads_via_flat_copy;
   p.gathers_params_after_step = p.place.optim_sharded && !p.place.params_sharded;
   p.shard_groups = p.place.replica_all_reduce;

@@ -1009,6 +1009,15 @@ struct Emitter {
     op.head_passes = passes;
     return op;
   }
+  // A unit's post-backward work on the compute stream (its reshard, its gradient's copies), micro-batch `mbi`.
+  static Op post_backward_op(int ui, int mbi) {
+    Op op;
+    op.kind = OpKind::Reshard;
+    op.unit = ui;
+    op.micro_batch = mbi;
+    op.phase = Phase::PostBackward;
+    return op;
+  }
 
   // The head's stage before the loss's (nanotron's compute-cost split, pipeline_parallel.hpp): the final norm and
   // the head GEMM (its saved input is the root's head_act), the bf16 logits sent to the loss's stage and their
@@ -1358,11 +1367,7 @@ void Emitter::emit_sharded() {
       // copied into the reduce-scatter input in the reduce dtype while the unsharded parameters and the
       // per-parameter gradients are still alive (FSDP2 foreach_reduce's copy-in; fsdp-run's flat buffer),
       // then the parameters are resharded and the per-parameter gradients released (reduce_unit).
-      Op post;
-      post.kind = OpKind::Reshard;
-      post.unit = ui;
-      post.micro_batch = mbi;
-      post.phase = Phase::PostBackward;
+      Op post = post_backward_op(ui, mbi);
       // Kept by the schedule until the last micro-batch's backward (keeps_gathered), else resharded here.
       held[static_cast<size_t>(ui)] = keeps_gathered && mbi < K - 1;
       if (!held[static_cast<size_t>(ui)] && !defer_reduction)
@@ -1385,11 +1390,7 @@ void Emitter::emit_sharded() {
         if (kept_in_reduce_dtype && mbi == 0) {
           // After the reshard, the first gradient upcast into the kept reduce-dtype copy, both alive while it is
           // written, the compute-dtype one then freed.
-          Op up;
-          up.kind = OpKind::Reshard;
-          up.unit = ui;
-          up.micro_batch = mbi;
-          up.phase = Phase::PostBackward;
+          Op up = post_backward_op(ui, mbi);
           up.device_copy_bytes = full * (pb + rb);
           up.on_issue.push_back({MemoryCategory::UnshardedGrads, full * rb});
           up.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * pb});
@@ -1411,11 +1412,7 @@ void Emitter::emit_sharded() {
     // After the stage's backward: each unit's post-backward (its reshard and copy-in) and reduction, in the order the
     // backward completed them; the compute stream waits for them before the input gradient is sent.
     for (int ui : reduced_after_backward) {
-      Op post;
-      post.kind = OpKind::Reshard;
-      post.unit = ui;
-      post.micro_batch = mbi;
-      post.phase = Phase::PostBackward;
+      Op post = post_backward_op(ui, mbi);
       post.on_complete.push_back({MemoryCategory::UnshardedParams, -gathered_bytes(ui)});
       post.deps.push_back(last_bwd);
       if (prog.first_reduction_after_backward < 0)
@@ -1528,11 +1525,7 @@ void Emitter::emit_replicated() {
       if (rt.replicated_grads_via_flat_copy) {
         // The runtime gathers the unit's per-parameter gradients (compute dtype) into a flat buffer before
         // accumulating it into the kept gradient: both copies live for a moment after the backward.
-        Op post;
-        post.kind = OpKind::Reshard;
-        post.unit = ui;
-        post.micro_batch = mbi;
-        post.phase = Phase::PostBackward;
+        Op post = post_backward_op(ui, mbi);
         if (zero2_flat) {
           post.on_issue.push_back({MemoryCategory::CommBuffers, p * rb});
           post.on_complete.push_back({MemoryCategory::UnshardedGrads, -p * gb});
