@@ -354,14 +354,14 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
     // A stage whose reductions follow its whole backward sends the last micro-batch's input gradient only once they
     // are done (DataParallelPlan::reduces_after_stage_backward), so the last backward reaches the stage before it that
     // much later: every other stage's reduction tail is on the drain's path, in turn (the slowest stage's own is in
-    // its step already). Interleaved 1F1B times the first and the last stage only: the ranks between, decoder layers
-    // only, take the first's.
+    // its step already), reported as the pipeline's reduction chain. Interleaved 1F1B times the first and the last
+    // stage only: the ranks between, decoder layers only, take the first's.
     double others_tails = 0;
     for (size_t j = 0; j < reduction_tails.size(); ++j)
       if (j != slowest) others_tails += reduction_tails[j];
     others_tails += static_cast<double>(s.mesh.pp - static_cast<int64_t>(reduction_tails.size())) * reduction_tails[0];
     p.time.step_s += others_tails;
-    p.time.pipeline_bubble_s += others_tails;
+    p.time.pipeline_reduction_chain_s = others_tails;
   }
   p.usable_bytes = in.hardware->usable_device_memory.value;
   p.fits = p.memory.device_total <= p.usable_bytes;

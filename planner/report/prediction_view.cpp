@@ -111,6 +111,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   t["tp_comm_s"] = p.time.tp_comm_s;
   t["pp_comm_s"] = p.time.pp_comm_s;
   t["pipeline_bubble_s"] = p.time.pipeline_bubble_s;
+  t["pipeline_reduction_chain_s"] = p.time.pipeline_reduction_chain_s;
   j["time"] = t;
   j["throughput"] = {{"tokens_per_s_per_gpu", p.tokens_per_s_per_gpu}, {"tokens_per_step", p.tokens_per_step}};
   j["mfu"] = p.mfu;
@@ -209,6 +210,14 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
                   static_cast<long long>(m.dp(ctx.cluster.world_size())), static_cast<long long>(m.tp),
                   static_cast<long long>(m.pp), p.time.tp_comm_s, p.time.pp_comm_s, p.time.pipeline_bubble_s);
     o << line;
+    if (p.time.pipeline_reduction_chain_s > 0) {
+      // The other stages' gradient reductions, each after its stage's whole backward, on the drain's path in turn.
+      std::snprintf(line, sizeof line,
+                    "  pipeline reduction chain %.3f s: the other %lld stages reduce their gradients after their "
+                    "backward, each before it sends the last gradient on\n",
+                    p.time.pipeline_reduction_chain_s, static_cast<long long>(m.pp - 1));
+      o << line;
+    }
   }
   std::snprintf(line, sizeof line, "  %.0f tokens/s per GPU, MFU %.1f%%, %.2fM tokens per step\n",
                 p.tokens_per_s_per_gpu, p.mfu * 100.0, p.tokens_per_step / kMB);

@@ -40,6 +40,11 @@ struct TimelineResult {
   // of the work before them to the end of the work before the optimizer phase; not in pipeline_micro_batch_s. 0 where
   // the program has none.
   double pipeline_reduction_tail_s = 0;
+  // The other stages' reduction tails, on the drain's path one after the other (simulate.cpp): the last micro-batch's
+  // input gradient leaves each stage only once its reductions are done. In step_s; not in pipeline_bubble_s (the
+  // schedule's fill and drain) nor in exposed_comm_s (this stage's own waits). 0 where no stage reduces after its
+  // backward.
+  double pipeline_reduction_chain_s = 0;
   // The compute stream's wait for the host to issue its work (StepProgram::host_issue; in compute_s, not in
   // exposed_comm_s): the step is host-bound by this much.
   double host_wait_s = 0;

@@ -431,8 +431,8 @@ TEST_CASE("pp: pipelining reduces after the stage's backward, and the drain wait
   const StepProgram fsdp_run_prog = emit_stage_program(run_in, 1);
   CHECK(fsdp_run_prog.first_reduction_after_backward == -1);
   CHECK(run_timeline(fsdp_run_prog, st.hw, run_in.cluster, s).pipeline_reduction_tail_s == 0);
-  // The step: the slowest stage's own (its tail in it), the fill and drain through the others at their paces, and
-  // each other stage's reduction tail once.
+  // The step: the slowest stage's own (its tail in it), the fill and drain through the others at their paces (the
+  // bubble), and each other stage's reduction tail once (the reduction chain, reported apart from the bubble).
   std::vector<double> paces, tails, steps;  // steps: without the stage's own bubble, what sets the slowest
   for (int64_t stage = 0; stage < 4; ++stage) {
     const TimelineResult t = run_timeline(emit_stage_program(in, stage), st.hw, in.cluster, s);
@@ -445,11 +445,19 @@ TEST_CASE("pp: pipelining reduces after the stage's backward, and the drain wait
   }
   const Prediction p = simulate(in);
   const size_t slowest = static_cast<size_t>(std::max_element(steps.begin(), steps.end()) - steps.begin());
-  double others = 0;
+  double fill_drain = 0, chain = 0;
   for (size_t j = 0; j < 4; ++j)
-    if (j != slowest) others += paces[j] + tails[j];
-  CHECK(p.time.pipeline_bubble_s == doctest::Approx(others));
+    if (j != slowest) {
+      fill_drain += paces[j];
+      chain += tails[j];
+    }
+  CHECK(p.time.pipeline_bubble_s == doctest::Approx(fill_drain));
+  CHECK(p.time.pipeline_reduction_chain_s == doctest::Approx(chain));
   CHECK(p.time.pipeline_reduction_tail_s == doctest::Approx(tails[slowest]));
+  CHECK(p.time.step_s == doctest::Approx(steps[slowest] + fill_drain + chain));
+  // The report names it on its own line; a plan without reductions after the backward has none.
+  CHECK(run_timeline(fsdp_run_prog, st.hw, run_in.cluster, s).pipeline_reduction_chain_s == 0);
+  CHECK(simulate(run_in).time.pipeline_reduction_chain_s == 0);
 }
 
 TEST_CASE("pp: a stage holds each micro-batch's output for its backward, torch's pipelining to the step's end") {
