@@ -12,12 +12,13 @@
 namespace fsdp {
 
 int run_validate(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root", "--breakdown"}, {"--help"});
+  Args args(argv, {"--config-root", "--breakdown"}, {"--help", "--summary"});
   if (args.has("--help")) {
-    std::cout << "usage: fsdp-plan validate [DIR] [--breakdown TEXT]\n"
+    std::cout << "usage: fsdp-plan validate [DIR] [--summary | --breakdown TEXT]\n"
                  "  simulates every published run of DIR (default: tests/accuracy/published of the source tree;\n"
                  "  format: SCHEMA.md there) and prints predicted against measured tokens/s and peak memory,\n"
                  "  with the median and max |error| over all rows, the held-out rows and each source.\n"
+                 "  --summary: those median and max lines only (README \"Accuracy on published runs\" holds them).\n"
                  "  --breakdown TEXT: instead, for each row whose id contains TEXT, where its predicted step goes\n"
                  "  (seconds: compute, collectives, exposed, compute slowed beside collectives, after the backward)\n"
                  "  and its predicted device memory against the GPU's usable memory; then a memory line: the\n"
@@ -33,9 +34,12 @@ int run_validate(const std::vector<std::string>& argv) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw InputError(dir + ": not a directory of published runs");
   const ValidationReport report = validate_published(dir, root);
-  if (auto match = args.get("--breakdown"))
+  if (auto match = args.get("--breakdown")) {
+    if (args.has("--summary")) throw InputError("validate: --summary and --breakdown print different things; give one");
     std::cout << format_breakdown(report, *match);
-  else
+  } else if (args.has("--summary")) {
+    std::cout << format_validation_summary(report);
+  } else
     std::cout << format_validation(report);
   return 0;
 }

@@ -140,8 +140,13 @@ struct ValidationReport {
 };
 ValidationReport validate_published(const std::string& dir, const std::string& config_root);
 
-// The table (one line a row: source, row, knobs, predicted, measured, error), then the median and max lines: all
-// rows, held-out rows only, by source, for time and for memory; the rows not simulated with their reasons.
+// The table (one line a row: source, row, knobs, predicted, measured, error), the rows with a second memory
+// measurement (the step window's allocated peak), then format_validation_summary; the rows not simulated with their
+// reasons.
 std::string format_validation(const ValidationReport& r);
+// The median and max lines: all rows, held-out rows only, every knob stated, how many rows are within the goal
+// (time 10%, memory 8%), and by source, for time and for memory; the step window's allocated peak over its rows.
+// README "Accuracy on published runs" holds a copy (a test keeps it equal; `fsdp-plan validate --summary`).
+std::string format_validation_summary(const ValidationReport& r);
 
 }  // namespace fsdp

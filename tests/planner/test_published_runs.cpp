@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -285,6 +286,17 @@ rows:
 TEST_CASE("published runs: every row simulated against its measurement, the table printed and gated") {
   const ValidationReport rep = validate_published(kDir, kRoot);
   std::printf("%s", format_validation(rep).c_str());
+  {
+    // README "Accuracy on published runs" quotes the summary (fsdp-plan validate --summary): kept equal to it, so a
+    // change of any prediction is a change of that copy too.
+    std::ifstream in(kRoot + "/README.md");
+    const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string begin = "<!-- accuracy-summary:begin -->\n```\n", end = "```\n<!-- accuracy-summary:end -->";
+    const auto b = readme.find(begin), e = readme.find(end);
+    REQUIRE(b != std::string::npos);
+    REQUIRE(e != std::string::npos);
+    CHECK(readme.substr(b + begin.size(), e - b - begin.size()) == format_validation_summary(rep));
+  }
   std::set<std::string> sources_with_rows;
   std::vector<double> time_errors, memory_errors, playbook_time, playbook_memory, step_allocated;
   std::vector<double> mesh_time, mesh_memory, titan_mesh_time;
