@@ -57,6 +57,9 @@ PipelineSchedule schedule_of(const std::string& name) {
 // runs 2 stages on each rank, a single-stage one 1 (torchtitan/distributed/pipeline_parallel.py). The exporter writes
 // that default only; a plan of other virtual stages is refused by name.
 constexpr int64_t kDefaultStagesPerRank = 2;
+// torchtitan's weights of the embedding and the output in the stage split, in layers (both schemas, 1 by default).
+constexpr const char* kFirstStageLessLayers = "parallelism.pipeline_parallel_first_stage_less_layers";
+constexpr const char* kLastStageLessLayers = "parallelism.pipeline_parallel_last_stage_less_layers";
 
 // The keys both schemas share (the v0.2.2 Training / Parallelism dataclasses moved into configs.py unchanged).
 void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
@@ -76,6 +79,24 @@ void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
       throw InputError("--pp-virtual-stages: the torchtitan export writes interleaved 1F1B with its default of " +
                        std::to_string(kDefaultStagesPerRank) + " stages per rank; the plan has " +
                        std::to_string(s.mesh.pp_virtual_stages));
+    // The split the plan was priced with (simulator/program/pipeline_parallel.hpp stage_layers): the decoder layers
+    // over the pp x v model chunks as evenly as they go, the first chunks one more, the embedding on the first and
+    // the norm and output on the last. torchtitan's generate_llm_fqn_per_model_part (distributed/
+    // pipeline_parallel.py) counts the embedding and the output as pipeline_parallel_first_stage_less_layers and
+    // pipeline_parallel_last_stage_less_layers layers, 1 each by default, which moves a layer off the first and the
+    // last stage (Llama 3 70B on pp 8: 10, 11, 10, 10, 10, 10, 10, 9); 0 and 0 give the priced split.
+    for (const char* key : {kFirstStageLessLayers, kLastStageLessLayers}) d.emplace_back(key, int64_t{0});
+  }
+}
+
+// A job config whose stages are weighted differently splits the layers otherwise than the plan it reads as.
+void check_even_split(const FlatDoc& d, const std::string& file) {
+  for (const char* key : {kFirstStageLessLayers, kLastStageLessLayers}) {
+    const json& v = doc_get(d, key, file);
+    if (!v.is_number_integer() || v.get<int64_t>() != 0)
+      throw InputError(file + ": " + key + " = " + v.dump() +
+                       ": fsdp-plan prices the stages' even split (0: the embedding and the output not counted as "
+                       "layers; torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part)");
   }
 }
 
@@ -185,6 +206,7 @@ class TorchtitanTarget final : public Target {
                        std::to_string(replicate * shard * s.mesh.tp * s.mesh.pp) + ", not the world size " +
                        std::to_string(cluster.world_size()));
     if (s.mesh.pp > 1) {
+      check_even_split(d, name);
       s.mesh.pp_schedule = schedule_of(get("parallelism.pipeline_parallel_schedule").get<std::string>());
       s.mesh.pp_virtual_stages = s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? kDefaultStagesPerRank : 1;
     }

@@ -423,15 +423,33 @@ TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused 
   CHECK(doc_get(d, "parallelism.pipeline_parallel_microbatch_size", "t") == 1);
   CHECK(doc_get(d, "training.local_batch_size", "t") == 16);
   CHECK(doc_get(d, "training.global_batch_size", "t") == 32);
+  // The stages split as priced: torchtitan's embedding and output weights 0 (1 each by default would move a layer
+  // off the first and the last stage).
+  CHECK(doc_get(d, "parallelism.pipeline_parallel_first_stage_less_layers", "t") == 0);
+  CHECK(doc_get(d, "parallelism.pipeline_parallel_last_stage_less_layers", "t") == 0);
   std::string dir = tmp_dir("mesh");
   write_export(ex, toml, dir);
   CHECK(strategy_identity(import_export(dir, toml, plan.cluster)) == strategy_identity(s));
+  {
+    // A job config that weights them otherwise is not the plan: refused, naming the file and the key.
+    const std::string path = dir + "/job.toml";
+    std::string text = test::slurp(path);
+    const std::string from = "pipeline_parallel_first_stage_less_layers = 0";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), "pipeline_parallel_first_stage_less_layers = 1");
+    std::ofstream(path) << text;
+    CHECK_THROWS_WITH_AS(import_export(dir, toml, plan.cluster),
+                         doctest::Contains("job.toml: parallelism.pipeline_parallel_first_stage_less_layers = 1"),
+                         InputError);
+  }
   fs::remove_all(dir);
 
   const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-b5bcd76");
   ex = export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, py.runtime, s), py, kRoot);
   CHECK(doc_get(ex.files.front().keys, "parallelism.num_pp_microbatches", "p") == 16);
   CHECK(doc_get(ex.files.front().keys, "training.num_tokens_per_train_step", "p") == 4096 * 2 * 16);
+  CHECK(doc_get(ex.files.front().keys, "parallelism.pipeline_parallel_first_stage_less_layers", "p") == 0);
+  CHECK(doc_get(ex.files.front().keys, "parallelism.pipeline_parallel_last_stage_less_layers", "p") == 0);
   dir = tmp_dir("mesh");
   write_export(ex, py, dir);
   CHECK(strategy_identity(import_export(dir, py, plan.cluster)) == strategy_identity(s));
