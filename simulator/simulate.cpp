@@ -284,6 +284,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       p.memory.peak_phase = stage_label(stage) + p.memory.peak_phase;
     };
     p.memory.peak_phase = stage_label(0) + p.memory.peak_phase;
+    p.first_stage_memory = p.memory;
     keep_worse(std::move(last_mem), s.mesh.pp - 1);
     // Its step time: the pipeline runs at its slowest stage's pace. GPipe and 1F1B fill and drain through the other
     // stages once each, at their own paces (pipeline_fill_drain_s), so every stage is timed: the stages between the

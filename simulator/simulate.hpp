@@ -42,7 +42,10 @@ struct Infeasible {
 };
 
 struct Prediction {
-  MemoryResult memory;
+  MemoryResult memory;  // with pipeline stages, the stage that needs the most device memory
+  // With pipeline stages (pp > 1): the first stage's own walk (its peak phase named with the stage), for a
+  // measurement logged by that stage's rank; nullopt otherwise.
+  std::optional<MemoryResult> first_stage_memory;
   TimelineResult time;
   bool fits = false;      // device_total within the GPU's usable memory
   bool host_fits = true;  // offload state within host RAM

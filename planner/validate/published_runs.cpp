@@ -157,6 +157,14 @@ PublishedRow parse_row(ConfigMap& r, const std::string& source_id, const std::st
   row.measured.memory_kind = nullable_string(m, "memory_kind");
   if (m.has("step_peak_allocated_gib"))
     row.measured.step_peak_allocated_gib = nullable_double(m, "step_peak_allocated_gib");
+  const bool memory_measured = row.measured.peak_memory_gib || row.measured.step_peak_allocated_gib;
+  if (row.pp > 1 && memory_measured) {
+    if (!m.has("memory_of"))
+      m.fail("memory_of", "a pipeline row's memory is one rank's: say whose (first-stage or largest-stage)");
+    row.measured.memory_of = m.get_enum("memory_of", {"first-stage", "largest-stage"});
+  } else if (m.has("memory_of")) {
+    m.fail("memory_of", "only for a row with pipeline stages (pp > 1) and a memory figure");
+  }
   if (!row.measured.memory_kind.empty() && row.measured.memory_kind != "reserved" &&
       row.measured.memory_kind != "allocated" && row.measured.memory_kind != "nvidia-smi")
     m.fail("memory_kind", "expected reserved, allocated, nvidia-smi or null, got '" + row.measured.memory_kind + "'");
@@ -504,18 +512,22 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     res.measured_tokens_per_s = tokens_per_gpu_step / *row.measured.step_time_s;
   if (res.measured_tokens_per_s && !variant_unstated)
     res.time_error = (*res.predicted_tokens_per_s - *res.measured_tokens_per_s) / *res.measured_tokens_per_s;
+  // The stage the figures are of: the plan's memory is its largest stage's; a row logged by the first stage's rank
+  // compares that stage's walk (Prediction::first_stage_memory).
+  const MemoryResult& mem =
+      row.measured.memory_of == "first-stage" && p.first_stage_memory ? *p.first_stage_memory : p.memory;
   if (row.measured.peak_memory_gib) {
     const std::string& k = row.measured.memory_kind;
-    const double predicted = k == "allocated"    ? p.memory.peak_allocated
-                             : k == "nvidia-smi" ? p.memory.device_total
-                                                 : p.memory.reserved_peak;
+    const double predicted = k == "allocated"    ? mem.peak_allocated
+                             : k == "nvidia-smi" ? mem.device_total
+                                                 : mem.reserved_peak;
     res.predicted_memory_gib = predicted / kBytesPerGiB;
     if (k.empty()) res.approximations.push_back("memory kind not stated: compared with reserved");
     res.measured_memory_gib = *row.measured.peak_memory_gib;
     res.memory_error = (*res.predicted_memory_gib - *res.measured_memory_gib) / *res.measured_memory_gib;
   }
   if (row.measured.step_peak_allocated_gib) {
-    res.predicted_step_allocated_gib = p.memory.peak_allocated_after_backward / kBytesPerGiB;
+    res.predicted_step_allocated_gib = mem.peak_allocated_after_backward / kBytesPerGiB;
     res.measured_step_allocated_gib = *row.measured.step_peak_allocated_gib;
     res.step_allocated_error =
         (*res.predicted_step_allocated_gib - *res.measured_step_allocated_gib) / *res.measured_step_allocated_gib;

@@ -77,6 +77,10 @@ struct PublishedRow {
     // Optional: the peak allocated from the end of the micro-batches' backward through the optimizer step (a
     // max_memory_allocated() read after reset_peak_memory_stats() there: nanotron's "Mem Alloc").
     std::optional<double> step_peak_allocated_gib;
+    // Whose memory a pipeline row's figures are (pp > 1, required there): the first stage's (the rank that logged it:
+    // nanotron's benchmark CSV is written by world rank 0, pipeline stage 0) or the largest over the stages (a
+    // source that reports the maximum over ranks). Empty on a row without pipeline stages.
+    std::string memory_of;
   } measured;
 };
 

@@ -463,6 +463,51 @@ TEST_CASE("published runs: a row the simulator can price matches a direct simula
   std::filesystem::remove_all(d);
 }
 
+TEST_CASE("published runs: a pipeline row's memory is the stage it names: its logging rank's first, or the largest") {
+  // llama3-8b on pp 2, one micro-batch of 4 x 8192 a step: the last stage's loss (the fp32 logits of 32768 tokens x
+  // 128256) needs more than the first stage's 16 checkpointed layers, so the plan's memory is the last stage's.
+  auto row = [](const std::string& memory_of) {
+    std::string text = kRowTemplate;
+    auto swap = [&](const std::string& from, const std::string& to) {
+      const auto pos = text.find(from);
+      REQUIRE(pos != std::string::npos);
+      text.replace(pos, from.size(), to);
+    };
+    swap("    micro_batch: 1\n", "    tp: 1\n    pp: 2\n    pp_schedule: 1f1b\n    micro_batch: 4\n");
+    if (!memory_of.empty())
+      swap("      memory_kind: reserved\n", "      memory_kind: reserved\n      memory_of: " + memory_of + "\n");
+    return text;
+  };
+  auto evaluated = [&](const std::string& memory_of) {
+    const std::string d = scratch_dir("memory-of");
+    write(d + "/one.yaml", row(memory_of));
+    const ValidationReport rep = validate_published(d, kRoot);
+    std::filesystem::remove_all(d);
+    REQUIRE(rep.results.size() == 1);
+    REQUIRE(rep.results[0].simulated);
+    return rep.results[0];
+  };
+  const RowResult largest = evaluated("largest-stage"), first = evaluated("first-stage");
+  REQUIRE(largest.breakdown);
+  CHECK(largest.breakdown->peak_phase.rfind("stage 2/2 ", 0) == 0);
+  CHECK(*largest.predicted_memory_gib == doctest::Approx(largest.breakdown->reserved_peak_gib));
+  CHECK(*first.predicted_memory_gib < *largest.predicted_memory_gib);
+  CHECK(*first.predicted_tokens_per_s == *largest.predicted_tokens_per_s);
+  // Required on a pipeline row with a memory figure, refused on a row without stages, its value one of the two.
+  std::string d = scratch_dir("memory-of-missing");
+  write(d + "/one.yaml", row(""));
+  CHECK(load_error(d).find("memory_of") != std::string::npos);
+  d = scratch_dir("memory-of-bad");
+  write(d + "/one.yaml", row("every-stage"));
+  CHECK(load_error(d).find("memory_of") != std::string::npos);
+  std::string flat = kRowTemplate;
+  const std::string kind = "      memory_kind: reserved\n";
+  flat.replace(flat.find(kind), kind.size(), kind + "      memory_of: first-stage\n");
+  d = scratch_dir("memory-of-flat");
+  write(d + "/one.yaml", flat);
+  CHECK(load_error(d).find("only for a row with pipeline stages") != std::string::npos);
+}
+
 TEST_CASE("published runs: a torch.compile row is priced by its runtime's compiled profile where one is shipped") {
   // configs/runtimes/pytorch-compile.yaml (FSDP2, DDP) and pytorch-fsdp1-compile.yaml; DeepSpeed has none.
   auto priced = [](const std::string& runtime, const std::string& strategy) {
