@@ -618,18 +618,19 @@ std::string format_validation_summary(const ValidationReport& r) {
     if (x.step_allocated_error) step_alloc.push_back(*x.step_allocated_error);
   }
   std::ostringstream o;
-  o << "step time (tokens/s per GPU, predicted vs measured)\n";
-  o << summary_line("all rows", summarise(time_all));
-  o << summary_line("held out (no constant fitted on)", summarise(time_held));
-  o << summary_line("every knob stated and modelled", summarise(time_exact));
-  o << within_line(time_all, kTimeGoal);
-  for (const auto& [src, e] : time_by_source) o << summary_line(("  " + src).c_str(), summarise(e));
-  o << "peak memory\n";
-  o << summary_line("all rows", summarise(mem_all));
-  o << summary_line("held out (no constant fitted on)", summarise(mem_held));
-  o << summary_line("every knob stated and modelled", summarise(mem_exact));
-  o << within_line(mem_all, kMemoryGoal);
-  for (const auto& [src, e] : mem_by_source) o << summary_line(("  " + src).c_str(), summarise(e));
+  auto block = [&](const char* title, const std::vector<double>& all, const std::vector<double>& held,
+                   const std::vector<double>& exact, double goal,
+                   const std::map<std::string, std::vector<double>>& by_source) {
+    o << title << "\n";
+    o << summary_line("all rows", summarise(all));
+    o << summary_line("held out (no constant fitted on)", summarise(held));
+    o << summary_line("every knob stated and modelled", summarise(exact));
+    o << within_line(all, goal);
+    for (const auto& [src, e] : by_source) o << summary_line(("  " + src).c_str(), summarise(e));
+  };
+  block("step time (tokens/s per GPU, predicted vs measured)", time_all, time_held, time_exact, kTimeGoal,
+        time_by_source);
+  block("peak memory", mem_all, mem_held, mem_exact, kMemoryGoal, mem_by_source);
   // A second memory measurement of some rows, apart from the peak: the step window's allocated peak.
   if (!step_alloc.empty()) {
     o << "peak allocated after the backward (gradient sync, clipping, optimizer step, ZeRO's parameter gather)\n";

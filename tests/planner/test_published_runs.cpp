@@ -281,6 +281,17 @@ rows:
     quote: "q"
 )";
 
+// kRowTemplate with each `from` replaced by its `to` (each must occur in it).
+std::string template_with(const std::vector<std::pair<std::string, std::string>>& swaps) {
+  std::string text = kRowTemplate;
+  for (const auto& [from, to] : swaps) {
+    const auto pos = text.find(from);
+    REQUIRE(pos != std::string::npos);
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE("published runs: every row simulated against its measurement, the table printed and gated") {
@@ -466,17 +477,12 @@ TEST_CASE("published runs: a row the simulator can price matches a direct simula
 TEST_CASE("published runs: a pipeline row's memory is the stage it names: its logging rank's first, or the largest") {
   // llama3-8b on pp 2, one micro-batch of 4 x 8192 a step: the last stage's loss (the fp32 logits of 32768 tokens x
   // 128256) needs more than the first stage's 16 checkpointed layers, so the plan's memory is the last stage's.
-  auto row = [](const std::string& memory_of) {
-    std::string text = kRowTemplate;
-    auto swap = [&](const std::string& from, const std::string& to) {
-      const auto pos = text.find(from);
-      REQUIRE(pos != std::string::npos);
-      text.replace(pos, from.size(), to);
-    };
-    swap("    micro_batch: 1\n", "    tp: 1\n    pp: 2\n    pp_schedule: 1f1b\n    micro_batch: 4\n");
-    if (!memory_of.empty())
-      swap("      memory_kind: reserved\n", "      memory_kind: reserved\n      memory_of: " + memory_of + "\n");
-    return text;
+  const std::string kind = "      memory_kind: reserved\n";
+  auto row = [&](const std::string& memory_of) {
+    std::vector<std::pair<std::string, std::string>> swaps{
+        {"    micro_batch: 1\n", "    tp: 1\n    pp: 2\n    pp_schedule: 1f1b\n    micro_batch: 4\n"}};
+    if (!memory_of.empty()) swaps.emplace_back(kind, kind + "      memory_of: " + memory_of + "\n");
+    return template_with(swaps);
   };
   auto evaluated = [&](const std::string& memory_of) {
     const std::string d = scratch_dir("memory-of");
@@ -500,27 +506,19 @@ TEST_CASE("published runs: a pipeline row's memory is the stage it names: its lo
   d = scratch_dir("memory-of-bad");
   write(d + "/one.yaml", row("every-stage"));
   CHECK(load_error(d).find("memory_of") != std::string::npos);
-  std::string flat = kRowTemplate;
-  const std::string kind = "      memory_kind: reserved\n";
-  flat.replace(flat.find(kind), kind.size(), kind + "      memory_of: first-stage\n");
   d = scratch_dir("memory-of-flat");
-  write(d + "/one.yaml", flat);
+  write(d + "/one.yaml", template_with({{kind, kind + "      memory_of: first-stage\n"}}));
   CHECK(load_error(d).find("only for a row with pipeline stages") != std::string::npos);
 }
 
 TEST_CASE("published runs: a torch.compile row is priced by its runtime's compiled profile where one is shipped") {
   // configs/runtimes/pytorch-compile.yaml (FSDP2, DDP) and pytorch-fsdp1-compile.yaml; DeepSpeed has none.
   auto priced = [](const std::string& runtime, const std::string& strategy) {
-    std::string text = kRowTemplate;
-    auto swap = [&](const std::string& from, const std::string& to) {
-      const auto pos = text.find(from);
-      REQUIRE(pos != std::string::npos);
-      text.replace(pos, from.size(), to);
-    };
-    swap("compile: false", "compile: true");
-    swap("framework: torchtitan", "framework: litgpt");  // not a framework with a runtime profile of its own
-    swap("runtime: fsdp2", "runtime: " + runtime);
-    swap("strategy: fsdp\n", "strategy: " + strategy + "\n");
+    // framework litgpt: not a framework with a runtime profile of its own.
+    const std::string text = template_with({{"compile: false", "compile: true"},
+                                            {"framework: torchtitan", "framework: litgpt"},
+                                            {"runtime: fsdp2", "runtime: " + runtime},
+                                            {"strategy: fsdp\n", "strategy: " + strategy + "\n"}});
     const std::string d = scratch_dir("compile-" + runtime);
     write(d + "/one.yaml", text);
     const ValidationReport rep = validate_published(d, kRoot);
@@ -545,10 +543,7 @@ TEST_CASE("published runs: a torch.compile row is priced by its runtime's compil
 
 TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 masters; a kernel library is said") {
   auto evaluated = [](const std::string& from, const std::string& to) {
-    std::string text = kRowTemplate;
-    const auto pos = text.find(from);
-    REQUIRE(pos != std::string::npos);
-    text.replace(pos, from.size(), to);
+    const std::string text = template_with({{from, to}});
     const std::string d = scratch_dir("variant");
     write(d + "/one.yaml", text);
     const ValidationReport rep = validate_published(d, kRoot);
@@ -579,9 +574,7 @@ TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 maste
 TEST_CASE("published runs: torchtitan's rows are priced by its runtime, compiled by torchtitan-compile") {
   auto runtime_of = [](const std::string& from, const std::string& to) {
     const std::string d = scratch_dir("titan");
-    std::string t = kRowTemplate;
-    t.replace(t.find(from), from.size(), to);
-    write(d + "/one.yaml", t);
+    write(d + "/one.yaml", template_with({{from, to}}));
     const ValidationReport rep = validate_published(d, kRoot);
     std::filesystem::remove_all(d);
     REQUIRE(rep.results.size() == 1);
@@ -602,12 +595,8 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
     CHECK(what.find(file_name) != std::string::npos);
     CHECK(what.find(needle) != std::string::npos);
   };
-  std::string t = kRowTemplate;
-  auto with = [&](const std::string& from, const std::string& to) {
-    std::string s = t;
-    s.replace(s.find(from), from.size(), to);
-    return s;
-  };
+  const std::string t = kRowTemplate;
+  auto with = [](const std::string& from, const std::string& to) { return template_with({{from, to}}); };
   fails_with(with("    quote: \"q\"\n", "    quote: \"q\"\n    colour: red\n"), "one.yaml", "colour");
   fails_with(with("    seq: 8192\n", ""), "one.yaml", "seq");
   fails_with(with("      memory_kind: reserved\n", "      memory_kind: peak\n"), "one.yaml", "memory_kind");
@@ -629,10 +618,9 @@ TEST_CASE("published runs: strict input, one message naming the file and key") {
 
 TEST_CASE("published runs: an inferred checkpointing is priced as given and named as an approximation") {
   const std::string d = scratch_dir("inferred");
-  std::string t = kRowTemplate;
-  t.replace(t.find("    act_ckpt: full\n"), 19,
-            "    act_ckpt: fraction:0.5\n    act_ckpt_inferred: \"HFU / MFU 1.16 = 1 + P x 0.33\"\n");
-  write(d + "/one.yaml", t);
+  write(d + "/one.yaml",
+        template_with({{"    act_ckpt: full\n",
+                        "    act_ckpt: fraction:0.5\n    act_ckpt_inferred: \"HFU / MFU 1.16 = 1 + P x 0.33\"\n"}}));
   const ValidationReport rep = validate_published(d, kRoot);
   std::filesystem::remove_all(d);
   REQUIRE(rep.results.size() == 1);
@@ -647,9 +635,7 @@ TEST_CASE("published runs: an inferred checkpointing is priced as given and name
 
 TEST_CASE("published runs: a knob the simulator does not model is reported, not priced") {
   const std::string d = scratch_dir("skip");
-  std::string t = kRowTemplate;
-  t.replace(t.find("fp8: false"), 10, "fp8: true");
-  write(d + "/one.yaml", t);
+  write(d + "/one.yaml", template_with({{"fp8: false", "fp8: true"}}));
   const ValidationReport rep = validate_published(d, kRoot);
   std::filesystem::remove_all(d);
   REQUIRE(rep.results.size() == 1);
