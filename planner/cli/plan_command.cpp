@@ -229,6 +229,10 @@ int run_plan(const std::vector<std::string>& argv) {
     Strategy check = base;
     check.hsdp_group = 0;
     if (check.kind == StrategyKind::Hsdp) check.kind = StrategyKind::Fsdp;
+    // The accumulation, unless pinned, is the search's (the global batch over the micro-batch and the data-parallel
+    // ranks): a rule on it (interleaved 1F1B's micro-batches a multiple of pp) is checked per searched plan, not on
+    // the default of 1 here.
+    if (!req.pins.grad_accum) check.grad_accum = std::max<int64_t>(1, check.mesh.pp);
     validate_strategy(check, model, auto_nodes ? Cluster{1, gpn} : cluster, rt.support);
     if (!auto_nodes && req.pins.hsdp_group && cluster.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +

@@ -111,6 +111,21 @@ TEST_CASE("planner: bad input") {
   CHECK(r.out.find(", sharded_params ") != std::string::npos);
 }
 
+TEST_CASE("planner: a pinned interleaved schedule leaves the accumulation to the search unless it is pinned too") {
+  // Interleaved 1F1B needs the micro-batches a multiple of pp: checked on each searched plan (refused ones counted),
+  // not on the default accumulation of 1 before the search.
+  auto r = run_cli(
+      "--model 70b --nodes 8 --runtime torchtitan --pp 4 --pp-schedule interleaved-1f1b "
+      "--pp-virtual-stages 2 --global-batch-tokens 262144 --no-out");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("pp=4(interleaved-1f1b v=2)") != std::string::npos);
+  CHECK(r.out.find("x interleaved 1F1B with micro-batches not a multiple of pp") != std::string::npos);
+  expect_error(
+      "--model 70b --nodes 8 --runtime torchtitan --pp 4 --pp-schedule interleaved-1f1b "
+      "--pp-virtual-stages 2 --grad-accum 3",
+      "--grad-accum: interleaved-1f1b needs the micro-batches per step (3) to be a multiple of pp 4");
+}
+
 TEST_CASE("validate --breakdown: the matching rows' lines; a text no row's id contains is an error") {
   auto r = run_cli("validate --breakdown titan-a100-llama2-70b-64gpu-mb1-sel-op");
   CHECK(r.code == 0);
