@@ -43,8 +43,11 @@ std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw) {
   return std::nullopt;
 }
 
-void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, const RuntimeSupport& rt) {
-  auto bad = [](const std::string& flag, const std::string& msg) { throw InputError(flag + ": " + msg); };
+void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, const RuntimeSupport& rt,
+                       const std::function<std::string(const std::string&)>& name_of) {
+  auto bad = [&](const std::string& flag, const std::string& msg) {
+    throw InputError((name_of ? name_of(flag) : flag) + ": " + msg);
+  };
   if (c.nodes <= 0) bad("--nodes", "must be at least 1, got " + std::to_string(c.nodes));
   constexpr int64_t kMaxCount = int64_t{1} << 20;  // beyond any cluster; keeps products exact
   constexpr int64_t kMaxSize = int64_t{1} << 31;

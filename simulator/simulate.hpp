@@ -1,6 +1,7 @@
 // One configuration in, one prediction out: the simulator's public entry point.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,9 +85,11 @@ Strategy language_model_strategy(const Strategy& s, const ModelSpec& m);
 
 // Checks the strategy against the model and cluster; throws InputError naming the flag for a strategy
 // that cannot be built (HSDP group not dividing the world size, sequence beyond max positions, ...), or that the
-// runtime `rt` does not run (its profile's `mesh` section: RuntimeProfile::support).
+// runtime `rt` does not run (its profile's `mesh` section: RuntimeProfile::support). `name_of` turns the flag into
+// what the message names, for a strategy read from a file ("plan.yaml: strategy.tp"); the flag itself by default.
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c,
-                       const RuntimeSupport& rt = RuntimeSupport{});
+                       const RuntimeSupport& rt = RuntimeSupport{},
+                       const std::function<std::string(const std::string&)>& name_of = nullptr);
 
 // A RoPE model's sequence (text plus a vision-language model's image tokens) beyond the positions it was trained for,
 // max_positions (max_position_embeddings), or beyond what its rope_scaling extends them to (rope_scaled_positions),

@@ -21,7 +21,7 @@ int run_compare(const std::vector<std::string>& argv) {
   PlanFile plan = read_plan_file(plan_path);
   // The plan's step program, simulated now (the collective comparison needs its ops); the prediction is the
   // plan file's where it has one.
-  auto sim = simulate_plan(plan, config_root_from(argv));
+  auto sim = simulate_plan(plan, config_root_from(argv), plan_path);
   check_trained_length(plan, plan_path);
   PlanPrediction pred = plan.prediction ? *plan.prediction : plan_prediction(sim->prediction);
   std::ifstream in(report_path);

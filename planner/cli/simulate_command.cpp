@@ -81,7 +81,7 @@ int run_simulate(const std::vector<std::string>& argv) {
       if (f != "--plan" && f != "--trace" && f != "--config-root" && args.has(f))
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
     PlanFile plan = read_plan_file(*plan_path);
-    auto sim = simulate_plan(plan, root);
+    auto sim = simulate_plan(plan, root, *plan_path);
     check_trained_length(plan, *plan_path);
     print_simulation(args, SimulationContext{&plan.model, &sim->hardware, &sim->runtime, sim->cluster, plan.strategy},
                      sim->program, sim->prediction);

@@ -1,5 +1,7 @@
 #include "report/plan_simulation.hpp"
 
+#include "planfile/plan_keys.hpp"
+
 namespace fsdp {
 
 PlanFile plan_file_for(const ModelSpec& model, const HardwareProfile& hw, const Cluster& cluster,
@@ -18,13 +20,17 @@ PlanFile plan_file_for(const ModelSpec& model, const HardwareProfile& hw, const 
   return plan;
 }
 
-std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& root) {
+std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& root,
+                                              const std::string& plan_path) {
   auto s = std::make_unique<PlanSimulation>(plan.model);
   s->hardware = load_hardware(plan.cluster.hardware, root);
   s->runtime = load_runtime(plan.runtime, root);
   validate_profiles(s->hardware, s->runtime);
   s->cluster = Cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
-  validate_strategy(plan.strategy, plan.model, s->cluster, s->runtime.support);
+  validate_strategy(
+      plan.strategy, plan.model, s->cluster, s->runtime.support,
+      plan_path.empty() ? std::function<std::string(const std::string&)>()
+                        : [&](const std::string& flag) { return plan_path + ": " + plan_key_of_flag(flag); });
   s->prediction = simulate(s->input(plan), &s->program);
   s->rank0_program = plan.strategy.mesh.pp > 1 ? emit_stage_program(s->input(plan), 0) : s->program;
   return s;

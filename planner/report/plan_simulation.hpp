@@ -29,8 +29,10 @@ struct PlanSimulation {
 PlanFile plan_file_for(const ModelSpec& model, const HardwareProfile& hw, const Cluster& cluster,
                        const std::string& runtime, const Strategy& strategy);
 
-// InputError naming the profile or the strategy flag when the plan cannot be simulated.
-std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& config_root);
+// InputError naming the profile or the strategy flag when the plan cannot be simulated; with `plan_path` (a plan read
+// from that file), the file and its key instead of the flag ("plan.yaml: strategy.tp: ...").
+std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::string& config_root,
+                                              const std::string& plan_path = "");
 
 // The program's step trace with its units' names (program/step_trace.hpp).
 TraceSide program_side(const StepProgram& program);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 
 #include "cli_runner.hpp"
 
@@ -124,6 +125,21 @@ TEST_CASE("planner: a pinned interleaved schedule leaves the accumulation to the
       "--model 70b --nodes 8 --runtime torchtitan --pp 4 --pp-schedule interleaved-1f1b "
       "--pp-virtual-stages 2 --grad-accum 3",
       "--grad-accum: interleaved-1f1b needs the micro-batches per step (3) to be a multiple of pp 4");
+}
+
+TEST_CASE("simulate --plan / compare: a plan file whose knobs cannot run is refused naming the file and its key") {
+  const std::string plan = "/tmp/fsdp_cli_" + std::to_string(::getpid()) + "_mesh_plan.yaml";
+  auto r = run_cli("--model 8b --gpus 8 --strategy fsdp --tp 2 --out " + plan);
+  REQUIRE(r.code == 0);
+  std::ifstream in(plan);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string tp = "\n  tp: 2\n";
+  REQUIRE(text.find(tp) != std::string::npos);
+  text.replace(text.find(tp), tp.size(), "\n  tp: 3\n");
+  const std::string bad = write_tmp("tp3_plan.yaml", text);
+  expect_error("simulate --plan " + bad, bad + ": strategy.tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs");
+  expect_error("compare " + bad + " /nonexistent.json", bad + ": strategy.tp: ");
+  std::remove(plan.c_str());
 }
 
 TEST_CASE("validate --breakdown: the matching rows' lines; a text no row's id contains is an error") {
