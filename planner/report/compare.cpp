@@ -97,7 +97,9 @@ Comparison compare_plan_report(const PlanPrediction& pred, const Strategy& s, co
       const double phase = median_of([&](const nlohmann::json& st) { return number(st, "optimizer_phase_s", path); });
       c.time.push_back(ComparisonRow{"optimizer phase (median)", "s", pred.optimizer_phase_s, phase, true});
     }
-    double tokens = static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum);
+    // A data-parallel replica's tokens a step, shared by its tp x pp GPUs (simulate.cpp counts them so).
+    const double tokens =
+        static_cast<double>(s.micro_batch * s.seq_len * s.grad_accum) / static_cast<double>(s.mesh.model_parallel());
     c.time.push_back(ComparisonRow{"tokens/s per GPU", "tokens/s", pred.tokens_per_s_per_gpu, tokens / median, true});
   }
   return c;

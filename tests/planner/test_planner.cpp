@@ -495,6 +495,22 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
   CHECK(measured.at("optimizer phase (median)") == doctest::Approx(0.2));  // 0.2, 0.1, 0.3
   for (const auto& row : jt["time"])
     if (row["name"] == "optimizer phase (median)") CHECK(row["predicted"].get<double>() > 0);
+  // tokens/s per GPU: a replica's micro_batch x seq x grad_accum tokens over the median step; data parallel, one GPU
+  // a replica.
+  CHECK(measured.at("tokens/s per GPU") == doctest::Approx(2.0 * 64.0 * 1.0 / 2.0));
+  {
+    // Two pipeline stages: the replica's 2 x 64 x 4 tokens are its 2 GPUs', as the prediction counts them.
+    REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --strategy fsdp --pp 2 --micro-batch 2 --seq 64 --grad-accum 4 "
+                    "--out " +
+                    base + ".pp.yaml")
+                .code == 0);
+    auto pp = run_cli("compare " + base + ".pp.yaml " + base + ".json --json");
+    REQUIRE(pp.code == 0);
+    for (const auto& row : nlohmann::json::parse(pp.out)["time"])
+      if (row["name"] == "tokens/s per GPU")
+        CHECK(row["measured"].get<double>() == doctest::Approx(2.0 * 64 * 4 / 2.0 / 2.0));
+    std::remove((base + ".pp.yaml").c_str());
+  }
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
   auto bad = run_cli("compare " + base + ".yaml " + base + ".bad.json");
   CHECK(bad.code == 2);
