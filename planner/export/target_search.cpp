@@ -74,6 +74,15 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
     check_pin("strategy", probe);
     if (req.pins.hsdp_group) check_pin("hsdp_group", probe);
   }
+  // The mesh degrees: a pinned tp or pp the target cannot write is refused before the search, as the other pins.
+  if (req.pins.tp) {
+    probe.mesh.tp = *req.pins.tp;
+    check_pin("tp", probe);
+  }
+  if (req.pins.pp) {
+    probe.mesh.pp = *req.pins.pp;
+    check_pin("pp", probe);
+  }
   if (req.pins.wrap) check_pin("wrap", probe);
   if (req.pins.reshard_after_forward) check_pin("reshard_after_forward", probe);
   if (req.pins.act_ckpt) check_pin("act_ckpt", probe);

@@ -102,6 +102,9 @@ TEST_CASE("planner: bad input") {
   expect_error("--model 70b --nodes 8 --memory-headroom 1.5", "--memory-headroom");
   expect_error("--model 70b --gpus 12", "--gpus");
   expect_error("show /nonexistent/plan.yaml", "cannot open");
+  // A mesh degree the target cannot write is refused before the search, naming the flag (not "No plan fits").
+  expect_error("--model 8b --nodes 2 --target deepspeed --pp 2", "--pp: deepspeed v0.19 cannot express pp 2");
+  expect_error("--model 8b --nodes 2 --target accelerate --tp 2", "--tp: accelerate v1.14 cannot express tp 2");
   // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.
   auto r = run_cli("--model 70b --nodes 1 --strategy ddp --no-out");
   CHECK(r.code == 1);
