@@ -189,9 +189,19 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
     o << "  host RAM per node " << format_gib(p.memory.host_bytes_per_node) << " GiB"
       << (p.host_fits ? "" : " (exceeds the node's host memory)") << "\n";
   o << "\n" << bold << "step time" << reset << "\n";
-  std::snprintf(line, sizeof line,
-                "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s  (comm total %.3f s)\n",
-                p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s, p.time.comm_s);
+  if (ctx.strategy.mesh.pp > 1) {
+    // A pipeline's step also idles in the schedule's fill and drain, and waits for the other stages' reductions.
+    std::snprintf(line, sizeof line,
+                  "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s + pipeline bubble "
+                  "%.3f s + reduction chain %.3f s  (comm total %.3f s)\n",
+                  p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s,
+                  p.time.pipeline_bubble_s, p.time.pipeline_reduction_chain_s, p.time.comm_s);
+  } else {
+    std::snprintf(
+        line, sizeof line,
+        "  step %.3f s = compute %.3f s + exposed comm %.3f s + exposed offload %.3f s  (comm total %.3f s)\n",
+        p.time.step_s, p.time.compute_s, p.time.exposed_comm_s, p.time.exposed_offload_s, p.time.comm_s);
+  }
   o << line;
   if (p.time.host_wait_s > 0) {
     // The runtime's host issue time (RuntimeProfile::host_issue): the device idles for the host, counted in compute.

@@ -433,6 +433,25 @@ TEST_CASE("--trace writes a Chrome trace: one track per stream, one slice per op
   std::remove(path.c_str());
 }
 
+TEST_CASE("simulate: a pipeline plan's step line adds up (compute, exposed comm, offload, bubble, reduction chain)") {
+  // torchtitan reduces each stage's gradients after its backward: the chain is on the step's line and its own line.
+  auto r = run_cli(
+      "simulate --model 8b --gpus 2 --hw h100-80gb --strategy fsdp --reshard-after-forward false --pp 2 "
+      "--micro-batch 1 --grad-accum 4 --seq 2048 --runtime torchtitan");
+  REQUIRE(r.code == 0);
+  const auto at = r.out.find("  step ");
+  REQUIRE(at != std::string::npos);
+  double step = 0, compute = 0, exposed = 0, offload = 0, bubble = 0, chain = 0, comm = 0;
+  REQUIRE(std::sscanf(r.out.c_str() + at,
+                      "  step %lf s = compute %lf s + exposed comm %lf s + exposed offload %lf s + pipeline bubble %lf "
+                      "s + reduction chain %lf s  (comm total %lf s)",
+                      &step, &compute, &exposed, &offload, &bubble, &chain, &comm) == 7);
+  CHECK(bubble > 0);
+  CHECK(chain > 0);
+  CHECK(compute + exposed + offload + bubble + chain == doctest::Approx(step).epsilon(0.002));
+  CHECK(r.out.find("  pipeline reduction chain ") != std::string::npos);
+}
+
 TEST_CASE("compare: predicted vs measured per category, step time from the median, bad reports refused") {
   const std::string base = "/tmp/fsdp_cmp_" + std::to_string(::getpid());
   REQUIRE(
