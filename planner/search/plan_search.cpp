@@ -182,14 +182,16 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   struct Dt {
     DType param, reduce;
   };
+  // The compute dtypes bf16 and fp32 (or the pinned one: fp16 too), each reducing in fp32 or in itself.
   std::vector<Dt> dtypes;
-  for (DType p : {DType::Bf16, DType::Fp32})
-    for (DType r : {DType::Fp32, DType::Bf16}) {
-      if (p == DType::Fp32 && r != DType::Fp32) continue;
-      if (req.pins.param_dtype && *req.pins.param_dtype != p) continue;
-      if (req.pins.reduce_dtype && *req.pins.reduce_dtype != r) continue;
-      dtypes.push_back({p, r});
-    }
+  const std::vector<DType> params =
+      req.pins.param_dtype ? std::vector<DType>{*req.pins.param_dtype} : std::vector<DType>{DType::Bf16, DType::Fp32};
+  for (DType p : params) {
+    std::vector<DType> reduces{DType::Fp32};
+    if (p != DType::Fp32) reduces.push_back(p);
+    for (DType r : reduces)
+      if (!req.pins.reduce_dtype || *req.pins.reduce_dtype == r) dtypes.push_back({p, r});
+  }
   if (dtypes.empty() && req.pins.param_dtype && req.pins.reduce_dtype)
     dtypes.push_back({*req.pins.param_dtype, *req.pins.reduce_dtype});
   std::vector<int64_t> micro_batches;

@@ -433,6 +433,19 @@ TEST_CASE("--trace writes a Chrome trace: one track per stream, one slice per op
   std::remove(path.c_str());
 }
 
+TEST_CASE("search: a pinned fp16 compute dtype is searched with fp32 and fp16 reductions (it searched nothing)") {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"", " fp16/"}, {" --reduce-dtype fp16", " fp16/fp16 "}, {" --reduce-dtype fp32", " fp16/fp32 "}};
+  for (const auto& [reduce, plan] : cases) {
+    CAPTURE(reduce);
+    auto r = run_cli("--model tiny --hw cpu --gpus 2 --seq 64 --global-batch-tokens 1024 --no-out --param-dtype fp16" +
+                     reduce);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("searched 0 configurations") == std::string::npos);
+    CHECK(r.out.find(plan) != std::string::npos);
+  }
+}
+
 TEST_CASE("simulate: a pipeline plan's step line adds up (compute, exposed comm, offload, bubble, reduction chain)") {
   // torchtitan reduces each stage's gradients after its backward: the chain is on the step's line and its own line.
   auto r = run_cli(
