@@ -1,5 +1,7 @@
 #include "export/target_search.hpp"
 
+#include <algorithm>
+
 #include "core/errors.hpp"
 #include "export/knob_table.hpp"
 
@@ -21,9 +23,11 @@ std::string values_text(const KnobRule& r) {
 
 std::string who(const TargetSpec& spec) { return spec.target + " " + spec.version; }
 
-[[noreturn]] void refuse(const TargetSpec& spec, const Knob& k, const std::string& value, const KnobRule& r) {
-  throw InputError(std::string(k.flag) + ": " + who(spec) + " cannot express " + k.name + " " + value + ": " + r.why +
-                   " (it expresses " + values_text(r) + "; " + r.source.text() + ")");
+// `flag`: the flag the user gave, where another than the knob's own pins it (--reduce-dtype for dtypes).
+[[noreturn]] void refuse(const TargetSpec& spec, const Knob& k, const std::string& value, const KnobRule& r,
+                         const char* flag = nullptr) {
+  throw InputError(std::string(flag ? flag : k.flag) + ": " + who(spec) + " cannot express " + k.name + " " + value +
+                   ": " + r.why + " (it expresses " + values_text(r) + "; " + r.source.text() + ")");
 }
 
 const std::vector<StrategyKind> kAllKinds{StrategyKind::Ddp,        StrategyKind::NoShard, StrategyKind::Zero1,
@@ -90,8 +94,24 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
   if (req.pins.param_dtype || req.pins.reduce_dtype || given("--master-dtype")) {
     if (req.pins.param_dtype) probe.param_dtype = *req.pins.param_dtype;
     if (req.pins.reduce_dtype) probe.reduce_dtype = *req.pins.reduce_dtype;
-    // The dtype pins may leave one free; a complete triple is judged by the filter.
-    if (req.pins.param_dtype && req.pins.reduce_dtype) check_pin("dtypes", probe);
+    // The dtype pins may leave one free: then some triple the target expresses must have the pinned one (the
+    // filter judges each searched triple), else no plan could be written.
+    if (req.pins.param_dtype && req.pins.reduce_dtype) {
+      check_pin("dtypes", probe);
+    } else if (const KnobRule* r = spec.rule("dtypes", probe.kind)) {
+      const std::string param = req.pins.param_dtype ? to_string(*req.pins.param_dtype) : "";
+      const std::string reduce = req.pins.reduce_dtype ? to_string(*req.pins.reduce_dtype) : "";
+      // A triple param/reduce/master.
+      const bool some = std::any_of(r->values.begin(), r->values.end(), [&](const std::string& v) {
+        const auto a = v.find('/'), b = v.find('/', a == std::string::npos ? a : a + 1);
+        if (a == std::string::npos || b == std::string::npos) return false;
+        return (param.empty() || v.substr(0, a) == param) && (reduce.empty() || v.substr(a + 1, b - a - 1) == reduce);
+      });
+      if (!some)
+        refuse(spec, *find_knob("dtypes"),
+               (param.empty() ? std::string("*") : param) + "/" + (reduce.empty() ? std::string("*") : reduce) + "/*",
+               *r, param.empty() ? "--reduce-dtype" : "--param-dtype");
+    }
   }
   if (const KnobRule* r = plain_rule(spec, "strategy"); r && !req.pins.strategy) {
     std::vector<std::string> excluded;

@@ -105,6 +105,11 @@ TEST_CASE("planner: bad input") {
   // A mesh degree the target cannot write is refused before the search, naming the flag (not "No plan fits").
   expect_error("--model 8b --nodes 2 --target deepspeed --pp 2", "--pp: deepspeed v0.19 cannot express pp 2");
   expect_error("--model 8b --nodes 2 --target accelerate --tp 2", "--tp: accelerate v1.14 cannot express tp 2");
+  // One dtype pinned that no triple the target writes has: refused naming the flag given, not searched to nothing.
+  expect_error("--model 8b --nodes 1 --hw h100-80gb --param-dtype fp16 --target torchtitan",
+               "--param-dtype: torchtitan v0.2.2 cannot express dtypes fp16/*/*");
+  expect_error("--model 8b --nodes 1 --hw h100-80gb --reduce-dtype bf16 --target torchtitan",
+               "--reduce-dtype: torchtitan v0.2.2 cannot express dtypes */bf16/*");
   // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.
   auto r = run_cli("--model 70b --nodes 1 --strategy ddp --no-out");
   CHECK(r.code == 1);
