@@ -105,19 +105,26 @@ int main(int argc, char** argv) {
         continue;  // not passed to the children
       }
       child.push_back(f);
-      if (f == "--steps")
+      if (f == "--steps") {
         args.cfg.steps = to_int(f, child.emplace_back(value()));
-      else if (f == "--seed")
+        if (args.cfg.steps < 1)
+          throw fsdp::InputError("--steps must be at least 1, got " + std::to_string(args.cfg.steps));
+      } else if (f == "--seed")
         args.cfg.seed = static_cast<uint64_t>(to_int(f, child.emplace_back(value())));
       else if (f == "--report")
         args.report = child.emplace_back(value());
-      else if (f == "--log-every")
+      else if (f == "--log-every") {
         args.cfg.log_every = to_int(f, child.emplace_back(value()));
-      else if (f == "--timeout")
+        if (args.cfg.log_every < 1)
+          throw fsdp::InputError("--log-every must be at least 1, got " + std::to_string(args.cfg.log_every));
+      } else if (f == "--timeout")
         args.timeout_s = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--emulate-world-size")
+      else if (f == "--emulate-world-size") {
         args.cfg.emulate_world_size = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--data")
+        if (args.cfg.emulate_world_size < 1)
+          throw fsdp::InputError("--emulate-world-size must be at least 1, got " +
+                                 std::to_string(args.cfg.emulate_world_size));
+      } else if (f == "--data")
         args.cfg.data = child.emplace_back(value());
       else if (f == "--data-dtype")
         args.cfg.data_dtype = child.emplace_back(value());
@@ -222,15 +229,16 @@ int main(int argc, char** argv) {
     std::cout << std::flush;
     return 0;
   } catch (const fsdp::InputError& e) {
-    std::cerr << "fsdp-run: error: " << e.what() << "\n";
+    // One write a line: ranks failing together print whole lines, not interleaved pieces.
+    std::cerr << std::string("fsdp-run: error: ") + e.what() + "\n";
     if (comm) comm->publish_error(e.what());
     std::cerr << std::flush;
     std::_Exit(2);
   } catch (const RankFailure& e) {
-    std::cerr << "fsdp-run: " << e.what() << "\n" << std::flush;
+    std::cerr << std::string("fsdp-run: ") + e.what() + "\n" << std::flush;
     std::_Exit(3);
   } catch (const std::exception& e) {
-    std::cerr << "fsdp-run: error: " << e.what() << "\n";
+    std::cerr << std::string("fsdp-run: error: ") + e.what() + "\n";
     if (comm) comm->publish_error(e.what());
     std::cerr << std::flush;
     std::_Exit(1);

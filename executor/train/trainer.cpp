@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -112,6 +114,20 @@ void check_plan_runnable(const PlanFile& plan) {
 }
 
 void check_run_config(const RunConfig& c) {
+  // The newest checkpoint is never deleted: a run keeps at least it.
+  if (c.keep_checkpoints < 1)
+    throw InputError("--keep-checkpoints must be at least 1, got " + std::to_string(c.keep_checkpoints));
+  if (c.data_dtype != "uint16" && c.data_dtype != "uint32")
+    throw InputError("--data-dtype: '" + c.data_dtype + "' is not one of: uint16, uint32");
+  if (c.data == "synthetic" && c.data_dtype != "uint16")
+    throw InputError("--data-dtype " + c.data_dtype +
+                     " applies to a token file (--data FILE); synthetic data has none");
+  // Files that must exist, checked before any rank starts (one message, not one per rank).
+  if (c.data != "synthetic" && !std::ifstream(c.data)) throw InputError(c.data + ": cannot open token file (--data)");
+  if (!c.init_from.empty() && !std::filesystem::exists(c.init_from))
+    throw InputError(c.init_from + ": no such file or directory (--init-from)");
+  if (!c.resume_dir.empty() && !std::filesystem::is_directory(c.resume_dir))
+    throw InputError(c.resume_dir + ": no such checkpoint directory (--resume)");
   if (c.checkpoint_every > 0 && c.checkpoint_dir.empty())
     throw InputError("--checkpoint-every " + std::to_string(c.checkpoint_every) +
                      " needs --checkpoint-dir DIR (without it no checkpoint is written)");

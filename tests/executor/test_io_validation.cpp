@@ -390,6 +390,24 @@ TEST_CASE("flags that contradict each other are refused before any rank starts")
   RunConfig any;
   any.resume_any = true;
   CHECK(refusal([&] { check_run_config(any); }) == "--resume-any needs --resume DIR");
+  // Values no run can use, and files that are not there: refused once, by the launcher, before any rank starts.
+  RunConfig keep;
+  keep.keep_checkpoints = 0;
+  CHECK(refusal([&] { check_run_config(keep); }) == "--keep-checkpoints must be at least 1, got 0");
+  RunConfig dtype;
+  dtype.data_dtype = "int8";
+  CHECK(refusal([&] { check_run_config(dtype); }) == "--data-dtype: 'int8' is not one of: uint16, uint32");
+  dtype.data_dtype = "uint32";
+  CHECK(refusal([&] { check_run_config(dtype); }).find("applies to a token file (--data FILE)") != std::string::npos);
+  RunConfig files;
+  files.data = "/nonexistent/tokens.bin";
+  CHECK(refusal([&] { check_run_config(files); }) == "/nonexistent/tokens.bin: cannot open token file (--data)");
+  files.data = "synthetic";
+  files.init_from = "/nonexistent/w.safetensors";
+  CHECK(refusal([&] { check_run_config(files); }).find("/nonexistent/w.safetensors: no such file") == 0);
+  files.init_from.clear();
+  files.resume_dir = "/nonexistent/ck";
+  CHECK(refusal([&] { check_run_config(files); }).find("/nonexistent/ck: no such checkpoint directory") == 0);
 }
 
 }  // namespace fsdp::exec::test
