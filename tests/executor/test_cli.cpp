@@ -284,13 +284,26 @@ TEST_CASE("robustness: a hung rank (SIGSTOP) is named after the collective timeo
 TEST_CASE("launcher: a failing rank's exit code is forwarded and the failure is named") {
   TmpDir d;
   const std::string plan = write_plan(d, small_plan(StrategyKind::Fsdp, "layer", 2));
-  // Rank 1 gets a token file that does not exist: it refuses (2); rank 0 then fails too.
+  // The ranks get a token file whose ids are beyond the vocabulary: they refuse it at start (2), and the launcher
+  // forwards that and names the rank.
+  {
+    std::ofstream bad(d / "bad-ids.bin", std::ios::binary);
+    const uint16_t id = 65535;
+    for (int i = 0; i < 4096; ++i) bad.write(reinterpret_cast<const char*>(&id), sizeof id);
+  }
   Result r = sh("cd " + d.path.string() + " && " + kBin + " --nproc-per-node 2 " + plan +
-                " --steps 2 --timeout 20 --data no-such-file.bin");
+                " --steps 2 --timeout 20 --data bad-ids.bin");
   INFO(r.out);
   CHECK(r.code == 2);
-  CHECK(r.out.find("no-such-file.bin") != std::string::npos);
+  CHECK(r.out.find("bad-ids.bin") != std::string::npos);
   CHECK(r.out.find("exited with code 2") != std::string::npos);
+  // A token file that does not exist is refused by the launcher before any rank starts: one line, no rank named.
+  Result missing = sh("cd " + d.path.string() + " && " + kBin + " --nproc-per-node 2 " + plan +
+                      " --steps 2 --timeout 20 --data no-such-file.bin");
+  INFO(missing.out);
+  CHECK(missing.code == 2);
+  CHECK(missing.out.find("fsdp-run: error: no-such-file.bin: cannot open token file (--data)") != std::string::npos);
+  CHECK(missing.out.find("exited with code") == std::string::npos);
 }
 
 TEST_CASE("checkpoints: SIGKILL mid-run, resume, same trajectory; a corrupt shard is named and skipped") {
