@@ -105,26 +105,24 @@ int main(int argc, char** argv) {
         continue;  // not passed to the children
       }
       child.push_back(f);
-      if (f == "--steps") {
-        args.cfg.steps = to_int(f, child.emplace_back(value()));
-        if (args.cfg.steps < 1)
-          throw fsdp::InputError("--steps must be at least 1, got " + std::to_string(args.cfg.steps));
-      } else if (f == "--seed")
+      // A count no run can use (0 steps, a rehearsal of 0 ranks) is refused here, before any rank starts.
+      auto at_least_one = [&](int64_t v) {
+        if (v < 1) throw fsdp::InputError(f + " must be at least 1, got " + std::to_string(v));
+        return v;
+      };
+      if (f == "--steps")
+        args.cfg.steps = at_least_one(to_int(f, child.emplace_back(value())));
+      else if (f == "--seed")
         args.cfg.seed = static_cast<uint64_t>(to_int(f, child.emplace_back(value())));
       else if (f == "--report")
         args.report = child.emplace_back(value());
-      else if (f == "--log-every") {
-        args.cfg.log_every = to_int(f, child.emplace_back(value()));
-        if (args.cfg.log_every < 1)
-          throw fsdp::InputError("--log-every must be at least 1, got " + std::to_string(args.cfg.log_every));
-      } else if (f == "--timeout")
+      else if (f == "--log-every")
+        args.cfg.log_every = at_least_one(to_int(f, child.emplace_back(value())));
+      else if (f == "--timeout")
         args.timeout_s = static_cast<int>(to_int(f, child.emplace_back(value())));
-      else if (f == "--emulate-world-size") {
-        args.cfg.emulate_world_size = static_cast<int>(to_int(f, child.emplace_back(value())));
-        if (args.cfg.emulate_world_size < 1)
-          throw fsdp::InputError("--emulate-world-size must be at least 1, got " +
-                                 std::to_string(args.cfg.emulate_world_size));
-      } else if (f == "--data")
+      else if (f == "--emulate-world-size")
+        args.cfg.emulate_world_size = static_cast<int>(at_least_one(to_int(f, child.emplace_back(value()))));
+      else if (f == "--data")
         args.cfg.data = child.emplace_back(value());
       else if (f == "--data-dtype")
         args.cfg.data_dtype = child.emplace_back(value());

@@ -162,17 +162,16 @@ class TokenFile final : public DataSource {
 
 void DataSource::check_ids(int64_t /*begin*/, int64_t /*end*/, std::ostream* /*progress*/) const {}
 
+int token_element_bytes(const std::string& dtype) {
+  if (dtype == "uint16") return 2;
+  if (dtype == "uint32") return 4;
+  throw InputError("--data-dtype: '" + dtype + "' is not one of: uint16, uint32");
+}
+
 std::unique_ptr<DataSource> open_data(const std::string& spec, const std::string& dtype, int64_t vocab, int64_t seq,
                                       uint64_t seed) {
   if (spec == "synthetic") return std::make_unique<SyntheticData>(vocab, seq, seed);
-  int elem = 0;
-  if (dtype == "uint16")
-    elem = 2;
-  else if (dtype == "uint32")
-    elem = 4;
-  else
-    throw InputError("--data-dtype must be uint16 or uint32, not '" + dtype + "'");
-  return std::make_unique<TokenFile>(spec, elem, vocab, seq, seed);
+  return std::make_unique<TokenFile>(spec, token_element_bytes(dtype), vocab, seq, seed);
 }
 
 }  // namespace fsdp::exec

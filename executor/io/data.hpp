@@ -28,6 +28,10 @@ class DataSource {
   virtual void check_ids(int64_t begin, int64_t end, std::ostream* progress) const;
 };
 
+// The bytes of a token id of `dtype` (--data-dtype): 2 for "uint16", 4 for "uint32"; InputError naming the flag
+// for anything else.
+int token_element_bytes(const std::string& dtype);
+
 // "synthetic" or a path; dtype "uint16" or "uint32". InputError on a bad file.
 std::unique_ptr<DataSource> open_data(const std::string& spec, const std::string& dtype, int64_t vocab_size,
                                       int64_t seq_len, uint64_t seed);

@@ -117,8 +117,7 @@ void check_run_config(const RunConfig& c) {
   // The newest checkpoint is never deleted: a run keeps at least it.
   if (c.keep_checkpoints < 1)
     throw InputError("--keep-checkpoints must be at least 1, got " + std::to_string(c.keep_checkpoints));
-  if (c.data_dtype != "uint16" && c.data_dtype != "uint32")
-    throw InputError("--data-dtype: '" + c.data_dtype + "' is not one of: uint16, uint32");
+  token_element_bytes(c.data_dtype);  // a known element type, whether or not a file is read
   if (c.data == "synthetic" && c.data_dtype != "uint16")
     throw InputError("--data-dtype " + c.data_dtype +
                      " applies to a token file (--data FILE); synthetic data has none");

@@ -99,18 +99,18 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
     if (req.pins.param_dtype && req.pins.reduce_dtype) {
       check_pin("dtypes", probe);
     } else if (const KnobRule* r = spec.rule("dtypes", probe.kind)) {
-      const std::string param = req.pins.param_dtype ? to_string(*req.pins.param_dtype) : "";
-      const std::string reduce = req.pins.reduce_dtype ? to_string(*req.pins.reduce_dtype) : "";
-      // A triple param/reduce/master.
+      // Each triple read by the dtypes knob's own setter (param/reduce/master).
+      const Knob& dtypes = *find_knob("dtypes");
       const bool some = std::any_of(r->values.begin(), r->values.end(), [&](const std::string& v) {
-        const auto a = v.find('/'), b = v.find('/', a == std::string::npos ? a : a + 1);
-        if (a == std::string::npos || b == std::string::npos) return false;
-        return (param.empty() || v.substr(0, a) == param) && (reduce.empty() || v.substr(a + 1, b - a - 1) == reduce);
+        Strategy t;
+        return dtypes.set(t, v, c) && (!req.pins.param_dtype || t.param_dtype == *req.pins.param_dtype) &&
+               (!req.pins.reduce_dtype || t.reduce_dtype == *req.pins.reduce_dtype);
       });
+      const std::string param = req.pins.param_dtype ? to_string(*req.pins.param_dtype) : "*";
+      const std::string reduce = req.pins.reduce_dtype ? to_string(*req.pins.reduce_dtype) : "*";
       if (!some)
-        refuse(spec, *find_knob("dtypes"),
-               (param.empty() ? std::string("*") : param) + "/" + (reduce.empty() ? std::string("*") : reduce) + "/*",
-               *r, param.empty() ? "--reduce-dtype" : "--param-dtype");
+        refuse(spec, dtypes, param + "/" + reduce + "/*", *r,
+               req.pins.param_dtype ? "--param-dtype" : "--reduce-dtype");
     }
   }
   if (const KnobRule* r = plain_rule(spec, "strategy"); r && !req.pins.strategy) {
