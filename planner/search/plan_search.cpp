@@ -569,10 +569,13 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
       }
       search_mesh(mesh);
     }
-  // Ties (within 0.1%) go to the plan with more memory headroom.
+  // Ties (within 0.1%) go to the plan with more memory headroom; under the memory objective, whose score is that
+  // headroom, to the faster plan (plans of one footprint can differ many times in speed: fp32 against bf16 compute).
   std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     double sa = objective_score(a, req.objective), sb = objective_score(b, req.objective);
     if (std::fabs(sa - sb) > kRankingTieFraction * std::max(std::fabs(sa), std::fabs(sb))) return sa < sb;
+    if (req.objective == Objective::Memory)
+      return a.prediction.tokens_per_s_per_gpu > b.prediction.tokens_per_s_per_gpu;
     return a.prediction.memory.device_total < b.prediction.memory.device_total;
   });
   // Near-ties go to the simpler plan (simplicity_rank): within kNearTieFraction of the best throughput, a plan with

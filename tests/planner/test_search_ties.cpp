@@ -1,8 +1,9 @@
 // How the search orders its feasible plans and picks one (plan_search.cpp), checked against the rule as
 // documented there:
 //  - ranked by the objective (throughput: tokens/s/GPU, higher first); two plans whose scores are within 0.1%
-//    of each other tie, and a tie goes to the plan with more memory headroom (lower device total); plans equal
-//    in both keep the order the search generated them in (a stable sort);
+//    of each other tie, and a tie goes to the plan with more memory headroom (lower device total; under the memory
+//    objective, whose score that is, to the faster plan); plans equal in both keep the order the search generated
+//    them in (a stable sort);
 //  - then, for throughput, a near-tie rule: among the plans within 5% of the best throughput the simplest
 //    strategy is chosen (ddp, no-shard, zero1, zero2, fsdp-grad-op, fsdp, zero3, hsdp; within a strategy no
 //    offload, then optimizer, then parameters), the first of them in the ranking when several are equally
@@ -45,6 +46,7 @@ bool within_tie(double a, double b) { return std::fabs(a - b) <= kTie * std::max
 bool rule_prefers(const Candidate& b, const Candidate& a, Objective o) {
   const double sa = score(a, o), sb = score(b, o);
   if (!within_tie(sa, sb)) return sb < sa;
+  if (o == Objective::Memory) return b.prediction.tokens_per_s_per_gpu > a.prediction.tokens_per_s_per_gpu;
   return b.prediction.memory.device_total < a.prediction.memory.device_total;
 }
 
@@ -154,9 +156,30 @@ TEST_CASE("ties: with the memory objective the ranking is by device total and th
   double least = r.ranked.front().prediction.memory.device_total;
   for (const Candidate& c : r.ranked) least = std::min(least, c.prediction.memory.device_total);
   CHECK(r.ranked.front().prediction.memory.device_total <= least * (1 + kTie));
+  int ties_by_speed = 0;
   for (size_t i = 1; i < r.ranked.size(); ++i) {
-    CAPTURE(point_key(r.ranked[i].strategy));
-    CHECK_FALSE(rule_prefers(r.ranked[i], r.ranked[i - 1], Objective::Memory));
+    const Candidate &a = r.ranked[i - 1], &b = r.ranked[i];
+    CAPTURE(point_key(b.strategy));
+    CHECK_FALSE(rule_prefers(b, a, Objective::Memory));
+    if (within_tie(a.prediction.memory.device_total, b.prediction.memory.device_total) &&
+        a.prediction.tokens_per_s_per_gpu != b.prediction.tokens_per_s_per_gpu)
+      ++ties_by_speed;
   }
+  CHECK(ties_by_speed > 0);  // the tie rule was exercised
   check_same(r, search_plans(setup->req));
+}
+
+TEST_CASE("ties: under the memory objective a plan of the least footprint but fp32 compute does not go first") {
+  // Gemma 2 9B on a node of A100s: tp 8 gives the least device total, and its bf16 and fp32 plans hold the same
+  // bytes (fsdp-run keeps fp32 parameters either way); the fp32 one runs about nine times slower.
+  auto setup = search_setup("gemma2-9b", "a100-80gb", 1);
+  setup->req.objective = Objective::Memory;
+  const SearchResult r = search_plans(setup->req);
+  REQUIRE(r.ranked.size() > 1);
+  CHECK(r.ranked.front().strategy.param_dtype != DType::Fp32);
+  const double head = r.ranked.front().prediction.memory.device_total;
+  for (const Candidate& c : r.ranked) {
+    if (!within_tie(c.prediction.memory.device_total, head)) break;
+    CHECK(c.prediction.tokens_per_s_per_gpu <= r.ranked.front().prediction.tokens_per_s_per_gpu);
+  }
 }
