@@ -12,6 +12,7 @@
 #include "cli/strategy_flags.hpp"
 #include "core/errors.hpp"
 #include "core/format.hpp"
+#include "core/unit_parse.hpp"
 #include "export/export_plan.hpp"
 #include "export/target_search.hpp"
 #include "model/model_loader.hpp"
@@ -26,6 +27,17 @@
 namespace fsdp {
 
 namespace {
+
+// A training run's tokens: a positive number, or K, M, B, T (core/unit_parse.hpp parse_count); `fallback` when absent.
+double training_tokens(const Args& args, const std::string& flag, double fallback) {
+  const auto text = args.get(flag);
+  if (!text) return fallback;
+  const auto v = parse_count(*text);
+  if (!v || *v <= 0)
+    throw InputError(flag + ": expected a positive count of tokens (a number, or K, M, B, T: 4M, 2T), got '" + *text +
+                     "'");
+  return *v;
+}
 
 // Defaults of `fsdp-plan` (README "Planner defaults").
 constexpr const char* kDefaultHardware = "a100-80gb";
@@ -116,7 +128,7 @@ int run_plan(const std::vector<std::string>& argv) {
   if (args.has("--help")) {
     std::cout
         << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
-           "                 [--objective throughput|memory|cost [--tokens N]] [--memory-headroom F] [--top N]\n"
+           "                 [--objective throughput|memory|cost] [--tokens N] [--memory-headroom F] [--top N]\n"
            "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
            "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
            "                 [--image-tokens N]   (a vision-language model's image tokens per sample)\n"
@@ -191,11 +203,13 @@ int run_plan(const std::vector<std::string>& argv) {
     req.objective = Objective::Memory;
   } else if (objective == "cost") {
     req.objective = Objective::Cost;
-    req.train_tokens = args.get_double_or("--tokens", 0);
-    if (req.train_tokens <= 0) throw InputError("--tokens: --objective cost needs the number of training tokens");
+    if (!args.has("--tokens"))
+      throw InputError("--tokens: --objective cost needs the number of training tokens (e.g. --tokens 2T)");
   } else {
     throw InputError("--objective: '" + objective + "' is not one of: throughput, memory, cost");
   }
+  // The training run's tokens: the chosen plan's GPU-hours and days (every objective), the cost objective's score.
+  req.train_tokens = training_tokens(args, "--tokens", 0);
   int top = static_cast<int>(args.get_int_or("--top", 10));
   if (top <= 0) throw InputError("--top: must be at least 1");
   req.keep_top = top;
@@ -283,7 +297,7 @@ int run_plan(const std::vector<std::string>& argv) {
     result = search_plans(req);
   }
   if (target) explain_excluded_families(*target, result);
-  PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens};
+  PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens};
   std::optional<std::pair<Strategy, Prediction>> f8;
   if (!result.ranked.empty() && !args.has("--float8"))
     f8 = float8_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -13,6 +14,29 @@ namespace fsdp {
 namespace {
 
 std::string wrap_name(const Strategy& s) { return shards_params(s.kind) ? to_string(s.wrap) : "-"; }
+
+// A count with the decimal suffix it is quoted with (2.00T tokens, 153.4k GPU-hours).
+std::string count_text(double v) {
+  constexpr std::array<std::pair<double, const char*>, 4> kSuffixes{{{kTera, "T"}, {kGB, "B"}, {kMB, "M"}, {kKB, "k"}}};
+  for (const auto& [scale, suffix] : kSuffixes)
+    if (v >= scale) return fmt("%.2f", v / scale) + suffix;
+  return fmt("%.0f", v);
+}
+
+// The training run of --tokens on the chosen plan: its GPU-hours, days and optimizer steps on this cluster.
+struct TrainingRun {
+  double gpu_hours = 0, days = 0, steps = 0;
+};
+TrainingRun training_run(const PlanReportContext& ctx, const Prediction& p) {
+  constexpr double kSecondsPerHour = 3600.0, kHoursPerDay = 24.0;
+  TrainingRun t;
+  const double gpus = static_cast<double>(ctx.cluster.world_size());
+  const double seconds = ctx.train_tokens / (p.tokens_per_s_per_gpu * gpus);
+  t.gpu_hours = seconds * gpus / kSecondsPerHour;
+  t.days = seconds / kSecondsPerHour / kHoursPerDay;
+  t.steps = std::ceil(ctx.train_tokens / p.tokens_per_step);
+  return t;
+}
 
 nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) {
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, c.strategy};
@@ -160,7 +184,14 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     << reset << "\n\n";
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
-  o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color) << "\n";
+  o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color);
+  if (ctx.train_tokens > 0 && best.prediction.tokens_per_s_per_gpu > 0) {
+    const TrainingRun t = training_run(ctx, best.prediction);
+    o << "  training " << count_text(ctx.train_tokens) << " tokens: " << count_text(t.gpu_hours) << " GPU-hours, "
+      << fmt("%.1f", t.days) << " days on these " << ctx.cluster.world_size() << " GPUs (" << fmt("%.0f", t.steps)
+      << " optimizer steps)\n";
+  }
+  o << "\n";
   if (const Candidate* faster = faster_near_tie(ctx, r)) {
     o << "  near-tie: " << one_line_strategy(faster->strategy) << " rates "
       << fmt("%.1f", (faster->prediction.tokens_per_s_per_gpu / best.prediction.tokens_per_s_per_gpu - 1.0) * 100.0)
@@ -184,6 +215,11 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
   if (!r.ranked.empty()) {
     nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
     j["chosen"] = chosen;
+    if (ctx.train_tokens > 0 && r.ranked.front().prediction.tokens_per_s_per_gpu > 0) {
+      const TrainingRun t = training_run(ctx, r.ranked.front().prediction);
+      j["training"] = {
+          {"tokens", ctx.train_tokens}, {"gpu_hours", t.gpu_hours}, {"days", t.days}, {"optimizer_steps", t.steps}};
+    }
     if (const Candidate* faster = faster_near_tie(ctx, r)) j["near_tie_faster"] = candidate_json(ctx, *faster);
   } else {
     j["chosen"] = nullptr;

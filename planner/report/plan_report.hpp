@@ -19,6 +19,7 @@ struct PlanReportContext {
   int top_n = 10;
   std::string objective;
   double global_batch_tokens = 0;
+  double train_tokens = 0;  // --tokens: the training run's tokens (0: not given)
 };
 
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color);

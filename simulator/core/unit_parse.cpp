@@ -97,4 +97,19 @@ std::optional<FlopsPerSecond> parse_flops_rate(std::string_view text) {
   return FlopsPerSecond(*v);
 }
 
+std::optional<double> parse_count(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  double bare = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), bare);
+  if (ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(bare)) return bare;
+  static constexpr std::array<std::pair<std::string_view, double>, 4> kTable{{
+      {"K", kKB},
+      {"M", kMB},
+      {"B", kGB},
+      {"T", kTera},
+  }};
+  return scale(text, kTable);
+}
+
 }  // namespace fsdp

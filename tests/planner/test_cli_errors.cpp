@@ -99,6 +99,10 @@ TEST_CASE("planner: bad input") {
   expect_error("--model 70b --nodes 8 --strategy nope", "--strategy");
   expect_error("--model 70b --nodes 8 --objective speed", "--objective");
   expect_error("--model 70b --nodes 8 --objective cost", "--tokens");
+  // --tokens: a positive count, with the suffixes token counts are quoted with (2T), under any objective.
+  expect_error("--model 70b --nodes 8 --tokens -5", "--tokens: expected a positive count of tokens");
+  expect_error("--model 70b --nodes 8 --tokens 0", "--tokens: expected a positive count of tokens");
+  expect_error("--model 70b --nodes 8 --objective cost --tokens 2X", "got '2X'");
   expect_error("--model 70b --nodes 8 --memory-headroom 1.5", "--memory-headroom");
   expect_error("--model 70b --gpus 12", "--gpus");
   expect_error("show /nonexistent/plan.yaml", "cannot open");

@@ -663,3 +663,29 @@ TEST_CASE("simulate --memory-timeline: the walk op by op, its peak marked and eq
   std::snprintf(peak, sizeof peak, "peak %.3f MiB", mem.at("peak_bytes").get<double>() / (1024.0 * 1024.0));
   CHECK(r.out.find(peak) != std::string::npos);
 }
+
+TEST_CASE("planner: --tokens gives the chosen plan's GPU-hours, days and optimizer steps, under every objective") {
+  for (const char* objective : {"throughput", "memory", "cost"}) {
+    CAPTURE(objective);
+    auto j = plan_json(std::string("--model llama2-7b --nodes 2 --tokens 2T --objective ") + objective);
+    REQUIRE(j.contains("training"));
+    const auto& t = j["training"];
+    const double rate = j["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>();
+    const double per_step = j["chosen"]["throughput"]["tokens_per_step"].get<double>();
+    const double gpus = 16, tokens = 2e12;
+    CHECK(t["tokens"].get<double>() == tokens);
+    CHECK(t["gpu_hours"].get<double>() == doctest::Approx(tokens / rate / 3600.0).epsilon(1e-9));
+    CHECK(t["days"].get<double>() == doctest::Approx(tokens / (rate * gpus) / 86400.0).epsilon(1e-9));
+    CHECK(t["optimizer_steps"].get<double>() == std::ceil(tokens / per_step));
+    CHECK(j["chosen"]["gpu_hours"].get<double>() == doctest::Approx(t["gpu_hours"].get<double>()).epsilon(1e-9));
+  }
+  // Suffixes as token counts are quoted: 2T, 300B, 5e11.
+  CHECK(plan_json("--model llama2-7b --nodes 1 --tokens 300B")["training"]["tokens"].get<double>() == 3e11);
+  CHECK(plan_json("--model llama2-7b --nodes 1 --tokens 5e11")["training"]["tokens"].get<double>() == 5e11);
+  CHECK_FALSE(plan_json("--model llama2-7b --nodes 1").contains("training"));
+  // The text report says it under the chosen plan.
+  auto r = run_cli("--model llama2-7b --nodes 2 --tokens 2T --no-out");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("training 2.00T tokens: ") != std::string::npos);
+  CHECK(r.out.find(" days on these 16 GPUs (") != std::string::npos);
+}
