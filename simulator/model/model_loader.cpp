@@ -630,6 +630,17 @@ bool looks_like_hub_id(const std::string& s) {
   });
 }
 
+// A Hugging Face config.json; without _name_or_path the model is named after the directory holding the file (the
+// snapshot's, Qwen2.5-7B/config.json -> Qwen2.5-7B), not "config".
+LoadedModel read_hf_config_named_by_directory(const std::string& path) {
+  LoadedModel loaded = read_hf_config(read_text(path), path);
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::weakly_canonical(path, ec);
+  if (loaded.spec.name == "config" && !ec && file.has_parent_path() && !file.parent_path().filename().empty())
+    loaded.spec.name = file.parent_path().filename().string();
+  return loaded;
+}
+
 LoadedModel from_yaml(const std::string& path) {
   ConfigMap map = ConfigMap::load_file(path);
   return LoadedModel{parse_model_map(map), {}};
@@ -645,13 +656,9 @@ LoadedModel load_model_with_warnings(const std::string& name_or_path, const std:
     const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
     if (!std::filesystem::exists(config, ec))
       throw InputError("--model: " + name_or_path + " is a directory without a config.json");
-    LoadedModel loaded = read_hf_config(read_text(config), config);
-    // Without _name_or_path the model is named after its directory, not "config".
-    if (loaded.spec.name == "config")
-      loaded.spec.name = std::filesystem::weakly_canonical(name_or_path, ec).filename().string();
-    return loaded;
+    return read_hf_config_named_by_directory(config);
   }
-  if (ends_with(name_or_path, ".json")) return read_hf_config(read_text(name_or_path), name_or_path);
+  if (ends_with(name_or_path, ".json")) return read_hf_config_named_by_directory(name_or_path);
   const bool exists = std::filesystem::exists(name_or_path, ec);
   if (!exists && looks_like_hub_id(name_or_path) && !ends_with(name_or_path, ".yaml") &&
       !ends_with(name_or_path, ".yml"))

@@ -20,6 +20,7 @@
 //   qwen3-8b, gemma2-9b, gemma3-1b, phi3-mini-4k, glm4-9b, internlm2-7b, olmo2-7b, falcon-7b, pythia-1b.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -140,6 +141,23 @@ TEST_CASE("hf config: the name comes from _name_or_path, else the file stem") {
   json j = fixture_json("llama3-8b");
   j["_name_or_path"] = "";
   CHECK(parse_hf_config(j.dump(2), "/x/my-model.json").name == "my-model");
+}
+
+TEST_CASE("hf config: load_model names a config.json without _name_or_path after its directory") {
+  // A snapshot's config.json, given as the file or as the directory: the directory's name, not "config".
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "fsdp-hf-name-test" / "Meta-Llama-3-8B";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "config.json");
+    f << read_fixture("llama3-8b");
+  }
+  CHECK(fsdp::load_model((dir / "config.json").string(), FSDP_SOURCE_ROOT).name == "Meta-Llama-3-8B");
+  CHECK(fsdp::load_model(dir.string(), FSDP_SOURCE_ROOT).name == "Meta-Llama-3-8B");
+  // Another file name keeps its stem.
+  std::filesystem::copy_file(dir / "config.json", dir / "llama3.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  CHECK(fsdp::load_model((dir / "llama3.json").string(), FSDP_SOURCE_ROOT).name == "llama3");
+  std::filesystem::remove_all(dir.parent_path());
 }
 
 TEST_CASE("hf config: optional keys take the defaults of the transformers config classes") {
