@@ -672,6 +672,7 @@ struct Emitter {
                                    ? tokens * static_cast<double>(g.spec().hidden_size) * kFloat8ElementBytes
                                    : shape.activation_bytes;
     shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
+    shape.gathers_fuse = s.float8 != Float8Recipe::Rowwise;
     // The unit's own collectives, without the head's: those run with the head+loss ops (push_tp_head).
     TpUnitShape own = shape;
     own.head = false;

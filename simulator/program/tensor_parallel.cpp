@@ -265,7 +265,7 @@ std::vector<TpCollective> tp_forward_collectives(const TpUnitShape& u, const Mes
     const int ag = static_cast<int>(2 * u.layers);
     const int rs = static_cast<int>(2 * u.layers) + (u.embedding ? 1 : 0);
     const double lg = u.layer_gather();
-    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, lg, lg, static_cast<int>(2 * u.layers)});
+    if (ag > 0) out.push_back({CollectiveKind::AllGather, ag, lg, lg, u.gathers_fuse ? ag : 0});
     if (rs > 0) out.push_back({CollectiveKind::ReduceScatter, rs, a, 0.0, static_cast<int>(2 * u.layers)});
   } else {
     // Per layer an all-reduce after the attention's and the MLP's row-parallel linears; the embedding's one.
@@ -296,7 +296,7 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
     // input-gradient reduce-scatters.
     int ag = static_cast<int>(2 * u.layers) + again;
     if (u.column_inputs_regathered) ag += static_cast<int>(2 * (u.layers - rerun));
-    const int ag_fused = static_cast<int>(2 * u.layers) + again;
+    const int ag_fused = u.gathers_fuse ? static_cast<int>(2 * u.layers) + again : 0;
     const int rs = static_cast<int>(2 * u.layers) + again_rs;
     const int rs_fused = static_cast<int>(u.single_linear_blocks) + again_rs;
     const double lg = u.layer_gather();
@@ -347,7 +347,7 @@ double tp_sequence_layout_copy_bytes(const std::vector<TpCollective>& collective
 }
 
 double tp_async_gathered_layout_copy_bytes(const TpUnitShape& u, const MeshSpec& mesh, int64_t micro_batch) {
-  if (mesh.tp <= 1 || !mesh.sequence_parallel || !mesh.async_tp || micro_batch <= 1) return 0.0;
+  if (mesh.tp <= 1 || !mesh.sequence_parallel || !mesh.async_tp || !u.gathers_fuse || micro_batch <= 1) return 0.0;
   // Per layer 2 output-gradient gathers + 2 column-input gathers, each read and written once (header).
   return 2.0 * 4.0 * static_cast<double>(u.layers) * u.activation_bytes;
 }

@@ -131,6 +131,14 @@ struct TpUnitShape {
   // before that redistribute's backward gathers it). The embedding's and the head's gathers stay in the compute dtype.
   double layer_gather_bytes = 0;
   double layer_gather() const { return layer_gather_bytes > 0 ? layer_gather_bytes : activation_bytes; }
+  // Whether async TP fuses the decoder layers' all-gathers with the GEMMs that read them (the header's rule). Not
+  // under float8 rowwise linears: Inductor's micro-pipeline pass fuses their matmul -> reduce-scatter (pytorch/pytorch
+  // #149247, "Support for float8 rowwise scales when fusing matmul reduce-scatter", 2025-03) but not their all-gather
+  // -> scaled_mm ("the all-gather-matmul patterns were NOT being fused properly", pytorch/pytorch#149990, open;
+  // torchtitan #866 "Rowwise with AsyncTP runs at roughly same perf as vanilla TP"): those gathers stay whole, as
+  // without async TP. torchtitan's June 2025 async TP benchmark measured the same: float8 rowwise 1.04x over vanilla TP
+  // against tensorwise's 1.16x (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, Llama 3 70B on 256 H100s).
+  bool gathers_fuse = true;
 };
 
 // The column-parallel blocks of decoder layer `layer` (its Attention and Mlp children) that read their input with

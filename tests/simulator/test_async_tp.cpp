@@ -73,3 +73,50 @@ TEST_CASE("async tp: the emitted program's fused collectives hide part of the va
   }
   CHECK(checked == 2 * 32);
 }
+
+TEST_CASE("async tp: under float8 rowwise linears the reduce-scatters fuse and the all-gathers stay whole") {
+  // pytorch/pytorch#149990 (tensor_parallel.hpp TpUnitShape::gathers_fuse): Inductor fuses rowwise scaled_mm with
+  // the reduce-scatter after it, not with the all-gather before it. Tensorwise fuses both.
+  static const ModuleGraph g(zoo("llama3-8b"));
+  const RuntimeProfile rt = runtime("torchtitan-2506-compile");
+  const HardwareProfile hw = hardware("h100-80gb");
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.param_dtype = DType::Bf16;
+  s.reduce_dtype = DType::Fp32;
+  s.micro_batch = 2;
+  s.seq_len = 8192;
+  s.attention = AttentionImpl::Flash;
+  s.act_ckpt = ActCkpt::Full;
+  s.mesh.tp = 8;
+  s.mesh.sequence_parallel = true;
+  s.mesh.async_tp = true;
+  const Cluster c{1, 8};
+  for (Float8Recipe recipe : {Float8Recipe::Rowwise, Float8Recipe::Tensorwise}) {
+    CAPTURE(static_cast<int>(recipe));
+    Strategy f8 = s;
+    f8.float8 = recipe;
+    Strategy vanilla = f8;
+    vanilla.mesh.async_tp = false;
+    const StepProgram pa = program(g, f8, rt, 1, 8), pv = program(g, vanilla, rt, 1, 8);
+    REQUIRE(pa.ops.size() == pv.ops.size());
+    int gathers = 0, scatters = 0;
+    for (size_t i = 0; i < pa.ops.size(); ++i) {
+      const Op& op = pa.ops[i];
+      if (op.kind != OpKind::TpCollective || op.first_layer < 0) continue;
+      const bool gather = op.collective == CollectiveKind::AllGather;
+      if (!gather && op.collective != CollectiveKind::ReduceScatter) continue;
+      const double fused_s = op_duration(op, pa, hw, c, f8), whole_s = op_duration(pv.ops[i], pv, hw, c, vanilla);
+      if (gather && recipe == Float8Recipe::Rowwise) {
+        CHECK(op.async_tp_fused_calls == 0);
+        CHECK(fused_s == doctest::Approx(whole_s));
+      } else {
+        CHECK(op.async_tp_fused_calls > 0);
+        CHECK(fused_s < whole_s);
+      }
+      (gather ? gathers : scatters) += 1;
+    }
+    CHECK(gathers > 0);
+    CHECK(scatters > 0);
+  }
+}
