@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -21,12 +23,33 @@
 #include "report/plan_report.hpp"
 #include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
+#include "report/sweep_report.hpp"
 #include "report/trace_writer.hpp"
 #include "search/plan_search.hpp"
 
 namespace fsdp {
 
 namespace {
+
+// --nodes 2,4,8: each a node count of at least 1, ascending, each once.
+std::vector<int64_t> node_list(const std::string& text) {
+  std::vector<int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    int64_t n = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || n < 1)
+      throw InputError("--nodes: '" + text + "': each size of a sweep must be a node count of at least 1, got '" +
+                       item + "'");
+    out.push_back(n);
+    start = end + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 
 // A training run's tokens: a positive number, or K, M, B, T (core/unit_parse.hpp parse_count); `fallback` when absent.
 double training_tokens(const Args& args, const std::string& flag, double fallback) {
@@ -127,7 +150,8 @@ int run_plan(const std::vector<std::string>& argv) {
   Args args(argv, plan_value_flags(), plan_switch_flags());
   if (args.has("--help")) {
     std::cout
-        << "usage: fsdp-plan --model M [--nodes N|auto | --gpus N] [--hw H] [--seq S] [--global-batch-tokens T]\n"
+        << "usage: fsdp-plan --model M [--nodes N|auto|N1,N2,.. | --gpus N] [--hw H] [--seq S] [--global-batch-tokens "
+           "T]\n"
            "                 [--objective throughput|memory|cost] [--tokens N] [--memory-headroom F] [--top N]\n"
            "                 [--runtime R] [--out plan.yaml | --no-out] [--json] [--trace FILE] [--html FILE]\n"
            "                 [--target fsdp-run|torchtitan|deepspeed|accelerate|swift|torchtune [--target-version V]]\n"
@@ -219,6 +243,15 @@ int run_plan(const std::vector<std::string>& argv) {
   if (gpn <= 0) throw InputError("--gpus-per-node: must be at least 1, got " + std::to_string(gpn));
   std::string nodes_arg = args.get_or("--nodes", "1");
   bool auto_nodes = nodes_arg == "auto";
+  // --nodes 2,4,8,16: the search at each size (report/sweep_report.hpp).
+  const std::vector<int64_t> sweep =
+      nodes_arg.find(',') != std::string::npos ? node_list(nodes_arg) : std::vector<int64_t>{};
+  if (!sweep.empty()) {
+    for (const char* flag : {"--out", "--target", "--target-version", "--html", "--trace"})
+      if (args.has(flag))
+        throw InputError(std::string(flag) + ": a --nodes sweep (" + nodes_arg +
+                         ") writes no plan, report or trace file; give one --nodes for it");
+  }
   Cluster cluster;
   cluster.gpus_per_node = gpn;
   if (args.has("--gpus")) {
@@ -234,12 +267,12 @@ int run_plan(const std::vector<std::string>& argv) {
                          " GPUs per node; pass --gpus-per-node to match your nodes");
       cluster.nodes = gpus / gpn;
     }
-  } else if (!auto_nodes) {
+  } else if (!auto_nodes && sweep.empty()) {
     cluster.nodes = args.get_int_or("--nodes", 1);
     if (cluster.nodes <= 0) throw InputError("--nodes: must be at least 1 (or 'auto'), got " + nodes_arg);
   }
-  {
-    // The knobs themselves (the HSDP group is checked against each searched world size).
+  // The knobs themselves on a cluster (the HSDP group is checked against each searched world size).
+  auto check_pins = [&](const Cluster& on, bool world_known) {
     Strategy check = base;
     check.hsdp_group = 0;
     if (check.kind == StrategyKind::Hsdp) check.kind = StrategyKind::Fsdp;
@@ -247,11 +280,12 @@ int run_plan(const std::vector<std::string>& argv) {
     // ranks): a rule on it (interleaved 1F1B's micro-batches a multiple of pp) is checked per searched plan, not on
     // the default of 1 here.
     if (!req.pins.grad_accum) check.grad_accum = std::max<int64_t>(1, check.mesh.pp);
-    validate_strategy(check, model, auto_nodes ? Cluster{1, gpn} : cluster, rt.support);
-    if (!auto_nodes && req.pins.hsdp_group && cluster.world_size() % *req.pins.hsdp_group != 0)
+    validate_strategy(check, model, on, rt.support);
+    if (world_known && req.pins.hsdp_group && on.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
-                       std::to_string(cluster.world_size()));
-  }
+                       std::to_string(on.world_size()));
+  };
+  if (sweep.empty()) check_pins(auto_nodes ? Cluster{1, gpn} : cluster, !auto_nodes);
   check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   if (target) {
     req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
@@ -260,6 +294,33 @@ int run_plan(const std::vector<std::string>& argv) {
         *target, [&](const std::string& f) { return args.has(f); }, req);
     std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
     for (const auto& n : target_notes) std::cerr << "  " << n << "\n";
+  }
+
+  if (!sweep.empty()) {
+    std::vector<SweepPoint> points;
+    for (int64_t n : sweep) {
+      SweepPoint pt;
+      pt.cluster = Cluster{n, gpn};
+      try {
+        check_pins(pt.cluster, true);
+      } catch (const InputError& e) {
+        pt.refused = e.what();
+      }
+      if (pt.refused.empty()) {
+        req.cluster = pt.cluster;
+        pt.result = search_plans(req);
+      }
+      points.push_back(std::move(pt));
+    }
+    PlanReportContext ctx{
+        &model, &hw, &rt, Cluster{sweep.front(), gpn}, top, objective, req.global_batch_tokens, req.train_tokens};
+    if (args.has("--json"))
+      std::cout << sweep_report_json(ctx, points).dump(2) << "\n";
+    else
+      std::cout << format_sweep_report(ctx, points, isatty(STDOUT_FILENO));
+    const bool any = std::any_of(points.begin(), points.end(),
+                                 [](const SweepPoint& pt) { return pt.result && !pt.result->ranked.empty(); });
+    return any ? 0 : 1;
   }
 
   SearchResult result;

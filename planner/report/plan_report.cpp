@@ -8,6 +8,7 @@
 
 #include "core/format.hpp"
 #include "report/identical_plans.hpp"
+#include "report/training_run.hpp"
 
 namespace fsdp {
 
@@ -15,28 +16,7 @@ namespace {
 
 std::string wrap_name(const Strategy& s) { return shards_params(s.kind) ? to_string(s.wrap) : "-"; }
 
-// A count with the decimal suffix it is quoted with (2.00T tokens, 153.4k GPU-hours).
-std::string count_text(double v) {
-  constexpr std::array<std::pair<double, const char*>, 4> kSuffixes{{{kTera, "T"}, {kGB, "B"}, {kMB, "M"}, {kKB, "k"}}};
-  for (const auto& [scale, suffix] : kSuffixes)
-    if (v >= scale) return fmt("%.2f", v / scale) + suffix;
-  return fmt("%.0f", v);
-}
-
-// The training run of --tokens on the chosen plan: its GPU-hours, days and optimizer steps on this cluster.
-struct TrainingRun {
-  double gpu_hours = 0, days = 0, steps = 0;
-};
-TrainingRun training_run(const PlanReportContext& ctx, const Prediction& p) {
-  constexpr double kSecondsPerHour = 3600.0, kHoursPerDay = 24.0;
-  TrainingRun t;
-  const double gpus = static_cast<double>(ctx.cluster.world_size());
-  const double seconds = ctx.train_tokens / (p.tokens_per_s_per_gpu * gpus);
-  t.gpu_hours = seconds * gpus / kSecondsPerHour;
-  t.days = seconds / kSecondsPerHour / kHoursPerDay;
-  t.steps = std::ceil(ctx.train_tokens / p.tokens_per_step);
-  return t;
-}
+}  // namespace
 
 nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) {
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, c.strategy};
@@ -46,6 +26,8 @@ nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c) 
   if (c.gpu_hours > 0) j["gpu_hours"] = c.gpu_hours;
   return j;
 }
+
+namespace {
 
 // The categories of a breakdown that make up most of it, largest first, by their names (memory_category.hpp),
 // so that a verdict reads like the memory table: the ones of at least 1 GiB (at least the largest), the rest
@@ -111,6 +93,12 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
   return out;
 }
 
+std::string model_summary(const ModelSpec& m) {
+  return m.name + ": " + fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB) + " params, " +
+         std::to_string(m.num_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ", heads " +
+         std::to_string(m.num_heads) + "/" + std::to_string(m.num_kv_heads) + ", vocab " + std::to_string(m.vocab_size);
+}
+
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color) {
   const char* bold = color ? "\033[1m" : "";
   const char* dim = color ? "\033[2m" : "";
@@ -119,10 +107,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const char* reset = color ? "\033[0m" : "";
   std::ostringstream o;
   const ModelSpec& m = *ctx.model;
-  o << bold << "model   " << reset << m.name << ": "
-    << fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB) << " params, " << m.num_layers
-    << " layers, hidden " << m.hidden_size << ", heads " << m.num_heads << "/" << m.num_kv_heads << ", vocab "
-    << m.vocab_size << "\n";
+  o << bold << "model   " << reset << model_summary(m) << "\n";
   o << bold << "cluster " << reset << ctx.cluster.nodes << " node(s) x " << ctx.cluster.gpus_per_node << " "
     << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name
@@ -186,7 +171,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color);
   if (ctx.train_tokens > 0 && best.prediction.tokens_per_s_per_gpu > 0) {
-    const TrainingRun t = training_run(ctx, best.prediction);
+    const TrainingRun t = training_run(ctx.train_tokens, ctx.cluster, best.prediction);
     o << "  training " << count_text(ctx.train_tokens) << " tokens: " << count_text(t.gpu_hours) << " GPU-hours, "
       << fmt("%.1f", t.days) << " days on these " << ctx.cluster.world_size() << " GPUs (" << fmt("%.0f", t.steps)
       << " optimizer steps)\n";
@@ -216,9 +201,8 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
     nlohmann::json chosen = candidate_json(ctx, r.ranked.front());
     j["chosen"] = chosen;
     if (ctx.train_tokens > 0 && r.ranked.front().prediction.tokens_per_s_per_gpu > 0) {
-      const TrainingRun t = training_run(ctx, r.ranked.front().prediction);
-      j["training"] = {
-          {"tokens", ctx.train_tokens}, {"gpu_hours", t.gpu_hours}, {"days", t.days}, {"optimizer_steps", t.steps}};
+      j["training"] =
+          training_run_json(ctx.train_tokens, training_run(ctx.train_tokens, ctx.cluster, r.ranked.front().prediction));
     }
     if (const Candidate* faster = faster_near_tie(ctx, r)) j["near_tie_faster"] = candidate_json(ctx, *faster);
   } else {

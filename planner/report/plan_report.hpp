@@ -23,6 +23,8 @@ struct PlanReportContext {
 };
 
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color);
+// "llama3-70b: 70.55B params, 80 layers, hidden 8192, heads 64/8, vocab 128256": the reports' model line.
+std::string model_summary(const ModelSpec& m);
 // The parallelism a model of this kind is trained with that the simulator does not model, named when no plan fits
 // (expert parallelism for MoE models, tensor parallelism of MLA and of vision towers): "No plan fits" is then this
 // planner's limit, not necessarily the cluster's.
@@ -32,6 +34,8 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m);
 // fastest (`--json` near_tie_faster). Other objectives rank by something else: nullptr.
 const Candidate* faster_near_tie(const PlanReportContext& ctx, const SearchResult& r);
 nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult& r);
+// One plan's --json entry: its simulation (prediction_view.hpp simulation_to_json), feasibility and GPU-hours.
+nlohmann::json candidate_json(const PlanReportContext& ctx, const Candidate& c);
 std::string family_line(const std::string& name, const FamilyVerdict& v);
 
 }  // namespace fsdp

@@ -689,3 +689,50 @@ TEST_CASE("planner: --tokens gives the chosen plan's GPU-hours, days and optimiz
   CHECK(r.out.find("training 2.00T tokens: ") != std::string::npos);
   CHECK(r.out.find(" days on these 16 GPUs (") != std::string::npos);
 }
+
+TEST_CASE("planner: --nodes 2,4 sweeps the cluster sizes, each row the plan a search at that size chooses") {
+  auto sweep = plan_json("--model llama2-7b --nodes 2,1,4 --tokens 1T");
+  const auto& rows = sweep["sweep"];
+  REQUIRE(rows.size() == 3);
+  double first_rate = 0;
+  int64_t expected_nodes[] = {1, 2, 4};  // ascending, whatever the order given
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    const int64_t nodes = row["nodes"].get<int64_t>();
+    CAPTURE(nodes);
+    CHECK(nodes == expected_nodes[i]);
+    CHECK(row["gpus"].get<int64_t>() == nodes * 8);
+    // The same plan and numbers as the search at that one size.
+    auto one = plan_json("--model llama2-7b --nodes " + std::to_string(nodes) + " --tokens 1T");
+    REQUIRE_FALSE(row["chosen"].is_null());
+    CHECK(row["chosen"]["config"] == one["chosen"]["config"]);
+    const double rate = row["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>();
+    CHECK(rate == one["chosen"]["throughput"]["tokens_per_s_per_gpu"].get<double>());
+    CHECK(row["training"] == one["training"]);
+    if (i == 0) first_rate = rate;
+    CHECK(row["scaling_efficiency"].get<double>() == doctest::Approx(rate / first_rate).epsilon(1e-12));
+  }
+  // A size the pinned knobs cannot run on is a row that says why; the others are searched.
+  auto pinned = run_cli("--model llama2-7b --nodes 1,2 --pp 16");
+  CHECK(pinned.code == 0);
+  CHECK(pinned.out.find("refused: --pp: tp 1 x pp 16 = 16 does not divide the 8 GPUs") != std::string::npos);
+  CHECK(pinned.out.find("2 nodes: ") != std::string::npos);
+  CHECK(pinned.out.find("A sweep writes no plan file") != std::string::npos);
+  // No size with a plan: exit 1.
+  CHECK(run_cli("--model llama3.1-405b --nodes 1,2 --hw a100-40gb --no-out").code == 1);
+}
+
+TEST_CASE("planner: a --nodes sweep refuses a bad size and the files only one size writes") {
+  auto bad = run_cli("--model llama2-7b --nodes 1,x");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--nodes: '1,x': each size of a sweep must be a node count of at least 1, got 'x'") !=
+        std::string::npos);
+  CHECK(run_cli("--model llama2-7b --nodes 0,2").code == 2);
+  CHECK(run_cli("--model llama2-7b --nodes 1,,2").code == 2);
+  for (const char* flag : {"--out p.yaml", "--target torchtitan", "--html r.html", "--trace t.json"}) {
+    CAPTURE(flag);
+    auto r = run_cli(std::string("--model llama2-7b --nodes 1,2 ") + flag);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("a --nodes sweep (1,2) writes no plan, report or trace file") != std::string::npos);
+  }
+}
