@@ -11,6 +11,24 @@
 using namespace fsdp;
 using namespace fsdp::test;
 
+namespace {
+
+// Llama 3 8B's FSDP plan on one node of 8 H100s, tp 8 with sequence parallelism, micro-batch 2 x 8192.
+Strategy llama3_8b_tp8() {
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.param_dtype = DType::Bf16;
+  s.reduce_dtype = DType::Fp32;
+  s.micro_batch = 2;
+  s.seq_len = 8192;
+  s.attention = AttentionImpl::Flash;
+  s.mesh.tp = 8;
+  s.mesh.sequence_parallel = true;
+  return s;
+}
+
+}  // namespace
+
 TEST_CASE("async tp: a fused call's exposed time, copy-bound and compute-bound (hand-derived goldens)") {
   AsyncTpMoves m;
   m.latency_s = 0.01;
@@ -42,15 +60,7 @@ TEST_CASE("async tp: the emitted program's fused collectives hide part of the va
   static const ModuleGraph g(zoo("llama3-8b"));
   const RuntimeProfile rt = runtime("torchtitan-compile");
   const HardwareProfile hw = hardware("h100-80gb");
-  Strategy s;
-  s.kind = StrategyKind::Fsdp;
-  s.param_dtype = DType::Bf16;
-  s.reduce_dtype = DType::Fp32;
-  s.micro_batch = 2;
-  s.seq_len = 8192;
-  s.attention = AttentionImpl::Flash;
-  s.mesh.tp = 8;
-  s.mesh.sequence_parallel = true;
+  const Strategy s = llama3_8b_tp8();
   Strategy async = s;
   async.mesh.async_tp = true;
   const Cluster c{1, 8};
@@ -80,16 +90,8 @@ TEST_CASE("async tp: under float8 rowwise linears the reduce-scatters fuse and t
   static const ModuleGraph g(zoo("llama3-8b"));
   const RuntimeProfile rt = runtime("torchtitan-2506-compile");
   const HardwareProfile hw = hardware("h100-80gb");
-  Strategy s;
-  s.kind = StrategyKind::Fsdp;
-  s.param_dtype = DType::Bf16;
-  s.reduce_dtype = DType::Fp32;
-  s.micro_batch = 2;
-  s.seq_len = 8192;
-  s.attention = AttentionImpl::Flash;
+  Strategy s = llama3_8b_tp8();
   s.act_ckpt = ActCkpt::Full;
-  s.mesh.tp = 8;
-  s.mesh.sequence_parallel = true;
   s.mesh.async_tp = true;
   const Cluster c{1, 8};
   for (Float8Recipe recipe : {Float8Recipe::Rowwise, Float8Recipe::Tensorwise}) {
