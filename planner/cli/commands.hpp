@@ -8,8 +8,13 @@
 
 namespace fsdp {
 
+class Args;
 struct ModelSpec;
 struct PlanFile;
+
+// --tokens: a training run's tokens, a positive number or K, M, B, T (core/unit_parse.hpp parse_count); 0 when absent.
+// fsdp-plan and simulate report the plan's GPU-hours, days and optimizer steps for it (report/training_run.hpp).
+double training_tokens(const Args& args);
 
 std::string config_root_from(const std::vector<std::string>& argv);
 // check_trained_length (simulate.hpp) for a plan file's model and strategy.seq_len.

@@ -51,17 +51,6 @@ std::vector<int64_t> node_list(const std::string& text) {
   return out;
 }
 
-// A training run's tokens: a positive number, or K, M, B, T (core/unit_parse.hpp parse_count); `fallback` when absent.
-double training_tokens(const Args& args, const std::string& flag, double fallback) {
-  const auto text = args.get(flag);
-  if (!text) return fallback;
-  const auto v = parse_count(*text);
-  if (!v || *v <= 0)
-    throw InputError(flag + ": expected a positive count of tokens (a number, or K, M, B, T: 4M, 2T), got '" + *text +
-                     "'");
-  return *v;
-}
-
 // Defaults of `fsdp-plan` (README "Planner defaults").
 constexpr const char* kDefaultHardware = "a100-80gb";
 constexpr const char* kDefaultRuntime = "fsdp-run";
@@ -119,6 +108,16 @@ std::string shell_quote(const std::string& s) {
 }
 
 }  // namespace
+
+double training_tokens(const Args& args) {
+  const auto text = args.get("--tokens");
+  if (!text) return 0;
+  const auto v = parse_count(*text);
+  if (!v || *v <= 0)
+    throw InputError("--tokens: expected a positive count of tokens (a number, or K, M, B, T: 4M, 2T), got '" + *text +
+                     "'");
+  return *v;
+}
 
 std::set<std::string> plan_value_flags() {
   std::set<std::string> values{"--model",
@@ -233,7 +232,7 @@ int run_plan(const std::vector<std::string>& argv) {
     throw InputError("--objective: '" + objective + "' is not one of: throughput, memory, cost");
   }
   // The training run's tokens: the chosen plan's GPU-hours and days (every objective), the cost objective's score.
-  req.train_tokens = training_tokens(args, "--tokens", 0);
+  req.train_tokens = training_tokens(args);
   int top = static_cast<int>(args.get_int_or("--top", 10));
   if (top <= 0) throw InputError("--top: must be at least 1");
   req.keep_top = top;

@@ -14,6 +14,7 @@
 #include "report/plan_simulation.hpp"
 #include "report/prediction_view.hpp"
 #include "report/trace_writer.hpp"
+#include "report/training_run.hpp"
 #include "simulate.hpp"
 
 namespace fsdp {
@@ -33,22 +34,27 @@ void check_trained_length(const PlanFile& plan, const std::string& plan_path) {
 
 namespace {
 
-// The outputs of `simulate`: --trace, then JSON or the readable breakdown.
+// The outputs of `simulate`: --trace, then JSON or the readable breakdown, with --tokens the training run.
 void print_simulation(const Args& args, const SimulationContext& ctx, const StepProgram& program, const Prediction& p) {
   if (auto trace = args.get("--trace")) write_chrome_trace(*trace, program, p);
   if (args.has("--memory-timeline")) std::cout << format_memory_timeline(program, p.memory);
+  const double tokens = training_tokens(args);
+  const bool run = tokens > 0 && p.tokens_per_s_per_gpu > 0;
   if (args.has("--json")) {
-    std::cout << simulation_to_json(ctx, p).dump(2) << "\n";
+    nlohmann::json j = simulation_to_json(ctx, p);
+    if (run) j["training"] = training_run_json(tokens, training_run(tokens, ctx.cluster, p));
+    std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_simulation(ctx, p, isatty(STDOUT_FILENO));
+    if (run) std::cout << training_run_line(tokens, ctx.cluster, training_run(tokens, ctx.cluster, p)) << "\n";
   }
 }
 
 }  // namespace
 
 std::set<std::string> simulate_value_flags() {
-  std::set<std::string> values{"--model",   "--hw",    "--nodes",       "--gpus-per-node", "--gpus",
-                               "--runtime", "--trace", "--config-root", "--image-tokens",  "--plan"};
+  std::set<std::string> values{"--model", "--hw",          "--nodes",        "--gpus-per-node", "--gpus",  "--runtime",
+                               "--trace", "--config-root", "--image-tokens", "--plan",          "--tokens"};
   for (const auto& f : strategy_value_flags()) values.insert(f);
   return values;
 }
@@ -63,10 +69,11 @@ int run_simulate(const std::vector<std::string>& argv) {
                  "         [--strategy S] [--hsdp-group G] [--wrap W] [--reshard-after-forward true|false]\n"
                  "         [--act-ckpt A] [--offload O] [--param-dtype D] [--reduce-dtype D] [--micro-batch B]\n"
                  "         [--seq S] [--grad-accum K] [--runtime R] [--method M --lora-rank R] [--json] [--trace F]\n"
+                 "         [--tokens N]          (a training run's tokens: its GPU-hours, days and optimizer steps)\n"
                  "         [--image-tokens N]    (a vision-language model's image tokens per sample)\n"
                  "         [--memory-timeline]   (the memory walk op by op, the peak marked *)\n"
                  "         [--config-root DIR] [--help]\n"
-                 "       fsdp-plan simulate --plan plan.yaml [--json] [--trace F] [--memory-timeline]\n"
+                 "       fsdp-plan simulate --plan plan.yaml [--json] [--trace F] [--memory-timeline] [--tokens N]\n"
                  "  mesh: --tp N [--sequence-parallel B] [--async-tp B], --pp N [--pp-schedule S] "
                  "[--pp-virtual-stages V]\n"
               << strategy_flags_help("  ", 110);
@@ -75,10 +82,10 @@ int run_simulate(const std::vector<std::string>& argv) {
   if (!args.positional().empty()) throw InputError("simulate: unexpected argument '" + args.positional()[0] + "'");
   const std::string root = config_root_from(argv);
   if (auto plan_path = args.get("--plan")) {
-    // Re-simulate a plan file: everything comes from the file; only --json, --trace and --memory-timeline
+    // Re-simulate a plan file: everything comes from the file; only --json, --trace, --memory-timeline and --tokens
     // may be added.
     for (const auto& f : values)
-      if (f != "--plan" && f != "--trace" && f != "--config-root" && args.has(f))
+      if (f != "--plan" && f != "--trace" && f != "--config-root" && f != "--tokens" && args.has(f))
         throw InputError(f + ": cannot be combined with --plan (the plan file fixes every knob)");
     PlanFile plan = read_plan_file(*plan_path);
     auto sim = simulate_plan(plan, root, *plan_path);

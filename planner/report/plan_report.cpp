@@ -170,12 +170,9 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const Candidate& best = r.ranked.front();
   SimulationContext sc{ctx.model, ctx.hardware, ctx.runtime, ctx.cluster, best.strategy};
   o << bold << "chosen plan" << reset << "\n" << format_simulation(sc, best.prediction, color);
-  if (ctx.train_tokens > 0 && best.prediction.tokens_per_s_per_gpu > 0) {
-    const TrainingRun t = training_run(ctx.train_tokens, ctx.cluster, best.prediction);
-    o << "  training " << count_text(ctx.train_tokens) << " tokens: " << count_text(t.gpu_hours) << " GPU-hours, "
-      << fmt("%.1f", t.days) << " days on these " << ctx.cluster.world_size() << " GPUs (" << fmt("%.0f", t.steps)
-      << " optimizer steps)\n";
-  }
+  if (ctx.train_tokens > 0 && best.prediction.tokens_per_s_per_gpu > 0)
+    o << training_run_line(ctx.train_tokens, ctx.cluster, training_run(ctx.train_tokens, ctx.cluster, best.prediction))
+      << "\n";
   o << "\n";
   if (const Candidate* faster = faster_near_tie(ctx, r)) {
     o << "  near-tie: " << one_line_strategy(faster->strategy) << " rates "

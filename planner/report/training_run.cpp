@@ -20,6 +20,12 @@ TrainingRun training_run(double train_tokens, const Cluster& cluster, const Pred
   return t;
 }
 
+std::string training_run_line(double train_tokens, const Cluster& cluster, const TrainingRun& t) {
+  return "  training " + count_text(train_tokens) + " tokens: " + count_text(t.gpu_hours) + " GPU-hours, " +
+         fmt("%.1f", t.days) + " days on these " + std::to_string(cluster.world_size()) + " GPUs (" +
+         fmt("%.0f", t.steps) + " optimizer steps)";
+}
+
 nlohmann::json training_run_json(double train_tokens, const TrainingRun& t) {
   return {{"tokens", train_tokens}, {"gpu_hours", t.gpu_hours}, {"days", t.days}, {"optimizer_steps", t.steps}};
 }

@@ -20,6 +20,9 @@ struct TrainingRun {
 // `train_tokens` over the plan on `cluster`; the plan's rate must be positive.
 TrainingRun training_run(double train_tokens, const Cluster& cluster, const Prediction& p);
 
+// "  training 2.00T tokens: 147.13k GPU-hours, 383.1 days on these 16 GPUs (476838 optimizer steps)".
+std::string training_run_line(double train_tokens, const Cluster& cluster, const TrainingRun& t);
+
 // Its --json object: tokens, gpu_hours, days, optimizer_steps.
 nlohmann::json training_run_json(double train_tokens, const TrainingRun& t);
 

@@ -688,6 +688,14 @@ TEST_CASE("planner: --tokens gives the chosen plan's GPU-hours, days and optimiz
   REQUIRE(r.code == 0);
   CHECK(r.out.find("training 2.00T tokens: ") != std::string::npos);
   CHECK(r.out.find(" days on these 16 GPUs (") != std::string::npos);
+  // simulate takes it too, for one configuration or a plan file.
+  auto sim = run_cli("simulate --model llama2-7b --micro-batch 2 --grad-accum 8 --tokens 1T --json");
+  REQUIRE(sim.code == 0);
+  const auto js = nlohmann::json::parse(sim.out);
+  const double rate = js["throughput"]["tokens_per_s_per_gpu"].get<double>();
+  CHECK(js["training"]["gpu_hours"].get<double>() == doctest::Approx(1e12 / rate / 3600.0).epsilon(1e-9));
+  CHECK(js["training"]["optimizer_steps"].get<double>() == std::ceil(1e12 / (2.0 * 8 * 4096 * 8)));
+  CHECK(run_cli("simulate --model llama2-7b --tokens 1T").out.find("  training 1.00T tokens: ") != std::string::npos);
 }
 
 TEST_CASE("planner: --nodes 2,4 sweeps the cluster sizes, each row the plan a search at that size chooses") {
