@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "program/tensor_parallel.hpp"
+
 namespace fsdp {
 
 std::string format_gib(double bytes) {
@@ -119,8 +121,32 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   return j;
 }
 
+namespace {
+
+// How tensor parallelism splits the attention heads (program/tensor_parallel.hpp): the query heads a rank computes,
+// and where the kv heads are fewer than tp each held by tp / kv ranks (Megatron-LM's num_query_groups <
+// tensor_model_parallel_size), their k and v projections computed on every rank that holds them.
+struct TpHeads {
+  int64_t query_per_rank = 0, kv_per_rank = 0, kv_replicas = 1;
+};
+TpHeads tp_heads(const ModelSpec& m, int64_t tp) {
+  TpHeads h;
+  h.query_per_rank = m.num_heads / tp;
+  h.kv_per_rank = tp_kv_heads_per_rank(m, tp);
+  if (m.num_kv_heads > 0 && m.num_kv_heads < tp) h.kv_replicas = tp / m.num_kv_heads;
+  return h;
+}
+
+}  // namespace
+
 nlohmann::json simulation_to_json(const SimulationContext& ctx, const Prediction& p) {
   nlohmann::json j = prediction_to_json(p);
+  if (ctx.strategy.mesh.tp > 1) {
+    const TpHeads h = tp_heads(*ctx.model, ctx.strategy.mesh.tp);
+    j["tensor_parallel"] = {{"query_heads_per_rank", h.query_per_rank},
+                            {"kv_heads_per_rank", h.kv_per_rank},
+                            {"kv_head_replicas", h.kv_replicas}};
+  }
   j["model"] = {{"name", ctx.model->name}, {"params", p.params}};
   j["hardware"] = {{"name", ctx.hardware->name},
                    {"nodes", ctx.cluster.nodes},
@@ -150,6 +176,16 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
   if (const std::string clocks = clock_summary(*ctx.hardware); !clocks.empty())
     o << bold << "clocks   " << reset << clocks << "\n";
   o << bold << "plan     " << reset << one_line_strategy(ctx.strategy) << "\n";
+  if (const int64_t tp = ctx.strategy.mesh.tp; tp > 1) {
+    const TpHeads h = tp_heads(*ctx.model, tp);
+    o << bold << "heads    " << reset << ctx.model->num_heads << " query heads over tp " << tp << ": "
+      << h.query_per_rank << " a rank; " << ctx.model->num_kv_heads << " kv heads: ";
+    if (h.kv_replicas > 1)
+      o << "fewer than tp, each held by " << h.kv_replicas
+        << " ranks (its k and v projections computed on each, Megatron-LM's num_query_groups < tp)\n";
+    else
+      o << h.kv_per_rank << " a rank\n";
+  }
   // The attention kernel the step is priced with (sdpa: the one PyTorch's dispatch chooses, simulate.hpp).
   o << bold << "attention " << reset << (p.attention.empty() ? to_string(ctx.strategy.attention) : p.attention) << "\n";
   for (const std::string& n : p.attention_notes) o << "          " << n << "\n";

@@ -744,3 +744,17 @@ TEST_CASE("planner: a --nodes sweep refuses a bad size and the files only one si
     CHECK(r.err.find("a --nodes sweep (1,2) writes no plan, report or trace file") != std::string::npos);
   }
 }
+
+TEST_CASE("planner: a tp plan's report says how the heads split, and when the kv heads are fewer than tp") {
+  auto gqa = nlohmann::json::parse(run_cli("simulate --model qwen3-30b-a3b --tp 8 --strategy fsdp --json").out);
+  CHECK(gqa["tensor_parallel"]["query_heads_per_rank"] == 4);
+  CHECK(gqa["tensor_parallel"]["kv_heads_per_rank"] == 1);
+  CHECK(gqa["tensor_parallel"]["kv_head_replicas"] == 2);  // 4 kv heads over 8 ranks
+  auto even = nlohmann::json::parse(run_cli("simulate --model llama3-70b --nodes 2 --tp 8 --json").out);
+  CHECK(even["tensor_parallel"]["query_heads_per_rank"] == 8);
+  CHECK(even["tensor_parallel"]["kv_heads_per_rank"] == 1);
+  CHECK(even["tensor_parallel"]["kv_head_replicas"] == 1);
+  CHECK_FALSE(nlohmann::json::parse(run_cli("simulate --model llama3-8b --json").out).contains("tensor_parallel"));
+  CHECK(run_cli("simulate --model qwen3-30b-a3b --tp 8 --strategy fsdp").out.find(
+            "4 kv heads: fewer than tp, each held by 2 ranks") != std::string::npos);
+}
