@@ -12,9 +12,6 @@
 
 namespace fsdp {
 
-// Every knob of a strategy as text (the LoRA modules as a set), for comparing strategies.
-std::string strategy_identity(const Strategy& s);
-
 bool same_execution(const Candidate& a, const Candidate& b);
 
 struct PlanRow {

@@ -120,6 +120,10 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   o << dim << "searched " << r.evaluated << " configurations (" << r.feasible << " feasible, " << r.pruned
     << " pruned by proven bounds) in " << fmt("%.3f", r.seconds) << " s; memory budget " << format_gib(r.budget_bytes)
     << " GiB per GPU" << reset << "\n";
+  if (r.priced_as_twin > 0)
+    o << dim << "  of them " << r.priced_as_twin
+      << " fsdp-grad-op plans priced as their fsdp twin without resharding after forward (the same execution)" << reset
+      << "\n";
   if (!r.mesh_offload_searched)
     o << dim
       << "offload was tried with data parallelism alone (no plan needed it under tp or pp; pin --offload to "
@@ -244,6 +248,7 @@ nlohmann::json plan_report_json(const PlanReportContext& ctx, const SearchResult
                  {"feasible", r.feasible},
                  {"pruned", r.pruned},
                  {"pruned_by_throughput", r.pruned_by_throughput},
+                 {"priced_as_twin", r.priced_as_twin},
                  {"filtered", r.filtered},
                  {"seconds", r.seconds},
                  {"budget_bytes", r.budget_bytes},

@@ -289,13 +289,17 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   // parameters decides autocast's fp32 residual stream).
   using ActKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType, bool, WrapKind, int64_t>;
   std::map<ActKey, double> act_bound;
-  auto note_activations = [&](const ActKey& key, const StepProgram& prog, double above_states) {
+  // What the first micro-batch's forward saves (the activation bound's measure of a program).
+  auto forward_activation_bytes = [](const StepProgram& prog) {
     double act = 0;
     for (const Op& op : prog.ops) {
       if (op.kind == OpKind::Backward || op.kind == OpKind::LossBackward) break;
       for (const MemEvent& e : op.on_issue)
         if (e.category == MemoryCategory::Activations) act += e.bytes;
     }
+    return act;
+  };
+  auto note_activations = [&](const ActKey& key, double act, double above_states) {
     auto it = act_bound.find(key);
     if (it == act_bound.end()) {
       act_bound[key] = act;
@@ -341,7 +345,22 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     return true;
   };
 
+  // fsdp's plans without resharding after forward, by the text of their fsdp-grad-op twin (strategy_identity): per
+  // mesh shape.
+  // What the search reads of a simulated plan's program beyond its prediction: the bounds' measures and the stopping
+  // rule's.
+  struct ProgramFacts {
+    double states_bytes = 0;         // persistent (model-state) bytes
+    double grads_bytes = 0;          // of which the gradients
+    int64_t shard_size = 1;          // the data-parallel shard group's size
+    double forward_activations = 0;  // what the first micro-batch's forward saves
+  };
+  struct Twin {
+    Prediction prediction;
+    ProgramFacts facts;
+  };
   auto search_mesh = [&](const MeshSpec& mesh) {
+    std::map<std::string, Twin> grad_op_twins;
     const int64_t dp = mesh.dp(world);
     for (StrategyKind kind : kinds) {
       const bool sharded = shards_params(kind);
@@ -457,30 +476,51 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                       ++res.pruned_by_throughput;
                       continue;
                     }
-                    StepProgram prog;
                     Candidate c;
                     c.strategy = s;
-                    c.prediction = simulate(in, &prog);
-                    note_states(skey, persistent_bytes(prog), c.prediction.memory.device_total, prog.layout.shard_size);
-                    note_activations(akey, prog, c.prediction.memory.device_total - persistent_bytes(prog));
-                    // The fragmentation-aware activation bound's premise, on every plan simulated (both keys are
+                    ProgramFacts facts;
+                    const auto twin = req.price_twins && kind == StrategyKind::FsdpGradOp
+                                          ? grad_op_twins.find(strategy_identity(s))
+                                          : grad_op_twins.end();
+                    if (twin != grad_op_twins.end()) {
+                      // fsdp-grad-op runs as fsdp without resharding after forward (strategy/placement.cpp
+                      // unit_placement: every other field of the placement, and so the step program, the same):
+                      // its twin's prediction and program facts, bit for bit (tests/planner/test_search_twins.cpp).
+                      c.prediction = twin->second.prediction;
+                      facts = twin->second.facts;
+                      ++res.priced_as_twin;
+                    } else {
+                      StepProgram prog;
+                      c.prediction = simulate(in, &prog);
+                      facts.states_bytes = persistent_bytes(prog);
+                      const MemoryBreakdown st = model_state_bytes(prog);
+                      facts.grads_bytes = st[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
+                                          st[static_cast<size_t>(MemoryCategory::UnshardedGrads)];
+                      facts.shard_size = prog.layout.shard_size;
+                      facts.forward_activations = forward_activation_bytes(prog);
+                      if (bound_pruning && compute_bound.find(bkey) == compute_bound.end())
+                        compute_bound[bkey] = step_compute_lower_bound(prog, *req.hardware, req.cluster, s);
+                      // Per-op detail is only needed for the chosen plan's trace; drop it here.
+                      c.prediction.memory.samples = {};
+                      c.prediction.time.ops = {};
+                      if (req.price_twins && kind == StrategyKind::Fsdp && !s.reshard_after_forward) {
+                        Strategy grad_op = s;
+                        grad_op.kind = StrategyKind::FsdpGradOp;
+                        grad_op_twins[strategy_identity(grad_op)] = Twin{c.prediction, facts};
+                      }
+                    }
+                    note_states(skey, facts.states_bytes, c.prediction.memory.device_total, facts.shard_size);
+                    note_activations(akey, facts.forward_activations,
+                                     c.prediction.memory.device_total - facts.states_bytes);
+                    // The fragmentation-aware activation bound's premise, on every plan evaluated (both keys are
                     // known now: this plan's or an earlier one's).
                     FSDP_ASSERT(c.prediction.memory.device_total >=
                                     act_lower_bound(states_bound.at(skey), act_bound.at(akey)) * (1.0 - 1e-9),
                                 "a plan below its line's states plus its key's activations, fragmented");
-                    if (bound_pruning) {
-                      const auto known = compute_bound.find(bkey);
-                      if (known == compute_bound.end()) {
-                        compute_bound[bkey] = step_compute_lower_bound(prog, *req.hardware, req.cluster, s);
-                      } else {
-                        // The bound's premise, checked on every later plan of its key.
-                        FSDP_ASSERT(c.prediction.time.step_s >= known->second * (1.0 - 1e-9),
-                                    "a plan faster than its key's compute lower bound");
-                      }
-                    }
-                    // Per-op detail is only needed for the chosen plan's trace; drop it here.
-                    c.prediction.memory.samples = {};
-                    c.prediction.time.ops = {};
+                    // The compute bound's premise, on every plan of its key.
+                    if (const auto known = compute_bound.find(bkey); bound_pruning && known != compute_bound.end())
+                      FSDP_ASSERT(c.prediction.time.step_s >= known->second * (1.0 - 1e-9),
+                                  "a plan faster than its key's compute lower bound");
                     ++res.evaluated;
                     const Prediction& p = c.prediction;
                     // A few KiB of allocator rounding can make the peak dip as the micro-batch doubles (rounded
@@ -488,9 +528,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                     constexpr double kRoundingSlack = 64.0 * 1024.0;
                     if (p.memory.device_total > budget) {
                       c.feasible = false;
-                      double states = persistent_bytes(prog);
                       c.infeasible_reason = "needs " + gib_text(p.memory.device_total) + " GiB per GPU (model states " +
-                                            gib_text(states) + ", peak in " + p.memory.peak_phase + ") > " +
+                                            gib_text(facts.states_bytes) + ", peak in " + p.memory.peak_phase + ") > " +
                                             gib_text(budget) + " GiB budget";
                       // Proven: larger micro-batches in this accumulation regime only add memory. Less the step
                       // segments (memory_walk.hpp MemoryResult::step_segments): a larger micro-batch's larger blocks
@@ -499,10 +538,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                       if (proven > budget + kRoundingSlack) {
                         stop_micro = true;
                         stopped_accumulating = s.grad_accum > 1;
-                        const MemoryBreakdown st = model_state_bytes(prog);
-                        const double grads = st[static_cast<size_t>(MemoryCategory::ShardedGrads)] +
-                                             st[static_cast<size_t>(MemoryCategory::UnshardedGrads)];
-                        stopped_excess = proven - grads * (1.0 + req.runtime->fragmentation_fraction) - budget;
+                        stopped_excess =
+                            proven - facts.grads_bytes * (1.0 + req.runtime->fragmentation_fraction) - budget;
                       }
                     } else if (!p.host_fits) {
                       c.feasible = false;

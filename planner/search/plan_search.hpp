@@ -85,6 +85,9 @@ struct SearchRequest {
   // (tests compare both; the micro-batch bound is always on).
   int64_t keep_top = 10;
   bool bound_pruning = true;
+  // fsdp-grad-op plans priced as their fsdp twin without resharding after forward, not simulated again (the same
+  // execution; tests compare both).
+  bool price_twins = true;
 };
 
 struct Candidate {
@@ -120,6 +123,9 @@ struct SearchResult {
   int64_t filtered = 0;              // rejected by SearchRequest::accept
   int64_t pruned = 0;                // by the bounds, all of them
   int64_t pruned_by_throughput = 0;  // of which by the throughput bound
+  // Of the evaluated, the fsdp-grad-op plans priced as their fsdp twin without resharding after forward (the same
+  // execution: plan_search.cpp), not simulated again.
+  int64_t priced_as_twin = 0;
   double seconds = 0;
   double budget_bytes = 0;
   // Whether tp/pp meshes were tried with offload: when --offload is pinned, or in a second pass when no plan fit

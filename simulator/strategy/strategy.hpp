@@ -116,6 +116,9 @@ bool parse_strategy_kind(const std::string&, StrategyKind&);
 // "fraction:1" is "full").
 std::string act_ckpt_name(ActCkpt mode, int64_t every);
 std::string act_ckpt_name(const Strategy&);
+// Every knob of a strategy as text (the LoRA modules as a set), for comparing strategies: equal texts, equal
+// strategies.
+std::string strategy_identity(const Strategy& s);
 // Sets the strategy's act_ckpt, ckpt_every and ckpt_fraction from a name; false (the strategy unchanged) if it is
 // none of them.
 bool parse_act_ckpt(const std::string&, Strategy&);
