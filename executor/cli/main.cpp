@@ -19,6 +19,7 @@
 #include "planfile/plan_file.hpp"
 #include "report/compare.hpp"
 #include "report/plan_simulation.hpp"
+#include "report/prediction_view.hpp"
 #include "train/mem_tracker.hpp"
 #include "train/trainer.hpp"
 
@@ -186,12 +187,33 @@ int main(int argc, char** argv) {
     Trainer trainer(plan, args.cfg, *comm);
     MemTracker::instance().reset_peak();
     RunResult r = trainer.run(&std::cout);
+    // What ran, for the comparison and the report: a plan priced with an attention this build does not have
+    // (LibTorch 1.13: no fused attention, model/transformer.hpp executed_attention) is compared with its prediction
+    // re-simulated with the attention that ran, and says so.
+    fsdp::PlanFile ran = plan;
+    std::string ran_note;
+    if (comm->rank() == 0 && r.attention_ran != r.attention_planned) {
+      ran.strategy.attention = r.attention_ran;
+      ran_note = std::string("fsdp-run: the plan's attention ") + fsdp::to_string(r.attention_planned) + " ran as " +
+                 fsdp::to_string(r.attention_ran) + " (this LibTorch has no fused attention)";
+      if (plan.prediction) {
+        try {
+          ran.prediction = fsdp::plan_prediction(fsdp::simulate_plan(ran, fsdp::config_root_from({}))->prediction);
+          ran_note += ": compared with the plan re-simulated with " + std::string(fsdp::to_string(r.attention_ran)) +
+                      " attention";
+        } catch (const fsdp::InputError& e) {
+          ran_note += std::string(": compared with the plan's own prediction, which does not price what ran (") +
+                      e.what() + ")";
+        }
+      }
+    }
     if (comm->rank() == 0) {
+      if (!ran_note.empty()) std::printf("%s\n", ran_note.c_str());
       constexpr double kMiB = 1024.0 * 1024.0;
       std::printf("fsdp-run: %s%d ranks, measured peak %.1f MiB (max over ranks)",
                   r.emulated ? "rehearsal of rank 0 of " : "", r.world_size, static_cast<double>(r.peak_bytes) / kMiB);
-      if (plan.prediction && plan.prediction->peak_bytes > 0) {
-        const fsdp::PlanPrediction& p = *plan.prediction;
+      if (ran.prediction && ran.prediction->peak_bytes > 0) {
+        const fsdp::PlanPrediction& p = *ran.prediction;
         // A CPU plan whose Gloo gathers race the compute predicts a range (plan-format.md peak_bytes_floor).
         const double ratio = static_cast<double>(r.peak_bytes) / p.peak_bytes;
         if (p.peak_is_range())
@@ -201,19 +223,19 @@ int main(int argc, char** argv) {
           std::printf(", predicted %.1f MiB (measured/predicted %.3f)", p.peak_bytes / kMiB, ratio);
       }
       std::printf("\n");
-      if (plan.prediction && !r.steps.empty()) {
+      if (ran.prediction && !r.steps.empty()) {
         // The same side-by-side table as `fsdp-plan compare plan.yaml report.json` (issue M6).
-        auto measured = nlohmann::json::parse(report_json(plan, args.cfg, r));
+        auto measured = nlohmann::json::parse(report_json(ran, args.cfg, r));
         // The step program for the collective comparison; a plan whose profiles this machine lacks is compared
         // without it (said, not silent).
         fsdp::TraceSide program;
         try {
-          program = fsdp::program_side(fsdp::simulate_plan(plan, fsdp::config_root_from({}))->rank0_program);
+          program = fsdp::program_side(fsdp::simulate_plan(ran, fsdp::config_root_from({}))->rank0_program);
         } catch (const fsdp::InputError& e) {
           std::printf("fsdp-run: no collective comparison: the plan cannot be re-simulated here (%s)\n", e.what());
           measured.erase("step_trace");
         }
-        fsdp::Comparison c = fsdp::compare_plan_report(*plan.prediction, plan.strategy, program, measured, "this run");
+        fsdp::Comparison c = fsdp::compare_plan_report(*ran.prediction, ran.strategy, program, measured, "this run");
         std::printf("\npredicted (plan) vs measured (this run):\n%s", fsdp::format_comparison(c).c_str());
       }
       std::fflush(stdout);
@@ -221,7 +243,7 @@ int main(int argc, char** argv) {
     if (comm->rank() == 0 && !args.report.empty()) {
       std::ofstream out(args.report);
       if (!out) throw fsdp::InputError(args.report + ": cannot write the report");
-      out << report_json(plan, args.cfg, r) << "\n";
+      out << report_json(ran, args.cfg, r) << "\n";
     }
     comm->world().barrier();
     std::cout << std::flush;

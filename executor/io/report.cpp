@@ -27,7 +27,15 @@ std::string report_json(const PlanFile& plan, const RunConfig& cfg, const RunRes
                {"tp", plan.strategy.mesh.tp},
                {"sequence_parallel", plan.strategy.mesh.tp > 1 && plan.strategy.mesh.sequence_parallel},
                {"pp", plan.strategy.mesh.pp},
-               {"pp_schedule", to_string(plan.strategy.mesh.pp_schedule)}};
+               {"pp_schedule", to_string(plan.strategy.mesh.pp_schedule)},
+               {"attention", to_string(r.attention_ran)}};
+  // A plan priced with an attention this build does not have (model/transformer.hpp executed_attention): what it
+  // asked for, beside what ran; `plan` and `prediction` here are those of what ran (cli/main.cpp).
+  if (r.attention_planned != r.attention_ran) {
+    j["plan"]["attention_planned"] = to_string(r.attention_planned);
+    j["attention_note"] = std::string("the plan's attention ") + to_string(r.attention_planned) + " ran as " +
+                          to_string(r.attention_ran) + ": this LibTorch has no fused attention";
+  }
   j["world_size"] = r.world_size;
   j["emulated"] = r.emulated;
   j["num_params"] = r.num_params;

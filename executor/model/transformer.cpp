@@ -178,6 +178,15 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
   return at::matmul(probs, v);
 }
 
+AttentionImpl executed_attention(AttentionImpl planned) {
+#if TORCH_VERSION_MAJOR >= 2
+  return planned;
+#else
+  (void)planned;
+  return AttentionImpl::Eager;
+#endif
+}
+
 at::Tensor embed_forward(const ModelSpec& s, const ParamMap& p, const at::Tensor& tokens, const TpContext& tp) {
   at::Tensor h = vocab_parallel_embedding(tp, param(p, "model.embed_tokens.weight"), tokens);
   if (s.position_embedding == PositionEmbedding::Learned) {

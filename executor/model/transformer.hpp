@@ -58,6 +58,9 @@ void rope_tables(const ModelSpec& spec, int64_t T, const at::Tensor& like, at::T
 // softmax(QK^T/sqrt(d) + causal mask) V with fp32 softmax; the fused kernel
 // (at::scaled_dot_product_attention, LibTorch >= 2.0) unless `eager`.
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool eager);
+// The attention this build runs for a plan's `attention`: eager where LibTorch has no fused attention (1.13: no public
+// at::scaled_dot_product_attention, so attention_core takes the reference path for every plan), else the plan's.
+AttentionImpl executed_attention(AttentionImpl planned);
 
 // tokens [B, T] (int64) -> hidden [B, T, H] in `dtype` ([B, T / tp, H] under sequence parallelism).
 at::Tensor embed_forward(const ModelSpec& spec, const ParamMap& p, const at::Tensor& tokens,

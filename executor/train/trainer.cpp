@@ -18,6 +18,7 @@
 #include "io/checkpoint.hpp"
 #include "io/checkpoint_lock.hpp"
 #include "io/data.hpp"
+#include "model/transformer.hpp"
 #include "shard/mesh.hpp"
 #include "shard/sharded_model.hpp"
 #include "simulate.hpp"
@@ -291,6 +292,8 @@ RunResult Trainer::run(std::ostream* log) {
   for (const UnitInfo& u : t.model->units()) res.unit_names.push_back(u.name);
   res.backend = t.comm.world().is_local() ? t.comm.world().name() : (t.device == "cpu" ? "gloo" : "nccl");
   res.loss_scale = s.param_dtype == DType::Fp16 ? t.loss_scale : 0;
+  res.attention_planned = s.attention;
+  res.attention_ran = executed_attention(s.attention);
   return res;
 }
 

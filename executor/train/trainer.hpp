@@ -59,6 +59,10 @@ struct RunResult {
   int64_t num_params = 0;
   double loss_scale = 0;  // fp16 only
   int64_t resumed_from = 0;
+  // The plan's attention and what this build ran of it (model/transformer.hpp executed_attention: eager where
+  // LibTorch has no fused attention).
+  AttentionImpl attention_planned = AttentionImpl::Sdpa;
+  AttentionImpl attention_ran = AttentionImpl::Sdpa;
   // The last step's collectives and unit ops, in issue order (rank 0), and the wrap units' names.
   std::vector<TraceEntry> trace;
   std::vector<std::string> unit_names;

@@ -32,6 +32,23 @@ int run_compare(const std::vector<std::string>& argv) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(report_path + ": not valid JSON: " + e.what());
   }
+  // The attention the run executed, where the report says and it differs from the plan's (fsdp-run on a LibTorch
+  // without fused attention runs eager; executor/io/report.cpp plan.attention): compared with the plan re-simulated
+  // with it, as fsdp-run's own table is.
+  if (const auto a = report.find("plan"); a != report.end() && a->contains("attention")) {
+    AttentionImpl ran{};
+    const std::string name = (*a)["attention"].is_string() ? (*a)["attention"].get<std::string>() : "";
+    if (!parse_attention(name, ran))
+      throw InputError(report_path + ": plan.attention: '" + name + "' is not an attention implementation");
+    if (ran != plan.strategy.attention) {
+      std::cerr << "compare: the run executed " << name << " attention (" << report_path
+                << " plan.attention), the plan " << to_string(plan.strategy.attention)
+                << ": compared with the plan re-simulated with " << name << "\n";
+      plan.strategy.attention = ran;
+      sim = simulate_plan(plan, config_root_from(argv), plan_path);
+      pred = plan_prediction(sim->prediction);
+    }
+  }
   Comparison c = compare_plan_report(pred, plan.strategy, program_side(sim->rank0_program), report, report_path);
   if (auto html = args.get("--html")) write_comparison_html(*html, plan, c, plan_path, report_path);
   if (args.has("--json")) {

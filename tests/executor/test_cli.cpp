@@ -16,6 +16,7 @@
 #include "dist/comm.hpp"
 #include "dist/launcher.hpp"
 #include "io/safetensors.hpp"
+#include "model/transformer.hpp"
 #include "report/plan_simulation.hpp"
 #include "safetensors_edit.hpp"
 #include "shard/sharded_model.hpp"
@@ -145,6 +146,12 @@ TEST_CASE("launch: --nproc-per-node self-launch and torchrun variables by hand g
   CHECK(a.at("memory").at("breakdown").contains("sharded_params"));
   CHECK(a.at("memory").at("breakdown").contains("activations"));
   CHECK(a.at("host_allocator") == "glibc malloc: mmap threshold 32 MiB, trim threshold 1 GiB");
+  // The plan's attention (sdpa) as this build runs it: eager on a LibTorch without fused attention, said beside it.
+  const std::string ran = to_string(executed_attention(AttentionImpl::Sdpa));
+  CHECK(a.at("plan").at("attention") == ran);
+  CHECK(a.at("plan").contains("attention_planned") == (ran != "sdpa"));
+  CHECK((r.out.find("fsdp-run: the plan's attention sdpa ran as eager (this LibTorch has no fused attention)") !=
+         std::string::npos) == (ran != "sdpa"));
   // Where the peak was reached, in the simulator's peak_phase words ("backward layers.1 (micro-batch 1)").
   const std::string phase = a.at("memory").at("peak_phase").get<std::string>();
   INFO("peak phase: " << phase);

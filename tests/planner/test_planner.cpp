@@ -538,9 +538,15 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
                 .code == 0);
     auto pp = run_cli("compare " + base + ".pp.yaml " + base + ".json --json");
     REQUIRE(pp.code == 0);
-    for (const auto& row : nlohmann::json::parse(pp.out)["time"])
-      if (row["name"] == "tokens/s per GPU")
+    // A named document: a range-for over a member of parse()'s temporary would read it after its end.
+    const auto pj = nlohmann::json::parse(pp.out);
+    int rows = 0;
+    for (const auto& row : pj["time"])
+      if (row["name"] == "tokens/s per GPU") {
         CHECK(row["measured"].get<double>() == doctest::Approx(2.0 * 64 * 4 / 2.0 / 2.0));
+        ++rows;
+      }
+    CHECK(rows == 1);
     std::remove((base + ".pp.yaml").c_str());
   }
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
@@ -755,6 +761,49 @@ TEST_CASE("planner: a tp plan's report says how the heads split, and when the kv
   CHECK(even["tensor_parallel"]["kv_heads_per_rank"] == 1);
   CHECK(even["tensor_parallel"]["kv_head_replicas"] == 1);
   CHECK_FALSE(nlohmann::json::parse(run_cli("simulate --model llama3-8b --json").out).contains("tensor_parallel"));
-  CHECK(run_cli("simulate --model qwen3-30b-a3b --tp 8 --strategy fsdp").out.find(
-            "4 kv heads: fewer than tp, each held by 2 ranks") != std::string::npos);
+  CHECK(run_cli("simulate --model qwen3-30b-a3b --tp 8 --strategy fsdp")
+            .out.find("4 kv heads: fewer than tp, each held by 2 ranks") != std::string::npos);
+}
+
+TEST_CASE("compare: a run that executed another attention than the plan's is compared with the plan re-simulated so") {
+  // fsdp-run on a LibTorch without fused attention runs a flash plan as eager and says so in its report
+  // (executor/io/report.cpp plan.attention); compare prices what ran.
+  const std::string base = "/tmp/fsdp_cmp_attn_" + std::to_string(::getpid());
+  const std::string knobs =
+      "--model tiny --gpus 2 --hw cpu --strategy fsdp --wrap layer --micro-batch 2 --seq 256 "
+      "--grad-accum 1 --out ";
+  REQUIRE(run_cli(knobs + base + ".flash.yaml --attention flash").code == 0);
+  REQUIRE(run_cli(knobs + base + ".eager.yaml --attention eager").code == 0);
+  const PlanFile eager = read_plan_file(base + ".eager.yaml");
+  REQUIRE(eager.prediction.has_value());
+  nlohmann::json report;
+  report["memory"]["peak_bytes"] = eager.prediction->peak_bytes;  // measured as the eager prediction
+  report["memory"]["breakdown"] = nlohmann::json::object();
+  report["steps"] = nlohmann::json::array({{{"time_s", 1.0}}, {{"time_s", 1.0}}});
+  report["plan"]["attention"] = "eager";
+  report["plan"]["attention_planned"] = "flash";
+  std::ofstream(base + ".json") << report.dump();
+  auto r = run_cli("compare " + base + ".flash.yaml " + base + ".json --json");
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("compare: the run executed eager attention") != std::string::npos);
+  auto peak_error = [](const std::string& out) {
+    const auto j = nlohmann::json::parse(out);
+    for (const auto& row : j["memory"])
+      if (row["name"] == "peak allocated") return row["error"].get<double>();
+    FAIL("no peak allocated row in " << out);
+    return 0.0;
+  };
+  CHECK(peak_error(r.out) == doctest::Approx(0.0));
+  // Without the key (an older report) the plan's own prediction, which the eager run exceeds.
+  report["plan"].erase("attention");
+  std::ofstream(base + ".json") << report.dump();
+  auto old = run_cli("compare " + base + ".flash.yaml " + base + ".json --json");
+  REQUIRE(old.code == 0);
+  CHECK(peak_error(old.out) < -0.05);  // the flash prediction below what the eager run measured
+  report["plan"]["attention"] = "quantum";
+  std::ofstream(base + ".json") << report.dump();
+  auto bad = run_cli("compare " + base + ".flash.yaml " + base + ".json");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("plan.attention: 'quantum' is not an attention implementation") != std::string::npos);
+  for (const char* ext : {".flash.yaml", ".eager.yaml", ".json"}) std::remove((base + ext).c_str());
 }
