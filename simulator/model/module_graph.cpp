@@ -800,7 +800,18 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
   std::vector<std::pair<std::string, double>> out;
   for (ModuleId id : ids) {
     for (ModuleId leaf : leaves_under(id)) {
-      for (const SavedTensor& t : g_[leaf].saved) {
+      const ModuleNode& n = g_[leaf];
+      // A frozen base linear (LoRA, ActivationQuery::frozen_base): its input only where it carries an adapter, with
+      // the adapter's rank-wide intermediate beside it.
+      if (q.frozen_base && n.kind == ModuleKind::Linear && n.lora_target) {
+        if (std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end()) continue;
+        if (q.lora_rank > 0 && seen.insert(n.name + ".lora_a.out").second)
+          out.emplace_back(
+              n.name + ".lora_a.out",
+              static_cast<double>(q.lora_rank) * tensor_bytes(TensorClass::Compute, q) *
+                  (n.saved.empty() ? 1.0 : n.saved.front().elems_per_token / static_cast<double>(n.in_features)));
+      }
+      for (const SavedTensor& t : n.saved) {
         if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
         const std::optional<double> b = kept_bytes(t, q);
         if (!b || !seen.insert(t.id).second) continue;

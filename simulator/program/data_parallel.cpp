@@ -99,7 +99,7 @@ Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
   if (offload_params) op.copy_bytes = g.host_shard_bytes;
   if (!g.params_resident) op.on_issue.push_back({MemoryCategory::UnshardedParams, g.gathered_bytes});
   // The all-gather input: this rank's shard cast to the compute dtype (when it differs).
-  double staging = c.plan->mixed && !c.plan->zero_layout && !c.wire.fp32_only ? c.shard(g.train_elems) * c.pb : 0.0;
+  double staging = c.plan->mixed && !c.plan->zero_layout && !c.wire.fp32_only ? c.shard(g.cast_elems) * c.pb : 0.0;
   // FSDP2 gathers into one flat output and copies out into per-parameter tensors, so the output
   // buffer and the parameters coexist until the copy-out ends (_fsdp_collectives.py foreach_all_gather).
   if (rt.allgather_copy_out) staging += g.gathered_bytes;
@@ -114,13 +114,13 @@ Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
     // reshard_after_forward peak in a layer's backward with the next unit's gather in flight), or ends
     // before that compute peaks (MemoryResult::peak_allocated_floor). Not the runtime's own buffer (fsdp-run
     // cannot tag it).
-    const double elems = c.padded(g.train_elems), shard_elems = c.shard(g.train_elems);
+    const double elems = c.padded(g.cast_elems), shard_elems = c.shard(g.cast_elems);
     if (offload_params && !c.host_params_are_compute_params) staging += shard_elems * c.pb;
     if (s.offload != Offload::None && c.pb < 4.0) staging += shard_elems * 4.0;
     if (c.pb < 4.0) staging += elems * 4.0;
   }
   if (c.backend_gather_buffer && c.layout->shard_size > 1)
-    op.backend_buffer_bytes = c.wire.bytes(c.padded(g.train_elems), c.pb, GroupKind::Shard);
+    op.backend_buffer_bytes = c.wire.bytes(c.padded(g.cast_elems), c.pb, GroupKind::Shard);
   if (staging > 0) {
     op.on_issue.push_back({MemoryCategory::CommBuffers, staging});
     op.on_complete.push_back({MemoryCategory::CommBuffers, -staging});

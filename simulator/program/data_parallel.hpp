@@ -137,7 +137,9 @@ struct UnitGather {
   int unit = -1;
   int micro_batch = 0;
   bool backward = false;
-  double train_elems = 0;       // the unit's trainable elements (unpadded)
+  // The unit's elements stored in the master dtype and cast to the compute dtype for the gather (unpadded): its
+  // trainable ones, and a frozen base stored so (RuntimeProfile::lora_base_in_master_dtype).
+  double cast_elems = 0;
   double gathered_bytes = 0;    // its gathered parameters in compute form (trainable and frozen)
   double wire_bytes = 0;        // what the gather moves (trainable and frozen)
   double host_shard_bytes = 0;  // parameter offload: the shard copied in from the host (master dtype)

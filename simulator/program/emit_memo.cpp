@@ -8,7 +8,9 @@ namespace fsdp {
 
 // A field added to the activation query, the LoRA spec or the mesh may be one the derivations read: it must join
 // CostKey (or be shown not read) before these sizes are updated.
-static_assert(sizeof(ActivationQuery) == 24, "ActivationQuery changed: review EmitMemo::CostKey");
+// The LoRA fields (frozen_base, adapted, lora_rank) are the strategy's method, target modules and rank, which CostKey
+// holds.
+static_assert(sizeof(ActivationQuery) == 56, "ActivationQuery changed: review EmitMemo::CostKey");
 static_assert(sizeof(LoraSpec) == 32, "LoraSpec changed: review EmitMemo::CostKey");
 static_assert(sizeof(MeshSpec) == 40, "MeshSpec changed: review EmitMemo::CostKey");
 

@@ -60,6 +60,11 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.norm_mean_keeps_input = rt.norm_mean_keeps_input;
   q.pointwise_outputs_saved = rt.pointwise_outputs_saved;
   q.sac_keeps_unread_outputs = rt.sac_keeps_unread_outputs;
+  if (s.method != Method::Full) {
+    q.frozen_base = true;
+    q.adapted = s.lora.target_modules;
+    q.lora_rank = s.lora.rank;
+  }
   return q;
 }
 
@@ -110,8 +115,18 @@ struct Emitter {
   double sb = 0;             // bytes per element of the stored parameters / gradients (the plan's dtypes)
   double gb = 0;
   // Parameters per unit: trainable (everything for full fine-tuning; the adapters for LoRA) and frozen
-  // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element.
+  // (the LoRA/QLoRA base, no gradients and no optimizer state), and the bytes per frozen element in compute form.
   std::vector<double> train_p, frozen_p, frozen_bpe;
+  // The frozen base stored as master-dtype shards cast for each use (RuntimeProfile::lora_base_in_master_dtype).
+  bool frozen_in_master = false;
+  // Bytes per frozen element as the rank stores it: the master dtype's where frozen_in_master, else frozen_bpe.
+  double frozen_store_bpe(size_t i) const { return frozen_in_master ? mb : frozen_bpe[i]; }
+  // Elements a unit stores in the master dtype and casts to the compute dtype for use: the trained ones, and the
+  // frozen base where it is stored so.
+  double cast_elems(int ui) const {
+    const size_t i = static_cast<size_t>(ui);
+    return train_p[i] + (frozen_in_master ? frozen_p[i] : 0.0);
+  }
   // Bytes per trained element a unit gathers and holds unsharded: the compute dtype's, less for the weights of float8
   // linears gathered in float8 (Strategy::float8_all_gather: 1 byte each).
   std::vector<double> train_bpe;
@@ -386,6 +401,7 @@ struct Emitter {
         frozen_bpe.push_back(pb);
         continue;
       }
+      frozen_in_master = s.method == Method::Lora && rt.lora_base_in_master_dtype;
       double lora = 0, quantised = 0;
       for (const LayerCost* lc : costs_of(u)) {
         lora += lc->lora_params;
@@ -569,7 +585,7 @@ struct Emitter {
   // Bytes of this rank's stored shard of a unit.
   double shard_bytes(int ui, double train_bytes_per_elem) const {
     const size_t i = static_cast<size_t>(ui);
-    return shard(train_p[i]) * train_bytes_per_elem + shard(frozen_p[i]) * frozen_bpe[i];
+    return shard(train_p[i]) * train_bytes_per_elem + shard(frozen_p[i]) * frozen_store_bpe(i);
   }
   // Elements the step after the backward works on at once out of `owned` (RuntimeProfile::step_per_unit):
   // the largest unit's owned share when it runs unit by unit, else all of them. LoRA adapters are one tensor.
@@ -1122,7 +1138,7 @@ void Emitter::emit_sharded() {
       ug.unit = ui;
       ug.micro_batch = mbi;
       ug.backward = backward;
-      ug.train_elems = train(ui);
+      ug.cast_elems = cast_elems(ui);
       ug.gathered_bytes = gathered_bytes(ui);
       ug.wire_bytes = gathered_wire_bytes(ui);
       ug.host_shard_bytes = offload_params ? shard_bytes(ui, mb) : 0.0;
@@ -1441,7 +1457,7 @@ void Emitter::emit_replicated() {
   // Full replicas in the master dtype; autocast runs compute in the param dtype.
   double frozen_bytes = 0;
   for (int ui = 0; ui < n; ++ui)
-    frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_bpe[static_cast<size_t>(ui)];
+    frozen_bytes += frozen_p[static_cast<size_t>(ui)] * frozen_store_bpe(static_cast<size_t>(ui));
   prog.persistent.push_back({MemoryCategory::ShardedParams, P * sb + frozen_bytes});
   // DDP's reducer buckets, allocated once (DataParallelPlan::reducer_buckets).
   if (dp_plan.reducer_buckets) {
@@ -1483,7 +1499,7 @@ void Emitter::emit_replicated() {
       fill_forward_op(f, ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
       // in which case they are recomputed): the unit's checkpointed share of them is transient.
-      const double cast = casts ? train(ui) * pb : 0.0;
+      const double cast = casts ? cast_elems(ui) * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
       f.transient_bytes += recast;
@@ -1497,7 +1513,7 @@ void Emitter::emit_replicated() {
       double p = train(ui);
       Op& b = prog.ops.emplace_back();  // in place, as the forward ops (fill_forward_op)
       fill_backward_op(b, ui, mbi);
-      const double cast = casts ? p * pb : 0.0;
+      const double cast = casts ? cast_elems(ui) * pb : 0.0;
       const double recast = cast * checkpointed_share(ui);
       b.transient_bytes += recast;
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps

@@ -194,6 +194,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     flag("zero1_grads_reduced_after_backward", r.zero1_grads_reduced_after_backward);
     if (has("lora_adapters"))
       r.lora_adapters_replicated = sh.get_enum("lora_adapters", {"in_units", "replicated"}) == "replicated";
+    if (sh.has("lora_base_dtype"))
+      r.lora_base_in_master_dtype = sh.get_enum("lora_base_dtype", {"compute", "master"}) == "master";
   });
   // The software stack (optional in every profile; a derived one overrides it key by key), strictly parsed here
   // (compute/sdpa_dispatch.hpp) and kept as written for the report.

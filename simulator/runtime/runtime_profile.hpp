@@ -105,6 +105,11 @@ struct RuntimeProfile {
   // LoRA's adapters: one replicated flat buffer outside the wrap units, all-reduced once after the backward
   // (fsdp-run), or parameters of their units, sharded and reduced with them (PEFT under FSDP2 / DeepSpeed).
   bool lora_adapters_replicated = false;
+  // LoRA's frozen base (method lora): stored in the compute dtype (false: Hugging Face PEFT over a model loaded in
+  // bf16, torchtune, torchtitan's LoRA) or, like the trained parameters, as master-dtype shards cast to the compute
+  // dtype for each use (true: fsdp-run keeps an fp32 master of every unit, frozen or not). Sharding key
+  // `lora_base_dtype: compute | master` (optional, absent: compute). QLoRA's quantised base is what it is.
+  bool lora_base_in_master_dtype = false;
   // The last decoder-layer unit (the first the backward needs) frees its params after forward like the others;
   // false keeps them gathered into the backward (torchtitan's apply_fsdp: reshard_after_forward=False for the
   // last TransformerBlock, "since FSDP would prefetch it immediately"). Optional in the file (absent: true).

@@ -130,3 +130,32 @@ TEST_CASE("root module costs: the embedding lookup and its backward, the final n
   CHECK(root_module_traffic(g, norm, s, compiled, activation_query(s, compiled), tokens).forward_bytes ==
         doctest::Approx(tokens * h * 2 * b));
 }
+
+TEST_CASE("saved tensors under LoRA: a frozen linear keeps its input only where it carries an adapter") {
+  // Llama 3 8B, fp32 compute (4 bytes an element), flash attention. Adapters on q, k, v and o: the attention block
+  // keeps what full training keeps (q, k and v read the one norm output; o's input is the attention core's saved
+  // output), plus each adapter's rank-wide intermediate; the MLP's frozen gate, up and down keep nothing of their own:
+  // the post-attention norm's output (hidden) and down's input, the gated product (ffn), are no longer saved.
+  const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
+  const ModelSpec& m = g.spec();
+  const RuntimeProfile rt = load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  Strategy full;
+  full.param_dtype = DType::Fp32;
+  full.master_dtype = DType::Fp32;
+  full.seq_len = 4096;
+  full.attention = AttentionImpl::Flash;
+  Strategy lora = full;
+  lora.method = Method::Lora;
+  lora.lora.rank = 16;
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  const ModuleId layer = g.layers()[3];
+  const double f = g.saved_bytes_per_token(layer, activation_query(full, rt), ActCkpt::None);
+  const double l = g.saved_bytes_per_token(layer, activation_query(lora, rt), ActCkpt::None);
+  CHECK(f - l == doctest::Approx(4.0 * (static_cast<double>(m.hidden_size + m.ffn_size) - 4.0 * 16.0)));
+  // Adapters on the MLP too: its linears' inputs are kept again.
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  const double all = g.saved_bytes_per_token(layer, activation_query(lora, rt), ActCkpt::None);
+  CHECK(all - f == doctest::Approx(4.0 * 7.0 * 16.0));
+  // Full fine-tuning is as it was: every linear's input.
+  CHECK_FALSE(activation_query(full, rt).frozen_base);
+}

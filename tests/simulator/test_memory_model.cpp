@@ -273,19 +273,36 @@ TEST_CASE("LoRA and QLoRA: frozen base without grads or optimizer state, adapter
     CHECK(cat(st, MemoryCategory::ShardedParams) == doctest::Approx((2.0 * P + 4.0 * lora) / N).epsilon(1e-3));
   }
   // fsdp-run: one replicated fp32 adapter leaf outside the units, with its gradient and Adam states on every
-  // rank (sharding.lora_adapters: replicated); the base is sharded as before.
+  // rank (sharding.lora_adapters: replicated); the base sharded in fp32 masters, cast for each use like trained
+  // parameters (sharding.lora_base_dtype: master).
   StepProgram lp = program(g, s, rt, 1, 8);
   MemoryBreakdown states = model_state_bytes(lp);
   CHECK(cat(states, MemoryCategory::OptimizerStates) == doctest::Approx(8.0 * lora).epsilon(1e-3));
   CHECK(cat(states, MemoryCategory::ShardedGrads) == 0);
   CHECK(cat(states, MemoryCategory::UnshardedGrads) == doctest::Approx(4.0 * lora).epsilon(1e-3));
-  CHECK(cat(states, MemoryCategory::ShardedParams) == doctest::Approx(2.0 * P / N + 4.0 * lora).epsilon(1e-3));
-  // QLoRA: the decoder linears in 4.127-bit NF4 (Dettmers et al. 2023 sec. 3) shrink the base ~3.5x.
+  CHECK(cat(states, MemoryCategory::ShardedParams) == doctest::Approx(4.0 * P / N + 4.0 * lora).epsilon(1e-3));
+  // Replicated (ddp): the whole fp32 base on every rank, its bf16 casts held from forward to backward as the
+  // trained parameters' are.
+  {
+    Strategy d = s;
+    d.kind = StrategyKind::Ddp;
+    StepProgram dp = program(g, d, rt, 1, 8);
+    CHECK(cat(model_state_bytes(dp), MemoryCategory::ShardedParams) ==
+          doctest::Approx(4.0 * P + 4.0 * lora).epsilon(1e-3));
+    double casts = 0;
+    for (const Op& op : dp.ops)
+      if (op.micro_batch == 0 && op.kind == OpKind::Forward)
+        for (const MemEvent& e : op.on_issue)
+          if (e.category == MemoryCategory::UnshardedParams) casts += e.bytes;
+    CHECK(casts == doctest::Approx(2.0 * P).epsilon(1e-3));
+  }
+  // QLoRA: the decoder linears in 4.127-bit NF4 (Dettmers et al. 2023 sec. 3) shrink a bf16 base ~3.5x.
   s.method = Method::QLora;
   StepProgram qp = program(g, s, rt, 1, 8);
   double q_params = cat(model_state_bytes(qp), MemoryCategory::ShardedParams);
-  CHECK(q_params < cat(states, MemoryCategory::ShardedParams) / 3.0);
-  CHECK(q_params > cat(states, MemoryCategory::ShardedParams) / 4.0);
+  const double bf16_base = 2.0 * P / N + 4.0 * lora;
+  CHECK(q_params < bf16_base / 3.0);
+  CHECK(q_params > bf16_base / 4.0);
   // Backward of a frozen base computes input gradients only: less GEMM work than full fine-tuning.
   Strategy full = s;
   full.method = Method::Full;
