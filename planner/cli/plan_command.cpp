@@ -311,6 +311,9 @@ int run_plan(const std::vector<std::string>& argv) {
       }
       points.push_back(std::move(pt));
     }
+    // Pins no size can run (a --tp that divides no node's GPUs, a --pp deeper than the model): bad input, said once.
+    if (std::none_of(points.begin(), points.end(), [](const SweepPoint& pt) { return pt.result.has_value(); }))
+      throw InputError(points.front().refused);
     PlanReportContext ctx{
         &model, &hw, &rt, Cluster{sweep.front(), gpn}, top, objective, req.global_batch_tokens, req.train_tokens};
     if (args.has("--json"))

@@ -742,6 +742,10 @@ TEST_CASE("planner: a --nodes sweep refuses a bad size and the files only one si
   CHECK(bad.err.find("--nodes: '1,x': each size of a sweep must be a node count of at least 1, got 'x'") !=
         std::string::npos);
   CHECK(run_cli("--model llama2-7b --nodes 0,2").code == 2);
+  // Pins no size of the sweep can run: one message, exit 2.
+  auto pins = run_cli("--model llama2-7b --nodes 1,2 --tp 3");
+  CHECK(pins.code == 2);
+  CHECK(pins.err.find("--tp") != std::string::npos);
   CHECK(run_cli("--model llama2-7b --nodes 1,,2").code == 2);
   for (const char* flag : {"--out p.yaml", "--target torchtitan", "--html r.html", "--trace t.json"}) {
     CAPTURE(flag);
