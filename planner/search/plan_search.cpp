@@ -345,8 +345,6 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     return true;
   };
 
-  // fsdp's plans without resharding after forward, by the text of their fsdp-grad-op twin (strategy_identity): per
-  // mesh shape.
   // What the search reads of a simulated plan's program beyond its prediction: the bounds' measures and the stopping
   // rule's.
   struct ProgramFacts {
@@ -360,6 +358,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     ProgramFacts facts;
   };
   auto search_mesh = [&](const MeshSpec& mesh) {
+    // fsdp's plans without resharding after forward, by the text of their fsdp-grad-op twin (strategy_identity).
     std::map<std::string, Twin> grad_op_twins;
     const int64_t dp = mesh.dp(world);
     for (StrategyKind kind : kinds) {
