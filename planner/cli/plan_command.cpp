@@ -360,6 +360,18 @@ int run_plan(const std::vector<std::string>& argv) {
     result = search_plans(req);
   }
   if (target) explain_excluded_families(*target, result);
+  // A host device (fsdp-run on CPU) under the default global batch: a step of many micro-batches, each seconds long,
+  // where a rehearsal wants a few. Said, with the flag that sets it.
+  if (hw.device_is_host() && !args.has("--global-batch-tokens") && !result.ranked.empty()) {
+    const Candidate& c = result.ranked.front();
+    if (c.strategy.grad_accum > 1)
+      std::cerr << "note: the default global batch (" << fmt("%.0f", req.global_batch_tokens)
+                << " tokens, a large-scale pre-training step) takes " << c.strategy.grad_accum
+                << " micro-batches a step on this host device, " << fmt("%.1f", c.prediction.time.step_s)
+                << " s predicted; for a rehearsal give --global-batch-tokens (e.g. "
+                << c.strategy.micro_batch * c.strategy.seq_len * c.strategy.mesh.dp(cluster.world_size())
+                << ", one micro-batch a data-parallel replica)\n";
+  }
   PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens};
   std::optional<std::pair<Strategy, Prediction>> f8;
   if (!result.ranked.empty() && !args.has("--float8"))

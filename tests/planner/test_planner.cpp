@@ -811,3 +811,14 @@ TEST_CASE("compare: a run that executed another attention than the plan's is com
   CHECK(bad.err.find("plan.attention: 'quantum' is not an attention implementation") != std::string::npos);
   for (const char* ext : {".flash.yaml", ".eager.yaml", ".json"}) std::remove((base + ext).c_str());
 }
+
+TEST_CASE("planner: a CPU plan under the default global batch says how many micro-batches a step that is") {
+  auto r = run_cli("--model tiny --hw cpu --gpus 2 --no-out");
+  REQUIRE(r.code == 0);
+  CHECK(r.err.find("note: the default global batch (4194304 tokens") != std::string::npos);
+  CHECK(r.err.find("for a rehearsal give --global-batch-tokens") != std::string::npos);
+  CHECK(run_cli("--model tiny --hw cpu --gpus 2 --global-batch-tokens 4096 --no-out").err.find("note: the default") ==
+        std::string::npos);
+  CHECK(run_cli("--model llama2-7b --nodes 1 --no-out").err.find("note: the default global batch") ==
+        std::string::npos);  // a GPU cluster: the default is what it trains with
+}
