@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -192,13 +193,15 @@ int main(int argc, char** argv) {
     // re-simulated with the attention that ran, and says so.
     fsdp::PlanFile ran = plan;
     std::string ran_note;
+    std::unique_ptr<fsdp::PlanSimulation> ran_sim;  // `ran` simulated, where the attention re-simulation made it
     if (comm->rank() == 0 && r.attention_ran != r.attention_planned) {
       ran.strategy.attention = r.attention_ran;
       ran_note = std::string("fsdp-run: the plan's attention ") + fsdp::to_string(r.attention_planned) + " ran as " +
                  fsdp::to_string(r.attention_ran) + " (this LibTorch has no fused attention)";
       if (plan.prediction) {
         try {
-          ran.prediction = fsdp::plan_prediction(fsdp::simulate_plan(ran, fsdp::config_root_from({}))->prediction);
+          ran_sim = fsdp::simulate_plan(ran, fsdp::config_root_from({}));
+          ran.prediction = fsdp::plan_prediction(ran_sim->prediction);
           ran_note += ": compared with the plan re-simulated with " + std::string(fsdp::to_string(r.attention_ran)) +
                       " attention";
         } catch (const fsdp::InputError& e) {
@@ -230,7 +233,8 @@ int main(int argc, char** argv) {
         // without it (said, not silent).
         fsdp::TraceSide program;
         try {
-          program = fsdp::program_side(fsdp::simulate_plan(ran, fsdp::config_root_from({}))->rank0_program);
+          if (!ran_sim) ran_sim = fsdp::simulate_plan(ran, fsdp::config_root_from({}));
+          program = fsdp::program_side(ran_sim->rank0_program);
         } catch (const fsdp::InputError& e) {
           std::printf("fsdp-run: no collective comparison: the plan cannot be re-simulated here (%s)\n", e.what());
           measured.erase("step_trace");
