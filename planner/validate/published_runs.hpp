@@ -117,6 +117,10 @@ struct RowResult {
   // `fsdp-plan validate --breakdown TEXT` prints it (validate/row_breakdown.hpp).
   struct Breakdown {
     double step_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0, contention_s = 0, optimizer_phase_s = 0;
+    // A mesh row's parts of the step (TimelineResult): tp collectives and pipeline transfers (in exposed_comm_s),
+    // the schedule's fill and drain and the other stages' reduction tails (neither in exposed_comm_s).
+    double tp_comm_s = 0, pp_comm_s = 0, pipeline_bubble_s = 0, pipeline_reduction_chain_s = 0;
+    bool mesh = false;
     double device_total_gib = 0, usable_gib = 0;
     double peak_allocated_gib = 0, reserved_peak_gib = 0;
     std::string peak_phase;
