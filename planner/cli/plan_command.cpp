@@ -170,6 +170,7 @@ int run_plan(const std::vector<std::string>& argv) {
   auto model_name = args.get("--model");
   if (!model_name) throw InputError("--model: required (e.g. --model 70b; fsdp-plan --list-models lists the zoo)");
   ModelSpec model = load_model(*model_name, root);
+  const std::string model_path = hf_model_directory(*model_name);
   apply_image_tokens_flag(args, model);
   HardwareProfile hw = load_hardware(args.get_or("--hw", kDefaultHardware), root);
   // --target: the framework the plan is launched with; its runtime profile predicts it (configs/targets).
@@ -288,7 +289,7 @@ int run_plan(const std::vector<std::string>& argv) {
   check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   if (target) {
     req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
-    target_model(*target, model.name);  // a model the target cannot name is refused before the search
+    target_model(*target, model.name, model_path);  // a model the target cannot name is refused before the search
     target_notes = restrict_search(
         *target, [&](const std::string& f) { return args.has(f); }, req);
     std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
@@ -432,6 +433,7 @@ int run_plan(const std::vector<std::string>& argv) {
   if (!args.has("--no-out")) {
     std::string out = args.get_or("--out", "plan.yaml");
     PlanFile plan = plan_file_for(model, hw, cluster, rt.name, best.strategy);
+    plan.model_path = model_path;
     plan.prediction = plan_prediction(best.prediction);
     plan.fsdp_run_command =
         "fsdp-run --nproc-per-node " + std::to_string(cluster.gpus_per_node) + " " + shell_quote(out);

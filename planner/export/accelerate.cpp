@@ -41,7 +41,7 @@ class AccelerateTarget final : public Target {
 
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
-    const auto model = target_model(spec, plan.model_name);
+    const auto model = target_model(spec, plan.model_name, plan.model_path);
     const int version = fsdp_version(spec);
     const bool fsdp = s.kind != StrategyKind::Ddp;
     ExportResult r;

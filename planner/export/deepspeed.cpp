@@ -21,7 +21,7 @@ class DeepSpeedTarget final : public Target {
 
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
-    const auto model = target_model(spec, plan.model_name);
+    const auto model = target_model(spec, plan.model_name, plan.model_path);
     const int64_t world = plan.cluster.world_size();
     ExportResult r;
     WrittenFile cfg{kConfig, {}, {}, "", false};

@@ -52,7 +52,8 @@ ExportResult export_plan(const PlanFile& plan, const TargetSpec& spec, const std
            " to search only what " + spec.target + " expresses)";
     throw InputError(msg);
   }
-  target_model(spec, plan.model_name);  // refuses a model the target cannot name, before writing anything
+  target_model(spec, plan.model_name,
+               plan.model_path);  // refuses a model the target cannot name, before writing anything
   ExportResult r = target.write(plan, spec);
   for (const WrittenFile& f : r.files)
     if (f.raw_text.empty()) check_against_table(f.keys, spec.file(f.name), spec.spec_path);

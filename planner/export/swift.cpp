@@ -29,7 +29,7 @@ class SwiftTarget final : public Target {
 
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
-    const auto model = target_model(spec, plan.model_name);
+    const auto model = target_model(spec, plan.model_name, plan.model_path);
     ExportResult r;
     WrittenFile f{kScript, {}, {}, "", true};
     f.header = {"#!/bin/sh", "# Written by fsdp-plan for " + spec.writes_for + ".",

@@ -24,7 +24,8 @@ const Target& target_by_name(const std::string& name) {
   throw InputError("unknown target '" + name + "' (known: " + known + ")");
 }
 
-std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name) {
+std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name,
+                                                const std::string& model_path) {
   if (const auto* m = spec.model(model_name)) return *m;
   // A target without a models table (fsdp-run) carries the model itself: plan.yaml embeds its description.
   if (spec.models.empty() && !spec.models_accept_path) return {{"name", model_name}};
@@ -38,11 +39,16 @@ std::map<std::string, std::string> target_model(const TargetSpec& spec, const st
       dir.resize(dir.size() - cfg.size());
     return {{"hf_id", dir}};
   }
+  // A model directory (or its config.json) without _name_or_path, named after the directory: its path.
+  if (spec.models_accept_path && !model_path.empty()) return {{"hf_id", model_path}};
   std::string known;
   for (const auto& [k, _] : spec.models) known += (known.empty() ? "" : ", ") + k;
   throw InputError(spec.spec_path + ": models: " + spec.target + " " + spec.version + " has no name for model '" +
                    model_name + "' (it names: " + known +
-                   (spec.models_accept_path ? "; or a config.json whose _name_or_path is its Hugging Face id)" : ")"));
+                   (spec.models_accept_path
+                        ? "; or the model's Hugging Face directory or config.json as --model, or a config.json whose "
+                          "_name_or_path is its hub id)"
+                        : ")"));
 }
 
 Strategy Target::read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const {

@@ -39,9 +39,11 @@ class Target {
 const Target& target_by_name(const std::string& name);
 
 // The target's name for the plan's model: its `models` row, or for targets that load Hugging Face checkpoints
-// (models.accepts_path) a name with a '/' as given: the hub id a config.json's _name_or_path records, or a local
-// model directory. InputError naming the model and the target file otherwise.
-std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name);
+// (models.accepts_path) a name with a '/' as given (the hub id a config.json's _name_or_path records, or a path), else
+// the local model directory it was read from (`model_path`, PlanFile::model_path; empty for a zoo model). InputError
+// naming the model and the target file otherwise.
+std::map<std::string, std::string> target_model(const TargetSpec& spec, const std::string& model_name,
+                                                const std::string& model_path);
 
 // Strategy knobs no file of the target states, taken from its capabilities' single values (prefetch, attention,
 // bucket size, ...): what the target runs without being told.

@@ -106,7 +106,7 @@ class TorchtitanTarget final : public Target {
 
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
-    const auto model = target_model(spec, plan.model_name);
+    const auto model = target_model(spec, plan.model_name, plan.model_path);
     const int64_t world = plan.cluster.world_size();
     const int64_t dp = s.mesh.dp(world);
     const int64_t tokens_per_micro = s.micro_batch * s.seq_len;

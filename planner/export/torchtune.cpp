@@ -22,7 +22,7 @@ class TorchtuneTarget final : public Target {
 
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
-    const auto model = target_model(spec, plan.model_name);
+    const auto model = target_model(spec, plan.model_name, plan.model_path);
     const bool lora = s.method == Method::Lora;
     const std::string dir = hf_model_dir(model.at("hf_id"));
     ExportResult r;

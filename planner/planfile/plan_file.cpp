@@ -83,6 +83,7 @@ PlanFile parse_plan_text(const std::string& text, const std::string& source) {
   {
     ConfigMap model = root.get_map("model");
     p.model_name = model.get_string("name");
+    if (model.has("path")) p.model_path = model.get_string("path");
     ConfigMap spec = model.get_map("spec");
     p.model = parse_model_map(spec);
     model.finish();
@@ -176,6 +177,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "fsdp_plan_version" << YAML::Value << kPlanSchemaVersion;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << p.model_name;
+  if (!p.model_path.empty()) out << YAML::Key << "path" << YAML::Value << p.model_path;
   out << YAML::Key << "spec" << YAML::Value;
   emit_model_map(p.model, out);
   out << YAML::EndMap;

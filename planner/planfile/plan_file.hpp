@@ -62,6 +62,9 @@ struct PlanPrediction {
 struct PlanFile {
   int version = kPlanSchemaVersion;
   std::string model_name;
+  // The Hugging Face model directory the model was read from (hf_model_directory; plan.yaml `model.path`, optional):
+  // the exporters whose launchers load a local path name the model by it where their table has no name for it.
+  std::string model_path;
   ModelSpec model;
   ClusterShape cluster;
   std::string runtime = "fsdp-run";

@@ -23,10 +23,11 @@ std::string format_breakdown(const ValidationReport& r, const std::string& match
                   b.device_total_gib, b.usable_gib);
     o << line;
     if (b.mesh) {
-      std::snprintf(line, sizeof line,
-                    "  mesh: tp collectives %.3f s, pipeline send-recv %.3f s (both in exposed), pipeline bubble %.3f s, "
-                    "reduction chain %.3f s\n",
-                    b.tp_comm_s, b.pp_comm_s, b.pipeline_bubble_s, b.pipeline_reduction_chain_s);
+      std::snprintf(
+          line, sizeof line,
+          "  mesh: tp collectives %.3f s, pipeline send-recv %.3f s (both in exposed), pipeline bubble %.3f s, "
+          "reduction chain %.3f s\n",
+          b.tp_comm_s, b.pp_comm_s, b.pipeline_bubble_s, b.pipeline_reduction_chain_s);
       o << line;
     }
     // The memory line: the allocated peak, where it happens, and what is live then by category.

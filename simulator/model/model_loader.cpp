@@ -680,6 +680,21 @@ LoadedModel load_model_with_warnings(const std::string& name_or_path, const std:
                    "; or give a path to a .yaml model file, a Hugging Face config.json or a model directory)");
 }
 
+std::string hf_model_directory(const std::string& name_or_path) {
+  std::error_code ec;
+  std::filesystem::path dir;
+  if (std::filesystem::is_directory(name_or_path, ec)) {
+    dir = name_or_path;
+  } else if (ends_with(name_or_path, ".json") && std::filesystem::is_regular_file(name_or_path, ec)) {
+    dir = std::filesystem::path(name_or_path).parent_path();
+    if (dir.empty()) dir = ".";
+  } else {
+    return "";
+  }
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+  return ec ? "" : canonical.string();
+}
+
 ModelSpec load_model(const std::string& name_or_path, const std::string& config_root) {
   LoadedModel loaded = load_model_with_warnings(name_or_path, config_root);
   for (const auto& w : loaded.warnings) std::cerr << "fsdp-plan: warning: " << w << "\n";

@@ -41,6 +41,10 @@ std::vector<ZooEntry> list_zoo(const std::string& config_root);
 // reader's warnings. InputError on anything unknown; a hub id ("Qwen/Qwen3-8B") that is not a local path is
 // refused with a message saying there is no network here.
 LoadedModel load_model_with_warnings(const std::string& name_or_path, const std::string& config_root);
+// The Hugging Face model directory `name_or_path` names, absolute: the directory itself, or the one holding a
+// config.json given by path; empty for a zoo name, a YAML model file or anything else. Launchers whose loaders take a
+// local path (from_pretrained, swift's --model) load the model from it (PlanFile::model_path).
+std::string hf_model_directory(const std::string& name_or_path);
 // The same, printing each warning on stderr ("fsdp-plan: warning: ...").
 ModelSpec load_model(const std::string& name_or_path, const std::string& config_root);
 

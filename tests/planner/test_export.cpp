@@ -173,7 +173,7 @@ TEST_CASE("export: every family's best plan per target, model and cluster writes
       }
       const bool names_model = spec.models.empty() || spec.model(cs.model) != nullptr;
       if (!names_model) {
-        CHECK_THROWS_WITH_AS(target_model(spec, cs.model), doctest::Contains(cs.model.c_str()), InputError);
+        CHECK_THROWS_WITH_AS(target_model(spec, cs.model, ""), doctest::Contains(cs.model.c_str()), InputError);
         continue;
       }
       const KnobRule* method = spec.rule("method", StrategyKind::Fsdp);
@@ -521,6 +521,43 @@ TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad target
   expect_cli_error("--model llama3-8b --target accelerate --method lora --lora-rank 8 --no-out",
                    {"--method", "method lora"});
   expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cli: a local Hugging Face model directory is the model a path-loading target launches, via plan.yaml") {
+  // A snapshot's config.json records no _name_or_path: the model is named after its directory, which no target's table
+  // names; swift and DeepSpeed's script load a local path, so they are given the directory (absolute: the launch may
+  // run elsewhere), through plan.yaml's model.path for a later export.
+  const std::string dir = tmp_dir("hf_dir");
+  const std::string model_dir = dir + "/Qwen2-7B-local";
+  fs::create_directories(model_dir);
+  fs::copy_file(std::string(FSDP_TEST_DATA) + "/hf/qwen2-7b.json", model_dir + "/config.json");
+  REQUIRE(test::slurp(model_dir + "/config.json").find("_name_or_path") == std::string::npos);
+  const std::string abs_dir = fs::weakly_canonical(model_dir).string();
+  auto r = test::run_cli("--model " + model_dir + " --nodes 1 --target swift --out " + dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(test::slurp(dir + "/swift_sft.sh").find("--model " + abs_dir + " ") != std::string::npos);
+  const PlanFile plan = read_plan_file(dir + "/plan.yaml");
+  CHECK(plan.model_name == "Qwen2-7B-local");
+  CHECK(plan.model_path == abs_dir);
+  r = test::run_cli("export " + dir + "/plan.yaml --to deepspeed --out " + dir + "/ds");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  bool named = false;
+  for (const auto& e : fs::directory_iterator(dir + "/ds"))
+    named = named || test::slurp(e.path().string()).find(abs_dir) != std::string::npos;
+  CHECK(named);
+  // The config.json given by path: the same directory.
+  r = test::run_cli("--model " + model_dir + "/config.json --nodes 1 --target swift --no-out");
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  // A zoo model has no directory: a target whose table lacks it still refuses it, naming the ways to give one.
+  expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
+  const TargetSpec swift = load_target_spec(kRoot, "swift", "v4.5");
+  CHECK(target_model(swift, "Qwen2-7B-local", "/data/Qwen2-7B-local").at("hf_id") == "/data/Qwen2-7B-local");
+  CHECK_THROWS_WITH_AS(target_model(swift, "Qwen2-7B-local", ""), doctest::Contains("Hugging Face directory"),
+                       InputError);
   fs::remove_all(dir);
 }
 
