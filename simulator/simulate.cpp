@@ -85,7 +85,11 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, 
                           " layers (it would checkpoint none)");
   if ((s.param_dtype == DType::Fp32) != (s.master_dtype == DType::Fp32) && s.master_dtype != DType::Fp32)
     bad("--master-dtype", "low-precision masters with a different compute dtype are not supported");
-  if (s.method != Method::Full && s.lora.rank <= 0) bad("--lora-rank", "lora/qlora need a positive rank");
+  // No default rank: the recipes differ (PEFT's LoraConfig defaults r to 8, peft/tuners/lora/config.py; torchtune's
+  // shipped LoRA configs use 8 to 64), and the adapters' memory and time scale with it.
+  if (s.method != Method::Full && s.lora.rank <= 0)
+    bad("--lora-rank", std::string(to_string(s.method)) +
+                           " needs the adapters' rank, a positive integer (e.g. --lora-rank 8, PEFT's default r)");
   if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
 }
 
