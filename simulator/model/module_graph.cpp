@@ -352,7 +352,10 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   core.saved.push_back(SavedTensor{p + ".attn.q", qd, false, TensorClass::Compute});
   core.saved.push_back(SavedTensor{p + ".attn.k", kvd, false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.v", kvd, false, TensorClass::Compute, false, false, true});
-  core.saved.push_back(SavedTensor{p + ".attn.out", qd, false, TensorClass::Compute});
+  // The output is the fused kernel's own (its backward reads it); eager attention's PV matmul keeps only its inputs,
+  // so there the output is kept by the output projection that reads it, where that saves its input (not a frozen
+  // o_proj without an adapter: ActivationQuery::frozen_base).
+  core.saved.push_back(SavedTensor{p + ".attn.out", qd, false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true, true});
   // Eager attention (Korthikanti et al. 2022, sec. 4.1): K for QK^T, the softmax output (2as^2b), with
   // dropout its mask (as^2b) and output (2as^2b), and V for the PV GEMM. GQA's k/v are expanded to all
@@ -811,8 +814,17 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
               static_cast<double>(q.lora_rank) * tensor_bytes(TensorClass::Compute, q) *
                   (n.saved.empty() ? 1.0 : n.saved.front().elems_per_token / static_cast<double>(n.in_features)));
       }
+      // A frozen base's other weights (LoRA trains the adapters only): the norm's weight multiply, weight x the
+      // normalised tensor, keeps that tensor for the weight's gradient only (derivatives.yaml mul.Tensor: the other
+      // operand's gradient reads self; the generated node saves it only when that gradient is needed), and a frozen
+      // LM head without an adapter keeps no input, as a frozen linear.
+      const bool frozen_norm_weight = q.frozen_base && n.kind == ModuleKind::Norm;
+      if (q.frozen_base && n.kind == ModuleKind::Head &&
+          std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end())
+        continue;
       for (const SavedTensor& t : n.saved) {
         if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
+        if (frozen_norm_weight && t.cls == TensorClass::NormInternal) continue;
         const std::optional<double> b = kept_bytes(t, q);
         if (!b || !seen.insert(t.id).second) continue;
         out.emplace_back(t.id, *b);

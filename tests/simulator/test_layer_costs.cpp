@@ -135,7 +135,9 @@ TEST_CASE("saved tensors under LoRA: a frozen linear keeps its input only where 
   // Llama 3 8B, fp32 compute (4 bytes an element), flash attention. Adapters on q, k, v and o: the attention block
   // keeps what full training keeps (q, k and v read the one norm output; o's input is the attention core's saved
   // output), plus each adapter's rank-wide intermediate; the MLP's frozen gate, up and down keep nothing of their own:
-  // the post-attention norm's output (hidden) and down's input, the gated product (ffn), are no longer saved.
+  // the post-attention norm's output (hidden) and down's input, the gated product (ffn), are no longer saved; nor are
+  // the two norms' normalised tensors (hidden each, in the compute dtype), which their weight multiply keeps for the
+  // frozen weights' gradients only.
   const ModuleGraph g(load_model("llama3-8b", FSDP_SOURCE_ROOT));
   const ModelSpec& m = g.spec();
   const RuntimeProfile rt = load_runtime("pytorch", FSDP_SOURCE_ROOT);
@@ -151,11 +153,42 @@ TEST_CASE("saved tensors under LoRA: a frozen linear keeps its input only where 
   const ModuleId layer = g.layers()[3];
   const double f = g.saved_bytes_per_token(layer, activation_query(full, rt), ActCkpt::None);
   const double l = g.saved_bytes_per_token(layer, activation_query(lora, rt), ActCkpt::None);
-  CHECK(f - l == doctest::Approx(4.0 * (static_cast<double>(m.hidden_size + m.ffn_size) - 4.0 * 16.0)));
-  // Adapters on the MLP too: its linears' inputs are kept again.
+  const double h = static_cast<double>(m.hidden_size);
+  CHECK(f - l == doctest::Approx(4.0 * (h + static_cast<double>(m.ffn_size) - 4.0 * 16.0) + 2.0 * 4.0 * h));
+  // Adapters on the MLP too: its linears' inputs are kept again (the norms' normalised tensors still are not).
   lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   const double all = g.saved_bytes_per_token(layer, activation_query(lora, rt), ActCkpt::None);
-  CHECK(all - f == doctest::Approx(4.0 * 7.0 * 16.0));
+  CHECK(all - f == doctest::Approx(4.0 * 7.0 * 16.0 - 2.0 * 4.0 * h));
+  // The frozen LM head keeps no input; the final norm no normalised tensor.
+  ModuleId head = g.root(), final_norm = g.root();
+  for (ModuleId c : g.children(g.root())) {
+    if (g.node(c).kind == ModuleKind::Head) head = c;
+    if (g.node(c).kind == ModuleKind::Norm) final_norm = c;
+  }
+  REQUIRE(head != g.root());
+  REQUIRE(final_norm != g.root());
+  CHECK(g.saved_bytes_per_token(head, activation_query(full, rt), ActCkpt::None) == doctest::Approx(4.0 * h));
+  CHECK(g.saved_bytes_per_token(head, activation_query(lora, rt), ActCkpt::None) == 0.0);
+  CHECK(g.saved_bytes_per_token(final_norm, activation_query(full, rt), ActCkpt::None) -
+            g.saved_bytes_per_token(final_norm, activation_query(lora, rt), ActCkpt::None) ==
+        doctest::Approx(4.0 * h));
+  // Eager attention: its PV matmul keeps no output, so a frozen o_proj without an adapter leaves the attention's
+  // output unsaved (flash keeps it as the kernel's own).
+  Strategy eager_lora = lora;
+  eager_lora.attention = AttentionImpl::Eager;
+  eager_lora.lora.target_modules = {"q_proj"};
+  Strategy flash_lora = eager_lora;
+  flash_lora.attention = AttentionImpl::Flash;
+  Strategy eager_full = full;
+  eager_full.attention = AttentionImpl::Eager;
+  const double q_eager = g.saved_bytes_per_token(layer, activation_query(eager_lora, rt), ActCkpt::None);
+  const double q_flash = g.saved_bytes_per_token(layer, activation_query(flash_lora, rt), ActCkpt::None);
+  eager_lora.lora.target_modules = {"q_proj", "o_proj"};
+  const double qo_eager = g.saved_bytes_per_token(layer, activation_query(eager_lora, rt), ActCkpt::None);
+  CHECK(qo_eager - q_eager == doctest::Approx(4.0 * static_cast<double>(m.q_dim()) + 4.0 * 16.0));
+  flash_lora.lora.target_modules = {"q_proj", "o_proj"};
+  CHECK(g.saved_bytes_per_token(layer, activation_query(flash_lora, rt), ActCkpt::None) - q_flash ==
+        doctest::Approx(4.0 * 16.0));
   // Full fine-tuning is as it was: every linear's input.
   CHECK_FALSE(activation_query(full, rt).frozen_base);
 }
