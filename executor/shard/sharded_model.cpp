@@ -232,8 +232,9 @@ struct ShardedModel::Impl {
   void pre_backward(Unit& u) {
     if (u.root) root_backward_seen = true;
     // Frozen base (LoRA): no post-backward hook; the unit after this one in forward order
-    // has finished its backward once the gradient reaches this unit's output.
-    if (u.place.params_sharded && frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
+    // has finished its backward once the gradient reaches this unit's output. Its gathered shards, or a replica's
+    // compute-dtype cast (a persistent fp32 replica stays), are freed then.
+    if (frozen && static_cast<std::size_t>(u.index) + 1 < units.size())
       free_frozen(*units[static_cast<std::size_t>(u.index) + 1]);
     unit_op(Phase::Backward, u);
     wait_unsharded(u);
@@ -501,6 +502,13 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   static at::Tensor forward(AutogradContext* ctx, at::TensorList input_list, int64_t runner_addr, int64_t names_addr) {
     variable_list inputs = input_list.vec();
     ctx->save_for_backward(inputs);
+    // Which inputs the recomputation differentiates: those that required a gradient here. A LoRA unit's frozen base
+    // does not (ShardedModel's make_views), nor does a first layer's input under a frozen embedding; made to require
+    // one, the recomputed graph would keep the frozen linears' inputs and compute their weights' gradients.
+    std::string needs(inputs.size(), '0');
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i].defined() && inputs[i].requires_grad()) needs[i] = '1';
+    ctx->saved_data["needs_grad"] = needs;
     ctx->saved_data["runner"] = runner_addr;
     ctx->saved_data["names"] = names_addr;
     const auto& runner = *reinterpret_cast<const LayersRunner*>(runner_addr);
@@ -513,8 +521,17 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     auto saved = ctx->get_saved_variables();
     const auto& runner = *reinterpret_cast<const LayersRunner*>(ctx->saved_data["runner"].toInt());
     const auto& names = *reinterpret_cast<const std::vector<std::string>*>(ctx->saved_data["names"].toInt());
-    variable_list inputs;
-    for (auto& s : saved) inputs.push_back(s.detach().requires_grad_(true));
+    const std::string needs = ctx->saved_data["needs_grad"].toStringRef();
+    variable_list inputs, wrt;
+    std::vector<std::size_t> wrt_index;
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      const bool grad = needs[i] == '1';
+      inputs.push_back(grad ? saved[i].detach().requires_grad_(true) : saved[i].detach());
+      if (grad) {
+        wrt.push_back(inputs.back());
+        wrt_index.push_back(i);
+      }
+    }
     at::Tensor out;
     {
       at::AutoGradMode enable(true);
@@ -522,8 +539,12 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       for (std::size_t i = 0; i < names.size(); ++i) p[names[i]] = inputs[i + 1];
       out = runner(inputs[0], p);
     }
-    variable_list g = torch::autograd::grad({out}, inputs, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
-                                            /*allow_unused=*/true);
+    variable_list g(saved.size());
+    if (!wrt.empty() && out.requires_grad()) {
+      const variable_list got = torch::autograd::grad({out}, wrt, {grads[0]}, /*retain_graph=*/false,
+                                                      /*create_graph=*/false, /*allow_unused=*/true);
+      for (std::size_t j = 0; j < wrt_index.size(); ++j) g[wrt_index[j]] = got[j];
+    }
     // One gradient for the variable_list (flattened by apply) and none for the addresses.
     g.push_back(at::Tensor());
     g.push_back(at::Tensor());
@@ -900,6 +921,16 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
     x = run_layers(*root, x, rp);
     if (m.mesh.pp > 1 && m.mesh.first_stage()) x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(root), true);
   }
+  // A replica's compute-dtype copy (cast from its fp32 master) that no saved tensor needs: every layer of the unit
+  // is checkpointed, so its backward runs the forward again and casts anew (pre_backward). PyTorch's autocast holds
+  // no cast across a checkpointed region either (its recomputation casts again), and the simulator prices the cast
+  // so (step_program.cpp, checkpointed_share).
+  auto casts_unneeded_after_forward = [&](const Unit& u) {
+    if (u.place.params_sharded || u.compute_persistent || u.layers.empty() || m.strategy.act_ckpt != ActCkpt::Full)
+      return false;
+    return std::all_of(u.layers.begin(), u.layers.end(),
+                       [&](int l) { return layer_ckpt(m.strategy, l) == ActCkpt::Full; });
+  };
   for (std::size_t i = root != nullptr ? 1 : 0; i < m.units.size(); ++i) {
     Unit& u = *m.units[i];
     ParamMap p = params_of(u);
@@ -907,6 +938,8 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
     x = PreBackwardFn::apply(x, reinterpret_cast<int64_t>(&u), false);
     if (u.place.reshard_after_forward) {
       m.comm.trace().unit_op(Phase::Free, u.index);
+      m.reshard(u);
+    } else if (casts_unneeded_after_forward(u)) {
       m.reshard(u);
     }
   }

@@ -51,9 +51,11 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.seq_len = s.seq_len;
   // Replicated strategies run mixed precision through autocast over fp32 parameters: the residual
   // stream (embedding output + fp32 adds) stays fp32 (torch.autocast op lists: embedding and add are
-  // not autocast to lower precision).
+  // not autocast to lower precision), unless the runtime casts the replica itself (RuntimeProfile::
+  // replicated_residual_fp32).
   bool replicated = !shards_params(s.kind);
-  q.autocast_fp32_residual = replicated && s.param_dtype != DType::Fp32 && s.master_dtype == DType::Fp32;
+  q.autocast_fp32_residual =
+      rt.replicated_residual_fp32 && replicated && s.param_dtype != DType::Fp32 && s.master_dtype == DType::Fp32;
   q.norm_fp32_internal = rt.norm_saves_fp32_input;
   q.softmax_fp32 = rt.eager_softmax_fp32;
   q.logits_upcast_fp32 = rt.logits_upcast_fp32;
@@ -519,6 +521,12 @@ struct Emitter {
     for (int64_t l = first; l <= last; ++l) n += layer_ckpt(s, l) == ActCkpt::None ? 0.0 : 1.0;
     return n / static_cast<double>(last - first + 1);
   }
+  // The share of a unit's weight casts cast again for its backward: its checkpointed layers'. The root's (embedding,
+  // final norm, head) are never in a checkpointed region (fsdp-run checkpoints the units' decoder layers; Hugging
+  // Face's gradient checkpointing the decoder layers), so the head's cast lives from its forward to its backward.
+  double cast_checkpointed_share(int ui) const {
+    return prog.units[static_cast<size_t>(ui)].num_layers() == 0 ? 0.0 : checkpointed_share(ui);
+  }
   // A layer's share of its unit's backward work (recomputation included): GEMMs, attention, memory-bound bytes.
   static double backward_gemm_weight(const LayerCost& lc) {
     return 2.0 * lc.matmul_flops_per_token + lc.recompute_matmul_flops_per_token;
@@ -918,8 +926,11 @@ struct Emitter {
   double head_grad_bytes() const {
     // Only where they are separate per-parameter tensors until the root's post-backward (FSDP2 unsharded
     // .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
+    // They are autograd's, in the compute dtype: FSDP2's unsharded .grad and fsdp-run's UnitParamsFn inputs (its
+    // ZeRO-2 too: executor/shard/sharded_model.cpp post_backward copies them into a flat buffer after the root's
+    // backward).
     if (!sharded && !rt.replicated_grads_via_flat_copy) return 0.0;
-    return head_train * (dp_plan.partitions_replicated_grads ? gb : pb);
+    return head_train * pb;
   }
 
   void push_loss_ops(int mbi) {
@@ -1498,11 +1509,13 @@ void Emitter::emit_replicated() {
       Op& f = prog.ops.emplace_back();  // in place (fill_forward_op)
       fill_forward_op(f, ui, mbi);
       // autocast's weight casts are saved by the linears for backward (unless the layer is checkpointed,
-      // in which case they are recomputed): the unit's checkpointed share of them is transient.
+      // in which case they are recomputed): the unit's checkpointed share of them lives while the op runs, in forward
+      // and again in backward (fsdp-run frees a checkpointed replica's cast after its forward and casts it again for
+      // its backward: executor/shard/sharded_model.cpp).
       const double cast = casts ? cast_elems(ui) * pb : 0.0;
-      const double recast = cast * checkpointed_share(ui);
-      if (cast - recast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast - recast});
-      f.transient_bytes += recast;
+      const double recast = cast * cast_checkpointed_share(ui);
+      if (cast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
+      if (recast > 0) f.on_complete.push_back({MemoryCategory::UnshardedParams, -recast});
       push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
     }
     pp_turn(mbi);
@@ -1514,8 +1527,8 @@ void Emitter::emit_replicated() {
       Op& b = prog.ops.emplace_back();  // in place, as the forward ops (fill_forward_op)
       fill_backward_op(b, ui, mbi);
       const double cast = casts ? cast_elems(ui) * pb : 0.0;
-      const double recast = cast * checkpointed_share(ui);
-      b.transient_bytes += recast;
+      const double recast = cast * cast_checkpointed_share(ui);
+      if (recast > 0) b.on_issue.push_back({MemoryCategory::UnshardedParams, recast});
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps
       // only a partition and holds the full gradient of a bucket until it is reduced.
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward
@@ -1531,7 +1544,8 @@ void Emitter::emit_replicated() {
       } else if (partitioned) {
         b.on_complete.push_back({MemoryCategory::UnshardedGrads, p * gb - head});
       }
-      if (cast - recast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -(cast - recast)});
+      // The cast held since the forward and the one cast again for this backward, freed together.
+      if (cast > 0) b.on_complete.push_back({MemoryCategory::UnshardedParams, -cast});
       int bop = push_tp(ui, mbi, true, static_cast<int>(prog.ops.size()) - 1);
       last_backward = bop;
       if (adapters_outside_units()) continue;  // no per-unit gradients: the adapters are reduced once below

@@ -107,6 +107,9 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     auto flag = flags_of(mod, has);
     flag("norm_saves_fp32_input", r.norm_saves_fp32_input);
     flag("logits_upcast_fp32", r.logits_upcast_fp32);
+    // Optional even in a profile written whole (absent: autocast's fp32 residual, RuntimeProfile).
+    if (mod.has("replicated_residual"))
+      r.replicated_residual_fp32 = mod.get_enum("replicated_residual", {"fp32", "compute-dtype"}) == "fp32";
     flag("logits_kept_by_caller", r.logits_kept_by_caller);
     flag("loss_backward_in_place", r.loss_backward_in_place);
     if (has("checkpoint_region"))

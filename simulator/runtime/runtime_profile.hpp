@@ -63,6 +63,10 @@ struct RuntimeProfile {
   // --- module behaviour ---
   bool norm_saves_fp32_input = false;  // the norm upcasts its input to fp32 and autograd keeps that copy
   bool logits_upcast_fp32 = false;     // the loss casts logits to fp32 before log_softmax
+  // A replicated strategy's mixed precision keeps the residual stream in fp32 (autocast over fp32 parameters: the
+  // embedding and the residual adds are not autocast; modules `replicated_residual: fp32`), or in the compute dtype
+  // (a runtime that casts the replica's weights to it, embedding included: `compute-dtype`).
+  bool replicated_residual_fp32 = true;
   bool logits_kept_by_caller = false;  // the model returns its logits, alive through the loss backward
   // The cross-entropy's backward writes the logits' gradient into the probabilities it saved (a hand-written
   // autograd function, nanotron's _ShardedCrossEntropy), instead of allocating the gradients of the log-probabilities

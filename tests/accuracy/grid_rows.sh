@@ -21,7 +21,8 @@ run_grid_rows() {
     [[ "$group" != 0 ]] && extra=(--hsdp-group "$group")
     [[ "$reshard" != - ]] && extra+=(--reshard-after-forward "$reshard")
     # the mesh (13th field): - (data parallel only) or parts joined by +: tpN, ppN, sp (sequence parallelism; without
-    # it a tp row runs without), gpipe (the pipeline schedule; 1f1b otherwise)
+    # it a tp row runs without), gpipe (the pipeline schedule; 1f1b otherwise), loraR (LoRA of rank R on the default
+    # targets, the base frozen; not a mesh dimension, the row's method)
     if [[ "$mesh" != - ]]; then
       local sp=false schedule=1f1b
       for part in ${mesh//+/ }; do
@@ -30,6 +31,7 @@ run_grid_rows() {
           pp*) extra+=(--pp "${part#pp}") ;;
           sp) sp=true ;;
           gpipe) schedule=gpipe ;;
+          lora*) extra+=(--method lora --lora-rank "${part#lora}") ;;
           *) echo "row $i: unknown mesh part '$part'"; return 1 ;;
         esac
       done

@@ -901,3 +901,52 @@ TEST_CASE("FSDP1: the flat gradient concatenated from the views' gradients at ea
   CHECK(extra_transient == doctest::Approx(2.0 * 2.0 * P).epsilon(1e-4));
   CHECK(extra_bytes == doctest::Approx(2.0 * 2.0 * 2.0 * P).epsilon(1e-4));
 }
+
+TEST_CASE("replicas' weight casts: a checkpointed unit's cast again for its backward, the root's kept to it") {
+  // fsdp-run's ZeRO-2 in bf16 over fp32 replicas with full checkpointing (executor/shard/sharded_model.cpp): a layer
+  // unit's compute-dtype cast lives through its forward, is freed, and is cast again for its backward; the root's
+  // (embedding, final norm, head: never in a checkpointed region) from its forward to its backward.
+  const ModuleGraph g(load_model(std::string(FSDP_TEST_DATA) + "/models/acc-small.yaml", root()));
+  const RuntimeProfile rt = runtime("fsdp-run");
+  Strategy s;
+  s.kind = StrategyKind::Zero2;
+  s.param_dtype = DType::Bf16;
+  s.reduce_dtype = DType::Fp32;
+  s.master_dtype = DType::Fp32;
+  s.act_ckpt = ActCkpt::Full;
+  s.attention = AttentionImpl::Eager;
+  s.micro_batch = 2;
+  s.seq_len = 64;
+  const StepProgram p = program(g, s, rt, 1, 2);
+  auto events = [](const auto& list) {
+    double sum = 0;
+    for (const MemEvent& e : list)
+      if (e.category == MemoryCategory::UnshardedParams) sum += e.bytes;
+    return sum;
+  };
+  int checked = 0;
+  for (const Op& op : p.ops) {
+    if (op.kind != OpKind::Forward && op.kind != OpKind::Backward) continue;
+    const WrapUnit& u = p.units[static_cast<size_t>(op.unit)];
+    const double cast = 2.0 * static_cast<double>(u.params);
+    CAPTURE(op.unit);
+    if (op.kind == OpKind::Forward) {
+      CHECK(events(op.on_issue) == doctest::Approx(cast));
+      CHECK(events(op.on_complete) == doctest::Approx(u.num_layers() == 0 ? 0.0 : -cast));
+    } else {
+      CHECK(events(op.on_issue) == doctest::Approx(u.num_layers() == 0 ? 0.0 : cast));
+      CHECK(events(op.on_complete) == doctest::Approx(-cast));
+    }
+    ++checked;
+  }
+  CHECK(checked == 2 * 5);  // the root and 4 layer units, forward and backward
+  // fsdp-run casts the replica itself, the embedding's too: its residual stream is in the compute dtype; PyTorch's
+  // autocast over fp32 replicas keeps it in fp32 (the embedding and the adds are not autocast).
+  CHECK_FALSE(activation_query(s, rt).autocast_fp32_residual);
+  CHECK(activation_query(s, runtime("pytorch")).autocast_fp32_residual);
+  std::string text = runtime_text("fsdp-run");
+  const std::string key = "  replicated_residual: compute-dtype\n";
+  REQUIRE(text.find(key) != std::string::npos);
+  text.replace(text.find(key), key.size(), "  replicated_residual: fp16\n");
+  CHECK(runtime_load_error(text, "residual").find("replicated_residual") != std::string::npos);
+}
