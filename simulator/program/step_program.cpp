@@ -521,6 +521,18 @@ struct Emitter {
     for (int64_t l = first; l <= last; ++l) n += layer_ckpt(s, l) == ActCkpt::None ? 0.0 : 1.0;
     return n / static_cast<double>(last - first + 1);
   }
+  // Elements of a replica unit's weight casts (`casts`): a runtime under autocast (replicated_residual_fp32) casts the
+  // linears' weights only, so of the root (embedding, final norm, head) the LM head's, where this stage holds it
+  // (torch.autocast's op lists: embedding and the norms run in fp32); a runtime that casts the replica itself
+  // (fsdp-run) casts the whole unit.
+  double replica_cast_elems(int ui) const {
+    if (prog.units[static_cast<size_t>(ui)].num_layers() != 0 || !rt.replicated_residual_fp32) return cast_elems(ui);
+    if (!holds_head() || (s.method != Method::Full && !frozen_in_master)) return 0.0;
+    // The head GEMM's weight, vocab x hidden (the embedding's where they are tied), its vocabulary split over tp.
+    const ModelSpec& m = g.spec();
+    return static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size) /
+           static_cast<double>(std::max<int64_t>(1, s.mesh.tp));
+  }
   // The share of a unit's weight casts cast again for its backward: its checkpointed layers'. The root's (embedding,
   // final norm, head) are never in a checkpointed region (fsdp-run checkpoints the units' decoder layers; Hugging
   // Face's gradient checkpointing the decoder layers), so the head's cast lives from its forward to its backward.
@@ -1512,7 +1524,7 @@ void Emitter::emit_replicated() {
       // in which case they are recomputed): the unit's checkpointed share of them lives while the op runs, in forward
       // and again in backward (fsdp-run frees a checkpointed replica's cast after its forward and casts it again for
       // its backward: executor/shard/sharded_model.cpp).
-      const double cast = casts ? cast_elems(ui) * pb : 0.0;
+      const double cast = casts ? replica_cast_elems(ui) * pb : 0.0;
       const double recast = cast * cast_checkpointed_share(ui);
       if (cast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
       if (recast > 0) f.on_complete.push_back({MemoryCategory::UnshardedParams, -recast});
@@ -1526,7 +1538,7 @@ void Emitter::emit_replicated() {
       double p = train(ui);
       Op& b = prog.ops.emplace_back();  // in place, as the forward ops (fill_forward_op)
       fill_backward_op(b, ui, mbi);
-      const double cast = casts ? cast_elems(ui) * pb : 0.0;
+      const double cast = casts ? replica_cast_elems(ui) * pb : 0.0;
       const double recast = cast * cast_checkpointed_share(ui);
       if (recast > 0) b.on_issue.push_back({MemoryCategory::UnshardedParams, recast});
       // Full gradients accumulate into .grad (unsharded), allocated on the first micro-batch; ZeRO-2 keeps

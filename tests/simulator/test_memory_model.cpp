@@ -940,6 +940,12 @@ TEST_CASE("replicas' weight casts: a checkpointed unit's cast again for its back
     ++checked;
   }
   CHECK(checked == 2 * 5);  // the root and 4 layer units, forward and backward
+  // Under autocast (the pytorch runtime) only the linears' weights are cast: of the root, the head's (vocab x hidden).
+  const StepProgram ap = program(g, s, runtime("pytorch"), 1, 2);
+  for (const Op& op : ap.ops)
+    if (op.kind == OpKind::Forward && ap.units[static_cast<size_t>(op.unit)].num_layers() == 0)
+      CHECK(events(op.on_issue) ==
+            doctest::Approx(2.0 * static_cast<double>(g.spec().vocab_size * g.spec().hidden_size)));
   // fsdp-run casts the replica itself, the embedding's too: its residual stream is in the compute dtype; PyTorch's
   // autocast over fp32 replicas keeps it in fp32 (the embedding and the adds are not autocast).
   CHECK_FALSE(activation_query(s, rt).autocast_fp32_residual);
