@@ -936,11 +936,9 @@ struct Emitter {
   // Bytes of the head's gradients allocated in the loss backward; the root's own backward allocates the
   // rest of its gradients with the same element size.
   double head_grad_bytes() const {
-    // Only where they are separate per-parameter tensors until the root's post-backward (FSDP2 unsharded
-    // .grad, fsdp-run's UnitParamsFn inputs), not views into a persistent buffer.
-    // They are autograd's, in the compute dtype: FSDP2's unsharded .grad and fsdp-run's UnitParamsFn inputs (its
-    // ZeRO-2 too: executor/shard/sharded_model.cpp post_backward copies them into a flat buffer after the root's
-    // backward).
+    // Only where they are separate per-parameter tensors until the root's post-backward, not views into a persistent
+    // buffer; autograd's, in the compute dtype: FSDP2's unsharded .grad, fsdp-run's UnitParamsFn inputs (its ZeRO-2
+    // too: executor/shard/sharded_model.cpp post_backward copies them into a flat buffer after the root's backward).
     if (!sharded && !rt.replicated_grads_via_flat_copy) return 0.0;
     return head_train * pb;
   }
