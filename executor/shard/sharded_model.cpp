@@ -341,8 +341,13 @@ struct ShardedModel::Impl {
     // in flight, like FSDP's post-backward stream), accumulate into the shard.
     wait_pending();
     at::Tensor red = flat.scalar_type() == reduce_dtype ? flat : flat.to(reduce_dtype);
+    // The reduce-dtype copy is the reduce-scatter's input from here on: tagged as the comm buffer, the compute-dtype
+    // flat copy (and its tag) released.
+    std::shared_ptr<MemTag> red_tag;
     if (!red.is_same(flat)) {
+      red_tag = shared_tag(MemoryCategory::CommBuffers, nbytes(red));
       flat = at::Tensor();
+      flat_tag->reset();
     }
     auto out_tag =
         shared_tag(MemoryCategory::CommBuffers, u.info.shard * static_cast<int64_t>(c10::elementSize(reduce_dtype)));
@@ -352,12 +357,13 @@ struct ShardedModel::Impl {
     Handle h = shard_group->reduce_scatter_sum(red, out, tag(Phase::ReduceScatter, u.place.reduce_group, u));
     Unit* up = &u;
     const bool replicate = sync && u.place.replica_all_reduce && replica_group->size() > 1;
-    pending.push_back({std::move(h), [this, up, red, out, flat, flat_tag, out_tag, replicate]() mutable {
+    pending.push_back({std::move(h), [this, up, red, out, flat, flat_tag, red_tag, out_tag, replicate]() mutable {
                          up->grad_shard.add_(out);
                          red = at::Tensor();
                          flat = at::Tensor();
                          out = at::Tensor();
                          flat_tag->reset();
+                         if (red_tag) red_tag->reset();
                          out_tag->reset();
                          if (replicate) all_reduce_replicas(*up);
                        }});
