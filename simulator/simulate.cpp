@@ -90,7 +90,6 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, 
   if (s.method != Method::Full && s.lora.rank <= 0)
     bad("--lora-rank", std::string(to_string(s.method)) +
                            " needs the adapters' rank, a positive integer (e.g. --lora-rank 8, PEFT's default r)");
-  if (m.moe && s.method != Method::Full) bad("--method", "LoRA on MoE models is not modelled");
 }
 
 void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string& seq_source) {
@@ -110,6 +109,25 @@ void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string
   if (m.rope_scaled_positions == 0)
     msg += " (a config.json whose rope_scaling has a factor, or rope_scaled_positions in a model file, extends it)";
   throw InputError(msg);
+}
+
+void check_lora_targets(const Strategy& s, const ModuleGraph& g,
+                        const std::function<std::string(const std::string&)>& name_of) {
+  if (s.method == Method::Full) return;
+  std::vector<std::string> linears;  // the adaptable linears' names, in the order the graph first holds them
+  for (ModuleId leaf : g.leaves_under(g.root())) {
+    const ModuleNode& n = g.node(leaf);
+    if (n.lora_target && std::find(linears.begin(), linears.end(), n.short_name) == linears.end())
+      linears.push_back(n.short_name);
+  }
+  for (const std::string& t : s.lora.target_modules)
+    if (std::find(linears.begin(), linears.end(), t) == linears.end()) {
+      std::string list;
+      for (const std::string& l : linears) list += (list.empty() ? "" : ", ") + l;
+      const std::string flag = "--lora-targets";
+      throw InputError((name_of ? name_of(flag) : flag) + ": '" + t + "' names no linear of " + g.spec().name +
+                       " that LoRA adapts (its linears: " + list + ")");
+    }
 }
 
 Strategy language_model_strategy(const Strategy& s, const ModelSpec& m) {

@@ -98,6 +98,13 @@ void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c,
 // refused by validate_strategy.)
 void check_trained_length(const ModelSpec& m, int64_t seq_len, const std::string& seq_source);
 
+// Under LoRA every name of the strategy's target modules must name a linear of the model that LoRA adapts
+// (ModuleNode::lora_target short names): one that names none (a typo, the MoE router `gate`, Mixtral's Hugging Face
+// `w1`) would add no adapter, and the plan would train less than asked. An InputError naming the flag (through
+// `name_of`, as validate_strategy), the name, the model and its adaptable linears. Nothing under full training.
+void check_lora_targets(const Strategy& s, const ModuleGraph& g,
+                        const std::function<std::string(const std::string&)>& name_of = nullptr);
+
 // Checks that the hardware profile may price the runtime: a calibrated profile's fitted overheads belong to
 // the runtime and the cost-model version it was fitted against; InputError naming the profile and the reason.
 void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);

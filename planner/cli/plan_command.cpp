@@ -192,6 +192,7 @@ int run_plan(const std::vector<std::string>& argv) {
   check_grad_sync_runtime(base, rt);
   SearchRequest req;
   ModuleGraph graph(model);
+  check_lora_targets(base, graph);
   req.graph = &graph;
   req.hardware = &hw;
   req.runtime = &rt;

@@ -126,6 +126,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   validate_strategy(s, model, cluster, rt.support);
   check_trained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
   ModuleGraph graph(model);
+  check_lora_targets(s, graph);
   SimulationInput in{&graph, &hw, &rt, cluster, s};
   StepProgram program;
   Prediction p = simulate(in, &program);

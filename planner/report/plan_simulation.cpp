@@ -27,10 +27,11 @@ std::unique_ptr<PlanSimulation> simulate_plan(const PlanFile& plan, const std::s
   s->runtime = load_runtime(plan.runtime, root);
   validate_profiles(s->hardware, s->runtime);
   s->cluster = Cluster{plan.cluster.nodes, plan.cluster.gpus_per_node};
-  validate_strategy(
-      plan.strategy, plan.model, s->cluster, s->runtime.support,
-      plan_path.empty() ? std::function<std::string(const std::string&)>()
-                        : [&](const std::string& flag) { return plan_path + ": " + plan_key_of_flag(flag); });
+  const auto name_of = plan_path.empty()
+                           ? std::function<std::string(const std::string&)>()
+                           : [&](const std::string& flag) { return plan_path + ": " + plan_key_of_flag(flag); };
+  validate_strategy(plan.strategy, plan.model, s->cluster, s->runtime.support, name_of);
+  check_lora_targets(plan.strategy, s->graph, name_of);
   s->prediction = simulate(s->input(plan), &s->program);
   s->rank0_program = plan.strategy.mesh.pp > 1 ? emit_stage_program(s->input(plan), 0) : s->program;
   return s;

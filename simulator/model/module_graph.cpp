@@ -114,7 +114,8 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
   }
   // Layers of one structure share a class (the first such layer's index): what is derived from a layer's
   // nodes is derived once per class (program/layer_costs.hpp). The signature is every leaf's kind, short name,
-  // shape, FLOPs and saved tensors, in execution order, and the layer's containers.
+  // shape, FLOPs and saved tensors, in execution order, whether it reads the embedding's output (the first layer's
+  // input norm: ModuleNode::reads_embedding), and the layer's containers.
   std::vector<std::string> signatures;
   for (size_t i = 0; i < layers_.size(); ++i) {
     std::string sig = std::to_string(g_[layers_[i]].tokens_per_sample) + ";";
@@ -125,7 +126,7 @@ ModuleGraph::ModuleGraph(ModelSpec spec) : spec_(std::move(spec)) {
              std::to_string(n.in_features) + "," + std::to_string(n.out_features) + "," +
              std::to_string(n.flops_per_token) + "," + std::to_string(n.flops_per_token_per_seq) + "," +
              std::to_string(n.output_elems_per_token) + "," + std::to_string(n.window) + std::to_string(n.chunked) +
-             "," + std::to_string(n.attention_keys);
+             "," + std::to_string(n.attention_keys) + (n.reads_embedding ? ",embedding" : "");
       for (const SavedTensor& t : n.saved)
         sig += "[" + std::to_string(t.elems_per_token) + "," + std::to_string(t.per_seq) + "," +
                std::to_string(static_cast<int>(t.cls)) + "," + std::to_string(t.attention_internal) +
@@ -623,13 +624,15 @@ ModuleId ModuleGraph::build_layer(ModuleId stack, int64_t i, ModuleId input) {
   ln.tokens_per_sample = cur_vision_ ? cur_vision_->vision_tokens() : 0;
   ModuleId layer = add(stack, ln);
   // A norm of the layer fed by `src` and saving `in_id`; its output's id is "<name>.out".
+  const std::string layer_in = p + ".in";
   auto layer_norm = [&](const std::string& short_name, ModuleId src, const std::string& in_id) {
-    ModuleId n = add(layer, norm(p + "." + short_name, m, i, in_id));
+    ModuleNode nn = norm(p + "." + short_name, m, i, in_id);
+    nn.reads_embedding = i == 0 && in_id == layer_in;
+    ModuleId n = add(layer, std::move(nn));
     feeds(src, n);
     return n;
   };
 
-  const std::string layer_in = p + ".in";
   ModuleId attn_src = input;
   std::string attn_in = layer_in;
   if (m.pre_attention_norm) {
@@ -800,14 +803,28 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
                                                                        const ActivationQuery& q, ActCkpt ckpt) const {
   FSDP_ASSERT(q.seq_len > 0, "saved_bytes_per_token needs a sequence length");
   std::unordered_set<std::string> seen;
+  // The inputs of frozen GEMMs without an adapter, not kept for them (below): a container's copy of the same tensor
+  // (a routed expert's gathered tokens) is not kept either unless an adapted reader keeps it.
+  std::unordered_set<std::string> unread_inputs;
   std::vector<std::pair<std::string, double>> out;
+  auto adapted = [&q](const ModuleNode& n) {
+    return n.lora_target && std::find(q.adapted.begin(), q.adapted.end(), n.short_name) != q.adapted.end();
+  };
   for (ModuleId id : ids) {
     for (ModuleId leaf : leaves_under(id)) {
       const ModuleNode& n = g_[leaf];
-      // A frozen base linear (LoRA, ActivationQuery::frozen_base): its input only where it carries an adapter, with
-      // the adapter's rank-wide intermediate beside it.
-      if (q.frozen_base && n.kind == ModuleKind::Linear && n.lora_target) {
-        if (std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end()) continue;
+      // A frozen GEMM without an adapter (LoRA, ActivationQuery::frozen_base: a base linear it does not target, an MoE
+      // router, Qwen2-MoE's shared-expert gate, a vision tower's linears) keeps no input: its only gradient is its
+      // input's, which reads the weight (derivatives.yaml mm). The router's probabilities and choice and the shared
+      // gate's sigmoid and operand stay (saved[1...]): the block input's gradient flows through them.
+      const bool gemm = n.kind == ModuleKind::Linear || n.kind == ModuleKind::Router;
+      size_t first_saved = 0;
+      if (q.frozen_base && gemm && !adapted(n) && !n.saved.empty()) {
+        unread_inputs.insert(n.saved.front().id);
+        first_saved = 1;
+      }
+      // An adapted one keeps its input for A's gradient and the adapter's rank-wide intermediate beside it.
+      if (q.frozen_base && gemm && adapted(n)) {
         if (q.lora_rank > 0 && seen.insert(n.name + ".lora_a.out").second)
           out.emplace_back(
               n.name + ".lora_a.out",
@@ -822,7 +839,11 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
       if (q.frozen_base && n.kind == ModuleKind::Head &&
           std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end())
         continue;
-      for (const SavedTensor& t : n.saved) {
+      // The first layer's input norm under a frozen base: neither its input (the frozen embedding's output) nor its
+      // weight needs a gradient, so autograd keeps none of its tensors (its input, statistics or squares).
+      if (q.frozen_base && n.reads_embedding) continue;
+      for (size_t i = first_saved; i < n.saved.size(); ++i) {
+        const SavedTensor& t = n.saved[i];
         if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
         if (frozen_norm_weight && t.cls == TensorClass::NormInternal) continue;
         const std::optional<double> b = kept_bytes(t, q);
@@ -838,7 +859,8 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
       auto ch = children(cur);
       if (!ch.empty()) {
         for (const SavedTensor& t : g_[cur].saved)
-          if (seen.insert(t.id).second) out.emplace_back(t.id, t.elems_per_token * tensor_bytes(t.cls, q));
+          if (!(unread_inputs.count(t.id) && !seen.count(t.id)) && seen.insert(t.id).second)
+            out.emplace_back(t.id, t.elems_per_token * tensor_bytes(t.cls, q));
         for (ModuleId c : ch) stack.push_back(c);
       }
     }
@@ -865,6 +887,11 @@ double ModuleGraph::saved_bytes_per_token(const std::vector<ModuleId>& ids, cons
   }
   for (const auto& [id, bytes] : saved_tensors(ids, q, ckpt)) total += bytes;
   return total;
+}
+
+bool ModuleGraph::keeps(ModuleId id, const ActivationQuery& q, const std::string& tensor) const {
+  const auto kept = saved_tensors(std::vector<ModuleId>{id}, q, ActCkpt::None);
+  return std::any_of(kept.begin(), kept.end(), [&](const auto& t) { return t.first == tensor; });
 }
 
 double ModuleGraph::saved_bytes_per_token(ModuleId id, const ActivationQuery& q, ActCkpt ckpt) const {

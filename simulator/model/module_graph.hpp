@@ -84,7 +84,10 @@ struct ModuleNode {
   double flops_per_token_per_seq = 0;         // forward FLOPs per token that scale with the sequence (attention)
   int64_t in_features = 0, out_features = 0;  // Linear / Head shapes (for GEMM cost)
   bool lora_target = false;                   // a Linear that LoRA may adapt
-  std::string short_name;                     // q_proj, k_proj, ... (matches Hugging Face names)
+  // A norm that reads the first layer's input, the embedding's output (or a vision stack's patch embeddings): under a
+  // frozen base (ActivationQuery::frozen_base) no gradient flows into it.
+  bool reads_embedding = false;
+  std::string short_name;  // q_proj, k_proj, ... (matches Hugging Face names)
   std::vector<SavedTensor> saved;
   int64_t output_elems_per_token = 0;  // the module's output (for the live working set); a DecoderLayer's: the
                                        // residual stream's width (its hidden size)
@@ -191,6 +194,9 @@ class ModuleGraph {
   OpSacLayer op_sac(ModuleId layer) const;
   // Whether a module under `layer` saves the tensor `id` for its backward.
   bool saved_in(ModuleId layer, const std::string& id) const;
+  // Whether the modules under `id` keep the tensor `tensor` for backward in the run `q` describes, without
+  // checkpointing (a LoRA run's frozen GEMMs keep no input: saved_tensors).
+  bool keeps(ModuleId id, const ActivationQuery& q, const std::string& tensor) const;
 
  private:
   std::vector<std::pair<std::string, double>> saved_tensors(const std::vector<ModuleId>& ids, const ActivationQuery& q,

@@ -71,10 +71,11 @@ MoeParts moe_parts_of(const ModuleGraph& g, ModuleId layer, const ActivationQuer
     const ModuleNode& r = g.node(router[0]);
     const double h = static_cast<double>(r.in_features);
     p.experts = static_cast<double>(routed.size());
-    // The gathered input of an expert is its container's saved tensor, hidden x k / E per token (module_graph.cpp).
+    // The gathered input of an expert is its container's saved tensor, hidden x k / E per token (module_graph.cpp),
+    // kept for backward unless no expert's GEMM reads it there (LoRA with frozen, unadapted experts).
     const SavedTensor& in = g.node(routed[0]).saved.at(0);
     p.k = in.elems_per_token / h * p.experts;
-    p.dispatched = p.k * h * tensor_bytes(in.cls, q);
+    p.dispatched = g.keeps(routed[0], q, in.id) ? p.k * h * tensor_bytes(in.cls, q) : 0.0;
     p.combine_saved = p.k * (h + 1.0) * tensor_bytes(TensorClass::Compute, q);
     // The block's input is saved by the router and read again by the shared path: what the shared path and the
     // experts add beyond the router's tensors is what their backward releases.
@@ -366,6 +367,17 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   c.saved_bytes = ckpt == ActCkpt::Full ? tokens * h * res : tokens * g.saved_bytes_per_token(layer, q, ckpt);
   c.saved_bytes_unckpt = tokens * g.saved_bytes_per_token(layer, q, ActCkpt::None);
   c.recompute_bytes = tokens * g.recomputed_bytes_per_token(layer, q, ckpt);
+  // Adapters kept in the master dtype outside the units (RuntimeProfile::lora_adapters_replicated: fsdp-run's fp32
+  // flat leaf) are cast to the compute dtype at each use (executor/model/ops.cpp linear: A and B .to(dtype)), and
+  // the two GEMMs keep those casts for their input gradients (derivatives.yaml mm: self's gradient reads mat2) from
+  // the layer's forward to its backward: the layer's adapters once more, in the compute dtype, per micro-batch
+  // (rematerialised with the rest of a fully checkpointed layer). Adapters that are parameters of their units come
+  // already in the compute dtype from their gather (FSDP2's MixedPrecisionPolicy) and add nothing.
+  if (s.method != Method::Full && rt.lora_adapters_replicated && s.param_dtype != s.master_dtype) {
+    const double casts = c.lora_params * pb;
+    (ckpt == ActCkpt::Full ? c.recompute_bytes : c.saved_bytes) += casts;
+    c.saved_bytes_unckpt += casts;
+  }
 
   const ModelSpec& m = g.spec();
   // Grouped-query attention: fewer key/value heads than query heads, repeated to them before SDPA.

@@ -52,6 +52,13 @@ TEST_CASE("simulate: bad flags and names") {
   expect_error("simulate --model gpt2 --seq 4096", "--seq");
   expect_error("simulate --model 8b --runtime nosuchruntime", "unknown runtime");
   expect_error("simulate", "--model");
+  // A LoRA target that names no adaptable linear of the model would train no adapter there: refused, the model's
+  // linears listed (the MoE router `gate`, Mixtral's Hugging Face `w1`, a GPT-2 name on a Llama).
+  expect_error("simulate --model tiny-moe --method lora --lora-rank 8 --lora-targets q_proj,gate",
+               "--lora-targets: 'gate' names no linear of tiny-moe that LoRA adapts (its linears: q_proj, k_proj, "
+               "v_proj, o_proj, gate_proj, up_proj, down_proj)");
+  expect_error("--model mixtral-8x7b --nodes 1 --method lora --lora-rank 8 --lora-targets w1", "'w1' names no linear");
+  expect_error("simulate --model 8b --method lora --lora-rank 8 --lora-targets c_fc", "'c_fc' names no linear");
 }
 
 TEST_CASE("model files: unknown key, missing key, wrong type, heads not dividing") {
@@ -151,6 +158,20 @@ TEST_CASE("simulate --plan / compare: a plan file whose knobs cannot run is refu
   const std::string bad = write_tmp("tp3_plan.yaml", text);
   expect_error("simulate --plan " + bad, bad + ": strategy.tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs");
   expect_error("compare " + bad + " /nonexistent.json", bad + ": strategy.tp: ");
+  std::remove(plan.c_str());
+  // A LoRA plan whose target modules name no linear of its model.
+  r = run_cli(
+      "--model tiny-moe --hw cpu --gpus 2 --runtime fsdp-run --strategy fsdp --method lora --lora-rank 8 "
+      "--micro-batch 2 --seq 64 --grad-accum 1 --out " +
+      plan);
+  REQUIRE(r.code == 0);
+  std::ifstream lora_in(plan);
+  std::string lora_text((std::istreambuf_iterator<char>(lora_in)), std::istreambuf_iterator<char>());
+  const std::string targets = "lora_targets: [q_proj, k_proj, v_proj, o_proj]";
+  REQUIRE(lora_text.find(targets) != std::string::npos);
+  lora_text.replace(lora_text.find(targets), targets.size(), "lora_targets: [q_proj, w9]");
+  const std::string bad_lora = write_tmp("lora_plan.yaml", lora_text);
+  expect_error("simulate --plan " + bad_lora, bad_lora + ": strategy.lora_targets: 'w9' names no linear of tiny-moe");
   std::remove(plan.c_str());
 }
 

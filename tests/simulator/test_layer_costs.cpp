@@ -44,8 +44,10 @@ TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the 
   CHECK(c.matmul_flops_per_token > 2.0 * (attn + mlp));
   CHECK(c.matmul_flops_per_token == doctest::Approx(2.0 * (attn + mlp)).epsilon(2e-4));
   CHECK(c.attention_flops_per_token == doctest::Approx(4.0 * 8192 * 4096 * 0.5));
-  // Every layer of this model has one structure: one class, the same cost.
-  for (int64_t cls : g.layer_classes()) CHECK(cls == 0);
+  // Every layer of this model has one structure, but the first one's input norm reads the embedding's output
+  // (ModuleNode::reads_embedding, what a LoRA run keeps differs there): two classes, the same cost here.
+  CHECK(g.layer_classes()[0] == 0);
+  for (size_t l = 1; l < g.layer_classes().size(); ++l) CHECK(g.layer_classes()[l] == 1);
   const LayerCost last = layer_cost(in, g.layers().back());
   CHECK(last.params == c.params);
   CHECK(last.saved_bytes == c.saved_bytes);
@@ -191,4 +193,64 @@ TEST_CASE("saved tensors under LoRA: a frozen linear keeps its input only where 
         doctest::Approx(4.0 * 16.0));
   // Full fine-tuning is as it was: every linear's input.
   CHECK_FALSE(activation_query(full, rt).frozen_base);
+}
+
+TEST_CASE("saved tensors under LoRA on an MoE layer, in the first layer, and fsdp-run's adapter casts (tiny-moe)") {
+  // tiny-moe under fsdp-run, fp32, eager attention, 2 x 64 tokens: hidden 128, 8 routed experts of 96, top-2, one
+  // shared expert of 192 behind its gate (the block's full-training set: the MoE test case above).
+  const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
+  const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
+  Strategy s = batch_of(2, 64);
+  s.param_dtype = DType::Fp32;
+  s.attention = AttentionImpl::Eager;
+  Strategy lora = s;
+  lora.method = Method::Lora;
+  lora.lora.rank = 8;
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  auto block_of = [&](ModuleId layer) {
+    for (ModuleId c : g.children(layer))
+      if (g.node(c).kind == ModuleKind::Moe) return c;
+    return layer;
+  };
+  const ModuleId block = block_of(g.layers()[1]);
+  REQUIRE(g.node(block).kind == ModuleKind::Moe);
+  // Frozen experts without adapters: the router keeps its probabilities and choice but not its input (its only
+  // gradient is the input's), the experts keep neither their gathered tokens nor their down projections' inputs
+  // (their gate, activation and up outputs stay: the block input's gradient flows through them), the shared gate its
+  // sigmoid and operand but not its input; the dispatch maps and the weighting's operands stay.
+  const double router = 8 * 4 + 2 * 8, dispatch = 2 * 2 * 8, combine = 2 * 128 * 4 + 2 * 4;
+  const double routed = 3 * 2 * 96 * 4, shared = 3 * 192 * 4 + 4 + 128 * 4;
+  CHECK(g.saved_bytes_per_token(block, activation_query(lora, rt), ActCkpt::None) ==
+        doctest::Approx(router + dispatch + combine + routed + shared));
+  // Adapters on the experts' gate projections: each keeps its gathered tokens again (the router still not its
+  // input, which the shared expert's adapted gate projection now keeps), with its rank-wide intermediate.
+  lora.lora.target_modules = {"gate_proj"};
+  const double adapted = g.saved_bytes_per_token(block, activation_query(lora, rt), ActCkpt::None);
+  CHECK(adapted - (router + dispatch + combine + routed + shared) ==
+        doctest::Approx(2 * 128 * 4 + 8 * 4 * (2.0 / 8.0) * 8 + 128 * 4 + 8 * 4));
+  // The first layer's input norm keeps nothing under a frozen base (its input, the frozen embedding's output, needs
+  // no gradient, nor its weight): the first layer is a class of its own and keeps less than the second by the norm's
+  // input, its squares (fsdp-run's mean keeps them: norm_mean_keeps_input) and its statistics, fp32; with full
+  // training they keep the same.
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  CHECK(g.layer_classes()[0] != g.layer_classes()[1]);
+  const double first = g.saved_bytes_per_token(g.layers()[0], activation_query(lora, rt), ActCkpt::None);
+  const double second = g.saved_bytes_per_token(g.layers()[1], activation_query(lora, rt), ActCkpt::None);
+  CHECK(second - first == doctest::Approx(4.0 * (128 + 128 + 1)));
+  CHECK(g.saved_bytes_per_token(g.layers()[0], activation_query(s, rt), ActCkpt::None) ==
+        g.saved_bytes_per_token(g.layers()[1], activation_query(s, rt), ActCkpt::None));
+  // fsdp-run keeps the adapters as one fp32 leaf and casts them at each use: under bf16 a layer keeps its adapters'
+  // casts (r x (in + out) per adapted linear, 2 bytes) beside its activations; in fp32 nothing is cast.
+  const double tokens = 128;
+  LayerCostInput fp32_in{&g, &lora, &rt, activation_query(lora, rt), tokens};
+  const LayerCost fp32 = layer_cost(fp32_in, g.layers()[1]);
+  const double adapters = 8.0 * ((128 + 128) + (128 + 64) + (128 + 64) + (128 + 128));
+  CHECK(fp32.lora_params == adapters);
+  Strategy bf16 = lora;
+  bf16.param_dtype = DType::Bf16;
+  LayerCostInput bf16_in{&g, &bf16, &rt, activation_query(bf16, rt), tokens};
+  const LayerCost half = layer_cost(bf16_in, g.layers()[1]);
+  CHECK(half.saved_bytes - tokens * g.saved_bytes_per_token(g.layers()[1], bf16_in.query, ActCkpt::None) ==
+        doctest::Approx(2.0 * adapters));
+  CHECK(fp32.saved_bytes == doctest::Approx(tokens * second));
 }

@@ -154,8 +154,10 @@ TEST_CASE("llama4: NoPE layers, chunked attention and the L2 q/k norm come from 
   CHECK(fsdp::seq_flops_per_token(*chunked, 4096) == doctest::Approx(4.0 * 5120 * 2048));
   CHECK(fsdp::causal_keys_per_query(20000, 8192, true) ==
         doctest::Approx((2.0 * 8192 * 8192 + 3616.0 * 3616) / (2 * 20000.0)));
-  // Rotary chunked layers and NoPE global layers are two layer classes, each costed once.
-  CHECK(g.layer_classes()[first + 1] == static_cast<int64_t>(first));
+  // Rotary chunked layers and NoPE global layers are two layer classes, each costed once (and the first layer, whose
+  // input norm reads the embedding's output, one of its own).
+  CHECK(g.layer_classes()[first] == static_cast<int64_t>(first));
+  CHECK(g.layer_classes()[first + 2] == static_cast<int64_t>(first + 1));
   CHECK(g.layer_classes()[first + 3] == static_cast<int64_t>(first + 3));
   CHECK(g.layer_classes()[first + 7] == static_cast<int64_t>(first + 3));
   // The L2 norm keeps its input and statistics, not a normalised tensor for a weight it does not have.
@@ -170,7 +172,7 @@ TEST_CASE("llama4: NoPE layers, chunked attention and the L2 q/k norm come from 
   CHECK(leaf(gm, first + 0, "q_norm") == nullptr);
   CHECK(leaf(gm, first + 0, "gate_proj")->out_features == 16384);
   CHECK(leaf(gm, first + 1, "gate")->out_features == 128);
-  CHECK(gm.layer_classes()[first + 2] == static_cast<int64_t>(first));
+  CHECK(gm.layer_classes()[first + 4] == static_cast<int64_t>(first + 2));
   CHECK(gm.layer_classes()[first + 5] == static_cast<int64_t>(first + 1));
   CHECK(gm.layer_classes()[first + 3] == static_cast<int64_t>(first + 3));
 }

@@ -240,9 +240,10 @@ TEST_CASE("families: the layer parts each architecture is built from") {
 TEST_CASE("families: a sliding layer's attention computes only its window's band") {
   const ModelSpec m = read("gemma2-9b").spec;
   const ModuleGraph g(m);
-  // The sliding and the global layers are two layer classes; every other layer repeats one of them.
+  // The sliding and the global layers are two layer classes; every other layer repeats one of them, but the first,
+  // whose input norm reads the embedding's output (ModuleNode::reads_embedding).
   std::set<int64_t> classes(g.layer_classes().begin(), g.layer_classes().end());
-  CHECK(classes == std::set<int64_t>{0, 1});
+  CHECK(classes == std::set<int64_t>{0, 1, 2});
   const auto& sliding = core_of(g, 0);
   const auto& global = core_of(g, 1);
   // Up to the window the two are the same causal triangle: 4 d_q FLOPs per key, seq / 2 keys per query.
@@ -457,9 +458,10 @@ TEST_CASE("moe families: routed, shared and dense-first layers from config.json"
   CHECK(v3.moe->router_bias);
   CHECK(v3.moe_layers() == 58);
   const ModuleGraph g3(v3);
-  // Dense layers and MoE layers are two layer classes, each costed once (program/layer_costs.cpp).
+  // Dense layers and MoE layers are two layer classes, each costed once (program/layer_costs.cpp); the first layer,
+  // whose input norm reads the embedding's output, is one of its own.
   CHECK(g3.layer_classes()[0] == 0);
-  CHECK(g3.layer_classes()[2] == 0);
+  CHECK(g3.layer_classes()[2] == 1);
   CHECK(g3.layer_classes()[3] == 3);
   CHECK(g3.layer_classes()[60] == 3);
   CHECK(has_leaf(g3, 0, "gate_proj"));

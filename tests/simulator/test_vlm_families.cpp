@@ -112,11 +112,12 @@ TEST_CASE("vlm families: the vision blocks open the layer stack as units of thei
   REQUIRE(g.layers().size() == 23 + 32);
   CHECK(g.node(g.layers()[0]).name == "vision_tower.layers.0");
   CHECK(g.node(g.layers()[23]).name == "layers.0");
-  // A layer node's index is its place in the stack; the vision blocks are one class, the decoder layers another.
+  // A layer node's index is its place in the stack; the vision blocks are one class, the decoder layers another (the
+  // first of each stack, whose input norm reads the embeddings, one of its own).
   CHECK(g.node(g.layers()[23]).layer == 23);
-  CHECK(g.layer_classes()[22] == 0);
+  CHECK(g.layer_classes()[22] == 1);
   CHECK(g.layer_classes()[23] == 23);
-  CHECK(g.layer_classes()[54] == 23);
+  CHECK(g.layer_classes()[54] == 24);
   CHECK(g.params_under(g.layers()[0]) == kClipLayer);
   // A vision block attends all 577 keys of its image, both ways, whatever the sequence; no rotary (CLIP's
   // positions are a learned table added once).
@@ -343,7 +344,7 @@ TEST_CASE("vlm families: Qwen2-VL's dynamic resolution takes its image tokens fr
   CHECK(core_of(g, 6).attention_keys == 64);
   CHECK(core_of(g, 7).attention_keys == 4096);
   CHECK(core_of(g, 31).attention_keys == 4096);
-  CHECK(g.layer_classes()[6] == 0);
+  CHECK(g.layer_classes()[6] == 1);  // block 0, reading the patch embeddings, is a class of its own
   CHECK(g.layer_classes()[7] == 7);
   CHECK(g.layer_classes()[15] == 7);
   CHECK(g.layer_classes()[32] == 32);
