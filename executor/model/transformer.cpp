@@ -107,6 +107,11 @@ std::vector<ParamDef> lora_param_defs(const ModelSpec& s, int64_t rank, const st
     out.push_back({module + ".lora_A.weight", {rank, d.shape[1]}, ParamInit::LoraA, d.layer});
     out.push_back({module + ".lora_B.weight", {d.shape[0], rank}, ParamInit::Zeros, d.layer});
   }
+  // A known name the model has no linear of (gate_proj on a plain MLP) would add no adapter there.
+  for (const auto& t : targets)
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const ParamDef& a) { return a.name.find("." + t + ".lora_A.") != std::string::npos; }))
+      throw InputError("lora_targets: model " + s.name + " has no linear '" + t + "'");
   return out;
 }
 

@@ -814,6 +814,8 @@ void ShardedModel::check_supported(const ModelSpec& spec, const Strategy& strate
         "last-micro-batch (no_sync), which it does not run yet");
   if (strategy.method == Method::Lora && strategy.offload != Offload::None)
     throw InputError("method lora with offload is not supported");
+  // The adapters' targets, before any rank connects (one message from the launcher, no rank left waiting).
+  if (strategy.method == Method::Lora) lora_param_defs(spec, strategy.lora.rank, strategy.lora.target_modules);
   check_mesh_supported(spec, strategy, world);
 }
 

@@ -246,6 +246,23 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   CHECK(r.code == 2);
   CHECK(r.out.find("--act-ckpt selective-op is torchtitan's per-op policy; fsdp-run runs none, full, selective and "
                    "every:N") != std::string::npos);
+  // LoRA targets that name no linear of the model: refused once, by the launcher, before any rank starts (a rank
+  // refusing after the rendezvous could leave the others in it).
+  for (const auto& [targets, msg] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"q_proj", "w9"}, "lora_targets: unknown module 'w9'"},
+           {{"q_proj", "gate_proj"}, "lora_targets: model exec-test has no linear 'gate_proj'"}}) {
+    PlanFile lora = small_plan(StrategyKind::Fsdp, "layer", 2);
+    lora.strategy.method = Method::Lora;
+    lora.strategy.lora.rank = 4;
+    lora.strategy.lora.target_modules = targets;
+    lora.model.gated_mlp = false;  // up_proj and down_proj only
+    r = sh(kBin + " --nproc-per-node 2 " + write_plan(d, lora, "lora.yaml") + " --steps 1");
+    CHECK(r.code == 2);
+    const auto at = r.out.find(msg);
+    REQUIRE(at != std::string::npos);
+    CHECK(r.out.find(msg, at + 1) == std::string::npos);
+    CHECK(r.out.find("rank") == std::string::npos);
+  }
 }
 
 TEST_CASE("robustness: a killed rank makes the others exit naming it, in bounded time") {
