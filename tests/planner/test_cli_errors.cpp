@@ -147,32 +147,29 @@ TEST_CASE("planner: a pinned interleaved schedule leaves the accumulation to the
 }
 
 TEST_CASE("simulate --plan / compare: a plan file whose knobs cannot run is refused naming the file and its key") {
-  const std::string plan = "/tmp/fsdp_cli_" + std::to_string(::getpid()) + "_mesh_plan.yaml";
-  auto r = run_cli("--model 8b --gpus 8 --strategy fsdp --tp 2 --out " + plan);
-  REQUIRE(r.code == 0);
-  std::ifstream in(plan);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string tp = "\n  tp: 2\n";
-  REQUIRE(text.find(tp) != std::string::npos);
-  text.replace(text.find(tp), tp.size(), "\n  tp: 3\n");
-  const std::string bad = write_tmp("tp3_plan.yaml", text);
+  // The plan fsdp-plan writes for `args`, with `from` replaced by `to`, in the temporary file `name`.
+  auto edited_plan = [](const std::string& args, const std::string& from, const std::string& to,
+                        const std::string& name) {
+    const std::string plan = "/tmp/fsdp_cli_" + std::to_string(::getpid()) + "_written_plan.yaml";
+    auto r = run_cli(args + " --out " + plan);
+    REQUIRE(r.code == 0);
+    std::ifstream in(plan);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::remove(plan.c_str());
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return write_tmp(name, text);
+  };
+  const std::string bad =
+      edited_plan("--model 8b --gpus 8 --strategy fsdp --tp 2", "\n  tp: 2\n", "\n  tp: 3\n", "tp3_plan.yaml");
   expect_error("simulate --plan " + bad, bad + ": strategy.tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs");
   expect_error("compare " + bad + " /nonexistent.json", bad + ": strategy.tp: ");
-  std::remove(plan.c_str());
   // A LoRA plan whose target modules name no linear of its model.
-  r = run_cli(
+  const std::string bad_lora = edited_plan(
       "--model tiny-moe --hw cpu --gpus 2 --runtime fsdp-run --strategy fsdp --method lora --lora-rank 8 "
-      "--micro-batch 2 --seq 64 --grad-accum 1 --out " +
-      plan);
-  REQUIRE(r.code == 0);
-  std::ifstream lora_in(plan);
-  std::string lora_text((std::istreambuf_iterator<char>(lora_in)), std::istreambuf_iterator<char>());
-  const std::string targets = "lora_targets: [q_proj, k_proj, v_proj, o_proj]";
-  REQUIRE(lora_text.find(targets) != std::string::npos);
-  lora_text.replace(lora_text.find(targets), targets.size(), "lora_targets: [q_proj, w9]");
-  const std::string bad_lora = write_tmp("lora_plan.yaml", lora_text);
+      "--micro-batch 2 --seq 64 --grad-accum 1",
+      "lora_targets: [q_proj, k_proj, v_proj, o_proj]", "lora_targets: [q_proj, w9]", "lora_plan.yaml");
   expect_error("simulate --plan " + bad_lora, bad_lora + ": strategy.lora_targets: 'w9' names no linear of tiny-moe");
-  std::remove(plan.c_str());
 }
 
 TEST_CASE("validate --breakdown: the matching rows' lines; a text no row's id contains is an error") {

@@ -20,6 +20,21 @@ Strategy batch_of(int64_t micro_batch, int64_t seq) {
   s.seq_len = seq;
   return s;
 }
+
+// tiny-moe's plans below: 2 x 64 tokens, fp32, eager attention (the accuracy grid's).
+Strategy tiny_moe_fp32() {
+  Strategy s = batch_of(2, 64);
+  s.param_dtype = DType::Fp32;
+  s.attention = AttentionImpl::Eager;
+  return s;
+}
+
+// The MoE block of decoder layer `layer` (the layer itself where it has none).
+ModuleId moe_block_of(const ModuleGraph& g, ModuleId layer) {
+  for (ModuleId c : g.children(layer))
+    if (g.node(c).kind == ModuleKind::Moe) return c;
+  return layer;
+}
 }  // namespace
 
 TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the layer's nodes") {
@@ -63,13 +78,9 @@ TEST_CASE("layer costs: the attention shape, GEMMs and parameters come from the 
 TEST_CASE("layer costs: an MoE block's saved tensors and its backward at the first expert (tiny-moe, fsdp-run)") {
   const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
-  Strategy s = batch_of(2, 64);
-  s.param_dtype = DType::Fp32;
-  s.attention = AttentionImpl::Eager;
+  Strategy s = tiny_moe_fp32();
   const ActivationQuery q = activation_query(s, rt);
-  ModuleId block = g.layers().front();
-  for (ModuleId c : g.children(g.layers().front()))
-    if (g.node(c).kind == ModuleKind::Moe) block = c;
+  const ModuleId block = moe_block_of(g, g.layers().front());
   REQUIRE(g.node(block).kind == ModuleKind::Moe);
   const double router = 128 * 4 + 8 * 4 + 2 * 8, dispatch = 2 * 2 * 8, combine = 2 * 128 * 4 + 2 * 4;
   const double routed = 2 * 128 * 4 + 2 * 4 * 96 * 4, shared = 4 * 192 * 4 + 4 + 128 * 4;
@@ -200,19 +211,12 @@ TEST_CASE("saved tensors under LoRA on an MoE layer, in the first layer, and fsd
   // shared expert of 192 behind its gate (the block's full-training set: the MoE test case above).
   const ModuleGraph g(load_model("tiny-moe", FSDP_SOURCE_ROOT));
   const RuntimeProfile rt = load_runtime("fsdp-run", FSDP_SOURCE_ROOT);
-  Strategy s = batch_of(2, 64);
-  s.param_dtype = DType::Fp32;
-  s.attention = AttentionImpl::Eager;
+  const Strategy s = tiny_moe_fp32();
   Strategy lora = s;
   lora.method = Method::Lora;
   lora.lora.rank = 8;
   lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
-  auto block_of = [&](ModuleId layer) {
-    for (ModuleId c : g.children(layer))
-      if (g.node(c).kind == ModuleKind::Moe) return c;
-    return layer;
-  };
-  const ModuleId block = block_of(g.layers()[1]);
+  const ModuleId block = moe_block_of(g, g.layers()[1]);
   REQUIRE(g.node(block).kind == ModuleKind::Moe);
   // Frozen experts without adapters: the router keeps its probabilities and choice but not its input (its only
   // gradient is the input's), the experts keep neither their gathered tokens nor their down projections' inputs
