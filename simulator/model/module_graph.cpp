@@ -1,6 +1,7 @@
 #include "model/module_graph.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -810,9 +811,59 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
   auto adapted = [&q](const ModuleNode& n) {
     return n.lora_target && std::find(q.adapted.begin(), q.adapted.end(), n.short_name) != q.adapted.end();
   };
+  // Under a frozen base, whether a module's output carries a gradient: an adapter's does, and so does whatever reads
+  // one. A module that trains nothing and reads nothing that carries one keeps nothing for backward (autograd records
+  // no node for it). The first layer's input carries none (ModuleNode::reads_embedding: the frozen embedding's
+  // output); a producer outside the module's decoder layer (the layer before) is taken to carry one.
+  std::unordered_map<ModuleId, bool> carries;
+  auto parent_of = [this](ModuleId v) -> std::optional<ModuleId> {
+    for (auto [it, end] = boost::in_edges(v, g_); it != end; ++it)
+      if (g_[*it].kind == EdgeKind::Contains) return boost::source(*it, g_);
+    return std::nullopt;
+  };
+  auto layer_of = [&](ModuleId v) {
+    for (std::optional<ModuleId> cur = v; cur; cur = parent_of(*cur))
+      if (g_[*cur].kind == ModuleKind::DecoderLayer) return *cur;
+    return root_;
+  };
+  std::function<bool(ModuleId)> output_carries;
+  // Whether a module reads something that carries a gradient: its producers' outputs (Feeds edges), or, where it has
+  // none of its own, its container's (an MLP's projections read the MLP's input).
+  auto input_carries = [&](ModuleId v) {
+    if (g_[v].reads_embedding) return false;
+    const ModuleId layer = layer_of(v);
+    for (std::optional<ModuleId> cur = v; cur; cur = parent_of(*cur)) {
+      bool fed = false, any = false;
+      for (auto [it, end] = boost::in_edges(*cur, g_); it != end; ++it) {
+        if (g_[*it].kind != EdgeKind::Feeds) continue;
+        fed = true;
+        const ModuleId src = boost::source(*it, g_);
+        any = any || layer_of(src) != layer || output_carries(src);
+      }
+      if (fed) return any;
+      if (*cur == layer) break;
+    }
+    return true;
+  };
+  output_carries = [&](ModuleId v) {
+    if (auto it = carries.find(v); it != carries.end()) return it->second;
+    bool c = false;
+    if (children(v).empty()) {
+      c = adapted(g_[v]) || input_carries(v);
+    } else {
+      for (ModuleId leaf : leaves_under(v)) c = c || output_carries(leaf);
+    }
+    carries[v] = c;
+    return c;
+  };
   for (ModuleId id : ids) {
     for (ModuleId leaf : leaves_under(id)) {
       const ModuleNode& n = g_[leaf];
+      // Outside the gradient's path (LoRA: before the first adapter of the first layer): nothing kept.
+      if (q.frozen_base && !output_carries(leaf)) {
+        for (const SavedTensor& t : n.saved) unread_inputs.insert(t.id);
+        continue;
+      }
       // A frozen GEMM without an adapter (LoRA, ActivationQuery::frozen_base: a base linear it does not target, an MoE
       // router, Qwen2-MoE's shared-expert gate, a vision tower's linears) keeps no input: its only gradient is its
       // input's, which reads the weight (derivatives.yaml mm). The router's probabilities and choice and the shared
@@ -839,9 +890,6 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
       if (q.frozen_base && n.kind == ModuleKind::Head &&
           std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end())
         continue;
-      // The first layer's input norm under a frozen base: neither its input (the frozen embedding's output) nor its
-      // weight needs a gradient, so autograd keeps none of its tensors (its input, statistics or squares).
-      if (q.frozen_base && n.reads_embedding) continue;
       for (size_t i = first_saved; i < n.saved.size(); ++i) {
         const SavedTensor& t = n.saved[i];
         if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
@@ -859,7 +907,8 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
       auto ch = children(cur);
       if (!ch.empty()) {
         for (const SavedTensor& t : g_[cur].saved)
-          if (!(unread_inputs.count(t.id) && !seen.count(t.id)) && seen.insert(t.id).second)
+          if (!(q.frozen_base && !output_carries(cur)) && !(unread_inputs.count(t.id) && !seen.count(t.id)) &&
+              seen.insert(t.id).second)
             out.emplace_back(t.id, t.elems_per_token * tensor_bytes(t.cls, q));
         for (ModuleId c : ch) stack.push_back(c);
       }

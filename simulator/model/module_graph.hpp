@@ -146,9 +146,10 @@ struct ActivationQuery {
   // LoRA (Strategy::method lora / qlora): the base linears are frozen. Autograd saves a linear's input for its weight
   // gradient only where the weight requires one (derivatives.yaml mm: mat2's gradient reads self; the generated
   // backward nodes save a variable only when an output that reads it needs a gradient, should_compute_output): a
-  // frozen linear without an adapter saves nothing of its own. An adapted one (`adapted`: the target modules' short
-  // names) keeps its input for the adapter A's gradient and A's output, `lora_rank` wide, for B's (Hu et al. 2021,
-  // arXiv 2106.09685: h = W0 x + B A x).
+  // frozen linear without an adapter saves nothing of its own, and a module that trains nothing and reads nothing a
+  // gradient flows through (the first layer up to its first adapter) nothing at all. An adapted one (`adapted`: the
+  // target modules' short names) keeps its input for the adapter A's gradient and A's output, `lora_rank` wide, for
+  // B's (Hu et al. 2021, arXiv 2106.09685: h = W0 x + B A x).
   bool frozen_base = false;
   std::vector<std::string> adapted;
   int64_t lora_rank = 0;

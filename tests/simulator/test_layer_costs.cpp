@@ -243,6 +243,27 @@ TEST_CASE("saved tensors under LoRA on an MoE layer, in the first layer, and fsd
   CHECK(second - first == doctest::Approx(4.0 * (128 + 128 + 1)));
   CHECK(g.saved_bytes_per_token(g.layers()[0], activation_query(s, rt), ActCkpt::None) ==
         g.saved_bytes_per_token(g.layers()[1], activation_query(s, rt), ActCkpt::None));
+  // With adapters on the experts' gate projections only, no gradient reaches the first layer's attention or its
+  // post-attention norm (nothing before them trains), nor its router or shared gate: they keep nothing there; the
+  // second layer's input carries the first layer's gradient, and its attention keeps what a frozen one keeps.
+  lora.lora.target_modules = {"gate_proj"};
+  auto part = [&](ModuleId layer, const std::string& short_name) {
+    for (ModuleId c : g.children(layer))
+      if (g.node(c).short_name == short_name)
+        return g.saved_bytes_per_token(c, activation_query(lora, rt), ActCkpt::None);
+    FAIL("no " << short_name);
+    return 0.0;
+  };
+  for (const char* p : {"input_layernorm", "self_attn", "post_attention_layernorm"}) {
+    CAPTURE(p);
+    CHECK(part(g.layers()[0], p) == 0.0);
+    CHECK(part(g.layers()[1], p) > 0.0);
+  }
+  // The router's probabilities and choice (8 x 4 + 2 x 8) and the shared gate's tensors (its sigmoid, 4, and the
+  // shared output, 128 x 4) are not kept in the first layer's block.
+  CHECK(part(g.layers()[1], "block_sparse_moe") - part(g.layers()[0], "block_sparse_moe") ==
+        doctest::Approx(8 * 4 + 2 * 8 + 4 + 128 * 4));
+  lora.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
   // fsdp-run keeps the adapters as one fp32 leaf and casts them at each use: under bf16 a layer keeps its adapters'
   // casts (r x (in + out) per adapted linear, 2 bytes) beside its activations; in fp32 nothing is cast.
   const double tokens = 128;
