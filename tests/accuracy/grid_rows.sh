@@ -22,7 +22,7 @@ run_grid_rows() {
     [[ "$reshard" != - ]] && extra+=(--reshard-after-forward "$reshard")
     # the mesh (13th field): - (data parallel only) or parts joined by +: tpN, ppN, sp (sequence parallelism; without
     # it a tp row runs without), gpipe (the pipeline schedule; 1f1b otherwise), loraR (LoRA of rank R on the default
-    # targets, the base frozen; not a mesh dimension, the row's method)
+    # targets, the base frozen; not a mesh dimension, the row's method), loraR:T1,T2 (on those target modules)
     if [[ "$mesh" != - ]]; then
       local sp=false schedule=1f1b
       for part in ${mesh//+/ }; do
@@ -31,7 +31,10 @@ run_grid_rows() {
           pp*) extra+=(--pp "${part#pp}") ;;
           sp) sp=true ;;
           gpipe) schedule=gpipe ;;
-          lora*) extra+=(--method lora --lora-rank "${part#lora}") ;;
+          lora*)
+            local lora=${part#lora}
+            extra+=(--method lora --lora-rank "${lora%%:*}")
+            [[ "$lora" == *:* ]] && extra+=(--lora-targets "${lora#*:}") ;;
           *) echo "row $i: unknown mesh part '$part'"; return 1 ;;
         esac
       done
