@@ -865,10 +865,10 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
         continue;
       }
       // A frozen GEMM without an adapter (LoRA, ActivationQuery::frozen_base: a base linear it does not target, an MoE
-      // router, Qwen2-MoE's shared-expert gate, a vision tower's linears) keeps no input: its only gradient is its
-      // input's, which reads the weight (derivatives.yaml mm). The router's probabilities and choice and the shared
-      // gate's sigmoid and operand stay (saved[1...]): the block input's gradient flows through them.
-      const bool gemm = n.kind == ModuleKind::Linear || n.kind == ModuleKind::Router;
+      // router, Qwen2-MoE's shared-expert gate, a vision tower's linears, the LM head) keeps no input: its only
+      // gradient is its input's, which reads the weight (derivatives.yaml mm). The router's probabilities and choice
+      // and the shared gate's sigmoid and operand stay (saved[1...]): the block input's gradient flows through them.
+      const bool gemm = n.kind == ModuleKind::Linear || n.kind == ModuleKind::Router || n.kind == ModuleKind::Head;
       size_t first_saved = 0;
       if (q.frozen_base && gemm && !adapted(n) && !n.saved.empty()) {
         unread_inputs.insert(n.saved.front().id);
@@ -882,14 +882,10 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
               static_cast<double>(q.lora_rank) * tensor_bytes(TensorClass::Compute, q) *
                   (n.saved.empty() ? 1.0 : n.saved.front().elems_per_token / static_cast<double>(n.in_features)));
       }
-      // A frozen base's other weights (LoRA trains the adapters only): the norm's weight multiply, weight x the
-      // normalised tensor, keeps that tensor for the weight's gradient only (derivatives.yaml mul.Tensor: the other
-      // operand's gradient reads self; the generated node saves it only when that gradient is needed), and a frozen
-      // LM head without an adapter keeps no input, as a frozen linear.
+      // A frozen norm weight (LoRA trains the adapters only): its multiply, weight x the normalised tensor, keeps that
+      // tensor for the weight's gradient only (derivatives.yaml mul.Tensor: the other operand's gradient reads self;
+      // the generated node saves it only when that gradient is needed).
       const bool frozen_norm_weight = q.frozen_base && n.kind == ModuleKind::Norm;
-      if (q.frozen_base && n.kind == ModuleKind::Head &&
-          std::find(q.adapted.begin(), q.adapted.end(), n.short_name) == q.adapted.end())
-        continue;
       for (size_t i = first_saved; i < n.saved.size(); ++i) {
         const SavedTensor& t = n.saved[i];
         if (ckpt == ActCkpt::Selective && t.attention_internal) continue;
