@@ -138,7 +138,10 @@ MemoryResult walk(const StepProgram& p, const RuntimeProfile& rt, int64_t ranks_
   for (size_t i = 0; i < step_window; ++i) {
     const Op& o = p.ops[i];
     largest_before_window = std::max({largest_before_window, o.transient_bytes, o.backend_buffer_bytes});
-    for (const MemEvent& e : o.on_issue) largest_before_window = std::max(largest_before_window, e.bytes);
+    // A pipeline transfer's events sum many tensors (StepProgram::pipeline_transfer_tensor_bound bounds them).
+    const double bound = o.kind == OpKind::PipelineTransfer ? p.pipeline_transfer_tensor_bound : 0.0;
+    for (const MemEvent& e : o.on_issue)
+      largest_before_window = std::max(largest_before_window, bound > 0 ? std::min(e.bytes, bound) : e.bytes);
     for (const MemEvent& e : o.on_complete) largest_before_window = std::max(largest_before_window, e.bytes);
   }
   auto step_segment = [&](const Op& o, double sign) {

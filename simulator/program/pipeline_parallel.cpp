@@ -23,7 +23,7 @@ StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages,
   return out;
 }
 
-CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp) {
+CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp, StageClose closes) {
   FSDP_ASSERT(pp >= 1, "pipeline stages at least 1");
   // LlamaModel.get_block_compute_costs (llama.py @ 67c5ebb6): integers, as Python computes them.
   const int64_t d_qkv = m.hidden_size / m.num_heads;
@@ -36,7 +36,7 @@ CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp) {
   int64_t total = 0;
   for (int64_t c : costs) total += c;  // np.cumsum(...)[-1]
   // base.py build_model: thresholds = [cumsum[-1] * ((rank + 1) / pp_size)] in float64; the block is built on the
-  // current rank, which moves on once the block's cumulative cost is above the rank's threshold.
+  // current rank, which moves on once the block's cumulative cost is above the rank's threshold (`closes`: or at it).
   std::vector<int64_t> rank_of;
   int64_t rank = 0, cumulative = 0;
   for (int64_t c : costs) {
@@ -44,7 +44,10 @@ CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp) {
     rank_of.push_back(rank);
     cumulative += c;
     const double threshold = static_cast<double>(total) * (static_cast<double>(rank + 1) / static_cast<double>(pp));
-    if (static_cast<double>(cumulative) > threshold) ++rank;
+    const double reached = static_cast<double>(cumulative);
+    // The last rank's threshold is the total: under Reached the head reaches it before the cost-0 cast and loss,
+    // which stay on that rank (the runs built them there: the 1B pp 4's last stage computed its loss).
+    if (rank + 1 < pp && (closes == StageClose::Reached ? reached >= threshold : reached > threshold)) ++rank;
   }
   CostSplit out;
   out.layer_stage.assign(rank_of.begin() + 1, rank_of.begin() + 1 + m.num_layers);
@@ -56,9 +59,9 @@ CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp) {
   return out;
 }
 
-StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage) {
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage, StageClose closes) {
   FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
-  const CostSplit split = pipeline_split_by_cost(m, pp);
+  const CostSplit split = pipeline_split_by_cost(m, pp, closes);
   StageLayers out{-1, -2};
   for (int64_t l = 0; l < m.num_layers; ++l)
     if (split.layer_stage[static_cast<size_t>(l)] == stage) {
@@ -69,10 +72,10 @@ StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage) 
   return out;
 }
 
-PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost) {
+PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost, StageClose closes) {
   if (pp <= 1) return PipelineTail{};
   if (!by_cost) return PipelineTail{pp - 1, pp - 1};
-  const CostSplit split = pipeline_split_by_cost(m, pp);
+  const CostSplit split = pipeline_split_by_cost(m, pp, closes);
   return PipelineTail{split.head_stage, split.loss_stage};
 }
 

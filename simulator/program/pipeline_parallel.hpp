@@ -47,14 +47,18 @@ StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages,
 // current rank, which moves on by one after a block whose cumulative cost is above total x (rank + 1) / pp. The
 // final norm and the head can so land on a stage before the fp32 cast and the loss (the 1B of the Ultra-Scale
 // Playbook on 8 stages: the head on stage 6, the cast and the loss alone on 7), the head's bf16 logits then sent to
-// the loss's stage point-to-point. Dense decoder layers only.
+// the loss's stage point-to-point. Dense decoder layers only. `closes`: whether the rank moves on after a block whose
+// cumulative cost is above its threshold (Exceeded, the published rule) or at or above it (Reached: the Ultra-Scale
+// Playbook's runs, RuntimeProfile::pipeline_stage_closes_on_reaching); the two differ only where a cumulative cost
+// equals a threshold.
+enum class StageClose { Exceeded, Reached };
 struct CostSplit {
   std::vector<int64_t> layer_stage;  // per decoder layer
   int64_t norm_stage = 0, head_stage = 0, cast_stage = 0, loss_stage = 0;
 };
-CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp);
+CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp, StageClose closes);
 // Stage `stage`'s decoder layers under that split (a stage left with none: count() 0).
-StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage);
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage, StageClose closes);
 
 // The stages holding the model's parts after the decoder layers: the final norm with the LM head, and the loss (with
 // nanotron's cast of the logits to fp32 before it). The even split (torchtitan) puts both on the last stage;
@@ -66,7 +70,8 @@ struct PipelineTail {
   int64_t loss_stage = 0;
   bool split() const { return head_stage != loss_stage; }
 };
-PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost);
+// `closes`: pipeline_split_by_cost's, where by_cost.
+PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost, StageClose closes);
 
 // Whether pipeline rank `stage` holds the model part `module` (a child of the graph's root): the embeddings (and a
 // vision tower) on the first stage, the final norm and head on tail.head_stage, the loss on tail.loss_stage.

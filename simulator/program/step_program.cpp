@@ -1808,11 +1808,12 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   lay.stage = in.pipeline_stage;
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
   const bool by_cost = lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1;
-  const PipelineTail tail = pipeline_tail(in.graph->spec(), lay.pp, by_cost);
+  const StageClose closes = in.runtime->pipeline_stage_closes_on_reaching ? StageClose::Reached : StageClose::Exceeded;
+  const PipelineTail tail = pipeline_tail(in.graph->spec(), lay.pp, by_cost, closes);
   lay.head_stage = tail.head_stage;
   lay.loss_stage = tail.loss_stage;
   const StageLayers stage =
-      by_cost ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage)
+      by_cost ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage, closes)
               : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
@@ -1835,8 +1836,11 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   e.prog.ops.reserve(per_micro_batch * static_cast<size_t>(lay.micro_batches_emitted) + 32);
   if (lay.pp > 1) {
     // The schedule's other micro-batches in flight on this stage, each holding what one holds.
-    double act = 0;
-    for (double a : e.act_bytes) act += a;
+    double act = 0, largest = 0;
+    for (double a : e.act_bytes) {
+      act += a;
+      largest = std::max(largest, a);
+    }
     // The last stage computes each micro-batch's loss in its forward, and the loss's graph, with the log-probabilities
     // it saved, lives until that micro-batch's backward (torch.distributed.pipelining's last stage calls the loss
     // function on its forward output, schedules.py _maybe_compute_loss; fsdp-run's run_pipeline keeps the last
@@ -1846,10 +1850,16 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
     // Each holds its output too (Emitter::hold_stage_output): the logits on the loss's stage where the schedule
     // computes the loss on them, else what it sends.
     if (e.holds_loss()) {
-      if (e.loss_stage_outputs_logits()) loss += e.logits_elems() * e.pb;
+      if (e.loss_stage_outputs_logits()) {
+        loss += e.logits_elems() * e.pb;
+        largest = std::max(largest, e.logits_elems() * e.pb);
+      }
+      largest = std::max(largest, e.logits_elems() * e.logprob_bytes());
     } else {
       act += e.pp_transfer_elems(e.sends_logits()) * e.pb;
+      largest = std::max(largest, e.pp_transfer_elems(e.sends_logits()) * e.pb);
     }
+    e.prog.pipeline_transfer_tensor_bound = largest;
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act +
                            (in_flight_loss_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * loss;
   }

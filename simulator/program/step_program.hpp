@@ -189,6 +189,11 @@ struct StepProgram {
   std::vector<MemEvent> host_persistent;  // offloaded state in host memory (the device itself on CPU runs)
   double host_bytes_per_rank = 0;         // host-resident state for offload (pinned buffers included)
   double pinned_bytes_per_rank = 0;
+  // A pipeline transfer's on_issue events sum many tensors that live on (the stage's other micro-batches in flight,
+  // the outputs it holds): an upper bound of the largest of them, one unit's activations of one micro-batch, the
+  // loss's saved log-probabilities or one output (0: no pipeline). What the memory walk takes for the largest block
+  // such an event caches (memory_walk.cpp, step segments); each other event's bytes bound its own tensors.
+  double pipeline_transfer_tensor_bound = 0;
   int communicators = 0;  // NCCL communicators this rank holds
   // The first op of the last micro-batch's reductions issued after the stage's whole backward
   // (DataParallelPlan::reduces_after_stage_backward), or -1: the timeline measures the stage's reduction tail from

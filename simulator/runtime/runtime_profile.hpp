@@ -125,6 +125,12 @@ struct RuntimeProfile {
   // the bf16 logits sent between them: pipeline_split_by_cost; true). Optional in the file
   // (sharding.pipeline_stage_split: layers | compute-cost; absent: layers).
   bool pipeline_split_by_cost = false;
+  // Under that split, when the walk moves on to the next rank: after the block whose cumulative cost exceeds the
+  // rank's threshold (false; base.py build_model's `cumulative_cost > thresholds[...]` as published) or reaches it
+  // (true). The two differ only where a cumulative cost equals a threshold exactly (the Ultra-Scale Playbook's 1B:
+  // a decoder layer 2^26, the head 2^28, so thresholds fall on layer boundaries at pp 2 and 4).
+  // sharding.pipeline_stage_threshold: exceeded | reached, required with pipeline_stage_split: compute-cost.
+  bool pipeline_stage_closes_on_reaching = false;
   // Sequence-parallel linears that overlap their collectives with their own GEMMs (nanotron's
   // tp_linear_async_communication: timeline/tp_linear_overlap.hpp) and gather a column-parallel linear's input again
   // in backward; false: every tensor-parallel collective waited for (Megatron-style without overlap), async TP aside.

@@ -731,6 +731,33 @@ TEST_CASE("step segments: a step block larger than every micro-batch block adds 
   CHECK(cpu.reserved_peak == cpu.peak_allocated);
 }
 
+// A pipeline transfer's event that sums many tensors living on (the stage's other micro-batches in flight) is no
+// block: the program bounds their largest tensor (StepProgram::pipeline_transfer_tensor_bound), and the step window's
+// gather is compared with that.
+TEST_CASE("step segments: a pipeline transfer's event bounds the cached blocks by the program's tensor bound") {
+  RuntimeProfile rt = runtime("pytorch");
+  rt.sharded_grads_in_reduce_stream_pool = false;
+  StepProgram p = step_with_gather(5 * kSegGiB, 4 * kSegGiB);
+  // Before the forward, a receive holding 6 GiB of other micro-batches' activations, released after the backward.
+  Op recv = make_collective_op(OpKind::PipelineTransfer, Stream::Pipeline, -1, 0, Phase::PipelineRecvActivations,
+                               CollectiveKind::SendRecv, GroupKind::Pipeline);
+  recv.on_issue.push_back({MemoryCategory::Activations, 6 * kSegGiB});
+  p.ops.insert(p.ops.begin(), recv);
+  p.ops[2].on_complete.push_back({MemoryCategory::Activations, -6 * kSegGiB});
+  CHECK(walk_memory(p, rt, 8).step_segments == 0);  // taken as one 6 GiB block, it would hold the gather's 4 GiB
+  p.pipeline_transfer_tensor_bound = 1 * kSegGiB;
+  const MemoryResult bounded = walk_memory(p, rt, 8);
+  CHECK(bounded.step_segments == doctest::Approx(4 * kSegGiB));
+  CHECK(bounded.peak_allocated == doctest::Approx(20 * kSegGiB));  // the allocated books do not change
+  // A bound above the gather's tensor: the cache holds it.
+  p.pipeline_transfer_tensor_bound = 4.5 * kSegGiB;
+  CHECK(walk_memory(p, rt, 8).step_segments == 0);
+  // Only a pipeline transfer's events are bounded: the forward's 3 GiB block still holds a 3 GiB gather.
+  StepProgram q = step_with_gather(5 * kSegGiB, 3 * kSegGiB);
+  q.pipeline_transfer_tensor_bound = 1 * kSegGiB;
+  CHECK(walk_memory(q, rt, 8).step_segments == 0);
+}
+
 // nanotron's ZeRO-1 parameter gather (configs/runtimes/nanotron.yaml zero_param_gather_replica_copies): c10d's flat
 // output of the whole bf16 replica is its largest tensor. At a small micro-batch it is larger than the fp32 logits
 // (the micro-batches' largest block) and gets a segment of its own; at a large one the logits' block holds it.

@@ -193,7 +193,7 @@ TEST_CASE("pp: nanotron's compute-cost split, the head counted (Llama 3 8B on 8 
   int64_t first = 0;
   for (int64_t stage = 0; stage < 8; ++stage) {
     CAPTURE(stage);
-    const StageLayers s = stage_layers_by_cost(m, 8, stage);
+    const StageLayers s = stage_layers_by_cost(m, 8, stage, StageClose::Exceeded);
     CHECK(s.first == first);
     CHECK(s.count() == expected[stage]);
     first += s.count();
@@ -283,31 +283,33 @@ TEST_CASE("pp: nanotron's split of the playbook's 1B on 8 stages: head on stage 
   // above its threshold, so the layers go 3 3 2 3 2 3 (stage 1 takes layer 5: 5 is not above 5), stage 6 the norm and
   // the head (cumulative 20 > 17.5: the cast moves on), stage 7 the cast and the loss (20 is not above 20).
   const ModelSpec& m = nanotron_1b().graph.spec();
-  const CostSplit split = pipeline_split_by_cost(m, 8);
+  const CostSplit split = pipeline_split_by_cost(m, 8, StageClose::Exceeded);
   const int64_t expected[8] = {3, 3, 2, 3, 2, 3, 0, 0};
   for (int64_t stage = 0; stage < 8; ++stage) {
     CAPTURE(stage);
     CHECK(std::count(split.layer_stage.begin(), split.layer_stage.end(), stage) == expected[stage]);
-    CHECK(stage_layers_by_cost(m, 8, stage).count() == expected[stage]);
+    CHECK(stage_layers_by_cost(m, 8, stage, StageClose::Exceeded).count() == expected[stage]);
   }
   CHECK(split.norm_stage == 6);
   CHECK(split.head_stage == 6);
   CHECK(split.cast_stage == 7);
   CHECK(split.loss_stage == 7);
-  const PipelineTail tail = pipeline_tail(m, 8, true);
+  const PipelineTail tail = pipeline_tail(m, 8, true, StageClose::Exceeded);
   CHECK(tail.head_stage == 6);
   CHECK(tail.loss_stage == 7);
   CHECK(tail.split());
   // torchtitan's even split keeps the norm, the head and the loss on the last stage.
-  CHECK(pipeline_tail(m, 8, false).head_stage == 7);
-  CHECK(pipeline_tail(m, 8, false).loss_stage == 7);
+  CHECK(pipeline_tail(m, 8, false, StageClose::Reached).head_stage == 7);
+  CHECK(pipeline_tail(m, 8, false, StageClose::Reached).loss_stage == 7);
 
-  // The emitted stages: 6 computes the head and sends its bf16 logits, 4096 tokens x 131072 x 2 bytes, receiving
-  // their gradient back; 7 receives them, runs the cast and the loss without the head GEMM, and sends the gradient.
+  // The emitted stages (the shipped runtime closes a stage where its threshold is reached: stage 6 also holds layer
+  // 15, below): 6 computes the head and sends its bf16 logits, 4096 tokens x 131072 x 2 bytes, receiving their
+  // gradient back; 7 receives them, runs the cast and the loss without the head GEMM, and sends the gradient.
   const double logits = 4096.0 * 131072.0 * 2.0;
   const double hidden = 4096.0 * 2048.0 * 2.0;
   const StepProgram head = nanotron_1b_stage(8, 6), loss = nanotron_1b_stage(8, 7);
-  CHECK(head.layout.stage_last_layer < head.layout.stage_first_layer);
+  CHECK(head.layout.stage_first_layer == 15);
+  CHECK(head.layout.stage_last_layer == 15);
   CHECK(pp_bytes(head, Phase::PipelineRecvActivations) == doctest::Approx(hidden));
   CHECK(pp_bytes(head, Phase::PipelineSendActivations) == doctest::Approx(logits));
   CHECK(pp_bytes(head, Phase::PipelineRecvGradients) == doctest::Approx(logits));
@@ -323,13 +325,14 @@ TEST_CASE("pp: nanotron's split of the playbook's 1B on 8 stages: head on stage 
   CHECK(head_fwd->elementwise_bytes == 0.0);
   CHECK(loss_fwd->head_passes == 0);
   CHECK(loss_fwd->elementwise_bytes > 0.0);
-  // Memory: the head's stage holds the final norm (2048 parameters; the lm_head's weight is tied to the embedding,
-  // which the module graph counts once, on stage 0), the loss's stage no parameters; the head's stage holds the bf16
-  // logits until they are sent.
+  // Memory: the head's stage holds layer 15 and the final norm (2048 parameters; the lm_head's weight is tied to the
+  // embedding, which the module graph counts once, on stage 0), the loss's stage no parameters; the head's stage
+  // holds the bf16 logits until they are sent.
   int64_t head_params = 0, loss_params = 0;
   for (const WrapUnit& u : head.units) head_params += u.params;
   for (const WrapUnit& u : loss.units) loss_params += u.params;
-  CHECK(head_params == 2048);
+  const ModuleGraph& g = nanotron_1b().graph;
+  CHECK(head_params == 2048 + g.params_under(g.layers()[15]));
   CHECK(loss_params == 0);
   const MemoryResult head_mem = walk_memory(head, nanotron_1b().rt, 8, true);
   CHECK(head_mem.breakdown[static_cast<size_t>(MemoryCategory::Activations)] >= logits);
@@ -339,15 +342,15 @@ TEST_CASE("pp: nanotron's split keeps the head and the loss together where the w
   // Thresholds 5, 10, 15, 20 layers' worth: layers 6 5 5 (after layer 4 the cumulative 5 is not above 5, after layer
   // 5 it is), then the norm, head, cast and loss on stage 3 (20 is not above 20).
   const ModelSpec& m = nanotron_1b().graph.spec();
-  const CostSplit split = pipeline_split_by_cost(m, 4);
+  const CostSplit split = pipeline_split_by_cost(m, 4, StageClose::Exceeded);
   const int64_t expected[4] = {6, 5, 5, 0};
   for (int64_t stage = 0; stage < 4; ++stage) {
     CAPTURE(stage);
-    CHECK(stage_layers_by_cost(m, 4, stage).count() == expected[stage]);
+    CHECK(stage_layers_by_cost(m, 4, stage, StageClose::Exceeded).count() == expected[stage]);
   }
   CHECK(split.head_stage == 3);
   CHECK(split.loss_stage == 3);
-  CHECK_FALSE(pipeline_tail(m, 4, true).split());
+  CHECK_FALSE(pipeline_tail(m, 4, true, StageClose::Exceeded).split());
   // The last stage receives the hidden states and computes head and loss in one: no logits cross a boundary.
   const StepProgram last = nanotron_1b_stage(4, 3);
   CHECK(pp_bytes(last, Phase::PipelineRecvActivations) == doctest::Approx(4096.0 * 2048.0 * 2.0));
@@ -356,6 +359,44 @@ TEST_CASE("pp: nanotron's split keeps the head and the loss together where the w
   REQUIRE(loss_fwd != nullptr);
   CHECK(loss_fwd->head_passes == 1);
   CHECK(loss_fwd->elementwise_bytes > 0.0);
+}
+
+// The Ultra-Scale Playbook's runs closed a stage where its cumulative cost reached the threshold
+// (configs/runtimes/nanotron.yaml pipeline_stage_threshold: reached): rank 0's parameter count in bench_final2
+// ('Local Params') is the embedding and 10, 5 and 3 decoder layers of the 1B at pp 2, 4 and 8 (940M, 604M, 470M),
+// where the published `>` builds 11 and 6 at pp 2 and 4 (the 1B's costs put those thresholds on layer boundaries).
+TEST_CASE("pp: the playbook's runs close a stage where its threshold is reached (the 1B's stage 0 at pp 2, 4, 8)") {
+  const ModelSpec& m = nanotron_1b().graph.spec();
+  const ModuleGraph& g = nanotron_1b().graph;
+  CHECK(nanotron_1b().rt.pipeline_split_by_cost);
+  CHECK(nanotron_1b().rt.pipeline_stage_closes_on_reaching);
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> splits = {
+      {2, {10, 6}}, {4, {5, 5, 5, 1}}, {8, {3, 2, 3, 2, 3, 2, 1, 0}}};
+  for (const auto& [pp, layers] : splits) {
+    CAPTURE(pp);
+    for (int64_t stage = 0; stage < pp; ++stage) {
+      CAPTURE(stage);
+      CHECK(stage_layers_by_cost(m, pp, stage, StageClose::Reached).count() == layers[static_cast<size_t>(stage)]);
+    }
+    // The head's threshold is the total: the cast and the loss stay on the last rank with it (pp 2, 4), or follow
+    // the head to the last rank (pp 8: the head reaches 17.5 of 20 on stage 6).
+    const CostSplit split = pipeline_split_by_cost(m, pp, StageClose::Reached);
+    CHECK(split.loss_stage == pp - 1);
+    CHECK(split.head_stage == (pp == 8 ? 6 : pp - 1));
+  }
+  // Rank 0's parameters as bench_final2 logs them: the embedding (tied to the head, counted once) and its layers.
+  const int64_t embedding = 131072LL * 2048LL, layer = g.params_under(g.layers()[0]);
+  const std::vector<std::pair<int64_t, double>> local = {{2, 940e6}, {4, 604e6}, {8, 470e6}};
+  for (const auto& [pp, logged] : local) {
+    CAPTURE(pp);
+    const double stage0 =
+        static_cast<double>(embedding + stage_layers_by_cost(m, pp, 0, StageClose::Reached).count() * layer);
+    CHECK(stage0 == doctest::Approx(logged).epsilon(0.005));  // the CSV's three significant digits
+  }
+  // The emitted first stage of pp 4 holds those 5 layers.
+  const StepProgram first = nanotron_1b_stage(4, 0);
+  CHECK(first.layout.stage_first_layer == 0);
+  CHECK(first.layout.stage_last_layer == 4);
 }
 
 TEST_CASE(

@@ -264,3 +264,25 @@ TEST_CASE("runtime profile: the float8 section says what runs float8, parsed str
   CHECK(runtime_load_error(unknown, "float8-unknown").find("recipe") != std::string::npos);
   CHECK(runtime_load_error(bad, "float8-bad").find("linears") != std::string::npos);
 }
+
+TEST_CASE("runtime profile: the compute-cost split names its threshold rule, parsed strictly") {
+  // pytorch.yaml says nothing of the split (the even split); with the compute-cost split the rule is required.
+  CHECK(load_error_with_sharding_line("pipeline_stage_split: compute-cost").find("pipeline_stage_threshold") !=
+        std::string::npos);
+  std::string yaml = runtime_text("pytorch");
+  const std::string anchor = "sharding:\n";
+  yaml.insert(yaml.find(anchor) + anchor.size(),
+              "  pipeline_stage_split: compute-cost\n  pipeline_stage_threshold: exceeded\n");
+  CHECK(runtime_load_error(yaml, "stage-threshold").empty());
+  CHECK(load_error_with_sharding_line("pipeline_stage_threshold: reached")
+            .find("only with pipeline_stage_split: compute-cost") != std::string::npos);
+  const std::string wrong = runtime_load_error(
+      runtime_text("nanotron")
+          .replace(runtime_text("nanotron").find("pipeline_stage_threshold: reached"),
+                   std::string("pipeline_stage_threshold: reached").size(), "pipeline_stage_threshold: equal"),
+      "stage-threshold-value");
+  CHECK(wrong.find("pipeline_stage_threshold") != std::string::npos);
+  // nanotron's: reached (the playbook's runs, configs/runtimes/nanotron.yaml); the others split evenly.
+  CHECK(runtime("nanotron").pipeline_stage_closes_on_reaching);
+  CHECK_FALSE(runtime("pytorch").pipeline_split_by_cost);
+}
