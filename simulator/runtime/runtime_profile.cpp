@@ -143,15 +143,17 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     // false.
     if (sh.has("last_unit_reshard_after_forward"))
       r.last_unit_reshard_after_forward = sh.get_bool("last_unit_reshard_after_forward");
-    if (sh.has("pipeline_stage_split")) {
+    const bool split_given = sh.has("pipeline_stage_split");
+    if (split_given)
       r.pipeline_split_by_cost = sh.get_enum("pipeline_stage_split", {"layers", "compute-cost"}) == "compute-cost";
-      // The compute-cost split names when a stage closes (required with it: the two rules differ on ties).
-      if (r.pipeline_split_by_cost)
-        r.pipeline_stage_closes_on_reaching =
-            sh.get_enum("pipeline_stage_threshold", {"exceeded", "reached"}) == "reached";
+    // The compute-cost split names when a stage closes: required where this mapping sets that split (the two rules
+    // differ on ties), and a derived profile may give it alone over a base with that split.
+    if (sh.has("pipeline_stage_threshold") || (split_given && r.pipeline_split_by_cost)) {
+      if (!r.pipeline_split_by_cost)
+        sh.fail("pipeline_stage_threshold", "applies only with pipeline_stage_split: compute-cost");
+      r.pipeline_stage_closes_on_reaching =
+          sh.get_enum("pipeline_stage_threshold", {"exceeded", "reached"}) == "reached";
     }
-    if (!r.pipeline_split_by_cost && sh.has("pipeline_stage_threshold"))
-      sh.fail("pipeline_stage_threshold", "applies only with pipeline_stage_split: compute-cost");
     if (sh.has("tp_linear_async_overlap")) r.tp_linear_async_overlap = sh.get_bool("tp_linear_async_overlap");
     if (sh.has("tp_sequence_collective_copy"))
       r.tp_sequence_collective_copy = sh.get_bool("tp_sequence_collective_copy");

@@ -282,6 +282,13 @@ TEST_CASE("runtime profile: the compute-cost split names its threshold rule, par
                    std::string("pipeline_stage_threshold: reached").size(), "pipeline_stage_threshold: equal"),
       "stage-threshold-value");
   CHECK(wrong.find("pipeline_stage_threshold") != std::string::npos);
+  // A profile derived from nanotron's may change the rule alone; over an even split it is refused.
+  CHECK(runtime_load_error("base: nanotron\nname: nano-exceeded\nsharding:\n  pipeline_stage_threshold: exceeded\n",
+                           "stage-threshold-derived")
+            .empty());
+  CHECK(runtime_load_error("base: pytorch\nname: even\nsharding:\n  pipeline_stage_threshold: exceeded\n",
+                           "stage-threshold-even")
+            .find("only with pipeline_stage_split: compute-cost") != std::string::npos);
   // nanotron's: reached (the playbook's runs, configs/runtimes/nanotron.yaml); the others split evenly.
   CHECK(runtime("nanotron").pipeline_stage_closes_on_reaching);
   CHECK_FALSE(runtime("pytorch").pipeline_split_by_cost);
