@@ -1847,18 +1847,18 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
     // stage's loss output per micro-batch, executor/train/pipeline.cpp): a loss micro-batch in flight holds them too
     // (pipeline_parallel.hpp in_flight_loss_micro_batches).
     double loss = e.holds_loss() ? e.logits_elems() * e.logprob_bytes() : 0.0;
+    largest = std::max(largest, loss);
     // Each holds its output too (Emitter::hold_stage_output): the logits on the loss's stage where the schedule
     // computes the loss on them, else what it sends.
+    double output = 0;
     if (e.holds_loss()) {
-      if (e.loss_stage_outputs_logits()) {
-        loss += e.logits_elems() * e.pb;
-        largest = std::max(largest, e.logits_elems() * e.pb);
-      }
-      largest = std::max(largest, e.logits_elems() * e.logprob_bytes());
+      if (e.loss_stage_outputs_logits()) output = e.logits_elems() * e.pb;
+      loss += output;
     } else {
-      act += e.pp_transfer_elems(e.sends_logits()) * e.pb;
-      largest = std::max(largest, e.pp_transfer_elems(e.sends_logits()) * e.pb);
+      output = e.pp_transfer_elems(e.sends_logits()) * e.pb;
+      act += output;
     }
+    largest = std::max(largest, output);
     e.prog.pipeline_transfer_tensor_bound = largest;
     e.pp_in_flight_bytes = (in_flight_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * act +
                            (in_flight_loss_micro_batches(s.mesh, lay.stage, s.grad_accum) - 1.0) * loss;
