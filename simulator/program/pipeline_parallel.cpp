@@ -59,25 +59,29 @@ CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp, StageClose clos
   return out;
 }
 
-StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage, StageClose closes) {
-  FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
-  const CostSplit split = pipeline_split_by_cost(m, pp, closes);
+StageLayers stage_layers_in(const CostSplit& split, int64_t stage) {
   StageLayers out{-1, -2};
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    if (split.layer_stage[static_cast<size_t>(l)] == stage) {
-      if (out.first < 0) out.first = l;
-      out.last = l;
+  for (size_t l = 0; l < split.layer_stage.size(); ++l)
+    if (split.layer_stage[l] == stage) {
+      if (out.first < 0) out.first = static_cast<int64_t>(l);
+      out.last = static_cast<int64_t>(l);
     }
   if (out.first < 0) out = StageLayers{0, -1};  // a stage without decoder layers (the head's, the loss's)
   return out;
 }
 
+StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage, StageClose closes) {
+  FSDP_ASSERT(pp >= 1 && stage >= 0 && stage < pp, "pipeline stage out of range");
+  return stage_layers_in(pipeline_split_by_cost(m, pp, closes), stage);
+}
+
 PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost, StageClose closes) {
   if (pp <= 1) return PipelineTail{};
   if (!by_cost) return PipelineTail{pp - 1, pp - 1};
-  const CostSplit split = pipeline_split_by_cost(m, pp, closes);
-  return PipelineTail{split.head_stage, split.loss_stage};
+  return pipeline_tail(pipeline_split_by_cost(m, pp, closes));
 }
+
+PipelineTail pipeline_tail(const CostSplit& split) { return PipelineTail{split.head_stage, split.loss_stage}; }
 
 bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail) {
   switch (g.node(module).kind) {

@@ -57,8 +57,10 @@ struct CostSplit {
   int64_t norm_stage = 0, head_stage = 0, cast_stage = 0, loss_stage = 0;
 };
 CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp, StageClose closes);
-// Stage `stage`'s decoder layers under that split (a stage left with none: count() 0).
+// Stage `stage`'s decoder layers under that split (a stage left with none: count() 0); stage_layers_in reads them
+// from a split already computed.
 StageLayers stage_layers_by_cost(const ModelSpec& m, int64_t pp, int64_t stage, StageClose closes);
+StageLayers stage_layers_in(const CostSplit& split, int64_t stage);
 
 // The stages holding the model's parts after the decoder layers: the final norm with the LM head, and the loss (with
 // nanotron's cast of the logits to fp32 before it). The even split (torchtitan) puts both on the last stage;
@@ -70,8 +72,9 @@ struct PipelineTail {
   int64_t loss_stage = 0;
   bool split() const { return head_stage != loss_stage; }
 };
-// `closes`: pipeline_split_by_cost's, where by_cost.
+// `closes`: pipeline_split_by_cost's, where by_cost. The second reads a split already computed.
 PipelineTail pipeline_tail(const ModelSpec& m, int64_t pp, bool by_cost, StageClose closes);
+PipelineTail pipeline_tail(const CostSplit& split);
 
 // Whether pipeline rank `stage` holds the model part `module` (a child of the graph's root): the embeddings (and a
 // vision tower) on the first stage, the final norm and head on tail.head_stage, the loss on tail.loss_stage.

@@ -1809,11 +1809,13 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
   const bool by_cost = lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1;
   const StageClose closes = in.runtime->pipeline_stage_closes_on_reaching ? StageClose::Reached : StageClose::Exceeded;
-  const PipelineTail tail = pipeline_tail(in.graph->spec(), lay.pp, by_cost, closes);
+  // nanotron's split, computed once for the tail and the stage's layers.
+  const CostSplit split = by_cost ? pipeline_split_by_cost(in.graph->spec(), lay.pp, closes) : CostSplit{};
+  const PipelineTail tail = by_cost ? pipeline_tail(split) : pipeline_tail(in.graph->spec(), lay.pp, false, closes);
   lay.head_stage = tail.head_stage;
   lay.loss_stage = tail.loss_stage;
   const StageLayers stage =
-      by_cost ? stage_layers_by_cost(in.graph->spec(), lay.pp, lay.stage, closes)
+      by_cost ? stage_layers_in(split, lay.stage)
               : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
   lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
