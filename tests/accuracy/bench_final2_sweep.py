@@ -15,6 +15,7 @@ them before it is kept (README, "Accuracy on published runs").
   bench_final2_sweep.py make CSV OUT_DIR          # writes OUT_DIR/bench-final2-sweep.yaml (+ models/, SCHEMA.md)
   fsdp-plan validate OUT_DIR > validate.txt
   bench_final2_sweep.py summarise validate.txt
+  bench_final2_sweep.py floor CSV                 # measured ms per decoder layer and micro-batch, pipeline cells
 
 Pipeline cells are taken only where the CSV marks them after_pp_fix (as the mesh block's are); cells of fewer than 8
 GPUs, and repeats of a mesh, micro-batch, accumulation and ZeRO stage, are left out.
@@ -132,10 +133,54 @@ def summarise(validate_output):
         print(f"{name:30s} time {line(groups[key][0], 10)}\n{'':30s} mem  {line(groups[key][1], 8)}")
 
 
+def stage_layers(x, pp):
+    """Decoder layers per pipeline stage under nanotron's compute-cost split as the runs built it (the cumulative cost
+    reaching the rank's threshold closes the stage; simulator/program/pipeline_parallel.cpp pipeline_split_by_cost)."""
+    h, heads, ffn = int(x["hidden_size"]), int(x["num_heads"]), int(float(x["interm_dim"]))
+    layer = 4 * heads * (h // heads) * h + 3 * ffn * h
+    costs = [0] + [layer] * int(x["num_layers"]) + [0, int(float(x["vocab_size"])) * h, 0, 0]
+    total, rank, cumulative, rank_of = sum(costs), 0, 0, []
+    for c in costs:
+        rank_of.append(rank)
+        cumulative += c
+        if rank + 1 < pp and cumulative >= total * ((rank + 1) / pp):
+            rank += 1
+    layers = rank_of[1:1 + int(x["num_layers"])]
+    return [layers.count(s) for s in range(pp)]
+
+
+def floor(csv_path):
+    """The measured time per micro-batch over the most decoder layers a stage holds, for every successful pipeline cell
+    (after_pp_fix, >= 8 GPUs), grouped by whether a stage boundary crosses a node (nanotron's rank layout: pp outermost,
+    then dp, then tp, src/nanotron/parallel/context.py), the tensor-parallel degree and the micro-batch. Where the
+    pipeline crosses nodes and tp > 1, the small micro-batches sit on a floor that depends on tp alone (README,
+    "Accuracy on published runs")."""
+    groups = collections.defaultdict(list)
+    for x in csv.DictReader(open(csv_path)):
+        if MODELS.get(x["name"].split("_", 1)[0]) is None or x["status"] != "Success" or not x["tok/s/gpu"]:
+            continue
+        tp, pp, dp = int(float(x["tp"])), int(float(x["pp"])), int(float(x["dp"]))
+        if pp < 2 or x["after_pp_fix"] != "True" or tp * pp * dp < GPUS_PER_NODE:
+            continue
+        mbs = int(float(x["mbs"]))
+        seconds_per_micro_batch = mbs * int(x["seq_len"]) / (float(x["tok/s/gpu"]) * tp * pp)
+        per_stage = tp * dp
+        crosses = any(r // GPUS_PER_NODE != (r + per_stage) // GPUS_PER_NODE for r in range((pp - 1) * per_stage))
+        key = ("crosses nodes" if crosses else "within a node", tp, "mbs<=4" if mbs <= 4 else "mbs>4")
+        groups[key].append(1e3 * seconds_per_micro_batch / max(stage_layers(x, pp)))
+    for key in sorted(groups):
+        v = sorted(groups[key])
+        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0], v[0], v[0]]
+        print(f"{key[0]:14s} tp {key[1]:2d} {key[2]:7s} {len(v):4d} cells  ms per layer and micro-batch: "
+              f"median {statistics.median(v):6.1f}  quartiles {q[0]:6.1f} {q[2]:6.1f}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 3 and sys.argv[1] == "summarise":
         summarise(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "floor":
+        floor(sys.argv[2])
     else:
         sys.exit(__doc__)
