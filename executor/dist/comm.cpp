@@ -239,7 +239,7 @@ Handle Group::send(at::Tensor t, int peer, const CollectiveTag& tag) {
 }
 Handle Group::recv(at::Tensor t, int peer, const CollectiveTag& tag) {
   FSDP_ASSERT(t.is_contiguous(), "recv: the buffer must be contiguous");
-  // Each side records its half, as the step program has a stage's receive and its send (program/step_program.cpp
+  // Each side records its half, as the step program has a stage's receive and its send (program/emit_mesh.cpp
   // push_pp): the same bytes, tagged with the receiving phase.
   if (trace_ != nullptr && trace_->recording())
     trace_->collective(CollectiveKind::SendRecv, &tag, size(), wire_type_of(t.scalar_type()),

@@ -102,7 +102,7 @@ namespace {
 
 Group& group_of(int64_t addr) { return *reinterpret_cast<Group*>(addr); }
 
-// Under the step program's phases (program/step_program.cpp push_tp): a unit's tp collectives in forward (and in a
+// Under the step program's phases (program/emit_mesh.cpp push_tp): a unit's tp collectives in forward (and in a
 // checkpointed unit's recomputed forward, which runs inside its backward) and in backward.
 CollectiveTag tag_of(const TpContext& tp) {
   const bool bwd = tp.in_backward != nullptr && *tp.in_backward;

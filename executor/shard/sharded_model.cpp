@@ -932,7 +932,7 @@ at::Tensor ShardedModel::forward_stage(const at::Tensor& tokens_in, const at::Te
   // A replica's compute-dtype copy (cast from its fp32 master) that no saved tensor needs: every layer of the unit
   // is checkpointed, so its backward runs the forward again and casts anew (pre_backward). PyTorch's autocast holds
   // no cast across a checkpointed region either (its recomputation casts again), and the simulator prices the cast
-  // so (step_program.cpp, cast_checkpointed_share).
+  // so (program/step_emitter.hpp, cast_checkpointed_share).
   auto casts_unneeded_after_forward = [&](const Unit& u) {
     if (u.place.params_sharded || u.compute_persistent || u.layers.empty() || m.strategy.act_ckpt != ActCkpt::Full)
       return false;

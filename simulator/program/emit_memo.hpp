@@ -3,7 +3,7 @@
 // (plan_search.cpp simulates thousands, which share these derivations by the hundred). Two derivations:
 //  - the strategy's wrap units (wrap_units.hpp strategy_units): build_wrap_units(graph, policy), a function of the
 //    graph and the policy alone (strategy_wrap_policy), keyed by the policy;
-//  - the costs and shapes of each class of decoder layers (step_program.cpp Emitter::setup): per layer, its cost
+//  - the costs and shapes of each class of decoder layers (emit_setup.cpp Emitter::setup): per layer, its cost
 //    class (graph class, checkpointing mode) and the class's layer_cost, tensor-parallel shard applied, and the shape
 //    class. They read (layer_costs.cpp layer_cost; tensor_parallel.cpp shard_layer_for_tp; strategy.cpp
 //    layer_ckpt) the graph, the runtime, the activation query, the micro-batch's tokens (micro_batch x seq_len), and

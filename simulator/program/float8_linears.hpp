@@ -1,6 +1,6 @@
 // Float8 linears (Strategy::float8, torchao.float8): which of a layer's linears run their GEMMs in float8, and the
 // memory-bound casting each adds around them. The GEMMs' rate is compute/compute_cost.hpp float8_matmul_time; the
-// float8 all-gather's bytes are the step program's (step_program.cpp gathered_bytes). Sources: docs/hardware.md
+// float8 all-gather's bytes are the step program's (step_emitter.hpp gathered_bytes). Sources: docs/hardware.md
 // "Float8 linears".
 #pragma once
 

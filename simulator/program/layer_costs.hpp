@@ -1,7 +1,7 @@
 // What one decoder layer costs, read from its own nodes of the module graph (parameters, GEMM shapes,
 // FLOPs, saved tensors, working set, memory-bound traffic): the step program sums these over a unit's
 // layers, so a model whose layers differ (dense then MoE, sliding then global attention, other widths)
-// needs no change in the emitters (step_program.cpp).
+// needs no change in the emitters (step_emitter.hpp).
 #pragma once
 
 #include <cstdint>

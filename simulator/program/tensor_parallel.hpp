@@ -156,7 +156,7 @@ std::vector<TpCollective> tp_backward_collectives(const TpUnitShape& u, const Me
 // and backward: forward, with sequence parallelism, the final norm's output gathered for the head; backward its
 // input gradient reduce-scattered (all-reduced without sequence parallelism), after the gathering again of its
 // input where the column inputs are regathered. tp_forward_collectives / tp_backward_collectives of a shape with
-// `head` set include these; the step program emits them apart (step_program.cpp push_tp_head).
+// `head` set include these; the step program emits them apart (emit_mesh.cpp push_tp_head).
 std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSpec& mesh, bool backward);
 
 // The copies a batch-first sequence-parallel layout adds on the compute stream for `collectives` (one direction of a

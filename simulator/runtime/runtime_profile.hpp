@@ -185,7 +185,7 @@ struct RuntimeProfile {
   // and set_requires_gradient_sync(False) on an FSDPModule for every backward, stage.py @ 0138610331c9, and the
   // schedule reshards and reduces once at the step's end): a unit kept after forward (torchtitan turns
   // reshard_after_forward off under pipeline parallelism) is then gathered once a step and held through it, and one
-  // resharded after forward is gathered only by a pass that follows a forward (step_program.cpp emit_sharded).
+  // resharded after forward is gathered only by a pass that follows a forward (program/emit_sharded.cpp).
   // Optional in the file (sharding.pipeline_reshard_after_backward: each | last; absent: each).
   bool pipeline_keeps_units_gathered = false;
   // The dtype a unit's unsharded gradient is kept in between backwards that do not reduce it (grad_sync
@@ -239,7 +239,7 @@ struct RuntimeProfile {
   // writing whole tensors (eager): program/layer_costs.cpp prices the layer's memory-bound traffic either way.
   bool fused_elementwise = false;
   // Eager kernels that are not PyTorch's per-op defaults (optional keys of `modules`, absent: the defaults), priced
-  // by program/layer_costs.cpp eager_elementwise_bytes and the loss ops (step_program.cpp push_loss_ops):
+  // by program/layer_costs.cpp eager_elementwise_bytes and the loss ops (program/emit_loss.cpp push_loss_ops):
   // `norm_kernel: single`: each norm is one kernel (flash-attn's Triton layer_norm_fn), reading x and writing y;
   // default `eager`, the norm's ops one kernel each.
   bool norm_single_kernel = false;
@@ -267,8 +267,8 @@ struct RuntimeProfile {
   // logits (2 bytes an element, cheaper than the fp32 log-probabilities) with one log-sum-exp per token; the backward
   // is one kernel that reads them and writes the logits' gradient in the compute dtype (the upcast's backward fused).
   // So the logits live from the head to the loss backward, no fp32 copy exists, and the backward's peak is the logits
-  // beside their gradient (step_program.cpp push_loss_ops). Without tensor parallelism only (the vocabulary-parallel
-  // loss keeps its own kernels: the key is ignored under tp, and the runtime profile says so).
+  // beside their gradient (program/emit_loss.cpp push_loss_ops). Without tensor parallelism only (the
+  // vocabulary-parallel loss keeps its own kernels: the key is ignored under tp, and the runtime profile says so).
   bool loss_compiled = false;
   // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
   // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it

@@ -70,8 +70,8 @@ constexpr double kMemoryMedianBand = 0.05;
 // The Ultra-Scale Playbook's rows, priced with the nanotron runtime and p5's measured EFA factor (2026-12-03): time
 // median 2.9%, worst 17.5% but for usp-1b-h100-8n-mbs2-ga2-zero0 (+115%: measured 16,057 tok/s, half of the same
 // cell's ZeRO-1 run and of its 1-node and 16-node neighbours, gated by no band); 2.5% and 16.2% before nanotron's
-// fp32 gradient accumulator's add was priced at the fp32 rate (step_program.cpp). (Time median 3.8% and the 3B rows
-// 2-12% slow before nanotron.yaml priced its Triton norm, in-place rotary and fp32 vocabulary-parallel loss:
+// fp32 gradient accumulator's add was priced at the fp32 rate (program/emit_replicated.cpp). (Time median 3.8% and the
+// 3B rows 2-12% slow before nanotron.yaml priced its Triton norm, in-place rotary and fp32 vocabulary-parallel loss:
 // configs/runtimes/nanotron.yaml norm_kernel, rotary_kernel, loss_kernels.) Memory median 2.2%, worst 10.7%
 // (usp-1b-h100-8n-mbs2-ga2-zero1; they were 4.2% and 12.2% before the memory walk's step segments and nanotron's
 // fragmentation fraction, fitted on these 30 rows: configs/runtimes/nanotron.yaml, fitted.txt).

@@ -1,0 +1,138 @@
+// The final norm, the LM head and the loss (program/step_emitter.hpp): their compute, saved and transient memory,
+// and the head's gradients.
+
+#include "program/step_emitter.hpp"
+
+namespace fsdp::step_emission {
+
+double Emitter::head_grad_bytes() const {
+  // Only where they are separate per-parameter tensors until the root's post-backward, not views into a persistent
+  // buffer; autograd's, in the compute dtype: FSDP2's unsharded .grad, fsdp-run's UnitParamsFn inputs (its ZeRO-2
+  // too: executor/shard/sharded_model.cpp post_backward copies them into a flat buffer after the root's backward).
+  if (!sharded && !rt.replicated_grads_via_flat_copy) return 0.0;
+  return head_train * pb;
+}
+
+void Emitter::push_loss_ops(int mbi) {
+  const double logits = logits_elems() * pb;
+  // The upcast (HF modeling_llama.py `logits.float()`; executor head_loss `.to(kFloat)`) copies only
+  // when the logits are not already fp32.
+  const bool upcasts = rt.logits_upcast_fp32 && pb < 4.0;
+  const double upcast = upcasts ? logits_elems() * 4.0 : 0.0;
+  const double logprobs = logits_elems() * logprob_bytes();
+  Op l;
+  l.kind = OpKind::Loss;
+  l.phase = Phase::HeadLossForward;
+  l.micro_batch = mbi;
+  l.unit = 0;
+  // A caller that keeps the logits (Hugging Face returns them in CausalLMOutputWithPast) holds them
+  // through the loss and its backward; otherwise the compute-dtype logits are gone once upcast
+  // (fsdp-run's head_loss), and the peak is the fp32 logits beside the log-probabilities. A pipeline schedule that
+  // computes the loss on the stage's output holds them itself (hold_stage_output, below), whoever else does.
+  const bool schedule_keeps = loss_stage_outputs_logits();
+  const bool caller_keeps = rt.logits_kept_by_caller && !schedule_keeps;
+  l.transient_bytes = schedule_keeps ? upcast : caller_keeps ? logits + upcast : (upcasts ? upcast : logits);
+  l.on_issue.push_back({MemoryCategory::Activations, logprobs});
+  l.elementwise_bytes = logits + upcast + logprobs;
+  // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
+  // huggingface/nanotron src/nanotron/parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward @
+  // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93), over the logits in the loss's dtype (fp32 once upcast): after the
+  // upcast (read the logits, write the copy), torch.max reads them (1), the subtraction of the max writes a new
+  // tensor (r/w: 2), torch.exp(out=) rewrites it in place (2), .sum reads it (1), div_ normalises it in place (2):
+  // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
+  const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
+  if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
+  // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
+  l.head_passes = holds_head() ? 1 : 0;
+  // A compiled loss (RuntimeProfile::loss_compiled): one pass over the compute-dtype logits, which it saves for its
+  // backward in place of the log-probabilities; no fp32 copy.
+  const bool compiled = rt.loss_compiled && s.mesh.tp == 1;
+  if (compiled) {
+    l.transient_bytes = 0;
+    l.on_issue = {};
+    // The logits it saves are the stage's output where the schedule computes the loss on it (below): counted there.
+    if (!schedule_keeps) l.on_issue.push_back({MemoryCategory::Activations, logits});
+    l.elementwise_bytes = logits;
+  }
+  // A schedule that computes the loss on the stage's output (torch.distributed.pipelining) holds the logits to this
+  // micro-batch's backward, or to the step's end.
+  if (schedule_keeps) hold_stage_output(l, mbi, logits);
+  push_tp_head(mbi, false, -1);
+  const int lop = push(l);
+  if (s.mesh.tp > 1) {
+    // Vocabulary-parallel cross-entropy (tensor_parallel.hpp): its all-reduces over the tp group.
+    int dep = lop;
+    for (const TpCollective& c : tp_loss_collectives(tokens, rt.tp_loss_all_reduces_fused)) {
+      Op a = collective_op(OpKind::TpCollective, Stream::TensorParallel, Phase::TpLossAllReduce, c.kind,
+                           GroupKind::Tensor, c.bytes, WireType::Fp32, -1, mbi);
+      a.comm_calls = c.calls;
+      a.deps.push_back(dep);
+      dep = push(a);
+    }
+  }
+  Op lb;
+  lb.kind = OpKind::LossBackward;
+  lb.phase = Phase::LossBackward;
+  lb.micro_batch = mbi;
+  lb.unit = 0;
+  // The gradients of the log-probabilities and of the (fp32) logits, beside the saved log-probabilities.
+  lb.transient_bytes = logprobs * 2.0 + (caller_keeps ? logits : 0.0);
+  // In place (RuntimeProfile::loss_backward_in_place): the saved probabilities become the fp32 logits' gradient;
+  // only the upcast's backward allocates, the compute-dtype gradient of the logits.
+  if (rt.loss_backward_in_place) lb.transient_bytes = (upcasts ? logits : 0.0) + (caller_keeps ? logits : 0.0);
+  // A vocabulary-parallel loss whose backward copies the saved probabilities into the logits' gradient
+  // (RuntimeProfile::tp_loss_backward_copies_probabilities): the copy beside them; the upcast's backward runs after
+  // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
+  else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
+    lb.transient_bytes = logprobs + (caller_keeps ? logits : 0.0);
+  const double saved = compiled ? (schedule_keeps ? 0.0 : logits) : logprobs;
+  lb.on_complete.push_back({MemoryCategory::Activations, -(saved + head_act)});
+  if (schedule_keeps && !keeps_stage_outputs()) lb.on_complete.push_back({MemoryCategory::Activations, -logits});
+  // The head's weight gradient comes out of the head GEMM's backward, after the logits' gradients
+  // (the peak of this op) are released.
+  lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
+  if (mbi == 0) keep_adapter_grads(lb);
+  lb.elementwise_bytes = lb.transient_bytes + logprobs;
+  // _ShardedCrossEntropy.backward (functional.py above): the target's subtraction is one element per token and
+  // grad_input.mul_(grad_output) rewrites the saved probabilities in place (2 passes); the upcast's backward casts
+  // that gradient back to the compute dtype (read it, write the logits' gradient).
+  if (rt.loss_vocab_parallel_kernels) lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
+  // Compiled: one kernel reads the saved logits and writes their gradient in the compute dtype, beside them.
+  if (compiled) {
+    lb.transient_bytes = logits;
+    lb.elementwise_bytes = 2.0 * logits;
+  }
+  lb.head_passes = holds_head() ? 2 : 0;
+  push_tp_head(mbi, true, push(lb));
+}
+
+Op Emitter::head_op(OpKind kind, Phase phase, int mbi, double passes) {
+  Op op;
+  op.kind = kind;
+  op.phase = phase;
+  op.micro_batch = mbi;
+  op.unit = 0;
+  op.head_passes = passes;
+  return op;
+}
+
+void Emitter::push_head_ops(int mbi) {
+  const double logits = logits_elems() * pb;
+  Op h = head_op(OpKind::Loss, Phase::HeadLossForward, mbi, 1);
+  h.on_issue.push_back({MemoryCategory::Activations, logits});
+  push_tp_head(mbi, false, -1);
+  const int hop = push(h);
+  const int sent = push_pp(Phase::PipelineSendActivations, mbi, hop, true);
+  prog.ops[static_cast<size_t>(sent)].on_complete.push_back({MemoryCategory::Activations, -logits});
+  const int grad = push_pp(Phase::PipelineRecvGradients, mbi, sent, true);
+  prog.ops[static_cast<size_t>(grad)].on_issue.push_back({MemoryCategory::Activations, logits});
+  Op hb = head_op(OpKind::LossBackward, Phase::LossBackward, mbi, 2);
+  hb.deps.push_back(grad);
+  // The logits' gradient and the head's saved input released; the head's weight gradient allocated.
+  hb.on_complete.push_back({MemoryCategory::Activations, -(logits + head_act)});
+  hb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
+  if (mbi == 0) keep_adapter_grads(hb);
+  push_tp_head(mbi, true, push(hb));
+}
+
+}  // namespace fsdp::step_emission
