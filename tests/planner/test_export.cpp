@@ -500,9 +500,9 @@ TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad target
   CHECK(launch.find("--job.config_file job.toml") != std::string::npos);
   CHECK(r.err.find("target: torchtitan v0.2.2") != std::string::npos);
   CHECK(r.err.find("pinned attention sdpa") != std::string::npos);
-  CHECK(r.out.find("runtime torchtitan") != std::string::npos);
-  // The plan file carries the runtime that predicted it.
-  CHECK(read_plan_file(dir + "/plan.yaml").runtime == "torchtitan");
+  CHECK(r.out.find("runtime torchtitan-2510") != std::string::npos);
+  // The plan file carries the runtime that predicted it: the release's trainer (configs/runtimes/torchtitan-2510.yaml).
+  CHECK(read_plan_file(dir + "/plan.yaml").runtime == "torchtitan-2510");
 
   r = test::run_cli("--model llama3-8b --nodes 2 --target swift --target-version v3.12 --json --out " + dir +
                     "/plan.yaml");
@@ -522,6 +522,29 @@ TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad target
                    {"--method", "method lora"});
   expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
   fs::remove_all(dir);
+}
+
+TEST_CASE("cli: --target torchtitan prices its release's pipeline, which keeps no micro-batch's logits") {
+  // Llama 3 70B on 8 A100 nodes, tp 4 x pp 8: 512 micro-batches of one sequence a step. torchtitan's end-2024 trainer
+  // (runtime torchtitan) kept every micro-batch's output to the step's end, the last stage's logits 512 x 4096 x
+  // 128256 / 4 in bf16 (125 GiB): no plan fits. The releases --target writes for (v0.2.2, configs/runtimes/
+  // torchtitan-2510.yaml: pp_schedule.step(..., return_outputs=False)) keep none, and the plan fits.
+  const std::string dir = tmp_dir("cli_target_pp");
+  const std::string args = "--model llama3-70b --nodes 8 --tp 4 --pp 8 --out " + dir + "/plan.yaml";
+  auto old = test::run_cli(args + " --runtime torchtitan");
+  CAPTURE(old.out);
+  CHECK(old.code == 1);
+  CHECK(old.out.find("No plan fits") != std::string::npos);
+  auto r = test::run_cli(args + " --target torchtitan");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const PlanFile plan = read_plan_file(dir + "/plan.yaml");
+  CHECK(plan.runtime == "torchtitan-2510");
+  CHECK(plan.strategy.mesh.pp == 8);
+  const auto files = read_export(dir, load_target_spec(kRoot, "torchtitan", "v0.2.2"));
+  REQUIRE(files.count("job.toml") == 1);
+  CHECK(doc_get(files.at("job.toml"), "parallelism.pipeline_parallel_degree", "job.toml") == 8);
 }
 
 TEST_CASE("cli: a local Hugging Face model directory is the model a path-loading target launches, via plan.yaml") {

@@ -541,6 +541,15 @@ TEST_CASE("pp: a stage holds each micro-batch's output for its backward, torch's
   CHECK(titan_freed.empty());
   CHECK(titan_end == doctest::Approx(8.0 * output));
   CHECK(titan_sent.back() == doctest::Approx(6.0 * output));
+  // torchtitan since e5ef99aab (2025-10-22, #1922: pp_schedule.step(..., return_outputs=False), which the schedules
+  // pass on as forward_one_chunk(save_forward_output=...)) keeps none: each output freed with its gradient, as
+  // fsdp-run's (configs/runtimes/torchtitan-2510.yaml, the --target torchtitan releases' runtime).
+  const RuntimeProfile titan2510 = load_runtime("torchtitan-2510", FSDP_SOURCE_ROOT);
+  CHECK(titan2510.pipeline_outputs_to_step_end == K::None);
+  const auto [t2510_sent, t2510_freed, t2510_end] = outputs(titan2510);
+  REQUIRE(t2510_freed.size() == 3);
+  for (double f : t2510_freed) CHECK(f == doctest::Approx(output));
+  CHECK(t2510_end == 0);
 }
 
 TEST_CASE("pp: logits the schedule holds are not counted again as the caller's") {
