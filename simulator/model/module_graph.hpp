@@ -165,6 +165,8 @@ class ModuleGraph {
   // The layer stack in order: a vision tower's blocks (VisionSpec::run_layers), then the decoder layers. A layer
   // node's `layer` is its index here.
   const std::vector<ModuleId>& layers() const { return layers_; }
+  // The index in layers() of the first decoder layer: the vision tower's blocks that run before it (0 without one).
+  int64_t first_decoder_layer() const { return static_cast<int64_t>(layers_.size()) - spec_.num_layers; }
   // Per decoder layer: the index of the first layer of the same structure (its class).
   const std::vector<int64_t>& layer_classes() const { return layer_class_; }
   // Contains edges, in build order, and the leaf modules under a module in execution order: derived once when the

@@ -23,6 +23,13 @@ StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages,
   return out;
 }
 
+StageLayers graph_stage_layers(const StageLayers& decoder, int64_t vision, int64_t stage) {
+  FSDP_ASSERT(vision >= 0, "a graph has at least its decoder layers");
+  StageLayers out{decoder.first + vision, decoder.last + vision};
+  if (stage == 0) out.first = 0;
+  return out;
+}
+
 CostSplit pipeline_split_by_cost(const ModelSpec& m, int64_t pp, StageClose closes) {
   FSDP_ASSERT(pp >= 1, "pipeline stages at least 1");
   // LlamaModel.get_block_compute_costs (llama.py @ 67c5ebb6): integers, as Python computes them.
@@ -119,8 +126,15 @@ std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUn
     }
     if (u.is_root) {
       c.params = c.num_layers() > 0 ? layer_params(c.first_layer, c.last_layer) : 0;
-      for (ModuleId m : g.children(g.root()))
-        if (g.node(m).kind != ModuleKind::LayerStack && stage_holds(g, m, stage, tail)) c.params += g.params_under(m);
+      for (ModuleId m : g.children(g.root())) {
+        // The stacks of blocks that run are the layer units'; a stack the model holds and never runs (a vision
+        // tower's blocks past its feature layer, vision_tower.cpp) is the tower's, on the first stage.
+        if (g.node(m).kind == ModuleKind::LayerStack) {
+          if (!g.node(m).runs && stage == 0) c.params += g.params_under(m);
+          continue;
+        }
+        if (stage_holds(g, m, stage, tail)) c.params += g.params_under(m);
+      }
     } else {
       c.params = layer_params(c.first_layer, c.last_layer);
       if (c.first_layer != u.first_layer || c.last_layer != u.last_layer)

@@ -38,6 +38,10 @@ struct StageLayers {
   int64_t count() const { return last - first + 1; }
 };
 StageLayers stage_layers(int64_t num_layers, int64_t pp, int64_t virtual_stages, int64_t stage);
+// A stage's decoder layers (counted from the first decoder layer, as the splits count them) in the graph's layer index
+// (ModuleGraph::layers: a vision tower's `vision` blocks first): shifted past those blocks, which the first stage holds
+// with the embeddings (stage_holds: the tower's other parts).
+StageLayers graph_stage_layers(const StageLayers& decoder, int64_t vision, int64_t stage);
 // nanotron's split (RuntimeProfile::pipeline_split_by_cost), huggingface/nanotron src/nanotron/models/base.py
 // build_model @ 67c5ebb6a925cb47026b22013af8bd1bb6c46d93: the model's PipelineBlocks in module order (llama.py
 // LlamaForTraining: model.token_position_embeddings, model.decoder[0 .. L-1], model.final_layer_norm, model.lm_head,

@@ -14,7 +14,8 @@ std::optional<StageTimingKey> stage_timing_key(const ModuleGraph& g, const Strat
   if (mesh.pp_schedule == PipelineSchedule::Interleaved1F1B || mesh.pp_virtual_stages != 1) return std::nullopt;
   if (rt.pipeline_split_by_cost) return std::nullopt;
   // The even split (emit_step_program's, by_cost false): the stage's layers.
-  const StageLayers layers = stage_layers(g.spec().num_layers, mesh.pp, mesh.pp_virtual_stages, stage);
+  const StageLayers layers = graph_stage_layers(
+      stage_layers(g.spec().num_layers, mesh.pp, mesh.pp_virtual_stages, stage), g.first_decoder_layer(), stage);
   StageTimingKey key;
   constexpr int64_t kModes = 8;  // more than ActCkpt's values
   for (int64_t l = layers.first; l <= layers.last; ++l) {

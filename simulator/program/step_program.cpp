@@ -112,11 +112,12 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   const PipelineTail tail = by_cost ? pipeline_tail(split) : pipeline_tail(in.graph->spec(), lay.pp, false, closes);
   lay.head_stage = tail.head_stage;
   lay.loss_stage = tail.loss_stage;
-  const StageLayers stage =
+  const StageLayers stage = graph_stage_layers(
       by_cost ? stage_layers_in(split, lay.stage)
-              : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0);
+              : stage_layers(in.graph->spec().num_layers, lay.pp, lay.pp_virtual_stages, lay.pp > 1 ? lay.stage : 0),
+      in.graph->first_decoder_layer(), lay.pp > 1 ? lay.stage : 0);
   lay.stage_first_layer = lay.pp > 1 ? stage.first : 0;
-  lay.stage_last_layer = lay.pp > 1 ? stage.last : in.graph->spec().num_layers - 1;
+  lay.stage_last_layer = lay.pp > 1 ? stage.last : static_cast<int64_t>(in.graph->layers().size()) - 1;
   lay.world = s.mesh.dp(in.cluster.world_size());
   lay.shard_size = dp_shard_size(s, lay.world);
   lay.replicas = lay.world / lay.shard_size;

@@ -42,6 +42,7 @@
 #include "program/step_program.hpp"
 #include "program/wrap_units.hpp"
 #include "runtime/runtime_profile.hpp"
+#include "sim_fixtures.hpp"
 #include "simulate.hpp"
 
 namespace {
@@ -171,6 +172,51 @@ TEST_CASE("vlm families: a vision block is priced on the vision tokens, not the 
   CHECK(short_seq.attention_flops_per_token * 1024 == doctest::Approx(577.0 * 4.0 * 1024 * 577));
   // A decoder layer's bytes grow with the sequence.
   CHECK(cost(4096, 23).saved_bytes == doctest::Approx(4.0 * cost(1024, 23).saved_bytes));
+}
+
+TEST_CASE("vlm families: pipeline stages split the decoder layers, the vision blocks with the first stage") {
+  // The layer stack indexes the vision blocks first (ModuleGraph::first_decoder_layer): a stage's decoder layers are
+  // shifted past them, and the first stage holds them too. Before (2026-12-04) the split indexed the stack from 0, so
+  // stage 0 ran vision blocks only and the decoder layers past the stack's end were in no stage: LLaVA-1.5-7B at pp 2
+  // priced at MFU 66.6% against 37.5% at pp 1, Qwen2-VL-7B at 158.7%.
+  const ModelSpec m = read("llava-1.5-7b").spec;
+  const ModuleGraph g(m);
+  const int64_t vision = g.first_decoder_layer();
+  REQUIRE(vision ==
+          23);  // CLIP ViT-L/14's 24 blocks, the features read at the second-to-last (vision_feature_layer -2)
+  REQUIRE(static_cast<int64_t>(g.layers().size()) == vision + 32);
+  const fsdp::RuntimeProfile rt = fsdp::load_runtime("pytorch", FSDP_SOURCE_ROOT);
+  const fsdp::HardwareProfile hw = fsdp::test::hardware("h100-80gb");
+  fsdp::Strategy s;
+  s.kind = fsdp::StrategyKind::Fsdp;
+  s.micro_batch = 1;
+  s.grad_accum = 8;
+  s.seq_len = 4096;
+  fsdp::Strategy one = s;
+  const fsdp::Prediction whole = fsdp::simulate(fsdp::SimulationInput{&g, &hw, &rt, fsdp::Cluster{2, 8}, one});
+  for (int64_t pp : {2, 4}) {
+    CAPTURE(pp);
+    s.mesh.pp = pp;
+    std::vector<int> held(g.layers().size(), 0);
+    double params = 0;
+    for (int64_t stage = 0; stage < pp; ++stage) {
+      const fsdp::StepProgram p =
+          fsdp::emit_stage_program(fsdp::SimulationInput{&g, &hw, &rt, fsdp::Cluster{2, 8}, s}, stage);
+      CHECK(p.layout.stage_first_layer == (stage == 0 ? 0 : vision + stage * 32 / pp));
+      CHECK(p.layout.stage_last_layer == vision + (stage + 1) * 32 / pp - 1);
+      for (const fsdp::WrapUnit& u : p.units) {
+        for (int64_t l = u.first_layer; l >= 0 && l <= u.last_layer; ++l) ++held[static_cast<size_t>(l)];
+        params += static_cast<double>(u.params);
+      }
+    }
+    // Every layer of the stack in one stage exactly, and every parameter of the model in one.
+    for (size_t l = 0; l < held.size(); ++l) CHECK(held[l] == 1);
+    CHECK(params == doctest::Approx(static_cast<double>(g.total_params())));
+    // A pipeline does not beat the work: at most the MFU of the plan without one.
+    const fsdp::Prediction piped = fsdp::simulate(fsdp::SimulationInput{&g, &hw, &rt, fsdp::Cluster{2, 8}, s});
+    CHECK(piped.mfu <= whole.mfu);
+    CHECK(piped.mfu > 0.5 * whole.mfu);
+  }
 }
 
 TEST_CASE("vlm families: the image tokens join the language model's sequence, and --image-tokens sets them") {
