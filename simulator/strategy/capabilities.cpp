@@ -56,6 +56,21 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                            " GPUs of a node (its all-gathers and reduce-scatters run on every layer: inside a node, "
                            "on NVLink)");
        }},
+      // A pipeline stage holds world / pp consecutive ranks (pp is the outermost dimension of torchtitan's mesh,
+      // torchtitan/distributed/parallel_dims.py, and of nanotron's, src/nanotron/parallel/context.py): they fill whole
+      // nodes or share one. A stage straddling nodes unevenly (12 ranks over nodes of 8) has data-parallel and
+      // tensor-parallel communicators with different ranks on each node, which the collective costs do not price
+      // (comm/comm_group.hpp: a group's ranks per node are uniform).
+      {R::PpStageNodes, "a pipeline stage straddles nodes unevenly",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.pp() <= 1) return std::nullopt;
+         const int64_t stage = c.w.world / c.pp(), gpn = c.w.gpus_per_node;
+         if (gpn % stage == 0 || stage % gpn == 0) return std::nullopt;
+         return broken(R::PpStageNodes, "--pp",
+                       "pp " + n(c.pp()) + " over " + n(c.w.world) + " GPUs puts " + n(stage) +
+                           " ranks in a stage, which straddle nodes of " + n(gpn) +
+                           " GPUs unevenly: not modelled (a stage's ranks fill whole nodes or share one)");
+       }},
       // Megatron-LM ParallelAttention and torchtitan's Attention split the heads evenly (n_heads // tp).
       {R::TpHeads, "tp does not divide the attention heads",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {

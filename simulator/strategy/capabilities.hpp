@@ -20,6 +20,7 @@ namespace fsdp {
 enum class CapabilityRule : uint8_t {
   MeshWorld,        // tp x pp must divide the world
   TpWithinNode,     // the tp group inside one node (NVLink): tp divides the GPUs per node
+  PpStageNodes,     // a pipeline stage's ranks fill whole nodes or share one (no stage straddles nodes unevenly)
   TpHeads,          // attention heads split evenly over tp
   TpKvHeads,        // kv heads split over tp, or tp a multiple of them (each kv head replicated)
   TpFfn,            // the MLP's intermediate width split evenly

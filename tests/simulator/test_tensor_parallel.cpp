@@ -382,6 +382,28 @@ TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the f
   v = violation(s, 32);
   REQUIRE(v);
   CHECK(v->rule == CapabilityRule::TpWithinNode);
+  // A pipeline stage's world / pp ranks fill whole nodes or share one. On 3 nodes of 8: pp 2 puts 12 ranks in a stage,
+  // pp 4 six and pp 8 three, all refused (the communicators' costs threw instead: `fsdp-plan --model 8b --nodes 3`
+  // stopped with "a group of 12 consecutive ranks does not cover whole nodes of 8 ranks" before 2026-12-04); pp 3
+  // fills a node a stage, pp 6, 12 and 24 put 4, 2 and 1 ranks in a stage, which share a node.
+  Strategy piped = plan(1);
+  for (const auto& [pp, refused] : std::vector<std::pair<int64_t, bool>>{
+           {2, true}, {3, false}, {4, true}, {6, false}, {8, true}, {12, false}, {24, false}}) {
+    CAPTURE(pp);
+    piped.mesh.pp = pp;
+    v = violation(piped, 24);
+    CHECK((v && v->rule == CapabilityRule::PpStageNodes) == refused);
+  }
+  piped.mesh.pp = 2;
+  v = violation(piped, 24);
+  REQUIRE(v);
+  CHECK(v->flag == "--pp");
+  CHECK(v->reason ==
+        "pp 2 over 24 GPUs puts 12 ranks in a stage, which straddle nodes of 8 GPUs unevenly: not modelled (a stage's "
+        "ranks fill whole nodes or share one)");
+  piped.mesh.pp = 4;
+  CHECK_FALSE(violation(piped, 32));  // 8 ranks a stage, a node each
+  CHECK_FALSE(violation(piped, 8));   // 2 ranks a stage, four stages a node
   // Heads: 32 do not split over 64; kv heads: 8 and tp 12 neither divide nor multiply.
   ModelSpec odd = m;
   odd.num_heads = 28;
