@@ -228,6 +228,16 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                  R::HsdpGroup, "--hsdp-group",
                  n(c.s.hsdp_group) + " does not divide the " +
                      (c.mesh() ? "data-parallel degree " + n(dp) + " (world / (tp x pp))" : "world size " + n(dp)));
+           // A shard group spans group x tp consecutive ranks (tp innermost): they fill whole nodes or share one, as
+           // a pipeline stage's (rule PpStageNodes); the search tries node-aligned groups only.
+           const int64_t span = c.s.hsdp_group * c.tp(), gpn = c.w.gpus_per_node;
+           if (gpn % span != 0 && span % gpn != 0)
+             return broken(R::HsdpGroup, "--hsdp-group",
+                           "a shard group of " + n(c.s.hsdp_group) +
+                               (c.tp() > 1 ? " ranks tp " + n(c.tp()) + " apart spans " + n(span) + " ranks, which"
+                                           : " ranks would") +
+                               " straddle nodes of " + n(gpn) +
+                               " GPUs unevenly: not modelled (a shard group fills whole nodes or shares one)");
          } else if (c.s.hsdp_group != 0 && c.s.hsdp_group != dp) {
            return broken(R::HsdpGroup, "--hsdp-group", "only meaningful with --strategy hsdp");
          }

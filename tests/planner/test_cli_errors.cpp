@@ -45,6 +45,14 @@ TEST_CASE("simulate: bad flags and names") {
   expect_error("simulate --model 8b --grad-accum 4 --grad-sync last-micro-batch", "fsdp-run reduces");
   expect_error("simulate --model 8b --strategy hsdp --hsdp-group 3 --nodes 1", "--hsdp-group");
   expect_error("simulate --model 8b --strategy hsdp", "--hsdp-group");
+  // A shard group, or a pipeline stage, whose ranks straddle nodes unevenly: refused naming the flag (before
+  // 2026-12-04 the communicators' costs threw "a group of 12 consecutive ranks does not cover whole nodes of 8 ranks").
+  expect_error("simulate --model 8b --strategy hsdp --hsdp-group 12 --nodes 3",
+               "--hsdp-group: a shard group of 12 ranks would straddle nodes of 8 GPUs unevenly: not modelled");
+  expect_error("simulate --model 8b --strategy hsdp --hsdp-group 6 --tp 2 --nodes 3",
+               "--hsdp-group: a shard group of 6 ranks tp 2 apart spans 12 ranks, which straddle nodes of 8 GPUs");
+  expect_error("simulate --model 8b --strategy fsdp --pp 2 --nodes 3",
+               "--pp: pp 2 over 24 GPUs puts 12 ranks in a stage, which straddle nodes of 8 GPUs unevenly");
   expect_error("simulate --model 8b --wrap every:0", "--wrap");
   expect_error("simulate --model 8b --wrap every:64", "--wrap");
   expect_error("simulate --model 8b --frobnicate 3", "--frobnicate");
