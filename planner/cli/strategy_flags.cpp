@@ -94,7 +94,10 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
             "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");
   s.hsdp_group = a.get_int_or("--hsdp-group", s.hsdp_group);
   if (auto v = a.get("--wrap"))
-    if (!parse_wrap(*v, s.wrap)) throw InputError("--wrap: '" + *v + "' is not one of: layer, every:K, size:N, model");
+    if (!parse_wrap(*v, s.wrap))
+      throw InputError(
+          "--wrap: '" + *v +
+          "' is not one of: layer, every:K, size:N (a unit of at least N parameters: 100000000 or 100M), model");
   s.reshard_after_forward = a.get_bool_or("--reshard-after-forward", s.reshard_after_forward);
   if (auto v = a.get("--act-ckpt"))
     if (!parse_act_ckpt(*v, s)) throw InputError("--act-ckpt: '" + *v + "' is not one of: " + kActCkptNames);

@@ -28,7 +28,10 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   s.hsdp_group = m.get_int("hsdp_group");
   if (s.hsdp_group < 0) m.fail("hsdp_group", "must not be negative");
   std::string wrap = m.get_string("wrap");
-  if (!parse_wrap(wrap, s.wrap)) m.fail("wrap", "'" + wrap + "' is not one of: layer, every:K, size:N, model");
+  if (!parse_wrap(wrap, s.wrap))
+    m.fail("wrap",
+           "'" + wrap +
+               "' is not one of: layer, every:K, size:N (a unit of at least N parameters: 100000000 or 100M), model");
   s.reshard_after_forward = m.get_bool("reshard_after_forward");
   {
     const std::string ck = m.get_string("act_ckpt");

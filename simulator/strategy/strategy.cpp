@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
+#include <optional>
 #include <system_error>
 #include <utility>
+
+#include "core/unit_parse.hpp"
 
 namespace fsdp {
 namespace {
@@ -212,8 +216,11 @@ bool parse_wrap(const std::string& s, WrapPolicy& w) {
     w = WrapPolicy{WrapKind::EveryK, n, 0};
     return true;
   }
-  if (s.rfind("size:", 0) == 0 && parse_i64(s.substr(5), n) && n > 0) {
-    w = WrapPolicy{WrapKind::Size, 1, n};
+  // size:N, N a parameter count as --tokens takes one (a number, or K, M, B: size:100M), a whole number of them.
+  if (s.rfind("size:", 0) == 0) {
+    const std::optional<double> v = parse_count(s.substr(5));
+    if (!v || *v < 1 || *v > 9e18 || std::floor(*v) != *v) return false;
+    w = WrapPolicy{WrapKind::Size, 1, static_cast<int64_t>(*v)};
     return true;
   }
   return false;

@@ -55,6 +55,16 @@ TEST_CASE("simulate: bad flags and names") {
                "--pp: pp 2 over 24 GPUs puts 12 ranks in a stage, which straddle nodes of 8 GPUs unevenly");
   expect_error("simulate --model 8b --wrap every:0", "--wrap");
   expect_error("simulate --model 8b --wrap every:64", "--wrap");
+  // size:N counts parameters as --tokens counts tokens (a number, or K, M, B): a whole, positive number of them.
+  expect_error("simulate --model 8b --wrap size:0.5", "size:N (a unit of at least N parameters: 100000000 or 100M)");
+  expect_error("simulate --model 8b --wrap size:abc", "--wrap: 'size:abc'");
+  {
+    const auto suffixed = run_cli("simulate --model 8b --nodes 2 --wrap size:100M");
+    CAPTURE(suffixed.err);
+    REQUIRE(suffixed.code == 0);
+    CHECK(suffixed.out.find("wrap=size:100000000") != std::string::npos);
+    CHECK(run_cli("simulate --model 8b --nodes 2 --wrap size:100000000").out == suffixed.out);
+  }
   expect_error("simulate --model 8b --frobnicate 3", "--frobnicate");
   expect_error("simulate --model 8b --reshard-after-forward maybe", "--reshard-after-forward");
   expect_error("simulate --model gpt2 --seq 4096", "--seq");
