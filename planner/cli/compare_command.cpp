@@ -14,9 +14,15 @@
 namespace fsdp {
 
 int run_compare(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root", "--html"}, {"--json"});
+  Args args(argv, {"--config-root", "--html"}, {"--json", "--help"});
+  if (args.has("--help")) {
+    std::cout << "usage: fsdp-plan compare plan.yaml report.json [--json] [--html FILE]\n"
+                 "  sets the plan's prediction beside the run fsdp-run reported (fsdp-run plan.yaml --report FILE):\n"
+                 "  memory by category, step time, collectives; --html draws both\n";
+    return 0;
+  }
   if (args.positional().size() != 2)
-    throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json]");
+    throw InputError("compare: usage: fsdp-plan compare plan.yaml report.json [--json] [--html FILE]");
   const std::string plan_path = args.positional()[0], report_path = args.positional()[1];
   PlanFile plan = read_plan_file(plan_path);
   // The plan's step program, simulated now (the collective comparison needs its ops); the prediction is the

@@ -162,6 +162,10 @@ int run_plan(const std::vector<std::string>& argv) {
         << "       fsdp-plan simulate ...      one configuration (see fsdp-plan simulate --help)\n"
         << "       fsdp-plan show plan.yaml [--html FILE]    print a plan file (or draw it)\n"
            "       fsdp-plan export plan.yaml --to TARGET [--target-version V] [--out DIR]\n"
+           "       fsdp-plan compare plan.yaml report.json [--json] [--html FILE]   prediction vs fsdp-run's "
+           "measured run\n"
+           "       fsdp-plan validate [DIR] [--summary | --breakdown TEXT]   the published runs, predicted vs "
+           "measured\n"
            "       fsdp-plan --list-models | --list-hardware | --list-targets\n";
     return 0;
   }
@@ -461,7 +465,12 @@ int run_plan(const std::vector<std::string>& argv) {
 }
 
 int run_show(const std::vector<std::string>& argv) {
-  Args args(argv, {"--config-root", "--html"}, {"--json"});
+  Args args(argv, {"--config-root", "--html"}, {"--json", "--help"});
+  if (args.has("--help")) {
+    std::cout << "usage: fsdp-plan show plan.yaml [--html FILE]\n"
+                 "  prints a plan file; with --html, draws it re-simulated on the hardware and runtime it names\n";
+    return 0;
+  }
   if (args.positional().size() != 1) throw InputError("show: usage: fsdp-plan show plan.yaml [--html FILE]");
   PlanFile plan = read_plan_file(args.positional()[0]);
   if (auto html = args.get("--html")) {
