@@ -109,14 +109,22 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
-double training_tokens(const Args& args) {
-  const auto text = args.get("--tokens");
-  if (!text) return 0;
-  const auto v = parse_count(*text);
+namespace {
+
+// A count of tokens given to `flag` (a number, or K, M, B, T: 4M, 2T), positive.
+double token_count(const std::string& flag, const std::string& text) {
+  const auto v = parse_count(text);
   if (!v || *v <= 0)
-    throw InputError("--tokens: expected a positive count of tokens (a number, or K, M, B, T: 4M, 2T), got '" + *text +
+    throw InputError(flag + ": expected a positive count of tokens (a number, or K, M, B, T: 4M, 2T), got '" + text +
                      "'");
   return *v;
+}
+
+}  // namespace
+
+double training_tokens(const Args& args) {
+  const auto text = args.get("--tokens");
+  return text ? token_count("--tokens", *text) : 0.0;
 }
 
 std::set<std::string> plan_value_flags() {
@@ -218,8 +226,8 @@ int run_plan(const std::vector<std::string>& argv) {
           << "note: --wrap " << to_string(*req.pins.wrap)
           << " applies to the sharded strategies; ddp, no-shard, zero1 and zero2 use one decoder layer per unit\n";
   }
-  req.global_batch_tokens = args.get_double_or("--global-batch-tokens", kDefaultGlobalBatchTokens);
-  if (req.global_batch_tokens <= 0) throw InputError("--global-batch-tokens: must be positive");
+  const auto batch_text = args.get("--global-batch-tokens");
+  req.global_batch_tokens = batch_text ? token_count("--global-batch-tokens", *batch_text) : kDefaultGlobalBatchTokens;
   req.memory_headroom = args.get_double_or("--memory-headroom", kDefaultHeadroom);
   if (req.memory_headroom < 0 || req.memory_headroom >= 1)
     throw InputError("--memory-headroom: must be within [0, 1), got " + args.get_or("--memory-headroom", ""));
@@ -377,6 +385,18 @@ int run_plan(const std::vector<std::string>& argv) {
                 << " s predicted; for a rehearsal give --global-batch-tokens (e.g. "
                 << c.strategy.micro_batch * c.strategy.seq_len * c.strategy.mesh.dp(cluster.world_size())
                 << ", one micro-batch a data-parallel replica)\n";
+  }
+  // A global batch smaller than one micro-batch on every data-parallel replica cannot be kept: the chosen plan's step
+  // takes more (the search's own bound on overshooting, plan_search.cpp, stops at micro-batch 1). Said.
+  if (!result.ranked.empty() && !req.pins.grad_accum) {
+    const Candidate& c = result.ranked.front();
+    const double step_tokens = c.prediction.tokens_per_step;
+    if (step_tokens > 1.5 * req.global_batch_tokens)
+      std::cerr << "note: --global-batch-tokens " << fmt("%.0f", req.global_batch_tokens)
+                << " is less than one micro-batch on each data-parallel replica: the chosen plan's step takes "
+                << fmt("%.0f", step_tokens) << " tokens (micro-batch " << c.strategy.micro_batch << " x seq "
+                << c.strategy.seq_len << " x " << c.strategy.mesh.dp(cluster.world_size())
+                << " replicas); fewer replicas (fewer GPUs, or tp / pp) keep a smaller batch\n";
   }
   PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens};
   std::optional<std::pair<Strategy, Prediction>> f8;

@@ -58,6 +58,27 @@ TEST_CASE("simulate: bad flags and names") {
   // size:N counts parameters as --tokens counts tokens (a number, or K, M, B): a whole, positive number of them.
   expect_error("simulate --model 8b --wrap size:0.5", "size:N (a unit of at least N parameters: 100000000 or 100M)");
   expect_error("simulate --model 8b --wrap size:abc", "--wrap: 'size:abc'");
+  // --global-batch-tokens counts as --tokens does; one below a micro-batch on every replica is said, not dropped.
+  expect_error("--model 8b --nodes 8 --global-batch-tokens abc --no-out",
+               "--global-batch-tokens: expected a positive count of tokens");
+  {
+    const auto small = run_cli("--model 8b --nodes 8 --global-batch-tokens 8K --no-out");
+    CAPTURE(small.err);
+    REQUIRE(small.code == 0);
+    CHECK(small.err.find("note: --global-batch-tokens 8000 is less than one micro-batch on each data-parallel "
+                         "replica: the chosen plan's step takes 262144 tokens") != std::string::npos);
+    const auto suffixed = run_cli("--model 8b --nodes 8 --global-batch-tokens 1M --no-out");
+    REQUIRE(suffixed.code == 0);
+    CHECK(suffixed.err.find("note: --global-batch-tokens") == std::string::npos);
+    // The same search (the report but for its own timing line).
+    auto without_timing = [](std::string out) {
+      const size_t at = out.find("searched ");
+      REQUIRE(at != std::string::npos);
+      return out.erase(at, out.find('\n', at) - at);
+    };
+    CHECK(without_timing(run_cli("--model 8b --nodes 8 --global-batch-tokens 1000000 --no-out").out) ==
+          without_timing(suffixed.out));
+  }
   {
     const auto suffixed = run_cli("simulate --model 8b --nodes 2 --wrap size:100M");
     CAPTURE(suffixed.err);
