@@ -107,10 +107,6 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-}  // namespace
-
-namespace {
-
 // A count of tokens given to `flag` (a number, or K, M, B, T: 4M, 2T), positive.
 double token_count(const std::string& flag, const std::string& text) {
   const auto v = parse_count(text);
@@ -387,11 +383,11 @@ int run_plan(const std::vector<std::string>& argv) {
                 << ", one micro-batch a data-parallel replica)\n";
   }
   // A global batch smaller than one micro-batch on every data-parallel replica cannot be kept: the chosen plan's step
-  // takes more (the search's own bound on overshooting, plan_search.cpp, stops at micro-batch 1). Said.
+  // takes more (the search's own bound on overshooting, kGlobalBatchOvershoot, stops at micro-batch 1). Said.
   if (!result.ranked.empty() && !req.pins.grad_accum) {
     const Candidate& c = result.ranked.front();
     const double step_tokens = c.prediction.tokens_per_step;
-    if (step_tokens > 1.5 * req.global_batch_tokens)
+    if (step_tokens > kGlobalBatchOvershoot * req.global_batch_tokens)
       std::cerr << "note: --global-batch-tokens " << fmt("%.0f", req.global_batch_tokens)
                 << " is less than one micro-batch on each data-parallel replica: the chosen plan's step takes "
                 << fmt("%.0f", step_tokens) << " tokens (micro-batch " << c.strategy.micro_batch << " x seq "

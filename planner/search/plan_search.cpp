@@ -459,7 +459,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                       continue;
                     }
                     if (!req.pins.micro_batch && !req.pins.grad_accum && mb > 1 &&
-                        per_step_tokens > req.global_batch_tokens * 1.5) {
+                        per_step_tokens > req.global_batch_tokens * kGlobalBatchOvershoot) {
                       ++res.pruned;  // overshoots the global batch: not the batch the user asked for
                       continue;
                     }

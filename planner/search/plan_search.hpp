@@ -65,6 +65,11 @@ struct SearchPins {
   std::optional<int64_t> pp;  // pipeline stages (searched: powers of two up to the layers and the world / tp)
 };
 
+// How far a plan's step may exceed the requested global batch: the search skips micro-batches above 1 whose single
+// accumulation step takes more than this times the batch (not the batch the user asked for), and the report says
+// where even micro-batch 1 does (plan_command.cpp).
+inline constexpr double kGlobalBatchOvershoot = 1.5;
+
 struct SearchRequest {
   const ModuleGraph* graph = nullptr;
   const HardwareProfile* hardware = nullptr;

@@ -24,6 +24,10 @@ struct Ctx {
 
 std::string n(int64_t v) { return std::to_string(v); }
 
+// Whether `ranks` consecutive ranks fill whole nodes of `gpn` or share one (evenly): the groups whose costs
+// comm/comm_group.cpp contiguous_group prices (a group's ranks per node uniform).
+bool node_aligned(int64_t ranks, int64_t gpn) { return gpn % ranks == 0 || ranks % gpn == 0; }
+
 struct Rule {
   CapabilityRule id;
   const char* summary;
@@ -65,7 +69,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.pp() <= 1) return std::nullopt;
          const int64_t stage = c.w.world / c.pp(), gpn = c.w.gpus_per_node;
-         if (gpn % stage == 0 || stage % gpn == 0) return std::nullopt;
+         if (node_aligned(stage, gpn)) return std::nullopt;
          return broken(R::PpStageNodes, "--pp",
                        "pp " + n(c.pp()) + " over " + n(c.w.world) + " GPUs puts " + n(stage) +
                            " ranks in a stage, which straddle nodes of " + n(gpn) +
@@ -231,7 +235,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
            // A shard group spans group x tp consecutive ranks (tp innermost): they fill whole nodes or share one, as
            // a pipeline stage's (rule PpStageNodes); the search tries node-aligned groups only.
            const int64_t span = c.s.hsdp_group * c.tp(), gpn = c.w.gpus_per_node;
-           if (gpn % span != 0 && span % gpn != 0)
+           if (!node_aligned(span, gpn))
              return broken(R::HsdpGroup, "--hsdp-group",
                            "a shard group of " + n(c.s.hsdp_group) +
                                (c.tp() > 1 ? " ranks tp " + n(c.tp()) + " apart spans " + n(span) + " ranks, which"

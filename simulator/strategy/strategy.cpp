@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <system_error>
 #include <utility>
@@ -219,7 +220,8 @@ bool parse_wrap(const std::string& s, WrapPolicy& w) {
   // size:N, N a parameter count as --tokens takes one (a number, or K, M, B: size:100M), a whole number of them.
   if (s.rfind("size:", 0) == 0) {
     const std::optional<double> v = parse_count(s.substr(5));
-    if (!v || *v < 1 || *v > 9e18 || std::floor(*v) != *v) return false;
+    if (!v || *v < 1 || *v >= static_cast<double>(std::numeric_limits<int64_t>::max()) || std::floor(*v) != *v)
+      return false;
     w = WrapPolicy{WrapKind::Size, 1, static_cast<int64_t>(*v)};
     return true;
   }
