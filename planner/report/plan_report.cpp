@@ -61,10 +61,15 @@ std::string family_line(const std::string& name, const FamilyVerdict& v) {
       << " tokens/s/GPU, " << format_gib(c.prediction.memory.device_total) << " GiB";
   } else if (v.best) {
     const Prediction& p = v.best->prediction;
-    o << name << ": does not fit; the smallest (" << one_line_strategy(v.best->strategy) << ") needs "
-      << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU > " << fmt("%.0f", p.usable_bytes / kGiB)
-      << " GiB: " << largest_categories(p.memory.breakdown);
-    if (!p.host_fits && p.fits) o << " (" << v.reason << ")";
+    o << name << ": does not fit; the smallest (" << one_line_strategy(v.best->strategy) << ") ";
+    if (p.fits && !p.host_fits) {
+      // The GPU holds it; the host does not (offloaded state): say which, not "39 GiB > 45 GiB".
+      o << "fits the GPU at " << fmt("%.0f", p.memory.device_total / kGiB) << " of "
+        << fmt("%.0f", p.usable_bytes / kGiB) << " GiB but " << v.reason;
+    } else {
+      o << "needs " << fmt("%.0f", p.memory.device_total / kGiB) << " GiB per GPU > "
+        << fmt("%.0f", p.usable_bytes / kGiB) << " GiB: " << largest_categories(p.memory.breakdown);
+    }
   } else {
     o << name << ": not applicable: " << v.reason;
   }

@@ -140,9 +140,15 @@ void Emitter::emit_sharded() {
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
       post.device_copy_bytes += rs_input > 0 ? full * kb + rs_input : 0.0;
       if (rs_input > 0) post.on_complete.push_back({MemoryCategory::UnshardedGrads, -full * kb});
-      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient.
+      // The unit's reduce-scatter (data_parallel.hpp); the first reduced micro-batch's allocates the sharded gradient,
+      // or, where an offloading runtime copies every reduced shard to the host (RuntimeProfile::
+      // offloaded_grads_kept_on_device false), each reduction allocates the shard the copy below frees.
+      const double shard_grad = shard(train(ui)) * gb;
+      const bool grads_to_host = s.offload != Offload::None && !rt.offloaded_grads_kept_on_device;
       const std::optional<MemEvent> kept =
-          mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard(train(ui)) * gb) : std::nullopt;
+          grads_to_host             ? std::optional<MemEvent>(MemEvent{MemoryCategory::ShardedGrads, shard_grad})
+          : mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard_grad)
+                                    : std::nullopt;
       Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
       // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
       // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
@@ -174,16 +180,18 @@ void Emitter::emit_sharded() {
         a.deps.push_back(rop);
         deferred_replica = a;
       }
-      if (s.offload != Offload::None && mbi == K - 1) {
+      if (s.offload != Offload::None && (mbi == K - 1 || grads_to_host)) {
         // ZeRO-Offload copies each gradient partition to the host as soon as it is reduced, overlapping
-        // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2).
+        // the rest of the backward (Ren et al. 2021, arXiv 2101.06840 sec. 4.2): once, the accumulated shard, or
+        // after every reduction, the device shard freed once copied (FSDP2, FSDP1, DeepSpeed ZeRO-3: above).
         Op d;
         d.kind = OpKind::CopyToHost;
         d.stream = Stream::DeviceToHost;
         d.unit = ui;
         d.micro_batch = mbi;
         d.phase = Phase::GradientsToHost;
-        d.copy_bytes = shard(train(ui)) * rb;
+        d.copy_bytes = grads_to_host ? shard_grad : shard(train(ui)) * rb;
+        if (grads_to_host) d.on_complete.push_back({MemoryCategory::ShardedGrads, -shard_grad});
         d.deps.push_back(rop);
         push(d);
         grads_copied_per_unit = true;

@@ -173,6 +173,9 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("unit_grads_released"))
       r.unit_grads_held_through_reduce_issue =
           sh.get_enum("unit_grads_released", {"after-copy-in", "after-reduce-issue"}) == "after-reduce-issue";
+    if (sh.has("offloaded_grads"))
+      r.offloaded_grads_kept_on_device =
+          sh.get_enum("offloaded_grads", {"to-host-per-reduction", "on-device-until-step"}) == "on-device-until-step";
     if (sh.has("tp_loss_backward"))
       r.tp_loss_backward_copies_probabilities =
           sh.get_enum("tp_loss_backward", {"as-loss", "probabilities-copy"}) == "probabilities-copy";

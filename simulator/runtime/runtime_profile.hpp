@@ -179,6 +179,17 @@ struct RuntimeProfile {
   // whose gradients autograd holds until the hook returns, executor/shard/sharded_model.cpp post_backward). Optional
   // in the file (sharding.unit_grads_released: after-copy-in | after-reduce-issue; absent: after-copy-in).
   bool unit_grads_held_through_reduce_issue = false;
+  // Under offload (optimizer or params) of a sharded strategy, where a unit's reduced gradient shard lives: copied to
+  // the host after every reduction and its device copy freed (false: FSDP2's foreach_reduce under CPUOffloadPolicy,
+  // `new_sharded_grad.to(torch.device("cpu"), non_blocking=...)` with the comment "we can free it here by not keeping a
+  // ref", torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py; FSDP1's _offload_grad into flat_param._cpu_grad,
+  // torch/distributed/fsdp/_runtime_utils.py _post_reduce_grad_callback; DeepSpeed ZeRO-3 under offload_optimizer
+  // allocates no device grad_partitions_flat_buffer and copies each partition into the fp32 host gradient,
+  // deepspeed/runtime/zero/stage3.py partition_grads), or kept on the device, accumulated there and copied once for
+  // the step (true: fsdp-run, whose fp32 grad_shard is a persistent device buffer the host AdamW reads after the
+  // backward, executor/shard/sharded_model.cpp). Optional in the file
+  // (sharding.offloaded_grads: to-host-per-reduction | on-device-until-step; absent: to-host-per-reduction).
+  bool offloaded_grads_kept_on_device = false;
   // Under a pipeline schedule (GPipe, 1F1B), whether the stage's FSDP units are resharded at the end of every
   // backward (false: fsdp-run's run_micro_batches) or kept unsharded until the step's last backward (true:
   // torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False)

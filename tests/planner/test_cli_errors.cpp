@@ -168,6 +168,13 @@ TEST_CASE("planner: bad input") {
   // Why, in the memory table's category names, largest first: a full replica's optimizer states lead.
   CHECK(r.out.find("GiB per GPU > 80 GiB: optimizer_states ") != std::string::npos);
   CHECK(r.out.find(", sharded_params ") != std::string::npos);
+  // A family whose smallest plan fits the GPU but not the host's RAM (offloaded states of 70B on one node of
+  // 48 GB GPUs) says so, not "39 GiB per GPU > 45 GiB".
+  auto host = run_cli("--model 70b --nodes 1 --hw l40s-48gb --strategy fsdp --no-out");
+  CHECK(host.code == 1);
+  CHECK(host.out.find("fsdp: does not fit; the smallest (") != std::string::npos);
+  CHECK(host.out.find(") fits the GPU at ") != std::string::npos);
+  CHECK(host.out.find(" GiB of host RAM per node > 1024 GiB") != std::string::npos);
 }
 
 TEST_CASE("planner: a pinned interleaved schedule leaves the accumulation to the search unless it is pinned too") {

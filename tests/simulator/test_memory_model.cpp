@@ -217,6 +217,38 @@ TEST_CASE("properties: more GPUs, checkpointing and offload never raise GPU memo
   }
 }
 
+TEST_CASE(
+    "offloaded gradient shards: to the host after every reduction (FSDP2), on the device until the step (fsdp-run)") {
+  // 70B on 8 GPUs with parameter offload, accumulation 2: FSDP2's foreach_reduce copies each reduced shard to the host
+  // and frees it (RuntimeProfile::offloaded_grads_kept_on_device), so at most a few units' shards are on the device
+  // at the peak; fsdp-run keeps every unit's fp32 shard (70.55B x 4 B / 8 = 32.9 GiB).
+  ModuleGraph g(zoo("llama3-70b"));
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::Full;
+  s.offload = Offload::Params;
+  s.grad_accum = 2;
+  const double all_shards = static_cast<double>(g.total_params()) * 4.0 / 8.0;
+  const double one_layer = all_shards / static_cast<double>(g.spec().num_layers);
+  const MemoryResult kept = walk(g, s, runtime("fsdp-run"), 1, 8);
+  CHECK(cat(kept.breakdown, MemoryCategory::ShardedGrads) == doctest::Approx(all_shards).epsilon(0.01));
+  for (const char* name : {"pytorch", "pytorch-fsdp1", "torchtitan", "deepspeed"}) {
+    CAPTURE(name);
+    Strategy d = s;
+    if (std::string(name) == "deepspeed") d.kind = StrategyKind::Zero3;
+    const RuntimeProfile rt = runtime(name);
+    CHECK_FALSE(rt.offloaded_grads_kept_on_device);
+    const MemoryResult copied = walk(g, d, rt, 1, 8);
+    CHECK(cat(copied.breakdown, MemoryCategory::ShardedGrads) <= 2.0 * one_layer);
+    // Every reduction copies its shard to the host: both micro-batches' copies, each unit's.
+    const StepProgram p = program(g, d, rt, 1, 8);
+    int copies = 0;
+    for (const Op& op : p.ops) copies += op.kind == OpKind::CopyToHost;
+    CHECK(copies == 2 * static_cast<int>(p.units.size()));
+  }
+  CHECK(runtime("fsdp-run").offloaded_grads_kept_on_device);
+}
+
 TEST_CASE("more prefetch never lowers peak memory") {
   RuntimeProfile rt = runtime("fsdp-run");
   ModuleGraph g(zoo("llama2-7b"));

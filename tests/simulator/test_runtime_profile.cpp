@@ -178,6 +178,8 @@ TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are 
   CHECK(runtime("fsdp-run").unit_grads_held_through_reduce_issue);
   for (const char* name : {"pytorch", "torchtitan", "pytorch-fsdp1", "deepspeed", "nanotron"})
     CHECK_FALSE(runtime(name).unit_grads_held_through_reduce_issue);
+  CHECK(load_error_with_sharding_line("offloaded_grads: on-device-until-step").empty());
+  CHECK(load_error_with_sharding_line("offloaded_grads: host").find("offloaded_grads") != std::string::npos);
   CHECK(load_error_with_sharding_line("tp_loss_backward: as-loss").empty());
   CHECK(load_error_with_sharding_line("tp_loss_backward: in-place").find("tp_loss_backward") != std::string::npos);
   // fsdp-run's vocabulary-parallel backward copies the probabilities (VocabParallelCE::backward); the others run
