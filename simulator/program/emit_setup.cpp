@@ -129,6 +129,10 @@ void Emitter::setup(EmitMemo* memo) {
           tp_unit_replicated_params[0] += static_cast<double>(g.params_under(c));
       }
     }
+  if (rt.embedding_own_unit && s.method == Method::Full && prog.layout.pp == 1 && !g.spec().tied_embeddings &&
+      unit_placement(s, false, rt.root_reshard_after_forward).reshard_after_forward)
+    for (ModuleId c : g.children(g.root()))
+      if (g.node(c).kind == ModuleKind::Embedding) embed_released += tp_root_module_params(g, c, s.mesh.tp);
   // Per-unit vectors, sized once (the search emits thousands of programs).
   for (std::vector<double>* v :
        {&train_p, &train_bpe, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward,

@@ -87,6 +87,38 @@ void Emitter::emit_sharded() {
       if (on) gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
     };
     auto reshard = [&](int ui) { set_resident(ui, false, Phase::Free); };
+    // The token embedding as a unit of its own (embed_released, RuntimeProfile::embedding_own_unit): released after
+    // the root's forward (the embedding lookup), gathered again before the root's backward, where the embedding's
+    // backward runs; the root's post-backward then frees it with the rest of the root.
+    const double embed_bytes = padded(embed_released) * pb;
+    int embed_gather = -1;
+    auto release_embedding = [&]() {
+      Op& op = prog.ops.emplace_back();
+      op.kind = OpKind::Reshard;
+      op.stream = Stream::Compute;
+      op.unit = 0;
+      op.micro_batch = mbi;
+      op.phase = Phase::Free;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, -embed_bytes});
+    };
+    auto gather_embedding = [&]() {
+      if (embed_gather >= 0) return;
+      UnitGather ug;
+      ug.unit = 0;
+      ug.micro_batch = mbi;
+      ug.backward = true;
+      ug.cast_elems = embed_released;
+      ug.gathered_bytes = embed_bytes;
+      ug.wire_bytes = wire_bytes(padded(embed_released), pb, GroupKind::Shard);
+      ug.host_shard_bytes = offload_params ? shard(embed_released) * mb : 0.0;
+      Op op = dp_param_gather_op(dp, ug);
+      for (size_t k = prog.ops.size(); k-- > 0;)
+        if (prog.ops[k].stream == Stream::Compute && prog.ops[k].kind != OpKind::Reshard) {
+          op.deps.push_back(static_cast<int>(k));
+          break;
+        }
+      embed_gather = push(op);
+    };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       // The last layer unit is the first the backward gathers: a runtime that keeps it (torchtitan) saves that
@@ -94,6 +126,8 @@ void Emitter::emit_sharded() {
       if (!u.is_root && ui == n - 1 && !rt.last_unit_reshard_after_forward) return true;
       return !unit_placement(s, u.is_root, rt.root_reshard_after_forward).reshard_after_forward;
     };
+    // Released only beside decoder-layer units (a model wrapped whole has none) from a root kept after forward.
+    const bool embed_split = embed_released > 0 && n > 1 && keep_after_forward(0);
     // A unit kept after forward is gathered where the stage's pipeline schedule leaves it resharded (the forward
     // of the first micro-batch, or one after a backward); else it is still resident from the previous forward, and
     // a backward after a backward gathers it again (kept_gathered_in_forward, kept_regathered_in_backward).
@@ -215,6 +249,7 @@ void Emitter::emit_sharded() {
       if (rt.allgather_copy_out) f.device_copy_bytes += 2.0 * gathered_bytes(ui);
       push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
       if (!keep_after_forward(ui)) reshard(ui);
+      if (ui == 0 && embed_split) release_embedding();
     }
     pp_turn(mbi);
     // ---- backward (reverse unit order; the root's embedding backward comes last) ----
@@ -231,8 +266,12 @@ void Emitter::emit_sharded() {
         free_late = -1;
       }
       gather_backward(ui);
-      for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead)
-        gather_backward(order[oi + static_cast<size_t>(ahead)]);
+      for (int ahead = 1; ahead <= s.backward_prefetch && oi + static_cast<size_t>(ahead) < order.size(); ++ahead) {
+        const int next = order[oi + static_cast<size_t>(ahead)];
+        gather_backward(next);
+        if (next == 0 && embed_split) gather_embedding();
+      }
+      if (ui == 0 && embed_split) gather_embedding();
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
@@ -244,6 +283,7 @@ void Emitter::emit_sharded() {
       Op& b = nl <= 1 ? prog.ops.emplace_back() : *layered;
       fill_backward_op(b, ui, mbi);
       if (gather_op[static_cast<size_t>(ui)] >= 0) b.deps.push_back(gather_op[static_cast<size_t>(ui)]);
+      if (ui == 0 && embed_gather >= 0) b.deps.push_back(embed_gather);
       if (rt.allgather_copy_out && regathered[static_cast<size_t>(ui)]) b.device_copy_bytes += 2.0 * full_bytes;
       int bop = -1;
       const double head = ui == 0 ? head_grad_bytes() : 0.0;  // allocated in the loss backward

@@ -79,6 +79,9 @@ struct Emitter {
   // Trainable parameters of the lm_head and the final norm: autograd produces their gradients in the
   // loss backward, long before the root unit's post-backward (the embedding's come last).
   double head_train = 0;
+  // Trainable parameters of the token embedding where it is a unit of its own, resharded after its forward
+  // (RuntimeProfile::embedding_own_unit; emit_sharded.cpp), else 0: the root unit holds it gathered.
+  double embed_released = 0;
   std::vector<double> act_bytes;  // per unit, saved activations of one micro-batch
   // Per unit: its layers' memory-bound bytes, and their largest forward and backward working memory.
   std::vector<double> unit_elementwise, unit_elementwise_backward, unit_forward_transient, unit_backward_transient;

@@ -176,6 +176,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("offloaded_grads"))
       r.offloaded_grads_kept_on_device =
           sh.get_enum("offloaded_grads", {"to-host-per-reduction", "on-device-until-step"}) == "on-device-until-step";
+    if (sh.has("embedding_unit")) r.embedding_own_unit = sh.get_enum("embedding_unit", {"root", "own"}) == "own";
     if (sh.has("tp_loss_backward"))
       r.tp_loss_backward_copies_probabilities =
           sh.get_enum("tp_loss_backward", {"as-loss", "probabilities-copy"}) == "probabilities-copy";

@@ -190,6 +190,15 @@ struct RuntimeProfile {
   // backward, executor/shard/sharded_model.cpp). Optional in the file
   // (sharding.offloaded_grads: to-host-per-reduction | on-device-until-step; absent: to-host-per-reduction).
   bool offloaded_grads_kept_on_device = false;
+  // The token embedding as a wrap unit of its own, resharded after its forward like the decoder layers and gathered
+  // again for its backward at the end of the step (true: torchtitan's apply_fsdp, fully_shard(model.tok_embeddings,
+  // reshard_after_forward=...) before the layers, torchtitan/distributed/fsdp.py; torchtune's custom_sharded_layers),
+  // or a part of the root unit, gathered from the first forward to the end of the backward (false: fully_shard of each
+  // decoder layer then of the model, FSDP2's root never resharded after forward; fsdp-run's root). Applies where the
+  // decoder layers reshard after forward, the embedding is not tied to the head (tied, torchtitan shards embedding,
+  // norm and head as one unit kept after forward) and the model is not pipelined (under pp torchtitan keeps every unit
+  // gathered after forward). Optional in the file (sharding.embedding_unit: root | own; absent: root).
+  bool embedding_own_unit = false;
   // Under a pipeline schedule (GPipe, 1F1B), whether the stage's FSDP units are resharded at the end of every
   // backward (false: fsdp-run's run_micro_batches) or kept unsharded until the step's last backward (true:
   // torch.distributed.pipelining's PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False)

@@ -249,6 +249,43 @@ TEST_CASE(
   CHECK(runtime("fsdp-run").offloaded_grads_kept_on_device);
 }
 
+TEST_CASE("the token embedding as a unit of its own: released after its forward, gathered again for its backward") {
+  // torchtitan since #1094 shards tok_embeddings on its own (RuntimeProfile::embedding_own_unit): its bf16 weight
+  // (128256 x 4096 x 2 B = 0.98 GiB for Llama 3 8B) is not held from the embedding's forward to the root's backward.
+  ModuleGraph g(zoo("llama3-8b"));
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.seq_len = 8192;
+  s.act_ckpt = ActCkpt::Full;
+  const RuntimeProfile own = runtime("torchtitan-2510");
+  CHECK(own.embedding_own_unit);
+  RuntimeProfile in_root = own;
+  in_root.embedding_own_unit = false;
+  const double embed_bytes = 128256.0 * 4096.0 * 2.0;
+  auto backward_gathers_of_root = [](const StepProgram& p) {
+    int n = 0;
+    for (const Op& op : p.ops) n += op.kind == OpKind::Gather && op.unit == 0 && op.phase == Phase::BwdAllGather;
+    return n;
+  };
+  const MemoryResult split = walk(g, s, own, 1, 8), whole = walk(g, s, in_root, 1, 8);
+  // The peak (the loss backward) no longer holds the embedding's weight.
+  CHECK(whole.peak_allocated - split.peak_allocated == doctest::Approx(embed_bytes).epsilon(0.01));
+  CHECK(backward_gathers_of_root(program(g, s, own, 1, 8)) == 1);
+  CHECK(backward_gathers_of_root(program(g, s, in_root, 1, 8)) == 0);
+  // Not where the layers stay gathered after forward (SHARD_GRAD_OP), nor for a head tied to the embedding, nor
+  // under a pipeline.
+  Strategy grad_op = s;
+  grad_op.kind = StrategyKind::FsdpGradOp;
+  grad_op.reshard_after_forward = false;
+  CHECK(backward_gathers_of_root(program(g, grad_op, own, 1, 8)) == 0);
+  ModuleGraph tied(zoo("gemma3-1b"));
+  CHECK(backward_gathers_of_root(program(tied, s, own, 1, 8)) == 0);
+  Strategy pp = s;
+  pp.mesh.pp = 2;
+  pp.grad_accum = 2;
+  CHECK(backward_gathers_of_root(program(g, pp, own, 1, 8)) == 0);
+}
+
 TEST_CASE("more prefetch never lowers peak memory") {
   RuntimeProfile rt = runtime("fsdp-run");
   ModuleGraph g(zoo("llama2-7b"));

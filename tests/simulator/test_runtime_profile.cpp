@@ -180,6 +180,8 @@ TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are 
     CHECK_FALSE(runtime(name).unit_grads_held_through_reduce_issue);
   CHECK(load_error_with_sharding_line("offloaded_grads: on-device-until-step").empty());
   CHECK(load_error_with_sharding_line("offloaded_grads: host").find("offloaded_grads") != std::string::npos);
+  CHECK(load_error_with_sharding_line("embedding_unit: own").empty());
+  CHECK(load_error_with_sharding_line("embedding_unit: separate").find("embedding_unit") != std::string::npos);
   CHECK(load_error_with_sharding_line("tp_loss_backward: as-loss").empty());
   CHECK(load_error_with_sharding_line("tp_loss_backward: in-place").find("tp_loss_backward") != std::string::npos);
   // fsdp-run's vocabulary-parallel backward copies the probabilities (VocabParallelCE::backward); the others run
