@@ -117,6 +117,13 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name
     << "; objective " << ctx.objective << "\n";
+  // What the runtime runs, where its profile restricts it (section `runs`): the search tries nothing else.
+  const RuntimeSupport& sup = ctx.runtime->support;
+  if (!sup.strategies.empty() || !sup.offloads.empty())
+    o << dim << "runtime " << ctx.runtime->name << " runs "
+      << (sup.strategies.empty() ? std::string("every strategy") : sup.strategies_text()) << "; offload "
+      << (sup.offloads.empty() ? std::string("none, optimizer, params") : sup.offloads_text())
+      << " (configs/runtimes, section runs: nothing else is searched)" << reset << "\n";
   // The links between nodes and the clock the profile prices, where they matter (docs/hardware.md).
   if (!ctx.hardware->device_is_host() && ctx.cluster.nodes > 1)
     o << bold << "network " << reset << network_summary(*ctx.hardware) << "\n";
@@ -141,7 +148,8 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   if (r.ranked.empty()) {
     o << red << bold << "No plan fits." << reset << " Per strategy family:\n";
     for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
-    o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq, or --offload params.\n";
+    o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq"
+      << (sup.runs(Offload::Params) ? ", or --offload params.\n" : ".\n");
     for (const std::string& n : unmodelled_parallelism(*ctx.model)) o << "Not modelled: " << n << "\n";
     return o.str();
   }

@@ -151,6 +151,10 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   std::vector<StrategyKind> kinds = pinned_or(
       req.pins.strategy, {StrategyKind::Ddp, StrategyKind::NoShard, StrategyKind::Zero1, StrategyKind::Zero2,
                           StrategyKind::Fsdp, StrategyKind::Zero3, StrategyKind::FsdpGradOp, StrategyKind::Hsdp});
+  // Unpinned, the strategies and offload modes the runtime runs (its profile's `runs`); a pinned one it does not run is
+  // refused by the capability table below, by name.
+  const RuntimeSupport runtime_support = req.runtime ? req.runtime->support : RuntimeSupport{};
+  if (!req.pins.strategy) std::erase_if(kinds, [&](StrategyKind k) { return !runtime_support.runs(k); });
   std::vector<WrapPolicy> wraps;
   if (req.pins.wrap) {
     wraps = {*req.pins.wrap};
@@ -179,6 +183,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     ckpts = {{ActCkpt::None, 1, 0.0}, {ActCkpt::Selective, 1, 0.0}, {ActCkpt::Full, 1, 0.0}};
   }
   std::vector<Offload> offloads = pinned_or(req.pins.offload, {Offload::None, Offload::Optimizer, Offload::Params});
+  if (!req.pins.offload) std::erase_if(offloads, [&](Offload o) { return !runtime_support.runs(o); });
   struct Dt {
     DType param, reduce;
   };
@@ -332,18 +337,23 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   };
   // The capability table's refusals: counted per rule, the first one's reason kept as the report's example.
   const MeshWorld mesh_world{world, req.cluster.gpus_per_node};
-  // What the runtime runs (its profile's `mesh` section): the search never proposes a mesh it refuses.
-  const RuntimeSupport support = req.runtime ? req.runtime->support : RuntimeSupport{};
+  // What the runtime runs (its profile's `mesh` and `runs` sections): the search never proposes a plan it refuses.
+  const RuntimeSupport& support = runtime_support;
+  // A mesh shape is probed under plain FSDP without offload, whatever strategies the runtime runs.
+  RuntimeSupport shape_support = support;
+  shape_support.strategies.clear();
+  shape_support.offloads.clear();
   // The model's FLOPs per token (MFU) are the same for every plan: the language model's sequence and the method.
   const double flops_per_token =
       model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len, req.base.method != Method::Full);
-  auto refused = [&](const Strategy& s) {
-    const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world, support);
+  auto refused_by = [&](const Strategy& s, const RuntimeSupport& by) {
+    const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world, by);
     if (!v) return false;
     RejectedRule& r = res.rejected[to_string(v->rule)];
     if (r.count++ == 0) r.example = v->flag + ": " + v->reason;
     return true;
   };
+  auto refused = [&](const Strategy& s) { return refused_by(s, support); };
 
   // What the search reads of a simulated plan's program beyond its prediction: the bounds' measures and the stopping
   // rule's.
@@ -592,7 +602,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
         probe.offload = Offload::None;
         probe.grad_sync = GradSync::EveryMicroBatch;
         probe.grad_accum = mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? pp : 1;
-        if (refused(probe)) continue;
+        if (refused_by(probe, shape_support)) continue;
       }
       if (!req.pins.pp && m.num_layers % (pp * mesh.pp_virtual_stages) != 0) {
         // Searched: stages of equal layers (the brief's and Megatron-LM's rule: num_layers divisible by pp); an
@@ -631,7 +641,9 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                   res.ranked.begin() + static_cast<long>(pick) + 1);
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.mesh_offload_searched = mesh_offload;
+  // Nothing held offload back from a mesh where the search tries no offload at all (the runtime runs none).
+  res.mesh_offload_searched =
+      mesh_offload || std::none_of(offloads.begin(), offloads.end(), [](Offload o) { return o != Offload::None; });
   return res;
 }
 

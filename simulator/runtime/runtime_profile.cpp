@@ -289,6 +289,34 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       if (f8.has(key)) *field = f8.get_bool(key);
     f8.finish();
   }
+  // Optional (absent: every data-parallel strategy and offload mode the simulator prices); a derived profile overrides
+  // each list whole.
+  if (map.has("runs")) {
+    ConfigMap runs = map.get_map("runs");
+    if (runs.has("strategies")) {
+      r.support.strategies.clear();
+      for (const std::string& name : runs.get_string_list("strategies")) {
+        StrategyKind k;
+        if (!parse_strategy_kind(name, k))
+          runs.fail("strategies", "'" + name +
+                                      "' is not a strategy (ddp, no-shard, zero1, zero2, zero3, fsdp, "
+                                      "fsdp-grad-op, hsdp)");
+        r.support.strategies.push_back(k);
+      }
+      if (r.support.strategies.empty()) runs.fail("strategies", "names no strategy");
+    }
+    if (runs.has("offload")) {
+      r.support.offloads.clear();
+      for (const std::string& name : runs.get_string_list("offload")) {
+        Offload o;
+        if (!parse_offload(name, o))
+          runs.fail("offload", "'" + name + "' is not an offload mode (none, optimizer, params)");
+        r.support.offloads.push_back(o);
+      }
+      if (!r.support.runs(Offload::None)) runs.fail("offload", "must include none");
+    }
+    runs.finish();
+  }
   r.support.runtime_name = r.name;
   map.finish();
   return r;

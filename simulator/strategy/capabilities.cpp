@@ -1,5 +1,6 @@
 #include "strategy/capabilities.hpp"
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <utility>
@@ -336,6 +337,18 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          "float8 tp runs with it); use --sequence-parallel true or --float8 none");
          return std::nullopt;
        }},
+      {R::RuntimeStrategy, "the runtime does not run this strategy or offload",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (!c.rt.runs(c.s.kind))
+           return broken(R::RuntimeStrategy, "--strategy",
+                         c.rt.runtime_name + " runs " + c.rt.strategies_text() + ", not " + to_string(c.s.kind) +
+                             " (its runtime profile's runs.strategies)");
+         if (!c.rt.runs(c.s.offload))
+           return broken(R::RuntimeStrategy, "--offload",
+                         c.rt.runtime_name + " offloads " + c.rt.offloads_text() + ", not " + to_string(c.s.offload) +
+                             " (its runtime profile's runs.offload)");
+         return std::nullopt;
+       }},
   }};
   return table;
 }
@@ -348,6 +361,25 @@ const char* to_string(CapabilityRule r) {
   FSDP_ASSERT(rules()[i].id == r, "the capability table is not in CapabilityRule's order");
   return rules()[i].summary;
 }
+
+bool RuntimeSupport::runs(StrategyKind k) const {
+  return strategies.empty() || std::find(strategies.begin(), strategies.end(), k) != strategies.end();
+}
+bool RuntimeSupport::runs(Offload o) const {
+  return offloads.empty() || std::find(offloads.begin(), offloads.end(), o) != offloads.end();
+}
+
+namespace {
+template <typename T>
+std::string listed(const std::vector<T>& values) {
+  std::string t;
+  for (const T& v : values) t += (t.empty() ? "" : ", ") + std::string(to_string(v));
+  return t;
+}
+}  // namespace
+
+std::string RuntimeSupport::strategies_text() const { return listed(strategies); }
+std::string RuntimeSupport::offloads_text() const { return listed(offloads); }
 
 bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }
 

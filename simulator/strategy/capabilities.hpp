@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/model_spec.hpp"
 #include "strategy/strategy.hpp"
@@ -42,6 +43,7 @@ enum class CapabilityRule : uint8_t {
   Float8Runtime,              // float8 linears (or their float8 all-gather) where the runtime does not run them
   Float8AllGather,            // the float8 all-gather needs tensorwise float8 and FSDP's sharded parameters
   Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tp without SP)
+  RuntimeStrategy,            // a data-parallel strategy or offload mode the runtime does not run (RuntimeSupport)
   kCount
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
@@ -82,6 +84,16 @@ struct RuntimeSupport {
   // false}` (FSDP1's flat parameters all-gather in the compute dtype); rule Float8Runtime.
   bool float8_linears = true;
   bool float8_all_gather = true;
+  // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
+  // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
+  // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.
+  std::vector<StrategyKind> strategies;
+  std::vector<Offload> offloads;
+  bool runs(StrategyKind k) const;
+  bool runs(Offload o) const;
+  // "ddp, zero1": the lists as written (empty where the runtime runs them all).
+  std::string strategies_text() const;
+  std::string offloads_text() const;
   std::string runtime_name = "the simulator";
 };
 

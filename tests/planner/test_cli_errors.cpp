@@ -160,6 +160,11 @@ TEST_CASE("planner: bad input") {
                "--param-dtype: torchtitan v0.2.2 cannot express dtypes fp16/*/*");
   expect_error("--model 8b --nodes 1 --hw h100-80gb --reduce-dtype bf16 --target torchtitan",
                "--reduce-dtype: torchtitan v0.2.2 cannot express dtypes */bf16/*");
+  // A strategy or offload mode the runtime does not run (its profile's runs section), pinned: refused by name.
+  expect_error("--model 8b --nodes 1 --runtime nanotron --strategy fsdp",
+               "--strategy: nanotron runs ddp, zero1, not fsdp (its runtime profile's runs.strategies)");
+  expect_error("--model 8b --nodes 1 --runtime pytorch --offload optimizer",
+               "--offload: pytorch offloads none, params, not optimizer");
   // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.
   auto r = run_cli("--model 70b --nodes 1 --strategy ddp --no-out");
   CHECK(r.code == 1);

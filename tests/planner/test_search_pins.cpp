@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "search_fixtures.hpp"
 #include "search_space.hpp"
+#include "strategy/capabilities.hpp"
 
 using namespace fsdp;
 using namespace fsdp::test;
@@ -123,4 +125,32 @@ TEST_CASE("pins: every evaluated candidate has the pinned values, and the pinned
     const SearchResult r = search_plans(req);
     check_pins_respected(req, r);
   }
+}
+
+TEST_CASE("a runtime's runs section: the search evaluates only the strategies and offload modes it runs") {
+  // 70B on one A100 node needs offload; under PyTorch (FSDP2: CPUOffloadPolicy only) no plan offloads the optimizer
+  // alone and none is ZeRO-1/2 or no-shard; under nanotron only DDP and ZeRO-1, never offloaded (Pythia 1B on one
+  // node).
+  for (const auto& [model, nodes, runtime] :
+       {std::tuple{"llama3-70b", 1, "pytorch"}, std::tuple{"pythia-1b", 1, "nanotron"}}) {
+    CAPTURE(runtime);
+    auto setup = search_setup(model, "a100-80gb", nodes, runtime);
+    const SearchResult r = search_plans(setup->req);
+    REQUIRE(!r.ranked.empty());
+    CHECK(r.evaluated_sample.size() > 0);
+    for (const Candidate& c : r.evaluated_sample) {
+      CHECK(setup->rt.support.runs(c.strategy.kind));
+      CHECK(setup->rt.support.runs(c.strategy.offload));
+    }
+    // Nothing it does not run is counted as refused either: it is not in the space.
+    for (const auto& [rule, rr] : r.rejected) CHECK(rule != to_string(CapabilityRule::RuntimeStrategy));
+    for (const auto& [family, verdict] : r.families) {
+      StrategyKind k;
+      REQUIRE(parse_strategy_kind(family, k));
+      CHECK(setup->rt.support.runs(k));
+    }
+  }
+  // The PyTorch plan for 70B on 8 GPUs offloads parameters, as FSDP2 does.
+  auto setup = search_setup("llama3-70b", "a100-80gb", 1, "pytorch");
+  CHECK(search_plans(setup->req).ranked.front().strategy.offload == Offload::Params);
 }

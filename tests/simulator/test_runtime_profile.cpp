@@ -11,6 +11,7 @@
 
 #include "core/errors.hpp"
 #include "sim_fixtures.hpp"
+#include "strategy/capabilities.hpp"
 
 using namespace fsdp;
 using namespace fsdp::test;
@@ -296,4 +297,58 @@ TEST_CASE("runtime profile: the compute-cost split names its threshold rule, par
   // nanotron's: reached (the playbook's runs, configs/runtimes/nanotron.yaml); the others split evenly.
   CHECK(runtime("nanotron").pipeline_stage_closes_on_reaching);
   CHECK_FALSE(runtime("pytorch").pipeline_split_by_cost);
+}
+
+TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read, and the capability rule on them") {
+  // What each shipped framework runs (configs/runtimes/*.yaml section runs, with their sources there); fsdp-run and
+  // a profile without the section run everything the simulator prices.
+  const RuntimeSupport nanotron = runtime("nanotron").support, pytorch = runtime("pytorch").support;
+  CHECK(nanotron.strategies == std::vector<StrategyKind>{StrategyKind::Ddp, StrategyKind::Zero1});
+  CHECK(nanotron.offloads == std::vector<Offload>{Offload::None});
+  CHECK_FALSE(pytorch.runs(StrategyKind::Zero1));
+  CHECK_FALSE(pytorch.runs(Offload::Optimizer));
+  CHECK(pytorch.runs(Offload::Params));
+  // Derived profiles inherit the lists (pytorch-compile from pytorch, torchtitan-2510 from torchtitan).
+  CHECK(runtime("pytorch-compile").support.strategies == pytorch.strategies);
+  CHECK_FALSE(runtime("torchtitan-2510").support.runs(Offload::Optimizer));
+  CHECK(runtime("pytorch-fsdp1").support.runs(StrategyKind::NoShard));
+  CHECK_FALSE(runtime("transformers-deepspeed").support.runs(StrategyKind::Fsdp));
+  for (StrategyKind k : {StrategyKind::NoShard, StrategyKind::Ddp, StrategyKind::Zero1, StrategyKind::Zero2,
+                         StrategyKind::Zero3, StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::Hsdp})
+    CHECK(runtime("fsdp-run").support.runs(k));
+  CHECK(runtime("fsdp-run").support.runs(Offload::Optimizer));
+
+  // Strict reading: a name that is not a strategy or an offload mode, a list without none, an unknown key.
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string yaml = runtime_text("pytorch");
+    const size_t at = yaml.find(from);
+    REQUIRE(at != std::string::npos);
+    yaml.replace(at, from.size(), to);
+    return runtime_load_error(yaml, "runs");
+  };
+  const std::string strategies = "strategies: [ddp, fsdp, fsdp-grad-op, hsdp]";
+  CHECK(with(strategies, "strategies: [ddp, fsdp2]").find("'fsdp2' is not a strategy") != std::string::npos);
+  CHECK(with(strategies, "strategies: []").find("names no strategy") != std::string::npos);
+  CHECK(with("offload: [none, params]", "offload: [params]").find("must include none") != std::string::npos);
+  CHECK(with("offload: [none, params]", "offload: [none, disk]").find("'disk' is not an offload mode") !=
+        std::string::npos);
+  CHECK(with(strategies, strategies + "\n  pipelines: [1f1b]").find("pipelines") != std::string::npos);
+
+  // The capability table refuses what the runtime does not run, naming the flag and the runtime.
+  ModuleGraph g(zoo("llama3-8b"));
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  const MeshWorld w{8, 8};
+  const auto strategy = first_violation(s, g.spec(), w, nanotron);
+  REQUIRE(strategy);
+  CHECK(strategy->rule == CapabilityRule::RuntimeStrategy);
+  CHECK(strategy->flag == "--strategy");
+  CHECK(strategy->reason == "nanotron runs ddp, zero1, not fsdp (its runtime profile's runs.strategies)");
+  s.offload = Offload::Optimizer;
+  const auto offload = first_violation(s, g.spec(), w, pytorch);
+  REQUIRE(offload);
+  CHECK(offload->flag == "--offload");
+  CHECK(offload->reason.find("pytorch offloads none, params, not optimizer") == 0);
+  s.offload = Offload::Params;
+  CHECK_FALSE(first_violation(s, g.spec(), w, pytorch));
 }
