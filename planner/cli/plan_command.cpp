@@ -328,8 +328,15 @@ int run_plan(const std::vector<std::string>& argv) {
     // Pins no size can run (a --tp that divides no node's GPUs, a --pp deeper than the model): bad input, said once.
     if (std::none_of(points.begin(), points.end(), [](const SweepPoint& pt) { return pt.result.has_value(); }))
       throw InputError(points.front().refused);
-    PlanReportContext ctx{
-        &model, &hw, &rt, Cluster{sweep.front(), gpn}, top, objective, req.global_batch_tokens, req.train_tokens};
+    PlanReportContext ctx{&model,
+                          &hw,
+                          &rt,
+                          Cluster{sweep.front(), gpn},
+                          top,
+                          objective,
+                          req.global_batch_tokens,
+                          req.train_tokens,
+                          graph.total_params()};
     if (args.has("--json"))
       std::cout << sweep_report_json(ctx, points).dump(2) << "\n";
     else
@@ -398,7 +405,8 @@ int run_plan(const std::vector<std::string>& argv) {
                 << c.strategy.seq_len << " x " << c.strategy.mesh.dp(cluster.world_size())
                 << " replicas); fewer replicas (fewer GPUs, or tp / pp) keep a smaller batch\n";
   }
-  PlanReportContext ctx{&model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens};
+  PlanReportContext ctx{
+      &model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens, graph.total_params()};
   std::optional<std::pair<Strategy, Prediction>> f8;
   if (!result.ranked.empty() && !args.has("--float8"))
     f8 = float8_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);

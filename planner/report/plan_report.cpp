@@ -98,10 +98,10 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
   return out;
 }
 
-std::string model_summary(const ModelSpec& m) {
-  return m.name + ": " + fmt("%.2fB", static_cast<double>(ModuleGraph(m).total_params()) / kGB) + " params, " +
-         std::to_string(m.num_layers) + " layers, hidden " + std::to_string(m.hidden_size) + ", heads " +
-         std::to_string(m.num_heads) + "/" + std::to_string(m.num_kv_heads) + ", vocab " + std::to_string(m.vocab_size);
+std::string model_summary(const ModelSpec& m, int64_t params) {
+  return m.name + ": " + fmt("%.2fB", static_cast<double>(params) / kGB) + " params, " + std::to_string(m.num_layers) +
+         " layers, hidden " + std::to_string(m.hidden_size) + ", heads " + std::to_string(m.num_heads) + "/" +
+         std::to_string(m.num_kv_heads) + ", vocab " + std::to_string(m.vocab_size);
 }
 
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color) {
@@ -112,7 +112,7 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
   const char* reset = color ? "\033[0m" : "";
   std::ostringstream o;
   const ModelSpec& m = *ctx.model;
-  o << bold << "model   " << reset << model_summary(m) << "\n";
+  o << bold << "model   " << reset << model_summary(m, ctx.model_params) << "\n";
   o << bold << "cluster " << reset << ctx.cluster.nodes << " node(s) x " << ctx.cluster.gpus_per_node << " "
     << ctx.hardware->name << " = " << ctx.cluster.world_size() << " GPUs, "
     << format_gib(ctx.hardware->usable_device_memory.value) << " GiB usable each; runtime " << ctx.runtime->name

@@ -19,12 +19,13 @@ struct PlanReportContext {
   int top_n = 10;
   std::string objective;
   double global_batch_tokens = 0;
-  double train_tokens = 0;  // --tokens: the training run's tokens (0: not given)
+  double train_tokens = 0;   // --tokens: the training run's tokens (0: not given)
+  int64_t model_params = 0;  // ModuleGraph::total_params of the planned model (the caller's graph, built once)
 };
 
 std::string format_plan_report(const PlanReportContext& ctx, const SearchResult& r, bool color);
 // "llama3-70b: 70.55B params, 80 layers, hidden 8192, heads 64/8, vocab 128256": the reports' model line.
-std::string model_summary(const ModelSpec& m);
+std::string model_summary(const ModelSpec& m, int64_t params);
 // The parallelism a model of this kind is trained with that the simulator does not model, named when no plan fits
 // (expert parallelism for MoE models, tensor parallelism of MLA and of vision towers): "No plan fits" is then this
 // planner's limit, not necessarily the cluster's.

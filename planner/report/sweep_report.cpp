@@ -39,7 +39,7 @@ std::string format_sweep_report(const PlanReportContext& ctx, const std::vector<
   const char* bold = color ? "\033[1m" : "";
   const char* reset = color ? "\033[0m" : "";
   std::ostringstream o;
-  o << bold << "model   " << reset << model_summary(*ctx.model) << "\n"
+  o << bold << "model   " << reset << model_summary(*ctx.model, ctx.model_params) << "\n"
     << bold << "sweep   " << reset << points.size() << " cluster sizes of " << ctx.cluster.gpus_per_node << " x "
     << ctx.hardware->name << " a node (" << format_gib(ctx.hardware->usable_device_memory.value)
     << " GiB usable each); runtime " << ctx.runtime->name << "; objective " << ctx.objective << "\n";
