@@ -289,10 +289,13 @@ int run_plan(const std::vector<std::string>& argv) {
     // ranks): a rule on it (interleaved 1F1B's micro-batches a multiple of pp) is checked per searched plan, not on
     // the default of 1 here.
     if (!req.pins.grad_accum) check.grad_accum = std::max<int64_t>(1, check.mesh.pp);
-    // A strategy or offload mode left to the search is the search's to keep to what the runtime runs.
+    // A strategy, offload mode or checkpointing left to the search is the search's to keep to what the runtime runs;
+    // under --target the target's knob table checks the pinned ones (restrict_search, with its sources and the
+    // nearest plan it runs).
     RuntimeSupport support = rt.support;
-    if (!req.pins.strategy) support.strategies.clear();
-    if (!req.pins.offload) support.offloads.clear();
+    if (!req.pins.strategy || target) support.strategies.clear();
+    if (!req.pins.offload || target) support.offloads.clear();
+    if (!req.pins.act_ckpt || target) support.ckpt_policies.clear();
     validate_strategy(check, model, on, support);
     if (world_known && req.pins.hsdp_group && on.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +

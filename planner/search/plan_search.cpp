@@ -181,6 +181,12 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     ckpts = {{*req.pins.act_ckpt, req.pins.ckpt_every.value_or(1), req.pins.ckpt_fraction.value_or(0.0)}};
   } else {
     ckpts = {{ActCkpt::None, 1, 0.0}, {ActCkpt::Selective, 1, 0.0}, {ActCkpt::Full, 1, 0.0}};
+    // Those the runtime runs (its profile's runs.act_ckpt): the attention-core policy is fsdp-run's.
+    std::erase_if(ckpts, [&](const Ckpt& c) {
+      Strategy probe;
+      probe.act_ckpt = c.mode;
+      return !runtime_support.runs(policy_of(probe));
+    });
   }
   std::vector<Offload> offloads = pinned_or(req.pins.offload, {Offload::None, Offload::Optimizer, Offload::Params});
   if (!req.pins.offload) std::erase_if(offloads, [&](Offload o) { return !runtime_support.runs(o); });

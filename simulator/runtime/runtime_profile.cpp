@@ -315,6 +315,18 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       }
       if (!r.support.runs(Offload::None)) runs.fail("offload", "must include none");
     }
+    if (runs.has("act_ckpt")) {
+      r.support.ckpt_policies.clear();
+      for (const std::string& name : runs.get_string_list("act_ckpt")) {
+        CkptPolicy c;
+        if (!parse_ckpt_policy(name, c))
+          runs.fail("act_ckpt", "'" + name +
+                                    "' is not a checkpointing policy (none, full, selective, selective-op, every, "
+                                    "fraction)");
+        r.support.ckpt_policies.push_back(c);
+      }
+      if (!r.support.runs(CkptPolicy::None)) runs.fail("act_ckpt", "must include none");
+    }
     runs.finish();
   }
   r.support.runtime_name = r.name;

@@ -343,6 +343,10 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
            return broken(R::RuntimeStrategy, "--strategy",
                          c.rt.runtime_name + " runs " + c.rt.strategies_text() + ", not " + to_string(c.s.kind) +
                              " (its runtime profile's runs.strategies)");
+         if (!c.rt.runs(policy_of(c.s)))
+           return broken(R::RuntimeStrategy, "--act-ckpt",
+                         c.rt.runtime_name + " checkpoints " + c.rt.ckpt_policies_text() + ", not " +
+                             act_ckpt_name(c.s) + " (its runtime profile's runs.act_ckpt)");
          if (!c.rt.runs(c.s.offload))
            return broken(R::RuntimeStrategy, "--offload",
                          c.rt.runtime_name + " offloads " + c.rt.offloads_text() + ", not " + to_string(c.s.offload) +
@@ -378,7 +382,49 @@ std::string listed(const std::vector<T>& values) {
 }
 }  // namespace
 
+constexpr std::array<std::pair<CkptPolicy, const char*>, 6> kCkptPolicies{{{CkptPolicy::None, "none"},
+                                                                           {CkptPolicy::Full, "full"},
+                                                                           {CkptPolicy::Selective, "selective"},
+                                                                           {CkptPolicy::SelectiveOp, "selective-op"},
+                                                                           {CkptPolicy::Every, "every"},
+                                                                           {CkptPolicy::Fraction, "fraction"}}};
+
+const char* to_string(CkptPolicy p) {
+  for (const auto& [v, name] : kCkptPolicies)
+    if (v == p) return name;
+  return "?";
+}
+
+bool parse_ckpt_policy(const std::string& text, CkptPolicy& out) {
+  for (const auto& [v, name] : kCkptPolicies)
+    if (text == name) {
+      out = v;
+      return true;
+    }
+  return false;
+}
+
+CkptPolicy policy_of(const Strategy& s) {
+  switch (s.act_ckpt) {
+    case ActCkpt::None:
+      return CkptPolicy::None;
+    case ActCkpt::Selective:
+      return CkptPolicy::Selective;
+    case ActCkpt::SelectiveOp:
+      return CkptPolicy::SelectiveOp;
+    case ActCkpt::Full:
+      break;
+  }
+  if (s.ckpt_fraction > 0) return CkptPolicy::Fraction;
+  return s.ckpt_every > 1 ? CkptPolicy::Every : CkptPolicy::Full;
+}
+
+bool RuntimeSupport::runs(CkptPolicy p) const {
+  return ckpt_policies.empty() || std::find(ckpt_policies.begin(), ckpt_policies.end(), p) != ckpt_policies.end();
+}
+
 std::string RuntimeSupport::strategies_text() const { return listed(strategies); }
+std::string RuntimeSupport::ckpt_policies_text() const { return listed(ckpt_policies); }
 std::string RuntimeSupport::offloads_text() const { return listed(offloads); }
 
 bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }

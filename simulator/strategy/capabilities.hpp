@@ -48,6 +48,14 @@ enum class CapabilityRule : uint8_t {
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
 
+// A checkpointing policy's family, as a runtime runs it or not: none, full (every decoder layer), selective (the
+// attention core), selective-op (a per-op save list), every (every N-th layer, N > 1), fraction (a fraction of the
+// layers). parse_ckpt_policy reads these names; policy_of gives a strategy's.
+enum class CkptPolicy : uint8_t { None, Full, Selective, SelectiveOp, Every, Fraction };
+const char* to_string(CkptPolicy);
+bool parse_ckpt_policy(const std::string&, CkptPolicy&);
+CkptPolicy policy_of(const Strategy&);
+
 // What a runtime can execute; the simulator prices everything (the flags below set, but for one). A runtime profile
 // clears the flags of what its runtime does not run (configs/runtimes/*.yaml section `mesh`, runtime_profile.hpp),
 // so that `fsdp-plan --runtime R` neither simulates nor proposes a plan R refuses; fsdp-run checks its plans against
@@ -89,11 +97,17 @@ struct RuntimeSupport {
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.
   std::vector<StrategyKind> strategies;
   std::vector<Offload> offloads;
+  // And the checkpointing policies, by family (CkptPolicy; empty: all). DeepSpeed under Transformers and nanotron
+  // checkpoint every decoder layer or none; the attention-core policy (`selective`, Megatron-LM's selective
+  // recompute) is fsdp-run's.
+  std::vector<CkptPolicy> ckpt_policies;
   bool runs(StrategyKind k) const;
   bool runs(Offload o) const;
+  bool runs(CkptPolicy p) const;
   // "ddp, zero1": the lists as written (empty where the runtime runs them all).
   std::string strategies_text() const;
   std::string offloads_text() const;
+  std::string ckpt_policies_text() const;
   std::string runtime_name = "the simulator";
 };
 

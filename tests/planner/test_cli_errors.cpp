@@ -165,6 +165,8 @@ TEST_CASE("planner: bad input") {
                "--strategy: nanotron runs ddp, zero1, not fsdp (its runtime profile's runs.strategies)");
   expect_error("--model 8b --nodes 1 --runtime pytorch --offload optimizer",
                "--offload: pytorch offloads none, params, not optimizer");
+  expect_error("--model 8b --nodes 1 --runtime nanotron --act-ckpt selective",
+               "--act-ckpt: nanotron checkpoints none, full, not selective");
   // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.
   auto r = run_cli("--model 70b --nodes 1 --strategy ddp --no-out");
   CHECK(r.code == 1);

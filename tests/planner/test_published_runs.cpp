@@ -639,7 +639,10 @@ TEST_CASE("published runs: an inferred checkpointing is priced as given and name
   const std::string d = scratch_dir("inferred");
   write(d + "/one.yaml",
         template_with({{"    act_ckpt: full\n",
-                        "    act_ckpt: fraction:0.5\n    act_ckpt_inferred: \"HFU / MFU 1.16 = 1 + P x 0.33\"\n"}}));
+                        "    act_ckpt: fraction:0.5\n    act_ckpt_inferred: \"HFU / MFU 1.16 = 1 + P x 0.33\"\n"},
+                       // fms-fsdp's policy (a fraction of the blocks), under its runtime: torchtitan runs none.
+                       {"framework: torchtitan", "framework: fms-fsdp"},
+                       {"runtime: fsdp2", "runtime: fsdp1"}}));
   const ValidationReport rep = validate_published(d, kRoot);
   std::filesystem::remove_all(d);
   REQUIRE(rep.results.size() == 1);

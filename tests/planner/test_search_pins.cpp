@@ -141,6 +141,7 @@ TEST_CASE("a runtime's runs section: the search evaluates only the strategies an
     for (const Candidate& c : r.evaluated_sample) {
       CHECK(setup->rt.support.runs(c.strategy.kind));
       CHECK(setup->rt.support.runs(c.strategy.offload));
+      CHECK(setup->rt.support.runs(policy_of(c.strategy)));
     }
     // Nothing it does not run is counted as refused either: it is not in the space.
     for (const auto& [rule, rr] : r.rejected) CHECK(rule != to_string(CapabilityRule::RuntimeStrategy));

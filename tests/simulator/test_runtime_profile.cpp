@@ -317,6 +317,21 @@ TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read,
                          StrategyKind::Zero3, StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::Hsdp})
     CHECK(runtime("fsdp-run").support.runs(k));
   CHECK(runtime("fsdp-run").support.runs(Offload::Optimizer));
+  CHECK(runtime("fsdp-run").support.runs(CkptPolicy::Selective));
+  // Checkpointing: the attention-core policy is fsdp-run's; nanotron and DeepSpeed under Transformers checkpoint every
+  // layer or none; torchtitan every N-th block and the per-op list too, not a fraction.
+  CHECK(nanotron.ckpt_policies == std::vector<CkptPolicy>{CkptPolicy::None, CkptPolicy::Full});
+  CHECK_FALSE(pytorch.runs(CkptPolicy::Selective));
+  CHECK(pytorch.runs(CkptPolicy::Fraction));
+  CHECK(runtime("torchtitan-2506-compile").support.runs(CkptPolicy::Every));
+  CHECK_FALSE(runtime("torchtitan").support.runs(CkptPolicy::Fraction));
+  Strategy every;
+  CHECK(parse_act_ckpt("every:2", every));
+  CHECK(policy_of(every) == CkptPolicy::Every);
+  CHECK(parse_act_ckpt("fraction:0.5", every));
+  CHECK(policy_of(every) == CkptPolicy::Fraction);
+  CHECK(parse_act_ckpt("full", every));
+  CHECK(policy_of(every) == CkptPolicy::Full);
 
   // Strict reading: a name that is not a strategy or an offload mode, a list without none, an unknown key.
   auto with = [](const std::string& from, const std::string& to) {
@@ -333,6 +348,9 @@ TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read,
   CHECK(with("offload: [none, params]", "offload: [none, disk]").find("'disk' is not an offload mode") !=
         std::string::npos);
   CHECK(with(strategies, strategies + "\n  pipelines: [1f1b]").find("pipelines") != std::string::npos);
+  const std::string ckpt = "act_ckpt: [none, full, selective-op, every, fraction]";
+  CHECK(with(ckpt, "act_ckpt: [none, layer]").find("'layer' is not a checkpointing policy") != std::string::npos);
+  CHECK(with(ckpt, "act_ckpt: [full]").find("must include none") != std::string::npos);
 
   // The capability table refuses what the runtime does not run, naming the flag and the runtime.
   ModuleGraph g(zoo("llama3-8b"));
@@ -351,4 +369,9 @@ TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read,
   CHECK(offload->reason.find("pytorch offloads none, params, not optimizer") == 0);
   s.offload = Offload::Params;
   CHECK_FALSE(first_violation(s, g.spec(), w, pytorch));
+  s.act_ckpt = ActCkpt::Selective;
+  const auto ckpt_refused = first_violation(s, g.spec(), w, pytorch);
+  REQUIRE(ckpt_refused);
+  CHECK(ckpt_refused->flag == "--act-ckpt");
+  CHECK(ckpt_refused->reason.find("pytorch checkpoints none, full, selective-op, every, fraction, not selective") == 0);
 }
