@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -293,40 +294,24 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
   // each list whole.
   if (map.has("runs")) {
     ConfigMap runs = map.get_map("runs");
-    if (runs.has("strategies")) {
-      r.support.strategies.clear();
-      for (const std::string& name : runs.get_string_list("strategies")) {
-        StrategyKind k;
-        if (!parse_strategy_kind(name, k))
-          runs.fail("strategies", "'" + name +
-                                      "' is not a strategy (ddp, no-shard, zero1, zero2, zero3, fsdp, "
-                                      "fsdp-grad-op, hsdp)");
-        r.support.strategies.push_back(k);
+    // Each list: names `parse` reads (else an error naming the key and what the names are), replacing the base's.
+    auto read_list = [&runs](const char* key, auto& out, auto parse, const char* what) {
+      if (!runs.has(key)) return;
+      out.clear();
+      for (const std::string& name : runs.get_string_list(key)) {
+        typename std::remove_reference_t<decltype(out)>::value_type v;
+        if (!parse(name, v)) runs.fail(key, "'" + name + "' is not " + what);
+        out.push_back(v);
       }
-      if (r.support.strategies.empty()) runs.fail("strategies", "names no strategy");
-    }
-    if (runs.has("offload")) {
-      r.support.offloads.clear();
-      for (const std::string& name : runs.get_string_list("offload")) {
-        Offload o;
-        if (!parse_offload(name, o))
-          runs.fail("offload", "'" + name + "' is not an offload mode (none, optimizer, params)");
-        r.support.offloads.push_back(o);
-      }
-      if (!r.support.runs(Offload::None)) runs.fail("offload", "must include none");
-    }
-    if (runs.has("act_ckpt")) {
-      r.support.ckpt_policies.clear();
-      for (const std::string& name : runs.get_string_list("act_ckpt")) {
-        CkptPolicy c;
-        if (!parse_ckpt_policy(name, c))
-          runs.fail("act_ckpt", "'" + name +
-                                    "' is not a checkpointing policy (none, full, selective, selective-op, every, "
-                                    "fraction)");
-        r.support.ckpt_policies.push_back(c);
-      }
-      if (!r.support.runs(CkptPolicy::None)) runs.fail("act_ckpt", "must include none");
-    }
+    };
+    read_list("strategies", r.support.strategies, parse_strategy_kind,
+              "a strategy (ddp, no-shard, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp)");
+    if (runs.has("strategies") && r.support.strategies.empty()) runs.fail("strategies", "names no strategy");
+    read_list("offload", r.support.offloads, parse_offload, "an offload mode (none, optimizer, params)");
+    if (!r.support.runs(Offload::None)) runs.fail("offload", "must include none");
+    read_list("act_ckpt", r.support.ckpt_policies, parse_ckpt_policy,
+              "a checkpointing policy (none, full, selective, selective-op, every, fraction)");
+    if (!r.support.runs(CkptPolicy::None)) runs.fail("act_ckpt", "must include none");
     runs.finish();
   }
   r.support.runtime_name = r.name;

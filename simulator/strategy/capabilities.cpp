@@ -366,28 +366,25 @@ const char* to_string(CapabilityRule r) {
   return rules()[i].summary;
 }
 
-bool RuntimeSupport::runs(StrategyKind k) const {
-  return strategies.empty() || std::find(strategies.begin(), strategies.end(), k) != strategies.end();
-}
-bool RuntimeSupport::runs(Offload o) const {
-  return offloads.empty() || std::find(offloads.begin(), offloads.end(), o) != offloads.end();
-}
-
 namespace {
+// A runtime's list (RuntimeSupport): empty means every value.
+template <typename T>
+bool listed_or_all(const std::vector<T>& values, T v) {
+  return values.empty() || std::find(values.begin(), values.end(), v) != values.end();
+}
 template <typename T>
 std::string listed(const std::vector<T>& values) {
   std::string t;
   for (const T& v : values) t += (t.empty() ? "" : ", ") + std::string(to_string(v));
   return t;
 }
-}  // namespace
-
 constexpr std::array<std::pair<CkptPolicy, const char*>, 6> kCkptPolicies{{{CkptPolicy::None, "none"},
                                                                            {CkptPolicy::Full, "full"},
                                                                            {CkptPolicy::Selective, "selective"},
                                                                            {CkptPolicy::SelectiveOp, "selective-op"},
                                                                            {CkptPolicy::Every, "every"},
                                                                            {CkptPolicy::Fraction, "fraction"}}};
+}  // namespace
 
 const char* to_string(CkptPolicy p) {
   for (const auto& [v, name] : kCkptPolicies)
@@ -419,13 +416,12 @@ CkptPolicy policy_of(const Strategy& s) {
   return s.ckpt_every > 1 ? CkptPolicy::Every : CkptPolicy::Full;
 }
 
-bool RuntimeSupport::runs(CkptPolicy p) const {
-  return ckpt_policies.empty() || std::find(ckpt_policies.begin(), ckpt_policies.end(), p) != ckpt_policies.end();
-}
-
+bool RuntimeSupport::runs(StrategyKind k) const { return listed_or_all(strategies, k); }
+bool RuntimeSupport::runs(Offload o) const { return listed_or_all(offloads, o); }
+bool RuntimeSupport::runs(CkptPolicy p) const { return listed_or_all(ckpt_policies, p); }
 std::string RuntimeSupport::strategies_text() const { return listed(strategies); }
-std::string RuntimeSupport::ckpt_policies_text() const { return listed(ckpt_policies); }
 std::string RuntimeSupport::offloads_text() const { return listed(offloads); }
+std::string RuntimeSupport::ckpt_policies_text() const { return listed(ckpt_policies); }
 
 bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }
 
