@@ -197,6 +197,7 @@ int run_plan(const std::vector<std::string>& argv) {
   base.seq_len = kDefaultSeq;
   apply_default_seq(args, model, base);
   apply_strategy_flags(args, base);
+  apply_runtime_defaults(args, rt, base);
   check_grad_sync_runtime(base, rt);
   SearchRequest req;
   ModuleGraph graph(model);
@@ -289,25 +290,28 @@ int run_plan(const std::vector<std::string>& argv) {
     // ranks): a rule on it (interleaved 1F1B's micro-batches a multiple of pp) is checked per searched plan, not on
     // the default of 1 here.
     if (!req.pins.grad_accum) check.grad_accum = std::max<int64_t>(1, check.mesh.pp);
-    // A strategy, offload mode or checkpointing left to the search is the search's to keep to what the runtime runs;
-    // under --target the target's knob table checks the pinned ones (restrict_search, with its sources and the
-    // nearest plan it runs).
+    // A strategy, offload mode or checkpointing the user left to the search is the search's to keep to what the
+    // runtime runs (`check` holds the defaults there, not what a target may have pinned in req).
     RuntimeSupport support = rt.support;
-    if (!req.pins.strategy || target) support.strategies.clear();
-    if (!req.pins.offload || target) support.offloads.clear();
-    if (!req.pins.act_ckpt || target) support.ckpt_policies.clear();
+    if (!args.has("--strategy")) support.strategies.clear();
+    if (!args.has("--offload")) support.offloads.clear();
+    if (!args.has("--act-ckpt")) support.ckpt_policies.clear();
     validate_strategy(check, model, on, support);
     if (world_known && req.pins.hsdp_group && on.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +
                        std::to_string(on.world_size()));
   };
-  if (sweep.empty()) check_pins(auto_nodes ? Cluster{1, gpn} : cluster, !auto_nodes);
-  check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
+  // Under --target its knob table checks the pins first (restrict_search: the knob, its source and the nearest plan
+  // the target runs), then the runtime's capability table as without one.
   if (target) {
     req.cluster = auto_nodes ? Cluster{1, gpn} : cluster;
     target_model(*target, model.name, model_path);  // a model the target cannot name is refused before the search
     target_notes = restrict_search(
         *target, [&](const std::string& f) { return args.has(f); }, req);
+  }
+  if (sweep.empty()) check_pins(auto_nodes ? Cluster{1, gpn} : cluster, !auto_nodes);
+  check_trained_length(model, base.seq_len, args.has("--seq") ? "--seq" : "the default --seq");
+  if (target) {
     std::cerr << "target: " << target->writes_for << ", predicted with runtime " << target->runtime << "\n";
     for (const auto& n : target_notes) std::cerr << "  " << n << "\n";
   }

@@ -122,6 +122,7 @@ int run_simulate(const std::vector<std::string>& argv) {
   Strategy s;
   apply_default_seq(args, model, s);
   apply_strategy_flags(args, s);
+  apply_runtime_defaults(args, rt, s);
   check_grad_sync_runtime(s, rt);
   validate_strategy(s, model, cluster, rt.support);
   check_trained_length(model, s.seq_len, args.has("--seq") ? "--seq" : "the default --seq");

@@ -89,6 +89,10 @@ void apply_default_seq(const Args& args, const ModelSpec& m, Strategy& s) {
             << "; planning with --seq " << text_positions << "\n";
 }
 
+void apply_runtime_defaults(const Args& args, const RuntimeProfile& rt, Strategy& s) {
+  if (!args.has("--sequence-parallel") && !rt.support.sequence_parallel) s.mesh.sequence_parallel = false;
+}
+
 void apply_strategy_flags(const Args& a, Strategy& s) {
   enum_flag(a, "--strategy", parse_strategy_kind, s.kind,
             "no-shard, ddp, zero1, zero2, zero3, fsdp, fsdp-grad-op, hsdp");

@@ -21,6 +21,10 @@ std::string strategy_flags_help(const std::string& indent, size_t width);
 // Sets every knob given on the command line; InputError naming the flag for a bad value.
 void apply_strategy_flags(const Args& args, Strategy& s);
 
+// Without --sequence-parallel: tensor parallelism without sequence parallelism where the runtime does not run it
+// (RuntimeSupport::sequence_parallel; DeepSpeed's AutoTP), rather than a default the runtime refuses.
+void apply_runtime_defaults(const Args& args, const RuntimeProfile& rt, Strategy& s);
+
 // --grad-sync last-micro-batch for the fsdp-run runtime: InputError (its executor reduces sharded gradients after
 // every micro-batch; executor/shard/sharded_model.cpp check_supported refuses such a plan too).
 void check_grad_sync_runtime(const Strategy& s, const RuntimeProfile& rt);

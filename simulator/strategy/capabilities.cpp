@@ -288,6 +288,10 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          who + " does not run sequence parallelism yet; use --sequence-parallel false");
          if (c.tp() > 1 && c.s.mesh.async_tp && !c.rt.async_tp)
            return broken(R::RuntimeMesh, "--async-tp", who + " does not run async tensor parallelism yet");
+         if (c.tp() > 1 && c.s.kind == StrategyKind::Zero3 && !c.rt.tp_with_zero3)
+           return broken(
+               R::RuntimeMesh, "--tp",
+               who + " runs tensor parallelism with ZeRO stages 1 and 2, not zero3; use --tp 1 or zero1/zero2");
          if (c.pp() > 1 && !c.rt.pipeline_parallel)
            return broken(R::RuntimeMesh, "--pp", who + " does not run pipeline parallelism yet; use --pp 1");
          if (c.pp() > 1 && c.s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B && !c.rt.interleaved_pipeline)

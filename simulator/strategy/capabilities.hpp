@@ -85,6 +85,10 @@ struct RuntimeSupport {
   // offload rows under tp and pp, tests/accuracy/README.md). A profile clears it with `mesh: {offload: false}`
   // (rule MeshOffload).
   bool mesh_offload = true;
+  // Tensor parallelism beside ZeRO-3's partitioned parameters. Clear in DeepSpeed's profile: its AutoTP training
+  // composes TP with ZeRO stages 0, 1 and 2 (www.deepspeed.ai/tutorials/autotp-training); `mesh: {tp_with_zero3:
+  // false}` (rule RuntimeMesh).
+  bool tp_with_zero3 = true;
   // Float8 linears (Strategy::float8: torchao.float8's Float8Linear, which FSDP2, FSDP1 and torch.compile compose
   // with) and their float8 all-gather (an FSDP2 extension: torchao fsdp_utils.py implements fsdp_pre_all_gather /
   // fsdp_post_all_gather, the hooks of FSDP2's per-parameter all-gather). A profile clears them with

@@ -165,6 +165,12 @@ TEST_CASE("planner: bad input") {
                "--strategy: nanotron runs ddp, zero1, not fsdp (its runtime profile's runs.strategies)");
   expect_error("--model 8b --nodes 1 --runtime pytorch --offload optimizer",
                "--offload: pytorch offloads none, params, not optimizer");
+  // A runtime without sequence parallelism (DeepSpeed's AutoTP): --tp alone plans tp without it, not an error.
+  const auto autotp = run_cli("--model 8b --nodes 1 --runtime deepspeed --tp 2 --no-out");
+  CHECK(autotp.code == 0);
+  CHECK(autotp.out.find("tp=2 pp=1") != std::string::npos);
+  expect_error("--model 8b --nodes 1 --runtime deepspeed --tp 2 --sequence-parallel true",
+               "--sequence-parallel: deepspeed does not run sequence parallelism");
   expect_error("--model 8b --nodes 1 --runtime nanotron --act-ckpt selective",
                "--act-ckpt: nanotron checkpoints none, full, not selective");
   // An impossible pin: DDP of a 70B model on 8 GPUs cannot fit: no plan, exit 1 with the reason.

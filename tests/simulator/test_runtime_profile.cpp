@@ -369,6 +369,22 @@ TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read,
   CHECK(offload->reason.find("pytorch offloads none, params, not optimizer") == 0);
   s.offload = Offload::Params;
   CHECK_FALSE(first_violation(s, g.spec(), w, pytorch));
+  // DeepSpeed's AutoTP: tensor parallelism without sequence parallelism, beside ZeRO-1/2 only, and no pipeline.
+  const RuntimeSupport deepspeed = runtime("deepspeed").support;
+  CHECK_FALSE(deepspeed.sequence_parallel);
+  CHECK_FALSE(deepspeed.pipeline_parallel);
+  CHECK(deepspeed.tensor_parallel);
+  CHECK(runtime("transformers-deepspeed").support.tp_with_zero3 == false);
+  Strategy autotp;
+  autotp.kind = StrategyKind::Zero2;
+  autotp.mesh.tp = 2;
+  autotp.mesh.sequence_parallel = false;
+  CHECK_FALSE(first_violation(autotp, g.spec(), w, deepspeed));
+  autotp.kind = StrategyKind::Zero3;
+  const auto zero3_tp = first_violation(autotp, g.spec(), w, deepspeed);
+  REQUIRE(zero3_tp);
+  CHECK(zero3_tp->flag == "--tp");
+  CHECK(zero3_tp->reason.find("ZeRO stages 1 and 2, not zero3") != std::string::npos);
   s.act_ckpt = ActCkpt::Selective;
   const auto ckpt_refused = first_violation(s, g.spec(), w, pytorch);
   REQUIRE(ckpt_refused);
