@@ -46,6 +46,30 @@ void Emitter::emit_sharded() {
     std::vector<int> gather_op(static_cast<size_t>(n), -1);
     std::vector<bool> gathered(static_cast<size_t>(n), false);
     std::vector<bool> regathered(static_cast<size_t>(n), false);  // gathered again for backward
+    // A gather's op, pushed: its index. The prefetch window: a gather is issued from the pre-forward (pre-backward)
+    // hook, so it cannot start before the compute issued just before it has run; this bounds gathers in flight as
+    // FSDP's rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the current unit's
+    // pre-forward/pre-backward hook).
+    auto issue_gather = [&](const UnitGather& ug) {
+      Op op = dp_param_gather_op(dp, ug);
+      for (size_t k = prog.ops.size(); k-- > 0;)
+        if (prog.ops[k].stream == Stream::Compute && prog.ops[k].kind != OpKind::Reshard) {
+          op.deps.push_back(static_cast<int>(k));
+          break;
+        }
+      return push(op);
+    };
+    // A memory-only op on the compute stream: `bytes` of unit `ui`'s gathered parameters allocated (or, negative,
+    // released) without a collective.
+    auto params_event = [&](int ui, Phase phase, double bytes) {
+      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
+      op.kind = OpKind::Reshard;
+      op.stream = Stream::Compute;
+      op.unit = ui;
+      op.micro_batch = mbi;
+      op.phase = phase;
+      op.on_issue.push_back({MemoryCategory::UnshardedParams, bytes});
+    };
     auto gather = [&](int ui, bool backward) {
       // A unit the schedule left resident since an earlier pass (kept_regathered_in_backward): its parameters are
       // in the walk already, from this micro-batch's forward; the gather moves them again.
@@ -60,29 +84,13 @@ void Emitter::emit_sharded() {
       ug.wire_bytes = gathered_wire_bytes(ui);
       ug.host_shard_bytes = offload_params ? shard_bytes(ui, mb) : 0.0;
       ug.params_resident = resident;
-      Op op = dp_param_gather_op(dp, ug);
-      // The prefetch window: a gather is issued from the pre-forward (pre-backward) hook, so it cannot
-      // start before the compute issued just before it has run; this bounds gathers in flight as FSDP's
-      // rate limiter does (FSDP1 limit_all_gathers; FSDP2 issues the next unit's all-gather in the
-      // current unit's pre-forward/pre-backward hook).
-      for (size_t k = prog.ops.size(); k-- > 0;)
-        if (prog.ops[k].stream == Stream::Compute && prog.ops[k].kind != OpKind::Reshard) {
-          op.deps.push_back(static_cast<int>(k));
-          break;
-        }
       gathered[static_cast<size_t>(ui)] = true;
-      gather_op[static_cast<size_t>(ui)] = push(op);
+      gather_op[static_cast<size_t>(ui)] = issue_gather(ug);
     };
     // A memory-only op on the compute stream: the unit's gathered parameters released (its reshard) or, for a unit
     // the schedule left gathered since an earlier pass, counted as resident without a gather (resident, below).
     auto set_resident = [&](int ui, bool on, Phase phase) {
-      Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
-      op.kind = OpKind::Reshard;
-      op.stream = Stream::Compute;
-      op.unit = ui;
-      op.micro_batch = mbi;
-      op.phase = phase;
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, on ? gathered_bytes(ui) : -gathered_bytes(ui)});
+      params_event(ui, phase, on ? gathered_bytes(ui) : -gathered_bytes(ui));
       gathered[static_cast<size_t>(ui)] = on;
       if (on) gather_op[static_cast<size_t>(ui)] = static_cast<int>(prog.ops.size()) - 1;
     };
@@ -92,15 +100,7 @@ void Emitter::emit_sharded() {
     // backward runs; the root's post-backward then frees it with the rest of the root.
     const double embed_bytes = padded(embed_released) * pb;
     int embed_gather = -1;
-    auto release_embedding = [&]() {
-      Op& op = prog.ops.emplace_back();
-      op.kind = OpKind::Reshard;
-      op.stream = Stream::Compute;
-      op.unit = 0;
-      op.micro_batch = mbi;
-      op.phase = Phase::Free;
-      op.on_issue.push_back({MemoryCategory::UnshardedParams, -embed_bytes});
-    };
+    auto release_embedding = [&]() { params_event(0, Phase::Free, -embed_bytes); };
     auto gather_embedding = [&]() {
       if (embed_gather >= 0) return;
       UnitGather ug;
@@ -111,13 +111,7 @@ void Emitter::emit_sharded() {
       ug.gathered_bytes = embed_bytes;
       ug.wire_bytes = wire_bytes(padded(embed_released), pb, GroupKind::Shard);
       ug.host_shard_bytes = offload_params ? shard(embed_released) * mb : 0.0;
-      Op op = dp_param_gather_op(dp, ug);
-      for (size_t k = prog.ops.size(); k-- > 0;)
-        if (prog.ops[k].stream == Stream::Compute && prog.ops[k].kind != OpKind::Reshard) {
-          op.deps.push_back(static_cast<int>(k));
-          break;
-        }
-      embed_gather = push(op);
+      embed_gather = issue_gather(ug);
     };
     auto keep_after_forward = [&](int ui) {
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
