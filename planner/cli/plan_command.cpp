@@ -296,6 +296,7 @@ int run_plan(const std::vector<std::string>& argv) {
     if (!args.has("--strategy")) support.strategies.clear();
     if (!args.has("--offload")) support.offloads.clear();
     if (!args.has("--act-ckpt")) support.ckpt_policies.clear();
+    if (!args.has("--wrap")) support.wraps.clear();
     validate_strategy(check, model, on, support);
     if (world_known && req.pins.hsdp_group && on.world_size() % *req.pins.hsdp_group != 0)
       throw InputError("--hsdp-group: " + std::to_string(*req.pins.hsdp_group) + " does not divide the world size " +

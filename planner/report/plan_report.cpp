@@ -119,11 +119,12 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     << "; objective " << ctx.objective << "\n";
   // What the runtime runs, where its profile restricts it (section `runs`): the search tries nothing else.
   const RuntimeSupport& sup = ctx.runtime->support;
-  if (!sup.strategies.empty() || !sup.offloads.empty() || !sup.ckpt_policies.empty())
+  if (!sup.strategies.empty() || !sup.offloads.empty() || !sup.ckpt_policies.empty() || !sup.wraps.empty())
     o << dim << "runtime " << ctx.runtime->name << " runs "
       << (sup.strategies.empty() ? std::string("every strategy") : sup.strategies_text()) << "; offload "
       << (sup.offloads.empty() ? std::string("none, optimizer, params") : sup.offloads_text()) << "; checkpointing "
-      << (sup.ckpt_policies.empty() ? std::string("every policy") : sup.ckpt_policies_text())
+      << (sup.ckpt_policies.empty() ? std::string("every policy") : sup.ckpt_policies_text()) << "; wrap "
+      << (sup.wraps.empty() ? std::string("layer, every, size, model") : sup.wraps_text())
       << " (configs/runtimes, section runs: nothing else is searched)" << reset << "\n";
   // The links between nodes and the clock the profile prices, where they matter (docs/hardware.md).
   if (!ctx.hardware->device_is_host() && ctx.cluster.nodes > 1)

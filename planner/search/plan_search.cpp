@@ -163,6 +163,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
     for (int64_t k : {2, 4})
       if (k < m.num_layers) wraps.push_back(WrapPolicy{WrapKind::EveryK, k, 0});
     wraps.push_back(WrapPolicy{WrapKind::Model, 1, 0});
+    // Those the runtime builds (its profile's runs.wrap): torchtitan and DeepSpeed one decoder layer a unit.
+    std::erase_if(wraps, [&](const WrapPolicy& w) { return !runtime_support.runs(w.kind); });
   }
   // Checkpointing policies searched: none, ours (selective: the attention core) and full; torchtitan's every:N and
   // per-op policy (selective-op) only when pinned (--act-ckpt every:2, selective-op). Searching every:2 and

@@ -312,6 +312,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     read_list("act_ckpt", r.support.ckpt_policies, parse_ckpt_policy,
               "a checkpointing policy (none, full, selective, selective-op, every, fraction)");
     if (!r.support.runs(CkptPolicy::None)) runs.fail("act_ckpt", "must include none");
+    read_list("wrap", r.support.wraps, parse_wrap_family, "a wrap family (layer, every, size, model)");
+    if (!r.support.runs(WrapKind::Layer)) runs.fail("wrap", "must include layer");
     runs.finish();
   }
   r.support.runtime_name = r.name;

@@ -282,20 +282,20 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          const std::string who = c.rt.runtime_name;
          if (c.tp() > 1 && !c.rt.tensor_parallel)
-           return broken(R::RuntimeMesh, "--tp", who + " does not run tensor parallelism yet; use --tp 1");
+           return broken(R::RuntimeMesh, "--tp", who + " does not run tensor parallelism; use --tp 1");
          if (c.tp() > 1 && c.s.mesh.sequence_parallel && !c.rt.sequence_parallel)
            return broken(R::RuntimeMesh, "--sequence-parallel",
-                         who + " does not run sequence parallelism yet; use --sequence-parallel false");
+                         who + " does not run sequence parallelism; use --sequence-parallel false");
          if (c.tp() > 1 && c.s.mesh.async_tp && !c.rt.async_tp)
-           return broken(R::RuntimeMesh, "--async-tp", who + " does not run async tensor parallelism yet");
+           return broken(R::RuntimeMesh, "--async-tp", who + " does not run async tensor parallelism");
          if (c.tp() > 1 && c.s.kind == StrategyKind::Zero3 && !c.rt.tp_with_zero3)
            return broken(
                R::RuntimeMesh, "--tp",
                who + " runs tensor parallelism with ZeRO stages 1 and 2, not zero3; use --tp 1 or zero1/zero2");
          if (c.pp() > 1 && !c.rt.pipeline_parallel)
-           return broken(R::RuntimeMesh, "--pp", who + " does not run pipeline parallelism yet; use --pp 1");
+           return broken(R::RuntimeMesh, "--pp", who + " does not run pipeline parallelism; use --pp 1");
          if (c.pp() > 1 && c.s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B && !c.rt.interleaved_pipeline)
-           return broken(R::RuntimeMesh, "--pp-schedule", who + " does not run interleaved-1f1b yet");
+           return broken(R::RuntimeMesh, "--pp-schedule", who + " does not run interleaved-1f1b");
          return std::nullopt;
        }},
       {R::Float8Runtime, "float8 where the runtime does not run it",
@@ -341,7 +341,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          "float8 tp runs with it); use --sequence-parallel true or --float8 none");
          return std::nullopt;
        }},
-      {R::RuntimeStrategy, "the runtime does not run this strategy or offload",
+      {R::RuntimeStrategy, "the runtime does not run this strategy, offload, checkpointing or wrap",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (!c.rt.runs(c.s.kind))
            return broken(R::RuntimeStrategy, "--strategy",
@@ -355,6 +355,10 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
            return broken(R::RuntimeStrategy, "--offload",
                          c.rt.runtime_name + " offloads " + c.rt.offloads_text() + ", not " + to_string(c.s.offload) +
                              " (its runtime profile's runs.offload)");
+         if (shards_params(c.s.kind) && !c.rt.runs(c.s.wrap.kind))
+           return broken(R::RuntimeStrategy, "--wrap",
+                         c.rt.runtime_name + " wraps " + c.rt.wraps_text() + ", not " + to_string(c.s.wrap) +
+                             " (its runtime profile's runs.wrap)");
          return std::nullopt;
        }},
   }};
@@ -376,12 +380,18 @@ template <typename T>
 bool listed_or_all(const std::vector<T>& values, T v) {
   return values.empty() || std::find(values.begin(), values.end(), v) != values.end();
 }
-template <typename T>
-std::string listed(const std::vector<T>& values) {
+template <typename T, typename Name>
+std::string listed(const std::vector<T>& values, Name name) {
   std::string t;
-  for (const T& v : values) t += (t.empty() ? "" : ", ") + std::string(to_string(v));
+  for (const T& v : values) t += (t.empty() ? "" : ", ") + std::string(name(v));
   return t;
 }
+template <typename T>
+std::string listed(const std::vector<T>& values) {
+  return listed(values, [](T v) { return to_string(v); });
+}
+constexpr std::array<std::pair<WrapKind, const char*>, 4> kWrapFamilies{
+    {{WrapKind::Layer, "layer"}, {WrapKind::EveryK, "every"}, {WrapKind::Size, "size"}, {WrapKind::Model, "model"}}};
 constexpr std::array<std::pair<CkptPolicy, const char*>, 6> kCkptPolicies{{{CkptPolicy::None, "none"},
                                                                            {CkptPolicy::Full, "full"},
                                                                            {CkptPolicy::Selective, "selective"},
@@ -398,6 +408,21 @@ const char* to_string(CkptPolicy p) {
 
 bool parse_ckpt_policy(const std::string& text, CkptPolicy& out) {
   for (const auto& [v, name] : kCkptPolicies)
+    if (text == name) {
+      out = v;
+      return true;
+    }
+  return false;
+}
+
+const char* wrap_family_name(WrapKind w) {
+  for (const auto& [v, name] : kWrapFamilies)
+    if (v == w) return name;
+  return "?";
+}
+
+bool parse_wrap_family(const std::string& text, WrapKind& out) {
+  for (const auto& [v, name] : kWrapFamilies)
     if (text == name) {
       out = v;
       return true;
@@ -423,9 +448,11 @@ CkptPolicy policy_of(const Strategy& s) {
 bool RuntimeSupport::runs(StrategyKind k) const { return listed_or_all(strategies, k); }
 bool RuntimeSupport::runs(Offload o) const { return listed_or_all(offloads, o); }
 bool RuntimeSupport::runs(CkptPolicy p) const { return listed_or_all(ckpt_policies, p); }
+bool RuntimeSupport::runs(WrapKind w) const { return listed_or_all(wraps, w); }
 std::string RuntimeSupport::strategies_text() const { return listed(strategies); }
 std::string RuntimeSupport::offloads_text() const { return listed(offloads); }
 std::string RuntimeSupport::ckpt_policies_text() const { return listed(ckpt_policies); }
+std::string RuntimeSupport::wraps_text() const { return listed(wraps, wrap_family_name); }
 
 bool tp_replicates_kv_heads(const ModelSpec& m, int64_t tp) { return tp > m.num_kv_heads && m.num_kv_heads > 0; }
 

@@ -43,7 +43,7 @@ enum class CapabilityRule : uint8_t {
   Float8Runtime,              // float8 linears (or their float8 all-gather) where the runtime does not run them
   Float8AllGather,            // the float8 all-gather needs tensorwise float8 and FSDP's sharded parameters
   Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tp without SP)
-  RuntimeStrategy,            // a data-parallel strategy or offload mode the runtime does not run (RuntimeSupport)
+  RuntimeStrategy,            // a strategy, offload, checkpointing or wrap the runtime does not run (RuntimeSupport)
   kCount
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"
@@ -55,6 +55,10 @@ enum class CkptPolicy : uint8_t { None, Full, Selective, SelectiveOp, Every, Fra
 const char* to_string(CkptPolicy);
 bool parse_ckpt_policy(const std::string&, CkptPolicy&);
 CkptPolicy policy_of(const Strategy&);
+// A wrap policy's family, as a runtime builds its units or not: layer (one decoder layer a unit), every (N layers a
+// unit), size (units closed at a parameter count: FSDP1's size_based_auto_wrap_policy), model (the root alone).
+const char* wrap_family_name(WrapKind);
+bool parse_wrap_family(const std::string&, WrapKind&);
 
 // What a runtime can execute; the simulator prices everything (the flags below set, but for one). A runtime profile
 // clears the flags of what its runtime does not run (configs/runtimes/*.yaml section `mesh`, runtime_profile.hpp),
@@ -105,13 +109,19 @@ struct RuntimeSupport {
   // checkpoint every decoder layer or none; the attention-core policy (`selective`, Megatron-LM's selective
   // recompute) is fsdp-run's.
   std::vector<CkptPolicy> ckpt_policies;
+  // And the sharding units it builds, by family (WrapKind; empty: all). torchtitan's apply_fsdp and DeepSpeed's
+  // per-module ZeRO-3 fetch make one decoder layer a unit; FSDP2 takes any group of blocks (fully_shard of a module
+  // list) but has no size-based auto wrap, FSDP1 the reverse. Applies to the strategies that shard parameters.
+  std::vector<WrapKind> wraps;
   bool runs(StrategyKind k) const;
   bool runs(Offload o) const;
   bool runs(CkptPolicy p) const;
+  bool runs(WrapKind w) const;
   // "ddp, zero1": the lists as written (empty where the runtime runs them all).
   std::string strategies_text() const;
   std::string offloads_text() const;
   std::string ckpt_policies_text() const;
+  std::string wraps_text() const;
   std::string runtime_name = "the simulator";
 };
 

@@ -90,7 +90,7 @@ TEST_CASE("mesh refusals: the capability table's first violation, one message na
   s.mesh.sequence_parallel = false;
   CHECK(refused(3).empty());
   s.mesh.async_tp = true;
-  CHECK(refused(3) == "strategy.async_tp: fsdp-run does not run async tensor parallelism yet");
+  CHECK(refused(3) == "strategy.async_tp: fsdp-run does not run async tensor parallelism");
   s.mesh = MeshSpec{};
   s.mesh.pp = 4;
   CHECK(refused(4) ==
@@ -101,7 +101,7 @@ TEST_CASE("mesh refusals: the capability table's first violation, one message na
   s.mesh.pp_virtual_stages = 2;
   s.grad_accum = 2;
   m.num_layers = 4;  // 2 stages x 2 virtual stages: one layer each
-  CHECK(refused(2) == "strategy.pp_schedule: fsdp-run does not run interleaved-1f1b yet");
+  CHECK(refused(2) == "strategy.pp_schedule: fsdp-run does not run interleaved-1f1b");
   m.num_layers = 3;
   s.mesh.pp_virtual_stages = 1;
   CHECK(refused(2).find("strategy.pp_virtual_stages: interleaved-1f1b") == 0);

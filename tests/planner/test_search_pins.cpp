@@ -127,12 +127,14 @@ TEST_CASE("pins: every evaluated candidate has the pinned values, and the pinned
   }
 }
 
-TEST_CASE("a runtime's runs section: the search evaluates only the strategies and offload modes it runs") {
+TEST_CASE(
+    "a runtime's runs section: the search evaluates only the strategies, offload, checkpointing and wraps it runs") {
   // 70B on one A100 node needs offload; under PyTorch (FSDP2: CPUOffloadPolicy only) no plan offloads the optimizer
   // alone and none is ZeRO-1/2 or no-shard; under nanotron only DDP and ZeRO-1, never offloaded (Pythia 1B on one
-  // node).
+  // node); under torchtitan one decoder layer a unit (Llama 3 8B on two nodes).
   for (const auto& [model, nodes, runtime] :
-       {std::tuple{"llama3-70b", 1, "pytorch"}, std::tuple{"pythia-1b", 1, "nanotron"}}) {
+       {std::tuple{"llama3-70b", 1, "pytorch"}, std::tuple{"pythia-1b", 1, "nanotron"},
+        std::tuple{"llama3-8b", 2, "torchtitan"}}) {
     CAPTURE(runtime);
     auto setup = search_setup(model, "a100-80gb", nodes, runtime);
     const SearchResult r = search_plans(setup->req);
@@ -142,6 +144,7 @@ TEST_CASE("a runtime's runs section: the search evaluates only the strategies an
       CHECK(setup->rt.support.runs(c.strategy.kind));
       CHECK(setup->rt.support.runs(c.strategy.offload));
       CHECK(setup->rt.support.runs(policy_of(c.strategy)));
+      if (shards_params(c.strategy.kind)) CHECK(setup->rt.support.runs(c.strategy.wrap.kind));
     }
     // Nothing it does not run is counted as refused either: it is not in the space.
     for (const auto& [rule, rr] : r.rejected) CHECK(rule != to_string(CapabilityRule::RuntimeStrategy));

@@ -390,4 +390,30 @@ TEST_CASE("runs: the strategies and offload modes a runtime runs, strictly read,
   REQUIRE(ckpt_refused);
   CHECK(ckpt_refused->flag == "--act-ckpt");
   CHECK(ckpt_refused->reason.find("pytorch checkpoints none, full, selective-op, every, fraction, not selective") == 0);
+
+  // Wrap: torchtitan and DeepSpeed build one decoder layer a unit, FSDP2 no size-based units, FSDP1 no groups of
+  // layers; fsdp-run everything. The rule applies where parameters are sharded only.
+  const RuntimeSupport titan = runtime("torchtitan-2510").support;
+  CHECK(titan.wraps == std::vector<WrapKind>{WrapKind::Layer});
+  CHECK(runtime("transformers-deepspeed").support.wraps == std::vector<WrapKind>{WrapKind::Layer});
+  CHECK_FALSE(pytorch.runs(WrapKind::Size));
+  CHECK(pytorch.runs(WrapKind::EveryK));
+  CHECK(runtime("pytorch-fsdp1-compile").support.runs(WrapKind::Size));
+  CHECK_FALSE(runtime("pytorch-fsdp1").support.runs(WrapKind::EveryK));
+  for (WrapKind k : {WrapKind::Layer, WrapKind::EveryK, WrapKind::Size, WrapKind::Model})
+    CHECK(runtime("fsdp-run").support.runs(k));
+  Strategy grouped;
+  grouped.kind = StrategyKind::Fsdp;
+  REQUIRE(parse_wrap("every:2", grouped.wrap));
+  const auto wrap_refused = first_violation(grouped, g.spec(), w, titan);
+  REQUIRE(wrap_refused);
+  CHECK(wrap_refused->rule == CapabilityRule::RuntimeStrategy);
+  CHECK(wrap_refused->flag == "--wrap");
+  CHECK(wrap_refused->reason == "torchtitan-2510 wraps layer, not every:2 (its runtime profile's runs.wrap)");
+  CHECK_FALSE(first_violation(grouped, g.spec(), w, pytorch));
+  grouped.kind = StrategyKind::Ddp;  // no sharded parameters: no unit to build
+  CHECK_FALSE(first_violation(grouped, g.spec(), w, titan));
+  const std::string wrap = "wrap: [layer, every, model]";
+  CHECK(with(wrap, "wrap: [every, model]").find("must include layer") != std::string::npos);
+  CHECK(with(wrap, "wrap: [layer, block]").find("'block' is not a wrap family") != std::string::npos);
 }

@@ -459,7 +459,7 @@ TEST_CASE("tp and pp: the capability table refuses what cannot run, naming the f
   v = first_violation(s, m, MeshWorld{8, 8}, fsdp_run);
   REQUIRE(v);
   CHECK(v->rule == CapabilityRule::RuntimeMesh);
-  CHECK(v->reason == "fsdp-run does not run tensor parallelism yet; use --tp 1");
+  CHECK(v->reason == "fsdp-run does not run tensor parallelism; use --tp 1");
   // validate_strategy throws the first violation as an InputError naming the flag.
   s = plan(3);
   CHECK_THROWS_WITH_AS(validate_strategy(s, m, Cluster{1, 8}), "--tp: tp 3 x pp 1 = 3 does not divide the 8 GPUs",
@@ -518,7 +518,7 @@ TEST_CASE("capability table: the rules fsdp-run's profile adds, refused by the s
   s.mesh.async_tp = true;
   CHECK_NOTHROW(validate_strategy(s, m, c));
   CHECK_THROWS_WITH_AS(validate_strategy(s, m, c, rt.support),
-                       "--async-tp: fsdp-run does not run async tensor parallelism yet", InputError);
+                       "--async-tp: fsdp-run does not run async tensor parallelism", InputError);
   // Interleaved 1F1B.
   s = plan(1);
   s.mesh.pp = 2;
@@ -526,8 +526,8 @@ TEST_CASE("capability table: the rules fsdp-run's profile adds, refused by the s
   s.mesh.pp_virtual_stages = 2;
   s.grad_accum = 4;
   CHECK_NOTHROW(validate_strategy(s, m, c));
-  CHECK_THROWS_WITH_AS(validate_strategy(s, m, c, rt.support),
-                       "--pp-schedule: fsdp-run does not run interleaved-1f1b yet", InputError);
+  CHECK_THROWS_WITH_AS(validate_strategy(s, m, c, rt.support), "--pp-schedule: fsdp-run does not run interleaved-1f1b",
+                       InputError);
   // Tied embeddings over pipeline stages.
   ModelSpec tied = m;
   tied.tied_embeddings = true;
