@@ -141,7 +141,7 @@ Strategy language_model_strategy(const Strategy& s, const ModelSpec& m) {
   return out;
 }
 
-double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base) {
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base, VisionTraining vision) {
   const ModelSpec& m = g.spec();
   // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)
   // weight: 6 * (N - embedding) + 6 * head (tied: the embedding matrix acts as the head).
@@ -158,23 +158,33 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   }
   // A vision tower's parameters do their GEMM work on its own tokens (ModuleGraph::token_ratio: per sequence token,
   // vision tokens / seq for the blocks and embeddings, image tokens / seq for the projector); the held blocks
-  // (past the feature layer) none.
+  // (past the feature layer) none. A frozen part (Strategy::train_vision) runs its forward alone: 2 FLOPs a parameter
+  // and token, not 6 (its projector, trained beside a frozen tower, also needs no input gradient of its first linear:
+  // counted as 6 all the same, an overcount of under 0.1% of a 7B VLM's).
+  double forward_only = 0;
   for (ModuleId c : g.children(g.root())) {
     const ModuleNode& n = g.node(c);
     if (n.tokens_per_sample == 0 && n.runs) continue;
     const double p = static_cast<double>(g.params_under(c));
     dense -= p;
-    if (n.runs) dense += p * g.token_ratio(c, seq_len);
+    if (!n.runs) continue;
+    if (ModuleGraph::frozen(g.vision_part(c), vision)) {
+      forward_only += p * g.token_ratio(c, seq_len);
+    } else {
+      dense += p * g.token_ratio(c, seq_len);
+    }
   }
   // Each layer's score and value GEMMs, forward + backward (3x the forward): 6 s d_q for a causal global layer,
   // a sliding layer's band for a local one (seq_flops_per_token); a vision block's over its image, per
   // sequence token.
   double attention = 0;
-  for (ModuleId layer : g.layers())
+  for (ModuleId layer : g.layers()) {
+    const double passes = ModuleGraph::frozen(g.vision_part(layer), vision) ? 1.0 : 3.0;
     for (ModuleId leaf : g.leaves_under(layer))
-      attention += 3.0 * seq_flops_per_token(g.node(leaf), seq_len) * g.token_ratio(layer, seq_len);
+      attention += passes * seq_flops_per_token(g.node(leaf), seq_len) * g.token_ratio(layer, seq_len);
+  }
   // A frozen base (LoRA) needs no weight gradients: forward 2N + input gradients 2N.
-  return (frozen_base ? 4.0 : 6.0) * dense + attention;
+  return (frozen_base ? 4.0 : 6.0) * dense + 2.0 * forward_only + attention;
 }
 
 std::optional<SdpaResolution> resolve_sdpa(const ModuleGraph& g, const HardwareProfile& hw, const RuntimeProfile& rt,
@@ -400,7 +410,7 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
       p.time.step_s > 0 ? tokens_per_replica / static_cast<double>(s.mesh.model_parallel()) / p.time.step_s : 0.0;
   p.model_flops_per_token = in.model_flops_per_token > 0
                                 ? in.model_flops_per_token
-                                : model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full);
+                                : model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full, s.train_vision);
   // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
   double peak = in.hardware->rated_peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;

@@ -126,7 +126,9 @@ StepProgram emit_stage_program(const SimulationInput& in, int64_t stage);
 
 // Model FLOPs per token used for MFU: 6N (forward + backward GEMMs over all N parameters, Kaplan et al.
 // 2020 / PaLM arXiv 2204.02311 App. B) plus causal attention 6 * L * s * d_q (12 * L * s * d_q halved by
-// the causal mask), independent of recomputation; 4N instead of 6N for a frozen (LoRA) base.
-double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base = false);
+// the causal mask), independent of recomputation; 4N instead of 6N for a frozen (LoRA) base, 2N (and its
+// attention once) for a frozen vision tower or projector (`vision`, Strategy::train_vision).
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base = false,
+                             VisionTraining vision = VisionTraining::All);
 
 }  // namespace fsdp

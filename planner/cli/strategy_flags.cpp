@@ -37,7 +37,8 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--async-tp",
                                            "--pp",
                                            "--pp-schedule",
-                                           "--pp-virtual-stages"};
+                                           "--pp-virtual-stages",
+                                           "--train-vision"};
   return flags;
 }
 
@@ -136,6 +137,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   enum_flag(a, "--grad-sync", parse_grad_sync, s.grad_sync, "every-micro-batch, last-micro-batch");
   enum_flag(a, "--float8", parse_float8, s.float8, kFloat8Names);
   s.float8_all_gather = a.get_bool_or("--float8-all-gather", s.float8_all_gather);
+  enum_flag(a, "--train-vision", parse_vision_training, s.train_vision, kVisionTrainingNames);
   s.mesh.tp = positive(a, "--tp", s.mesh.tp);
   s.mesh.sequence_parallel = a.get_bool_or("--sequence-parallel", s.mesh.sequence_parallel);
   s.mesh.async_tp = a.get_bool_or("--async-tp", s.mesh.async_tp);

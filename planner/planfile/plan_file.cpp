@@ -67,6 +67,7 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
     s.float8 = enum_key(m, "float8", parse_float8, kFloat8Names);
     s.float8_all_gather = m.get_bool("float8_all_gather");
   }
+  if (version >= 5) s.train_vision = enum_key(m, "train_vision", parse_vision_training, kVisionTrainingNames);
   m.finish();
   return s;
 }
@@ -223,6 +224,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "pp_virtual_stages" << YAML::Value << s.mesh.pp_virtual_stages;
   out << YAML::Key << "float8" << YAML::Value << to_string(s.float8);
   out << YAML::Key << "float8_all_gather" << YAML::Value << s.float8_all_gather;
+  out << YAML::Key << "train_vision" << YAML::Value << to_string(s.train_vision);
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "optimizer" << YAML::Value << to_string(s.optimizer);

@@ -14,8 +14,9 @@ namespace fsdp {
 // Version 2 added strategy.grad_sync; a version-1 file reduces on every micro-batch, the only behaviour it could
 // describe. Version 3 added the mesh beyond data parallelism (strategy.tp, sequence_parallel, async_tp, pp,
 // pp_schedule, pp_virtual_stages); an older file is data parallel only. Version 4 added float8 linears
-// (strategy.float8, float8_all_gather); an older file trains its linears in the compute dtype.
-inline constexpr int kPlanSchemaVersion = 4;
+// (strategy.float8, float8_all_gather); an older file trains its linears in the compute dtype. Version 5 added
+// strategy.train_vision (a vision-language model's trained vision parts); an older file trains them all.
+inline constexpr int kPlanSchemaVersion = 5;
 
 struct TrainingHyperparams {
   double lr = 3e-4;

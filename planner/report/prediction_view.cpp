@@ -36,6 +36,7 @@ std::string one_line_strategy(const Strategy& s) {
   if (!s.mesh.is_data_parallel_only()) o << " " << mesh_text(s.mesh);
   if (s.float8 != Float8Recipe::None)
     o << " float8=" << to_string(s.float8) << (s.float8_all_gather ? "+all-gather" : "");
+  if (s.train_vision != VisionTraining::All) o << " train-vision=" << to_string(s.train_vision);
   return o.str();
 }
 
@@ -67,6 +68,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["pp_virtual_stages"] = s.mesh.pp_virtual_stages;
   j["float8"] = to_string(s.float8);
   j["float8_all_gather"] = s.float8_all_gather;
+  j["train_vision"] = to_string(s.train_vision);
   return j;
 }
 
@@ -185,6 +187,14 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
         << " ranks (its k and v projections computed on each, Megatron-LM's num_query_groups < tp)\n";
     else
       o << h.kv_per_rank << " a rank\n";
+  }
+  // What of a vision-language model's vision side trains (Strategy::train_vision), said either way: frameworks differ.
+  if (ctx.model->vision) {
+    static constexpr const char* kTrained[] = {"tower and projector trained", "projector trained, tower frozen",
+                                               "tower and projector frozen"};
+    o << bold << "vision   " << reset << kTrained[static_cast<int>(ctx.strategy.train_vision)] << " (--train-vision "
+      << to_string(ctx.strategy.train_vision)
+      << "; ms-swift's default freezes both: none, LLaVA's fine-tuning trains the projector: projector)\n";
   }
   // The attention kernel the step is priced with (sdpa: the one PyTorch's dispatch chooses, simulate.hpp).
   o << bold << "attention " << reset << (p.attention.empty() ? to_string(ctx.strategy.attention) : p.attention) << "\n";

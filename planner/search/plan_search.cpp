@@ -107,6 +107,9 @@ double step_compute_lower_bound(const StepProgram& p, const HardwareProfile& hw,
   f.attn_fwd_passes = 1;
   Op b = f;
   b.kind = OpKind::Backward;
+  // Frozen vision blocks run no backward (StepProgram::frozen_layers).
+  b.first_layer = std::max(b.first_layer, p.frozen_layers);
+  if (b.first_layer > b.last_layer) b.first_layer = b.last_layer = -1;
   b.gemm_passes = s.method == Method::Full ? 2.0 : 1.0;
   b.attn_fwd_passes = 0;
   b.attn_bwd_passes = 1;
@@ -352,8 +355,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   shape_support.strategies.clear();
   shape_support.offloads.clear();
   // The model's FLOPs per token (MFU) are the same for every plan: the language model's sequence and the method.
-  const double flops_per_token =
-      model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len, req.base.method != Method::Full);
+  const double flops_per_token = model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len,
+                                                       req.base.method != Method::Full, req.base.train_vision);
   auto refused_by = [&](const Strategy& s, const RuntimeSupport& by) {
     const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world, by);
     if (!v) return false;

@@ -786,6 +786,13 @@ double ModuleGraph::token_ratio(ModuleId id, int64_t seq) const {
   return t > 0 ? static_cast<double>(t) / static_cast<double>(seq) : 1.0;
 }
 
+ModuleGraph::VisionPart ModuleGraph::vision_part(ModuleId id) const {
+  const std::string& name = g_[id].name;
+  if (name.rfind("vision_tower.", 0) == 0) return VisionPart::Tower;
+  if (name.rfind("multi_modal_projector", 0) == 0) return VisionPart::Projector;
+  return VisionPart::None;
+}
+
 double ModuleGraph::forward_flops_per_token(ModuleId id, int64_t seq) const {
   double total = 0;
   for (ModuleId leaf : leaves_under(id)) {

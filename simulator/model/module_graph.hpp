@@ -178,6 +178,16 @@ class ModuleGraph {
   // The tokens module `id` runs on per token of the language model's sequence `seq`: a vision module's
   // tokens_per_sample / seq, else 1. Per-token fields times this are per sequence token.
   double token_ratio(ModuleId id, int64_t seq) const;
+  // Which part of a vision-language model a module of the root's (or one under it) belongs to: the vision tower (its
+  // embeddings, blocks and held blocks: vision_tower.*, vision_tower.cpp), the projector (multi_modal_projector.*),
+  // or the language model (None).
+  enum class VisionPart { None, Tower, Projector };
+  VisionPart vision_part(ModuleId id) const;
+  // Whether that part is frozen when a run trains `t` of the vision side (Strategy::train_vision).
+  static bool frozen(VisionPart part, VisionTraining t) {
+    return (part == VisionPart::Tower && t != VisionTraining::All) ||
+           (part == VisionPart::Projector && t == VisionTraining::None);
+  }
 
   int64_t total_params() const;
   int64_t params_under(ModuleId id) const;

@@ -59,14 +59,18 @@ void Emitter::emit_replicated() {
       // and again in backward (fsdp-run frees a checkpointed replica's cast after its forward and casts it again for
       // its backward: executor/shard/sharded_model.cpp).
       const double cast = casts ? replica_cast_elems(ui) * pb : 0.0;
-      const double recast = cast * cast_checkpointed_share(ui);
+      // autocast caches the casts of leaf tensors that require a gradient only (aten/src/ATen/autocast_mode.cpp
+      // cached_cast: arg.requires_grad()): a frozen unit's are freed after its forward.
+      const double recast = unit_trains(ui) ? cast * cast_checkpointed_share(ui) : cast;
       if (cast > 0) f.on_issue.push_back({MemoryCategory::UnshardedParams, cast});
       if (recast > 0) f.on_complete.push_back({MemoryCategory::UnshardedParams, -recast});
       push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
     }
     pp_turn(mbi);
+    // A unit of frozen vision blocks runs no backward (Strategy::train_vision).
     std::vector<int> order;
-    for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
+    for (int ui = n - 1; ui >= 1; --ui)
+      if (unit_trains(ui)) order.push_back(ui);
     order.push_back(0);
     for (int ui : order) {
       double p = train(ui);

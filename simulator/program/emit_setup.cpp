@@ -136,22 +136,51 @@ void Emitter::setup(EmitMemo* memo) {
   // Per-unit vectors, sized once (the search emits thousands of programs).
   for (std::vector<double>* v :
        {&train_p, &train_bpe, &frozen_p, &frozen_bpe, &unit_elementwise, &unit_elementwise_backward,
-        &unit_forward_transient, &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &recompute_bytes,
-        &recompute_flops, &recompute_attn_flops, &recompute_elementwise, &unit_float8_cast, &unit_float8_cast_backward})
+        &unit_forward_transient, &unit_backward_transient, &act_bytes, &fwd_flops, &attn_flops, &trained_fwd_flops,
+        &trained_attn_flops, &recompute_bytes, &recompute_flops, &recompute_attn_flops, &recompute_elementwise,
+        &unit_float8_cast, &unit_float8_cast_backward})
     v->reserve(prog.units.size());
+  // A vision-language model's frozen vision parts (Strategy::train_vision): the tower's blocks lead the layer stack
+  // (ModuleGraph::layers), its embeddings and the projector are the root's.
+  const bool vision_frozen = g.spec().vision && s.train_vision != VisionTraining::All;
+  if (vision_frozen) frozen_layers = g.first_decoder_layer();
+  prog.frozen_layers = frozen_layers;
+  auto frozen_root_part = [&](ModuleId c) {
+    return vision_frozen && ModuleGraph::frozen(g.vision_part(c), s.train_vision);
+  };
+  // Frozen parameters (a LoRA base, a frozen vision part) stored as master-dtype shards cast for each use, where the
+  // runtime keeps the model in the master dtype (RuntimeProfile::lora_base_in_master_dtype).
+  frozen_in_master = (s.method == Method::Lora || vision_frozen) && rt.lora_base_in_master_dtype;
   for (const auto& u : prog.units) {
     const double params = static_cast<double>(u.params);
     if (s.method == Method::Full) {
-      train_p.push_back(params);
+      double frozen = 0;
+      if (vision_frozen) {
+        const LayerCosts layers = costs_of(u);
+        for (int64_t i = 0; i < layers.count; ++i)
+          if (layer_frozen(layers.first + i)) frozen += layers[static_cast<size_t>(i)]->params;
+        // The root's frozen parts as it counts them (pipeline_parallel.cpp stage_units): the tower's embeddings and
+        // the projector where the stage holds them, the held blocks (past the feature layer, a stack that never
+        // runs) on the first stage; the stack of blocks that run is the layer units'.
+        if (u.is_root)
+          for (ModuleId c : g.children(g.root())) {
+            if (!frozen_root_part(c)) continue;
+            const ModuleNode& n = g.node(c);
+            const bool held =
+                n.kind == ModuleKind::LayerStack ? !n.runs && lay.first_stage() : stage_holds(g, c, lay.stage, tail());
+            if (held) frozen += static_cast<double>(g.params_under(c));
+          }
+      }
+      const double trained = params - frozen;
+      train_p.push_back(trained);
       double float8 = 0;
       if (s.float8_all_gather)
         for (const LayerCost* lc : costs_of(u)) float8 += lc->float8_params;
-      train_bpe.push_back(params > 0 ? ((params - float8) * pb + float8 * kFloat8ElementBytes) / params : pb);
-      frozen_p.push_back(0.0);
+      train_bpe.push_back(trained > 0 ? ((trained - float8) * pb + float8 * kFloat8ElementBytes) / trained : pb);
+      frozen_p.push_back(frozen);
       frozen_bpe.push_back(pb);
       continue;
     }
-    frozen_in_master = s.method == Method::Lora && rt.lora_base_in_master_dtype;
     double lora = 0, quantised = 0;
     for (const LayerCost* lc : costs_of(u)) {
       lora += lc->lora_params;
@@ -180,17 +209,27 @@ void Emitter::setup(EmitMemo* memo) {
       float8_weight_cast_bytes_per_element(s.float8, s.float8_all_gather, static_cast<double>(prog.layout.shard_size));
   for (const auto& u : prog.units) {
     double act = 0, mm = 0, at = 0, rec = 0, first_saved = 0, rec_all = 0, ew = 0, ft = 0, bt = 0;
-    double rec_mm = 0, rec_at = 0, rec_ew = 0, bew = 0, f8 = 0, f8_back = 0;
+    double rec_mm = 0, rec_at = 0, rec_ew = 0, bew = 0, f8 = 0, f8_back = 0, trained_mm = 0, trained_at = 0;
     bool first = true;
-    for (const LayerCost* lc : costs_of(u)) {
-      act += lc->saved_bytes;
-      rec_all += lc->saved_bytes_unckpt;
+    const LayerCosts layers = costs_of(u);
+    for (int64_t li = 0; li < layers.count; ++li) {
+      const LayerCost* lc = layers[static_cast<size_t>(li)];
       ew += tokens * lc->elementwise_bytes_per_token;
-      bew += tokens * lc->elementwise_backward_bytes_per_token;
       ft = std::max(ft, lc->forward_transient);
-      bt = std::max(bt, lc->backward_transient);
       mm += lc->matmul_flops_per_token;
       at += lc->attention_flops_per_token;
+      // A frozen vision block (Strategy::train_vision) runs its forward alone: it saves nothing, and its backward,
+      // recomputation and casts for a backward do not happen.
+      if (layer_frozen(layers.first + li)) {
+        f8 += tokens * lc->float8_cast_bytes_per_token + lc->float8_params * f8_weight.forward;
+        continue;
+      }
+      trained_mm += lc->matmul_flops_per_token;
+      trained_at += lc->attention_flops_per_token;
+      act += lc->saved_bytes;
+      rec_all += lc->saved_bytes_unckpt;
+      bew += tokens * lc->elementwise_backward_bytes_per_token;
+      bt = std::max(bt, lc->backward_transient);
       rec_mm += lc->recompute_matmul_flops_per_token;
       rec_at += recomputes_attention(lc->ckpt) ? lc->attention_flops_per_token : 0.0;
       rec_ew += recomputes_layer_forward(lc->ckpt) ? tokens * lc->elementwise_bytes_per_token : 0.0;
@@ -229,6 +268,10 @@ void Emitter::setup(EmitMemo* memo) {
         // The lookups' and the final norm's memory-bound kernels (program/root_module_costs.hpp).
         const RootModuleTraffic traffic = root_module_traffic(g, c, s, rt, q, r * tokens);
         ew += traffic.forward_bytes;
+        // A frozen vision part runs its forward alone (Strategy::train_vision).
+        if (frozen_root_part(c)) continue;
+        trained_mm += r * c_mm;
+        trained_at += r * c_at;
         bew += traffic.backward_bytes;
         // The head's logits are the Loss ops' business; its saved input (the final norm's output) is here.
         const double saved = r * tokens * g.saved_bytes_per_token(c, q, ActCkpt::None);
@@ -243,6 +286,8 @@ void Emitter::setup(EmitMemo* memo) {
     act_bytes.push_back(act);
     fwd_flops.push_back(mm * tokens);
     attn_flops.push_back(at * tokens);
+    trained_fwd_flops.push_back(trained_mm * tokens);
+    trained_attn_flops.push_back(trained_at * tokens);
     recompute_bytes.push_back(rec);
     recompute_flops.push_back(rec_mm * tokens);
     recompute_attn_flops.push_back(rec_at * tokens);

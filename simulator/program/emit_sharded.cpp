@@ -247,8 +247,10 @@ void Emitter::emit_sharded() {
     }
     pp_turn(mbi);
     // ---- backward (reverse unit order; the root's embedding backward comes last) ----
+    // A unit of frozen vision blocks runs no backward (Strategy::train_vision): no gather, no hook, no reduction.
     std::vector<int> order;
-    for (int ui = n - 1; ui >= 1; --ui) order.push_back(ui);
+    for (int ui = n - 1; ui >= 1; --ui)
+      if (unit_trains(ui)) order.push_back(ui);
     order.push_back(0);
     // Adapters outside the units: a frozen unit has no post-backward hook; its gathered base is freed at the
     // next unit's pre-backward (fsdp-run's ShardedModel::pre_backward), the last one's when the backward ends.
@@ -269,7 +271,9 @@ void Emitter::emit_sharded() {
       const double full = padded(train(ui));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-      const int64_t nl = u.num_layers();
+      // Its layers that run a backward: all but frozen vision blocks (first_trained_layer).
+      const int64_t first_trained = first_trained_layer(u);
+      const int64_t nl = u.num_layers() == 0 ? 0 : u.last_layer - first_trained + 1;
       // A unit of one layer: its backward op built in place (as fill_forward_op says); of several: a template of its
       // per-layer ops, pushed below.
       std::optional<Op> layered;
@@ -295,8 +299,10 @@ void Emitter::emit_sharded() {
           if (adapters_outside_units()) return 0.0;
           return s.method == Method::Full ? lc.params : lc.lora_params;
         };
+        auto layer_at = [&](int64_t l) -> const LayerCost& { return *layers[static_cast<size_t>(l - u.first_layer)]; };
         double trained = 0, mm_sum = 0, at_sum = 0, ew_sum = 0, saved_sum = 0;
-        for (const LayerCost* lc : layers) {
+        for (int64_t l = first_trained; l <= u.last_layer; ++l) {
+          const LayerCost* lc = &layer_at(l);
           trained += layer_train(*lc);
           mm_sum += backward_gemm_weight(*lc);
           at_sum += backward_attention_weight(*lc);
@@ -308,7 +314,7 @@ void Emitter::emit_sharded() {
         const double act_total = act_bytes[static_cast<size_t>(ui)] - (ui == 0 ? head_act : 0.0);
         double rematerialised = 0;  // of a unit-wide checkpoint region, by the layers already walked
         for (int64_t i = 0; i < nl; ++i) {
-          const LayerCost& lc = *layers[static_cast<size_t>(nl - 1 - i)];
+          const LayerCost& lc = layer_at(u.last_layer - i);
           Op part = b;
           part.matmul_flops *= share(backward_gemm_weight(lc), mm_sum);
           part.attention_flops *= share(backward_attention_weight(lc), at_sum);
@@ -394,6 +400,18 @@ void Emitter::emit_sharded() {
       if (prog.first_reduction_after_backward < 0)
         prog.first_reduction_after_backward = static_cast<int>(prog.ops.size());
       reduce_unit(post, ui, false);
+    }
+    // Units of frozen vision blocks kept after forward: resharded when the backward ends (FSDP2's root post-backward
+    // callback runs the post-backward of groups whose backward never ran, _fsdp_state.py
+    // _root_post_backward_final_callback), or held for the schedule's next pass like the others (keeps_gathered).
+    for (int ui = 1; ui < n; ++ui) {
+      if (unit_trains(ui) || !gathered[static_cast<size_t>(ui)]) continue;
+      held[static_cast<size_t>(ui)] = keeps_gathered && mbi < K - 1;
+      if (held[static_cast<size_t>(ui)]) {
+        gathered[static_cast<size_t>(ui)] = false;
+      } else {
+        reshard(ui);
+      }
     }
     // The last unit's replica all-reduce, issued when the end of the backward waits for its reduce-scatter.
     if (deferred_replica.kind == OpKind::AllReduce) {

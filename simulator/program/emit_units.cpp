@@ -31,11 +31,12 @@ void Emitter::fill_backward_op(Op& b, int ui, int mbi) {
   b.micro_batch = mbi;
   b.phase = Phase::Backward;
   const size_t i = static_cast<size_t>(ui);
-  // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus what its layers' modes recompute.
-  b.matmul_flops = fwd_flops[i] * 2.0 + recompute_flops[i];
-  b.layers = static_cast<double>(u.num_layers());
-  b.first_layer = u.first_layer;
+  // Backward = 2x forward GEMM FLOPs (input and weight gradients), plus what its layers' modes recompute; of the
+  // parts that train only (a frozen vision tower's blocks run no backward: first_trained_layer).
+  b.matmul_flops = trained_fwd_flops[i] * 2.0 + recompute_flops[i];
+  b.first_layer = first_trained_layer(u);
   b.last_layer = u.last_layer;
+  b.layers = b.first_layer < 0 ? 0.0 : static_cast<double>(b.last_layer - b.first_layer + 1);
   // A frozen base needs input gradients only: one GEMM per linear instead of two (LoRA's own GEMMs
   // are rank-r and negligible). The recomputed GEMMs and attention forward are priced layer by layer under
   // each layer's mode (timeline/op_cost.cpp, layer_ckpt).
@@ -44,7 +45,7 @@ void Emitter::fill_backward_op(Op& b, int ui, int mbi) {
   b.attn_bwd_passes = 1;
   // FlashAttention-2 backward is 2.5x its forward (arXiv 2307.08691 sec. 3.2: 5 vs 2 GEMMs); selective
   // and full checkpointing also recompute the attention forward.
-  b.attention_flops = attn_flops[i] * kAttentionBackwardRatio + recompute_attn_flops[i];
+  b.attention_flops = trained_attn_flops[i] * kAttentionBackwardRatio + recompute_attn_flops[i];
   b.transient_bytes = backward_transient(i);
   // Backward elementwise kernels read the saved inputs and the incoming gradient and write the
   // outgoing one: twice the forward traffic (LayerCost::elementwise_backward_bytes_per_token); plus a forward's

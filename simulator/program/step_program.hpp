@@ -169,6 +169,8 @@ struct StepProgram {
   std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
   int64_t attn_batch = 0, attn_seq = 0;
+  // Layers [0, frozen_layers) are frozen vision blocks (Strategy::train_vision): forward only, no backward op.
+  int64_t frozen_layers = 0;
   // The tensor-parallel collectives overlap the linears' own GEMMs (RuntimeProfile::tp_linear_async_overlap, with
   // sequence parallelism and without async TP): the timeline prices what stays exposed
   // (timeline/tp_linear_overlap.hpp).

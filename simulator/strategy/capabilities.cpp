@@ -361,6 +361,20 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              " (its runtime profile's runs.wrap)");
          return std::nullopt;
        }},
+      {R::TrainVision, "frozen vision parts without a vision tower or with LoRA",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.train_vision == VisionTraining::All) return std::nullopt;
+         if (!c.m.vision)
+           return broken(R::TrainVision, "--train-vision",
+                         std::string(to_string(c.s.train_vision)) + " applies to a vision-language model; " + c.m.name +
+                             " has no vision tower (use all)");
+         if (c.s.method != Method::Full)
+           return broken(R::TrainVision, "--train-vision",
+                         std::string(to_string(c.s.train_vision)) + " with " + to_string(c.s.method) +
+                             " is not modelled: the adapters' target modules decide what of the vision side trains "
+                             "(use all)");
+         return std::nullopt;
+       }},
   }};
   return table;
 }

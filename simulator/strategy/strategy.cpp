@@ -78,6 +78,11 @@ constexpr std::array<std::pair<GradSync, const char*>, 2> kGradSync{{
     {GradSync::EveryMicroBatch, "every-micro-batch"},
     {GradSync::LastMicroBatch, "last-micro-batch"},
 }};
+constexpr std::array<std::pair<VisionTraining, const char*>, 3> kVisionTraining{{
+    {VisionTraining::All, "all"},
+    {VisionTraining::Projector, "projector"},
+    {VisionTraining::None, "none"},
+}};
 constexpr std::array<std::pair<Float8Recipe, const char*>, 3> kFloat8{{
     {Float8Recipe::None, "none"},
     {Float8Recipe::Tensorwise, "tensorwise"},
@@ -100,6 +105,7 @@ const char* to_string(Method k) { return name_of(k, kMethod); }
 const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
 const char* to_string(GradSync k) { return name_of(k, kGradSync); }
 const char* to_string(Float8Recipe k) { return name_of(k, kFloat8); }
+const char* to_string(VisionTraining k) { return name_of(k, kVisionTraining); }
 
 std::string to_string(const WrapPolicy& w) {
   switch (w.kind) {
@@ -196,6 +202,7 @@ bool parse_method(const std::string& s, Method& o) { return value_of(s, o, kMeth
 bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s, o, kAttention); }
 bool parse_grad_sync(const std::string& s, GradSync& o) { return value_of(s, o, kGradSync); }
 bool parse_float8(const std::string& s, Float8Recipe& o) { return value_of(s, o, kFloat8); }
+bool parse_vision_training(const std::string& s, VisionTraining& o) { return value_of(s, o, kVisionTraining); }
 
 bool fsdp_family(StrategyKind k) {
   return k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp || k == StrategyKind::Hsdp;
@@ -263,7 +270,7 @@ std::string strategy_identity(const Strategy& s) {
          " sp=" + (s.mesh.sequence_parallel ? "1" : "0") + " async_tp=" + (s.mesh.async_tp ? "1" : "0") +
          " pp=" + std::to_string(s.mesh.pp) + " schedule=" + to_string(s.mesh.pp_schedule) +
          " v=" + std::to_string(s.mesh.pp_virtual_stages) + " float8=" + to_string(s.float8) +
-         " f8ag=" + (s.float8_all_gather ? "1" : "0");
+         " f8ag=" + (s.float8_all_gather ? "1" : "0") + " vision=" + to_string(s.train_vision);
 }
 
 }  // namespace fsdp

@@ -48,6 +48,13 @@ enum class GradSync { EveryMicroBatch, LastMicroBatch };
 // per tensor, the fastest), rowwise (one scale per row, more accurate, extra casting). Sources and formulas:
 // docs/hardware.md "Float8 linears".
 enum class Float8Recipe { None, Tensorwise, Rowwise };
+// What of a vision-language model's vision side trains, beside its language model (Method::Full): everything (the
+// tower and its projector), the projector alone (the tower frozen), or neither. ms-swift freezes both by default
+// (TunerArguments freeze_vit = True, freeze_aligner = True, swift/llm/argument/tuner_args.py); LLaVA's fine-tuning
+// stage trains the projector beside the language model with the tower frozen (Liu et al. 2023, arXiv 2304.08485
+// sec. 4.2). A frozen part keeps no gradient, no optimizer state, saves nothing for backward and runs no backward:
+// no gradient flows into it (its inputs, the pixels, need none).
+enum class VisionTraining { All, Projector, None };
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::Layer;
@@ -92,6 +99,7 @@ struct Strategy {
   // all-gather, which then moves and holds 1 byte per weight (torchao enable_fsdp_float8_all_gather, fsdp_utils.py
   // WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather / fsdp_post_all_gather).
   bool float8_all_gather = false;
+  VisionTraining train_vision = VisionTraining::All;  // a vision-language model's trained vision parts
   // Tensor and pipeline parallelism on the same mesh (strategy/mesh.hpp); kind then names the data-parallel
   // strategy over the dp = world / (tp x pp) ranks that hold the same model slice.
   MeshSpec mesh;
@@ -105,8 +113,9 @@ const char* to_string(DType);
 const char* to_string(Optimizer);
 const char* to_string(Method);
 const char* to_string(AttentionImpl);
-const char* to_string(GradSync);      // "every-micro-batch", "last-micro-batch"
-const char* to_string(Float8Recipe);  // "none", "tensorwise", "rowwise"
+const char* to_string(GradSync);        // "every-micro-batch", "last-micro-batch"
+const char* to_string(Float8Recipe);    // "none", "tensorwise", "rowwise"
+const char* to_string(VisionTraining);  // "all", "projector", "none"
 std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
@@ -133,7 +142,9 @@ bool parse_method(const std::string&, Method&);
 bool parse_attention(const std::string&, AttentionImpl&);
 bool parse_grad_sync(const std::string&, GradSync&);
 bool parse_float8(const std::string&, Float8Recipe&);
+bool parse_vision_training(const std::string&, VisionTraining&);
 inline constexpr const char* kFloat8Names = "none, tensorwise, rowwise";
+inline constexpr const char* kVisionTrainingNames = "all, projector, none";
 // Whether grad_sync last-micro-batch means something for this strategy: an FSDP-family kind without offload (DDP and
 // ZeRO-1 reduce on the last micro-batch anyway; DeepSpeed refuses no_sync with partitioned gradients; offload with
 // it is not modelled).

@@ -205,7 +205,7 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   CHECK(r.out.find("surprise") != std::string::npos);
   {
     std::string newer = text;
-    newer.replace(newer.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 99");
+    newer.replace(newer.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 99");
     std::ofstream o(d / "newer.yaml");
     o << newer;
   }

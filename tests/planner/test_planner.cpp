@@ -351,7 +351,20 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 9");
+  // Version 5 requires strategy.train_vision; a version-4 file has none and trains every vision part. The older
+  // files below are built from this one without it.
+  const std::string vision_key = "  train_vision: all\n";
+  REQUIRE(text.find(vision_key) != std::string::npos);
+  std::string v5_without_vision = text;
+  v5_without_vision.erase(text.find(vision_key), vision_key.size());
+  CHECK_THROWS_WITH_AS(parse_plan_text(v5_without_vision, "p.yaml"), doctest::Contains("strategy.train_vision"),
+                       InputError);
+  std::string v4 = v5_without_vision;
+  v4.replace(v4.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 4");
+  CHECK(parse_plan_text(v4, "p.yaml").strategy.train_vision == VisionTraining::All);
+  const std::string with_vision = text;
+  text = v5_without_vision;
   CHECK_THROWS_WITH_AS(parse_plan_text(newer, "p.yaml"), doctest::Contains("schema version 9"), InputError);
   // Version 2 requires strategy.grad_sync; a version-1 file has none and reduces on every micro-batch.
   std::string v1 = text;
@@ -361,7 +374,7 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(mesh_end != std::string::npos);
   const std::string v3_mesh = v1.substr(mesh_keys, mesh_end - mesh_keys);
   v1.erase(mesh_keys, mesh_end - mesh_keys);
-  v1.replace(v1.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 1");
+  v1.replace(v1.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 1");
   const size_t gs = v1.find("  grad_sync: every-micro-batch\n");
   REQUIRE(gs != std::string::npos);
   std::string v1_without = v1;
@@ -372,7 +385,7 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   // Version 3 requires the mesh keys; a version-2 file has none and is data parallel only.
   std::string v2 = text;
   v2.erase(v2.find(v3_mesh), v3_mesh.size());
-  v2.replace(v2.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 2");
+  v2.replace(v2.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 2");
   CHECK(parse_plan_text(v2, "p.yaml").strategy.mesh.is_data_parallel_only());
   std::string v3_without_tp = text;
   v3_without_tp.erase(text.find("  tp: 1\n"), std::string("  tp: 1\n").size());
@@ -383,13 +396,13 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   std::string v3 = text;
   v3.erase(v3.find(f8_keys), f8_keys.size());
   std::string v4_without_float8 = v3;
-  v3.replace(v3.find("fsdp_plan_version: 4"), 20, "fsdp_plan_version: 3");
+  v3.replace(v3.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 3");
   CHECK(parse_plan_text(v3, "p.yaml").strategy.float8 == Float8Recipe::None);
   CHECK_THROWS_WITH_AS(parse_plan_text(v4_without_float8, "p.yaml"), doctest::Contains("strategy.float8"), InputError);
   std::string v2_without = v2;
   v2_without.erase(v2.find("  grad_sync: every-micro-batch\n"), std::string("  grad_sync: every-micro-batch\n").size());
   CHECK_THROWS_WITH_AS(parse_plan_text(v2_without, "p.yaml"), doctest::Contains("grad_sync"), InputError);
-  CHECK_THROWS_WITH_AS(parse_plan_text(text + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
+  CHECK_THROWS_WITH_AS(parse_plan_text(with_vision + "extra: 1\n", "p.yaml"), doctest::Contains("unknown key 'extra'"),
                        InputError);
   // A plan written before the prediction recorded its optimizer phase (2026-11-30) loads, says so, and is written
   // again without the key (no invented value).
@@ -403,7 +416,7 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   const std::string again = write_plan_text(old);
   CHECK(again.find("optimizer_phase_s") == std::string::npos);
   CHECK_FALSE(parse_plan_text(again, "again.yaml").prediction->optimizer_phase_recorded);
-  CHECK(parse_plan_text(text, "p.yaml").prediction->optimizer_phase_recorded);
+  CHECK(parse_plan_text(with_vision, "p.yaml").prediction->optimizer_phase_recorded);
   std::remove(path.c_str());
 }
 
