@@ -148,6 +148,11 @@ const std::vector<Knob> kKnobs{
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
     {"float8", "--float8", false, always, float8_value, set_float8},
+    // A vision-language model's frozen vision parts (Strategy::train_vision): a target expresses them where its
+    // launch config names what trains; checked where a part is frozen (`all` is every model's).
+    {"train_vision", "--train-vision", false, [](const Strategy& s) { return s.train_vision != VisionTraining::All; },
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.train_vision)); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_vision_training(v, s.train_vision); }},
     // The mesh beyond data parallelism (strategy/mesh.hpp).
     {"tp", "--tp", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.tp); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.tp) && s.mesh.tp > 0; }},
@@ -224,6 +229,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"optimizer", {"adamw", "sgd"}},
       {"attention", {"flash", "sdpa", "eager"}},
       {"float8", {"none", "tensorwise", "tensorwise+all-gather", "rowwise"}},
+      {"train_vision", {"all", "projector", "none"}},
       {"tp", {"1", "2", "8"}},
       {"sequence_parallel", {"true", "false"}},
       {"async_tp", {"true", "false"}},

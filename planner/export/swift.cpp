@@ -47,11 +47,19 @@ class SwiftTarget final : public Target {
     d.emplace_back("attn_impl", s.attention == AttentionImpl::Flash   ? "flash_attn"
                                 : s.attention == AttentionImpl::Eager ? "eager"
                                                                       : "sdpa");
-    d.emplace_back("max_length", s.seq_len);
+    // ms-swift's max_length counts a sample's whole encoded sequence, its images' tokens too (the template expands
+    // each image into them): the language model's sequence (language_model_strategy).
+    d.emplace_back("max_length", s.seq_len + (plan.model.vision ? plan.model.vision->image_tokens : 0));
     d.emplace_back("packing", true);
     d.emplace_back("per_device_train_batch_size", s.micro_batch);
     d.emplace_back("gradient_accumulation_steps", s.grad_accum);
     d.emplace_back("gradient_checkpointing", s.act_ckpt == ActCkpt::Full);
+    // A vision-language model: what of its vision side trains, said either way (ms-swift freezes the tower and the
+    // aligner unless told: TunerArguments freeze_vit, freeze_aligner).
+    if (plan.model.vision) {
+      d.emplace_back("freeze_vit", s.train_vision != VisionTraining::All);
+      d.emplace_back("freeze_aligner", s.train_vision == VisionTraining::None);
+    }
     d.emplace_back("deepspeed", ds_config(s));
     d.emplace_back("optim", "adamw_torch");
     d.emplace_back("learning_rate", plan.training.lr);
@@ -63,6 +71,10 @@ class SwiftTarget final : public Target {
         "Set DATASET to your data set (a ModelScope / Hugging Face id or a path); --packing fills every "
         "sequence to max_length tokens, the plan's sequence.");
     r.notes.push_back("Run on every node with NODE_RANK set (0 on the node at MASTER_ADDR).");
+    if (plan.model.vision)
+      r.notes.push_back("The plan prices " + std::to_string(plan.model.vision->image_tokens) +
+                        " image tokens a sample (--image-tokens): keep your images to that many (for Qwen2-VL's "
+                        "dynamic resolution, --max_pixels caps an image at max_pixels / (28 x 28) tokens).");
     r.launch_command =
         "DATASET=\"${DATASET:?set DATASET to your data set}\" NNODES=" + std::to_string(plan.cluster.nodes) +
         " NODE_RANK=\"${NODE_RANK:-0}\" MASTER_ADDR=\"${MASTER_ADDR:-localhost}\" "
@@ -93,10 +105,14 @@ class SwiftTarget final : public Target {
     s.attention = attn == "flash_attn" ? AttentionImpl::Flash
                   : attn == "eager"    ? AttentionImpl::Eager
                                        : AttentionImpl::Sdpa;
-    s.seq_len = get("max_length").get<int64_t>();
+    s.seq_len = get("max_length").get<int64_t>();  // a vision-language model's: text and image tokens
     s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
     s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();
     s.act_ckpt = get("gradient_checkpointing").get<bool>() ? ActCkpt::Full : ActCkpt::None;
+    if (doc_has(d, "freeze_vit")) {
+      const bool vit = get("freeze_vit").get<bool>(), aligner = get("freeze_aligner").get<bool>();
+      s.train_vision = !vit ? VisionTraining::All : aligner ? VisionTraining::None : VisionTraining::Projector;
+    }
     return s;
   }
 };

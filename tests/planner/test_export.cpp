@@ -61,7 +61,7 @@ TEST_CASE("targets: every target and version loads strictly, cites commits and n
   for (const auto& t : targets) names.insert(t.target + " " + t.version);
   // The releases M14 asks for, each a file.
   for (const char* want : {"torchtitan v0.2.2", "torchtitan python-b5bcd76", "deepspeed v0.19", "accelerate v1.14",
-                           "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v4"})
+                           "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v5"})
     CHECK_MESSAGE(names.count(want), want);
   for (const auto& t : target_names(kRoot)) {
     CAPTURE(t);
@@ -642,4 +642,49 @@ TEST_CASE("export readers: a malformed or foreign file is an InputError naming i
       CHECK(msg.find(mention) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("export: ms-swift is told what of a vision-language model trains, and its whole sequence") {
+  // ms-swift freezes the vision tower and the aligner unless told (TunerArguments freeze_vit, freeze_aligner): the
+  // export writes both for every vision-language model, as the plan has them, and max_length counts the image tokens.
+  ModelSpec m = load_model("qwen2.5-vl-7b", kRoot);
+  m.vision->image_tokens = 1024;
+  const HardwareProfile hw = load_hardware("a100-80gb", kRoot);
+  const Cluster cluster{1, 8};
+  for (const char* version : {"v4.5", "v3.12"}) {
+    const TargetSpec spec = load_target_spec(kRoot, "swift", version);
+    for (VisionTraining t : {VisionTraining::All, VisionTraining::Projector, VisionTraining::None}) {
+      CAPTURE(version);
+      CAPTURE(to_string(t));
+      Strategy s;
+      s.kind = StrategyKind::Zero3;
+      s.param_dtype = s.reduce_dtype = DType::Bf16;
+      s.seq_len = 4096;
+      s.train_vision = t;
+      const PlanFile plan = plan_file_for(m, hw, cluster, spec.runtime, s);
+      const ExportResult ex = export_plan(plan, spec, kRoot);
+      const FlatDoc& args = ex.files.front().keys;
+      CHECK(doc_get(args, "freeze_vit", "swift_sft.sh").get<bool>() == (t != VisionTraining::All));
+      CHECK(doc_get(args, "freeze_aligner", "swift_sft.sh").get<bool>() == (t == VisionTraining::None));
+      CHECK(doc_get(args, "max_length", "swift_sft.sh").get<int64_t>() == 4096 + 1024);
+      CHECK(doc_get(args, "model", "swift_sft.sh").get<std::string>() == "Qwen/Qwen2.5-VL-7B-Instruct");
+      const std::string dir = tmp_dir(std::string("swift_vlm_") + version);
+      write_export(ex, spec, dir);
+      CHECK(import_export(dir, spec, plan.cluster).train_vision == t);
+      fs::remove_all(dir);
+    }
+  }
+  // A language model's export names no vision part; a target whose files name no frozen module refuses a frozen one.
+  const TargetSpec swift = load_target_spec(kRoot, "swift", "v4.5");
+  Strategy s;
+  s.kind = StrategyKind::Zero3;
+  s.param_dtype = s.reduce_dtype = DType::Bf16;
+  const PlanFile text_only = plan_file_for(load_model("qwen2-7b", kRoot), hw, cluster, swift.runtime, s);
+  CHECK_FALSE(doc_has(export_plan(text_only, swift, kRoot).files.front().keys, "freeze_vit"));
+  const TargetSpec deepspeed = load_target_spec(kRoot, "deepspeed", "v0.19");
+  s.train_vision = VisionTraining::None;
+  const std::vector<KnobViolation> refused = inexpressible(deepspeed, s, cluster);
+  REQUIRE(refused.size() == 1);
+  CHECK(refused.front().knob == "train_vision");
+  CHECK(refused.front().message().find("names no frozen module") != std::string::npos);
 }
