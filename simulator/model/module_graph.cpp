@@ -787,9 +787,8 @@ double ModuleGraph::token_ratio(ModuleId id, int64_t seq) const {
 }
 
 ModuleGraph::VisionPart ModuleGraph::vision_part(ModuleId id) const {
-  const std::string& name = g_[id].name;
-  if (name.rfind("vision_tower.", 0) == 0) return VisionPart::Tower;
-  if (name.rfind("multi_modal_projector", 0) == 0) return VisionPart::Projector;
+  if (in_vision_tower(g_[id])) return VisionPart::Tower;
+  if (g_[id].name.rfind("multi_modal_projector", 0) == 0) return VisionPart::Projector;
   return VisionPart::None;
 }
 
@@ -832,6 +831,7 @@ std::vector<std::pair<std::string, double>> ModuleGraph::saved_tensors(const std
   std::unordered_set<std::string> unread_inputs;
   std::vector<std::pair<std::string, double>> out;
   auto adapted = [&q](const ModuleNode& n) {
+    if (q.vision_unadapted && in_vision_tower(n)) return false;
     return n.lora_target && std::find(q.adapted.begin(), q.adapted.end(), n.short_name) != q.adapted.end();
   };
   // Under a frozen base, whether a module's output carries a gradient: an adapter's does, and so does whatever reads

@@ -153,7 +153,14 @@ struct ActivationQuery {
   bool frozen_base = false;
   std::vector<std::string> adapted;
   int64_t lora_rank = 0;
+  // The vision tower's linears get no adapter whatever their names (Strategy::train_vision none: PEFT's targets over
+  // the language model alone, ms-swift's all-linear with freeze_vit): the tower trains nothing and saves nothing.
+  bool vision_unadapted = false;
 };
+
+// Whether a module belongs to a vision-language model's vision tower (its embeddings, blocks or held blocks:
+// vision_tower.*, vision_tower.cpp), by its dotted name.
+inline bool in_vision_tower(const ModuleNode& n) { return n.name.rfind("vision_tower.", 0) == 0; }
 
 class ModuleGraph {
  public:

@@ -8,9 +8,9 @@ namespace fsdp {
 
 // A field added to the activation query, the LoRA spec or the mesh may be one the derivations read: it must join
 // CostKey (or be shown not read) before these sizes are updated.
-// The LoRA fields (frozen_base, adapted, lora_rank) are the strategy's method, target modules and rank, which CostKey
-// holds.
-static_assert(sizeof(ActivationQuery) == 56, "ActivationQuery changed: review EmitMemo::CostKey");
+// The LoRA fields (frozen_base, adapted, lora_rank, vision_unadapted) are the strategy's method, target modules, rank
+// and train_vision, which CostKey holds.
+static_assert(sizeof(ActivationQuery) == 64, "ActivationQuery changed: review EmitMemo::CostKey");
 static_assert(sizeof(LoraSpec) == 32, "LoraSpec changed: review EmitMemo::CostKey");
 static_assert(sizeof(MeshSpec) == 40, "MeshSpec changed: review EmitMemo::CostKey");
 
@@ -36,7 +36,8 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  s.ckpt_fraction,
                  s.mesh.tp,
                  s.mesh.sequence_parallel,
-                 s.float8};
+                 s.float8,
+                 s.train_vision};
 }
 
 void EmitMemo::bind(const ModuleGraph& g, const RuntimeProfile& rt) {

@@ -8,8 +8,8 @@
 //    class. They read (layer_costs.cpp layer_cost; tensor_parallel.cpp shard_layer_for_tp; strategy.cpp
 //    layer_ckpt) the graph, the runtime, the activation query, the micro-batch's tokens (micro_batch x seq_len), and
 //    of the strategy seq_len, micro_batch, param_dtype, method, lora (rank and target modules), act_ckpt,
-//    ckpt_every, ckpt_fraction, float8, and mesh.tp and mesh.sequence_parallel; CostKey holds all of them but the graph
-//    and runtime, which are bound once (the first emission's, asserted on every later one).
+//    ckpt_every, ckpt_fraction, float8, train_vision, and mesh.tp and mesh.sequence_parallel; CostKey holds all of them
+//    but the graph and runtime, which are bound once (the first emission's, asserted on every later one).
 // Exact: an entry is the value the derivation computes from its key's inputs, and a hit is an emission whose inputs
 // equal the key, so it computes the very same values (bit for bit) that the memo returns.
 #pragma once
@@ -33,7 +33,7 @@ class EmitMemo {
   // Every input of the layer-class derivation but the graph and runtime (above).
   using CostKey = std::tuple<DType, AttentionImpl, int64_t, bool, bool, bool, bool, bool, bool, bool,  // the query
                              int64_t, int64_t, DType, Method, int64_t, std::vector<std::string>, ActCkpt, int64_t,
-                             double, int64_t, bool, Float8Recipe>;
+                             double, int64_t, bool, Float8Recipe, VisionTraining>;
   static CostKey cost_key(const ActivationQuery& q, const Strategy& s);
 
   struct LayerClasses {

@@ -355,6 +355,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
     if (f8) c.float8_params += static_cast<double>(n.in_features * n.out_features);
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
+    // No adapter on a frozen vision tower (ActivationQuery::vision_unadapted).
+    if (in.query.vision_unadapted && in_vision_tower(n)) continue;
     for (const auto& t : s.lora.target_modules)
       if (t == n.short_name) c.lora_params += static_cast<double>(s.lora.rank * (n.in_features + n.out_features));
   }

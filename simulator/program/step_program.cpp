@@ -55,6 +55,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
     q.frozen_base = true;
     q.adapted = s.lora.target_modules;
     q.lora_rank = s.lora.rank;
+    q.vision_unadapted = s.train_vision == VisionTraining::None;
   }
   return q;
 }

@@ -361,18 +361,20 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              " (its runtime profile's runs.wrap)");
          return std::nullopt;
        }},
-      {R::TrainVision, "frozen vision parts without a vision tower or with LoRA",
+      {R::TrainVision, "frozen vision parts without a vision tower, or the projector alone with LoRA",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.s.train_vision == VisionTraining::All) return std::nullopt;
          if (!c.m.vision)
            return broken(R::TrainVision, "--train-vision",
                          std::string(to_string(c.s.train_vision)) + " applies to a vision-language model; " + c.m.name +
                              " has no vision tower (use all)");
-         if (c.s.method != Method::Full)
+         // Under LoRA the base is frozen: none leaves the tower without adapters (ActivationQuery::vision_unadapted);
+         // a projector trained whole beside adapted language-model linears is not modelled.
+         if (c.s.method != Method::Full && c.s.train_vision == VisionTraining::Projector)
            return broken(R::TrainVision, "--train-vision",
-                         std::string(to_string(c.s.train_vision)) + " with " + to_string(c.s.method) +
-                             " is not modelled: the adapters' target modules decide what of the vision side trains "
-                             "(use all)");
+                         std::string("projector with ") + to_string(c.s.method) +
+                             " is not modelled (a projector trained whole beside the adapters); use none (the tower "
+                             "and projector without adapters) or all");
          return std::nullopt;
        }},
   }};

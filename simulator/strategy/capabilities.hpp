@@ -44,7 +44,7 @@ enum class CapabilityRule : uint8_t {
   Float8AllGather,            // the float8 all-gather needs tensorwise float8 and FSDP's sharded parameters
   Float8ModelParts,           // float8 with parts it is not modelled for (MoE experts, LoRA, tp without SP)
   RuntimeStrategy,            // a strategy, offload, checkpointing or wrap the runtime does not run (RuntimeSupport)
-  TrainVision,                // frozen vision parts (Strategy::train_vision) need a vision tower and full fine-tuning
+  TrainVision,  // frozen vision parts (Strategy::train_vision) need a vision tower; LoRA takes all or none
   kCount
 };
 const char* to_string(CapabilityRule);  // a short summary: "tp does not divide the attention heads"

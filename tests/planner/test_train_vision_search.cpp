@@ -65,3 +65,17 @@ TEST_CASE("train-vision: the search keeps the pinned value, and its throughput b
     if (t != VisionTraining::All) CHECK(rate > rate_all);
   }
 }
+
+TEST_CASE("train-vision: LoRA with none searches under the bound too") {
+  auto setup = vlm_search(VisionTraining::None);
+  setup->req.base.method = Method::Lora;
+  setup->req.base.lora.rank = 16;
+  setup->req.base.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  setup->req.bound_pruning = true;
+  const SearchResult r = search_plans(setup->req);  // asserts every plan >= its bound
+  REQUIRE(!r.ranked.empty());
+  for (const Candidate& c : r.ranked) {
+    CHECK(c.strategy.train_vision == VisionTraining::None);
+    CHECK(c.strategy.method == Method::Lora);
+  }
+}

@@ -14,6 +14,7 @@
 
 #include "input_fixtures.hpp"
 #include "model/module_graph.hpp"
+#include "program/layer_costs.hpp"
 #include "program/step_program.hpp"
 #include "sim_fixtures.hpp"
 #include "simulate.hpp"
@@ -176,7 +177,7 @@ TEST_CASE("train-vision: MFU counts a frozen part's forward alone, and the step 
   }
 }
 
-TEST_CASE("train-vision: refused without a vision tower and with LoRA, by name") {
+TEST_CASE("train-vision: refused without a vision tower, and the projector alone with LoRA, by name") {
   const ModelSpec llama = fsdp::test::zoo("llama3-8b");
   Strategy s;
   s.train_vision = VisionTraining::None;
@@ -189,12 +190,55 @@ TEST_CASE("train-vision: refused without a vision tower and with LoRA, by name")
   s.lora.rank = 8;
   s.lora.target_modules = {"q_proj"};
   s.seq_len = 4096;
-  CHECK_THROWS_WITH_AS(validate_strategy(s, vlm, Cluster{1, 8}), doctest::Contains("--train-vision: none with lora"),
-                       InputError);
+  CHECK_NOTHROW(validate_strategy(s, vlm, Cluster{1, 8}));
+  s.train_vision = VisionTraining::Projector;
+  CHECK_THROWS_WITH_AS(validate_strategy(s, vlm, Cluster{1, 8}),
+                       doctest::Contains("--train-vision: projector with lora is not modelled"), InputError);
   s.method = Method::Full;
   CHECK_NOTHROW(validate_strategy(s, vlm, Cluster{1, 8}));
   Strategy parsed;
   CHECK(parse_vision_training("projector", parsed.train_vision));
   CHECK(parsed.train_vision == VisionTraining::Projector);
   CHECK_FALSE(parse_vision_training("frozen", parsed.train_vision));
+}
+
+TEST_CASE("train-vision: LoRA with none adapts the language model's linears alone") {
+  // PEFT's target_modules match module names: on Qwen2.5-VL, q_proj and v_proj name the language model's attention
+  // alone (its vision blocks fuse q, k and v into `qkv`), and ms-swift's all-linear leaves the tower out under
+  // freeze_vit. The graph names a vision block's linears as a decoder layer's, so `none` is what keeps their adapters
+  // out: rank 8 on q_proj (3584 -> 3584) and v_proj (3584 -> 4 kv heads x 128) of 28 layers.
+  const ModelSpec m = qwen25_vl();
+  const ModuleGraph g(m);
+  const RuntimeProfile rt = fsdp::test::runtime("pytorch");
+  auto adapters = [&](VisionTraining t) {
+    Strategy s = vlm_strategy(StrategyKind::Fsdp, t);
+    s.method = Method::Lora;
+    s.lora.rank = 8;
+    s.lora.target_modules = {"q_proj", "v_proj"};
+    const LayerCostInput in{&g, &s, &rt, activation_query(s, rt), 4096.0};
+    double total = 0;
+    for (ModuleId layer : g.layers()) total += layer_cost(in, layer).lora_params;
+    return total;
+  };
+  constexpr double kLanguageModel = 28.0 * 8 * ((3584 + 3584) + (3584 + 512));
+  CHECK(adapters(VisionTraining::None) == kLanguageModel);
+  // all: the 32 vision blocks' q_proj and v_proj (1280 -> 1280) adapted too, as before --train-vision.
+  CHECK(adapters(VisionTraining::All) == kLanguageModel + 32.0 * 8 * (2 * (1280 + 1280)));
+  // And none runs no vision backward under LoRA either: the step is shorter than all's.
+  const HardwareProfile hw = fsdp::test::hardware("h100-80gb");
+  double step[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    SimulationInput in;
+    in.graph = &g;
+    in.hardware = &hw;
+    in.runtime = &rt;
+    in.cluster = Cluster{1, 8};
+    in.strategy = vlm_strategy(StrategyKind::Fsdp, i == 0 ? VisionTraining::All : VisionTraining::None);
+    in.strategy.seq_len = 4096;
+    in.strategy.method = Method::Lora;
+    in.strategy.lora.rank = 8;
+    in.strategy.lora.target_modules = {"q_proj", "v_proj"};
+    step[i] = simulate(in).time.step_s;
+  }
+  CHECK(step[1] < step[0]);
 }
