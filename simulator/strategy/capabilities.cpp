@@ -414,37 +414,28 @@ constexpr std::array<std::pair<CkptPolicy, const char*>, 6> kCkptPolicies{{{Ckpt
                                                                            {CkptPolicy::SelectiveOp, "selective-op"},
                                                                            {CkptPolicy::Every, "every"},
                                                                            {CkptPolicy::Fraction, "fraction"}}};
+// A name table's lookups, both ways.
+template <typename T, size_t N>
+const char* name_in(const std::array<std::pair<T, const char*>, N>& table, T v) {
+  for (const auto& [value, name] : table)
+    if (value == v) return name;
+  return "?";
+}
+template <typename T, size_t N>
+bool value_in(const std::array<std::pair<T, const char*>, N>& table, const std::string& text, T& out) {
+  for (const auto& [value, name] : table)
+    if (text == name) {
+      out = value;
+      return true;
+    }
+  return false;
+}
 }  // namespace
 
-const char* to_string(CkptPolicy p) {
-  for (const auto& [v, name] : kCkptPolicies)
-    if (v == p) return name;
-  return "?";
-}
-
-bool parse_ckpt_policy(const std::string& text, CkptPolicy& out) {
-  for (const auto& [v, name] : kCkptPolicies)
-    if (text == name) {
-      out = v;
-      return true;
-    }
-  return false;
-}
-
-const char* wrap_family_name(WrapKind w) {
-  for (const auto& [v, name] : kWrapFamilies)
-    if (v == w) return name;
-  return "?";
-}
-
-bool parse_wrap_family(const std::string& text, WrapKind& out) {
-  for (const auto& [v, name] : kWrapFamilies)
-    if (text == name) {
-      out = v;
-      return true;
-    }
-  return false;
-}
+const char* to_string(CkptPolicy p) { return name_in(kCkptPolicies, p); }
+bool parse_ckpt_policy(const std::string& text, CkptPolicy& out) { return value_in(kCkptPolicies, text, out); }
+const char* wrap_family_name(WrapKind w) { return name_in(kWrapFamilies, w); }
+bool parse_wrap_family(const std::string& text, WrapKind& out) { return value_in(kWrapFamilies, text, out); }
 
 CkptPolicy policy_of(const Strategy& s) {
   switch (s.act_ckpt) {
