@@ -688,3 +688,24 @@ TEST_CASE("export: ms-swift is told what of a vision-language model trains, and 
   CHECK(refused.front().knob == "train_vision");
   CHECK(refused.front().message().find("names no frozen module") != std::string::npos);
 }
+
+TEST_CASE("export: every model ms-swift names plans and exports under its runtime, by its hub id") {
+  const HardwareProfile hw = load_hardware("a100-80gb", kRoot);
+  const Cluster cluster{2, 8};
+  const TargetSpec spec = load_target_spec(kRoot, "swift", "v4.5");
+  REQUIRE(spec.models.size() >= 20);
+  for (const auto& [name, ids] : spec.models) {
+    CAPTURE(name);
+    ModelSpec m = load_model(name, kRoot);
+    if (m.vision && m.vision->image_tokens == 0) m.vision->image_tokens = 1024;  // dynamic resolution
+    Strategy s;
+    s.kind = StrategyKind::Zero3;
+    s.param_dtype = s.reduce_dtype = DType::Bf16;
+    s.act_ckpt = ActCkpt::Full;
+    s.seq_len = 2048;
+    const PlanFile plan = plan_file_for(m, hw, cluster, spec.runtime, s);
+    CHECK_NOTHROW(simulate_plan(plan, kRoot));
+    const ExportResult ex = export_plan(plan, spec, kRoot);
+    CHECK(doc_get(ex.files.front().keys, "model", "swift_sft.sh").get<std::string>() == ids.at("hf_id"));
+  }
+}
