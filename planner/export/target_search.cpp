@@ -49,6 +49,18 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
   std::vector<std::string> notes;
   const Cluster c = req.cluster;
   Strategy& base = req.base;
+  // A vision-language model is planned with what the target trains of its vision side where --train-vision is not
+  // given: the rule's first value, the target's default (ms-swift freezes the tower and the aligner,
+  // TunerArguments freeze_vit and freeze_aligner; the others write no frozen module).
+  if (const KnobRule* r = plain_rule(spec, "train_vision");
+      r && !given("--train-vision") && req.graph != nullptr && req.graph->spec().vision && !r->values.empty()) {
+    VisionTraining t{};
+    if (parse_vision_training(r->values.front(), t) && t != base.train_vision) {
+      base.train_vision = t;
+      notes.push_back("train_vision " + r->values.front() + ", " + spec.target +
+                      "'s default (--train-vision sets another): " + r->why);
+    }
+  }
   // Knobs the search does not enumerate: the base strategy's value must be one the target runs.
   for (const Knob& k : knob_table()) {
     if (k.searched) continue;

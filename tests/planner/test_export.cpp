@@ -709,3 +709,28 @@ TEST_CASE("export: every model ms-swift names plans and exports under its runtim
     CHECK(doc_get(ex.files.front().keys, "model", "swift_sft.sh").get<std::string>() == ids.at("hf_id"));
   }
 }
+
+TEST_CASE("export: --target swift plans a vision-language model as ms-swift trains it unless told") {
+  // restrict_search sets the base strategy's train_vision to the target's default (its rule's first value) for a
+  // vision-language model when --train-vision is not given: ms-swift's none; a pinned value stays; a language model
+  // and a target without frozen modules keep all.
+  ModelSpec m = load_model("qwen2.5-vl-7b", kRoot);
+  m.vision->image_tokens = 1024;
+  const ModuleGraph vlm(m);
+  const ModuleGraph llm(load_model("qwen2-7b", kRoot));
+  auto planned = [&](const ModuleGraph& g, const std::string& target, const std::string& version, bool given) {
+    SearchRequest req;
+    req.graph = &g;
+    req.cluster = Cluster{1, 8};
+    req.base.train_vision = VisionTraining::All;
+    restrict_search(
+        load_target_spec(kRoot, target, version), [&](const std::string& f) { return given && f == "--train-vision"; },
+        req);
+    return req.base.train_vision;
+  };
+  CHECK(planned(vlm, "swift", "v4.5", false) == VisionTraining::None);
+  CHECK(planned(vlm, "swift", "v3.12", false) == VisionTraining::None);
+  CHECK(planned(vlm, "swift", "v4.5", true) == VisionTraining::All);
+  CHECK(planned(llm, "swift", "v4.5", false) == VisionTraining::All);
+  CHECK(planned(vlm, "deepspeed", "v0.19", false) == VisionTraining::All);
+}
