@@ -143,8 +143,7 @@ void Emitter::setup(EmitMemo* memo) {
   // A vision-language model's frozen vision parts (Strategy::train_vision): the tower's blocks lead the layer stack
   // (ModuleGraph::layers), its embeddings and the projector are the root's.
   const bool vision_frozen = g.spec().vision && s.train_vision != VisionTraining::All;
-  if (vision_frozen) frozen_layers = g.first_decoder_layer();
-  prog.frozen_layers = frozen_layers;
+  prog.frozen_layers = vision_frozen ? g.first_decoder_layer() : 0;
   auto frozen_root_part = [&](ModuleId c) {
     return vision_frozen && ModuleGraph::frozen(g.vision_part(c), s.train_vision);
   };
@@ -159,17 +158,11 @@ void Emitter::setup(EmitMemo* memo) {
         const LayerCosts layers = costs_of(u);
         for (int64_t i = 0; i < layers.count; ++i)
           if (layer_frozen(layers.first + i)) frozen += layers[static_cast<size_t>(i)]->params;
-        // The root's frozen parts as it counts them (pipeline_parallel.cpp stage_units): the tower's embeddings and
-        // the projector where the stage holds them, the held blocks (past the feature layer, a stack that never
-        // runs) on the first stage; the stack of blocks that run is the layer units'.
+        // The root's frozen parts, as the stage's root counts its parameters (stage_root_holds).
         if (u.is_root)
-          for (ModuleId c : g.children(g.root())) {
-            if (!frozen_root_part(c)) continue;
-            const ModuleNode& n = g.node(c);
-            const bool held =
-                n.kind == ModuleKind::LayerStack ? !n.runs && lay.first_stage() : stage_holds(g, c, lay.stage, tail());
-            if (held) frozen += static_cast<double>(g.params_under(c));
-          }
+          for (ModuleId c : g.children(g.root()))
+            if (frozen_root_part(c) && stage_root_holds(g, c, lay.stage, tail()))
+              frozen += static_cast<double>(g.params_under(c));
       }
       const double trained = params - frozen;
       train_p.push_back(trained);
@@ -218,12 +211,13 @@ void Emitter::setup(EmitMemo* memo) {
       ft = std::max(ft, lc->forward_transient);
       mm += lc->matmul_flops_per_token;
       at += lc->attention_flops_per_token;
+      // Float8 linears cast their activations and weights every micro-batch, again where the layer's forward
+      // reruns (float8_linears.hpp).
+      const double f8_fwd = tokens * lc->float8_cast_bytes_per_token + lc->float8_params * f8_weight.forward;
+      f8 += f8_fwd;
       // A frozen vision block (Strategy::train_vision) runs its forward alone: it saves nothing, and its backward,
       // recomputation and casts for a backward do not happen.
-      if (layer_frozen(layers.first + li)) {
-        f8 += tokens * lc->float8_cast_bytes_per_token + lc->float8_params * f8_weight.forward;
-        continue;
-      }
+      if (layer_frozen(layers.first + li)) continue;
       trained_mm += lc->matmul_flops_per_token;
       trained_at += lc->attention_flops_per_token;
       act += lc->saved_bytes;
@@ -233,10 +227,6 @@ void Emitter::setup(EmitMemo* memo) {
       rec_mm += lc->recompute_matmul_flops_per_token;
       rec_at += recomputes_attention(lc->ckpt) ? lc->attention_flops_per_token : 0.0;
       rec_ew += recomputes_layer_forward(lc->ckpt) ? tokens * lc->elementwise_bytes_per_token : 0.0;
-      // Float8 linears cast their activations and weights every micro-batch, again where the layer's forward
-      // reruns (float8_linears.hpp).
-      const double f8_fwd = tokens * lc->float8_cast_bytes_per_token + lc->float8_params * f8_weight.forward;
-      f8 += f8_fwd;
       f8_back += tokens * lc->float8_cast_backward_bytes_per_token + lc->float8_params * f8_weight.backward +
                  (recomputes_layer_forward(lc->ckpt) ? f8_fwd : 0.0);
       // A layer's region rematerialises its activations one layer at a time (the largest counts): under Full all

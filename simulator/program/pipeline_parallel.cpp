@@ -106,6 +106,12 @@ bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const Pip
   }
 }
 
+bool stage_root_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail) {
+  const ModuleNode& n = g.node(module);
+  if (n.kind == ModuleKind::LayerStack) return !n.runs && stage == 0;
+  return stage_holds(g, module, stage, tail);
+}
+
 std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUnit>& units, const StageLayers& layers,
                                   int64_t stage, const PipelineTail& tail) {
   std::vector<WrapUnit> out;
@@ -126,15 +132,8 @@ std::vector<WrapUnit> stage_units(const ModuleGraph& g, const std::vector<WrapUn
     }
     if (u.is_root) {
       c.params = c.num_layers() > 0 ? layer_params(c.first_layer, c.last_layer) : 0;
-      for (ModuleId m : g.children(g.root())) {
-        // The stacks of blocks that run are the layer units'; a stack the model holds and never runs (a vision
-        // tower's blocks past its feature layer, vision_tower.cpp) is the tower's, on the first stage.
-        if (g.node(m).kind == ModuleKind::LayerStack) {
-          if (!g.node(m).runs && stage == 0) c.params += g.params_under(m);
-          continue;
-        }
-        if (stage_holds(g, m, stage, tail)) c.params += g.params_under(m);
-      }
+      for (ModuleId m : g.children(g.root()))
+        if (stage_root_holds(g, m, stage, tail)) c.params += g.params_under(m);
     } else {
       c.params = layer_params(c.first_layer, c.last_layer);
       if (c.first_layer != u.first_layer || c.last_layer != u.last_layer)

@@ -83,6 +83,11 @@ PipelineTail pipeline_tail(const CostSplit& split);
 // Whether pipeline rank `stage` holds the model part `module` (a child of the graph's root): the embeddings (and a
 // vision tower) on the first stage, the final norm and head on tail.head_stage, the loss on tail.loss_stage.
 bool stage_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail);
+// Whether a part of the root (a child of the graph's root other than a stack of blocks that run) counts among stage
+// `stage`'s root parameters: where stage_holds places it, and a stack the model holds and never runs (a vision
+// tower's blocks past its feature layer, vision_tower.cpp), the tower's, on the first stage. The stacks of blocks
+// that run are the layer units'.
+bool stage_root_holds(const ModuleGraph& g, ModuleId module, int64_t stage, const PipelineTail& tail);
 
 // The wrap units of one stage: units clipped to the stage's layers (their parameters recounted), the root keeping
 // the model parts the stage holds.

@@ -89,18 +89,17 @@ struct Emitter {
   std::vector<double> attn_flops;  // per unit
   // Per unit, the forward FLOPs of its parts that run a backward (all but a frozen vision tower's or projector's).
   std::vector<double> trained_fwd_flops, trained_attn_flops;
-  // Layers [0, frozen_layers) are a vision tower's blocks frozen by the strategy (Strategy::train_vision): they run
-  // their forward alone, save nothing and get no gradient (no input of theirs needs one).
-  int64_t frozen_layers = 0;
-  bool layer_frozen(int64_t l) const { return l < frozen_layers; }
+  // Layers [0, prog.frozen_layers) are a vision tower's blocks frozen by the strategy (Strategy::train_vision): they
+  // run their forward alone, save nothing and get no gradient (no input of theirs needs one).
+  bool layer_frozen(int64_t l) const { return l < prog.frozen_layers; }
   // The first of a unit's layers that runs a backward (past the frozen ones), or its first layer where it has none.
   int64_t first_trained_layer(const WrapUnit& u) const {
-    return u.num_layers() == 0 ? u.first_layer : std::max(u.first_layer, frozen_layers);
+    return u.num_layers() == 0 ? u.first_layer : std::max(u.first_layer, prog.frozen_layers);
   }
   // Whether a unit runs a backward: the root does (the language model's embedding), a unit of frozen layers does not.
   bool unit_trains(int ui) const {
     const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-    return u.is_root || u.last_layer >= frozen_layers;
+    return u.is_root || u.last_layer >= prog.frozen_layers;
   }
   std::vector<double> recompute_bytes;  // per unit: what its backward rematerialises at once (the largest layer's)
   // Per unit, what its backward adds by recomputation under its layers' modes (layer_ckpt): GEMM FLOPs, attention
