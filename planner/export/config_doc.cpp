@@ -21,6 +21,25 @@ std::string value_text(const json& v) {
   return v.dump();
 }
 
+// A value of an `args` file as one shell word: as is where the shell reads it so (names, paths, numbers, a lone
+// ${VAR} the launch expands), else in single quotes (a regular expression's ( | ? * $ \). A value holding a single
+// quote or a space cannot be one such word: a bug in the exporter that built it.
+std::string shell_word(const json& v) {
+  const std::string text = value_text(v);
+  if (!v.is_string()) return text;
+  const bool variable = text.size() > 3 && text.rfind("${", 0) == 0 && text.back() == '}' &&
+                        text.find_first_of("${}", 2) == text.size() - 1;
+  if (variable || text.find_first_of("()|!?*^$<>&;[]{}\\\"`~#") == std::string::npos) return text;
+  FSDP_ASSERT(text.find_first_of("' \t\n") == std::string::npos, "an args value is one single-quotable word");
+  return "'" + text + "'";
+}
+
+// The value a shell word stands for: single quotes removed (shell_word).
+std::string unquoted_word(const std::string& w) {
+  if (w.size() >= 2 && w.front() == '\'' && w.back() == '\'') return w.substr(1, w.size() - 2);
+  return w;
+}
+
 bool type_matches(const json& v, const std::string& type) {
   if (type == "int") return v.is_number_integer();
   if (type == "float") return v.is_number();
@@ -286,9 +305,9 @@ std::string render_file(const WrittenFile& f, const FileTable& table) {
       const auto& [key, v] = f.keys[i];
       o << "    --" << key;
       if (v.is_array()) {
-        for (const auto& x : v) o << " " << value_text(x);
+        for (const auto& x : v) o << " " << shell_word(x);
       } else {
-        o << " " << value_text(v);
+        o << " " << shell_word(v);
       }
       o << (i + 1 < f.keys.size() ? " \\\n" : "\n");
     }
@@ -343,7 +362,7 @@ FlatDoc parse_file(const std::string& text, const FileTable& table, const std::s
         std::string key, w;
         words >> key;
         std::vector<std::string> values;
-        while (words >> w) values.push_back(w);
+        while (words >> w) values.push_back(unquoted_word(w));
         const KeyRule& rule = rule_for(table, key, where);
         if (rule.type == "string_list") {
           add(out, key, json(values), where);

@@ -8,26 +8,6 @@
 
 namespace fsdp {
 
-namespace {
-
-bool always(const Strategy&) { return true; }
-bool is_hsdp(const Strategy& s) { return s.kind == StrategyKind::Hsdp; }
-bool sharded(const Strategy& s) { return shards_params(s.kind); }
-// FSDP2's reshard_after_forward / FSDP1's FULL_SHARD vs SHARD_GRAD_OP: the kinds whose search tries both.
-bool reshard_applies(const Strategy& s) {
-  return s.kind == StrategyKind::Fsdp || s.kind == StrategyKind::Zero3 || s.kind == StrategyKind::Hsdp;
-}
-bool adapted(const Strategy& s) { return s.method != Method::Full; }
-bool is_ddp(const Strategy& s) { return s.kind == StrategyKind::Ddp; }
-bool tensor_parallel(const Strategy& s) { return s.mesh.tp > 1; }
-bool pipelined(const Strategy& s) { return s.mesh.pp > 1; }
-
-bool set_flag(bool& out, const std::string& v) {
-  if (v != "true" && v != "false") return false;
-  out = v == "true";
-  return true;
-}
-
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (const auto& x : v) out += (out.empty() ? "" : sep) + x;
@@ -46,6 +26,26 @@ std::vector<std::string> split(const std::string& text, char sep) {
     }
   }
   return out;
+}
+
+namespace {
+
+bool always(const Strategy&) { return true; }
+bool is_hsdp(const Strategy& s) { return s.kind == StrategyKind::Hsdp; }
+bool sharded(const Strategy& s) { return shards_params(s.kind); }
+// FSDP2's reshard_after_forward / FSDP1's FULL_SHARD vs SHARD_GRAD_OP: the kinds whose search tries both.
+bool reshard_applies(const Strategy& s) {
+  return s.kind == StrategyKind::Fsdp || s.kind == StrategyKind::Zero3 || s.kind == StrategyKind::Hsdp;
+}
+bool adapted(const Strategy& s) { return s.method != Method::Full; }
+bool is_ddp(const Strategy& s) { return s.kind == StrategyKind::Ddp; }
+bool tensor_parallel(const Strategy& s) { return s.mesh.tp > 1; }
+bool pipelined(const Strategy& s) { return s.mesh.pp > 1; }
+
+bool set_flag(bool& out, const std::string& v) {
+  if (v != "true" && v != "false") return false;
+  out = v == "true";
+  return true;
 }
 
 bool parse_count(const std::string& v, int64_t& out) {

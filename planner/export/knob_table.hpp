@@ -13,6 +13,10 @@
 
 namespace fsdp {
 
+// A list of names as one text, and back (empty items dropped): a knob's value (lora_targets "q_proj,v_proj").
+std::string join(const std::vector<std::string>& v, const char* sep);
+std::vector<std::string> split(const std::string& text, char sep);
+
 struct Knob {
   const char* name;
   const char* flag;  // the fsdp-plan flag that pins it

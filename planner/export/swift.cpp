@@ -1,8 +1,15 @@
 // ms-swift (modelscope/ms-swift): `swift sft` over torchrun with DeepSpeed's ZeRO configs it ships (zero1, zero2,
 // zero3 and their _offload variants). Its command line is its config: swift_sft.sh, typed by the key table. v3
 // names the method --train_type, v4 --tuner_type.
+#include <cctype>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
 #include "export/export_plan.hpp"
 #include "export/hf_script_args.hpp"
+#include "export/knob_table.hpp"
 #include "export/target.hpp"
 
 namespace fsdp {
@@ -23,6 +30,43 @@ std::string ds_config(const Strategy& s) {
   return s.offload == Offload::None ? stage : stage + "_offload";
 }
 
+// The names a vision-language model's tower and aligner have (the target's models table, `vision_modules`).
+std::vector<std::string> vision_modules(const std::map<std::string, std::string>& model, const TargetSpec& spec,
+                                        const std::string& model_name) {
+  const auto it = model.find("vision_modules");
+  if (it == model.end())
+    throw InputError(spec.spec_path + ": models: " + model_name +
+                     " has no vision_modules: with LoRA and --train-vision none the export restricts the adapters to "
+                     "the language model by the tower's and aligner's module names (plan it with --train-vision all, "
+                     "or by a model the table names)");
+  for (char c : it->second)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != ',')
+      throw InputError(spec.spec_path + ": models: " + model_name + ": vision_modules '" + it->second +
+                       "' is not a comma-separated list of module names");
+  return split(it->second, ',');
+}
+
+// PEFT full-matches a string target_modules against each module's qualified name
+// (peft/tuners/tuners_utils.py check_target_module_exists): every module named one of `targets` that lies under no
+// module named one of `excluded`, in either of Transformers' layouts (Qwen2.5-VL's tower is `visual` or
+// `model.visual`).
+constexpr const char* kRegexTargetsOpen = ").*\\.(";
+std::string target_regex(const std::vector<std::string>& excluded, const std::vector<std::string>& targets) {
+  return "^(?!(.*\\.)?(" + join(excluded, "|") + ")\\." + kRegexTargetsOpen + join(targets, "|") + ")$";
+}
+
+// The target names of a regex target_regex wrote, or an InputError naming the file and key.
+std::vector<std::string> regex_targets(const std::string& regex) {
+  const std::string open = kRegexTargetsOpen;
+  const auto at = regex.rfind(open);
+  const std::string close = ")$";
+  if (at == std::string::npos || regex.size() < close.size() ||
+      regex.compare(regex.size() - close.size(), close.size(), close) != 0)
+    throw InputError(std::string(kScript) + ": target_regex '" + regex +
+                     "' is not the form fsdp-plan writes (^(?!(.*\\.)?(EXCLUDED)\\.).*\\.(TARGETS)$)");
+  return split(regex.substr(at + open.size(), regex.size() - close.size() - at - open.size()), '|');
+}
+
 class SwiftTarget final : public Target {
  public:
   std::string name() const override { return "swift"; }
@@ -41,7 +85,14 @@ class SwiftTarget final : public Target {
     if (s.method == Method::Lora) {
       d.emplace_back("lora_rank", s.lora.rank);
       d.emplace_back("lora_alpha", 2 * s.lora.rank);
-      d.emplace_back("target_modules", s.lora.target_modules);
+      // With the vision side frozen the adapters stay in the language model: PEFT would match the names in the
+      // tower too, which the plan prices without adapters (ms-swift's all-linear under freeze_vit does the same,
+      // swift/utils/transformers_utils.py get_multimodal_target_regex).
+      if (plan.model.vision && s.train_vision == VisionTraining::None)
+        d.emplace_back("target_regex",
+                       target_regex(vision_modules(model, spec, plan.model_name), s.lora.target_modules));
+      else
+        d.emplace_back("target_modules", s.lora.target_modules);
     }
     d.emplace_back("torch_dtype", s.param_dtype == DType::Bf16 ? "bfloat16" : "float32");
     d.emplace_back("attn_impl", s.attention == AttentionImpl::Flash   ? "flash_attn"
@@ -97,7 +148,8 @@ class SwiftTarget final : public Target {
     s.method = get(method_key(spec)).get<std::string>() == "lora" ? Method::Lora : Method::Full;
     if (s.method == Method::Lora) {
       s.lora.rank = get("lora_rank").get<int64_t>();
-      s.lora.target_modules = get("target_modules").get<std::vector<std::string>>();
+      s.lora.target_modules = doc_has(d, "target_regex") ? regex_targets(get("target_regex").get<std::string>())
+                                                         : get("target_modules").get<std::vector<std::string>>();
     }
     const bool bf16 = get("torch_dtype").get<std::string>() == "bfloat16";
     s.param_dtype = s.reduce_dtype = bf16 ? DType::Bf16 : DType::Fp32;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "cli_runner.hpp"
@@ -687,6 +688,80 @@ TEST_CASE("export: ms-swift is told what of a vision-language model trains, and 
   REQUIRE(refused.size() == 1);
   CHECK(refused.front().knob == "train_vision");
   CHECK(refused.front().message().find("names no frozen module") != std::string::npos);
+}
+
+TEST_CASE(
+    "export: ms-swift's LoRA on a vision-language model with its vision side frozen adapts the language model only") {
+  // PEFT matches --target_modules' names in every module, the tower's too (Qwen2.5-VL's vision MLP is gate_proj,
+  // up_proj, down_proj), where the plan prices the frozen tower without adapters: the export writes --target_regex
+  // over every module outside the tower and the aligner, which a shell reads as one word and the import reads back.
+  const HardwareProfile hw = load_hardware("a100-80gb", kRoot);
+  const Cluster cluster{1, 8};
+  struct Case {
+    const char* model;
+    std::vector<std::string> adapted, frozen;  // module names under Transformers' layouts
+  };
+  const std::vector<Case> cases = {
+      {"qwen2.5-vl-7b",
+       {"model.language_model.layers.0.mlp.gate_proj", "model.layers.27.self_attn.q_proj"},
+       {"model.visual.blocks.0.mlp.gate_proj", "visual.blocks.31.mlp.down_proj", "model.visual.merger.mlp.0"}},
+      {"internvl2.5-8b",
+       {"language_model.model.layers.0.self_attn.q_proj"},
+       {"vision_model.encoder.layers.0.attn.q_proj", "mlp1.gate_proj"}},
+      {"llava-1.5-7b",
+       {"model.language_model.layers.3.mlp.gate_proj"},
+       {"model.vision_tower.vision_model.encoder.layers.0.self_attn.q_proj", "multi_modal_projector.gate_proj"}},
+  };
+  for (const char* version : {"v4.5", "v3.12"}) {
+    const TargetSpec spec = load_target_spec(kRoot, "swift", version);
+    for (const Case& c : cases) {
+      CAPTURE(version);
+      CAPTURE(c.model);
+      ModelSpec m = load_model(c.model, kRoot);
+      if (m.vision->image_tokens == 0) m.vision->image_tokens = 1024;
+      Strategy s;
+      s.kind = StrategyKind::Zero2;
+      s.param_dtype = s.reduce_dtype = DType::Bf16;
+      s.method = Method::Lora;
+      s.lora.rank = 8;
+      s.lora.target_modules = {"q_proj", "v_proj", "gate_proj"};
+      s.train_vision = VisionTraining::None;
+      const PlanFile plan = plan_file_for(m, hw, cluster, spec.runtime, s);
+      const ExportResult ex = export_plan(plan, spec, kRoot);
+      const FlatDoc& args = ex.files.front().keys;
+      CHECK_FALSE(doc_has(args, "target_modules"));
+      const std::regex targets(doc_get(args, "target_regex", "swift_sft.sh").get<std::string>());
+      for (const std::string& name : c.adapted) CHECK_MESSAGE(std::regex_match(name, targets), name);
+      for (const std::string& name : c.frozen) CHECK_MESSAGE(!std::regex_match(name, targets), name);
+      CHECK_FALSE(std::regex_match("model.language_model.layers.0.self_attn.k_proj", targets));
+      const std::string dir = tmp_dir(std::string("swift_vlm_lora_") + version);
+      write_export(ex, spec, dir);
+      CHECK(test::slurp(dir + "/swift_sft.sh").find("--target_regex '^(?!") != std::string::npos);
+      const Strategy back = import_export(dir, spec, plan.cluster);
+      CHECK(back.lora.target_modules == s.lora.target_modules);
+      CHECK(back.train_vision == VisionTraining::None);
+      fs::remove_all(dir);
+      // With the tower trained the names go to --target_modules, as PEFT applies them everywhere.
+      s.train_vision = VisionTraining::All;
+      const ExportResult all = export_plan(plan_file_for(m, hw, cluster, spec.runtime, s), spec, kRoot);
+      CHECK(doc_get(all.files.front().keys, "target_modules", "swift_sft.sh").size() == 3);
+      CHECK_FALSE(doc_has(all.files.front().keys, "target_regex"));
+    }
+  }
+  // A vision-language model the table does not name (a config.json) has no module names to exclude: refused.
+  const TargetSpec spec = load_target_spec(kRoot, "swift", "v4.5");
+  ModelSpec m = load_model("qwen2.5-vl-7b", kRoot);
+  m.vision->image_tokens = 1024;
+  Strategy s;
+  s.kind = StrategyKind::Zero2;
+  s.param_dtype = s.reduce_dtype = DType::Bf16;
+  s.method = Method::Lora;
+  s.lora.rank = 8;
+  s.lora.target_modules = {"q_proj"};
+  s.train_vision = VisionTraining::None;
+  PlanFile plan = plan_file_for(m, hw, cluster, spec.runtime, s);
+  plan.model_name = "/data/my-vlm";
+  CHECK_THROWS_WITH_AS(export_plan(plan, spec, kRoot), doctest::Contains("has no vision_modules"), InputError);
 }
 
 TEST_CASE("export: every model ms-swift names plans and exports under its runtime, by its hub id") {
