@@ -35,6 +35,8 @@ RuntimeSupport fsdp_run_support() {
   // LibTorch's linears only: no float8 tensor type in 1.13, and no torch._scaled_mm path in the executor.
   rt.float8_linears = false;
   rt.float8_all_gather = false;
+  // model/moe.cpp runs every routed expert on the rank: no token dispatch to other ranks.
+  rt.expert_parallel = false;
   return rt;
 }
 

@@ -77,6 +77,7 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   if (a.has("--hsdp-group")) p.hsdp_group = s.hsdp_group;
   if (a.has("--tp")) p.tp = s.mesh.tp;
   if (a.has("--pp")) p.pp = s.mesh.pp;
+  if (a.has("--ep")) p.ep = s.mesh.ep;
   return p;
 }
 

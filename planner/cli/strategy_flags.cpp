@@ -38,6 +38,7 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--pp",
                                            "--pp-schedule",
                                            "--pp-virtual-stages",
+                                           "--ep",
                                            "--train-vision"};
   return flags;
 }
@@ -144,6 +145,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   s.mesh.pp = positive(a, "--pp", s.mesh.pp);
   enum_flag(a, "--pp-schedule", parse_pipeline_schedule, s.mesh.pp_schedule, kPipelineScheduleNames);
   s.mesh.pp_virtual_stages = positive(a, "--pp-virtual-stages", s.mesh.pp_virtual_stages);
+  s.mesh.ep = positive(a, "--ep", s.mesh.ep);
   if (s.kind == StrategyKind::Hsdp && s.hsdp_group == 0 && !a.has("--hsdp-group"))
     throw InputError("--hsdp-group: --strategy hsdp needs a shard-group size");
 }

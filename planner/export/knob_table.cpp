@@ -168,6 +168,8 @@ const std::vector<Knob> kKnobs{
        if (s.mesh.pp == 1) s.mesh.pp_virtual_stages = 1;
        return true;
      }},
+    {"ep", "--ep", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.ep); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.ep) && s.mesh.ep > 0; }},
     {"pp_schedule", "--pp-schedule", false, pipelined,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.mesh.pp_schedule)); },
      [](Strategy& s, const std::string& v, const Cluster&) {
@@ -235,6 +237,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"async_tp", {"true", "false"}},
       {"pp", {"1", "2", "4"}},
       {"pp_schedule", {"gpipe", "1f1b", "interleaved-1f1b"}},
+      {"ep", {"1", "2", "8"}},
   };
   auto it = samples.find(knob);
   FSDP_ASSERT(it != samples.end(), "knob " + knob + " has no samples");
@@ -248,7 +251,7 @@ std::string sample_label(const std::string& knob, const std::string& sample) {
   if (sample.rfind("size:", 0) == 0) return "size:N";
   if (knob == "hsdp_group" && sample != "node") return "other";
   if (knob == "ddp_bucket_mb" && sample != "25") return "other";
-  if ((knob == "tp" || knob == "pp") && sample != "1") return "> 1";
+  if ((knob == "tp" || knob == "pp" || knob == "ep") && sample != "1") return "> 1";
   return sample;
 }
 

@@ -99,6 +99,10 @@ std::vector<std::string> restrict_search(const TargetSpec& spec, const std::func
     probe.mesh.pp = *req.pins.pp;
     check_pin("pp", probe);
   }
+  if (req.pins.ep) {
+    probe.mesh.ep = *req.pins.ep;
+    check_pin("ep", probe);
+  }
   if (req.pins.wrap) check_pin("wrap", probe);
   if (req.pins.reshard_after_forward) check_pin("reshard_after_forward", probe);
   if (req.pins.act_ckpt) check_pin("act_ckpt", probe);

@@ -73,6 +73,8 @@ void common_keys(FlatDoc& d, const Strategy& s, int64_t world) {
   d.emplace_back("parallelism.fsdp_reshard_after_forward", s.reshard_after_forward ? "always" : "never");
   d.emplace_back("parallelism.tensor_parallel_degree", s.mesh.tp);
   d.emplace_back("parallelism.pipeline_parallel_degree", s.mesh.pp);
+  // The routed experts over ep ranks of the shard dimension (1 for a dense model: "No effect for non-MoE models").
+  d.emplace_back("parallelism.expert_parallel_degree", s.mesh.ep);
   if (s.mesh.pp > 1) {
     d.emplace_back("parallelism.pipeline_parallel_schedule", schedule_name(s.mesh.pp_schedule));
     if (s.mesh.pp_schedule == PipelineSchedule::Interleaved1F1B && s.mesh.pp_virtual_stages != kDefaultStagesPerRank)
@@ -199,6 +201,7 @@ class TorchtitanTarget final : public Target {
     const int64_t shard = get("parallelism.data_parallel_shard_degree").get<int64_t>();
     s.mesh.tp = get("parallelism.tensor_parallel_degree").get<int64_t>();
     s.mesh.pp = get("parallelism.pipeline_parallel_degree").get<int64_t>();
+    s.mesh.ep = get("parallelism.expert_parallel_degree").get<int64_t>();
     if (replicate * shard * s.mesh.tp * s.mesh.pp != cluster.world_size())
       throw InputError(name +
                        ": data_parallel_replicate_degree x data_parallel_shard_degree x tensor_parallel_degree "

@@ -68,6 +68,7 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
     s.float8_all_gather = m.get_bool("float8_all_gather");
   }
   if (version >= 5) s.train_vision = enum_key(m, "train_vision", parse_vision_training, kVisionTrainingNames);
+  if (version >= 6) s.mesh.ep = m.get_positive_int("ep");
   m.finish();
   return s;
 }
@@ -222,6 +223,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "pp" << YAML::Value << s.mesh.pp;
   out << YAML::Key << "pp_schedule" << YAML::Value << to_string(s.mesh.pp_schedule);
   out << YAML::Key << "pp_virtual_stages" << YAML::Value << s.mesh.pp_virtual_stages;
+  out << YAML::Key << "ep" << YAML::Value << s.mesh.ep;
   out << YAML::Key << "float8" << YAML::Value << to_string(s.float8);
   out << YAML::Key << "float8_all_gather" << YAML::Value << s.float8_all_gather;
   out << YAML::Key << "train_vision" << YAML::Value << to_string(s.train_vision);

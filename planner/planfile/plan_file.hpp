@@ -15,8 +15,9 @@ namespace fsdp {
 // describe. Version 3 added the mesh beyond data parallelism (strategy.tp, sequence_parallel, async_tp, pp,
 // pp_schedule, pp_virtual_stages); an older file is data parallel only. Version 4 added float8 linears
 // (strategy.float8, float8_all_gather); an older file trains its linears in the compute dtype. Version 5 added
-// strategy.train_vision (a vision-language model's trained vision parts); an older file trains them all.
-inline constexpr int kPlanSchemaVersion = 5;
+// strategy.train_vision (a vision-language model's trained vision parts); an older file trains them all. Version 6
+// added strategy.ep (expert parallelism); an older file holds every routed expert on each rank.
+inline constexpr int kPlanSchemaVersion = 6;
 
 struct TrainingHyperparams {
   double lr = 3e-4;

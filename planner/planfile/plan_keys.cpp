@@ -36,6 +36,7 @@ std::string plan_key_of_flag(const std::string& flag) {
       {"--pp", "strategy.pp"},
       {"--pp-schedule", "strategy.pp_schedule"},
       {"--pp-virtual-stages", "strategy.pp_virtual_stages"},
+      {"--ep", "strategy.ep"},
       {"--train-vision", "strategy.train_vision"},
       {"--nodes", "cluster.nodes"},
       {"--gpus-per-node", "cluster.gpus_per_node"},

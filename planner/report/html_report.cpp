@@ -78,6 +78,8 @@ const char* kind_color(OpKind k) {
       return "#1f6f8b";
     case OpKind::PipelineTransfer:
       return "#b0413e";
+    case OpKind::EpAllToAll:
+      return "#6b8e23";
   }
   return "#999999";
 }
@@ -103,6 +105,8 @@ const char* stream_label(Stream s) {
       return "tensor parallel";
     case Stream::Pipeline:
       return "pipeline p2p";
+    case Stream::ExpertParallel:
+      return "expert all-to-all";
     case Stream::kCount:
       break;
   }

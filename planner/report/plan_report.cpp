@@ -90,9 +90,8 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
   std::vector<std::string> out;
   if (m.moe)
     out.push_back(
-        "expert parallelism (the routed experts spread over ranks, the tokens dispatched to them all-to-all: how "
-        "DeepSeek-V3, Mixtral and Llama 4 train at scale, Megatron-LM's and torchtitan's expert_parallel_degree); "
-        "every plan above holds all of a layer's experts on each rank of its tp slice, which FSDP gathers whole");
+        "expert parallelism beside tensor or pipeline parallelism (--ep is priced with FSDP at tp 1 and pp 1, on "
+        "runtimes that dispatch tokens: torchtitan's), and expert parallelism under DeepSpeed-MoE or Megatron-LM");
   if (m.mla) out.push_back("tensor parallelism of multi-head latent attention (the search ran " + m.name + " at tp 1)");
   if (m.vision) out.push_back("tensor parallelism of a vision tower (the search ran " + m.name + " at tp 1)");
   return out;
@@ -171,7 +170,9 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     std::string dt = std::string(to_string(s.param_dtype)) + "/" + to_string(s.reduce_dtype);
     if (s.float8 != Float8Recipe::None) dt = std::string("f8") + (s.float8_all_gather ? "ag" : "") + "/" + dt;
     std::string mbacc = std::to_string(s.micro_batch) + " x " + std::to_string(s.grad_accum);
-    const std::string mesh_cell = std::to_string(s.mesh.tp) + "x" + std::to_string(s.mesh.pp);
+    // tp x pp, and the expert-parallel degree where the routed experts are split (1x1e8).
+    const std::string mesh_cell = std::to_string(s.mesh.tp) + "x" + std::to_string(s.mesh.pp) +
+                                  (s.mesh.ep > 1 ? "e" + std::to_string(s.mesh.ep) : "");
     double headroom = (p.usable_bytes - p.memory.device_total) / p.usable_bytes * 100.0;
     std::snprintf(line, sizeof line,
                   "  %s%-3zu %-13s %-6s %-8s %-7s %-12s %-9s %-9s %-9s %9s %8.1f%% %7.1f%% %8.3f %5.1f%% %9.0f%s\n",

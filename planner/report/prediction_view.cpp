@@ -23,6 +23,7 @@ std::string mesh_text(const MeshSpec& m) {
     if (m.pp_virtual_stages > 1) o << " v=" << m.pp_virtual_stages;
     o << ")";
   }
+  if (m.ep > 1) o << " ep=" << m.ep;
   return o.str();
 }
 
@@ -33,7 +34,11 @@ std::string one_line_strategy(const Strategy& s) {
   if (shards_params(s.kind)) o << " wrap=" << to_string(s.wrap) << (s.reshard_after_forward ? "" : " no-reshard");
   o << " ckpt=" << act_ckpt_name(s) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype) << "/"
     << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
-  if (!s.mesh.is_data_parallel_only()) o << " " << mesh_text(s.mesh);
+  if (!s.mesh.is_data_parallel_only()) {
+    o << " " << mesh_text(s.mesh);
+  } else if (s.mesh.ep > 1) {
+    o << " ep=" << s.mesh.ep;
+  }
   if (s.float8 != Float8Recipe::None)
     o << " float8=" << to_string(s.float8) << (s.float8_all_gather ? "+all-gather" : "");
   if (s.train_vision != VisionTraining::All) o << " train-vision=" << to_string(s.train_vision);
@@ -66,6 +71,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["pp"] = s.mesh.pp;
   j["pp_schedule"] = to_string(s.mesh.pp_schedule);
   j["pp_virtual_stages"] = s.mesh.pp_virtual_stages;
+  j["ep"] = s.mesh.ep;
   j["float8"] = to_string(s.float8);
   j["float8_all_gather"] = s.float8_all_gather;
   j["train_vision"] = to_string(s.train_vision);
@@ -114,6 +120,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   t["optimizer_phase_s"] = p.time.optimizer_phase_s;
   t["tp_comm_s"] = p.time.tp_comm_s;
   t["pp_comm_s"] = p.time.pp_comm_s;
+  t["ep_comm_s"] = p.time.ep_comm_s;
   t["pipeline_bubble_s"] = p.time.pipeline_bubble_s;
   t["pipeline_reduction_chain_s"] = p.time.pipeline_reduction_chain_s;
   j["time"] = t;
@@ -254,6 +261,16 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
     std::snprintf(line, sizeof line,
                   "  host-bound: compute includes %.3f s of the device waiting for the host to issue\n",
                   p.time.host_wait_s);
+    o << line;
+  }
+  if (const int64_t ep = ctx.strategy.mesh.ep; ep > 1 && ctx.model->moe) {
+    // Expert parallelism (program/expert_parallel.hpp): the token all-to-alls wait on the compute stream (in exposed
+    // comm).
+    std::snprintf(line, sizeof line,
+                  "  experts: ep %lld, %lld of the %lld routed experts a layer on each rank; token all-to-alls "
+                  "%.3f s\n",
+                  static_cast<long long>(ep), static_cast<long long>(ctx.model->moe->num_experts / ep),
+                  static_cast<long long>(ctx.model->moe->num_experts), p.time.ep_comm_s);
     o << line;
   }
   if (!ctx.strategy.mesh.is_data_parallel_only()) {

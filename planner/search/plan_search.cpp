@@ -68,8 +68,8 @@ int simplicity_rank(const Strategy& s) {
       base = 7;
       break;
   }
-  constexpr int kStrategyKinds = 8, kMeshLevels = 3;
-  const int mesh = (s.mesh.tp > 1 ? 1 : 0) + (s.mesh.pp > 1 ? 1 : 0);
+  constexpr int kStrategyKinds = 8, kMeshLevels = 4;
+  const int mesh = (s.mesh.tp > 1 ? 1 : 0) + (s.mesh.pp > 1 ? 1 : 0) + (s.mesh.ep > 1 ? 1 : 0);
   return ((s.offload == Offload::None        ? 0
            : s.offload == Offload::Optimizer ? 1
                                              : 2) *
@@ -238,7 +238,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   // step time from the first plan simulated there (step_compute_lower_bound), and the results a plan could join.
   const bool bound_pruning =
       req.bound_pruning && (req.objective == Objective::Throughput || req.objective == Objective::Cost);
-  using BoundKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType>;
+  using BoundKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType, int64_t>;
   std::map<BoundKey, double> compute_bound;
   std::vector<double> top_rates;  // the req.keep_top best feasible rates so far, a min-heap
   double best_rate = 0;
@@ -266,9 +266,9 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   };
   // The model-state bound: per (mesh, strategy, HSDP group, offload, dtypes) the persistent allocations of the first
   // plan simulated there, less what padding can change between wraps (plan_search.hpp).
-  using StatesKey = std::tuple<int64_t, int64_t, StrategyKind, int64_t, Offload, DType, DType>;
+  using StatesKey = std::tuple<int64_t, int64_t, StrategyKind, int64_t, Offload, DType, DType, int64_t>;
   auto states_key = [](StrategyKind k, int64_t group, Offload off, DType p, DType r, const MeshSpec& ms) {
-    return StatesKey{ms.tp, ms.pp, k, group, off, p, r};
+    return StatesKey{ms.tp, ms.pp, k, group, off, p, r, ms.ep};
   };
   std::map<StatesKey, double> states_bound;
   const double padding_bytes_per_element = 32.0;  // every persistent copy of one element: params, grads, states
@@ -303,7 +303,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   // forward op has run; per (mesh, checkpointing, micro-batch, accumulation, compute dtype, sharded or replicated
   // parameters, wrap) it is the same for every plan (the wrap decides a unit-wide checkpoint region; sharding the
   // parameters decides autocast's fp32 residual stream).
-  using ActKey = std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType, bool, WrapKind, int64_t>;
+  using ActKey =
+      std::tuple<int64_t, int64_t, ActCkpt, int64_t, int64_t, int64_t, DType, bool, WrapKind, int64_t, int64_t>;
   std::map<ActKey, double> act_bound;
   // What the first micro-batch's forward saves (the activation bound's measure of a program).
   auto forward_activation_bytes = [](const StepProgram& prog) {
@@ -462,8 +463,8 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                       stop_micro = true;
                       stopped_accumulating = false;
                     }
-                    const ActKey akey{mesh.tp, mesh.pp,  ck.mode, ck.every,  mb,
-                                      accum,   dt.param, sharded, wrap.kind, wrap.every_k};
+                    const ActKey akey{mesh.tp,  mesh.pp, ck.mode,   ck.every,     mb,     accum,
+                                      dt.param, sharded, wrap.kind, wrap.every_k, mesh.ep};
                     if (!stop_micro) {
                       // States and this micro-batch's forward activations together: this plan does not fit (larger
                       // micro-batches are left to the memory bound along the line once one of them is simulated).
@@ -489,7 +490,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
                     in.memory_samples = false;  // dropped below: per-op detail is for the chosen plan's trace
                     // The throughput bound (plan_search.hpp): a plan whose pure compute already makes it slower
                     // than every result it could join is not simulated.
-                    const BoundKey bkey{mesh.tp, mesh.pp, s.act_ckpt, s.ckpt_every, mb, accum, s.param_dtype};
+                    const BoundKey bkey{mesh.tp, mesh.pp, s.act_ckpt, s.ckpt_every, mb, accum, s.param_dtype, mesh.ep};
                     if (const auto it = compute_bound.find(bkey);
                         it != compute_bound.end() && cannot_matter(s, it->second)) {
                       ++res.pruned;
@@ -599,33 +600,47 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   } else {
     for (int64_t p = 1; p <= m.num_layers && p <= world; p *= 2) pps.push_back(p);
   }
+  // Expert parallelism for a model with routed experts: powers of two that divide them, up to the GPUs of a node
+  // (torchtitan's ep groups are consecutive ranks; a larger one crosses the NICs on every MoE block), beside tp 1
+  // and pp 1 (the rest is refused by rule ExpertParallel, counted once per shape).
+  std::vector<int64_t> eps{1};
+  if (req.pins.ep) {
+    eps = {*req.pins.ep};
+  } else if (m.moe && m.moe->num_experts > 1) {
+    for (int64_t e = 2; e <= std::min(m.moe->num_experts, req.cluster.gpus_per_node); e *= 2)
+      if (m.moe->num_experts % e == 0) eps.push_back(e);
+  }
   for (int64_t tp : tps)
-    for (int64_t pp : pps) {
-      MeshSpec mesh = req.base.mesh;
-      mesh.tp = tp;
-      mesh.pp = pp;
-      {
-        // The shape itself, under a plain FSDP plan: a refusal here is the shape's, whatever the other knobs.
-        Strategy probe = req.base;
-        probe.mesh = mesh;
-        probe.kind = StrategyKind::Fsdp;
-        probe.hsdp_group = 0;
-        probe.offload = Offload::None;
-        probe.grad_sync = GradSync::EveryMicroBatch;
-        probe.grad_accum = mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? pp : 1;
-        if (refused_by(probe, shape_support)) continue;
+    for (int64_t pp : pps)
+      for (int64_t ep : eps) {
+        MeshSpec mesh = req.base.mesh;
+        mesh.tp = tp;
+        mesh.pp = pp;
+        mesh.ep = ep;
+        // ep beside tp or pp is not priced: skipped unless pinned (rule ExpertParallel's reason then).
+        if (ep > 1 && (tp > 1 || pp > 1) && !req.pins.ep) continue;
+        {
+          // The shape itself, under a plain FSDP plan: a refusal here is the shape's, whatever the other knobs.
+          Strategy probe = req.base;
+          probe.mesh = mesh;
+          probe.kind = StrategyKind::Fsdp;
+          probe.hsdp_group = 0;
+          probe.offload = Offload::None;
+          probe.grad_sync = GradSync::EveryMicroBatch;
+          probe.grad_accum = mesh.pp_schedule == PipelineSchedule::Interleaved1F1B ? pp : 1;
+          if (refused_by(probe, shape_support)) continue;
+        }
+        if (!req.pins.pp && m.num_layers % (pp * mesh.pp_virtual_stages) != 0) {
+          // Searched: stages of equal layers (the brief's and Megatron-LM's rule: num_layers divisible by pp); an
+          // uneven split (torchtitan's, pipeline_parallel.hpp stage_layers) is priced when --pp pins it.
+          RejectedRule& r = res.rejected["pipeline stages of unequal layers (priced when --pp pins them)"];
+          if (r.count++ == 0)
+            r.example = "--pp: " + std::to_string(m.num_layers) + " layers do not split evenly over pp " +
+                        std::to_string(pp) + " x " + std::to_string(mesh.pp_virtual_stages) + " virtual stages";
+          continue;
+        }
+        search_mesh(mesh);
       }
-      if (!req.pins.pp && m.num_layers % (pp * mesh.pp_virtual_stages) != 0) {
-        // Searched: stages of equal layers (the brief's and Megatron-LM's rule: num_layers divisible by pp); an
-        // uneven split (torchtitan's, pipeline_parallel.hpp stage_layers) is priced when --pp pins it.
-        RejectedRule& r = res.rejected["pipeline stages of unequal layers (priced when --pp pins them)"];
-        if (r.count++ == 0)
-          r.example = "--pp: " + std::to_string(m.num_layers) + " layers do not split evenly over pp " +
-                      std::to_string(pp) + " x " + std::to_string(mesh.pp_virtual_stages) + " virtual stages";
-        continue;
-      }
-      search_mesh(mesh);
-    }
   // Ties (within 0.1%) go to the plan with more memory headroom; under the memory objective, whose score is that
   // headroom, to the faster plan (plans of one footprint can differ many times in speed: fp32 against bf16 compute).
   std::stable_sort(res.ranked.begin(), res.ranked.end(), [&](const Candidate& a, const Candidate& b) {

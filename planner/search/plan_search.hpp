@@ -63,6 +63,9 @@ struct SearchPins {
   std::optional<int64_t> hsdp_group;
   std::optional<int64_t> tp;  // tensor-parallel degree (searched: 1, 2, 4, 8 up to the GPUs per node)
   std::optional<int64_t> pp;  // pipeline stages (searched: powers of two up to the layers and the world / tp)
+  // expert-parallel degree (searched for a model with routed experts: powers of two dividing them, up to a node;
+  // rule ExpertParallel refuses the rest)
+  std::optional<int64_t> ep;
 };
 
 // How far a plan's step may exceed the requested global batch: the search skips micro-batches above 1 whose single

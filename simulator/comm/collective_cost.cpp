@@ -33,10 +33,11 @@ double ring_bytes_factor(CollectiveKind kind, int n) {
     case CollectiveKind::Broadcast:
     case CollectiveKind::SendRecv:  // point to point: the sender moves the buffer once
       return 1.0;
+    case CollectiveKind::AllToAll:  // all_to_all_cost prices it, link by link
     case CollectiveKind::None:
       break;
   }
-  FSDP_ASSERT(false, "a collective's cost asked for CollectiveKind::None");
+  FSDP_ASSERT(false, "a ring cost asked for CollectiveKind::None or AllToAll");
   return 1.0;
 }
 
@@ -71,6 +72,7 @@ const EfficiencyCurve& tier_bus_efficiency(const LinkTier& t, CollectiveKind kin
       break;
     case CollectiveKind::Broadcast:
     case CollectiveKind::SendRecv:
+    case CollectiveKind::AllToAll:
     case CollectiveKind::None:
       break;
   }
@@ -144,7 +146,40 @@ CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes
   return c;
 }
 
+CollectiveCost all_to_all_cost(const HardwareProfile& hw, Bytes buffer_bytes, const CommGroup& g) {
+  CollectiveCost c;
+  c.algorithm = CollectiveAlgorithm::Ring;
+  if (g.size <= 1 || buffer_bytes.value <= 0) return c;
+  // NCCL runs an all-to-all as one group of ncclSend / ncclRecv to every peer at once (nccl-tests
+  // src/alltoall.cu): one hop of latency, across nodes when the group spans them.
+  const bool inter = g.nodes() > 1;
+  c.latency = hw.collective_base_latency + (inter ? hw.inter_node.latency : hw.intra_node.latency);
+  // Of the buffer, 1/n stays on the rank, (ranks per node - 1)/n goes to peers of its node over NVLink and the rest
+  // through the rank's share of the node's NICs (every rank of the node sends at once); the two links run together.
+  const double n = static_cast<double>(g.size), local = static_cast<double>(g.ranks_per_node);
+  const double s = buffer_bytes.value;
+  double intra_s = 0, inter_s = 0;
+  if (g.ranks_per_node > 1) {
+    require_positive(hw, hw.intra_node.bandwidth, "intra_node.bandwidth");
+    const double bw =
+        hw.intra_node.bandwidth.value * tier_bus_efficiency(hw.intra_node, CollectiveKind::AllToAll).at(s);
+    intra_s = s * (local - 1.0) / n / bw;
+    c.bus_bandwidth = BytesPerSecond(bw);
+  }
+  if (inter) {
+    require_positive(hw, hw.inter_node.bandwidth, "inter_node.bandwidth");
+    const double nic_share = hw.nics_per_node * hw.inter_node.bandwidth.value / hw.gpus_per_node;
+    const double bw = nic_share * tier_bus_efficiency(hw.inter_node, CollectiveKind::AllToAll).at(s);
+    inter_s = s * (n - local) / n / bw;
+    if (inter_s >= intra_s) c.bus_bandwidth = BytesPerSecond(bw);
+  }
+  c.transfer = Seconds(std::max(intra_s, inter_s));
+  c.time = c.latency + c.transfer;
+  return c;
+}
+
 CollectiveCost collective_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& g) {
+  if (kind == CollectiveKind::AllToAll) return all_to_all_cost(hw, buffer_bytes, g);
   CollectiveCost ring = ring_cost(hw, kind, buffer_bytes, g);
   if (kind != CollectiveKind::AllReduce || g.size <= 1 || buffer_bytes.value <= 0) return ring;
   CollectiveCost tree = tree_allreduce_cost(hw, buffer_bytes, g);

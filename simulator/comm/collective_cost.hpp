@@ -4,7 +4,7 @@
 // all-gather output / reduce-scatter input (S = per-rank shard x ranks), and the buffer for
 // all-reduce and broadcast. Bus bandwidth (busBW) is what nccl-tests reports: the ring needs
 //   all-gather, reduce-scatter: (N-1)/N * S / busBW      all-reduce: 2(N-1)/N * S / busBW
-//   broadcast: S / busBW
+//   broadcast: S / busBW                                all-to-all: (N-1)/N * S / busBW
 // plus latency terms. Formulas, sources and the comparison with published nccl-tests numbers are
 // in docs/hardware.md.
 #pragma once
@@ -47,6 +47,10 @@ const EfficiencyCurve& tier_bus_efficiency_by_nodes(const LinkTier& tier, Collec
 // all-reduce (as in NCCL); asking for another collective is a bug.
 CollectiveCost ring_cost(const HardwareProfile& hw, CollectiveKind kind, Bytes buffer_bytes, const CommGroup& group);
 CollectiveCost tree_allreduce_cost(const HardwareProfile& hw, Bytes buffer_bytes, const CommGroup& group);
+// An all-to-all of a `buffer_bytes` buffer per rank (nccl-tests' alltoall size: each rank sends buffer / n to every
+// rank): the slices to the rank's node peers over NVLink and those to other nodes over the rank's share of the
+// node's NICs, concurrently, each at its tier's bus efficiency; one hop of latency.
+CollectiveCost all_to_all_cost(const HardwareProfile& hw, Bytes buffer_bytes, const CommGroup& group);
 
 // The faster of the algorithms NCCL may pick for `kind` (ring for all of them, tree for
 // all-reduce), like NCCL's tuner. Zero for a group of one rank or an empty buffer.

@@ -12,7 +12,7 @@ namespace fsdp {
 // and train_vision, which CostKey holds.
 static_assert(sizeof(ActivationQuery) == 64, "ActivationQuery changed: review EmitMemo::CostKey");
 static_assert(sizeof(LoraSpec) == 32, "LoraSpec changed: review EmitMemo::CostKey");
-static_assert(sizeof(MeshSpec) == 40, "MeshSpec changed: review EmitMemo::CostKey");
+static_assert(sizeof(MeshSpec) == 48, "MeshSpec changed: review EmitMemo::CostKey");
 
 EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s) {
   return CostKey{q.compute,
@@ -37,7 +37,8 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  s.mesh.tp,
                  s.mesh.sequence_parallel,
                  s.float8,
-                 s.train_vision};
+                 s.train_vision,
+                 s.mesh.ep};
 }
 
 void EmitMemo::bind(const ModuleGraph& g, const RuntimeProfile& rt) {

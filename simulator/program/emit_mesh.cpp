@@ -120,6 +120,30 @@ int Emitter::push_tp_list(const std::vector<TpCollective>& list, int ui, int mbi
   return last;
 }
 
+int Emitter::push_ep(int ui, int mbi, bool backward, int dep) {
+  if (s.mesh.ep <= 1) return dep;
+  const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
+  const EpAllToAlls a = ep_unit_all_to_alls(g, u.first_layer, u.last_layer, backward, s, tokens, pb);
+  if (a.calls == 0) return dep;
+  Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
+  op.kind = OpKind::EpAllToAll;
+  op.stream = Stream::ExpertParallel;
+  op.unit = ui;
+  op.micro_batch = mbi;
+  op.phase = backward ? Phase::EpBackwardAllToAll : Phase::EpForwardAllToAll;
+  op.collective = CollectiveKind::AllToAll;
+  op.group = GroupKind::Expert;
+  op.comm_bytes = wire_bytes(a.bytes / pb, pb, GroupKind::Expert);
+  op.comm_dtype = wire_type(s.param_dtype, GroupKind::Expert);
+  op.comm_calls = a.calls;
+  // all_to_all_single's output beside its input while it runs (the input, the permuted token copies, is freed after).
+  op.transient_bytes = a.bytes;
+  op.first_layer = u.first_layer;
+  op.last_layer = u.last_layer;
+  if (dep >= 0) op.deps.push_back(dep);
+  return static_cast<int>(prog.ops.size()) - 1;
+}
+
 int Emitter::push_tp_norm_grad_sum(int ui, int mbi, int dep) {
   if (s.mesh.tp <= 1 || !rt.tp_norm_grad_sum_per_unit) return dep;
   const double elems = tp_unit_replicated_params.empty() ? 0.0 : tp_unit_replicated_params[static_cast<size_t>(ui)];

@@ -90,6 +90,8 @@ void Emitter::setup(EmitMemo* memo) {
                            tokens * column_input_bytes_per_token(g, layer, q) * column_input_scale,
                            tokens * moe_tp_whole_saved_bytes_per_token(g, layer, q), rt.sp_saves_column_input_shard,
                            s.mesh);
+      // Expert parallelism: the rank's routed experts run ep times the tokens each.
+      shard_layer_for_ep(class_costs.back(), s.mesh.ep);
     }
     int32_t& shape = shape_of_class[static_cast<size_t>(cls)];
     if (shape < 0) {
@@ -166,6 +168,11 @@ void Emitter::setup(EmitMemo* memo) {
       }
       const double trained = params - frozen;
       train_p.push_back(trained);
+      if (s.mesh.ep > 1) {
+        double routed = 0;
+        for (const LayerCost* lc : costs_of(u)) routed += lc->routed_params;
+        routed_p.push_back(routed);
+      }
       double float8 = 0;
       if (s.float8_all_gather)
         for (const LayerCost* lc : costs_of(u)) float8 += lc->float8_params;

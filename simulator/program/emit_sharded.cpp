@@ -162,7 +162,7 @@ void Emitter::emit_sharded() {
     // the reduce-scatter of its gradient, issued now; `norm_sum`: with the tensor-parallel norm gradients' sum.
     int last_reduction = -1;
     auto reduce_unit = [&](Op post, int ui, bool norm_sum) {
-      const double full = padded(train(ui));
+      const double full = padded(unsharded_train(static_cast<size_t>(ui)));
       const double full_bytes = gathered_bytes(ui);
       const double rs_input = (rt.grads_in_reduce_dtype_before_reduce || rb != pb) ? full * rb : 0.0;
       post.on_issue.push_back({MemoryCategory::CommBuffers, rs_input});
@@ -178,6 +178,9 @@ void Emitter::emit_sharded() {
           : mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard_grad)
                                     : std::nullopt;
       Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
+      // Expert parallelism: the routed experts' gradients reduce-scatter over their efsdp group.
+      if (s.mesh.ep > 1)
+        r.comm_bytes = wire_bytes(padded(shard_equivalent_train(static_cast<size_t>(ui))), rb, GroupKind::Shard);
       // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
       // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
       // hook reshards between the copy-in and the issue), so only what exceeds them raises the post-backward's peak.
@@ -241,7 +244,7 @@ void Emitter::emit_sharded() {
       // FSDP2's copy-out of the gathered flat buffer into per-parameter tensors runs on the compute
       // stream when the unit's gather is waited for (_fsdp_param_group.py wait_for_unshard).
       if (rt.allgather_copy_out) f.device_copy_bytes += 2.0 * gathered_bytes(ui);
-      push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1);
+      push_ep(ui, mbi, false, push_tp(ui, mbi, false, static_cast<int>(prog.ops.size()) - 1));
       if (!keep_after_forward(ui)) reshard(ui);
       if (ui == 0 && embed_split) release_embedding();
     }
@@ -268,7 +271,7 @@ void Emitter::emit_sharded() {
         if (next == 0 && embed_split) gather_embedding();
       }
       if (ui == 0 && embed_split) gather_embedding();
-      const double full = padded(train(ui));  // gradient elements of the unit
+      const double full = padded(unsharded_train(static_cast<size_t>(ui)));  // gradient elements of the unit
       const double full_bytes = gathered_bytes(ui);
       const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
       // Its layers that run a backward: all but frozen vision blocks (first_trained_layer).
@@ -297,7 +300,7 @@ void Emitter::emit_sharded() {
         const LayerCosts layers = costs_of(u);
         auto layer_train = [&](const LayerCost& lc) {
           if (adapters_outside_units()) return 0.0;
-          return s.method == Method::Full ? lc.params : lc.lora_params;
+          return s.method == Method::Full ? unsharded_layer_params(lc) : lc.lora_params;
         };
         auto layer_at = [&](int64_t l) -> const LayerCost& { return *layers[static_cast<size_t>(l - u.first_layer)]; };
         double trained = 0, mm_sum = 0, at_sum = 0, ew_sum = 0, saved_sum = 0;
@@ -338,7 +341,7 @@ void Emitter::emit_sharded() {
           bop = push(part);
         }
       }
-      bop = push_tp(ui, mbi, true, bop);
+      bop = push_ep(ui, mbi, true, push_tp(ui, mbi, true, bop));
       last_bwd = bop;
       if (adapters_outside_units()) {
         free_late = ui;

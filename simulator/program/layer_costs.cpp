@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/errors.hpp"
+#include "program/expert_parallel.hpp"
 #include "program/float8_linears.hpp"
 
 namespace fsdp {
@@ -350,9 +351,11 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
     if (ckpt == ActCkpt::Full || (ckpt == ActCkpt::SelectiveOp && sac))
       c.recompute_matmul_flops_per_token += n.flops_per_token;
     const bool f8 = float8_linear(n, s);
+    const bool routed = routed_expert_linear(n);
     c.shape.gemms.push_back(
-        GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac, tp_replicated_gate(n), f8});
+        GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac, tp_replicated_gate(n), f8, routed});
     if (f8) c.float8_params += static_cast<double>(n.in_features * n.out_features);
+    if (routed) c.routed_params += static_cast<double>(n.params);
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
     // No adapter on a frozen vision tower (ActivationQuery::vision_unadapted).

@@ -21,6 +21,7 @@ struct GemmShape {
   // the gathered tokens (tp_replicated_gate).
   bool tp_replicated = false;
   bool float8 = false;  // a Float8Linear's GEMMs (program/float8_linears.hpp): priced at the FP8 peak
+  bool routed = false;  // a routed expert's linear (expert_parallel.hpp routed_expert_linear), one entry per expert
 };
 
 // A layer's shapes for the compute cost model (timeline/op_cost.cpp).
@@ -39,6 +40,7 @@ struct LayerCost {
   double lora_params = 0;    // the adapters the strategy's LoRA targets add (0 for full fine-tuning)
   double linear_params = 0;  // its linears' weights (what QLoRA quantises)
   double float8_params = 0;  // the weights of its float8 linears (Strategy::float8; float8_linears.hpp)
+  double routed_params = 0;  // its routed experts' (expert_parallel.hpp: a rank gathers 1/ep of them)
   double replicated_params =
       0;  // under tensor parallelism, what every tp rank holds whole (norms: tensor_parallel.cpp)
   // Of those, the ones whose gradient each tp rank computes only part of, summed over the tp group: every norm under

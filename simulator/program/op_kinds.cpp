@@ -14,9 +14,9 @@ std::optional<E> from_names(const std::array<const char*, N>& names, std::string
 }
 
 constexpr std::array<const char*, static_cast<std::size_t>(Stream::kCount)> kStreamNames{
-    "compute", "all-gather", "reduce", "h2d", "d2h", "host", "tensor-parallel", "pipeline"};
+    "compute", "all-gather", "reduce", "h2d", "d2h", "host", "tensor-parallel", "pipeline", "expert-parallel"};
 
-constexpr std::array<const char*, 17> kOpKindNames{"gather",
+constexpr std::array<const char*, 18> kOpKindNames{"gather",
                                                    "forward",
                                                    "reshard",
                                                    "loss",
@@ -32,11 +32,12 @@ constexpr std::array<const char*, 17> kOpKindNames{"gather",
                                                    "grad-norm",
                                                    "scalar-all-reduce",
                                                    "tp-collective",
-                                                   "pipeline-transfer"};
+                                                   "pipeline-transfer",
+                                                   "ep-all-to-all"};
 
-constexpr std::array<const char*, 6> kCollectiveNames{"none",       "all-gather", "reduce-scatter",
-                                                      "all-reduce", "broadcast",  "send-recv"};
-constexpr std::array<const char*, 6> kGroupNames{"shard", "replica", "world", "tensor", "pipeline", "mesh"};
+constexpr std::array<const char*, 7> kCollectiveNames{"none",      "all-gather", "reduce-scatter", "all-reduce",
+                                                      "broadcast", "send-recv",  "all-to-all"};
+constexpr std::array<const char*, 7> kGroupNames{"shard", "replica", "world", "tensor", "pipeline", "mesh", "expert"};
 
 constexpr std::array<const char*, 4> kWireNames{"fp64", "fp32", "bf16", "fp16"};
 
@@ -70,7 +71,9 @@ constexpr std::array<const char*, static_cast<std::size_t>(Phase::kCount)> kPhas
                                                                                        "pp send activations",
                                                                                        "pp receive activations",
                                                                                        "pp send gradients",
-                                                                                       "pp receive gradients"};
+                                                                                       "pp receive gradients",
+                                                                                       "ep forward all-to-all",
+                                                                                       "ep backward all-to-all"};
 
 }  // namespace
 

@@ -11,8 +11,10 @@
 namespace fsdp {
 
 // TensorParallel: the tensor-parallel collectives of the layers (program/tensor_parallel.hpp); Pipeline: the
-// point-to-point transfers between pipeline stages (program/pipeline_parallel.hpp). Both block the compute stream
-// (Megatron-LM and DTensor wait for them before the next GEMM) unless async TP overlaps them (timeline.cpp).
+// point-to-point transfers between pipeline stages (program/pipeline_parallel.hpp); ExpertParallel: the token
+// dispatch and combine all-to-alls of the routed experts (program/expert_parallel.hpp). They block the compute stream
+// (Megatron-LM and DTensor wait for them before the next GEMM; torchtitan's dispatch waits for the token counts on the
+// host) unless async TP overlaps them (timeline.cpp).
 enum class Stream : uint8_t {
   Compute,
   AllGather,
@@ -22,6 +24,7 @@ enum class Stream : uint8_t {
   Host,
   TensorParallel,
   Pipeline,
+  ExpertParallel,
   kCount
 };
 const char* to_string(Stream);
@@ -44,12 +47,14 @@ enum class OpKind : uint8_t {
   ScalarAllReduce,    // one scalar summed over a group (the gradient norm's partial sums, the step's loss)
   TpCollective,       // a unit's tensor-parallel collectives of one kind (program/tensor_parallel.hpp)
   PipelineTransfer,   // a pipeline stage's point-to-point send or receive (program/pipeline_parallel.hpp)
+  EpAllToAll,         // a unit's expert-parallel token all-to-alls (program/expert_parallel.hpp)
 };
 const char* to_string(OpKind);
 
 // SendRecv: a pipeline stage's point-to-point transfer to its neighbour (torch.distributed.pipelining's
-// batch_isend_irecv; Megatron-LM p2p_communication.py).
-enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast, SendRecv };
+// batch_isend_irecv; Megatron-LM p2p_communication.py). AllToAll: every rank sends a slice of its buffer to each
+// other rank of the group (all_to_all_single: the expert-parallel token dispatch and combine).
+enum class CollectiveKind : uint8_t { None, AllGather, ReduceScatter, AllReduce, Broadcast, SendRecv, AllToAll };
 const char* to_string(CollectiveKind);
 std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
 
@@ -58,8 +63,9 @@ std::optional<CollectiveKind> collective_kind_from_string(std::string_view);
 // Tensor: the tensor-parallel group (tp ranks inside a node); Pipeline: the pipeline stages (a stage and its
 // neighbour for point-to-point transfers); Mesh: every rank of the mesh, dp x tp x pp (the step's loss, which
 // fsdp-run sums over all of them: the last stage's loss reaches the first stage's rank 0 in the same call; World
-// when the mesh is data parallel only).
-enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline, Mesh };
+// when the mesh is data parallel only); Expert: the expert-parallel group (ep consecutive ranks of the shard group,
+// torchtitan's `ep` mesh dimension), which the routed experts are split over and the tokens dispatched in.
+enum class GroupKind : uint8_t { Shard, Replica, World, Tensor, Pipeline, Mesh, Expert };
 const char* to_string(GroupKind);
 std::optional<GroupKind> group_kind_from_string(std::string_view);
 
@@ -109,6 +115,10 @@ enum class Phase : uint8_t {
   PipelineRecvActivations,
   PipelineSendGradients,
   PipelineRecvGradients,
+  // Expert parallelism (program/expert_parallel.hpp): the routed tokens sent to the ranks holding their experts and
+  // the experts' outputs sent back, in forward (and a recomputed forward) and in backward.
+  EpForwardAllToAll,
+  EpBackwardAllToAll,
   kCount
 };
 const char* to_string(Phase);

@@ -18,6 +18,7 @@
 #include "core/errors.hpp"
 #include "program/collective_wire.hpp"
 #include "program/data_parallel.hpp"
+#include "program/expert_parallel.hpp"
 #include "program/float8_linears.hpp"
 #include "program/pipeline_parallel.hpp"
 #include "program/root_module_costs.hpp"
@@ -72,6 +73,24 @@ struct Emitter {
   // Bytes per trained element a unit gathers and holds unsharded: the compute dtype's, less for the weights of float8
   // linears gathered in float8 (Strategy::float8_all_gather: 1 byte each).
   std::vector<double> train_bpe;
+  // Per unit, its routed experts' trainable parameters (LayerCost::routed_params), and, of its trainable ones, those a
+  // rank holds unsharded: all but the routed experts of the other ep ranks (program/expert_parallel.hpp). Empty
+  // without expert parallelism.
+  std::vector<double> routed_p;
+  double unsharded_train(size_t i) const {
+    return routed_p.empty() ? train_p[i] : train_p[i] - routed_p[i] + ep_gathered_routed(routed_p[i], s.mesh.ep);
+  }
+  // The trainable elements whose collective over the shard group costs what the unit's gather (or reduce-scatter)
+  // costs: the experts' over their efsdp group counted as their shard-group equivalent.
+  double shard_equivalent_train(size_t i) const {
+    if (routed_p.empty()) return train_p[i];
+    return train_p[i] - routed_p[i] + ep_shard_equivalent_routed(routed_p[i], prog.layout.shard_size, s.mesh.ep);
+  }
+  // A layer's trainable elements a rank holds unsharded (full fine-tuning).
+  double unsharded_layer_params(const LayerCost& lc) const {
+    return routed_p.empty() ? lc.params
+                            : lc.params - lc.routed_params + ep_gathered_routed(lc.routed_params, s.mesh.ep);
+  }
   // Per class of decoder layers (ModuleGraph::layer_classes), from its nodes; layer l's is
   // class_costs[layer_class[l]].
   std::vector<LayerCost> class_costs;
@@ -189,7 +208,7 @@ struct Emitter {
   // What gathering unit `ui` moves (its trainable and frozen parameters).
   double gathered_wire_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);
-    return wire_bytes(padded(train_p[i]), train_bpe[i], GroupKind::Shard) +
+    return wire_bytes(padded(shard_equivalent_train(i)), train_bpe[i], GroupKind::Shard) +
            wire_bytes(padded(frozen_p[i]), frozen_bpe[i], GroupKind::Shard);
   }
 
@@ -305,7 +324,7 @@ struct Emitter {
   // Bytes of a unit's gathered (unsharded) parameters in compute form.
   double gathered_bytes(int ui) const {
     const size_t i = static_cast<size_t>(ui);
-    return padded(train_p[i]) * train_bpe[i] + padded(frozen_p[i]) * frozen_bpe[i];
+    return padded(unsharded_train(i)) * train_bpe[i] + padded(frozen_p[i]) * frozen_bpe[i];
   }
   // Bytes of this rank's stored shard of a unit.
   double shard_bytes(int ui, double train_bytes_per_elem) const {
@@ -394,6 +413,9 @@ struct Emitter {
   // A unit's tensor-parallel collectives in forward or backward, after its compute op `dep`, on the tensor-parallel
   // stream (which the compute stream waits for: timeline.cpp). Returns the last op pushed, or `dep`.
   int push_tp(int ui, int mbi, bool backward, int dep);
+  // A unit's expert-parallel all-to-alls in one direction (expert_parallel.hpp) after op `dep`; returns the last op
+  // pushed, or dep.
+  int push_ep(int ui, int mbi, bool backward, int dep);
 
   // The head's tensor-parallel collectives (tensor_parallel.hpp tp_head_collectives) where the head runs: forward
   // before the head's GEMM (its input gathered), backward after the head's backward GEMM (its input gradient), as

@@ -104,6 +104,7 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   lay.pp = s.mesh.pp;
   lay.pp_virtual_stages = s.mesh.pp_virtual_stages;
   lay.pp_schedule = s.mesh.pp_schedule;
+  lay.ep = s.mesh.ep;
   lay.stage = in.pipeline_stage;
   FSDP_ASSERT(lay.stage >= 0 && lay.stage < lay.pp, "pipeline stage out of range");
   const bool by_cost = lay.pp > 1 && in.runtime->pipeline_split_by_cost && lay.pp_virtual_stages == 1;
@@ -187,6 +188,8 @@ StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   // The mesh's own groups: one communicator for the tp group, one for the pipeline group (NCCL point-to-point
   // sends and receives run on the group's communicator).
   e.prog.communicators += (lay.tp > 1 ? 1 : 0) + (lay.pp > 1 ? 1 : 0);
+  // Expert parallelism: the ep group's (the all-to-alls) and the efsdp group's (the experts' FSDP collectives).
+  if (lay.ep > 1) e.prog.communicators += lay.ep < lay.shard_size ? 2 : 1;
   return std::move(e.prog);
 }
 

@@ -130,6 +130,9 @@ struct StepLayout {
   int64_t pp = 1;          // pipeline stages (MeshSpec::pp)
   int64_t pp_virtual_stages = 1;
   PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
+  // Expert parallelism (MeshSpec::ep): the routed experts split over ep consecutive ranks of the shard group, their
+  // parameters sharded over the shard_size / ep ranks holding the same experts (program/expert_parallel.hpp).
+  int64_t ep = 1;
   int64_t stage = 0;                                     // the pipeline stage this program is of (0 .. pp-1)
   int64_t stage_first_layer = 0, stage_last_layer = -1;  // the decoder layers the stage holds (pipeline_parallel.hpp)
   int64_t tokens_per_micro_batch = 0;
@@ -156,6 +159,8 @@ struct StepLayout {
         return pp;
       case GroupKind::Mesh:
         return ranks();
+      case GroupKind::Expert:
+        return ep;
     }
     return 1;
   }

@@ -278,7 +278,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
           std::pair{"pipeline_parallel", &r.support.pipeline_parallel},
           std::pair{"interleaved_pipeline", &r.support.interleaved_pipeline},
           std::pair{"pipeline_tied_embeddings", &r.support.pipeline_tied_embeddings},
-          std::pair{"offload", &r.support.mesh_offload}, std::pair{"tp_with_zero3", &r.support.tp_with_zero3}})
+          std::pair{"offload", &r.support.mesh_offload}, std::pair{"tp_with_zero3", &r.support.tp_with_zero3},
+          std::pair{"expert_parallel", &r.support.expert_parallel}})
       if (mesh.has(key)) *field = mesh.get_bool(key);
     mesh.finish();
   }

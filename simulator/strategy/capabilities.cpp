@@ -248,6 +248,48 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
          }
          return std::nullopt;
        }},
+      // Expert parallelism as torchtitan builds it (torchtitan/distributed/parallel_dims.py @ b5bcd76c6: ep divides
+      // dp_shard x cp x tp, the experts FSDP-sharded over the rest; models/common/moe_sharding.py: the routed experts
+      // Shard(0) on the ep mesh): FSDP2 (fsdp, fsdp-grad-op, or hsdp within its shard group) of a model with routed
+      // experts that ep divides, on ep consecutive ranks that fill whole nodes or share one (comm_group.hpp prices
+      // uniform groups). Priced with tp 1 and pp 1 only (program/expert_parallel.hpp), full fine-tuning.
+      {R::ExpertParallel, "expert parallelism not as priced",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const int64_t ep = c.s.mesh.ep;
+         if (ep == 1) return std::nullopt;
+         if (ep < 1) return broken(R::ExpertParallel, "--ep", "must be at least 1");
+         if (!c.m.moe || c.m.moe->num_experts <= 0)
+           return broken(R::ExpertParallel, "--ep", c.m.name + " has no routed experts to split; use --ep 1");
+         if (c.m.moe->num_experts % ep != 0)
+           return broken(
+               R::ExpertParallel, "--ep",
+               "ep " + n(ep) + " does not divide the " + n(c.m.moe->num_experts) + " routed experts of " + c.m.name);
+         if (!c.rt.expert_parallel)
+           return broken(R::ExpertParallel, "--ep",
+                         c.rt.runtime_name + " does not run expert parallelism (torchtitan's runtimes do); use --ep 1");
+         const StrategyKind k = c.s.kind;
+         if (k != StrategyKind::Fsdp && k != StrategyKind::FsdpGradOp && k != StrategyKind::Hsdp)
+           return broken(R::ExpertParallel, "--ep",
+                         std::string("expert parallelism is priced with FSDP (fsdp, fsdp-grad-op, hsdp: torchtitan's), "
+                                     "not ") +
+                             to_string(k));
+         if (c.tp() > 1 || c.pp() > 1)
+           return broken(R::ExpertParallel, "--ep",
+                         "expert parallelism beside tensor or pipeline parallelism is not modelled; use --tp 1 --pp 1 "
+                         "with --ep");
+         if (c.s.method != Method::Full)
+           return broken(R::ExpertParallel, "--ep", "expert parallelism with LoRA / QLoRA is not modelled");
+         const int64_t shard = k == StrategyKind::Hsdp ? c.s.hsdp_group : c.dp();
+         if (shard % ep != 0)
+           return broken(R::ExpertParallel, "--ep",
+                         "ep " + n(ep) + " does not divide the " + n(shard) +
+                             (k == StrategyKind::Hsdp ? " ranks of an HSDP shard group" : " data-parallel ranks"));
+         if (!node_aligned(ep, c.w.gpus_per_node))
+           return broken(R::ExpertParallel, "--ep",
+                         "an ep group of " + n(ep) + " consecutive ranks would straddle nodes of " +
+                             n(c.w.gpus_per_node) + " GPUs unevenly: not modelled");
+         return std::nullopt;
+       }},
       {R::OffloadStrategy, "offload without a ZeRO stage",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.s.offload == Offload::None || (c.s.kind != StrategyKind::Ddp && c.s.kind != StrategyKind::NoShard))

@@ -3,7 +3,8 @@
 // search (planner/search/plan_search.cpp: violations are counted per rule and reported, never simulated) and by
 // fsdp-run, which adds its own limits by clearing flags of RuntimeSupport.
 //
-// The rules cover the device mesh (strategy/mesh.hpp: tp x pp beside the data-parallel strategy) and the
+// The rules cover the device mesh (strategy/mesh.hpp: tp x pp beside the data-parallel strategy, ep inside its shard
+// group) and the
 // data-parallel knobs that exclude each other (offload without a ZeRO stage, grad_sync on strategies that cannot
 // defer their reduction). Each rule has an id (CapabilityRule), the flag it blames and its reason text with numbers.
 #pragma once
@@ -36,6 +37,7 @@ enum class CapabilityRule : uint8_t {
   PpStrategy,                 // pipeline parallelism with ZeRO-2/3 (partitioned gradients)
   PpTiedEmbeddings,           // tied embeddings split over stages (RuntimeSupport::pipeline_tied_embeddings)
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
+  ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -101,6 +103,10 @@ struct RuntimeSupport {
   // false}` (FSDP1's flat parameters all-gather in the compute dtype); rule Float8Runtime.
   bool float8_linears = true;
   bool float8_all_gather = true;
+  // Expert parallelism (MeshSpec::ep): torchtitan's (parallelism.expert_parallel_degree). PyTorch's FSDP alone,
+  // DeepSpeed under Transformers, nanotron and fsdp-run dispatch no tokens to other ranks: their profiles clear it
+  // with `mesh: {expert_parallel: false}` (rule ExpertParallel).
+  bool expert_parallel = true;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.

@@ -28,6 +28,10 @@ struct MeshSpec {
   int64_t pp = 1;  // pipeline stages (physical)
   PipelineSchedule pp_schedule = PipelineSchedule::OneFOneB;
   int64_t pp_virtual_stages = 1;  // model chunks per pipeline rank (interleaved 1F1B); 1 otherwise
+  // Expert-parallel degree: a mixture-of-experts model's routed experts split over ep consecutive ranks of the
+  // data-parallel shard group, the tokens dispatched to them all-to-all (torchtitan parallelism.expert_parallel_degree;
+  // program/expert_parallel.hpp). It borrows ranks from data parallelism (dp is unchanged): not in model_parallel().
+  int64_t ep = 1;
 
   int64_t model_parallel() const { return tp * pp; }
   bool is_data_parallel_only() const { return tp == 1 && pp == 1; }

@@ -269,8 +269,9 @@ std::string strategy_identity(const Strategy& s) {
          " sync=" + to_string(s.grad_sync) + " tp=" + std::to_string(s.mesh.tp) +
          " sp=" + (s.mesh.sequence_parallel ? "1" : "0") + " async_tp=" + (s.mesh.async_tp ? "1" : "0") +
          " pp=" + std::to_string(s.mesh.pp) + " schedule=" + to_string(s.mesh.pp_schedule) +
-         " v=" + std::to_string(s.mesh.pp_virtual_stages) + " float8=" + to_string(s.float8) +
-         " f8ag=" + (s.float8_all_gather ? "1" : "0") + " vision=" + to_string(s.train_vision);
+         " v=" + std::to_string(s.mesh.pp_virtual_stages) + " ep=" + std::to_string(s.mesh.ep) +
+         " float8=" + to_string(s.float8) + " f8ag=" + (s.float8_all_gather ? "1" : "0") +
+         " vision=" + to_string(s.train_vision);
 }
 
 }  // namespace fsdp

@@ -41,6 +41,9 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
     }
     case GroupKind::Mesh:
       return contiguous_group(hw, gpn, static_cast<int>(l.ranks()));
+    case GroupKind::Expert:
+      // ep consecutive ranks of the shard group (torchtitan's sparse mesh: ep innermost; tp is 1 under ep here).
+      return contiguous_group(hw, gpn, static_cast<int>(l.ep));
   }
   return CommGroup{};
 }

@@ -54,12 +54,13 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
   compute_spans.reserve(p.ops.size());
   // The representative micro-batch (accumulation, below): its first compute op's start, the first compute op's start of
   // micro-batch K - 1, its compute, and its collectives (all, tensor-parallel, pipeline).
-  double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0, mid_tp = 0, mid_pp = 0;
+  double mid_start = -1, next_start = -1, mid_compute = 0, mid_comm = 0, mid_tp = 0, mid_pp = 0, mid_ep = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     // Tensor-parallel collectives and pipeline transfers block the compute stream: the next GEMM needs their output
     // (Megatron-LM and DTensor wait on them; async TP shortens them instead, op_cost.cpp).
-    const bool blocking = op.stream == Stream::TensorParallel || op.stream == Stream::Pipeline;
+    const bool blocking =
+        op.stream == Stream::TensorParallel || op.stream == Stream::Pipeline || op.stream == Stream::ExpertParallel;
     const size_t resource = static_cast<size_t>(one_resource || blocking ? Stream::Compute : op.stream);
     double ready = stream_free[resource];
     if (op.after_all_comm) ready = std::max(ready, comm_done);
@@ -104,6 +105,10 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
         r.comm_s += dur;
         r.pp_comm_s += dur;
         break;
+      case Stream::ExpertParallel:
+        r.comm_s += dur;
+        r.ep_comm_s += dur;
+        break;
       case Stream::kCount:
         break;
     }
@@ -129,6 +134,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
       mid_comm += d;
       if (op.stream == Stream::TensorParallel) mid_tp += d;
       if (op.stream == Stream::Pipeline) mid_pp += d;
+      if (op.stream == Stream::ExpertParallel) mid_ep += d;
     }
   }
   // The optimizer phase starts at the first op that waits for every collective (the step's barrier).
@@ -176,6 +182,7 @@ TimelineResult run_timeline(const StepProgram& p, const HardwareProfile& hw, con
     r.comm_s += repeats * mid_comm;
     r.tp_comm_s += repeats * mid_tp;
     r.pp_comm_s += repeats * mid_pp;
+    r.ep_comm_s += repeats * mid_ep;
     host_wait += repeats * host_wait_mid;
   }
   r.host_wait_s = host_wait;

@@ -32,6 +32,7 @@ struct TimelineResult {
   double contention_s = 0;       // compute slowed by collectives running beside it (in compute_s)
   double tp_comm_s = 0;          // tensor-parallel collectives (on the critical path; in comm_s and exposed_comm_s)
   double pp_comm_s = 0;          // pipeline point-to-point transfers (likewise)
+  double ep_comm_s = 0;          // expert-parallel token all-to-alls (likewise)
   double pipeline_bubble_s = 0;  // the pipeline schedule's fill and drain (idle, not in exposed_comm_s)
   // The stage's forward and backward of one micro-batch, the bubble's unit: its step before the optimizer phase over
   // the micro-batches (pp > 1 only).

@@ -166,6 +166,7 @@ TEST_CASE("mesh: fsdp-run's RuntimeSupport and its runtime profile's mesh sectio
   CHECK(run.pipeline_parallel == plan.pipeline_parallel);
   CHECK(run.interleaved_pipeline == plan.interleaved_pipeline);
   CHECK(run.pipeline_tied_embeddings == plan.pipeline_tied_embeddings);
+  CHECK(run.expert_parallel == plan.expert_parallel);
   // Beyond what the simulator prices (no profile key): fsdp-run runs them, fsdp-plan never plans them.
   CHECK(run.pipeline_partitioned_gradients);
   CHECK_FALSE(plan.pipeline_partitioned_gradients);

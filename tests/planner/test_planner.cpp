@@ -351,7 +351,15 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 6"), 20, "fsdp_plan_version: 9");
+  // Version 6 requires strategy.ep; a version-5 file has none and holds every routed expert on each rank. The older
+  // files below are built from a version-5 one.
+  const std::string ep_key = "  ep: 1\n";
+  REQUIRE(text.find(ep_key) != std::string::npos);
+  text.erase(text.find(ep_key), ep_key.size());
+  CHECK_THROWS_WITH_AS(parse_plan_text(text, "p.yaml"), doctest::Contains("strategy.ep"), InputError);
+  text.replace(text.find("fsdp_plan_version: 6"), 20, "fsdp_plan_version: 5");
+  CHECK(parse_plan_text(text, "p.yaml").strategy.mesh.ep == 1);
   // Version 5 requires strategy.train_vision; a version-4 file has none and trains every vision part. The older
   // files below are built from this one without it.
   const std::string vision_key = "  train_vision: all\n";

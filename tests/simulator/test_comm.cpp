@@ -40,6 +40,7 @@ double busbw_factor(CollectiveKind c, int n) {
       return 2.0 * (n - 1) / n;
     case CollectiveKind::AllGather:
     case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllToAll:  // nccl-tests doc/PERFORMANCE.md: alltoall's busbw factor is (n-1)/n
       return double(n - 1) / n;
     case CollectiveKind::Broadcast:
     case CollectiveKind::SendRecv:  // one hop: the whole buffer over the pair's link
