@@ -155,7 +155,10 @@ CollectiveCost all_to_all_cost(const HardwareProfile& hw, Bytes buffer_bytes, co
   const bool inter = g.nodes() > 1;
   c.latency = hw.collective_base_latency + (inter ? hw.inter_node.latency : hw.intra_node.latency);
   // Of the buffer, 1/n stays on the rank, (ranks per node - 1)/n goes to peers of its node over NVLink and the rest
-  // through the rank's share of the node's NICs (every rank of the node sends at once); the two links run together.
+  // through the rank's share of the node's NICs (every rank of the node sends at once); the two links run together,
+  // the network's part setting the time: "On 2 nodes, 50% of the traffic is inter-node so you should see BusBW = 2x
+  // network bandwidth per GPU" (NCCL's maintainer, NVIDIA/nccl-tests#130), and an all-to-all "cannot aggregate the
+  // bandwidth of multiple NICs" (NVIDIA/nccl-tests#267).
   const double n = static_cast<double>(g.size), local = static_cast<double>(g.ranks_per_node);
   const double s = buffer_bytes.value;
   double intra_s = 0, inter_s = 0;
