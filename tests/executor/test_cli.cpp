@@ -205,7 +205,9 @@ TEST_CASE("refusals: world-size mismatch, bad plans, bad flags, all with exit co
   CHECK(r.out.find("surprise") != std::string::npos);
   {
     std::string newer = text;
-    newer.replace(newer.find("fsdp_plan_version: 5"), 20, "fsdp_plan_version: 99");
+    const std::string current = "fsdp_plan_version: " + std::to_string(fsdp::kPlanSchemaVersion);
+    REQUIRE(newer.find(current) != std::string::npos);
+    newer.replace(newer.find(current), current.size(), "fsdp_plan_version: 99");
     std::ofstream o(d / "newer.yaml");
     o << newer;
   }
