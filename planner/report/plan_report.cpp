@@ -151,6 +151,10 @@ std::string format_plan_report(const PlanReportContext& ctx, const SearchResult&
     for (const FamilyRow& f : merge_families(r.families)) o << "  " << family_line(f.name, *f.verdict) << "\n";
     o << "Try more nodes (--nodes auto finds the fewest), a shorter --seq"
       << (sup.runs(Offload::Params) ? ", or --offload params.\n" : ".\n");
+    // A model with routed experts on a runtime that dispatches no tokens: every rank gathers a layer's experts whole.
+    if (ctx.model->moe && ctx.model->moe->num_experts > 1 && !sup.expert_parallel)
+      o << "Expert parallelism (--ep) splits the routed experts over ranks; " << ctx.runtime->name
+        << " does not run it, torchtitan's runtimes do (--runtime torchtitan).\n";
     for (const std::string& n : unmodelled_parallelism(*ctx.model)) o << "Not modelled: " << n << "\n";
     return o.str();
   }

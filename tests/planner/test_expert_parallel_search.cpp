@@ -92,6 +92,11 @@ TEST_CASE("expert parallel CLI: DeepSeek-V3 on 32 H100 nodes plans under torchti
   CHECK(ds.code == 2);
   CHECK(ds.err.find("ep " + std::to_string(plan.strategy.mesh.ep)) != std::string::npos);
   std::filesystem::remove_all(dir);
+  // On fsdp-run, which dispatches no tokens, no plan fits, and the report says which runtime would split the experts.
+  auto no_ep = test::run_cli("--model deepseek-v3 --nodes 32 --hw h100-80gb --no-out");
+  CHECK(no_ep.out.find("No plan fits") != std::string::npos);
+  CHECK(no_ep.out.find("fsdp-run does not run it, torchtitan's runtimes do (--runtime torchtitan)") !=
+        std::string::npos);
   // --ep on a dense model, or on a runtime that does not run it: one message naming the flag, exit 2.
   auto dense = test::run_cli("simulate --model llama3-8b --gpus 16 --strategy fsdp --runtime torchtitan --ep 2");
   CHECK(dense.code == 2);
