@@ -90,7 +90,7 @@ std::vector<std::string> unmodelled_parallelism(const ModelSpec& m) {
   std::vector<std::string> out;
   if (m.moe)
     out.push_back(
-        "expert parallelism beside tensor or pipeline parallelism (--ep is priced with FSDP at tp 1 and pp 1, on "
+        "expert parallelism beside tensor parallelism (--ep is priced with FSDP at tp 1, on "
         "runtimes that dispatch tokens: torchtitan's), and expert parallelism under DeepSpeed-MoE or Megatron-LM");
   if (m.mla) out.push_back("tensor parallelism of multi-head latent attention (the search ran " + m.name + " at tp 1)");
   if (m.vision) out.push_back("tensor parallelism of a vision tower (the search ran " + m.name + " at tp 1)");

@@ -602,7 +602,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   }
   // Expert parallelism for a model with routed experts: powers of two that divide them, up to the GPUs of a node
   // (torchtitan's ep groups are consecutive ranks; a larger one crosses the NICs on every MoE block), beside tp 1
-  // and pp 1 only (ep beside tp or pp is not priced: not tried, and a pinned one is refused by rule ExpertParallel,
+  // only (ep beside tp is not priced: not tried, and a pinned one is refused by rule ExpertParallel,
   // as a runtime that dispatches no tokens refuses every ep shape, counted once per shape).
   std::vector<int64_t> eps{1};
   if (req.pins.ep) {
@@ -618,7 +618,7 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
         mesh.tp = tp;
         mesh.pp = pp;
         mesh.ep = ep;
-        if (ep > 1 && (tp > 1 || pp > 1) && !req.pins.ep) continue;
+        if (ep > 1 && tp > 1 && !req.pins.ep) continue;
         {
           // The shape itself, under a plain FSDP plan: a refusal here is the shape's, whatever the other knobs.
           Strategy probe = req.base;

@@ -20,9 +20,10 @@
 //  - Balanced routing (every expert sees T x k / E of the tokens, GShard: Lepikhin et al. 2020, arXiv:2006.16668,
 //    sec. 2.2 with the auxiliary balance loss): a rank's E/ep experts compute ep times the tokens each of E experts
 //    would, the same FLOPs in fewer, larger GEMMs, and receive as many token copies as it sends.
-// Not modelled: expert parallelism beside tensor parallelism (torchtitan's ep over tp, or expert tensor
-// parallelism) and beside pipeline parallelism, token dropping by a capacity factor, load imbalance, DeepEP's fused
-// kernels; rule ExpertParallel (strategy/capabilities.cpp) refuses what is not priced.
+// Beside pipeline parallelism each stage splits its own layers' experts over its data-parallel ranks (the same
+// transform on the stage's program). Not modelled: expert parallelism beside tensor parallelism (torchtitan's ep over
+// tp, or expert tensor parallelism), token dropping by a capacity factor, load imbalance, DeepEP's fused kernels; rule
+// ExpertParallel (strategy/capabilities.cpp) refuses what is not priced.
 #pragma once
 
 #include <cstdint>

@@ -252,7 +252,8 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
       // dp_shard x cp x tp, the experts FSDP-sharded over the rest; models/common/moe_sharding.py: the routed experts
       // Shard(0) on the ep mesh): FSDP2 (fsdp, fsdp-grad-op, or hsdp within its shard group) of a model with routed
       // experts that ep divides, on ep consecutive ranks that fill whole nodes or share one (comm_group.hpp prices
-      // uniform groups). Priced with tp 1 and pp 1 only (program/expert_parallel.hpp), full fine-tuning.
+      // uniform groups). Priced with tp 1 (beside pipeline stages too: each stage's experts,
+      // program/expert_parallel.hpp), full fine-tuning.
       {R::ExpertParallel, "expert parallelism not as priced",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          const int64_t ep = c.s.mesh.ep;
@@ -273,10 +274,10 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          std::string("expert parallelism is priced with FSDP (fsdp, fsdp-grad-op, hsdp: torchtitan's), "
                                      "not ") +
                              to_string(k));
-         if (c.tp() > 1 || c.pp() > 1)
+         if (c.tp() > 1)
            return broken(R::ExpertParallel, "--ep",
-                         "expert parallelism beside tensor or pipeline parallelism is not modelled; use --tp 1 --pp 1 "
-                         "with --ep");
+                         "expert parallelism beside tensor parallelism (torchtitan's ep over tp, or expert tensor "
+                         "parallelism) is not modelled; use --tp 1 with --ep");
          if (c.s.method != Method::Full)
            return broken(R::ExpertParallel, "--ep", "expert parallelism with LoRA / QLoRA is not modelled");
          const int64_t shard = k == StrategyKind::Hsdp ? c.s.hsdp_group : c.dp();

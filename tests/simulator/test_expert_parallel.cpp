@@ -179,7 +179,10 @@ TEST_CASE("expert parallel: the plans it is not priced for are refused by name")
   CHECK(refusal(zero2, mixtral).find("priced with FSDP") != std::string::npos);
   Strategy tp = mixtral_fsdp(2);
   tp.mesh.tp = 2;
-  CHECK(refusal(tp, mixtral).find("beside tensor or pipeline parallelism") != std::string::npos);
+  CHECK(refusal(tp, mixtral).find("beside tensor parallelism") != std::string::npos);
+  Strategy pp = mixtral_fsdp(4);
+  pp.mesh.pp = 2;
+  CHECK(refusal(pp, mixtral).empty());  // each stage's experts over the stage's dp ranks
   Strategy hsdp = mixtral_fsdp(8);
   hsdp.kind = StrategyKind::Hsdp;
   hsdp.hsdp_group = 4;

@@ -163,7 +163,8 @@ TEST_CASE("float8 linears over every strategy, mesh and knob of a small model wa
 
 TEST_CASE("expert parallelism over every sharded strategy and knob of a small MoE model walks balanced") {
   // The walk's books, the timeline and the search's pruning bound with the routed experts split (MeshSpec::ep) on
-  // torchtitan's runtime, which runs it, on an H100 node: every ep that divides the experts and the shard group.
+  // torchtitan's runtime, which runs it, on an H100 node: every ep that divides the experts and the shard group, with
+  // and without pipeline stages.
   const ModuleGraph g(load_model("tiny-moe", root()));
   REQUIRE(g.spec().moe);
   const RuntimeProfile rt = runtime("torchtitan");
@@ -172,31 +173,33 @@ TEST_CASE("expert parallelism over every sharded strategy and knob of a small Mo
   int64_t with_all_to_alls = 0;
   for (StrategyKind k : {StrategyKind::Fsdp, StrategyKind::FsdpGradOp, StrategyKind::Hsdp})
     for (int64_t ep : {2, 4})
-      for (int64_t world : {4, 8})
-        for (ActCkpt ck : {ActCkpt::None, ActCkpt::Full, ActCkpt::SelectiveOp})
-          for (Offload off : {Offload::None, Offload::Params})
-            for (int64_t accum : {1, 3})
-              for (bool reshard : {true, false}) {
-                Strategy s;
-                s.kind = k;
-                s.hsdp_group = k == StrategyKind::Hsdp ? world / 2 : 0;
-                s.reshard_after_forward = reshard;
-                s.act_ckpt = ck;
-                s.offload = off;
-                s.param_dtype = DType::Bf16;
-                s.reduce_dtype = DType::Fp32;
-                s.micro_batch = 2;
-                s.seq_len = 128;
-                s.grad_accum = accum;
-                s.mesh.ep = ep;
-                const int64_t before = n.simulated;
-                check_one(g, hw, rt, Cluster{1, world}, s, n);
-                if (n.simulated == before) continue;
-                bool a2a = false;
-                for (const Op& op : fsdp::test::program(g, s, rt, 1, world).ops)
-                  a2a = a2a || (op.kind == OpKind::EpAllToAll && op.comm_bytes > 0);
-                with_all_to_alls += a2a ? 1 : 0;
-              }
+      for (int64_t pp : {1, 2})
+        for (int64_t world : {4, 8})
+          for (ActCkpt ck : {ActCkpt::None, ActCkpt::Full, ActCkpt::SelectiveOp})
+            for (Offload off : {Offload::None, Offload::Params})
+              for (int64_t accum : {1, 3})
+                for (bool reshard : {true, false}) {
+                  Strategy s;
+                  s.kind = k;
+                  s.hsdp_group = k == StrategyKind::Hsdp ? world / 2 : 0;
+                  s.reshard_after_forward = reshard;
+                  s.act_ckpt = ck;
+                  s.offload = off;
+                  s.param_dtype = DType::Bf16;
+                  s.reduce_dtype = DType::Fp32;
+                  s.micro_batch = 2;
+                  s.seq_len = 128;
+                  s.grad_accum = accum;
+                  s.mesh.ep = ep;
+                  s.mesh.pp = pp;
+                  const int64_t before = n.simulated;
+                  check_one(g, hw, rt, Cluster{1, world}, s, n);
+                  if (n.simulated == before) continue;
+                  bool a2a = false;
+                  for (const Op& op : fsdp::test::program(g, s, rt, 1, world).ops)
+                    a2a = a2a || (op.kind == OpKind::EpAllToAll && op.comm_bytes > 0);
+                  with_all_to_alls += a2a ? 1 : 0;
+                }
   MESSAGE("simulated " << n.simulated << " expert-parallel configurations, " << n.refused << " refused");
   CHECK(n.simulated > n.refused);
   CHECK(with_all_to_alls == n.simulated);
