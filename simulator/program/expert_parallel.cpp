@@ -1,5 +1,7 @@
 #include "program/expert_parallel.hpp"
 
+#include <algorithm>
+
 #include "core/errors.hpp"
 
 namespace fsdp {
@@ -56,11 +58,15 @@ void shard_layer_for_ep(LayerCost& lc, int64_t ep) {
   lc.shape.gemms = std::move(gemms);
 }
 
-double ep_shard_equivalent_routed(double routed, int64_t shard, int64_t ep) {
-  if (ep <= 1) return routed;
+double ep_unsharded_params(double params, double routed, int64_t ep) {
+  return params - routed + routed / static_cast<double>(std::max<int64_t>(1, ep));
+}
+
+double ep_shard_equivalent_params(double params, double routed, int64_t shard, int64_t ep) {
+  if (ep <= 1) return params;
   const double m = static_cast<double>(shard / ep), n = static_cast<double>(shard);
-  if (m <= 1 || n <= 1) return 0.0;
-  return ep_gathered_routed(routed, ep) * ((m - 1.0) / m) / ((n - 1.0) / n);
+  const double experts = m <= 1 || n <= 1 ? 0.0 : routed / static_cast<double>(ep) * ((m - 1.0) / m) / ((n - 1.0) / n);
+  return params - routed + experts;
 }
 
 EpAllToAlls ep_unit_all_to_alls(const ModuleGraph& g, int64_t first_layer, int64_t last_layer, bool backward,

@@ -49,16 +49,16 @@ double ep_dispatch_elems_per_token(const ModuleGraph& g, ModuleId layer);
 // Parameters, FLOPs and saved tensors per rank are unchanged under balanced routing.
 void shard_layer_for_ep(LayerCost& lc, int64_t ep);
 
-// Of a unit's `routed` routed-expert parameter elements, those a rank gathers under expert parallelism of degree
-// `ep`: its experts', routed / ep.
-inline double ep_gathered_routed(double routed, int64_t ep) { return routed / static_cast<double>(ep); }
+// Of `params` parameter elements, `routed` of them routed experts', those a rank holds gathered (unsharded) under
+// expert parallelism of degree `ep`: the others and its own experts, routed / ep.
+double ep_unsharded_params(double params, double routed, int64_t ep);
 
-// The elements whose collective over the `shard`-rank shard group moves per rank what one of `routed` routed-expert
-// elements' collective over its efsdp group (shard / ep ranks, holding routed / ep of them) moves: a ring all-gather
-// or reduce-scatter of S over n ranks sends S (n - 1) / n. The efsdp group is priced on the shard group's tier (both
-// cross the nodes' NICs once they span nodes; inside a node both are NVLink). 0 when every expert has its own ranks
-// (ep = shard: nothing to gather).
-double ep_shard_equivalent_routed(double routed, int64_t shard, int64_t ep);
+// The same elements as a collective over the `shard`-rank shard group sees them: the others as they are, and the
+// rank's experts, gathered over their efsdp group (shard / ep ranks), as the elements whose collective over the shard
+// group moves per rank what theirs moves (a ring all-gather or reduce-scatter of S over n ranks sends S (n - 1) / n).
+// The efsdp group is priced on the shard group's tier (both cross the nodes' NICs once they span nodes; inside a node
+// both are NVLink). The experts count 0 when each has its own ranks (ep = shard: nothing to gather).
+double ep_shard_equivalent_params(double params, double routed, int64_t shard, int64_t ep);
 
 // The all-to-alls of one unit's MoE blocks in one direction of a micro-batch: `calls` of `bytes` each (the dispatch
 // and the combine of every block, and in backward the recomputed forward's under full checkpointing).

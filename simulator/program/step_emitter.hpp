@@ -78,18 +78,17 @@ struct Emitter {
   // without expert parallelism.
   std::vector<double> routed_p;
   double unsharded_train(size_t i) const {
-    return routed_p.empty() ? train_p[i] : train_p[i] - routed_p[i] + ep_gathered_routed(routed_p[i], s.mesh.ep);
+    return routed_p.empty() ? train_p[i] : ep_unsharded_params(train_p[i], routed_p[i], s.mesh.ep);
   }
   // The trainable elements whose collective over the shard group costs what the unit's gather (or reduce-scatter)
   // costs: the experts' over their efsdp group counted as their shard-group equivalent.
   double shard_equivalent_train(size_t i) const {
-    if (routed_p.empty()) return train_p[i];
-    return train_p[i] - routed_p[i] + ep_shard_equivalent_routed(routed_p[i], prog.layout.shard_size, s.mesh.ep);
+    return routed_p.empty() ? train_p[i]
+                            : ep_shard_equivalent_params(train_p[i], routed_p[i], prog.layout.shard_size, s.mesh.ep);
   }
   // A layer's trainable elements a rank holds unsharded (full fine-tuning).
   double unsharded_layer_params(const LayerCost& lc) const {
-    return routed_p.empty() ? lc.params
-                            : lc.params - lc.routed_params + ep_gathered_routed(lc.routed_params, s.mesh.ep);
+    return routed_p.empty() ? lc.params : ep_unsharded_params(lc.params, lc.routed_params, s.mesh.ep);
   }
   // Per class of decoder layers (ModuleGraph::layer_classes), from its nodes; layer l's is
   // class_costs[layer_class[l]].
