@@ -123,8 +123,16 @@ int Emitter::push_tp_list(const std::vector<TpCollective>& list, int ui, int mbi
 int Emitter::push_ep(int ui, int mbi, bool backward, int dep) {
   if (s.mesh.ep <= 1) return dep;
   const WrapUnit& u = prog.units[static_cast<size_t>(ui)];
-  const EpAllToAlls a = ep_unit_all_to_alls(g, u.first_layer, u.last_layer, backward, s, tokens, pb);
+  // The unit's blocks' all-to-alls as one op: their calls, at their mean size.
+  EpAllToAlls a;
+  double bytes = 0;
+  for (const LayerCost* lc : costs_of(u)) {
+    const EpAllToAlls layer = ep_layer_all_to_alls(*lc, backward, s.mesh.ep, tokens, pb);
+    a.calls += layer.calls;
+    bytes += layer.calls * layer.bytes;
+  }
   if (a.calls == 0) return dep;
+  a.bytes = bytes / a.calls;
   Op& op = prog.ops.emplace_back();  // in place: nothing pushes another op before it is complete
   op.kind = OpKind::EpAllToAll;
   op.stream = Stream::ExpertParallel;

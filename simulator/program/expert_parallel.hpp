@@ -1,6 +1,6 @@
 // Expert parallelism as a transform of the step, beside data_parallel.hpp, tensor_parallel.hpp and
 // pipeline_parallel.hpp: what splitting a mixture-of-experts model's routed experts over ep ranks does to a rank's
-// units and adds to its step. "MoE dispatch all-to-all time" is here: ep_unit_all_to_alls gives the collectives, the
+// units and adds to its step. "MoE dispatch all-to-all time" is here: ep_layer_all_to_alls gives the collectives, the
 // step program emits them on Stream::ExpertParallel (GroupKind::Expert), op_cost.cpp prices them
 // (comm/collective_cost.hpp all_to_all_cost).
 //
@@ -37,13 +37,6 @@ namespace fsdp {
 // linear, a shared expert's too, sees them all.
 bool routed_expert_linear(const ModuleNode& n);
 
-// The routed experts' parameters of decoder layer `layer` (its routed_expert_linear weights and biases).
-double routed_expert_params(const ModuleGraph& g, ModuleId layer);
-
-// The routed token copies' elements per token one MoE block of layer `layer` dispatches (k x hidden: the experts'
-// input rows), 0 in a dense layer.
-double ep_dispatch_elems_per_token(const ModuleGraph& g, ModuleId layer);
-
 // Scales one decoder layer's GEMM shapes to one rank of the ep group: of its routed experts' GEMMs (GemmShape::routed,
 // one per expert and linear, experts in order) the rank runs its E / ep experts' on ep times the tokens each.
 // Parameters, FLOPs and saved tensors per rank are unchanged under balanced routing.
@@ -60,13 +53,13 @@ double ep_unsharded_params(double params, double routed, int64_t ep);
 // both are NVLink). The experts count 0 when each has its own ranks (ep = shard: nothing to gather).
 double ep_shard_equivalent_params(double params, double routed, int64_t shard, int64_t ep);
 
-// The all-to-alls of one unit's MoE blocks in one direction of a micro-batch: `calls` of `bytes` each (the dispatch
-// and the combine of every block, and in backward the recomputed forward's under full checkpointing).
+// The all-to-alls of one decoder layer's MoE block in one direction of a micro-batch of `tokens` tokens: `calls` of
+// `bytes` each (its dispatch and combine, and in backward the recomputed forward's under full checkpointing), from
+// the layer's LayerCost (routed_params, dispatch_elems_per_token and ckpt); none in a dense layer or without ep.
 struct EpAllToAlls {
   int calls = 0;
   double bytes = 0;  // per call: the rank's routed token copies of one block (tokens x k x hidden, compute dtype)
 };
-EpAllToAlls ep_unit_all_to_alls(const ModuleGraph& g, int64_t first_layer, int64_t last_layer, bool backward,
-                                const Strategy& s, double tokens, double bytes_per_elem);
+EpAllToAlls ep_layer_all_to_alls(const LayerCost& lc, bool backward, int64_t ep, double tokens, double bytes_per_elem);
 
 }  // namespace fsdp

@@ -355,7 +355,6 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
     c.shape.gemms.push_back(
         GemmShape{toks, n.out_features, n.in_features, token_fraction(n), sac, tp_replicated_gate(n), f8, routed});
     if (f8) c.float8_params += static_cast<double>(n.in_features * n.out_features);
-    if (routed) c.routed_params += static_cast<double>(n.params);
     if (n.kind != ModuleKind::Linear) continue;
     c.linear_params += static_cast<double>(n.in_features * n.out_features);
     // No adapter on a frozen vision tower (ActivationQuery::vision_unadapted).
@@ -436,6 +435,8 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   // A mixture-of-experts block's MLP stage is its shared experts' (they run last in forward, so first back); the
   // routed experts are a stage of their own (below).
   const MoeParts moe = moe_parts_of(g, layer, q);
+  c.routed_params = moe.routed_params;
+  c.dispatch_elems_per_token = moe.k * h;
   const double mlp_ffn = moe.present ? moe.shared_ffn : w.ffn;
   const double mlp_out_params = moe.present ? moe.shared_out_params : w.mlp_out_params;
   const double mlp_stage = tokens * pb * (h + (w.gated ? 2.0 : 1.0) * mlp_ffn) + trained * mlp_out_params * pb;

@@ -41,6 +41,9 @@ struct LayerCost {
   double linear_params = 0;  // its linears' weights (what QLoRA quantises)
   double float8_params = 0;  // the weights of its float8 linears (Strategy::float8; float8_linears.hpp)
   double routed_params = 0;  // its routed experts' (expert_parallel.hpp: a rank gathers 1/ep of them)
+  // The routed token copies' elements per token its MoE block dispatches (k x hidden, the experts' input rows; 0 in a
+  // dense layer): what expert parallelism's all-to-alls send (expert_parallel.hpp).
+  double dispatch_elems_per_token = 0;
   double replicated_params =
       0;  // under tensor parallelism, what every tp rank holds whole (norms: tensor_parallel.cpp)
   // Of those, the ones whose gradient each tp rank computes only part of, summed over the tp group: every norm under

@@ -14,6 +14,7 @@
 #include "comm/comm_group.hpp"
 #include "model/module_graph.hpp"
 #include "program/expert_parallel.hpp"
+#include "program/layer_costs.hpp"
 #include "program/step_program.hpp"
 #include "sim_fixtures.hpp"
 #include "simulate.hpp"
@@ -60,16 +61,28 @@ double gathered_bytes_of(const StepProgram& p, int unit) {
 }  // namespace
 
 TEST_CASE("expert parallel: Mixtral's routed experts are counted from its graph") {
+  const RuntimeProfile rt = fsdp::test::runtime("torchtitan");
+  const Strategy s = mixtral_fsdp(1);
+  auto cost_of = [&](const ModuleGraph& g, ModuleId layer) {
+    return layer_cost(LayerCostInput{&g, &s, &rt, activation_query(s, rt), 8192.0}, layer);
+  };
   const ModuleGraph g(fsdp::test::zoo("mixtral-8x7b"));
   for (ModuleId layer : g.layers()) {
-    CHECK(routed_expert_params(g, layer) == doctest::Approx(kRoutedPerLayer).epsilon(1e-12));
+    const LayerCost lc = cost_of(g, layer);
+    CHECK(lc.routed_params == doctest::Approx(kRoutedPerLayer).epsilon(1e-12));
     // Top 2 of hidden-wide rows per token.
-    CHECK(ep_dispatch_elems_per_token(g, layer) == doctest::Approx(2.0 * 4096.0).epsilon(1e-12));
+    CHECK(lc.dispatch_elems_per_token == doctest::Approx(2.0 * 4096.0).epsilon(1e-12));
+    // Each routed expert's linear is flagged for the ep transform, the router's and attention's are not.
+    size_t routed = 0;
+    for (const GemmShape& gs : lc.shape.gemms) routed += gs.routed ? 1 : 0;
+    CHECK(routed == 8 * 3);
   }
   // A dense model has none.
   const ModuleGraph dense(fsdp::test::zoo("llama3-8b"));
-  CHECK(routed_expert_params(dense, dense.layers().front()) == 0);
-  CHECK(ep_dispatch_elems_per_token(dense, dense.layers().front()) == 0);
+  const LayerCost lc = cost_of(dense, dense.layers().front());
+  CHECK(lc.routed_params == 0);
+  CHECK(lc.dispatch_elems_per_token == 0);
+  CHECK(ep_layer_all_to_alls(lc, true, 8, 8192.0, 2.0).calls == 0);
 }
 
 TEST_CASE("expert parallel: a rank stores what FSDP alone stores, gathers its own experts and computes as much") {
