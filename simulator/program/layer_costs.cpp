@@ -461,17 +461,22 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   // Under tensor parallelism (executor/model/moe.cpp) the block runs on the gathered tokens: the hidden-wide
   // gradients, the joined outputs', the gathered inputs and the weighting's tensors are whole on every rank, the
   // experts' widths, their weight gradients and intermediate tensors 1/tp; the shared gate stays whole.
+  // Under expert parallelism (expert_parallel.hpp) the rank walks back its E/ep experts, which received as many token
+  // copies as the rank sent (balanced routing): the first of them holds k / (E/ep) of the tokens, and only they have
+  // weight gradients.
   if (moe.present) {
     const double t = static_cast<double>(std::max<int64_t>(1, s.mesh.tp));
-    const double first = moe.k / moe.experts;  // the first expert's share of the tokens, uniform load
+    const double ep = static_cast<double>(std::max<int64_t>(1, s.mesh.ep));
+    const double experts = moe.experts / ep, routed_params = moe.routed_params / ep;
+    const double first = moe.k / experts;  // the first expert's share of the tokens, uniform load
     const double acts =
         tokens * pb * (2.0 * h + 2.0 * moe.k * h - first * h + (w.gated ? 2.0 : 1.0) * first * moe.expert_ffn / t);
     const double grads = trained * pb *
                          (moe.shared_gate_params + (moe.shared_params - moe.shared_gate_params) / t +
-                          (moe.routed_params * (1.0 - 1.0 / moe.experts) + moe.routed_out_params / moe.experts) / t);
+                          (routed_params * (1.0 - 1.0 / experts) + moe.routed_out_params / moe.experts) / t);
     const double released =
         tokens * (moe.shared_gate_saved + (moe.shared_saved - moe.shared_gate_saved) / t + moe.combine_saved +
-                  (moe.routed_saved - moe.dispatched) * (1.0 - 1.0 / moe.experts) / t);
+                  (moe.routed_saved - moe.dispatched) * (1.0 - 1.0 / experts) / t);
     c.moe_backward_transient = acts + grads - released;
     c.backward_transient = std::max(c.backward_transient, c.moe_backward_transient);
   }

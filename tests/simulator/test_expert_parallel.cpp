@@ -148,6 +148,31 @@ TEST_CASE("expert parallel: a rank stores what FSDP alone stores, gathers its ow
   CHECK(sac_backward == 2 * 32);
 }
 
+TEST_CASE("expert parallel: a rank's MoE backward holds what a model of its E/ep experts holds") {
+  // Balanced routing: at ep 2 a rank walks back 4 of tiny-moe's 8 experts, which received all its token copies, and
+  // only those 4 have weight gradients: the block's working memory is the same model's with 4 experts, at ep 1.
+  const RuntimeProfile rt = fsdp::test::runtime("torchtitan");
+  ModelSpec eight = fsdp::test::zoo("tiny-moe");
+  ModelSpec four = eight;
+  four.moe->num_experts = 4;
+  const ModuleGraph g8(eight), g4(four);
+  for (ActCkpt ck : {ActCkpt::None, ActCkpt::Full}) {
+    CAPTURE(to_string(ck));
+    Strategy s = mixtral_fsdp(2);
+    s.act_ckpt = ck;
+    Strategy whole = s;
+    whole.mesh.ep = 1;
+    const LayerCost split = layer_cost(LayerCostInput{&g8, &s, &rt, activation_query(s, rt), 256.0}, g8.layers()[0]);
+    const LayerCost half =
+        layer_cost(LayerCostInput{&g4, &whole, &rt, activation_query(whole, rt), 256.0}, g4.layers()[0]);
+    const LayerCost all =
+        layer_cost(LayerCostInput{&g8, &whole, &rt, activation_query(whole, rt), 256.0}, g8.layers()[0]);
+    REQUIRE(split.moe_backward_transient != 0);
+    CHECK(split.moe_backward_transient == doctest::Approx(half.moe_backward_transient).epsilon(1e-12));
+    CHECK(split.moe_backward_transient != doctest::Approx(all.moe_backward_transient));
+  }
+}
+
 TEST_CASE("expert parallel: an all-to-all sends each peer its slice, over NVLink in a node and the NICs across") {
   const HardwareProfile hw = fsdp::test::hardware("h100-80gb");
   const double s = kDispatchBytes;
