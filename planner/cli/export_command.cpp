@@ -28,7 +28,7 @@ int run_export(const std::vector<std::string>& argv) {
   const std::string plan_path = args.positional()[0];
   PlanFile plan = read_plan_file(plan_path);
   check_trained_length(plan, plan_path);
-  const TargetSpec spec = load_target_spec(root, *to, args.get_or("--target-version", ""));
+  const TargetSpec spec = load_target_spec(root, *to, args.get_or("--target-version", "")).for_model(plan.model_name);
   const ExportResult r = export_plan(plan, spec, root);
   std::string dir = args.get_or("--out", std::filesystem::path(plan_path).parent_path().string());
   if (dir.empty()) dir = ".";

@@ -185,7 +185,7 @@ int run_plan(const std::vector<std::string>& argv) {
   // --target: the framework the plan is launched with; its runtime profile predicts it (configs/targets).
   std::optional<TargetSpec> target;
   if (auto t = args.get("--target")) {
-    target = load_target_spec(root, *t, args.get_or("--target-version", ""));
+    target = load_target_spec(root, *t, args.get_or("--target-version", "")).for_model(model.name);
     if (args.has("--runtime") && args.get_or("--runtime", "") != target->runtime)
       throw InputError("--runtime: " + target->target + " " + target->version + " is predicted with runtime " +
                        target->runtime + " (" + target->spec_path + "); drop --runtime or --target");

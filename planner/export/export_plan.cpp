@@ -32,7 +32,8 @@ std::string prediction_text(const PlanFile& plan, const Strategy& s, const Targe
 
 }  // namespace
 
-ExportResult export_plan(const PlanFile& plan, const TargetSpec& spec, const std::string& config_root) {
+ExportResult export_plan(const PlanFile& plan, const TargetSpec& target_spec, const std::string& config_root) {
+  const TargetSpec spec = target_spec.for_model(plan.model_name);
   const Target& target = target_by_name(spec.target);
   const Cluster c = cluster_of(plan);
   // An HSDP group must leave replicas over the data-parallel ranks, or a target would write plain FSDP.

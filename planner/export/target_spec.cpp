@@ -38,6 +38,68 @@ Citation citation_or(ConfigMap& m, const std::string& key, const Citation& paren
 
 const std::vector<std::string> kKeyTypes{"int", "float", "bool", "string", "string_list", "call"};
 
+// A capabilities map (the target's, or one model's): knob[@kind,kind] -> values, nearest, together, why, source.
+std::vector<KnobRule> read_capabilities(ConfigMap caps, const Citation& fallback) {
+  std::vector<KnobRule> out;
+  for (const std::string& knob : caps.keys()) {
+    ConfigMap c = caps.get_map(knob);
+    KnobRule r;
+    r.knob = knob.substr(0, knob.find('@'));
+    if (knob.find('@') != std::string::npos) {
+      std::string kinds = knob.substr(knob.find('@') + 1) + ",", cur;
+      for (char ch : kinds) {
+        if (ch != ',') {
+          cur += ch;
+          continue;
+        }
+        StrategyKind k{};
+        if (!parse_strategy_kind(cur, k)) caps.fail(knob, "'" + cur + "' is not a strategy kind");
+        r.kinds.push_back(k);
+        cur.clear();
+      }
+    }
+    r.values = c.get_string_list("values");
+    if (r.values.empty()) c.fail("values", "must list at least one value");
+    if (c.has("nearest")) {
+      ConfigMap n = c.get_map("nearest");
+      for (const std::string& from : n.keys()) r.nearest[from] = n.get_string(from);
+      n.finish();
+    }
+    if (c.has("together")) {
+      YAML::Node groups = c.take_raw("together");
+      if (!groups.IsSequence()) c.fail("together", "expected a list of module lists");
+      for (const auto& g : groups) {
+        if (!g.IsSequence()) c.fail("together", "expected a list of module lists");
+        std::vector<std::string> group;
+        for (const auto& m : g) group.push_back(m.as<std::string>());
+        r.together.push_back(group);
+      }
+    }
+    const Knob* k = find_knob(r.knob);
+    if (!k) {
+      std::string known;
+      for (const Knob& kn : knob_table()) known += (known.empty() ? "" : ", ") + std::string(kn.name);
+      caps.fail(knob, "unknown knob '" + r.knob + "' (known: " + known + ")");
+    }
+    // Every concrete value must be one fsdp-plan can set (patterns every:N, size:N, fraction:P and any match
+    // values).
+    auto check_value = [&](const std::string& v, const std::string& key) {
+      if (v == "any" || v == "every:N" || v == "size:N" || v == "fraction:P") return;
+      Strategy probe;
+      probe.method = Method::Lora;
+      if (!k->set(probe, v, Cluster{2, 8})) c.fail(key, "'" + v + "' is not a value of " + r.knob);
+    };
+    for (const auto& v : r.values) check_value(v, "values");
+    for (const auto& [from, to] : r.nearest) check_value(to, "nearest");
+    r.why = c.get_string("why");
+    r.source = citation_or(c, "source", fallback);
+    c.finish();
+    out.push_back(r);
+  }
+  caps.finish();
+  return out;
+}
+
 }  // namespace
 
 const KnobRule* TargetSpec::rule(const std::string& knob, StrategyKind kind) const {
@@ -51,6 +113,21 @@ const KnobRule* TargetSpec::rule(const std::string& knob, StrategyKind kind) con
     }
   }
   return plain;
+}
+
+TargetSpec TargetSpec::for_model(const std::string& zoo_name) const {
+  TargetSpec t = *this;
+  auto it = model_overrides.find(zoo_name);
+  if (it == model_overrides.end()) return t;
+  const ModelOverrides& o = it->second;
+  if (!o.runtime.empty()) t.runtime = o.runtime;
+  for (const KnobRule& r : o.capabilities) {
+    // The model's rule takes the place of the target's for the same knob and kinds.
+    std::erase_if(t.capabilities, [&](const KnobRule& x) { return x.knob == r.knob && x.kinds == r.kinds; });
+    t.capabilities.push_back(r);
+  }
+  t.model_overrides.clear();
+  return t;
 }
 
 const FileTable& TargetSpec::file(const std::string& name) const {
@@ -119,65 +196,7 @@ TargetSpec load_target_spec(const std::string& config_root, const std::string& t
     t.runtime_source = citation_or(rt, "source", t.source);
     rt.finish();
   }
-  {
-    ConfigMap caps = root.get_map("capabilities");
-    for (const std::string& knob : caps.keys()) {
-      ConfigMap c = caps.get_map(knob);
-      KnobRule r;
-      r.knob = knob.substr(0, knob.find('@'));
-      if (knob.find('@') != std::string::npos) {
-        std::string kinds = knob.substr(knob.find('@') + 1) + ",", cur;
-        for (char ch : kinds) {
-          if (ch != ',') {
-            cur += ch;
-            continue;
-          }
-          StrategyKind k{};
-          if (!parse_strategy_kind(cur, k)) caps.fail(knob, "'" + cur + "' is not a strategy kind");
-          r.kinds.push_back(k);
-          cur.clear();
-        }
-      }
-      r.values = c.get_string_list("values");
-      if (r.values.empty()) c.fail("values", "must list at least one value");
-      if (c.has("nearest")) {
-        ConfigMap n = c.get_map("nearest");
-        for (const std::string& from : n.keys()) r.nearest[from] = n.get_string(from);
-        n.finish();
-      }
-      if (c.has("together")) {
-        YAML::Node groups = c.take_raw("together");
-        if (!groups.IsSequence()) c.fail("together", "expected a list of module lists");
-        for (const auto& g : groups) {
-          if (!g.IsSequence()) c.fail("together", "expected a list of module lists");
-          std::vector<std::string> group;
-          for (const auto& m : g) group.push_back(m.as<std::string>());
-          r.together.push_back(group);
-        }
-      }
-      const Knob* k = find_knob(r.knob);
-      if (!k) {
-        std::string known;
-        for (const Knob& kn : knob_table()) known += (known.empty() ? "" : ", ") + std::string(kn.name);
-        caps.fail(knob, "unknown knob '" + r.knob + "' (known: " + known + ")");
-      }
-      // Every concrete value must be one fsdp-plan can set (patterns every:N, size:N, fraction:P and any match
-      // values).
-      auto check_value = [&](const std::string& v, const std::string& key) {
-        if (v == "any" || v == "every:N" || v == "size:N" || v == "fraction:P") return;
-        Strategy probe;
-        probe.method = Method::Lora;
-        if (!k->set(probe, v, Cluster{2, 8})) c.fail(key, "'" + v + "' is not a value of " + r.knob);
-      };
-      for (const auto& v : r.values) check_value(v, "values");
-      for (const auto& [from, to] : r.nearest) check_value(to, "nearest");
-      r.why = c.get_string("why");
-      r.source = citation_or(c, "source", t.source);
-      c.finish();
-      t.capabilities.push_back(r);
-    }
-    caps.finish();
-  }
+  t.capabilities = read_capabilities(root.get_map("capabilities"), t.source);
   {
     ConfigMap files = root.get_map("files");
     for (const std::string& name : files.keys()) {
@@ -211,7 +230,15 @@ TargetSpec load_target_spec(const std::string& config_root, const std::string& t
     for (const std::string& zoo : models.keys()) {
       if (zoo == "source" || zoo == "accepts_path") continue;
       ConfigMap m = models.get_map(zoo);
-      for (const std::string& field : m.keys()) t.models[zoo][field] = m.get_string(field);
+      for (const std::string& field : m.keys()) {
+        if (field == "runtime") {
+          t.model_overrides[zoo].runtime = m.get_string(field);
+        } else if (field == "capabilities") {
+          t.model_overrides[zoo].capabilities = read_capabilities(m.get_map(field), t.models_source);
+        } else {
+          t.models[zoo][field] = m.get_string(field);
+        }
+      }
       m.finish();
     }
     models.finish();

@@ -68,6 +68,20 @@ struct TargetSpec {
 
   bool models_accept_path = false;  // a Hugging Face model directory is named as is (accelerate, swift, ...)
 
+  // What a models-table entry says of its model beyond the names a writer needs (its `runtime` and `capabilities`
+  // keys): the runtime profile that predicts the model on this target where the target implements that family
+  // otherwise than the target's runtime describes (torchtitan's Qwen3 rotates with rotate_half, its Llama 3 with
+  // complex numbers), and knob rules that hold for that model alone (torchtitan v0.2.2 pipelines no Qwen3).
+  struct ModelOverrides {
+    std::string runtime;                 // empty: the target's
+    std::vector<KnobRule> capabilities;  // each replaces the target's rule of the same knob and kinds
+  };
+  std::map<std::string, ModelOverrides> model_overrides;
+
+  // This target as it plans and writes `zoo_name`: its runtime and knob rules with the model's entry applied (the
+  // target itself for a model without one). Planning, export and the nearest plan all read this.
+  TargetSpec for_model(const std::string& zoo_name) const;
+
   // The rule for `knob` on a plan of `kind` (a kind-specific rule first), or null: the target does not restrict it.
   const KnobRule* rule(const std::string& knob, StrategyKind kind) const;
   const FileTable& file(const std::string& name) const;  // assertion: the writer names only its own files

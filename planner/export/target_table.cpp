@@ -64,6 +64,20 @@ std::string targets_markdown(const std::string& config_root) {
         o += "| " + cell(rule_name(r)) + " | " + cell(join(yes)) + " | " + cell(no.empty() ? "-" : join(no)) + " | " +
              cell(r.why) + " (" + cell(r.source.path) + ") |\n";
       }
+      if (!spec.models.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [zoo, _] : spec.models) names.push_back("`" + zoo + "`");
+        o += "\nModels (" + spec.models_source.path + "): " + join(names) + ".\n";
+        for (const auto& [zoo, over] : spec.model_overrides) {
+          o += "`" + zoo + "`:";
+          if (!over.runtime.empty()) o += " predicted with runtime `" + over.runtime + "`;";
+          for (const KnobRule& r : over.capabilities)
+            o += " " + cell(rule_name(r)) + " " + cell(join(r.values)) + " only (" + cell(r.why) + ", " +
+                 cell(r.source.path) + ");";
+          o.back() = '.';
+          o += "\n";
+        }
+      }
       o += "\n";
     }
   }

@@ -1,5 +1,8 @@
 // torchtitan (pytorch/torchtitan): FSDP2 / HSDP / DDP over a device mesh, configured by a TOML job config up to
-// v0.2.2 and by a Python function returning Trainer.Config after (configs/targets/torchtitan/*.yaml cite both).
+// v0.2.2 and by a Python function returning Trainer.Config after (configs/targets/torchtitan/*.yaml cite both: v0.2.2
+// and main at a9c5edc, whose Trainer.Config fields carry the TOML's names).
+#include <functional>
+
 #include "core/errors.hpp"
 #include "export/export_plan.hpp"
 #include "export/target.hpp"
@@ -102,6 +105,37 @@ void check_even_split(const FlatDoc& d, const std::string& file) {
   }
 }
 
+// The keys both schemas write alike (v0.2.2's TOML job config, a9c5edc's Trainer.Config fields of the same names).
+void batch_keys(FlatDoc& d, const PlanFile& plan) {
+  const Strategy& s = plan.strategy;
+  const int64_t dp = s.mesh.dp(plan.cluster.world_size());
+  // With pipeline stages the micro-batches are the schedule's: local_batch_size holds them all and
+  // pipeline_parallel_microbatch_size is one of them (torchtitan/distributed/pipeline_parallel.py: n_microbatches
+  // = local_batch_size / pipeline_parallel_microbatch_size); without, global_batch_size / (local x dp) steps
+  // accumulate (torchtitan/train.py, trainer.py gradient_accumulation_steps).
+  const int64_t local = s.mesh.pp > 1 ? s.micro_batch * s.grad_accum : s.micro_batch;
+  d.emplace_back("training.local_batch_size", local);
+  d.emplace_back("training.global_batch_size", s.micro_batch * dp * s.grad_accum);
+  d.emplace_back("training.seq_len", s.seq_len);
+  d.emplace_back("training.max_norm", plan.training.grad_clip);
+  common_keys(d, s, plan.cluster.world_size());
+  if (s.mesh.pp > 1) d.emplace_back("parallelism.pipeline_parallel_microbatch_size", s.micro_batch);
+}
+
+// activation_checkpoint.mode: none, full, or selective (the per-op policy; v0.2.2's selective_ac_option an integer N
+// for every N-th block).
+const char* ckpt_mode(const Strategy& s) {
+  if (s.act_ckpt == ActCkpt::None) return "none";
+  return checkpoints_every_layer(s) ? "full" : "selective";
+}
+
+void read_batch_keys(Strategy& s, const std::function<const json&(const std::string&)>& get, int64_t dp) {
+  const int64_t local = get("training.local_batch_size").get<int64_t>();
+  s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
+  s.seq_len = get("training.seq_len").get<int64_t>();
+  s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * dp);
+}
+
 class TorchtitanTarget final : public Target {
  public:
   std::string name() const override { return "torchtitan"; }
@@ -109,43 +143,27 @@ class TorchtitanTarget final : public Target {
   ExportResult write(const PlanFile& plan, const TargetSpec& spec) const override {
     const Strategy& s = plan.strategy;
     const auto model = target_model(spec, plan.model_name, plan.model_path);
-    const int64_t world = plan.cluster.world_size();
-    const int64_t dp = s.mesh.dp(world);
-    const int64_t tokens_per_micro = s.micro_batch * s.seq_len;
+    const std::string assets = "./assets/hf/" + hf_model_dir(model.at("hf_id")).substr(5);
     ExportResult r;
     WrittenFile f;
     std::string config_arg;
+    FlatDoc& d = f.keys;
     if (!is_python(spec)) {
       f.name = kTomlFile;
       f.header = {"Written by fsdp-plan for " + spec.writes_for + ".", "Plan: " + one_line_strategy(plan.strategy)};
-      FlatDoc& d = f.keys;
       d.emplace_back("job.description", "fsdp-plan: " + plan.model_name);
       d.emplace_back("model.name", model.at("name"));
       d.emplace_back("model.flavor", model.at("flavor"));
-      d.emplace_back("model.hf_assets_path", "./assets/hf/" + hf_model_dir(model.at("hf_id")).substr(5));
+      d.emplace_back("model.hf_assets_path", assets);
       d.emplace_back("optimizer.name", "AdamW");
       d.emplace_back("optimizer.lr", plan.training.lr);
       d.emplace_back("optimizer.eps", plan.training.eps);
       d.emplace_back("optimizer.weight_decay", plan.training.weight_decay);
-      // With pipeline stages the micro-batches are the schedule's: local_batch_size holds them all and
-      // pipeline_parallel_microbatch_size is one of them (torchtitan/distributed/pipeline_parallel.py: n_microbatches
-      // = local_batch_size / pipeline_parallel_microbatch_size); without, global_batch_size / (local x dp) steps
-      // accumulate (torchtitan/train.py gradient_accumulation_steps).
-      const int64_t local = s.mesh.pp > 1 ? s.micro_batch * s.grad_accum : s.micro_batch;
-      d.emplace_back("training.local_batch_size", local);
-      d.emplace_back("training.global_batch_size", s.micro_batch * dp * s.grad_accum);
-      d.emplace_back("training.seq_len", s.seq_len);
-      d.emplace_back("training.max_norm", plan.training.grad_clip);
-      common_keys(d, s, world);
-      if (s.mesh.pp > 1) d.emplace_back("parallelism.pipeline_parallel_microbatch_size", s.micro_batch);
-      if (s.act_ckpt == ActCkpt::None) {
-        d.emplace_back("activation_checkpoint.mode", "none");
-      } else if (checkpoints_every_layer(s)) {
-        d.emplace_back("activation_checkpoint.mode", "full");
-      } else {
+      batch_keys(d, plan);
+      d.emplace_back("activation_checkpoint.mode", ckpt_mode(s));
+      if (s.act_ckpt != ActCkpt::None && !checkpoints_every_layer(s)) {
         // fraction:P is refused by the target's knob table (configs/targets/torchtitan: act_ckpt) before this.
         FSDP_ASSERT(s.ckpt_fraction == 0, "torchtitan has no fractional checkpointing");
-        d.emplace_back("activation_checkpoint.mode", "selective");
         d.emplace_back("activation_checkpoint.selective_ac_option",
                        s.act_ckpt == ActCkpt::SelectiveOp ? std::string("op") : std::to_string(s.ckpt_every));
       }
@@ -154,26 +172,27 @@ class TorchtitanTarget final : public Target {
       f.name = kPythonFile;
       f.header = {"# Written by fsdp-plan for " + spec.writes_for + ".",
                   "# Plan: " + one_line_strategy(plan.strategy),
-                  "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+                  "from torchtitan.components.loss import CrossEntropyLoss",
+                  "from torchtitan.config import CompileConfig",
                   "from torchtitan.models." + model.at("name") + " import model_registry",
                   "from torchtitan.models." + model.at("name") + ".config_registry import " + model.at("config_fn"),
                   "from torchtitan.trainer import Trainer",
                   "",
                   "",
                   "def fsdp_plan() -> Trainer.Config:"};
-      FlatDoc& d = f.keys;
+      // The model function's config, with what the plan is priced as in place of what it sets otherwise: SDPA
+      // attention, the whole-logits loss, eager (configs/targets/torchtitan/python-a9c5edc.yaml says why).
       d.emplace_back("config", model.at("config_fn") + "()");
       d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"sdpa\")");
-      d.emplace_back("training.num_tokens_per_microbatch_per_dp_rank", tokens_per_micro);
-      d.emplace_back("training.num_tokens_per_train_step", tokens_per_micro * dp * s.grad_accum);
-      d.emplace_back("training.max_context_length", s.seq_len);
-      d.emplace_back("training.max_norm", plan.training.grad_clip);
-      common_keys(d, s, world);
-      // configs.py num_pp_microbatches: the schedule's micro-batches per data-parallel rank and accumulation step.
-      if (s.mesh.pp > 1) d.emplace_back("parallelism.num_pp_microbatches", s.grad_accum);
-      d.emplace_back("activation_checkpoint", s.act_ckpt == ActCkpt::None   ? "None"
-                                              : s.act_ckpt == ActCkpt::Full ? "FullAC.Config()"
-                                                                            : "SelectiveAC.Config()");
+      d.emplace_back("hf_assets_path", assets);
+      d.emplace_back("loss", "CrossEntropyLoss.Config()");
+      d.emplace_back("compile", "CompileConfig()");
+      batch_keys(d, plan);
+      d.emplace_back("parallelism.enable_sequence_parallel", true);
+      d.emplace_back("parallelism.enable_async_tensor_parallel", false);
+      FSDP_ASSERT(s.act_ckpt == ActCkpt::None || checkpoints_every_layer(s) || s.act_ckpt == ActCkpt::SelectiveOp,
+                  "torchtitan a9c5edc checkpoints none, every layer or by the per-op policy");
+      d.emplace_back("activation_checkpoint.mode", ckpt_mode(s));
       config_arg = "--module fsdp_plan_config --config fsdp_plan";
     }
     r.files.push_back(f);
@@ -221,31 +240,22 @@ class TorchtitanTarget final : public Target {
     s.master_dtype = dtype_of(get("training.dtype"));
     s.param_dtype = dtype_of(get("training.mixed_precision_param"));
     s.reduce_dtype = dtype_of(get("training.mixed_precision_reduce"));
-    const int64_t dp = s.mesh.dp(cluster.world_size());
-    if (!is_python(spec)) {
-      const int64_t local = get("training.local_batch_size").get<int64_t>();
-      s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
-      s.seq_len = get("training.seq_len").get<int64_t>();
-      s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * dp);
-      const std::string mode = get("activation_checkpoint.mode").get<std::string>();
-      if (mode == "selective") {
-        const std::string opt = get("activation_checkpoint.selective_ac_option").get<std::string>();
-        if (opt == "op") {
-          s.act_ckpt = ActCkpt::SelectiveOp;
-        } else {
-          s.act_ckpt = ActCkpt::Full;
-          s.ckpt_every = std::stoll(opt);
-        }
-      } else {
-        s.act_ckpt = mode == "full" ? ActCkpt::Full : ActCkpt::None;
+    read_batch_keys(s, get, s.mesh.dp(cluster.world_size()));
+    const std::string mode = get("activation_checkpoint.mode").get<std::string>();
+    if (mode == "memory_budget")
+      throw InputError(name +
+                       ": activation_checkpoint.mode = \"memory_budget\": the compiler's partitioner decides "
+                       "what it saves, which fsdp-plan does not price");
+    s.act_ckpt = mode == "none" ? ActCkpt::None : mode == "full" ? ActCkpt::Full : ActCkpt::SelectiveOp;
+    if (mode == "selective" && !is_python(spec)) {
+      const std::string opt = get("activation_checkpoint.selective_ac_option").get<std::string>();
+      if (opt != "op") {
+        if (opt.empty() || opt.size() > 9 || opt.find_first_not_of("0123456789") != std::string::npos || opt == "0")
+          throw InputError(name + ": activation_checkpoint.selective_ac_option = \"" + opt +
+                           "\": expected \"op\" or a positive integer N (every N-th block)");
+        s.act_ckpt = ActCkpt::Full;
+        s.ckpt_every = std::stoll(opt);
       }
-    } else {
-      s.seq_len = get("training.max_context_length").get<int64_t>();
-      const int64_t per_micro = get("training.num_tokens_per_microbatch_per_dp_rank").get<int64_t>();
-      s.micro_batch = per_micro / s.seq_len;
-      s.grad_accum = get("training.num_tokens_per_train_step").get<int64_t>() / (per_micro * dp);
-      const std::string ac = get("activation_checkpoint").get<std::string>();
-      s.act_ckpt = ac == "None" ? ActCkpt::None : ac == "FullAC.Config()" ? ActCkpt::Full : ActCkpt::SelectiveOp;
     }
     return s;
   }

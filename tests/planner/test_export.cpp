@@ -61,7 +61,7 @@ TEST_CASE("targets: every target and version loads strictly, cites commits and n
   std::set<std::string> names;
   for (const auto& t : targets) names.insert(t.target + " " + t.version);
   // The releases M14 asks for, each a file.
-  for (const char* want : {"torchtitan v0.2.2", "torchtitan python-b5bcd76", "deepspeed v0.19", "accelerate v1.14",
+  for (const char* want : {"torchtitan v0.2.2", "torchtitan python-a9c5edc", "deepspeed v0.19", "accelerate v1.14",
                            "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v6"})
     CHECK_MESSAGE(names.count(want), want);
   for (const auto& t : target_names(kRoot)) {
@@ -79,11 +79,20 @@ TEST_CASE("targets: every target and version loads strictly, cites commits and n
     CHECK_NOTHROW(load_runtime(spec.runtime, kRoot));
     CHECK(spec.source.commit.size() == 40);
     CHECK(!spec.runtime_why.empty());
-    for (const KnobRule& r : spec.capabilities) {
+    auto check_rule = [](const KnobRule& r) {
       CHECK(find_knob(r.knob) != nullptr);
       CHECK(!r.why.empty());
       CHECK(r.source.commit.size() == 40);
       CHECK(!r.source.path.empty());
+    };
+    for (const KnobRule& r : spec.capabilities) check_rule(r);
+    // A models-table entry's runtime loads, and names a model of the table; its rules are read as the target's.
+    for (const auto& [zoo, over] : spec.model_overrides) {
+      const std::string model = zoo;
+      CAPTURE(model);
+      CHECK(spec.model(model) != nullptr);
+      if (!over.runtime.empty()) CHECK_NOTHROW(load_runtime(over.runtime, kRoot));
+      for (const KnobRule& r : over.capabilities) check_rule(r);
     }
     for (const FileTable& f : spec.files)
       for (const auto& [key, rule] : f.keys) {
@@ -144,6 +153,9 @@ TEST_CASE("targets: a key table or capability the program does not know is refus
   refused("units");
   with("  wrap:\n", "  warp:\n");
   refused("warp");
+  // A model's own rules are read as strictly as the target's.
+  with("    capabilities:\n      pp:\n", "    capabilities:\n      ppp:\n");
+  refused("ppp");
   with("values: [none, params]", "values: [none, disk]");
   refused("disk");
   with("commit: 73a0e6979dd10b6b1904098eb3c8f62c18ab87ce", "commit: v0.2.2");
@@ -445,10 +457,11 @@ TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused 
   }
   fs::remove_all(dir);
 
-  const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-b5bcd76");
+  const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-a9c5edc");
   ex = export_plan(plan_file_for(setup->graph->spec(), setup->hw, c, py.runtime, s), py, kRoot);
-  CHECK(doc_get(ex.files.front().keys, "parallelism.num_pp_microbatches", "p") == 16);
-  CHECK(doc_get(ex.files.front().keys, "training.num_tokens_per_train_step", "p") == 4096 * 2 * 16);
+  CHECK(doc_get(ex.files.front().keys, "training.local_batch_size", "p") == 16);
+  CHECK(doc_get(ex.files.front().keys, "parallelism.pipeline_parallel_microbatch_size", "p") == 1);
+  CHECK(doc_get(ex.files.front().keys, "training.global_batch_size", "p") == 32);
   CHECK(doc_get(ex.files.front().keys, "parallelism.pipeline_parallel_first_stage_less_layers", "p") == 0);
   CHECK(doc_get(ex.files.front().keys, "parallelism.pipeline_parallel_last_stage_less_layers", "p") == 0);
   dir = tmp_dir("mesh");

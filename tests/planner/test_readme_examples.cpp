@@ -50,8 +50,8 @@ const std::vector<Example>& examples() {
       {"torchtitan",
        "Llama 3 70B on 8 nodes of A100 (job.toml, launch.sh)",
        {{"--model 70b --nodes 8 --target torchtitan", "", "", {{"job.toml", "toml"}, {"launch.sh", "sh"}}},
-        {"--model 8b --nodes 2 --act-ckpt selective-op --target torchtitan --target-version python-b5bcd76",
-         "With `--target-version python-b5bcd76` (here `--model 8b --nodes 2 --act-ckpt selective-op`) the same knobs "
+        {"--model 8b --nodes 2 --act-ckpt selective-op --target torchtitan --target-version python-a9c5edc",
+         "With `--target-version python-a9c5edc` (here `--model 8b --nodes 2 --act-ckpt selective-op`) the same knobs "
          "are a Python config function, run with `--module fsdp_plan_config --config fsdp_plan`:",
          "",
          {{"fsdp_plan_config.py", "python"}}}}},
