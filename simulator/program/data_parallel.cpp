@@ -128,13 +128,13 @@ Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g) {
   return op;
 }
 
-Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch, double full, double train_elems,
-                        double rs_input, const std::optional<MemEvent>& kept) {
+Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch, double full, double wire_elems,
+                        double train_elems, double rs_input, const std::optional<MemEvent>& kept) {
   // Reduce-scatter in the reduce dtype into a shard-sized output that is then accumulated into the
   // sharded gradient (FSDP2 foreach_reduce in _fsdp_collectives.py).
   Op r = make_collective_op(OpKind::ReduceScatter, Stream::ReduceScatter, unit, micro_batch, Phase::ReduceScatter,
                             CollectiveKind::ReduceScatter, GroupKind::Shard);
-  r.comm_bytes = c.wire.bytes(full, c.rb, GroupKind::Shard);
+  r.comm_bytes = c.wire.bytes(wire_elems, c.rb, GroupKind::Shard);
   r.comm_dtype = c.wire.type(c.s->reduce_dtype, GroupKind::Shard);
   const double rs_output = c.shard(train_elems) * c.rb;
   r.on_issue.push_back({MemoryCategory::CommBuffers, rs_output});

@@ -153,9 +153,11 @@ Op dp_param_gather_op(const DataParallelContext& c, const UnitGather& g);
 
 // A sharded unit's reduce-scatter of `full` gradient elements (`rs_input` bytes of reduce-dtype copy made by its
 // post-backward, freed when it ends) into the shard of `train_elems`; `kept`: the sharded gradient it allocates
-// (the first reduced micro-batch's, where the step allocates gradients).
-Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch, double full, double train_elems,
-                        double rs_input, const std::optional<MemEvent>& kept);
+// (the first reduced micro-batch's, where the step allocates gradients). `wire_elems`: what it moves per rank's
+// group, `full` unless the experts reduce over their own group (program/expert_parallel.hpp
+// ep_shard_equivalent_params).
+Op dp_reduce_scatter_op(const DataParallelContext& c, int unit, int micro_batch, double full, double wire_elems,
+                        double train_elems, double rs_input, const std::optional<MemEvent>& kept);
 
 // HSDP: a unit's reduced gradient shard of `shard_elems` summed over the replicas.
 Op dp_replica_all_reduce_op(const DataParallelContext& c, int unit, int micro_batch, double shard_elems);

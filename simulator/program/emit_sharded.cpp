@@ -177,10 +177,9 @@ void Emitter::emit_sharded() {
           grads_to_host             ? std::optional<MemEvent>(MemEvent{MemoryCategory::ShardedGrads, shard_grad})
           : mbi == first_reduced_mb ? kept_grads(MemoryCategory::ShardedGrads, shard_grad)
                                     : std::nullopt;
-      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, train(ui), rs_input, kept);
       // Expert parallelism: the routed experts' gradients reduce-scatter over their efsdp group.
-      if (s.mesh.ep > 1)
-        r.comm_bytes = wire_bytes(padded(shard_equivalent_train(static_cast<size_t>(ui))), rb, GroupKind::Shard);
+      const double wire_elems = s.mesh.ep > 1 ? padded(shard_equivalent_train(static_cast<size_t>(ui))) : full;
+      Op r = dp_reduce_scatter_op(dp, ui, mbi, full, wire_elems, train(ui), rs_input, kept);
       // Issued while the per-parameter gradients are still held (RuntimeProfile::unit_grads_held_through_reduce_issue):
       // its output and staging beside them for a moment, after the unit's parameters were resharded (fsdp-run's
       // hook reshards between the copy-in and the issue), so only what exceeds them raises the post-backward's peak.

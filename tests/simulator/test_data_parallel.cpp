@@ -148,7 +148,7 @@ TEST_CASE("data parallel: the ops it builds") {
   CHECK(c.padded(10) == 12);
 
   // A reduce-scatter of 12 gradient elements into a shard of 3, the sharded gradient kept on issue.
-  const Op r = dp_reduce_scatter_op(c, 1, 0, 12, 10, 12 * 4, MemEvent{MemoryCategory::ShardedGrads, 12});
+  const Op r = dp_reduce_scatter_op(c, 1, 0, 12, 12, 10, 12 * 4, MemEvent{MemoryCategory::ShardedGrads, 12});
   CHECK(r.kind == OpKind::ReduceScatter);
   CHECK(r.group == GroupKind::Shard);
   CHECK(r.comm_bytes == 48);
