@@ -181,6 +181,15 @@ Widths widths_of(const ModuleGraph& g, ModuleId layer, const ActivationQuery& q)
 // of its 3.35 TB/s (the profiles' eager elementwise_efficiency is 0.54).
 double rotary_complex_bytes(const Widths& w, double pb) { return (w.q + w.kv) * ((pb + 4.0) + 8.0 + (4.0 + pb)); }
 
+// torchtitan's CosSinRoPE (pytorch/torchtitan torchtitan/models/common/rope.py CosSinRoPE.apply_rotary_emb @
+// a9c5edc74b595216d91b5bef69d4446d5705b61a, its Qwen3's): query.float() and key.float(), then (x * cos) +
+// (rotate_half(x) * sin) on the fp32 copies, then type_as: the upcast (pb + 4 bytes per element), Hugging Face's 7
+// r/w passes (the eager rotary below) at 4 bytes, and the downcast (4 + pb). Its backward is the same ops' autograd
+// formulas on fp32 gradients, twice the forward as the eager rotary's.
+double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
+  return (w.q + w.kv) * ((pb + 4.0) + 7.0 * 2.0 * 4.0 + (4.0 + pb));
+}
+
 // Memory-bound traffic of the forward per token, one kernel per op (eager PyTorch): the non-GEMM kernels read their
 // inputs and write their outputs (bytes = (in + out) x dtype):
 //  - each norm: read x, write y, weight multiply (r/w): 4 h-wide tensors; a runtime whose norm upcasts (HF
@@ -200,7 +209,9 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
   double e = w.norm_elems * norm_traffic_per_element(rt, pb, norm_fp32).forward;
   if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
   if (w.rope && rt.rotary_complex_fp32) e += rotary_complex_bytes(w, pb);
-  if (w.rope && !rt.rotary_in_place_packed_kv && !rt.rotary_complex_fp32) e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+  if (w.rope && rt.rotary_rotate_half_fp32) e += rotary_rotate_half_fp32_bytes(w, pb);
+  if (w.rope && !rt.rotary_in_place_packed_kv && !rt.rotary_complex_fp32 && !rt.rotary_rotate_half_fp32)
+    e += 7.0 * 2.0 * (w.q + w.kv) * pb;
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
   if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;

@@ -124,9 +124,11 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     // Optional even in a profile written whole (absent: PyTorch's eager kernels, RuntimeProfile).
     if (mod.has("norm_kernel")) r.norm_single_kernel = mod.get_enum("norm_kernel", {"eager", "single"}) == "single";
     if (mod.has("rotary_kernel")) {
-      const std::string rotary = mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place", "complex"});
+      const std::string rotary =
+          mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place", "complex", "rotate-half-fp32"});
       r.rotary_in_place_packed_kv = rotary == "flash-attn-in-place";
       r.rotary_complex_fp32 = rotary == "complex";
+      r.rotary_rotate_half_fp32 = rotary == "rotate-half-fp32";
     }
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
     if (mod.has("loss_kernels")) {

@@ -272,6 +272,10 @@ struct RuntimeProfile {
   // whose backward is the same three kernels; Inductor generates no code for complex tensors, so a compiled layer
   // runs them too (program/layer_costs.cpp rotary_complex_bytes).
   bool rotary_complex_fp32 = false;
+  // `rotary_kernel: rotate-half-fp32`: Hugging Face's rotation (x * cos + rotate_half(x) * sin) on an fp32 upcast of q
+  // and k, cast back (torchtitan's CosSinRoPE.apply_rotary_emb after its rotary moved to models/common/rope.py):
+  // the upcast, the 7 passes in fp32 and the downcast (program/layer_costs.cpp rotary_rotate_half_fp32_bytes).
+  bool rotary_rotate_half_fp32 = false;
   // `attention_output_copy: true`: the layer runs sequence-first ([seq, batch, hidden]) while the attention kernel
   // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
   // transposed input into a dense one.

@@ -53,6 +53,11 @@ TEST_CASE("torchtitan models: an entry's runtime and knob rules apply to its mod
     CHECK_FALSE(rule_admits(*pp, "2"));
     CHECK(pp->source.path == "torchtitan/models/qwen3/__init__.py");
   }
+  // At a9c5edc Qwen3 rotates in fp32 (CosSinRoPE) and pipelines (pipelining_fn pipeline_llm): its entry sets the
+  // runtime only.
+  const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-a9c5edc").for_model("qwen3-30b-a3b");
+  CHECK(py.runtime == "torchtitan-2606-qwen3");
+  CHECK(rule_admits(*py.rule("pp", StrategyKind::Fsdp), "2"));
   // Llama 3 keeps the target's runtime and pipelines.
   const TargetSpec llama = spec.for_model("llama3-70b");
   CHECK(llama.runtime == "torchtitan-2510");
@@ -187,6 +192,18 @@ TEST_CASE("torchtitan a9c5edc: DeepSeek-V3 on 32 H100 nodes plans with experts s
   const std::string text = test::slurp(dir + "/fsdp_plan_config.py");
   CHECK(text.find("from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_671b") != std::string::npos);
   CHECK(strategy_identity(import_export(dir, py, plan.cluster)) == strategy_identity(plan.strategy));
+  // Qwen3-30B-A3B exports there too, by its own function, on its own runtime.
+  fs::create_directories(dir + "/qwen");
+  auto qwen = test::run_cli(
+      "--model qwen3-30b-a3b --nodes 2 --hw h100-80gb --target torchtitan --target-version "
+      "python-a9c5edc --out " +
+      dir + "/qwen/plan.yaml");
+  CAPTURE(qwen.err);
+  REQUIRE(qwen.code == 0);
+  CHECK(read_plan_file(dir + "/qwen/plan.yaml").runtime == "torchtitan-2606-qwen3");
+  const std::string qtext = test::slurp(dir + "/qwen/fsdp_plan_config.py");
+  CHECK(qtext.find("config = qwen3_30b_a3b()") != std::string::npos);
+  CHECK(qtext.find("config.model_spec = model_registry(\"30B-A3B\", attn_backend=\"sdpa\")") != std::string::npos);
   // The TOML release runs DeepSeek-V3 with flex attention only (its flavors fix attn_type "flex"): not named there.
   auto toml = test::run_cli("--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --no-out");
   CHECK(toml.code == 2);

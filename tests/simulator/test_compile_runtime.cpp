@@ -151,6 +151,24 @@ TEST_CASE("torchtitan runtime: its complex rotary is three kernels, eager and co
   CHECK(fused_layer.elementwise_backward_bytes_per_token == doctest::Approx(2 * fused - rotary - 2 * kQ * 2));
 }
 
+TEST_CASE("torchtitan runtime: Qwen3's rotary at a9c5edc is Hugging Face's seven passes on an fp32 copy") {
+  // CosSinRoPE.apply_rotary_emb (models/common/rope.py @ a9c5edc): x.float() (read 2, write 4 bytes per element), (x *
+  // cos) + (rotate_half(x) * sin) as the eager rotary's 7 r/w passes at 4 bytes (56), type_as (read 4, write 2): 68
+  // bytes per element of q and k, in place of the complex rotary's 20; backward twice the forward, as HF's.
+  const RuntimeProfile qwen = load_runtime("torchtitan-2606-qwen3", FSDP_SOURCE_ROOT);
+  CHECK(qwen.rotary_rotate_half_fp32);
+  CHECK_FALSE(qwen.rotary_complex_fp32);
+  CHECK_FALSE(load_runtime("torchtitan-2510-qwen3", FSDP_SOURCE_ROOT).rotary_rotate_half_fp32);
+  const double rotary = 68 * (kQ + kKv);
+  CHECK(rotary == 348160);
+  // The torchtitan eager layer (581632, above) with its complex rotary (102400) swapped for this one.
+  const double eager = 581632 - 102400 + rotary;
+  CHECK(eager == 827392);
+  const LayerCost layer = llama3_8b_layer("torchtitan-2606-qwen3");
+  CHECK(layer.elementwise_bytes_per_token == doctest::Approx(eager));
+  CHECK(layer.elementwise_backward_bytes_per_token == doctest::Approx(2 * eager));
+}
+
 TEST_CASE("compile runtime: runtime profiles are parsed strictly, a derived one too") {
   const std::string compiled = std::string(FSDP_SOURCE_ROOT) + "/configs/runtimes/pytorch-compile.yaml";
   SUBCASE("a derived profile loads from a path, its base by name") {
