@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -265,6 +266,11 @@ std::string write_plan_text(const PlanFile& p) {
 }
 
 void write_plan_file(const PlanFile& plan, const std::string& path) {
+  // The directory is created as export creates its --out (export/export_plan.cpp write_export).
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) throw InputError("--out: cannot create directory '" + parent.string() + "': " + ec.message());
   // Write to a temporary name, then rename: a crash never leaves a half-written plan.
   std::string tmp = path + ".tmp";
   {

@@ -47,6 +47,20 @@ inline std::string line_key(const Strategy& s) {
          " " + to_string(s.param_dtype) + "/" + to_string(s.reduce_dtype);
 }
 
+// An FSDP plan with every layer checkpointed and SDPA attention, one sequence a micro-batch, over a tp x pp mesh: the
+// shape the export tests write to targets.
+inline Strategy fsdp_full_ckpt_plan(int64_t grad_accum, int64_t tp, int64_t pp) {
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::Full;
+  s.attention = AttentionImpl::Sdpa;
+  s.micro_batch = 1;
+  s.grad_accum = grad_accum;
+  s.mesh.tp = tp;
+  s.mesh.pp = pp;
+  return s;
+}
+
 inline std::string point_key(const Strategy& s) {
   return line_key(s) + " mb" + std::to_string(s.micro_batch) + " x" + std::to_string(s.grad_accum);
 }

@@ -152,6 +152,9 @@ TEST_CASE("planner: bad input") {
   expect_error("--model 70b --nodes 8 --memory-headroom 1.5", "--memory-headroom");
   expect_error("--model 70b --gpus 12", "--gpus");
   expect_error("show /nonexistent/plan.yaml", "cannot open");
+  // plan.yaml's directory is created (as export's --out); one that cannot be is named.
+  expect_error("--model 8b --nodes 1 --out /dev/null/plans/plan.yaml",
+               "--out: cannot create directory '/dev/null/plans'");
   // A mesh degree the target cannot write is refused before the search, naming the flag (not "No plan fits").
   expect_error("--model 8b --nodes 2 --target deepspeed --pp 2", "--pp: deepspeed v0.19 cannot express pp 2");
   expect_error("--model 8b --nodes 2 --target accelerate --tp 2", "--tp: accelerate v1.14 cannot express tp 2");

@@ -415,14 +415,7 @@ TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused 
   // llama3-70b on 8 nodes x 8: tp 8 (in the node) x pp 4 x dp 2, 16 micro-batches of 1 through interleaved 1F1B.
   auto setup = test::search_setup("llama3-70b", "h100-80gb", 8);
   const Cluster c = setup->req.cluster;
-  Strategy s;
-  s.kind = StrategyKind::Fsdp;
-  s.act_ckpt = ActCkpt::Full;
-  s.attention = AttentionImpl::Sdpa;
-  s.micro_batch = 1;
-  s.grad_accum = 16;
-  s.mesh.tp = 8;
-  s.mesh.pp = 4;
+  Strategy s = test::fsdp_full_ckpt_plan(16, 8, 4);
   s.mesh.pp_schedule = PipelineSchedule::Interleaved1F1B;
   s.mesh.pp_virtual_stages = 2;
   const TargetSpec toml = load_target_spec(kRoot, "torchtitan", "v0.2.2");

@@ -39,6 +39,17 @@ void replace_in_file(const std::string& path, const std::string& from, const std
   std::ofstream(path) << text;
 }
 
+// `fsdp-plan --model M --nodes N --hw h100-80gb --target torchtitan --target-version python-a9c5edc --out
+// DIR/plan.yaml`: the plan it writes (the Python config beside it).
+PlanFile plan_on_python_target(const std::string& model, int nodes, const std::string& dir) {
+  auto r =
+      test::run_cli("--model " + model + " --nodes " + std::to_string(nodes) +
+                    " --hw h100-80gb --target torchtitan --target-version python-a9c5edc --out " + dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  return read_plan_file(dir + "/plan.yaml");
+}
+
 }  // namespace
 
 TEST_CASE("torchtitan models: an entry's runtime and knob rules apply to its model alone") {
@@ -105,13 +116,7 @@ TEST_CASE("torchtitan models: a pipeline for Qwen3 is refused by name, on the se
   CHECK(r.err.find("Qwen3's TrainSpec has no pipelining_fn") != std::string::npos);
   // A pp plan made without the target is refused at export, with the nearest plan torchtitan runs for the model.
   auto setup = test::search_setup("qwen3-8b", "h100-80gb", 2, "torchtitan-2510-qwen3");
-  Strategy s;
-  s.kind = StrategyKind::Fsdp;
-  s.act_ckpt = ActCkpt::Full;
-  s.attention = AttentionImpl::Sdpa;
-  s.micro_batch = 1;
-  s.grad_accum = 8;
-  s.mesh.pp = 2;
+  const Strategy s = test::fsdp_full_ckpt_plan(8, 1, 2);
   const PlanFile plan = plan_file_for(setup->graph->spec(), setup->hw, setup->req.cluster, "torchtitan-2510-qwen3", s);
   const TargetSpec spec = load_target_spec(kRoot, "torchtitan", "v0.2.2");
   CHECK_THROWS_WITH_AS(export_plan(plan, spec, kRoot),
@@ -124,14 +129,7 @@ TEST_CASE("torchtitan a9c5edc: the Python config runs what the plan is priced as
   // llama3_405b() compiles the model with async tensor parallelism and Float8 linears, and every config function
   // chunks the loss: the written function puts back SDPA, the whole-logits cross-entropy and eager execution.
   auto setup = test::search_setup("llama3.1-405b", "h100-80gb", 16, "torchtitan-2510");
-  Strategy s;
-  s.kind = StrategyKind::Fsdp;
-  s.act_ckpt = ActCkpt::Full;
-  s.attention = AttentionImpl::Sdpa;
-  s.micro_batch = 1;
-  s.grad_accum = 16;
-  s.mesh.tp = 8;
-  s.mesh.pp = 2;
+  const Strategy s = test::fsdp_full_ckpt_plan(16, 8, 2);
   const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-a9c5edc");
   const PlanFile plan = plan_file_for(setup->graph->spec(), setup->hw, setup->req.cluster, py.runtime, s);
   const ExportResult ex = export_plan(plan, py, kRoot);
@@ -174,13 +172,7 @@ TEST_CASE("torchtitan a9c5edc: the Python config runs what the plan is priced as
 
 TEST_CASE("torchtitan a9c5edc: DeepSeek-V3 on 32 H100 nodes plans with experts split and exports its function") {
   const std::string dir = tmp_dir("dsv3");
-  auto r = test::run_cli(
-      "--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --target-version "
-      "python-a9c5edc --out " +
-      dir + "/plan.yaml");
-  CAPTURE(r.err);
-  REQUIRE(r.code == 0);
-  const PlanFile plan = read_plan_file(dir + "/plan.yaml");
+  const PlanFile plan = plan_on_python_target("deepseek-v3", 32, dir);
   CHECK(plan.runtime == "torchtitan-2510");
   REQUIRE(plan.strategy.mesh.ep > 1);
   const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-a9c5edc");
@@ -192,15 +184,8 @@ TEST_CASE("torchtitan a9c5edc: DeepSeek-V3 on 32 H100 nodes plans with experts s
   const std::string text = test::slurp(dir + "/fsdp_plan_config.py");
   CHECK(text.find("from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_671b") != std::string::npos);
   CHECK(strategy_identity(import_export(dir, py, plan.cluster)) == strategy_identity(plan.strategy));
-  // Qwen3-30B-A3B exports there too, by its own function, on its own runtime.
-  fs::create_directories(dir + "/qwen");
-  auto qwen = test::run_cli(
-      "--model qwen3-30b-a3b --nodes 2 --hw h100-80gb --target torchtitan --target-version "
-      "python-a9c5edc --out " +
-      dir + "/qwen/plan.yaml");
-  CAPTURE(qwen.err);
-  REQUIRE(qwen.code == 0);
-  CHECK(read_plan_file(dir + "/qwen/plan.yaml").runtime == "torchtitan-2606-qwen3");
+  // Qwen3-30B-A3B exports there too, by its own function, on its own runtime (plan.yaml's directory created).
+  CHECK(plan_on_python_target("qwen3-30b-a3b", 2, dir + "/qwen").runtime == "torchtitan-2606-qwen3");
   const std::string qtext = test::slurp(dir + "/qwen/fsdp_plan_config.py");
   CHECK(qtext.find("config = qwen3_30b_a3b()") != std::string::npos);
   CHECK(qtext.find("config.model_spec = model_registry(\"30B-A3B\", attn_backend=\"sdpa\")") != std::string::npos);
