@@ -1,5 +1,7 @@
 #include "export/target.hpp"
 
+#include <filesystem>
+
 #include "core/errors.hpp"
 #include "export/knob_table.hpp"
 
@@ -43,12 +45,28 @@ std::map<std::string, std::string> target_model(const TargetSpec& spec, const st
   if (spec.models_accept_path && !model_path.empty()) return {{"hf_id", model_path}};
   std::string known;
   for (const auto& [k, _] : spec.models) known += (known.empty() ? "" : ", ") + k;
+  // Another version of the target that names it (configs/targets/<target>/ beside this file); a sibling that does not
+  // load gives no hint rather than another error.
+  std::string elsewhere;
+  if (!spec.spec_path.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(spec.spec_path).parent_path();
+    const std::string config_root = dir.parent_path().parent_path().parent_path().string();
+    try {
+      for (const std::string& v : target_versions(config_root, spec.target))
+        if (v != spec.version && load_target_spec(config_root, spec.target, v).model(model_name) != nullptr)
+          elsewhere += (elsewhere.empty() ? "; --target-version " : " or ") + v;
+    } catch (const InputError&) {
+      elsewhere.clear();
+    }
+  }
+  if (!elsewhere.empty()) elsewhere += " names it";
   throw InputError(spec.spec_path + ": models: " + spec.target + " " + spec.version + " has no name for model '" +
                    model_name + "' (it names: " + known +
                    (spec.models_accept_path
                         ? "; or the model's Hugging Face directory or config.json as --model, or a config.json whose "
-                          "_name_or_path is its hub id)"
-                        : ")"));
+                          "_name_or_path is its hub id"
+                        : "") +
+                   elsewhere + ")");
 }
 
 Strategy Target::read(const std::string& dir, const TargetSpec& spec, const ClusterShape& cluster) const {

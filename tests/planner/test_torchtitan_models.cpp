@@ -193,5 +193,7 @@ TEST_CASE("torchtitan a9c5edc: DeepSeek-V3 on 32 H100 nodes plans with experts s
   auto toml = test::run_cli("--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --no-out");
   CHECK(toml.code == 2);
   CHECK(toml.err.find("has no name for model 'deepseek-v3'") != std::string::npos);
+  // The version that names it is said.
+  CHECK(toml.err.find("--target-version python-a9c5edc names it") != std::string::npos);
   fs::remove_all(dir);
 }
