@@ -1,8 +1,6 @@
 // torchtitan (pytorch/torchtitan): FSDP2 / HSDP / DDP over a device mesh, configured by a TOML job config up to
 // v0.2.2 and by a Python function returning Trainer.Config after (configs/targets/torchtitan/*.yaml cite both: v0.2.2
 // and main at a9c5edc, whose Trainer.Config fields carry the TOML's names).
-#include <functional>
-
 #include "core/errors.hpp"
 #include "export/export_plan.hpp"
 #include "export/target.hpp"
@@ -129,13 +127,6 @@ const char* ckpt_mode(const Strategy& s) {
   return checkpoints_every_layer(s) ? "full" : "selective";
 }
 
-void read_batch_keys(Strategy& s, const std::function<const json&(const std::string&)>& get, int64_t dp) {
-  const int64_t local = get("training.local_batch_size").get<int64_t>();
-  s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
-  s.seq_len = get("training.seq_len").get<int64_t>();
-  s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * dp);
-}
-
 class TorchtitanTarget final : public Target {
  public:
   std::string name() const override { return "torchtitan"; }
@@ -240,7 +231,11 @@ class TorchtitanTarget final : public Target {
     s.master_dtype = dtype_of(get("training.dtype"));
     s.param_dtype = dtype_of(get("training.mixed_precision_param"));
     s.reduce_dtype = dtype_of(get("training.mixed_precision_reduce"));
-    read_batch_keys(s, get, s.mesh.dp(cluster.world_size()));
+    // batch_keys' reverse.
+    const int64_t local = get("training.local_batch_size").get<int64_t>();
+    s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
+    s.seq_len = get("training.seq_len").get<int64_t>();
+    s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * s.mesh.dp(cluster.world_size()));
     const std::string mode = get("activation_checkpoint.mode").get<std::string>();
     if (mode == "memory_budget")
       throw InputError(name +
