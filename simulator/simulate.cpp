@@ -141,7 +141,8 @@ Strategy language_model_strategy(const Strategy& s, const ModelSpec& m) {
   return out;
 }
 
-double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base, VisionTraining vision) {
+double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base, VisionTraining vision,
+                             int64_t doc_len) {
   const ModelSpec& m = g.spec();
   // Non-embedding parameters do the GEMM work; the head's GEMM is counted through its (possibly tied)
   // weight: 6 * (N - embedding) + 6 * head (tied: the embedding matrix acts as the head).
@@ -181,7 +182,7 @@ double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_
   for (ModuleId layer : g.layers()) {
     const double passes = ModuleGraph::frozen(g.vision_part(layer), vision) ? 1.0 : 3.0;
     for (ModuleId leaf : g.leaves_under(layer))
-      attention += passes * seq_flops_per_token(g.node(leaf), seq_len) * g.token_ratio(layer, seq_len);
+      attention += passes * seq_flops_per_token(g.node(leaf), seq_len, doc_len) * g.token_ratio(layer, seq_len);
   }
   // A frozen base (LoRA) needs no weight gradients: forward 2N + input gradients 2N.
   return (frozen_base ? 4.0 : 6.0) * dense + 2.0 * forward_only + attention;
@@ -408,9 +409,10 @@ Prediction simulate(const SimulationInput& in, StepProgram* program_out) {
   p.tokens_per_step = tokens_per_replica * static_cast<double>(s.mesh.dp(in.cluster.world_size()));
   p.tokens_per_s_per_gpu =
       p.time.step_s > 0 ? tokens_per_replica / static_cast<double>(s.mesh.model_parallel()) / p.time.step_s : 0.0;
-  p.model_flops_per_token = in.model_flops_per_token > 0
-                                ? in.model_flops_per_token
-                                : model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full, s.train_vision);
+  p.model_flops_per_token =
+      in.model_flops_per_token > 0
+          ? in.model_flops_per_token
+          : model_flops_per_token(*in.graph, s.seq_len, s.method != Method::Full, s.train_vision, s.doc_len);
   // MFU is defined against the datasheet peak (PaLM, arXiv 2204.02311 App. B), not the clock a profile says it holds.
   double peak = in.hardware->rated_peak_flops(s.param_dtype).value;
   p.mfu = peak > 0 ? p.tokens_per_s_per_gpu * p.model_flops_per_token / peak : 0.0;

@@ -127,8 +127,9 @@ StepProgram emit_stage_program(const SimulationInput& in, int64_t stage);
 // Model FLOPs per token used for MFU: 6N (forward + backward GEMMs over all N parameters, Kaplan et al.
 // 2020 / PaLM arXiv 2204.02311 App. B) plus causal attention 6 * L * s * d_q (12 * L * s * d_q halved by
 // the causal mask), independent of recomputation; 4N instead of 6N for a frozen (LoRA) base, 2N (and its
-// attention once) for a frozen vision tower or projector (`vision`, Strategy::train_vision).
+// attention once) for a frozen vision tower or projector (`vision`, Strategy::train_vision); with packed documents
+// (`doc_len`, Strategy::doc_len) the attention each document's queries do (seq_flops_per_token).
 double model_flops_per_token(const ModuleGraph& g, int64_t seq_len, bool frozen_base = false,
-                             VisionTraining vision = VisionTraining::All);
+                             VisionTraining vision = VisionTraining::All, int64_t doc_len = 0);
 
 }  // namespace fsdp

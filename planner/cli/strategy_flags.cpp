@@ -20,6 +20,7 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--master-dtype",
                                            "--micro-batch",
                                            "--seq",
+                                           "--doc-len",
                                            "--grad-accum",
                                            "--optimizer",
                                            "--method",
@@ -113,6 +114,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   enum_flag(a, "--master-dtype", parse_dtype, s.master_dtype, "fp32, bf16, fp16");
   s.micro_batch = positive(a, "--micro-batch", s.micro_batch);
   s.seq_len = positive(a, "--seq", s.seq_len);
+  if (a.has("--doc-len")) s.doc_len = positive(a, "--doc-len", s.doc_len);
   s.grad_accum = positive(a, "--grad-accum", s.grad_accum);
   enum_flag(a, "--optimizer", parse_optimizer, s.optimizer, "adamw, sgd");
   enum_flag(a, "--method", parse_method, s.method, "full, lora, qlora");

@@ -170,6 +170,10 @@ const std::vector<Knob> kKnobs{
      }},
     {"ep", "--ep", true, always, [](const Strategy& s, const Cluster&) { return std::to_string(s.mesh.ep); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.mesh.ep) && s.mesh.ep > 0; }},
+    // Packed documents attended one by one (Strategy::doc_len): checked where the plan packs them.
+    {"doc_len", "--doc-len", false, [](const Strategy& s) { return s.doc_len > 0; },
+     [](const Strategy& s, const Cluster&) { return std::to_string(s.doc_len); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_count(v, s.doc_len) && s.doc_len >= 0; }},
     {"pp_schedule", "--pp-schedule", false, pipelined,
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.mesh.pp_schedule)); },
      [](Strategy& s, const std::string& v, const Cluster&) {
@@ -238,6 +242,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"pp", {"1", "2", "4"}},
       {"pp_schedule", {"gpipe", "1f1b", "interleaved-1f1b"}},
       {"ep", {"1", "2", "8"}},
+      {"doc_len", {"0", "512"}},
   };
   auto it = samples.find(knob);
   FSDP_ASSERT(it != samples.end(), "knob " + knob + " has no samples");
@@ -252,6 +257,7 @@ std::string sample_label(const std::string& knob, const std::string& sample) {
   if (knob == "hsdp_group" && sample != "node") return "other";
   if (knob == "ddp_bucket_mb" && sample != "25") return "other";
   if ((knob == "tp" || knob == "pp" || knob == "ep") && sample != "1") return "> 1";
+  if (knob == "doc_len" && sample != "0") return "> 0";
   return sample;
 }
 

@@ -70,6 +70,10 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   }
   if (version >= 5) s.train_vision = enum_key(m, "train_vision", parse_vision_training, kVisionTrainingNames);
   if (version >= 6) s.mesh.ep = m.get_positive_int("ep");
+  if (version >= 7) {
+    s.doc_len = m.get_int("doc_len");
+    if (s.doc_len < 0) m.fail("doc_len", "must not be negative (0: one document a sequence)");
+  }
   m.finish();
   return s;
 }
@@ -209,6 +213,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "master_dtype" << YAML::Value << to_string(s.master_dtype);
   out << YAML::Key << "micro_batch" << YAML::Value << s.micro_batch;
   out << YAML::Key << "seq_len" << YAML::Value << s.seq_len;
+  out << YAML::Key << "doc_len" << YAML::Value << s.doc_len;
   out << YAML::Key << "grad_accum" << YAML::Value << s.grad_accum;
   out << YAML::Key << "attention" << YAML::Value << to_string(s.attention);
   out << YAML::Key << "forward_prefetch" << YAML::Value << s.forward_prefetch;

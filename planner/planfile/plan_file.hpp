@@ -16,8 +16,9 @@ namespace fsdp {
 // pp_schedule, pp_virtual_stages); an older file is data parallel only. Version 4 added float8 linears
 // (strategy.float8, float8_all_gather); an older file trains its linears in the compute dtype. Version 5 added
 // strategy.train_vision (a vision-language model's trained vision parts); an older file trains them all. Version 6
-// added strategy.ep (expert parallelism); an older file holds every routed expert on each rank.
-inline constexpr int kPlanSchemaVersion = 6;
+// added strategy.ep (expert parallelism); an older file holds every routed expert on each rank. Version 7 added
+// strategy.doc_len (packed documents attended one by one; 0: one a sequence); an older file has none.
+inline constexpr int kPlanSchemaVersion = 7;
 
 struct TrainingHyperparams {
   double lr = 3e-4;

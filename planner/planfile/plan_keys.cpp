@@ -18,6 +18,7 @@ std::string plan_key_of_flag(const std::string& flag) {
       {"--master-dtype", "strategy.master_dtype"},
       {"--micro-batch", "strategy.micro_batch"},
       {"--seq", "strategy.seq_len"},
+      {"--doc-len", "strategy.doc_len"},
       {"--grad-accum", "strategy.grad_accum"},
       {"--optimizer", "training.optimizer"},
       {"--method", "strategy.method"},

@@ -34,6 +34,7 @@ std::string one_line_strategy(const Strategy& s) {
   if (shards_params(s.kind)) o << " wrap=" << to_string(s.wrap) << (s.reshard_after_forward ? "" : " no-reshard");
   o << " ckpt=" << act_ckpt_name(s) << " offload=" << to_string(s.offload) << " " << to_string(s.param_dtype) << "/"
     << to_string(s.reduce_dtype) << " mb=" << s.micro_batch << "x" << s.grad_accum << " seq=" << s.seq_len;
+  if (s.doc_len > 0) o << " doc=" << s.doc_len;
   if (!s.mesh.is_data_parallel_only()) {
     o << " " << mesh_text(s.mesh);
   } else if (s.mesh.ep > 1) {
@@ -72,6 +73,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["pp_schedule"] = to_string(s.mesh.pp_schedule);
   j["pp_virtual_stages"] = s.mesh.pp_virtual_stages;
   j["ep"] = s.mesh.ep;
+  j["doc_len"] = s.doc_len;
   j["float8"] = to_string(s.float8);
   j["float8_all_gather"] = s.float8_all_gather;
   j["train_vision"] = to_string(s.train_vision);
@@ -204,7 +206,11 @@ std::string format_simulation(const SimulationContext& ctx, const Prediction& p,
       << "; ms-swift's default freezes both: none, LLaVA's fine-tuning trains the projector: projector)\n";
   }
   // The attention kernel the step is priced with (sdpa: the one PyTorch's dispatch chooses, simulate.hpp).
-  o << bold << "attention " << reset << (p.attention.empty() ? to_string(ctx.strategy.attention) : p.attention) << "\n";
+  o << bold << "attention " << reset << (p.attention.empty() ? to_string(ctx.strategy.attention) : p.attention);
+  // Packed documents (Strategy::doc_len): each attended on its own, flash attention's varlen kernel.
+  if (ctx.strategy.doc_len > 0)
+    o << ", packed documents of " << ctx.strategy.doc_len << " tokens attended one by one (varlen)";
+  o << "\n";
   for (const std::string& n : p.attention_notes) o << "          " << n << "\n";
   o << "\n";
   o << bold << "memory per GPU at the peak" << reset << " (" << p.memory.peak_phase << ")\n";

@@ -356,8 +356,9 @@ SearchResult search_pass(const SearchRequest& req, bool mesh_offload) {
   shape_support.strategies.clear();
   shape_support.offloads.clear();
   // The model's FLOPs per token (MFU) are the same for every plan: the language model's sequence and the method.
-  const double flops_per_token = model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len,
-                                                       req.base.method != Method::Full, req.base.train_vision);
+  const double flops_per_token =
+      model_flops_per_token(*req.graph, language_model_strategy(req.base, m).seq_len, req.base.method != Method::Full,
+                            req.base.train_vision, req.base.doc_len);
   auto refused_by = [&](const Strategy& s, const RuntimeSupport& by) {
     const std::optional<CapabilityViolation> v = first_violation(s, m, mesh_world, by);
     if (!v) return false;

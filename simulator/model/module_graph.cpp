@@ -773,10 +773,16 @@ int64_t ModuleGraph::params_under(ModuleId id) const { return subtree_params_[id
 
 int64_t ModuleGraph::total_params() const { return params_under(root_); }
 
-double seq_flops_per_token(const ModuleNode& n, int64_t seq) {
+bool masked_per_document(const ModuleNode& n, int64_t seq, int64_t doc_len) {
+  return doc_len > 0 && doc_len < seq && n.kind == ModuleKind::AttentionCore && n.attention_keys == 0 && n.window == 0;
+}
+
+double seq_flops_per_token(const ModuleNode& n, int64_t seq, int64_t doc_len) {
   if (n.flops_per_token_per_seq == 0) return 0;
   // A vision block's bidirectional attention: every query attends all keys of its image or window.
   if (n.attention_keys > 0) return n.flops_per_token_per_seq * static_cast<double>(n.attention_keys);
+  if (masked_per_document(n, seq, doc_len))
+    return n.flops_per_token_per_seq * causal_keys_per_query(seq, doc_len, true);
   return n.flops_per_token_per_seq * causal_keys_per_query(seq, n.window, n.chunked);
 }
 

@@ -107,8 +107,13 @@ struct ModuleNode {
 };
 
 // Forward FLOPs per token of a node's sequence-dependent part (attention's score and value GEMMs) at sequence
-// length seq: causal, each query attends the earlier keys, at most `window` of them (compute_cost.hpp).
-double seq_flops_per_token(const ModuleNode& n, int64_t seq);
+// length seq: causal, each query attends the earlier keys, at most `window` of them (compute_cost.hpp). With packed
+// documents of doc_len tokens (Strategy::doc_len; 0: none) a global layer's query attends the earlier keys of its
+// document: the chunked count over chunks of doc_len (causal_keys_per_query).
+double seq_flops_per_token(const ModuleNode& n, int64_t seq, int64_t doc_len = 0);
+// Whether a node's attention is the causal self-attention that packed documents mask per document: a language
+// layer's, global (no local window of its own), with documents shorter than the sequence.
+bool masked_per_document(const ModuleNode& n, int64_t seq, int64_t doc_len);
 
 enum class EdgeKind { Contains, Feeds };
 struct ModuleEdge {

@@ -345,13 +345,19 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   for (ModuleId leaf : g.leaves_under(layer)) {
     const ModuleNode& n = g.node(leaf);
     c.matmul_flops_per_token += n.flops_per_token;
-    c.attention_flops_per_token += seq_flops_per_token(n, s.seq_len);
+    c.attention_flops_per_token += seq_flops_per_token(n, s.seq_len, s.doc_len);
     if (n.kind == ModuleKind::AttentionCore) {
       c.shape.heads = n.heads;
       c.shape.kv_heads = n.kv_heads;
       c.shape.head_dim = n.head_dim;
       c.shape.window = n.window;
       c.shape.chunked = n.chunked;
+      // Packed documents: flash attention's varlen kernel visits each document's causal triangle, the chunked count
+      // with chunks of doc_len (compute_cost.hpp causal_keys_per_query).
+      if (masked_per_document(n, s.seq_len, s.doc_len)) {
+        c.shape.window = s.doc_len;
+        c.shape.chunked = true;
+      }
       if (n.attention_keys > 0) {
         c.shape.attn_seq = n.attention_keys;
         c.shape.attn_batch = (toks + n.attention_keys - 1) / n.attention_keys;

@@ -317,6 +317,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (!r.support.runs(CkptPolicy::None)) runs.fail("act_ckpt", "must include none");
     read_list("wrap", r.support.wraps, parse_wrap_family, "a wrap family (layer, every, size, model)");
     if (!r.support.runs(WrapKind::Layer)) runs.fail("wrap", "must include layer");
+    if (runs.has("document_masking")) r.support.document_masking = runs.get_bool("document_masking");
     runs.finish();
   }
   r.support.runtime_name = r.name;

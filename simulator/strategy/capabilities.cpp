@@ -291,6 +291,39 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              n(c.w.gpus_per_node) + " GPUs unevenly: not modelled");
          return std::nullopt;
        }},
+      // Packed documents attended one by one (Strategy::doc_len): flash attention's varlen kernel over the packed
+      // sequence's document boundaries (flash_attn_varlen_func, Dao et al. FlashAttention-2; Transformers'
+      // _flash_attention_forward takes them from packed position_ids, modeling_flash_attention_utils.py), on a
+      // runtime that runs it (RuntimeSupport::document_masking). Priced for a language model's global causal layers:
+      // not within local windows, not beside a vision tower's image tokens.
+      {R::DocumentMasking, "packed documents not as priced",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         const int64_t d = c.s.doc_len;
+         if (d == 0) return std::nullopt;
+         if (d < 0) return broken(R::DocumentMasking, "--doc-len", "must be at least 1");
+         if (d >= c.s.seq_len)
+           return broken(R::DocumentMasking, "--doc-len",
+                         "documents of " + n(d) + " tokens fill the " + n(c.s.seq_len) +
+                             "-token sequence: one document a sequence is the default (drop --doc-len)");
+         if (!c.rt.document_masking)
+           return broken(R::DocumentMasking, "--doc-len",
+                         c.rt.runtime_name +
+                             " attends over the whole packed sequence (its profile has no runs.document_masking): "
+                             "plan it without --doc-len, or with a runtime whose flash attention runs the varlen "
+                             "kernel over the documents (pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed)");
+         if (c.s.attention != AttentionImpl::Flash)
+           return broken(R::DocumentMasking, "--attention",
+                         std::string("packed documents are attended one by one by flash attention's varlen kernel, "
+                                     "not ") +
+                             to_string(c.s.attention) + ": use --attention flash with --doc-len");
+         if (c.m.sliding_window > 0)
+           return broken(R::DocumentMasking, "--doc-len",
+                         "packed documents beside the local attention windows of " + c.m.name + " are not modelled");
+         if (c.m.vision)
+           return broken(R::DocumentMasking, "--doc-len",
+                         "packed documents beside the image tokens of " + c.m.name + " are not modelled");
+         return std::nullopt;
+       }},
       {R::OffloadStrategy, "offload without a ZeRO stage",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.s.offload == Offload::None || (c.s.kind != StrategyKind::Ddp && c.s.kind != StrategyKind::NoShard))

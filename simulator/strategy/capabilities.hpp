@@ -38,6 +38,7 @@ enum class CapabilityRule : uint8_t {
   PpTiedEmbeddings,           // tied embeddings split over stages (RuntimeSupport::pipeline_tied_embeddings)
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
   ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
+  DocumentMasking,            // packed documents attended one by one: flash varlen on a runtime that runs it
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -107,6 +108,10 @@ struct RuntimeSupport {
   // DeepSpeed under Transformers, nanotron and fsdp-run dispatch no tokens to other ranks: their profiles clear it
   // with `mesh: {expert_parallel: false}` (rule ExpertParallel).
   bool expert_parallel = true;
+  // Packed documents attended one by one (Strategy::doc_len): a runtime whose flash attention takes the packed
+  // sequence's document boundaries and runs the varlen kernel over them (profile `runs: {document_masking: true}`;
+  // absent: false, attention over the whole sequence); rule DocumentMasking.
+  bool document_masking = false;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.

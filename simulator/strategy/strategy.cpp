@@ -262,16 +262,16 @@ std::string strategy_identity(const Strategy& s) {
          " reshard=" + (s.reshard_after_forward ? "1" : "0") + " ckpt=" + act_ckpt_name(s) +
          " offload=" + to_string(s.offload) + " dtypes=" + to_string(s.param_dtype) + "/" + to_string(s.reduce_dtype) +
          "/" + to_string(s.master_dtype) + " mb=" + std::to_string(s.micro_batch) +
-         " seq=" + std::to_string(s.seq_len) + " acc=" + std::to_string(s.grad_accum) +
-         " opt=" + to_string(s.optimizer) + " method=" + to_string(s.method) + " r=" + std::to_string(s.lora.rank) +
-         " mods=" + m + " attn=" + to_string(s.attention) + " fp=" + std::to_string(s.forward_prefetch) +
-         " bp=" + std::to_string(s.backward_prefetch) + " bucket=" + std::to_string(s.ddp_bucket_mb) +
-         " sync=" + to_string(s.grad_sync) + " tp=" + std::to_string(s.mesh.tp) +
-         " sp=" + (s.mesh.sequence_parallel ? "1" : "0") + " async_tp=" + (s.mesh.async_tp ? "1" : "0") +
-         " pp=" + std::to_string(s.mesh.pp) + " schedule=" + to_string(s.mesh.pp_schedule) +
-         " v=" + std::to_string(s.mesh.pp_virtual_stages) + " ep=" + std::to_string(s.mesh.ep) +
-         " float8=" + to_string(s.float8) + " f8ag=" + (s.float8_all_gather ? "1" : "0") +
-         " vision=" + to_string(s.train_vision);
+         " seq=" + std::to_string(s.seq_len) + " doc=" + std::to_string(s.doc_len) +
+         " acc=" + std::to_string(s.grad_accum) + " opt=" + to_string(s.optimizer) + " method=" + to_string(s.method) +
+         " r=" + std::to_string(s.lora.rank) + " mods=" + m + " attn=" + to_string(s.attention) +
+         " fp=" + std::to_string(s.forward_prefetch) + " bp=" + std::to_string(s.backward_prefetch) +
+         " bucket=" + std::to_string(s.ddp_bucket_mb) + " sync=" + to_string(s.grad_sync) +
+         " tp=" + std::to_string(s.mesh.tp) + " sp=" + (s.mesh.sequence_parallel ? "1" : "0") +
+         " async_tp=" + (s.mesh.async_tp ? "1" : "0") + " pp=" + std::to_string(s.mesh.pp) +
+         " schedule=" + to_string(s.mesh.pp_schedule) + " v=" + std::to_string(s.mesh.pp_virtual_stages) +
+         " ep=" + std::to_string(s.mesh.ep) + " float8=" + to_string(s.float8) +
+         " f8ag=" + (s.float8_all_gather ? "1" : "0") + " vision=" + to_string(s.train_vision);
 }
 
 }  // namespace fsdp

@@ -85,6 +85,10 @@ struct Strategy {
   DType master_dtype = DType::Fp32;  // dtype of the sharded master params and optimizer states
   int64_t micro_batch = 1;
   int64_t seq_len = 4096;
+  // Packed documents: each sequence holds documents of this many tokens (the length-weighted mean, sum L^2 / sum L,
+  // for uneven ones), and attention stays within a document (block-causal), as flash attention's varlen kernel
+  // computes it from the packed sequence's document boundaries. 0: one document a sequence (causal over it).
+  int64_t doc_len = 0;
   int64_t grad_accum = 1;
   Optimizer optimizer = Optimizer::AdamW;
   Method method = Method::Full;

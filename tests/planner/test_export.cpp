@@ -62,7 +62,7 @@ TEST_CASE("targets: every target and version loads strictly, cites commits and n
   for (const auto& t : targets) names.insert(t.target + " " + t.version);
   // The releases M14 asks for, each a file.
   for (const char* want : {"torchtitan v0.2.2", "torchtitan python-a9c5edc", "deepspeed v0.19", "accelerate v1.14",
-                           "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v6"})
+                           "accelerate v1.14-fsdp1", "swift v4.5", "swift v3.12", "torchtune v0.6", "fsdp-run plan-v7"})
     CHECK_MESSAGE(names.count(want), want);
   for (const auto& t : target_names(kRoot)) {
     CAPTURE(t);

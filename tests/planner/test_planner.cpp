@@ -351,7 +351,15 @@ TEST_CASE("plan files from a newer schema or with unknown keys are refused") {
   REQUIRE(run_cli("--model tiny --gpus 2 --hw cpu --out " + path).code == 0);
   std::string text = fsdp::test::slurp(path);
   std::string newer = text;
-  newer.replace(newer.find("fsdp_plan_version: 6"), 20, "fsdp_plan_version: 9");
+  newer.replace(newer.find("fsdp_plan_version: 7"), 20, "fsdp_plan_version: 9");
+  // Version 7 requires strategy.doc_len; a version-6 file has none and packs one document a sequence. The older
+  // files below are built from a version-6 one.
+  const std::string doc_key = "  doc_len: 0\n";
+  REQUIRE(text.find(doc_key) != std::string::npos);
+  text.erase(text.find(doc_key), doc_key.size());
+  CHECK_THROWS_WITH_AS(parse_plan_text(text, "p.yaml"), doctest::Contains("strategy.doc_len"), InputError);
+  text.replace(text.find("fsdp_plan_version: 7"), 20, "fsdp_plan_version: 6");
+  CHECK(parse_plan_text(text, "p.yaml").strategy.doc_len == 0);
   // Version 6 requires strategy.ep; a version-5 file has none and holds every routed expert on each rank. The older
   // files below are built from a version-5 one.
   const std::string ep_key = "  ep: 1\n";

@@ -123,6 +123,15 @@ const std::vector<Claim>& claims() {
          const Sim s = chosen("--model llama3-70b --nodes 8 --tp 4 --pp 8 --target torchtitan");
          return std::vector<std::string>{"now it plans tp 4 x pp 8 at " + gib(s.device_total_bytes) + " GiB per GPU"};
        }},
+      {"Llama 3 8B at seq 8192 in 512-token documents (--doc-len)",
+       [] {
+         const std::string base =
+             "--model llama3-8b --nodes 1 --hw h100-80gb --strategy fsdp --act-ckpt full "
+             "--micro-batch 1 --seq 8192 --runtime pytorch";
+         const Sim whole = simulate(base), docs = simulate(base + " --doc-len 512");
+         return std::vector<std::string>{grouped(whole.tokens_per_s) + " -> " + grouped(docs.tokens_per_s) +
+                                         " tokens/s/GPU with 512-token documents"};
+       }},
       {"Llama 3.1 405B on 16 H100 nodes at 8k tokens",
        [] {
          const Sim s = chosen("--model 405b --nodes 16 --hw h100-80gb --seq 8192");

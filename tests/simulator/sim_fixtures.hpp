@@ -62,6 +62,17 @@ inline StepProgram program(const ModuleGraph& g, const Strategy& s, const Runtim
 
 inline double cat(const MemoryBreakdown& b, MemoryCategory c) { return b[static_cast<size_t>(c)]; }
 
+// FSDP with every layer checkpointed, the runtime's flash attention, `micro_batch` sequences of `seq` tokens.
+inline Strategy fsdp_full_ckpt(int64_t micro_batch, int64_t seq) {
+  Strategy s;
+  s.kind = StrategyKind::Fsdp;
+  s.act_ckpt = ActCkpt::Full;
+  s.micro_batch = micro_batch;
+  s.seq_len = seq;
+  s.attention = AttentionImpl::Flash;
+  return s;
+}
+
 // Whether the capability table accepts a plan (validate_strategy throws its first violation): grid tests skip the
 // plans it refuses.
 inline bool valid_plan(const Strategy& s, const ModelSpec& m, const Cluster& c) {
