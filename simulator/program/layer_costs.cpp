@@ -197,7 +197,7 @@ double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
 //    4h+4h, 4h+2h and 2h+2h bytes per token: 32h (h: the width it normalises, a q/k norm's projection);
 //    a single-kernel norm (RuntimeProfile::norm_single_kernel) reads x and writes y: 2 tensors;
 //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
-//    flash-attn's in-place rotary (RuntimeProfile::rotary_in_place_packed_kv) one r/w pass over q and k, after k
+//    flash-attn's in-place rotary (RotaryKernel::FlashAttnInPlace) one r/w pass over q and k, after k
 //    and v are packed by a cat (r/w 2 kv) and a permuted contiguous copy (r/w 2 kv);
 //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass; a sequence-first layer's
 //    transposed attention output copied for the output projection when the micro-batch holds more than one
@@ -207,11 +207,22 @@ double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
 double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
                                const RuntimeProfile& rt, int64_t micro_batch) {
   double e = w.norm_elems * norm_traffic_per_element(rt, pb, norm_fp32).forward;
-  if (w.rope && rt.rotary_in_place_packed_kv) e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
-  if (w.rope && rt.rotary_complex_fp32) e += rotary_complex_bytes(w, pb);
-  if (w.rope && rt.rotary_rotate_half_fp32) e += rotary_rotate_half_fp32_bytes(w, pb);
-  if (w.rope && !rt.rotary_in_place_packed_kv && !rt.rotary_complex_fp32 && !rt.rotary_rotate_half_fp32)
-    e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+  if (w.rope) {
+    switch (rt.rotary_kernel) {
+      case RotaryKernel::Eager:
+        e += 7.0 * 2.0 * (w.q + w.kv) * pb;
+        break;
+      case RotaryKernel::FlashAttnInPlace:
+        e += (2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv)) * pb;
+        break;
+      case RotaryKernel::Complex:
+        e += rotary_complex_bytes(w, pb);
+        break;
+      case RotaryKernel::RotateHalfFp32:
+        e += rotary_rotate_half_fp32_bytes(w, pb);
+        break;
+    }
+  }
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
   if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
@@ -237,14 +248,14 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 //    once the forward's.
 double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager, bool kv_repeated) {
   double saved = 0;
-  if (w.rope && rt.rotary_complex_fp32) saved += rotary_complex_bytes(w, pb);
+  if (w.rope && rt.rotary_kernel == RotaryKernel::Complex) saved += rotary_complex_bytes(w, pb);
   if (!eager && kv_repeated) saved += 2.0 * w.q * pb;
   if (!eager) return saved;
   if (rt.norm_single_kernel) {
     const NormTraffic n = norm_traffic_per_element(rt, pb, false);
     saved += w.norm_elems * (2.0 * n.forward - n.backward);
   }
-  if (w.rope && rt.rotary_in_place_packed_kv) {
+  if (w.rope && rt.rotary_kernel == RotaryKernel::FlashAttnInPlace) {
     const double forward = 2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv);
     const double backward = 2.0 * (w.q + w.kv) + 2.0 * (2.0 * w.kv);
     saved += (2.0 * forward - backward) * pb;
@@ -282,7 +293,7 @@ double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bo
 double fused_elementwise_bytes(const Widths& w, double h, double pb, double res, bool add_fused_into_norm,
                                const RuntimeProfile& rt, bool kv_repeated) {
   double e = w.norm_elems * norm_traffic_per_element(rt, pb, false).forward;
-  if (w.rope) e += rt.rotary_complex_fp32 ? rotary_complex_bytes(w, pb) : 2.0 * (w.q + w.kv) * pb;
+  if (w.rope) e += rt.rotary_kernel == RotaryKernel::Complex ? rotary_complex_bytes(w, pb) : 2.0 * (w.q + w.kv) * pb;
   if (kv_repeated) e += 2.0 * w.q * pb;
   e += (w.gated ? 3.0 : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;

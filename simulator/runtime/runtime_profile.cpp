@@ -126,9 +126,10 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (mod.has("rotary_kernel")) {
       const std::string rotary =
           mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place", "complex", "rotate-half-fp32"});
-      r.rotary_in_place_packed_kv = rotary == "flash-attn-in-place";
-      r.rotary_complex_fp32 = rotary == "complex";
-      r.rotary_rotate_half_fp32 = rotary == "rotate-half-fp32";
+      r.rotary_kernel = rotary == "flash-attn-in-place" ? RotaryKernel::FlashAttnInPlace
+                        : rotary == "complex"           ? RotaryKernel::Complex
+                        : rotary == "rotate-half-fp32"  ? RotaryKernel::RotateHalfFp32
+                                                        : RotaryKernel::Eager;
     }
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
     if (mod.has("loss_kernels")) {

@@ -27,6 +27,24 @@ struct HostIssue {
   }
 };
 
+// The rotary embedding's kernels (`modules.rotary_kernel`), priced by program/layer_costs.cpp:
+enum class RotaryKernel : uint8_t {
+  // `eager` (the default): Hugging Face's apply_rotary_pos_emb (q * cos, rotate_half, * sin, add: 7 passes).
+  Eager,
+  // `flash-attn-in-place`: k and v packed into one (batch, seq, 2, heads, dim) tensor (a cat and a permuted
+  // contiguous copy), then flash-attn's Triton rotary rewriting q and k in place.
+  FlashAttnInPlace,
+  // `complex`: the rotation as a complex multiply in fp32 (torchtitan's apply_rotary_emb: view_as_complex(x.float())
+  // * freqs_cis, view_as_real, type_as): an upcast, the complex multiply and a downcast, whose backward is the same
+  // three kernels; Inductor generates no code for complex tensors, so a compiled layer runs them too
+  // (rotary_complex_bytes).
+  Complex,
+  // `rotate-half-fp32`: Hugging Face's rotation (x * cos + rotate_half(x) * sin) on an fp32 upcast of q and k, cast
+  // back (torchtitan's CosSinRoPE.apply_rotary_emb after its rotary moved to models/common/rope.py): the upcast, the
+  // 7 passes in fp32 and the downcast (rotary_rotate_half_fp32_bytes).
+  RotateHalfFp32,
+};
+
 struct RuntimeProfile {
   std::string name;
   std::string source;
@@ -263,19 +281,8 @@ struct RuntimeProfile {
   // `norm_kernel: single`: each norm is one kernel (flash-attn's Triton layer_norm_fn), reading x and writing y;
   // default `eager`, the norm's ops one kernel each.
   bool norm_single_kernel = false;
-  // `rotary_kernel: flash-attn-in-place`: k and v packed into one (batch, seq, 2, heads, dim) tensor (a cat and a
-  // permuted contiguous copy), then flash-attn's Triton rotary rewriting q and k in place; default `eager`, Hugging
-  // Face's apply_rotary_pos_emb (q * cos, rotate_half, * sin, add: 7 passes).
-  bool rotary_in_place_packed_kv = false;
-  // `rotary_kernel: complex`: the rotation as a complex multiply in fp32 (torchtitan's apply_rotary_emb:
-  // view_as_complex(x.float()) * freqs_cis, view_as_real, type_as): an upcast, the complex multiply and a downcast,
-  // whose backward is the same three kernels; Inductor generates no code for complex tensors, so a compiled layer
-  // runs them too (program/layer_costs.cpp rotary_complex_bytes).
-  bool rotary_complex_fp32 = false;
-  // `rotary_kernel: rotate-half-fp32`: Hugging Face's rotation (x * cos + rotate_half(x) * sin) on an fp32 upcast of q
-  // and k, cast back (torchtitan's CosSinRoPE.apply_rotary_emb after its rotary moved to models/common/rope.py):
-  // the upcast, the 7 passes in fp32 and the downcast (program/layer_costs.cpp rotary_rotate_half_fp32_bytes).
-  bool rotary_rotate_half_fp32 = false;
+  // `rotary_kernel` (RotaryKernel): how q and k are rotated.
+  RotaryKernel rotary_kernel = RotaryKernel::Eager;
   // `attention_output_copy: true`: the layer runs sequence-first ([seq, batch, hidden]) while the attention kernel
   // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
   // transposed input into a dense one.

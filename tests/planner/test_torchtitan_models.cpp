@@ -76,9 +76,9 @@ TEST_CASE("torchtitan models: an entry's runtime and knob rules apply to its mod
   // The Qwen3 runtime is the Llama one but for the rotary kernel: rotate_half in the compute dtype, not complex fp32.
   const RuntimeProfile titan = load_runtime("torchtitan-2510", kRoot);
   const RuntimeProfile qwen = load_runtime("torchtitan-2510-qwen3", kRoot);
-  CHECK(titan.rotary_complex_fp32);
-  CHECK_FALSE(qwen.rotary_complex_fp32);
-  CHECK_FALSE(qwen.rotary_in_place_packed_kv);
+  CHECK(titan.rotary_kernel == RotaryKernel::Complex);
+  CHECK(qwen.rotary_kernel != RotaryKernel::Complex);
+  CHECK(qwen.rotary_kernel != RotaryKernel::FlashAttnInPlace);
   CHECK(qwen.adamw_bytes_per_param == titan.adamw_bytes_per_param);
   CHECK(qwen.fragmentation_fraction == titan.fragmentation_fraction);
 }

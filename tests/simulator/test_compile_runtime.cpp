@@ -132,9 +132,9 @@ TEST_CASE("torchtitan runtime: its complex rotary is three kernels, eager and co
   // layer runs the same three kernels; their backward is the same three on the gradient, 20 bytes, not 40.
   const RuntimeProfile titan = load_runtime("torchtitan", FSDP_SOURCE_ROOT);
   const RuntimeProfile titan_compiled = load_runtime("torchtitan-compile", FSDP_SOURCE_ROOT);
-  CHECK(titan.rotary_complex_fp32);
-  CHECK(titan_compiled.rotary_complex_fp32);  // inherited from its base
-  CHECK_FALSE(load_runtime("pytorch", FSDP_SOURCE_ROOT).rotary_complex_fp32);
+  CHECK(titan.rotary_kernel == RotaryKernel::Complex);
+  CHECK(titan_compiled.rotary_kernel == RotaryKernel::Complex);  // inherited from its base
+  CHECK(load_runtime("pytorch", FSDP_SOURCE_ROOT).rotary_kernel != RotaryKernel::Complex);
   const double rotary = 20 * (kQ + kKv);
   CHECK(rotary == 102400);
   // Eager torchtitan: the pytorch eager layer with HF's rotary (28 per element) swapped for the complex one.
@@ -156,9 +156,9 @@ TEST_CASE("torchtitan runtime: Qwen3's rotary at a9c5edc is Hugging Face's seven
   // cos) + (rotate_half(x) * sin) as the eager rotary's 7 r/w passes at 4 bytes (56), type_as (read 4, write 2): 68
   // bytes per element of q and k, in place of the complex rotary's 20; backward twice the forward, as HF's.
   const RuntimeProfile qwen = load_runtime("torchtitan-2606-qwen3", FSDP_SOURCE_ROOT);
-  CHECK(qwen.rotary_rotate_half_fp32);
-  CHECK_FALSE(qwen.rotary_complex_fp32);
-  CHECK_FALSE(load_runtime("torchtitan-2510-qwen3", FSDP_SOURCE_ROOT).rotary_rotate_half_fp32);
+  CHECK(qwen.rotary_kernel == RotaryKernel::RotateHalfFp32);
+  CHECK(qwen.rotary_kernel != RotaryKernel::Complex);
+  CHECK(load_runtime("torchtitan-2510-qwen3", FSDP_SOURCE_ROOT).rotary_kernel != RotaryKernel::RotateHalfFp32);
   const double rotary = 68 * (kQ + kKv);
   CHECK(rotary == 348160);
   // The torchtitan eager layer (581632, above) with its complex rotary (102400) swapped for this one.
@@ -296,11 +296,11 @@ TEST_CASE("nanotron runtime: its kernel keys are parsed strictly") {
   }
   const RuntimeProfile pytorch = load_runtime("pytorch", FSDP_SOURCE_ROOT);
   CHECK_FALSE(pytorch.norm_single_kernel);
-  CHECK_FALSE(pytorch.rotary_in_place_packed_kv);
+  CHECK(pytorch.rotary_kernel != RotaryKernel::FlashAttnInPlace);
   CHECK_FALSE(pytorch.attention_output_copy);
   CHECK_FALSE(pytorch.loss_vocab_parallel_kernels);
   const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
   CHECK(nanotron.norm_single_kernel);
-  CHECK(nanotron.rotary_in_place_packed_kv);
+  CHECK(nanotron.rotary_kernel == RotaryKernel::FlashAttnInPlace);
   CHECK(nanotron.attention_output_copy);
 }
