@@ -43,6 +43,20 @@ std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw) {
   return std::nullopt;
 }
 
+std::optional<std::string> flash3_hardware_refusal(const HardwareProfile& hw) {
+  if (hw.device_is_host() || !hw.compute_capability.known() || hw.compute_capability.major != 9)
+    return "--attention flash3: " + hw.name +
+           (hw.compute_capability.known() ? " has compute capability " + to_string(hw.compute_capability)
+                                          : std::string(" gives no compute capability")) +
+           "; FlashAttention-3 is built for Hopper (compute capability 9.0: H100, H200, H800, H20): use "
+           "--attention flash (FlashAttention-2) or sdpa";
+  if (!hw.flash3_ratio.given())
+    return hw.source +
+           ": device.flash_attention_3_ratio: --attention flash3 is priced relative to the flash curves by this "
+           "ratio, which the profile does not give (docs/hardware.md \"Attention kernels\")";
+  return std::nullopt;
+}
+
 void validate_strategy(const Strategy& s, const ModelSpec& m, const Cluster& c, const RuntimeSupport& rt,
                        const std::function<std::string(const std::string&)>& name_of) {
   auto bad = [&](const std::string& flag, const std::string& msg) {
@@ -254,6 +268,8 @@ ProgramInput program_input(const SimulationInput& in) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
   if (in.strategy.float8 != Float8Recipe::None)
     if (const std::optional<std::string> why = float8_hardware_refusal(*in.hardware)) throw InputError(*why);
+  if (in.strategy.attention == AttentionImpl::Flash3)
+    if (const std::optional<std::string> why = flash3_hardware_refusal(*in.hardware)) throw InputError(*why);
   // The language model runs the sample's text tokens and its image tokens (language_model_strategy).
   const Strategy s = language_model_strategy(in.strategy, in.graph->spec());
   const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);

@@ -116,6 +116,12 @@ void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);
 // as an InputError for a float8 plan.
 std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw);
 
+// Why the profile cannot price FlashAttention-3 (--attention flash3), or nullopt: FA3 is built for Hopper
+// (flash-attention hopper/README.md: "Requirements: H100 / H800 GPU, CUDA >= 12.3"; its setup.py compiles sm_90a) and
+// is priced by the profile's device.flash_attention_3_ratio. simulate throws it as an InputError for a flash3 plan.
+// What FA3 needs of the plan itself (bf16 or fp16, head dims up to 256) is rule FlashAttention3's.
+std::optional<std::string> flash3_hardware_refusal(const HardwareProfile& hw);
+
 // Simulates memory and time. The input must be valid (validate_strategy). `program_out`: the program whose time
 // the prediction reports (under pipeline parallelism the slower of the first and the last stage).
 Prediction simulate(const SimulationInput& in, StepProgram* program_out = nullptr);

@@ -81,6 +81,18 @@ SearchPins pins_from(const Args& a, const Strategy& s) {
   return p;
 }
 
+// A variant of the chosen plan the search does not try, simulated: nullopt where the capability table refuses it.
+std::optional<std::pair<Strategy, Prediction>> what_if(const ModuleGraph& graph, const HardwareProfile& hw,
+                                                       const RuntimeProfile& rt, const Cluster& cluster,
+                                                       const Strategy& s) {
+  try {
+    validate_strategy(s, graph.spec(), cluster, rt.support);
+    return std::pair{s, simulate(SimulationInput{&graph, &hw, &rt, cluster, s})};
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+}
+
 // The chosen plan with float8 linears (torchao tensorwise, with FSDP2's float8 all-gather where the plan gathers
 // parameters and the runtime does it), when the user left --float8 out, the runtime runs float8 and the GPU has FP8
 // tensor cores: what the search does not try, since float8 changes the numerics (docs/hardware.md "Float8 linears").
@@ -93,12 +105,20 @@ std::optional<std::pair<Strategy, Prediction>> float8_what_if(const ModuleGraph&
   Strategy s = chosen;
   s.float8 = Float8Recipe::Tensorwise;
   s.float8_all_gather = rt.support.float8_all_gather && fsdp_family(s.kind);
-  try {
-    validate_strategy(s, graph.spec(), cluster, rt.support);
-    return std::pair{s, simulate(SimulationInput{&graph, &hw, &rt, cluster, s})};
-  } catch (const InputError&) {
+  return what_if(graph, hw, rt, cluster, s);
+}
+
+// The chosen plan with FlashAttention-3 in place of FlashAttention-2, when the user left --attention out, the runtime
+// calls FA3 and the GPU is a Hopper its profile prices it on: a kernel the user installs (flash-attention's hopper/
+// build), so not searched (docs/hardware.md "Attention kernels").
+std::optional<std::pair<Strategy, Prediction>> flash3_what_if(const ModuleGraph& graph, const HardwareProfile& hw,
+                                                              const RuntimeProfile& rt, const Cluster& cluster,
+                                                              const Strategy& chosen) {
+  if (chosen.attention != AttentionImpl::Flash || !rt.support.flash_attention_3 || flash3_hardware_refusal(hw))
     return std::nullopt;
-  }
+  Strategy s = chosen;
+  s.attention = AttentionImpl::Flash3;
+  return what_if(graph, hw, rt, cluster, s);
 }
 
 std::string shell_quote(const std::string& s) {
@@ -416,13 +436,17 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   PlanReportContext ctx{
       &model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens, graph.total_params()};
-  std::optional<std::pair<Strategy, Prediction>> f8;
+  std::optional<std::pair<Strategy, Prediction>> f8, fa3;
   if (!result.ranked.empty() && !args.has("--float8"))
     f8 = float8_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);
+  if (!result.ranked.empty() && !args.has("--attention"))
+    fa3 = flash3_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);
   if (args.has("--json")) {
     nlohmann::json j = plan_report_json(ctx, result);
     if (f8)
       j["float8_what_if"] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, f8->first}, f8->second);
+    if (fa3)
+      j["flash3_what_if"] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, fa3->first}, fa3->second);
     j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
     if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
@@ -440,6 +464,15 @@ int run_plan(const std::vector<std::string>& argv) {
                 << fmt("%+.1f", (f8->second.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
                 << format_gib(f8->second.memory.device_total) << " GiB per GPU"
                 << (f8->second.fits ? "" : " (does not fit)") << " (docs/hardware.md \"Float8 linears\")\n";
+    }
+    if (fa3) {
+      const Prediction& best = result.ranked.front().prediction;
+      std::cout << "\nFlashAttention-3 (not searched: flash-attention's hopper/ build, installed apart): --attention "
+                   "flash3 would run this plan at "
+                << fmt("%.0f", fa3->second.tokens_per_s_per_gpu) << " tokens/s per GPU ("
+                << fmt("%+.1f", (fa3->second.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
+                << format_gib(fa3->second.memory.device_total) << " GiB per GPU"
+                << (fa3->second.fits ? "" : " (does not fit)") << " (docs/hardware.md \"Attention kernels\")\n";
     }
   }
   if (auto html = args.get("--html")) {

@@ -95,9 +95,10 @@ class SwiftTarget final : public Target {
         d.emplace_back("target_modules", s.lora.target_modules);
     }
     d.emplace_back("torch_dtype", s.param_dtype == DType::Bf16 ? "bfloat16" : "float32");
-    d.emplace_back("attn_impl", s.attention == AttentionImpl::Flash   ? "flash_attn"
-                                : s.attention == AttentionImpl::Eager ? "eager"
-                                                                      : "sdpa");
+    d.emplace_back("attn_impl", s.attention == AttentionImpl::Flash    ? "flash_attn"
+                                : s.attention == AttentionImpl::Flash3 ? "flash_attention_3"
+                                : s.attention == AttentionImpl::Eager  ? "eager"
+                                                                       : "sdpa");
     // ms-swift's max_length counts a sample's whole encoded sequence, its images' tokens too (the template expands
     // each image into them): the language model's sequence (language_model_strategy).
     d.emplace_back("max_length", s.seq_len + (plan.model.vision ? plan.model.vision->image_tokens : 0));
@@ -154,9 +155,10 @@ class SwiftTarget final : public Target {
     const bool bf16 = get("torch_dtype").get<std::string>() == "bfloat16";
     s.param_dtype = s.reduce_dtype = bf16 ? DType::Bf16 : DType::Fp32;
     const std::string attn = get("attn_impl").get<std::string>();
-    s.attention = attn == "flash_attn" ? AttentionImpl::Flash
-                  : attn == "eager"    ? AttentionImpl::Eager
-                                       : AttentionImpl::Sdpa;
+    s.attention = attn == "flash_attn" || attn == "flash_attention_2" ? AttentionImpl::Flash
+                  : attn == "flash_attention_3"                       ? AttentionImpl::Flash3
+                  : attn == "eager"                                   ? AttentionImpl::Eager
+                                                                      : AttentionImpl::Sdpa;
     s.seq_len = get("max_length").get<int64_t>();  // a vision-language model's: text and image tokens
     s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
     s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();

@@ -174,7 +174,9 @@ class TorchtitanTarget final : public Target {
       // The model function's config, with what the plan is priced as in place of what it sets otherwise: SDPA
       // attention, the whole-logits loss, eager (configs/targets/torchtitan/python-a9c5edc.yaml says why).
       d.emplace_back("config", model.at("config_fn") + "()");
-      d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"sdpa\")");
+      // varlen for flash3: FlashAttention-3 on Hopper over the documents (configs/runtimes/torchtitan-2606.yaml).
+      const char* backend = s.attention == AttentionImpl::Flash3 ? "varlen" : "sdpa";
+      d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"" + backend + "\")");
       d.emplace_back("hf_assets_path", assets);
       d.emplace_back("loss", "CrossEntropyLoss.Config()");
       d.emplace_back("compile", "CompileConfig()");
@@ -236,6 +238,12 @@ class TorchtitanTarget final : public Target {
     s.micro_batch = s.mesh.pp > 1 ? get("parallelism.pipeline_parallel_microbatch_size").get<int64_t>() : local;
     s.seq_len = get("training.seq_len").get<int64_t>();
     s.grad_accum = get("training.global_batch_size").get<int64_t>() / (s.micro_batch * s.mesh.dp(cluster.world_size()));
+    if (is_python(spec)) {
+      // model_registry(flavor, attn_backend=...): the backends this target writes (its file's values list).
+      const std::string spec_call = get("model_spec").get<std::string>();
+      s.attention =
+          spec_call.find("attn_backend=\"varlen\"") != std::string::npos ? AttentionImpl::Flash3 : AttentionImpl::Sdpa;
+    }
     const std::string mode = get("activation_checkpoint.mode").get<std::string>();
     if (mode == "memory_budget")
       throw InputError(name +

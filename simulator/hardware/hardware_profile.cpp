@@ -343,22 +343,24 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
           "'" + text + "' is not a compute capability: expected major.minor, e.g. \"9.0\" (NVIDIA's CUDA GPUs page)");
     hw.compute_capability = *cc;
   }
-  // `device.sdpa_kernel_ratio`: {memory_efficient, cudnn} -> {forward, backward}, each entry given whole.
+  // A kernel's {forward, backward} throughput ratio to the flash curves, given whole.
+  auto read_kernel_ratio = [](ConfigMap e, HardwareProfile::KernelRatio& field) {
+    for (auto [k, dst] : {std::pair{"forward", &field.forward}, std::pair{"backward", &field.backward}}) {
+      *dst = e.get_double(k);
+      // A kernel's throughput relative to flash's: positive; within (0, 4] keeps a typo (a percentage) out.
+      if (!(*dst > 0 && *dst <= 4)) e.fail(k, "must be within (0, 4]: a throughput ratio to the flash curve");
+    }
+    e.finish();
+  };
+  // `device.sdpa_kernel_ratio`: {memory_efficient, cudnn} -> {forward, backward}.
   if (dev.has("sdpa_kernel_ratio")) {
     ConfigMap ratios = dev.get_map("sdpa_kernel_ratio");
     for (auto [key, field] :
-         {std::pair{"memory_efficient", &hw.sdpa_memory_efficient_ratio}, std::pair{"cudnn", &hw.sdpa_cudnn_ratio}}) {
-      if (!ratios.has(key)) continue;
-      ConfigMap e = ratios.get_map(key);
-      for (auto [k, dst] : {std::pair{"forward", &field->forward}, std::pair{"backward", &field->backward}}) {
-        *dst = e.get_double(k);
-        // A kernel's throughput relative to flash's: positive; within (0, 4] keeps a typo (a percentage) out.
-        if (!(*dst > 0 && *dst <= 4)) e.fail(k, "must be within (0, 4]: a throughput ratio to the flash curve");
-      }
-      e.finish();
-    }
+         {std::pair{"memory_efficient", &hw.sdpa_memory_efficient_ratio}, std::pair{"cudnn", &hw.sdpa_cudnn_ratio}})
+      if (ratios.has(key)) read_kernel_ratio(ratios.get_map(key), *field);
     ratios.finish();
   }
+  if (dev.has("flash_attention_3_ratio")) read_kernel_ratio(dev.get_map("flash_attention_3_ratio"), hw.flash3_ratio);
   if (dev.has("matmul_tiles")) hw.matmul_tiles = read_tiles(dev, "matmul_tiles");
   if (dev.has("attention_reference")) {
     ConfigMap ref = dev.get_map("attention_reference");
@@ -518,20 +520,21 @@ void check_profile(const HardwareProfile& hw, const ConfigMap& top, const Config
     fail_on_given({{dev, "compute_capability"}, {&top, "device_kind"}},
                   "only a cuda device has a compute capability (device.compute_capability)");
   // A ratio applied to the flash curves must keep them within the peak: ratio x the curve's highest efficiency <= 1.
-  for (auto [key, r] :
-       {std::pair{"memory_efficient", &hw.sdpa_memory_efficient_ratio}, std::pair{"cudnn", &hw.sdpa_cudnn_ratio}}) {
+  for (auto [section, key, r] : {std::tuple{"sdpa_kernel_ratio", ".memory_efficient", &hw.sdpa_memory_efficient_ratio},
+                                 std::tuple{"sdpa_kernel_ratio", ".cudnn", &hw.sdpa_cudnn_ratio},
+                                 std::tuple{"flash_attention_3_ratio", "", &hw.flash3_ratio}}) {
     if (!r->given()) continue;
     for (auto [which, ratio, curve] : {std::tuple{"forward", r->forward, &hw.attention_efficiency},
                                        std::tuple{"backward", r->backward, &hw.attention_backward_efficiency}}) {
       double top_eff = 0;
       for (double e : curve->efficiency) top_eff = std::max(top_eff, e);
       if (ratio * top_eff > 1)
-        fail_on_given({{dev, "sdpa_kernel_ratio"},
-                       {dev, which[0] == 'f' ? "attention_forward_efficiency" : "attention_backward_efficiency"}},
-                      std::string("device.sdpa_kernel_ratio.") + key + "." + which + " (" + fmt("%.4g", ratio) +
-                          ") takes the attention curve above the peak (highest "
-                          "efficiency " +
-                          fmt("%.4g", top_eff) + ")");
+        fail_on_given(
+            {{dev, section}, {dev, which[0] == 'f' ? "attention_forward_efficiency" : "attention_backward_efficiency"}},
+            std::string("device.") + section + key + "." + which + " (" + fmt("%.4g", ratio) +
+                ") takes the attention curve above the peak (highest "
+                "efficiency " +
+                fmt("%.4g", top_eff) + ")");
     }
   }
   // Tile and wave quantization needs both the SMs and the tiles.

@@ -124,6 +124,10 @@ struct HardwareProfile {
     bool given() const { return forward > 0; }
   };
   KernelRatio sdpa_memory_efficient_ratio, sdpa_cudnn_ratio;
+  // `device.flash_attention_3_ratio: {forward: r, backward: r}` (optional; docs/hardware.md "Attention kernels"):
+  // FlashAttention-3's throughput over the same flash (FlashAttention-2) curves, from a benchmark of both on this GPU.
+  // 0: not given; a plan with --attention flash3 needs it (simulate.cpp flash3_hardware_refusal).
+  KernelRatio flash3_ratio;
   BytesPerSecond memory_bandwidth{0};             // HBM
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)

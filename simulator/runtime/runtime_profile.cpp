@@ -319,6 +319,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     read_list("wrap", r.support.wraps, parse_wrap_family, "a wrap family (layer, every, size, model)");
     if (!r.support.runs(WrapKind::Layer)) runs.fail("wrap", "must include layer");
     if (runs.has("document_masking")) r.support.document_masking = runs.get_bool("document_masking");
+    if (runs.has("flash_attention_3")) r.support.flash_attention_3 = runs.get_bool("flash_attention_3");
     runs.finish();
   }
   r.support.runtime_name = r.name;

@@ -311,17 +311,40 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              " attends over the whole packed sequence (its profile has no runs.document_masking): "
                              "plan it without --doc-len, or with a runtime whose flash attention runs the varlen "
                              "kernel over the documents (pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed)");
-         if (c.s.attention != AttentionImpl::Flash)
+         if (c.s.attention != AttentionImpl::Flash && c.s.attention != AttentionImpl::Flash3)
            return broken(R::DocumentMasking, "--attention",
                          std::string("packed documents are attended one by one by flash attention's varlen kernel, "
                                      "not ") +
-                             to_string(c.s.attention) + ": use --attention flash with --doc-len");
+                             to_string(c.s.attention) + ": use --attention flash (or flash3) with --doc-len");
          if (c.m.sliding_window > 0)
            return broken(R::DocumentMasking, "--doc-len",
                          "packed documents beside the local attention windows of " + c.m.name + " are not modelled");
          if (c.m.vision)
            return broken(R::DocumentMasking, "--doc-len",
                          "packed documents beside the image tokens of " + c.m.name + " are not modelled");
+         return std::nullopt;
+       }},
+      // FlashAttention-3 (Shah et al. 2024): a runtime that calls it, Transformers' attn_implementation
+      // "flash_attention_3" or torch's FA3 varlen (RuntimeSupport::flash_attention_3); fp16 and bf16 (flash-attention
+      // hopper/flash_api.cpp: fp8 forward only, no fp32), head dimensions up to 256 ("FlashAttention forward only
+      // supports head dimension at most 256"). The GPU (Hopper) is simulate.hpp flash3_hardware_refusal's.
+      {R::FlashAttention3, "flash3 where the runtime, dtype or head width do not run FlashAttention-3",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.attention != AttentionImpl::Flash3) return std::nullopt;
+         if (!c.rt.flash_attention_3)
+           return broken(R::FlashAttention3, "--attention",
+                         c.rt.runtime_name +
+                             " does not run FlashAttention-3 (its profile has no runs.flash_attention_3): use "
+                             "--attention flash, or a runtime that calls it (pytorch, pytorch-fsdp1, deepspeed, "
+                             "transformers-deepspeed: Transformers' flash_attention_3)");
+         if (c.s.param_dtype != DType::Bf16 && c.s.param_dtype != DType::Fp16)
+           return broken(R::FlashAttention3, "--param-dtype",
+                         std::string("FlashAttention-3 trains in bf16 or fp16, not ") + to_string(c.s.param_dtype));
+         const int64_t v_head = c.m.mla ? c.m.mla->v_head_dim : c.m.head_dim;
+         if (c.m.head_dim > 256 || v_head > 256)
+           return broken(R::FlashAttention3, "--attention",
+                         c.m.name + "'s attention heads are " + n(std::max(c.m.head_dim, v_head)) +
+                             " wide; FlashAttention-3 supports head dimensions up to 256");
          return std::nullopt;
        }},
       {R::OffloadStrategy, "offload without a ZeRO stage",

@@ -39,6 +39,7 @@ enum class CapabilityRule : uint8_t {
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
   ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
   DocumentMasking,            // packed documents attended one by one: flash varlen on a runtime that runs it
+  FlashAttention3,            // FlashAttention-3 on a runtime that runs it (RuntimeSupport::flash_attention_3)
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -112,6 +113,10 @@ struct RuntimeSupport {
   // sequence's document boundaries and runs the varlen kernel over them (profile `runs: {document_masking: true}`;
   // absent: false, attention over the whole sequence); rule DocumentMasking.
   bool document_masking = false;
+  // FlashAttention-3 (--attention flash3): a runtime whose attention calls it (profile `runs: {flash_attention_3:
+  // true}`; absent: false); rule FlashAttention3. The GPU side (Hopper, the dtype, head dims, the profile's ratio) is
+  // simulate.hpp flash3_refusal's.
+  bool flash_attention_3 = false;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.

@@ -128,6 +128,13 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     const UnfusedAttentionRecipe* unfused = nullptr;
     if (s.attention == AttentionImpl::Eager && !hw.device_is_host()) unfused = &p.eager_attention;
     double fwd_ratio_k = 1.0, bwd_ratio_k = 1.0;
+    // FlashAttention-3 runs at its ratio to the flash curves (device.flash_attention_3_ratio), over the same band a
+    // causal or windowed layer visits (flash_attn_interface's window_size).
+    if (s.attention == AttentionImpl::Flash3 && !hw.device_is_host()) {
+      FSDP_ASSERT(hw.flash3_ratio.given(), "flash3_hardware_refusal checked the profile's ratio");
+      fwd_ratio_k = hw.flash3_ratio.forward;
+      bwd_ratio_k = hw.flash3_ratio.backward;
+    }
     if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
       const bool masked = ls.window > 0 && p.attn_seq >= ls.window;
       const SdpaKernel k = masked ? p.sdpa_windowed : p.sdpa_global;

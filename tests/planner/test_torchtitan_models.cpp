@@ -173,7 +173,7 @@ TEST_CASE("torchtitan a9c5edc: the Python config runs what the plan is priced as
 TEST_CASE("torchtitan a9c5edc: DeepSeek-V3 on 32 H100 nodes plans with experts split and exports its function") {
   const std::string dir = tmp_dir("dsv3");
   const PlanFile plan = plan_on_python_target("deepseek-v3", 32, dir);
-  CHECK(plan.runtime == "torchtitan-2510");
+  CHECK(plan.runtime == "torchtitan-2606");
   REQUIRE(plan.strategy.mesh.ep > 1);
   const TargetSpec py = load_target_spec(kRoot, "torchtitan", "python-a9c5edc");
   const auto files = read_export(dir, py);

@@ -1,0 +1,131 @@
+// `--attention flash3` (FlashAttention-3) through the CLI and the targets: the search counts the candidates FA3
+// cannot run (fp32), plan.yaml carries it, the plan report offers it as a what-if where the runtime and the GPU run it,
+// and the targets write it as their framework calls it: ms-swift --attn_impl flash_attention_3, Transformers'
+// attn_implementation "flash_attention_3" (accelerate), torchtitan a9c5edc's attn_backend "varlen" (FA3 on Hopper,
+// block-causal over packed documents); the others refuse it by knob with the nearest plan.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.hpp"
+#include "export/target.hpp"
+#include "planfile/plan_file.hpp"
+#include "search_fixtures.hpp"
+
+namespace fs = std::filesystem;
+using namespace fsdp;
+
+namespace {
+
+std::string tmp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("fsdp_fa3_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+}  // namespace
+
+TEST_CASE("flash3 CLI: searched with its refusals counted, kept in plan.yaml, offered where it would run") {
+  const std::string dir = tmp_dir("plan");
+  auto r = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --seq 8192 --runtime pytorch --attention flash3 --out " +
+                         dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("x flash3 where the runtime, dtype or head width do not run FlashAttention-3 (--param-dtype: "
+                   "FlashAttention-3 trains in bf16 or fp16, not fp32)") != std::string::npos);
+  CHECK(r.out.find("attention flash3") != std::string::npos);
+  CHECK(read_plan_file(dir + "/plan.yaml").strategy.attention == AttentionImpl::Flash3);
+  CHECK(test::slurp(dir + "/plan.yaml").find("  attention: flash3\n") != std::string::npos);
+  auto again = test::run_cli("simulate --plan " + dir + "/plan.yaml --json");
+  REQUIRE(again.code == 0);
+  CHECK(nlohmann::json::parse(again.out)["config"]["attention"] == "flash3");
+  fs::remove_all(dir);
+  // Left out on a Hopper with a runtime that calls FA3: the report says what it would give, faster at the same memory.
+  auto offer = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --seq 8192 --runtime pytorch --no-out --json");
+  REQUIRE(offer.code == 0);
+  const auto j = nlohmann::json::parse(offer.out);
+  REQUIRE(j.contains("flash3_what_if"));
+  const auto& chosen = j["chosen"];
+  const auto& fa3 = j["flash3_what_if"];
+  CHECK(fa3["attention"]["kernel"] == "flash3");
+  CHECK(fa3["throughput"]["tokens_per_s_per_gpu"].get<double>() >
+        chosen["throughput"]["tokens_per_s_per_gpu"].get<double>());
+  CHECK(fa3["memory"]["device_total_bytes"] == chosen["memory"]["device_total_bytes"]);
+  auto text = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --seq 8192 --runtime pytorch --no-out");
+  CHECK(text.out.find("--attention flash3 would run this plan at") != std::string::npos);
+  // Not offered where it cannot run: an A100, fsdp-run.
+  for (const char* other : {"--hw a100-80gb --runtime pytorch", "--hw h100-80gb"}) {
+    CAPTURE(other);
+    auto x = test::run_cli(std::string("--model 8b --nodes 1 --seq 8192 --no-out --json ") + other);
+    REQUIRE(x.code == 0);
+    CHECK_FALSE(nlohmann::json::parse(x.out).contains("flash3_what_if"));
+  }
+  // Asked for where it cannot run: the GPU named, exit 2.
+  auto a100 = test::run_cli("--model 8b --nodes 1 --hw a100-80gb --runtime pytorch --attention flash3 --no-out");
+  CHECK(a100.code == 2);
+  CHECK(a100.err.find("a100-80gb has compute capability 8.0; FlashAttention-3 is built for Hopper") !=
+        std::string::npos);
+}
+
+TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtitan a9c5edc varlen") {
+  const std::string dir = tmp_dir("swift");
+  auto swift = test::run_cli(
+      "--model qwen2-7b --nodes 1 --hw h100-80gb --method lora --lora-rank 16 --target swift --attention flash3 "
+      "--doc-len 1024 --out " +
+      dir + "/plan.yaml");
+  CAPTURE(swift.err);
+  REQUIRE(swift.code == 0);
+  const std::string script = test::slurp(dir + "/swift_sft.sh");
+  CHECK(script.find("--attn_impl flash_attention_3") != std::string::npos);
+  CHECK(script.find("--packing true") != std::string::npos);
+  fs::remove_all(dir);
+
+  const std::string acc = tmp_dir("accelerate");
+  auto a = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --target accelerate --attention flash3 --out " + acc +
+                         "/plan.yaml");
+  CAPTURE(a.err);
+  REQUIRE(a.code == 0);
+  CHECK(nlohmann::json::parse(test::slurp(acc + "/script_args.json"))["attn_implementation"] == "flash_attention_3");
+  fs::remove_all(acc);
+
+  const std::string tt = tmp_dir("torchtitan");
+  auto t = test::run_cli(
+      "--model 8b --nodes 1 --hw h100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
+      "--attention flash3 --doc-len 1024 --out " +
+      tt + "/plan.yaml");
+  CAPTURE(t.err);
+  REQUIRE(t.code == 0);
+  const PlanFile plan = read_plan_file(tt + "/plan.yaml");
+  CHECK(plan.runtime == "torchtitan-2606");
+  CHECK(plan.strategy.doc_len == 1024);
+  const std::string py = test::slurp(tt + "/fsdp_plan_config.py");
+  CHECK(py.find("config.model_spec = model_registry(\"8B\", attn_backend=\"varlen\")") != std::string::npos);
+  // Read back: varlen is flash3.
+  const TargetSpec spec = load_target_spec(FSDP_SOURCE_ROOT, "torchtitan", "python-a9c5edc");
+  const Strategy back = target_by_name("torchtitan").read(tt, spec, plan.cluster);
+  CHECK(back.attention == AttentionImpl::Flash3);
+  fs::remove_all(tt);
+
+  // torchtitan with sdpa (its causal mask) keeps one document a sequence; DeepSeek-V3's MLA heads stay on sdpa.
+  auto sdpa_docs = test::run_cli(
+      "--model 8b --nodes 1 --hw h100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
+      "--attention sdpa --doc-len 1024 --no-out");
+  CHECK(sdpa_docs.code == 2);
+  CHECK(sdpa_docs.err.find("use --attention flash (or flash3) with --doc-len") != std::string::npos);
+  auto dsv3 = test::run_cli(
+      "--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --target-version python-a9c5edc "
+      "--attention flash3 --no-out");
+  CHECK(dsv3.code == 2);
+  CHECK(dsv3.err.find("cannot express attention flash3") != std::string::npos);
+  // Targets whose framework does not call FA3 refuse it by knob, naming the nearest.
+  for (const char* target : {"torchtune", "torchtitan"}) {
+    CAPTURE(target);
+    auto x = test::run_cli(std::string("--model 8b --nodes 1 --hw h100-80gb --attention flash3 --no-out --target ") +
+                           target);
+    CHECK(x.code == 2);
+    CHECK(x.err.find("cannot express attention flash3") != std::string::npos);
+  }
+}
