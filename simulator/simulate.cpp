@@ -43,17 +43,24 @@ std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw) {
   return std::nullopt;
 }
 
-std::optional<std::string> flash3_hardware_refusal(const HardwareProfile& hw) {
-  if (hw.device_is_host() || !hw.compute_capability.known() || hw.compute_capability.major != 9)
-    return "--attention flash3: " + hw.name +
+std::optional<std::string> attention_hardware_refusal(const HardwareProfile& hw, AttentionImpl a) {
+  if (a != AttentionImpl::Flash3 && a != AttentionImpl::Flex) return std::nullopt;
+  const bool fa3 = a == AttentionImpl::Flash3;
+  const std::string flag = std::string("--attention ") + to_string(a) + ": ";
+  if (fa3 && (hw.device_is_host() || !hw.compute_capability.known() || hw.compute_capability.major != 9))
+    return flag + hw.name +
            (hw.compute_capability.known() ? " has compute capability " + to_string(hw.compute_capability)
                                           : std::string(" gives no compute capability")) +
            "; FlashAttention-3 is built for Hopper (compute capability 9.0: H100, H200, H800, H20): use "
            "--attention flash (FlashAttention-2) or sdpa";
-  if (!hw.flash3_ratio.given())
-    return hw.source +
-           ": device.flash_attention_3_ratio: --attention flash3 is priced relative to the flash curves by this "
-           "ratio, which the profile does not give (docs/hardware.md \"Attention kernels\")";
+  if (!fa3 && hw.device_is_host())
+    return flag + "flex_attention is priced on CUDA devices (a compiled Triton kernel); " + hw.name +
+           " is a host device: use --attention sdpa or eager";
+  const HardwareProfile::KernelRatio& ratio = fa3 ? hw.flash3_ratio : hw.flex_ratio;
+  if (!ratio.given())
+    return hw.source + ": device." + (fa3 ? "flash_attention_3_ratio" : "flex_attention_ratio") + ": " + flag +
+           "it is priced relative to the flash curves by this ratio, which the profile does not give "
+           "(docs/hardware.md \"Attention kernels\")";
   return std::nullopt;
 }
 
@@ -268,8 +275,8 @@ ProgramInput program_input(const SimulationInput& in) {
   FSDP_ASSERT(in.graph && in.hardware && in.runtime, "simulate needs graph, hardware and runtime");
   if (in.strategy.float8 != Float8Recipe::None)
     if (const std::optional<std::string> why = float8_hardware_refusal(*in.hardware)) throw InputError(*why);
-  if (in.strategy.attention == AttentionImpl::Flash3)
-    if (const std::optional<std::string> why = flash3_hardware_refusal(*in.hardware)) throw InputError(*why);
+  if (const std::optional<std::string> why = attention_hardware_refusal(*in.hardware, in.strategy.attention))
+    throw InputError(*why);
   // The language model runs the sample's text tokens and its image tokens (language_model_strategy).
   const Strategy s = language_model_strategy(in.strategy, in.graph->spec());
   const std::optional<SdpaResolution> sdpa = resolve_sdpa(*in.graph, *in.hardware, *in.runtime, s);

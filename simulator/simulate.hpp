@@ -116,11 +116,13 @@ void validate_profiles(const HardwareProfile& hw, const RuntimeProfile& rt);
 // as an InputError for a float8 plan.
 std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw);
 
-// Why the profile cannot price FlashAttention-3 (--attention flash3), or nullopt: FA3 is built for Hopper
-// (flash-attention hopper/README.md: "Requirements: H100 / H800 GPU, CUDA >= 12.3"; its setup.py compiles sm_90a) and
-// is priced by the profile's device.flash_attention_3_ratio. simulate throws it as an InputError for a flash3 plan.
-// What FA3 needs of the plan itself (bf16 or fp16, head dims up to 256) is rule FlashAttention3's.
-std::optional<std::string> flash3_hardware_refusal(const HardwareProfile& hw);
+// Why the profile cannot price the attention kernel `a`, or nullopt (always for flash, sdpa and eager, which every
+// profile prices). flash3: FlashAttention-3 is built for Hopper (flash-attention hopper/README.md: "Requirements:
+// H100 / H800 GPU, CUDA >= 12.3"; its setup.py compiles sm_90a) and is priced by device.flash_attention_3_ratio.
+// flex: torch's flex_attention is a compiled Triton kernel of CUDA devices here, priced by device.flex_attention_ratio.
+// simulate throws it as an InputError. What the kernels need of the plan itself (dtype, head dims, runtime) is rules
+// FlashAttention3's and FlexAttention's.
+std::optional<std::string> attention_hardware_refusal(const HardwareProfile& hw, AttentionImpl a);
 
 // Simulates memory and time. The input must be valid (validate_strategy). `program_out`: the program whose time
 // the prediction reports (under pipeline parallelism the slower of the first and the last stage).

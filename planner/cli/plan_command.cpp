@@ -114,7 +114,8 @@ std::optional<std::pair<Strategy, Prediction>> float8_what_if(const ModuleGraph&
 std::optional<std::pair<Strategy, Prediction>> flash3_what_if(const ModuleGraph& graph, const HardwareProfile& hw,
                                                               const RuntimeProfile& rt, const Cluster& cluster,
                                                               const Strategy& chosen) {
-  if (chosen.attention != AttentionImpl::Flash || !rt.support.flash_attention_3 || flash3_hardware_refusal(hw))
+  if (chosen.attention != AttentionImpl::Flash || !rt.support.flash_attention_3 ||
+      attention_hardware_refusal(hw, AttentionImpl::Flash3))
     return std::nullopt;
   Strategy s = chosen;
   s.attention = AttentionImpl::Flash3;

@@ -10,6 +10,8 @@ const char* hf_attention(AttentionImpl a) {
       // Transformers' flash_attention_3 (from v4.53: ms-swift examples/train/flash_attention_3/transformers.sh,
       // 'pip install "transformers==4.53.*"'), the flash_attn_interface package of flash-attention's hopper/ build.
       return "flash_attention_3";
+    case AttentionImpl::Flex:
+      return "flex_attention";  // Transformers' name for torch's flex_attention
     case AttentionImpl::Sdpa:
       return "sdpa";
     case AttentionImpl::Eager:
@@ -34,6 +36,7 @@ void read_hf_script_args(const FlatDoc& d, const std::string& source, Strategy& 
   const std::string attn = doc_get(d, "attn_implementation", source).get<std::string>();
   s.attention = attn == "flash_attention_2"   ? AttentionImpl::Flash
                 : attn == "flash_attention_3" ? AttentionImpl::Flash3
+                : attn == "flex_attention"    ? AttentionImpl::Flex
                 : attn == "eager"             ? AttentionImpl::Eager
                                               : AttentionImpl::Sdpa;
   s.act_ckpt = doc_get(d, "gradient_checkpointing", source).get<bool>() ? ActCkpt::Full : ActCkpt::None;

@@ -174,8 +174,11 @@ class TorchtitanTarget final : public Target {
       // The model function's config, with what the plan is priced as in place of what it sets otherwise: SDPA
       // attention, the whole-logits loss, eager (configs/targets/torchtitan/python-a9c5edc.yaml says why).
       d.emplace_back("config", model.at("config_fn") + "()");
-      // varlen for flash3: FlashAttention-3 on Hopper over the documents (configs/runtimes/torchtitan-2606.yaml).
-      const char* backend = s.attention == AttentionImpl::Flash3 ? "varlen" : "sdpa";
+      // varlen for flash3 (FlashAttention-3 on Hopper), flex for flex, each over the documents
+      // (configs/runtimes/torchtitan-2606.yaml); sdpa causal over the whole sequence.
+      const char* backend = s.attention == AttentionImpl::Flash3 ? "varlen"
+                            : s.attention == AttentionImpl::Flex ? "flex"
+                                                                 : "sdpa";
       d.emplace_back("model_spec", "model_registry(\"" + model.at("flavor") + "\", attn_backend=\"" + backend + "\")");
       d.emplace_back("hf_assets_path", assets);
       d.emplace_back("loss", "CrossEntropyLoss.Config()");
@@ -241,8 +244,10 @@ class TorchtitanTarget final : public Target {
     if (is_python(spec)) {
       // model_registry(flavor, attn_backend=...): the backends this target writes (its file's values list).
       const std::string spec_call = get("model_spec").get<std::string>();
-      s.attention =
-          spec_call.find("attn_backend=\"varlen\"") != std::string::npos ? AttentionImpl::Flash3 : AttentionImpl::Sdpa;
+      auto names = [&](const char* backend) {
+        return spec_call.find(std::string("attn_backend=\"") + backend + "\"") != std::string::npos;
+      };
+      s.attention = names("varlen") ? AttentionImpl::Flash3 : names("flex") ? AttentionImpl::Flex : AttentionImpl::Sdpa;
     }
     const std::string mode = get("activation_checkpoint.mode").get<std::string>();
     if (mode == "memory_budget")

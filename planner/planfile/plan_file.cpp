@@ -45,7 +45,7 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
   s.micro_batch = m.get_positive_int("micro_batch");
   s.seq_len = m.get_positive_int("seq_len");
   s.grad_accum = m.get_positive_int("grad_accum");
-  s.attention = enum_key(m, "attention", parse_attention, "flash, flash3, sdpa, eager");
+  s.attention = enum_key(m, "attention", parse_attention, "flash, flash3, flex, sdpa, eager");
   s.forward_prefetch = m.get_int("forward_prefetch");
   s.backward_prefetch = m.get_int("backward_prefetch");
   if (s.forward_prefetch < 0) m.fail("forward_prefetch", "must not be negative");

@@ -99,6 +99,13 @@ double causal_keys_per_query(int64_t seq, int64_t window, bool chunked) {
   return w - w * w / (2.0 * s);
 }
 
+double flex_document_block_factor(int64_t doc_len) {
+  if (doc_len <= 0) return 1.0;
+  constexpr double kBlock = 128;  // torch.nn.attention.flex_attention _DEFAULT_SPARSE_BLOCK_SIZE
+  const double n = static_cast<double>(doc_len);
+  return (n + 3.0 * kBlock) / (n + kBlock);
+}
+
 Flops attention_forward_flops(const AttentionShape& a) {
   FSDP_ASSERT(a.causal || a.window == 0, "a local-attention window is modelled for causal attention only");
   if (a.window > 0 && a.window < a.seq_len)

@@ -56,6 +56,17 @@ struct AttentionShape {
 // (transformers masking_utils.py create_chunked_causal_mask, Llama 4's attention_chunk_size): n = seq / window whole
 // chunks of window^2 / 2 pairs and a last one of r = seq - n window tokens, r^2 / 2 pairs (the same continuous count).
 double causal_keys_per_query(int64_t seq, int64_t window, bool chunked = false);
+// flex_attention over packed documents of `doc_len` tokens, against the varlen kernel the document pricing assumes:
+// the time factor of the block-sparse mask's partial blocks. flex_attention visits every (query block, key block)
+// pair of its BlockMask that any pair of tokens in it may attend (torch/nn/attention/flex_attention.py
+// create_block_mask; partial blocks run whole with the mask applied), in blocks of 128 x 128 tokens
+// (_DEFAULT_SPARSE_BLOCK_SIZE; torchtitan's FlexAttention.Config block_size default). A query block that starts u
+// tokens into a document (documents packed end to end, so u is uniform over [0, N) for a document of N) visits
+// ceil(u / B) + 1 key blocks: a query attends N / 2 + 3B / 2 keys on average. The varlen kernel starts each
+// document's tiles at its first token: N / 2 + B / 2, which the flash curves read at a sequence of N include (their
+// causal FLOPs count N / 2). Factor (N + 3B) / (N + B): 1.40 at N = 512, 1.11 at 2048; 1 without documents
+// (doc_len 0: the whole sequence one causal document, block-aligned as the varlen kernel's).
+double flex_document_block_factor(int64_t doc_len);
 // Forward 4 * b * s^2 * h * d (QK^T and PV), halved when causal (a sliding window: 4 * b * s * h * d *
 // causal_keys_per_query); backward 2.5x forward (the
 // convention of flash-attention's benchmarks/benchmark_flash_attention.py).

@@ -361,6 +361,7 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     ratios.finish();
   }
   if (dev.has("flash_attention_3_ratio")) read_kernel_ratio(dev.get_map("flash_attention_3_ratio"), hw.flash3_ratio);
+  if (dev.has("flex_attention_ratio")) read_kernel_ratio(dev.get_map("flex_attention_ratio"), hw.flex_ratio);
   if (dev.has("matmul_tiles")) hw.matmul_tiles = read_tiles(dev, "matmul_tiles");
   if (dev.has("attention_reference")) {
     ConfigMap ref = dev.get_map("attention_reference");
@@ -522,7 +523,8 @@ void check_profile(const HardwareProfile& hw, const ConfigMap& top, const Config
   // A ratio applied to the flash curves must keep them within the peak: ratio x the curve's highest efficiency <= 1.
   for (auto [section, key, r] : {std::tuple{"sdpa_kernel_ratio", ".memory_efficient", &hw.sdpa_memory_efficient_ratio},
                                  std::tuple{"sdpa_kernel_ratio", ".cudnn", &hw.sdpa_cudnn_ratio},
-                                 std::tuple{"flash_attention_3_ratio", "", &hw.flash3_ratio}}) {
+                                 std::tuple{"flash_attention_3_ratio", "", &hw.flash3_ratio},
+                                 std::tuple{"flex_attention_ratio", "", &hw.flex_ratio}}) {
     if (!r->given()) continue;
     for (auto [which, ratio, curve] : {std::tuple{"forward", r->forward, &hw.attention_efficiency},
                                        std::tuple{"backward", r->backward, &hw.attention_backward_efficiency}}) {

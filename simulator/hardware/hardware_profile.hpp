@@ -126,8 +126,12 @@ struct HardwareProfile {
   KernelRatio sdpa_memory_efficient_ratio, sdpa_cudnn_ratio;
   // `device.flash_attention_3_ratio: {forward: r, backward: r}` (optional; docs/hardware.md "Attention kernels"):
   // FlashAttention-3's throughput over the same flash (FlashAttention-2) curves, from a benchmark of both on this GPU.
-  // 0: not given; a plan with --attention flash3 needs it (simulate.cpp flash3_hardware_refusal).
+  // 0: not given; a plan with --attention flash3 needs it (simulate.hpp attention_hardware_refusal).
   KernelRatio flash3_ratio;
+  // `device.flex_attention_ratio: {forward: r, backward: r}` (optional; docs/hardware.md "FlexAttention"):
+  // torch's flex_attention over the same curves, from PyTorch's benchmarks of it against FlashAttention-2 on this GPU.
+  // 0: not given; a plan with --attention flex needs it.
+  KernelRatio flex_ratio;
   BytesPerSecond memory_bandwidth{0};             // HBM
   EfficiencyCurve matmul_efficiency;              // by GEMM FLOPs per call
   EfficiencyCurve attention_efficiency;           // by attention FLOPs per call (forward kernel)

@@ -320,6 +320,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (!r.support.runs(WrapKind::Layer)) runs.fail("wrap", "must include layer");
     if (runs.has("document_masking")) r.support.document_masking = runs.get_bool("document_masking");
     if (runs.has("flash_attention_3")) r.support.flash_attention_3 = runs.get_bool("flash_attention_3");
+    if (runs.has("flex_attention")) r.support.flex_attention = runs.get_bool("flex_attention");
     runs.finish();
   }
   r.support.runtime_name = r.name;

@@ -311,11 +311,12 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              " attends over the whole packed sequence (its profile has no runs.document_masking): "
                              "plan it without --doc-len, or with a runtime whose flash attention runs the varlen "
                              "kernel over the documents (pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed)");
-         if (c.s.attention != AttentionImpl::Flash && c.s.attention != AttentionImpl::Flash3)
+         if (c.s.attention != AttentionImpl::Flash && c.s.attention != AttentionImpl::Flash3 &&
+             c.s.attention != AttentionImpl::Flex)
            return broken(R::DocumentMasking, "--attention",
-                         std::string("packed documents are attended one by one by flash attention's varlen kernel, "
-                                     "not ") +
-                             to_string(c.s.attention) + ": use --attention flash (or flash3) with --doc-len");
+                         std::string("packed documents are attended one by one by flash attention's varlen kernel "
+                                     "or flex_attention's block mask, not ") +
+                             to_string(c.s.attention) + ": use --attention flash (or flash3, flex) with --doc-len");
          if (c.m.sliding_window > 0)
            return broken(R::DocumentMasking, "--doc-len",
                          "packed documents beside the local attention windows of " + c.m.name + " are not modelled");
@@ -327,7 +328,7 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
       // FlashAttention-3 (Shah et al. 2024): a runtime that calls it, Transformers' attn_implementation
       // "flash_attention_3" or torch's FA3 varlen (RuntimeSupport::flash_attention_3); fp16 and bf16 (flash-attention
       // hopper/flash_api.cpp: fp8 forward only, no fp32), head dimensions up to 256 ("FlashAttention forward only
-      // supports head dimension at most 256"). The GPU (Hopper) is simulate.hpp flash3_hardware_refusal's.
+      // supports head dimension at most 256"). The GPU (Hopper) is simulate.hpp attention_hardware_refusal's.
       {R::FlashAttention3, "flash3 where the runtime, dtype or head width do not run FlashAttention-3",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.s.attention != AttentionImpl::Flash3) return std::nullopt;
@@ -346,6 +347,17 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          c.m.name + "'s attention heads are " + n(std::max(c.m.head_dim, v_head)) +
                              " wide; FlashAttention-3 supports head dimensions up to 256");
          return std::nullopt;
+       }},
+      // torch's flex_attention (He et al. 2024, arXiv:2412.05496): a runtime that calls it, torchtitan's attn_backend
+      // "flex" (RuntimeSupport::flex_attention).
+      {R::FlexAttention, "flex where the runtime does not run flex_attention",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.attention != AttentionImpl::Flex || c.rt.flex_attention) return std::nullopt;
+         return broken(R::FlexAttention, "--attention",
+                       c.rt.runtime_name +
+                           " does not run flex_attention (its profile has no runs.flex_attention): use --attention "
+                           "flash or sdpa, or a runtime that calls it (torchtitan-2606: torchtitan's attn_backend "
+                           "\"flex\")");
        }},
       {R::OffloadStrategy, "offload without a ZeRO stage",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {

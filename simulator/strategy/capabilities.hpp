@@ -40,6 +40,7 @@ enum class CapabilityRule : uint8_t {
   ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
   DocumentMasking,            // packed documents attended one by one: flash varlen on a runtime that runs it
   FlashAttention3,            // FlashAttention-3 on a runtime that runs it (RuntimeSupport::flash_attention_3)
+  FlexAttention,              // flex_attention on a runtime that runs it (RuntimeSupport::flex_attention)
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -117,6 +118,9 @@ struct RuntimeSupport {
   // true}`; absent: false); rule FlashAttention3. The GPU side (Hopper, the dtype, head dims, the profile's ratio) is
   // simulate.hpp flash3_refusal's.
   bool flash_attention_3 = false;
+  // torch's flex_attention (--attention flex): a runtime whose attention calls it (profile `runs: {flex_attention:
+  // true}`; absent: false); rule FlexAttention. The GPU side (the profile's ratio) is attention_hardware_refusal's.
+  bool flex_attention = false;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.

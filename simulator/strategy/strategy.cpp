@@ -68,11 +68,12 @@ constexpr std::array<std::pair<Method, const char*>, 3> kMethod{{
     {Method::Lora, "lora"},
     {Method::QLora, "qlora"},
 }};
-constexpr std::array<std::pair<AttentionImpl, const char*>, 4> kAttention{{
+constexpr std::array<std::pair<AttentionImpl, const char*>, 5> kAttention{{
     {AttentionImpl::Flash, "flash"},
     {AttentionImpl::Sdpa, "sdpa"},
     {AttentionImpl::Eager, "eager"},
     {AttentionImpl::Flash3, "flash3"},
+    {AttentionImpl::Flex, "flex"},
 }};
 
 constexpr std::array<std::pair<GradSync, const char*>, 2> kGradSync{{

@@ -131,9 +131,18 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     // FlashAttention-3 runs at its ratio to the flash curves (device.flash_attention_3_ratio), over the same band a
     // causal or windowed layer visits (flash_attn_interface's window_size).
     if (s.attention == AttentionImpl::Flash3 && !hw.device_is_host()) {
-      FSDP_ASSERT(hw.flash3_ratio.given(), "flash3_hardware_refusal checked the profile's ratio");
+      FSDP_ASSERT(hw.flash3_ratio.given(), "attention_hardware_refusal checked the profile's ratio");
       fwd_ratio_k = hw.flash3_ratio.forward;
       bwd_ratio_k = hw.flash3_ratio.backward;
+    }
+    // flex_attention at its ratio (device.flex_attention_ratio), slower over packed documents by its block mask's
+    // partial blocks (compute_cost.hpp flex_document_block_factor); a layer of documents is one chunked by doc_len.
+    if (s.attention == AttentionImpl::Flex && !hw.device_is_host()) {
+      FSDP_ASSERT(hw.flex_ratio.given(), "attention_hardware_refusal checked the profile's ratio");
+      const bool documents = s.doc_len > 0 && ls.chunked && ls.window == s.doc_len && !own;
+      const double blocks = documents ? flex_document_block_factor(s.doc_len) : 1.0;
+      fwd_ratio_k = hw.flex_ratio.forward / blocks;
+      bwd_ratio_k = hw.flex_ratio.backward / blocks;
     }
     if (s.attention == AttentionImpl::Sdpa && !hw.device_is_host()) {
       const bool masked = ls.window > 0 && p.attn_seq >= ls.window;

@@ -141,6 +141,17 @@ const std::vector<Claim>& claims() {
          return std::vector<std::string>{grouped(fa2.tokens_per_s) + " -> " + grouped(fa3.tokens_per_s) +
                                          " tokens/s/GPU with --attention flash3"};
        }},
+      {"Llama 3 8B at seq 8192 with torch's flex_attention (--attention flex)",
+       [] {
+         const std::string base =
+             "--model llama3-8b --nodes 1 --hw h100-80gb --strategy fsdp --act-ckpt full "
+             "--micro-batch 1 --seq 8192 --runtime torchtitan-2606";
+         const Sim fa2 = simulate(base), flex = simulate(base + " --attention flex"),
+                   docs = simulate(base + " --attention flex --doc-len 1024");
+         return std::vector<std::string>{grouped(fa2.tokens_per_s) + " -> " + grouped(flex.tokens_per_s) +
+                                         " tokens/s/GPU with --attention flex, " + grouped(docs.tokens_per_s) +
+                                         " over 1,024-token documents"};
+       }},
       {"Llama 3.1 405B on 16 H100 nodes at 8k tokens",
        [] {
          const Sim s = chosen("--model 405b --nodes 16 --hw h100-80gb --seq 8192");

@@ -1,7 +1,7 @@
 // FlashAttention-3 (--attention flash3, Shah et al. 2024, arXiv:2407.08608): priced at its ratio to the flash
 // (FlashAttention-2) curves, device.flash_attention_3_ratio, read from the FA3 paper's H100 figures beside the FA2
 // curve (hwprofiles/h100-80gb.yaml); Hopper only, bf16/fp16, head dims up to 256, on runtimes that call it (rule
-// FlashAttention3, simulate.hpp flash3_hardware_refusal). Memory is flash's: the same saved q, k, v, output and
+// FlashAttention3, simulate.hpp attention_hardware_refusal). Memory is flash's: the same saved q, k, v, output and
 // logsumexp.
 //
 // Golden numbers: the FA3 paper's head-dim-128 figures, FA3 over FA2 at seq 512..16k: forward (causal) 292/191,
@@ -105,8 +105,9 @@ TEST_CASE("flash3: refused off Hopper, without the profile's ratio, in fp32, ove
   // A Hopper profile without the ratio: the key named.
   HardwareProfile bare = test::hardware("h100-80gb");
   bare.flash3_ratio = {};
-  CHECK(flash3_hardware_refusal(bare)->find("device.flash_attention_3_ratio") != std::string::npos);
-  CHECK_FALSE(flash3_hardware_refusal(test::hardware("h200-141gb")));
+  CHECK(attention_hardware_refusal(bare, AttentionImpl::Flash3)->find("device.flash_attention_3_ratio") !=
+        std::string::npos);
+  CHECK_FALSE(attention_hardware_refusal(test::hardware("h200-141gb"), AttentionImpl::Flash3));
   // The plan's side, counted by the search: the dtype, the head width, the runtime.
   Strategy fp32 = flash(AttentionImpl::Flash3);
   fp32.param_dtype = DType::Fp32;
@@ -139,7 +140,7 @@ TEST_CASE("flash3: refused off Hopper, without the profile's ratio, in fp32, ove
         }) == "");
   CHECK(error_of([&] {
           validate_strategy(flash(AttentionImpl::Sdpa, 512), g.spec(), c, test::runtime("torchtitan-2606").support);
-        }).find("use --attention flash (or flash3) with --doc-len") != std::string::npos);
+        }).find("use --attention flash (or flash3, flex) with --doc-len") != std::string::npos);
 }
 
 TEST_CASE("flash3: a profile's ratio is read strictly, as the SDPA kernels' are") {

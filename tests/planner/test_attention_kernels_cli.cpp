@@ -1,8 +1,9 @@
-// `--attention flash3` (FlashAttention-3) through the CLI and the targets: the search counts the candidates FA3
-// cannot run (fp32), plan.yaml carries it, the plan report offers it as a what-if where the runtime and the GPU run it,
-// and the targets write it as their framework calls it: ms-swift --attn_impl flash_attention_3, Transformers'
-// attn_implementation "flash_attention_3" (accelerate), torchtitan a9c5edc's attn_backend "varlen" (FA3 on Hopper,
-// block-causal over packed documents); the others refuse it by knob with the nearest plan.
+// `--attention flash3` (FlashAttention-3) and `--attention flex` (torch's flex_attention) through the CLI and the
+// targets: the search counts the candidates FA3 cannot run (fp32), plan.yaml carries them, the plan report offers FA3
+// as a what-if where the runtime and the GPU run it, and the targets write them as their framework calls them: ms-swift
+// --attn_impl flash_attention_3, Transformers' attn_implementation "flash_attention_3" (accelerate), torchtitan
+// a9c5edc's attn_backend "varlen" (FA3 on Hopper) and "flex", both block-causal over packed documents; the others
+// refuse them by knob with the nearest plan.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -20,7 +21,7 @@ using namespace fsdp;
 namespace {
 
 std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_fa3_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path p = fs::temp_directory_path() / ("fsdp_attn_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -114,12 +115,13 @@ TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtit
       "--model 8b --nodes 1 --hw h100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
       "--attention sdpa --doc-len 1024 --no-out");
   CHECK(sdpa_docs.code == 2);
-  CHECK(sdpa_docs.err.find("use --attention flash (or flash3) with --doc-len") != std::string::npos);
+  CHECK(sdpa_docs.err.find("use --attention flash (or flash3, flex) with --doc-len") != std::string::npos);
   auto dsv3 = test::run_cli(
       "--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --target-version python-a9c5edc "
       "--attention flash3 --no-out");
   CHECK(dsv3.code == 2);
   CHECK(dsv3.err.find("cannot express attention flash3") != std::string::npos);
+  CHECK(dsv3.err.find("it expresses sdpa, flex") != std::string::npos);
   // Targets whose framework does not call FA3 refuse it by knob, naming the nearest.
   for (const char* target : {"torchtune", "torchtitan"}) {
     CAPTURE(target);
@@ -128,4 +130,35 @@ TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtit
     CHECK(x.code == 2);
     CHECK(x.err.find("cannot express attention flash3") != std::string::npos);
   }
+}
+
+TEST_CASE("flex export: torchtitan a9c5edc writes attn_backend flex, DeepSeek-V3's own, and reads it back") {
+  const std::string tt = tmp_dir("flex");
+  auto t = test::run_cli(
+      "--model 8b --nodes 1 --hw a100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
+      "--attention flex --doc-len 2048 --out " +
+      tt + "/plan.yaml");
+  CAPTURE(t.err);
+  REQUIRE(t.code == 0);
+  const PlanFile plan = read_plan_file(tt + "/plan.yaml");
+  CHECK(plan.strategy.attention == AttentionImpl::Flex);
+  CHECK(plan.strategy.doc_len == 2048);
+  CHECK(test::slurp(tt + "/fsdp_plan_config.py").find("model_registry(\"8B\", attn_backend=\"flex\")") !=
+        std::string::npos);
+  const TargetSpec spec = load_target_spec(FSDP_SOURCE_ROOT, "torchtitan", "python-a9c5edc");
+  CHECK(target_by_name("torchtitan").read(tt, spec, plan.cluster).attention == AttentionImpl::Flex);
+  fs::remove_all(tt);
+  // DeepSeek-V3: flex is its function's own backend; flash3 (varlen) is refused with flex as the nearest.
+  auto dsv3 = test::run_cli(
+      "--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --target-version python-a9c5edc "
+      "--attention flex --no-out");
+  CAPTURE(dsv3.err);
+  CHECK(dsv3.code == 0);
+  // Runtimes that do not call it refuse it before the search, naming the flag.
+  auto pytorch = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --runtime pytorch --attention flex --no-out");
+  CHECK(pytorch.code == 2);
+  CHECK(pytorch.err.find("--attention: pytorch does not run flex_attention") != std::string::npos);
+  auto swift = test::run_cli("--model qwen2-7b --nodes 1 --hw h100-80gb --target swift --attention flex --no-out");
+  CHECK(swift.code == 2);
+  CHECK(swift.err.find("cannot express attention flex") != std::string::npos);
 }
