@@ -120,8 +120,8 @@ std::optional<std::string> float8_hardware_refusal(const HardwareProfile& hw);
 // profile prices). flash3: FlashAttention-3 is built for Hopper (flash-attention hopper/README.md: "Requirements:
 // H100 / H800 GPU, CUDA >= 12.3"; its setup.py compiles sm_90a) and is priced by device.flash_attention_3_ratio.
 // flex: torch's flex_attention is a compiled Triton kernel of CUDA devices here, priced by device.flex_attention_ratio.
-// simulate throws it as an InputError. What the kernels need of the plan itself (dtype, head dims, runtime) is rules
-// FlashAttention3's and FlexAttention's.
+// simulate throws it as an InputError. What the kernels need of the plan itself (dtype, head dims, runtime) is rule
+// AttentionKernel's.
 std::optional<std::string> attention_hardware_refusal(const HardwareProfile& hw, AttentionImpl a);
 
 // Simulates memory and time. The input must be valid (validate_strategy). `program_out`: the program whose time

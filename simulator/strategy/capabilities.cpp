@@ -325,39 +325,35 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          "packed documents beside the image tokens of " + c.m.name + " are not modelled");
          return std::nullopt;
        }},
-      // FlashAttention-3 (Shah et al. 2024): a runtime that calls it, Transformers' attn_implementation
-      // "flash_attention_3" or torch's FA3 varlen (RuntimeSupport::flash_attention_3); fp16 and bf16 (flash-attention
-      // hopper/flash_api.cpp: fp8 forward only, no fp32), head dimensions up to 256 ("FlashAttention forward only
-      // supports head dimension at most 256"). The GPU (Hopper) is simulate.hpp attention_hardware_refusal's.
-      {R::FlashAttention3, "flash3 where the runtime, dtype or head width do not run FlashAttention-3",
+      // The attention kernels only some runtimes call (RuntimeSupport::flash_attention_3, flex_attention):
+      // FlashAttention-3 (Shah et al. 2024) through Transformers' attn_implementation "flash_attention_3" or torch's
+      // FA3 varlen, in fp16 and bf16 (flash-attention hopper/flash_api.cpp: fp8 forward only, no fp32) over head
+      // dimensions up to 256 ("FlashAttention forward only supports head dimension at most 256"); torch's
+      // flex_attention (He et al. 2024, arXiv:2412.05496) through torchtitan's attn_backend "flex". The GPU side is
+      // simulate.hpp attention_hardware_refusal's.
+      {R::AttentionKernel, "an attention kernel the runtime, dtype or head width do not run",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.s.attention != AttentionImpl::Flash3) return std::nullopt;
-         if (!c.rt.flash_attention_3)
-           return broken(R::FlashAttention3, "--attention",
-                         c.rt.runtime_name +
-                             " does not run FlashAttention-3 (its profile has no runs.flash_attention_3): use "
-                             "--attention flash, or a runtime that calls it (pytorch, pytorch-fsdp1, deepspeed, "
-                             "transformers-deepspeed: Transformers' flash_attention_3)");
+         const bool fa3 = c.s.attention == AttentionImpl::Flash3;
+         if (!fa3 && c.s.attention != AttentionImpl::Flex) return std::nullopt;
+         if (!(fa3 ? c.rt.flash_attention_3 : c.rt.flex_attention))
+           return broken(R::AttentionKernel, "--attention",
+                         c.rt.runtime_name + " does not run " + (fa3 ? "FlashAttention-3" : "flex_attention") +
+                             " (its profile has no runs." + (fa3 ? "flash_attention_3" : "flex_attention") +
+                             "): use --attention flash, or a runtime that calls it (" +
+                             (fa3 ? "pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed: Transformers' "
+                                    "flash_attention_3; torchtitan-2606: its varlen backend"
+                                  : "torchtitan-2606: torchtitan's attn_backend \"flex\"") +
+                             ")");
+         if (!fa3) return std::nullopt;
          if (c.s.param_dtype != DType::Bf16 && c.s.param_dtype != DType::Fp16)
-           return broken(R::FlashAttention3, "--param-dtype",
+           return broken(R::AttentionKernel, "--param-dtype",
                          std::string("FlashAttention-3 trains in bf16 or fp16, not ") + to_string(c.s.param_dtype));
          const int64_t v_head = c.m.mla ? c.m.mla->v_head_dim : c.m.head_dim;
          if (c.m.head_dim > 256 || v_head > 256)
-           return broken(R::FlashAttention3, "--attention",
+           return broken(R::AttentionKernel, "--attention",
                          c.m.name + "'s attention heads are " + n(std::max(c.m.head_dim, v_head)) +
                              " wide; FlashAttention-3 supports head dimensions up to 256");
          return std::nullopt;
-       }},
-      // torch's flex_attention (He et al. 2024, arXiv:2412.05496): a runtime that calls it, torchtitan's attn_backend
-      // "flex" (RuntimeSupport::flex_attention).
-      {R::FlexAttention, "flex where the runtime does not run flex_attention",
-       [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.s.attention != AttentionImpl::Flex || c.rt.flex_attention) return std::nullopt;
-         return broken(R::FlexAttention, "--attention",
-                       c.rt.runtime_name +
-                           " does not run flex_attention (its profile has no runs.flex_attention): use --attention "
-                           "flash or sdpa, or a runtime that calls it (torchtitan-2606: torchtitan's attn_backend "
-                           "\"flex\")");
        }},
       {R::OffloadStrategy, "offload without a ZeRO stage",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {

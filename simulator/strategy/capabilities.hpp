@@ -39,8 +39,7 @@ enum class CapabilityRule : uint8_t {
   HsdpGroup,                  // an HSDP shard group divides the data-parallel ranks
   ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
   DocumentMasking,            // packed documents attended one by one: flash varlen on a runtime that runs it
-  FlashAttention3,            // FlashAttention-3 on a runtime that runs it (RuntimeSupport::flash_attention_3)
-  FlexAttention,              // flex_attention on a runtime that runs it (RuntimeSupport::flex_attention)
+  AttentionKernel,            // FlashAttention-3 or flex_attention where the runtime (or FA3's dtype, head dims) cannot
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -115,11 +114,11 @@ struct RuntimeSupport {
   // absent: false, attention over the whole sequence); rule DocumentMasking.
   bool document_masking = false;
   // FlashAttention-3 (--attention flash3): a runtime whose attention calls it (profile `runs: {flash_attention_3:
-  // true}`; absent: false); rule FlashAttention3. The GPU side (Hopper, the dtype, head dims, the profile's ratio) is
+  // true}`; absent: false); rule AttentionKernel. The GPU side (Hopper, the dtype, head dims, the profile's ratio) is
   // simulate.hpp flash3_refusal's.
   bool flash_attention_3 = false;
   // torch's flex_attention (--attention flex): a runtime whose attention calls it (profile `runs: {flex_attention:
-  // true}`; absent: false); rule FlexAttention. The GPU side (the profile's ratio) is attention_hardware_refusal's.
+  // true}`; absent: false); rule AttentionKernel. The GPU side (the profile's ratio) is attention_hardware_refusal's.
   bool flex_attention = false;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads

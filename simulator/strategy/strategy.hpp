@@ -36,9 +36,9 @@ enum class Optimizer { AdamW, Sgd };
 enum class Method { Full, Lora, QLora };
 // Flash: FlashAttention-2 (the flash-attn package, or SDPA's flash backend, which runs FA2's kernels). Flash3:
 // FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608), Hopper only (flash-attn's hopper/ build targets sm90), through
-// Transformers' attn_implementation "flash_attention_3" or torch's FA3 varlen (rule FlashAttention3). Flex:
+// Transformers' attn_implementation "flash_attention_3" or torch's FA3 varlen (rule AttentionKernel). Flex:
 // torch.nn.attention.flex_attention (compiled Triton, block-sparse over a BlockMask; torchtitan's attn_backend "flex";
-// rule FlexAttention). Sdpa: whatever torch.nn.functional.scaled_dot_product_attention dispatches
+// rule AttentionKernel). Sdpa: whatever torch.nn.functional.scaled_dot_product_attention dispatches
 // (compute/sdpa_dispatch.hpp). Eager: unfused.
 enum class AttentionImpl { Flash, Sdpa, Eager, Flash3, Flex };
 // When a sharded-gradient strategy (fsdp, fsdp-grad-op, hsdp) reduces its gradients under accumulation: after every

@@ -27,6 +27,14 @@ std::string tmp_dir(const std::string& name) {
   return p.string();
 }
 
+// `args` planned into `dir` (plan.yaml and the target's files): the plan, the run required to succeed.
+PlanFile planned(const std::string& args, const std::string& dir) {
+  auto r = test::run_cli(args + " --out " + dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  return read_plan_file(dir + "/plan.yaml");
+}
+
 }  // namespace
 
 TEST_CASE("flash3 CLI: searched with its refusals counted, kept in plan.yaml, offered where it would run") {
@@ -35,7 +43,7 @@ TEST_CASE("flash3 CLI: searched with its refusals counted, kept in plan.yaml, of
                          dir + "/plan.yaml");
   CAPTURE(r.err);
   REQUIRE(r.code == 0);
-  CHECK(r.out.find("x flash3 where the runtime, dtype or head width do not run FlashAttention-3 (--param-dtype: "
+  CHECK(r.out.find("x an attention kernel the runtime, dtype or head width do not run (--param-dtype: "
                    "FlashAttention-3 trains in bf16 or fp16, not fp32)") != std::string::npos);
   CHECK(r.out.find("attention flash3") != std::string::npos);
   CHECK(read_plan_file(dir + "/plan.yaml").strategy.attention == AttentionImpl::Flash3);
@@ -73,33 +81,25 @@ TEST_CASE("flash3 CLI: searched with its refusals counted, kept in plan.yaml, of
 
 TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtitan a9c5edc varlen") {
   const std::string dir = tmp_dir("swift");
-  auto swift = test::run_cli(
+  planned(
       "--model qwen2-7b --nodes 1 --hw h100-80gb --method lora --lora-rank 16 --target swift --attention flash3 "
-      "--doc-len 1024 --out " +
-      dir + "/plan.yaml");
-  CAPTURE(swift.err);
-  REQUIRE(swift.code == 0);
+      "--doc-len 1024",
+      dir);
   const std::string script = test::slurp(dir + "/swift_sft.sh");
   CHECK(script.find("--attn_impl flash_attention_3") != std::string::npos);
   CHECK(script.find("--packing true") != std::string::npos);
   fs::remove_all(dir);
 
   const std::string acc = tmp_dir("accelerate");
-  auto a = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --target accelerate --attention flash3 --out " + acc +
-                         "/plan.yaml");
-  CAPTURE(a.err);
-  REQUIRE(a.code == 0);
+  planned("--model 8b --nodes 1 --hw h100-80gb --target accelerate --attention flash3", acc);
   CHECK(nlohmann::json::parse(test::slurp(acc + "/script_args.json"))["attn_implementation"] == "flash_attention_3");
   fs::remove_all(acc);
 
   const std::string tt = tmp_dir("torchtitan");
-  auto t = test::run_cli(
+  const PlanFile plan = planned(
       "--model 8b --nodes 1 --hw h100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
-      "--attention flash3 --doc-len 1024 --out " +
-      tt + "/plan.yaml");
-  CAPTURE(t.err);
-  REQUIRE(t.code == 0);
-  const PlanFile plan = read_plan_file(tt + "/plan.yaml");
+      "--attention flash3 --doc-len 1024",
+      tt);
   CHECK(plan.runtime == "torchtitan-2606");
   CHECK(plan.strategy.doc_len == 1024);
   const std::string py = test::slurp(tt + "/fsdp_plan_config.py");
@@ -134,13 +134,10 @@ TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtit
 
 TEST_CASE("flex export: torchtitan a9c5edc writes attn_backend flex, DeepSeek-V3's own, and reads it back") {
   const std::string tt = tmp_dir("flex");
-  auto t = test::run_cli(
+  const PlanFile plan = planned(
       "--model 8b --nodes 1 --hw a100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
-      "--attention flex --doc-len 2048 --out " +
-      tt + "/plan.yaml");
-  CAPTURE(t.err);
-  REQUIRE(t.code == 0);
-  const PlanFile plan = read_plan_file(tt + "/plan.yaml");
+      "--attention flex --doc-len 2048",
+      tt);
   CHECK(plan.strategy.attention == AttentionImpl::Flex);
   CHECK(plan.strategy.doc_len == 2048);
   CHECK(test::slurp(tt + "/fsdp_plan_config.py").find("model_registry(\"8B\", attn_backend=\"flex\")") !=

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -70,6 +71,44 @@ inline Strategy fsdp_full_ckpt(int64_t micro_batch, int64_t seq) {
   s.micro_batch = micro_batch;
   s.seq_len = seq;
   s.attention = AttentionImpl::Flash;
+  return s;
+}
+
+// The InputError `f` throws, its message; "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Why the capability table refuses `s` on runtime `runtime_name` over one node of 8 GPUs; "" when it accepts it.
+inline std::string refusal(const Strategy& s, const ModelSpec& m, const std::string& runtime_name) {
+  return error_of([&] { validate_strategy(s, m, Cluster{1, 8}, runtime(runtime_name).support); });
+}
+
+// `s` checked and simulated on one node of 8 `hw_name` GPUs with runtime `runtime_name`.
+inline Prediction predict_node(const ModuleGraph& g, const Strategy& s, const std::string& hw_name,
+                               const std::string& runtime_name) {
+  const HardwareProfile hw = hardware(hw_name);
+  const RuntimeProfile rt = runtime(runtime_name);
+  SimulationInput in;
+  in.graph = &g;
+  in.hardware = &hw;
+  in.runtime = &rt;
+  in.cluster = Cluster{1, 8};
+  in.strategy = s;
+  validate_strategy(s, g.spec(), in.cluster, rt.support);
+  return simulate(in);
+}
+
+// fsdp_full_ckpt's one 8192-token sequence with attention `a` over documents of `doc_len` tokens (0: one document).
+inline Strategy fsdp_8k(AttentionImpl a, int64_t doc_len = 0) {
+  Strategy s = fsdp_full_ckpt(1, 8192);
+  s.attention = a;
+  s.doc_len = doc_len;
   return s;
 }
 

@@ -1,7 +1,7 @@
 // FlashAttention-3 (--attention flash3, Shah et al. 2024, arXiv:2407.08608): priced at its ratio to the flash
 // (FlashAttention-2) curves, device.flash_attention_3_ratio, read from the FA3 paper's H100 figures beside the FA2
 // curve (hwprofiles/h100-80gb.yaml); Hopper only, bf16/fp16, head dims up to 256, on runtimes that call it (rule
-// FlashAttention3, simulate.hpp attention_hardware_refusal). Memory is flash's: the same saved q, k, v, output and
+// AttentionKernel, simulate.hpp attention_hardware_refusal). Memory is flash's: the same saved q, k, v, output and
 // logsumexp.
 //
 // Golden numbers: the FA3 paper's head-dim-128 figures, FA3 over FA2 at seq 512..16k: forward (causal) 292/191,
@@ -22,35 +22,13 @@ namespace {
 
 using namespace fsdp;
 
-Strategy flash(AttentionImpl a, int64_t doc_len = 0) {
-  Strategy s = test::fsdp_full_ckpt(1, 8192);
-  s.attention = a;
-  s.doc_len = doc_len;
-  return s;
-}
+Strategy flash(AttentionImpl a, int64_t doc_len = 0) { return test::fsdp_8k(a, doc_len); }
 
 Prediction predict(const ModuleGraph& g, const Strategy& s, const std::string& hw_name, const std::string& runtime) {
-  const HardwareProfile hw = test::hardware(hw_name);
-  const RuntimeProfile rt = test::runtime(runtime);
-  SimulationInput in;
-  in.graph = &g;
-  in.hardware = &hw;
-  in.runtime = &rt;
-  in.cluster = Cluster{1, 8};
-  in.strategy = s;
-  validate_strategy(s, g.spec(), in.cluster, rt.support);
-  return simulate(in);
+  return test::predict_node(g, s, hw_name, runtime);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 }  // namespace
 
@@ -111,36 +89,30 @@ TEST_CASE("flash3: refused off Hopper, without the profile's ratio, in fp32, ove
   // The plan's side, counted by the search: the dtype, the head width, the runtime.
   Strategy fp32 = flash(AttentionImpl::Flash3);
   fp32.param_dtype = DType::Fp32;
-  const Cluster c{1, 8};
-  CHECK(error_of([&] {
-          validate_strategy(fp32, g.spec(), c, test::runtime("pytorch").support);
-        }).find("--param-dtype: FlashAttention-3 trains in bf16 or fp16, not fp32") != std::string::npos);
+  using test::refusal;
+  CHECK(refusal(fp32, g.spec(), "pytorch").find("--param-dtype: FlashAttention-3 trains in bf16 or fp16, not fp32") !=
+        std::string::npos);
   ModelSpec wide = g.spec();
   wide.head_dim = 512;
-  CHECK(error_of([&] {
-          validate_strategy(flash(AttentionImpl::Flash3), wide, c, test::runtime("pytorch").support);
-        }).find("heads are 512 wide; FlashAttention-3 supports head dimensions up to 256") != std::string::npos);
+  CHECK(refusal(flash(AttentionImpl::Flash3), wide, "pytorch")
+            .find("heads are 512 wide; FlashAttention-3 supports head dimensions up to 256") != std::string::npos);
   for (const char* runtime : {"fsdp-run", "nanotron", "torchtitan", "torchtitan-2510", "pytorch-compile",
                               "pytorch-fsdp1-compile", "torchtitan-compile"}) {
     CAPTURE(runtime);
-    CHECK(error_of([&] {
-            validate_strategy(flash(AttentionImpl::Flash3), g.spec(), c, test::runtime(runtime).support);
-          }).find("does not run FlashAttention-3") != std::string::npos);
+    CHECK(refusal(flash(AttentionImpl::Flash3), g.spec(), runtime).find("does not run FlashAttention-3") !=
+          std::string::npos);
   }
   for (const char* runtime : {"pytorch", "pytorch-fsdp1", "deepspeed", "transformers-deepspeed", "torchtitan-2606",
                               "torchtitan-2606-qwen3"}) {
     CAPTURE(runtime);
     Strategy s = flash(AttentionImpl::Flash3);
     if (std::string(runtime).find("deepspeed") != std::string::npos) s.kind = StrategyKind::Zero3;
-    CHECK(error_of([&] { validate_strategy(s, g.spec(), c, test::runtime(runtime).support); }) == "");
+    CHECK(refusal(s, g.spec(), runtime) == "");
   }
   // Packed documents with flash3 where the runtime's varlen runs them; sdpa still refused.
-  CHECK(error_of([&] {
-          validate_strategy(flash(AttentionImpl::Flash3, 512), g.spec(), c, test::runtime("torchtitan-2606").support);
-        }) == "");
-  CHECK(error_of([&] {
-          validate_strategy(flash(AttentionImpl::Sdpa, 512), g.spec(), c, test::runtime("torchtitan-2606").support);
-        }).find("use --attention flash (or flash3, flex) with --doc-len") != std::string::npos);
+  CHECK(refusal(flash(AttentionImpl::Flash3, 512), g.spec(), "torchtitan-2606") == "");
+  CHECK(refusal(flash(AttentionImpl::Sdpa, 512), g.spec(), "torchtitan-2606")
+            .find("use --attention flash (or flash3, flex) with --doc-len") != std::string::npos);
 }
 
 TEST_CASE("flash3: a profile's ratio is read strictly, as the SDPA kernels' are") {

@@ -2,7 +2,7 @@
 // (FlashAttention-2) curves, device.flex_attention_ratio (A100: the FlexAttention blog's 0.90 forward, 0.85 backward;
 // H100/H200: PyTorch's GTC 2025 abstract, 1.25 and 1.03), and over packed documents slower by its block mask's partial
 // blocks (compute_cost.hpp flex_document_block_factor: (N + 3B) / (N + B), B = 128). Memory is flash's. Refused on
-// runtimes that do not call it (rule FlexAttention) and on profiles without the ratio.
+// runtimes that do not call it (rule AttentionKernel) and on profiles without the ratio.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,12 +20,7 @@ namespace {
 
 using namespace fsdp;
 
-Strategy with(AttentionImpl a, int64_t doc_len = 0) {
-  Strategy s = test::fsdp_full_ckpt(1, 8192);
-  s.attention = a;
-  s.doc_len = doc_len;
-  return s;
-}
+Strategy with(AttentionImpl a, int64_t doc_len = 0) { return test::fsdp_8k(a, doc_len); }
 
 // Each layer's attention forward and backward time, flash over the kernel's.
 std::pair<double, double> flash_over(const ModuleGraph& g, const std::string& hw_name, AttentionImpl a,
@@ -60,14 +55,7 @@ double block_visits_over_varlen(int64_t seq, int64_t n, int64_t offset, int64_t 
   return visited / varlen;
 }
 
-std::string refusal(const Strategy& s, const ModelSpec& m, const std::string& runtime) {
-  try {
-    validate_strategy(s, m, Cluster{1, 8}, test::runtime(runtime).support);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::refusal;
 
 }  // namespace
 
@@ -111,13 +99,7 @@ TEST_CASE("flex: the published ratios per GPU, and the document factor on top") 
 
 TEST_CASE("flex: flash's memory; refused by runtime and by a profile without the ratio") {
   const ModuleGraph g(test::zoo("llama3-8b"));
-  const HardwareProfile hw = test::hardware("h100-80gb");
-  const RuntimeProfile rt = test::runtime("torchtitan-2606");
-  auto run = [&](const Strategy& s) {
-    SimulationInput in{&g, &hw, &rt, Cluster{1, 8}, s};
-    validate_strategy(s, g.spec(), in.cluster, rt.support);
-    return simulate(in);
-  };
+  auto run = [&](const Strategy& s) { return test::predict_node(g, s, "h100-80gb", "torchtitan-2606"); };
   const Prediction fa2 = run(with(AttentionImpl::Flash)), flex = run(with(AttentionImpl::Flex));
   const Prediction docs = run(with(AttentionImpl::Flex, 1024));
   MESSAGE("llama3-8b seq 8192 fsdp full AC mb 1, 8 H100, torchtitan-2606: flash "

@@ -33,14 +33,7 @@ Strategy titan_8b(Float8Recipe recipe, bool all_gather) {
   return s;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 }  // namespace
 

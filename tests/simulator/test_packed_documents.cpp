@@ -26,25 +26,11 @@ Strategy fsdp_full(int64_t doc_len) {
 }
 
 Prediction predict(const ModuleGraph& g, const Strategy& s, const std::string& runtime) {
-  const HardwareProfile hw = test::hardware("h100-80gb");
-  const RuntimeProfile rt = test::runtime(runtime);
-  SimulationInput in;
-  in.graph = &g;
-  in.hardware = &hw;
-  in.runtime = &rt;
-  in.cluster = Cluster{1, 8};
-  in.strategy = s;
-  validate_strategy(s, g.spec(), in.cluster, rt.support);
-  return simulate(in);
+  return test::predict_node(g, s, "h100-80gb", runtime);
 }
 
 std::string refusal(const Strategy& s, const ModelSpec& m, const std::string& runtime) {
-  try {
-    validate_strategy(s, m, Cluster{1, 8}, test::runtime(runtime).support);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return test::refusal(s, m, runtime);
 }
 
 }  // namespace
