@@ -436,6 +436,8 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
   // state no cuDNN version.
   s.attention = row.attention == "eager" || row.attention == "math" ? AttentionImpl::Eager
                 : row.attention == "sdpa"                           ? AttentionImpl::Sdpa
+                : row.attention == "flash3"                         ? AttentionImpl::Flash3
+                : row.attention == "flex"                           ? AttentionImpl::Flex
                                                                     : AttentionImpl::Flash;
   if (row.attention.empty()) res.approximations.push_back("attention not stated: flash");
   s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
