@@ -2,9 +2,11 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -22,6 +24,15 @@ inline std::string slurp(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// An empty scratch directory for one test, named by the test file's `prefix`, this process and `name`.
+inline std::string tmp_dir(const std::string& prefix, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
 }
 
 inline CliResult run_cli(const std::string& args) {

@@ -20,12 +20,7 @@ using namespace fsdp;
 
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_attn_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_attn", name); }
 
 // `args` planned into `dir` (plan.yaml and the target's files): the plan, the run required to succeed.
 PlanFile planned(const std::string& args, const std::string& dir) {

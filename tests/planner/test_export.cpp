@@ -40,12 +40,7 @@ std::vector<TargetRef> all_targets() {
   return out;
 }
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_export_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_export", name); }
 
 struct Case {
   std::string model;

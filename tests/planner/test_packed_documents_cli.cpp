@@ -18,12 +18,7 @@ using namespace fsdp;
 
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_docs_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_docs", name); }
 
 }  // namespace
 

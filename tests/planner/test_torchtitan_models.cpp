@@ -25,12 +25,7 @@ namespace {
 
 const std::string kRoot = FSDP_SOURCE_ROOT;
 
-std::string tmp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fsdp_titan_models_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_titan_models", name); }
 
 void replace_in_file(const std::string& path, const std::string& from, const std::string& to) {
   std::string text = test::slurp(path);
