@@ -27,6 +27,7 @@ const std::set<std::string>& strategy_value_flags() {
                                            "--lora-rank",
                                            "--lora-targets",
                                            "--attention",
+                                           "--kernels",
                                            "--forward-prefetch",
                                            "--backward-prefetch",
                                            "--ddp-bucket-mb",
@@ -134,6 +135,7 @@ void apply_strategy_flags(const Args& a, Strategy& s) {
   if (s.method != Method::Full && s.lora.target_modules.empty())
     s.lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj"};
   enum_flag(a, "--attention", parse_attention, s.attention, "flash, flash3, flex, sdpa, eager");
+  enum_flag(a, "--kernels", parse_kernel_library, s.kernels, kKernelLibraryNames);
   s.forward_prefetch = a.get_int_or("--forward-prefetch", s.forward_prefetch);
   s.backward_prefetch = a.get_int_or("--backward-prefetch", s.backward_prefetch);
   s.ddp_bucket_mb = positive(a, "--ddp-bucket-mb", s.ddp_bucket_mb);

@@ -148,6 +148,10 @@ const std::vector<Knob> kKnobs{
      [](const Strategy& s, const Cluster&) { return std::string(to_string(s.attention)); },
      [](Strategy& s, const std::string& v, const Cluster&) { return parse_attention(v, s.attention); }},
     {"float8", "--float8", false, always, float8_value, set_float8},
+    // Liger-Kernel's patches of the Hugging Face model (Strategy::kernels): checked where the plan patches them in.
+    {"kernels", "--kernels", false, [](const Strategy& s) { return s.kernels != KernelLibrary::None; },
+     [](const Strategy& s, const Cluster&) { return std::string(to_string(s.kernels)); },
+     [](Strategy& s, const std::string& v, const Cluster&) { return parse_kernel_library(v, s.kernels); }},
     // A vision-language model's frozen vision parts (Strategy::train_vision): a target expresses them where its
     // launch config names what trains; checked where a part is frozen (`all` is every model's).
     {"train_vision", "--train-vision", false, [](const Strategy& s) { return s.train_vision != VisionTraining::All; },
@@ -235,6 +239,7 @@ const std::vector<std::string>& knob_samples(const std::string& knob) {
       {"optimizer", {"adamw", "sgd"}},
       {"attention", {"flash", "sdpa", "eager"}},
       {"float8", {"none", "tensorwise", "tensorwise+all-gather", "rowwise"}},
+      {"kernels", {"none", "liger"}},
       {"train_vision", {"all", "projector", "none"}},
       {"tp", {"1", "2", "8"}},
       {"sequence_parallel", {"true", "false"}},

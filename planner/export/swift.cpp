@@ -106,6 +106,9 @@ class SwiftTarget final : public Target {
     d.emplace_back("per_device_train_batch_size", s.micro_batch);
     d.emplace_back("gradient_accumulation_steps", s.grad_accum);
     d.emplace_back("gradient_checkpointing", s.act_ckpt == ActCkpt::Full);
+    // Liger-Kernel (Strategy::kernels): Transformers' TrainingArguments use_liger_kernel, which ms-swift passes to the
+    // Trainer (examples/train/liger/sft.sh '--use_liger_kernel true'); written where the plan patches it in.
+    if (s.kernels == KernelLibrary::Liger) d.emplace_back("use_liger_kernel", true);
     // A vision-language model: what of its vision side trains, said either way (ms-swift freezes the tower and the
     // aligner unless told: TunerArguments freeze_vit, freeze_aligner).
     if (plan.model.vision) {
@@ -163,6 +166,7 @@ class SwiftTarget final : public Target {
     s.micro_batch = get("per_device_train_batch_size").get<int64_t>();
     s.grad_accum = get("gradient_accumulation_steps").get<int64_t>();
     s.act_ckpt = get("gradient_checkpointing").get<bool>() ? ActCkpt::Full : ActCkpt::None;
+    if (doc_has(d, "use_liger_kernel") && get("use_liger_kernel").get<bool>()) s.kernels = KernelLibrary::Liger;
     if (doc_has(d, "freeze_vit")) {
       const bool vit = get("freeze_vit").get<bool>(), aligner = get("freeze_aligner").get<bool>();
       s.train_vision = !vit ? VisionTraining::All : aligner ? VisionTraining::None : VisionTraining::Projector;

@@ -74,6 +74,9 @@ Strategy parse_strategy_map(ConfigMap& m, int64_t version) {
     s.doc_len = m.get_int("doc_len");
     if (s.doc_len < 0) m.fail("doc_len", "must not be negative (0: one document a sequence)");
   }
+  // Optional in every version (absent: none): written only where the plan patches a kernel library in, so that a plan
+  // without one reads as before.
+  if (m.has("kernels")) s.kernels = enum_key(m, "kernels", parse_kernel_library, kKernelLibraryNames);
   m.finish();
   return s;
 }
@@ -216,6 +219,7 @@ std::string write_plan_text(const PlanFile& p) {
   out << YAML::Key << "doc_len" << YAML::Value << s.doc_len;
   out << YAML::Key << "grad_accum" << YAML::Value << s.grad_accum;
   out << YAML::Key << "attention" << YAML::Value << to_string(s.attention);
+  if (s.kernels != KernelLibrary::None) out << YAML::Key << "kernels" << YAML::Value << to_string(s.kernels);
   out << YAML::Key << "forward_prefetch" << YAML::Value << s.forward_prefetch;
   out << YAML::Key << "backward_prefetch" << YAML::Value << s.backward_prefetch;
   out << YAML::Key << "ddp_bucket_mb" << YAML::Value << s.ddp_bucket_mb;

@@ -25,6 +25,7 @@ std::string plan_key_of_flag(const std::string& flag) {
       {"--lora-rank", "strategy.lora_rank"},
       {"--lora-targets", "strategy.lora_targets"},
       {"--attention", "strategy.attention"},
+      {"--kernels", "strategy.kernels"},
       {"--forward-prefetch", "strategy.forward_prefetch"},
       {"--backward-prefetch", "strategy.backward_prefetch"},
       {"--ddp-bucket-mb", "strategy.ddp_bucket_mb"},

@@ -43,6 +43,7 @@ std::string one_line_strategy(const Strategy& s) {
   if (s.float8 != Float8Recipe::None)
     o << " float8=" << to_string(s.float8) << (s.float8_all_gather ? "+all-gather" : "");
   if (s.train_vision != VisionTraining::All) o << " train-vision=" << to_string(s.train_vision);
+  if (s.kernels != KernelLibrary::None) o << " kernels=" << to_string(s.kernels);
   return o.str();
 }
 
@@ -77,6 +78,7 @@ nlohmann::json strategy_to_json(const Strategy& s) {
   j["float8"] = to_string(s.float8);
   j["float8_all_gather"] = s.float8_all_gather;
   j["train_vision"] = to_string(s.train_vision);
+  j["kernels"] = to_string(s.kernels);
   return j;
 }
 

@@ -301,9 +301,10 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     return skip("activation checkpointing '" + row.act_ckpt + "' is not modelled");
   if (!row.offload.empty() && row.offload != "none")
     return skip("offload '" + row.offload + "' rows are not in the set yet");
-  // Liger-Kernel swaps the model's norms, rotary, SwiGLU and loss for fused Triton kernels (its fused linear
-  // cross-entropy never materialises the logits): a runtime of its own, not shipped yet.
-  if (!row.kernel_library.empty()) return skip("kernel library '" + row.kernel_library + "' is not modelled");
+  // Liger-Kernel's patches (Strategy::kernels, runtime/kernel_library.hpp); no other library is modelled.
+  KernelLibrary kernels = KernelLibrary::None;
+  if (!row.kernel_library.empty() && !parse_kernel_library(row.kernel_library, kernels))
+    return skip("kernel library '" + row.kernel_library + "' is not modelled");
   if (!row.micro_batch) return skip("micro-batch not stated");
   if (!row.seq) return skip("sequence length not stated");
   if (!row.measured.tokens_per_s_per_gpu && !row.measured.step_time_s && !row.measured.peak_memory_gib &&
@@ -440,6 +441,7 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
                 : row.attention == "flex"                           ? AttentionImpl::Flex
                                                                     : AttentionImpl::Flash;
   if (row.attention.empty()) res.approximations.push_back("attention not stated: flash");
+  s.kernels = kernels;
   s.optimizer = row.optimizer == "sgd" ? Optimizer::Sgd : Optimizer::AdamW;
   // Float8 linears (torchao): the recipe torchao defaults to (Float8LinearConfig: tensorwise dynamic scaling) and the
   // all-gather torchtitan defaults to (--float8.enable_fsdp_float8_all_gather, store_true: off) where not stated.

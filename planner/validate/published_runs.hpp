@@ -48,7 +48,7 @@ struct PublishedRow {
   // Optional: the dtype of the parameters the optimizer updates and of its states (LitGPT's bf16-true, DeepSpeed's
   // bf16 master weights); absent, fp32 masters, mixed precision's default in every framework of the set.
   std::string master_dtype;
-  // Optional: a kernel library the run swaps into the model (e.g. liger), which fsdp-plan does not model yet.
+  // Optional: a kernel library the run swaps into the model (liger: Strategy::kernels); another is not modelled.
   std::string kernel_library;
   std::string grad_sync;  // optional: "last-micro-batch" (no_sync accumulation); absent: every micro-batch
   // The device mesh beyond data parallelism (optional keys; absent: 1, i.e. data parallel alone): the

@@ -67,6 +67,32 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
   return roofline(hw, f, rate, matmul_bytes(m, n, k, dtype));
 }
 
+int64_t fused_linear_ce_chunk_rows(int64_t tokens, int64_t vocab, int64_t hidden) {
+  FSDP_ASSERT(tokens > 0 && vocab > 0 && hidden > 0, "a fused linear cross-entropy needs tokens, vocab and hidden");
+  const int64_t inc_factor = (vocab + hidden - 1) / hidden;
+  const int64_t rows = (tokens + inc_factor - 1) / inc_factor;
+  int64_t chunk = 1;
+  while (chunk < rows) chunk *= 2;
+  return chunk;
+}
+
+Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t tokens, int64_t vocab, int64_t hidden,
+                                        DType dtype) {
+  const int64_t chunk = fused_linear_ce_chunk_rows(tokens, vocab, hidden);
+  const double b = dsize(dtype), v = double(vocab), h = double(hidden);
+  auto chunk_time = [&](int64_t c) {
+    const Flops f = matmul_flops(c, vocab, hidden);
+    const FlopsPerSecond rate =
+        hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * linear_quantized(hw, c, vocab, hidden));
+    const double r = double(c);
+    return roofline(hw, f, rate, Bytes(b * (r * h + v * h + r * v))).value +      // logits = x_c W^T
+           roofline(hw, f, rate, Bytes(b * (r * v + v * h + r * h))).value +      // dx_c = g_c W
+           roofline(hw, f, rate, Bytes(b * (r * v + r * h + 2.0 * v * h))).value;  // dW += g_c^T x_c (beta 1)
+  };
+  const int64_t whole = tokens / chunk, rest = tokens % chunk;
+  return Seconds(double(whole) * chunk_time(chunk) + (rest > 0 ? chunk_time(rest) : 0.0));
+}
+
 Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
   if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
   const Flops f = matmul_flops(m, n, k);

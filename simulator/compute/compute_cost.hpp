@@ -36,6 +36,19 @@ Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int6
 // every output written once.
 Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype);
 
+// --- Liger-Kernel's fused linear cross-entropy (linkedin/Liger-Kernel src/liger_kernel/ops/
+// fused_linear_cross_entropy.py fused_linear_cross_entropy_forward @ ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c) ---
+// The head's `tokens` x `vocab` logits computed chunk by chunk of the tokens: inc_factor = ceil(V / H), chunk =
+// next_power_of_2(ceil(tokens / inc_factor)) rows, so one chunk's logits are about as large as the hidden states.
+int64_t fused_linear_ce_chunk_rows(int64_t tokens, int64_t vocab, int64_t hidden);
+// The three GEMMs of every chunk, all in the forward: the chunk's logits (c x V, K = H), the input's gradient
+// (c x H, K = V) and the weight's (V x H, K = c) accumulated into one buffer by torch.addmm with beta 1, which reads the
+// whole V x H gradient and writes it back. Each GEMM is a roofline at the rate of a linear of the chunk's shape
+// (matmul_time's curve and tile quantization): a chunk's GEMMs read the whole weight (or its gradient) for c rows, so
+// their bytes are a V x H tensor each whatever c, and chunks of few rows run at the memory's pace.
+Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t tokens, int64_t vocab, int64_t hidden,
+                                        DType dtype);
+
 // --- Fused (flash) attention over a batch of sequences ---
 struct AttentionShape {
   int64_t batch = 1;

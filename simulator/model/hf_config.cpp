@@ -1086,6 +1086,10 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   std::string arch_name;
   Arch arch = find_arch(root, top, &arch_name);
   top.set_arch(arch_name);
+  // The class's model_type (its row of kArchitectures), whatever the file's model_type says of a remote-code class.
+  std::string hf_model_type;
+  for (const auto& a : kArchitectures)
+    if (arch_name == a.architecture) hf_model_type = a.model_type;
 
   LoadedModel out;
   ModelSpec& m = out.spec;
@@ -1095,6 +1099,7 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   m.name = name.empty() ? std::filesystem::path(source_name).stem().string() : name;
   if (m.name.empty()) m.name = source_name;
   m.family = "decoder";
+  m.hf_model_type = hf_model_type;
 
   if (arch == Arch::Llava) {
     read_llava(root, json_text, source_name, out);

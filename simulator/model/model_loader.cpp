@@ -489,6 +489,10 @@ ModelSpec parse_model_map(ConfigMap& map) {
   ModelSpec m;
   m.name = map.get_string("name");
   m.family = map.get_enum("family", {"decoder"});
+  if (map.has("hf_model_type")) {
+    m.hf_model_type = map.get_string("hf_model_type");
+    if (m.hf_model_type.empty()) map.fail("hf_model_type", "is empty; leave the key out where the model has none");
+  }
   m.hidden_size = map.get_positive_int("hidden_size");
   m.num_layers = map.get_positive_int("num_layers");
   m.num_heads = map.get_positive_int("num_heads");
@@ -547,6 +551,7 @@ void emit_model_map(const ModelSpec& m, YAML::Emitter& out) {
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << m.name;
   out << YAML::Key << "family" << YAML::Value << m.family;
+  if (!m.hf_model_type.empty()) out << YAML::Key << "hf_model_type" << YAML::Value << m.hf_model_type;
   out << YAML::Key << "hidden_size" << YAML::Value << m.hidden_size;
   out << YAML::Key << "num_layers" << YAML::Value << m.num_layers;
   out << YAML::Key << "num_heads" << YAML::Value << m.num_heads;

@@ -176,6 +176,10 @@ struct VisionSpec {
 struct ModelSpec {
   std::string name;
   std::string family;  // "decoder" (decoder-only causal LM); the only family so far
+  // The Hugging Face model_type of the checkpoint the shape is (config.json "model_type": "llama", "qwen2"), which
+  // kernel libraries patch by (runtime/kernel_library.hpp); "" where the file names none (a shape of no Hugging Face
+  // class, or not stated).
+  std::string hf_model_type;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;

@@ -3,6 +3,10 @@
 
 #include "program/step_emitter.hpp"
 
+#include <algorithm>
+
+#include "compute/compute_cost.hpp"
+
 namespace fsdp::step_emission {
 
 double Emitter::head_grad_bytes() const {
@@ -13,7 +17,58 @@ double Emitter::head_grad_bytes() const {
   return head_train * pb;
 }
 
+// Liger-Kernel's fused linear cross-entropy (RuntimeProfile::loss_fused_linear; linkedin/Liger-Kernel
+// src/liger_kernel/ops/fused_linear_cross_entropy.py @ ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c,
+// LigerFusedLinearCrossEntropyFunction). Its forward zeroes the input's gradient (tokens x H) and the weight's (V x H, in
+// the weight's dtype as the forward sees it), then per chunk of rows (compute_cost.hpp fused_linear_ce_chunk_rows)
+// computes the chunk's logits, runs liger_cross_entropy_kernel over them (ops/cross_entropy.py: an online-softmax pass
+// reading the row, a second reading it and writing its gradient in place: 3 passes), writes the chunk's input gradient
+// (a GEMM into a temporary copied into its slice) and accumulates the weight's (addmm, beta 1). It saves the two
+// gradients for the backward, which only scales them by the incoming gradient in place (element_mul_kernel, read and
+// write each; Transformers' loss is a sum divided by the batch's items, so the gradient is not 1) and returns them:
+// the weight's becomes the head's gradient. The input's gradient takes the place of the head's saved input (the final
+// norm's output, the same size), which the fused loss does not keep; the logits never exist whole.
+void Emitter::push_fused_linear_loss_ops(int mbi) {
+  FSDP_ASSERT(s.mesh.tp == 1 && !loss_stage_outputs_logits(), "the fused linear cross-entropy runs without tp or a "
+                                                              "pipeline schedule's loss (rule KernelLibrary's runtimes)");
+  const GemmShape& head = prog.head_gemm;
+  const double tok = static_cast<double>(head.m), vocab = static_cast<double>(head.n);
+  const double hidden = static_cast<double>(head.k);
+  const double rows = static_cast<double>(std::min(fused_linear_ce_chunk_rows(head.m, head.n, head.k), head.m));
+  // The weight as the forward reads it: the gathered compute-dtype copy of a sharded strategy, else the replica as
+  // stored (fp32 under autocast, the compute dtype under DeepSpeed's low-precision ZeRO-1/2).
+  const double weight_bytes = sharded ? pb : sb;
+  const double grad_weight = holds_head() ? head_train * weight_bytes : 0.0;
+  const double grad_input = tok * hidden * pb;
+  const double loss_rows = tok * 4.0;  // loss_1d, fp32
+  prog.fused_linear_loss = true;
+  Op l;
+  l.kind = OpKind::Loss;
+  l.phase = Phase::HeadLossForward;
+  l.micro_batch = mbi;
+  l.unit = 0;
+  l.head_fused_loss = holds_head();
+  l.transient_bytes = rows * vocab * pb + rows * hidden * pb;
+  l.on_issue.push_back({MemoryCategory::Activations, grad_weight + loss_rows});
+  l.elementwise_bytes = grad_input + grad_weight + 3.0 * tok * vocab * pb + 2.0 * grad_input;
+  push(l);
+  Op lb;
+  lb.kind = OpKind::LossBackward;
+  lb.phase = Phase::LossBackward;
+  lb.micro_batch = mbi;
+  lb.unit = 0;
+  lb.on_complete.push_back({MemoryCategory::Activations, -(grad_weight + loss_rows + head_act)});
+  lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
+  if (mbi == 0) keep_adapter_grads(lb);
+  lb.elementwise_bytes = 2.0 * (grad_input + grad_weight);
+  push(lb);
+}
+
 void Emitter::push_loss_ops(int mbi) {
+  if (rt.loss_fused_linear) {
+    push_fused_linear_loss_ops(mbi);
+    return;
+  }
   const double logits = logits_elems() * pb;
   // The upcast (HF modeling_llama.py `logits.float()`; executor head_loss `.to(kFloat)`) copies only
   // when the logits are not already fp32.

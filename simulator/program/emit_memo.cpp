@@ -38,7 +38,8 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  s.mesh.sequence_parallel,
                  s.float8,
                  s.train_vision,
-                 s.mesh.ep};
+                 s.mesh.ep,
+                 s.kernels};
 }
 
 void EmitMemo::bind(const ModuleGraph& g, const RuntimeProfile& rt) {

@@ -9,7 +9,7 @@
 //    shard_layer_for_ep; strategy.cpp
 //    layer_ckpt) the graph, the runtime, the activation query, the micro-batch's tokens (micro_batch x seq_len), and
 //    of the strategy seq_len, micro_batch, param_dtype, method, lora (rank and target modules), act_ckpt,
-//    ckpt_every, ckpt_fraction, float8, train_vision, and mesh.tp, mesh.sequence_parallel and mesh.ep; CostKey holds
+//    ckpt_every, ckpt_fraction, float8, train_vision, kernels, and mesh.tp, mesh.sequence_parallel and mesh.ep; CostKey holds
 //    all of them
 //    but the graph and runtime, which are bound once (the first emission's, asserted on every later one).
 // Exact: an entry is the value the derivation computes from its key's inputs, and a hit is an emission whose inputs
@@ -35,7 +35,7 @@ class EmitMemo {
   // Every input of the layer-class derivation but the graph and runtime (above).
   using CostKey = std::tuple<DType, AttentionImpl, int64_t, bool, bool, bool, bool, bool, bool, bool,  // the query
                              int64_t, int64_t, DType, Method, int64_t, std::vector<std::string>, ActCkpt, int64_t,
-                             double, int64_t, bool, Float8Recipe, VisionTraining, int64_t>;
+                             double, int64_t, bool, Float8Recipe, VisionTraining, int64_t, KernelLibrary>;
   static CostKey cost_key(const ActivationQuery& q, const Strategy& s);
 
   struct LayerClasses {

@@ -59,7 +59,7 @@ void Emitter::setup(EmitMemo* memo) {
   std::optional<EmitMemo::CostKey> memo_key;
   const EmitMemo::LayerClasses* known = nullptr;
   if (memo != nullptr) {
-    memo->bind(g, rt);
+    memo->bind(g, memo_runtime != nullptr ? *memo_runtime : rt);
     memo_key = EmitMemo::cost_key(q, s);
     known = memo->find(*memo_key);
   }

@@ -202,7 +202,9 @@ double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
 //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass; a sequence-first layer's
 //    transposed attention output copied for the output projection when the micro-batch holds more than one
 //    sequence (RuntimeProfile::attention_output_copy): one r/w pass over q;
-//  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); plain MLP: GELU (r f, w f);
+//  - rotary in one in-place kernel (RotaryKernel::InPlace, Liger-Kernel's): one r/w pass over q and k;
+//  - gated MLP: SiLU (r f, w f) and the gating multiply (r 2f, w f); as one kernel (RuntimeProfile::glu_single_kernel)
+//    read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
 double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
                                const RuntimeProfile& rt, int64_t micro_batch) {
@@ -221,11 +223,14 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
       case RotaryKernel::RotateHalfFp32:
         e += rotary_rotate_half_fp32_bytes(w, pb);
         break;
+      case RotaryKernel::InPlace:
+        e += 2.0 * (w.q + w.kv) * pb;
+        break;
     }
   }
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
   if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
-  e += (w.gated ? 5.0 : 2.0) * w.ffn * pb;
+  e += (w.gated ? (rt.glu_single_kernel ? 3.0 : 5.0) : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
   if (w.dropout) e += 2.0 * (2.0 * h * pb + h);
   return e;
@@ -235,6 +240,7 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 //  - a single-kernel norm's backward (flash-attn flash_attn/ops/triton/layer_norm.py _layer_norm_bwd @
 //    0251105a2fb19d2957484b7f023cd8c115286ced, recompute_output False) reads x and dy and writes dx (its weight
 //    gradient is one partial row per program): 3 tensors, not 4;
+//  - Liger-Kernel's in-place rotary (one pass each way) and single-kernel gated activation (backward 5f, forward 3f);
 //  - flash-attn's in-place rotary backward rewrites dq and dk in place (layers/rotary.py ApplyRotaryEmb.backward,
 //    ApplyRotaryEmbKV_.backward: inplace=True), one pass as forward; of the packing, the cat's and the permute's
 //    backwards are views (narrow, permute) and only the split of the packed kv into k and v, by flash attention's
@@ -255,6 +261,11 @@ double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bo
     const NormTraffic n = norm_traffic_per_element(rt, pb, false);
     saved += w.norm_elems * (2.0 * n.forward - n.backward);
   }
+  // Liger-Kernel's in-place rotary runs its kernel once on dq and dk (ops/rope.py rope_backward); its single-kernel
+  // SwiGLU backward reads dc, a and b and writes da and db (ops/swiglu.py _swiglu_backward_kernel, the SiLU recomputed
+  // in registers): 5f, not twice the forward's 3f.
+  if (w.rope && rt.rotary_kernel == RotaryKernel::InPlace) saved += 2.0 * (w.q + w.kv) * pb;
+  if (w.gated && rt.glu_single_kernel) saved += w.ffn * pb;
   if (w.rope && rt.rotary_kernel == RotaryKernel::FlashAttnInPlace) {
     const double forward = 2.0 * (w.q + w.kv) + 2.0 * 2.0 * (2.0 * w.kv);
     const double backward = 2.0 * (w.q + w.kv) + 2.0 * (2.0 * w.kv);

@@ -190,6 +190,8 @@ struct Emitter {
   }
 
   Emitter(const ModuleGraph& graph, const Strategy& st, const RuntimeProfile& r) : g(graph), s(st), rt(r) {}
+  // The caller's runtime profile, which the emit memo binds (rt: it with the strategy's kernel library applied).
+  const RuntimeProfile* memo_runtime = nullptr;
 
   // By reference: an Op is a few hundred bytes, and the search emits millions of them, so one copy, not two.
   int push(const Op& op) {
@@ -472,6 +474,8 @@ struct Emitter {
   double head_grad_bytes() const;
 
   void push_loss_ops(int mbi);
+  // The loss as one fused linear cross-entropy (RuntimeProfile::loss_fused_linear): the head's GEMMs in its forward.
+  void push_fused_linear_loss_ops(int mbi);
 
   // One of the head's ops on its own stage: the root unit's, `passes` of the head GEMM.
   static Op head_op(OpKind kind, Phase phase, int mbi, double passes);

@@ -1,6 +1,9 @@
 #include "program/step_program.hpp"
 
+#include <optional>
+
 #include "program/step_emitter.hpp"
+#include "runtime/kernel_library.hpp"
 
 namespace fsdp {
 
@@ -79,7 +82,12 @@ using step_emission::Emitter;
 StepProgram emit_step_program(const ProgramInput& in, EmitMemo* memo) {
   FSDP_ASSERT(in.graph && in.runtime, "emit_step_program needs a graph and a runtime");
   const Strategy& s = in.strategy;
-  Emitter e(*in.graph, s, *in.runtime);
+  // The strategy's kernel library in place of the runtime's own kernels (runtime/kernel_library.hpp); the memo stays
+  // bound to the caller's profile, the library in its key.
+  std::optional<RuntimeProfile> patched;
+  if (s.kernels != KernelLibrary::None) patched = with_kernel_library(*in.runtime, s.kernels);
+  Emitter e(*in.graph, s, patched ? *patched : *in.runtime);
+  e.memo_runtime = in.runtime;
   e.fp32_collectives = in.fp32_collectives_only;
   e.backend_gather_buffer = in.backend_gather_buffer;
   e.host_params_are_compute_params = in.host_device && in.strategy.param_dtype == in.strategy.master_dtype;

@@ -125,17 +125,22 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (mod.has("norm_kernel")) r.norm_single_kernel = mod.get_enum("norm_kernel", {"eager", "single"}) == "single";
     if (mod.has("rotary_kernel")) {
       const std::string rotary =
-          mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place", "complex", "rotate-half-fp32"});
+          mod.get_enum("rotary_kernel", {"eager", "flash-attn-in-place", "complex", "rotate-half-fp32", "in-place"});
       r.rotary_kernel = rotary == "flash-attn-in-place" ? RotaryKernel::FlashAttnInPlace
                         : rotary == "complex"           ? RotaryKernel::Complex
                         : rotary == "rotate-half-fp32"  ? RotaryKernel::RotateHalfFp32
+                        : rotary == "in-place"          ? RotaryKernel::InPlace
                                                         : RotaryKernel::Eager;
     }
+    if (mod.has("activation_kernel"))
+      r.glu_single_kernel = mod.get_enum("activation_kernel", {"eager", "single"}) == "single";
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
     if (mod.has("loss_kernels")) {
-      const std::string loss = mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel", "compiled"});
+      const std::string loss =
+          mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel", "compiled", "fused-linear"});
       r.loss_vocab_parallel_kernels = loss == "vocab-parallel";
       r.loss_compiled = loss == "compiled";
+      r.loss_fused_linear = loss == "fused-linear";
     }
   });
   section("sharding", [&](ConfigMap& sh, auto&& has) {
@@ -321,6 +326,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (runs.has("document_masking")) r.support.document_masking = runs.get_bool("document_masking");
     if (runs.has("flash_attention_3")) r.support.flash_attention_3 = runs.get_bool("flash_attention_3");
     if (runs.has("flex_attention")) r.support.flex_attention = runs.get_bool("flex_attention");
+    if (runs.has("liger_kernel")) r.support.liger_kernel = runs.get_bool("liger_kernel");
     runs.finish();
   }
   r.support.runtime_name = r.name;

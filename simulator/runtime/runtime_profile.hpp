@@ -43,6 +43,10 @@ enum class RotaryKernel : uint8_t {
   // back (torchtitan's CosSinRoPE.apply_rotary_emb after its rotary moved to models/common/rope.py): the upcast, the
   // 7 passes in fp32 and the downcast (rotary_rotate_half_fp32_bytes).
   RotateHalfFp32,
+  // `in-place`: one kernel rotating q and k in place, forward and backward (Liger-Kernel's LigerRopeFunction,
+  // src/liger_kernel/ops/rope.py rope_forward / rope_backward: the transposes back to the projections' layout are
+  // views, the Triton kernel reads and rewrites q and k, and dq and dk in backward): one r/w pass each way.
+  InPlace,
 };
 
 struct RuntimeProfile {
@@ -283,6 +287,12 @@ struct RuntimeProfile {
   bool norm_single_kernel = false;
   // `rotary_kernel` (RotaryKernel): how q and k are rotated.
   RotaryKernel rotary_kernel = RotaryKernel::Eager;
+  // `activation_kernel: single`: a gated MLP's activation and gating multiply are one kernel that reads the gate and
+  // up projections' outputs and writes the product, and whose backward reads the incoming gradient and both saved
+  // inputs and writes their gradients, recomputing the activation (Liger-Kernel's LigerSiLUMulFunction /
+  // LigerGELUMulFunction, src/liger_kernel/ops/swiglu.py, geglu.py); default `eager`, the activation and the multiply
+  // one kernel each. What it saves (the gate and up outputs, not the activation's) is pointwise_outputs_saved false.
+  bool glu_single_kernel = false;
   // `attention_output_copy: true`: the layer runs sequence-first ([seq, batch, hidden]) while the attention kernel
   // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
   // transposed input into a dense one.
@@ -301,6 +311,12 @@ struct RuntimeProfile {
   // beside their gradient (program/emit_loss.cpp push_loss_ops). Without tensor parallelism only (the
   // vocabulary-parallel loss keeps its own kernels: the key is ignored under tp, and the runtime profile says so).
   bool loss_compiled = false;
+  // `loss_kernels: fused-linear`: the head's GEMMs and the cross-entropy fused and chunked over the tokens, the
+  // gradients computed in the forward (Liger-Kernel's LigerFusedLinearCrossEntropyFunction,
+  // src/liger_kernel/ops/fused_linear_cross_entropy.py): no logits tensor, one chunk's at a time; the input's and the
+  // weight's gradients allocated in the forward and held to the backward, which only scales them
+  // (program/emit_loss.cpp push_fused_linear_loss_ops; compute/compute_cost.hpp fused_linear_cross_entropy_time).
+  bool loss_fused_linear = false;
   // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
   // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it
   // loads, which decide whether cuDNN's attention comes first in SDPA's order on sm90 / sm100. Not given: the

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "runtime/kernel_library.hpp"
 
 namespace fsdp {
 
@@ -353,6 +354,31 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
            return broken(R::AttentionKernel, "--attention",
                          c.m.name + "'s attention heads are " + n(std::max(c.m.head_dim, v_head)) +
                              " wide; FlashAttention-3 supports head dimensions up to 256");
+         return std::nullopt;
+       }},
+      // Liger-Kernel patches a Hugging Face model's modules (Strategy::kernels; runtime/kernel_library.hpp): a runtime
+      // that builds that model under Transformers or accelerate (RuntimeSupport::liger_kernel), and a model type it has
+      // a patch for, else nothing would be swapped and the plan would price kernels that never run.
+      {R::KernelLibrary, "a kernel library the runtime does not apply or the model has no patch for",
+       [](const Ctx& c) -> std::optional<CapabilityViolation> {
+         if (c.s.kernels == KernelLibrary::None) return std::nullopt;
+         if (!c.rt.liger_kernel)
+           return broken(R::KernelLibrary, "--kernels",
+                         c.rt.runtime_name +
+                             " does not apply Liger-Kernel (its profile has no runs.liger_kernel): use --kernels none, "
+                             "or a runtime that trains a Hugging Face model (pytorch, pytorch-fsdp1, deepspeed, "
+                             "transformers-deepspeed)");
+         if (c.m.hf_model_type.empty())
+           return broken(R::KernelLibrary, "--kernels",
+                         c.m.name + " names no Hugging Face model_type (its model file's hf_model_type), which "
+                                    "Liger-Kernel patches by");
+         if (!liger_patches(c.m.hf_model_type)) {
+           std::string types;
+           for (const std::string& t : liger_model_types()) types += (types.empty() ? "" : ", ") + t;
+           return broken(R::KernelLibrary, "--kernels",
+                         "Liger-Kernel has no patch for " + c.m.name + " (model_type " + c.m.hf_model_type +
+                             "); it patches " + types);
+         }
          return std::nullopt;
        }},
       {R::OffloadStrategy, "offload without a ZeRO stage",

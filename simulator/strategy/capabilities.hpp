@@ -40,6 +40,7 @@ enum class CapabilityRule : uint8_t {
   ExpertParallel,             // ep splits routed experts over a node-aligned part of the FSDP shard group
   DocumentMasking,            // packed documents attended one by one: flash varlen on a runtime that runs it
   AttentionKernel,            // FlashAttention-3 or flex_attention where the runtime (or FA3's dtype, head dims) cannot
+  KernelLibrary,              // a kernel library (Liger) the runtime does not apply, or that has no patch for the model
   OffloadStrategy,            // offload needs a ZeRO stage / FSDP
   ParamsOffloadSharding,      // params offload needs sharded parameters
   GradSyncStrategy,           // last-micro-batch only where the strategy can defer its reduce-scatter
@@ -120,6 +121,9 @@ struct RuntimeSupport {
   // torch's flex_attention (--attention flex): a runtime whose attention calls it (profile `runs: {flex_attention:
   // true}`; absent: false); rule AttentionKernel. The GPU side (the profile's ratio) is attention_hardware_refusal's.
   bool flex_attention = false;
+  // Liger-Kernel's patches (--kernels liger): a runtime that trains a Hugging Face model under Transformers' Trainer or
+  // accelerate, which apply them (profile `runs: {liger_kernel: true}`; absent: false); rule KernelLibrary.
+  bool liger_kernel = false;
   // The data-parallel strategies and offload modes the runtime runs (profile section `runs`; empty: every one the
   // simulator prices). nanotron runs DDP and its ZeRO-1 without offload; PyTorch's FSDP2 has no ZeRO-1/2 and offloads
   // parameters, gradients and the optimizer step together (CPUOffloadPolicy); rule RuntimeStrategy.

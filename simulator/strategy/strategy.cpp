@@ -91,6 +91,11 @@ constexpr std::array<std::pair<Float8Recipe, const char*>, 3> kFloat8{{
     {Float8Recipe::Rowwise, "rowwise"},
 }};
 
+constexpr std::array<std::pair<KernelLibrary, const char*>, 2> kKernelLibrary{{
+    {KernelLibrary::None, "none"},
+    {KernelLibrary::Liger, "liger"},
+}};
+
 bool parse_i64(const std::string& s, int64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && p == s.data() + s.size();
@@ -108,6 +113,7 @@ const char* to_string(AttentionImpl k) { return name_of(k, kAttention); }
 const char* to_string(GradSync k) { return name_of(k, kGradSync); }
 const char* to_string(Float8Recipe k) { return name_of(k, kFloat8); }
 const char* to_string(VisionTraining k) { return name_of(k, kVisionTraining); }
+const char* to_string(KernelLibrary k) { return name_of(k, kKernelLibrary); }
 
 std::string to_string(const WrapPolicy& w) {
   switch (w.kind) {
@@ -205,6 +211,7 @@ bool parse_attention(const std::string& s, AttentionImpl& o) { return value_of(s
 bool parse_grad_sync(const std::string& s, GradSync& o) { return value_of(s, o, kGradSync); }
 bool parse_float8(const std::string& s, Float8Recipe& o) { return value_of(s, o, kFloat8); }
 bool parse_vision_training(const std::string& s, VisionTraining& o) { return value_of(s, o, kVisionTraining); }
+bool parse_kernel_library(const std::string& s, KernelLibrary& o) { return value_of(s, o, kKernelLibrary); }
 
 bool fsdp_family(StrategyKind k) {
   return k == StrategyKind::Fsdp || k == StrategyKind::FsdpGradOp || k == StrategyKind::Hsdp;
@@ -273,7 +280,8 @@ std::string strategy_identity(const Strategy& s) {
          " async_tp=" + (s.mesh.async_tp ? "1" : "0") + " pp=" + std::to_string(s.mesh.pp) +
          " schedule=" + to_string(s.mesh.pp_schedule) + " v=" + std::to_string(s.mesh.pp_virtual_stages) +
          " ep=" + std::to_string(s.mesh.ep) + " float8=" + to_string(s.float8) +
-         " f8ag=" + (s.float8_all_gather ? "1" : "0") + " vision=" + to_string(s.train_vision);
+         " f8ag=" + (s.float8_all_gather ? "1" : "0") + " vision=" + to_string(s.train_vision) +
+         " kernels=" + to_string(s.kernels);
 }
 
 }  // namespace fsdp

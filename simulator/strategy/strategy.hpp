@@ -61,6 +61,12 @@ enum class Float8Recipe { None, Tensorwise, Rowwise };
 // sec. 4.2). A frozen part keeps no gradient, no optimizer state, saves nothing for backward and runs no backward:
 // no gradient flows into it (its inputs, the pixels, need none).
 enum class VisionTraining { All, Projector, None };
+// A library of fused kernels swapped into a Hugging Face model before training (not searched: the user's choice, like
+// the attention kernel). Liger: Liger-Kernel's patches as Transformers applies them under TrainingArguments
+// use_liger_kernel (trainer.py _apply_liger_kernel_to_instance, the patch's defaults: rope, rms_norm, swiglu and
+// fused_linear_cross_entropy true, cross_entropy false; linkedin/Liger-Kernel src/liger_kernel/transformers/
+// monkey_patch.py): what each kernel changes, runtime/kernel_library.hpp; rule KernelLibrary.
+enum class KernelLibrary { None, Liger };
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::Layer;
@@ -110,6 +116,7 @@ struct Strategy {
   // WeightWithDynamicFloat8CastTensor fsdp_pre_all_gather / fsdp_post_all_gather).
   bool float8_all_gather = false;
   VisionTraining train_vision = VisionTraining::All;  // a vision-language model's trained vision parts
+  KernelLibrary kernels = KernelLibrary::None;        // fused kernels patched into the model (runtime/kernel_library)
   // Tensor and pipeline parallelism on the same mesh (strategy/mesh.hpp); kind then names the data-parallel
   // strategy over the dp = world / (tp x pp) ranks that hold the same model slice.
   MeshSpec mesh;
@@ -126,6 +133,7 @@ const char* to_string(AttentionImpl);
 const char* to_string(GradSync);        // "every-micro-batch", "last-micro-batch"
 const char* to_string(Float8Recipe);    // "none", "tensorwise", "rowwise"
 const char* to_string(VisionTraining);  // "all", "projector", "none"
+const char* to_string(KernelLibrary);   // "none", "liger"
 std::string to_string(const WrapPolicy&);
 
 bool parse_strategy_kind(const std::string&, StrategyKind&);
@@ -152,9 +160,11 @@ bool parse_method(const std::string&, Method&);
 bool parse_attention(const std::string&, AttentionImpl&);
 bool parse_grad_sync(const std::string&, GradSync&);
 bool parse_float8(const std::string&, Float8Recipe&);
+bool parse_kernel_library(const std::string&, KernelLibrary&);
 bool parse_vision_training(const std::string&, VisionTraining&);
 inline constexpr const char* kFloat8Names = "none, tensorwise, rowwise";
 inline constexpr const char* kVisionTrainingNames = "all, projector, none";
+inline constexpr const char* kKernelLibraryNames = "none, liger";
 // Whether grad_sync last-micro-batch means something for this strategy: an FSDP-family kind without offload (DDP and
 // ZeRO-1 reduce on the last micro-batch anyway; DeepSpeed refuses no_sync with partitioned gradients; offload with
 // it is not modelled).

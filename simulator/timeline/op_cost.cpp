@@ -171,6 +171,9 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     prices.layers.push_back(t);
   }
   prices.head = gemm_time(hw, p.head_gemm, dt);
+  if (p.fused_linear_loss)
+    prices.head_fused_loss =
+        fused_linear_cross_entropy_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, dt).value;
   return prices;
 }
 
@@ -250,6 +253,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     compute += layer_time;
   }
   if (op.head_passes > 0) compute += pass_weight(op.head_passes) * prices.head;
+  if (op.head_fused_loss) compute += prices.head_fused_loss;
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.
   const bool master_side =

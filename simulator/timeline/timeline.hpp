@@ -64,6 +64,7 @@ struct LayerPrices {
 struct OpPrices {
   std::vector<LayerPrices> layers;  // by StepProgram::layer_shapes index
   double head = 0;
+  double head_fused_loss = 0;  // the head's GEMMs under a fused linear cross-entropy (Op::head_fused_loss)
   // What op_duration has priced of one program's collectives and memory-bound traffic (pure functions of the
   // profile, the group and the bytes): a program repeats the same few per unit and micro-batch, and the planner
   // times thousands of programs, so each distinct one is priced once per timeline (exactly the value it would

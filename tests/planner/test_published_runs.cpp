@@ -585,9 +585,14 @@ TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 maste
   const RowResult bf16_true = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    master_dtype: bf16\n");
   REQUIRE(bf16_true.simulated);
   CHECK(*bf16_true.predicted_memory_gib < *exact.predicted_memory_gib);
+  // A kernel library: Liger-Kernel is priced where the row's runtime applies it (here torchtitan's, which does not:
+  // refused with rule KernelLibrary's reason); another library is said not to be modelled.
   const RowResult liger = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: liger\n");
   CHECK_FALSE(liger.simulated);
-  CHECK(liger.not_simulated == "kernel library 'liger' is not modelled");
+  CHECK(liger.not_simulated.find("does not apply Liger-Kernel") != std::string::npos);
+  const RowResult unsloth = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: unsloth\n");
+  CHECK_FALSE(unsloth.simulated);
+  CHECK(unsloth.not_simulated == "kernel library 'unsloth' is not modelled");
 }
 
 TEST_CASE("published runs: torchtitan's rows are priced by its runtime, compiled by torchtitan-compile") {
