@@ -85,8 +85,8 @@ Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t token
     const FlopsPerSecond rate =
         hw.peak_flops(dtype) * (hw.matmul_curve(dtype).at(f.value) * linear_quantized(hw, c, vocab, hidden));
     const double r = double(c);
-    return roofline(hw, f, rate, Bytes(b * (r * h + v * h + r * v))).value +      // logits = x_c W^T
-           roofline(hw, f, rate, Bytes(b * (r * v + v * h + r * h))).value +      // dx_c = g_c W
+    return roofline(hw, f, rate, Bytes(b * (r * h + v * h + r * v))).value +       // logits = x_c W^T
+           roofline(hw, f, rate, Bytes(b * (r * v + v * h + r * h))).value +       // dx_c = g_c W
            roofline(hw, f, rate, Bytes(b * (r * v + r * h + 2.0 * v * h))).value;  // dW += g_c^T x_c (beta 1)
   };
   const int64_t whole = tokens / chunk, rest = tokens % chunk;

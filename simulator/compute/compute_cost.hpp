@@ -42,8 +42,8 @@ Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m,
 // next_power_of_2(ceil(tokens / inc_factor)) rows, so one chunk's logits are about as large as the hidden states.
 int64_t fused_linear_ce_chunk_rows(int64_t tokens, int64_t vocab, int64_t hidden);
 // The three GEMMs of every chunk, all in the forward: the chunk's logits (c x V, K = H), the input's gradient
-// (c x H, K = V) and the weight's (V x H, K = c) accumulated into one buffer by torch.addmm with beta 1, which reads the
-// whole V x H gradient and writes it back. Each GEMM is a roofline at the rate of a linear of the chunk's shape
+// (c x H, K = V) and the weight's (V x H, K = c) accumulated into one buffer by torch.addmm with beta 1, which reads
+// the whole V x H gradient and writes it back. Each GEMM is a roofline at the rate of a linear of the chunk's shape
 // (matmul_time's curve and tile quantization): a chunk's GEMMs read the whole weight (or its gradient) for c rows, so
 // their bytes are a V x H tensor each whatever c, and chunks of few rows run at the memory's pace.
 Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t tokens, int64_t vocab, int64_t hidden,

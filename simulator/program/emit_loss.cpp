@@ -1,11 +1,10 @@
 // The final norm, the LM head and the loss (program/step_emitter.hpp): their compute, saved and transient memory,
 // and the head's gradients.
 
-#include "program/step_emitter.hpp"
-
 #include <algorithm>
 
 #include "compute/compute_cost.hpp"
+#include "program/step_emitter.hpp"
 
 namespace fsdp::step_emission {
 
@@ -19,8 +18,8 @@ double Emitter::head_grad_bytes() const {
 
 // Liger-Kernel's fused linear cross-entropy (RuntimeProfile::loss_fused_linear; linkedin/Liger-Kernel
 // src/liger_kernel/ops/fused_linear_cross_entropy.py @ ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c,
-// LigerFusedLinearCrossEntropyFunction). Its forward zeroes the input's gradient (tokens x H) and the weight's (V x H, in
-// the weight's dtype as the forward sees it), then per chunk of rows (compute_cost.hpp fused_linear_ce_chunk_rows)
+// LigerFusedLinearCrossEntropyFunction). Its forward zeroes the input's gradient (tokens x H) and the weight's (V x H,
+// in the weight's dtype as the forward sees it), then per chunk of rows (compute_cost.hpp fused_linear_ce_chunk_rows)
 // computes the chunk's logits, runs liger_cross_entropy_kernel over them (ops/cross_entropy.py: an online-softmax pass
 // reading the row, a second reading it and writing its gradient in place: 3 passes), writes the chunk's input gradient
 // (a GEMM into a temporary copied into its slice) and accumulates the weight's (addmm, beta 1). It saves the two
@@ -29,8 +28,9 @@ double Emitter::head_grad_bytes() const {
 // the weight's becomes the head's gradient. The input's gradient takes the place of the head's saved input (the final
 // norm's output, the same size), which the fused loss does not keep; the logits never exist whole.
 void Emitter::push_fused_linear_loss_ops(int mbi) {
-  FSDP_ASSERT(s.mesh.tp == 1 && !loss_stage_outputs_logits(), "the fused linear cross-entropy runs without tp or a "
-                                                              "pipeline schedule's loss (rule KernelLibrary's runtimes)");
+  FSDP_ASSERT(s.mesh.tp == 1 && !loss_stage_outputs_logits(),
+              "the fused linear cross-entropy runs without tp or a "
+              "pipeline schedule's loss (rule KernelLibrary's runtimes)");
   const GemmShape& head = prog.head_gemm;
   const double tok = static_cast<double>(head.m), vocab = static_cast<double>(head.n);
   const double hidden = static_cast<double>(head.k);

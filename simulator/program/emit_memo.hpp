@@ -9,9 +9,9 @@
 //    shard_layer_for_ep; strategy.cpp
 //    layer_ckpt) the graph, the runtime, the activation query, the micro-batch's tokens (micro_batch x seq_len), and
 //    of the strategy seq_len, micro_batch, param_dtype, method, lora (rank and target modules), act_ckpt,
-//    ckpt_every, ckpt_fraction, float8, train_vision, kernels, and mesh.tp, mesh.sequence_parallel and mesh.ep; CostKey holds
-//    all of them
-//    but the graph and runtime, which are bound once (the first emission's, asserted on every later one).
+//    ckpt_every, ckpt_fraction, float8, train_vision, kernels, and mesh.tp, mesh.sequence_parallel and mesh.ep; CostKey
+//    holds all of them but the graph and runtime, which are bound once (the first emission's, asserted on every later
+//    one).
 // Exact: an entry is the value the derivation computes from its key's inputs, and a hit is an emission whose inputs
 // equal the key, so it computes the very same values (bit for bit) that the memo returns.
 #pragma once

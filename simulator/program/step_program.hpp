@@ -61,11 +61,11 @@ struct Op {
   // Its elementwise_bytes compute in the master dtype, not the compute dtype (op_cost.cpp: a kernel is priced for the
   // dtype it computes in, docs/hardware.md "Elementwise kernels"), as the optimizer's.
   bool elementwise_in_master_dtype = false;
-  int unit = -1;                     // index into StepProgram::units
-  int micro_batch = 0;               // 0-based
-  int comm_calls = 1;                // the op is this many collectives of comm_bytes each (a unit's tp layers)
-  int async_tp_fused_calls = 0;      // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
-  bool tp_head = false;              // a tensor-parallel op of the head's (tensor_parallel.hpp tp_head_collectives)
+  int unit = -1;                 // index into StepProgram::units
+  int micro_batch = 0;           // 0-based
+  int comm_calls = 1;            // the op is this many collectives of comm_bytes each (a unit's tp layers)
+  int async_tp_fused_calls = 0;  // of comm_calls, those async TP fuses with a GEMM (TpCollective::fused_calls)
+  bool tp_head = false;          // a tensor-parallel op of the head's (tensor_parallel.hpp tp_head_collectives)
   // The lm_head's three GEMMs run chunk by chunk with the loss (Liger-Kernel's fused linear cross-entropy,
   // RuntimeProfile::loss_fused_linear): priced by compute/compute_cost.hpp fused_linear_cross_entropy_time.
   bool head_fused_loss = false;
@@ -176,7 +176,8 @@ struct StepProgram {
   std::vector<LayerShape> layer_shapes;
   std::vector<int32_t> layer_shape_of;
   GemmShape head_gemm;
-  bool fused_linear_loss = false;  // the loss ops run the head's GEMMs fused with the cross-entropy (Op::head_fused_loss)
+  bool fused_linear_loss =
+      false;  // the loss ops run the head's GEMMs fused with the cross-entropy (Op::head_fused_loss)
   int64_t attn_batch = 0, attn_seq = 0;
   // Layers [0, frozen_layers) are frozen vision blocks (Strategy::train_vision): forward only, no backward op.
   int64_t frozen_layers = 0;

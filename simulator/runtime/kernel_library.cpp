@@ -30,10 +30,9 @@ const std::vector<std::string>& liger_model_types() {
   // MODEL_TYPE_TO_APPLY_LIGER_FN's keys that name a Hugging Face class fsdp-plan reads (model/hf_config.cpp
   // kArchitectures); Qwen2-MoE, DeepSeek-V2/V3, InternLM2, Falcon, GPT-2, GPT-NeoX, Qwen 1, ChatGLM, GLM (glm, not
   // glm4) and InternVL's remote-code InternVLChatModel have no entry there.
-  static const std::vector<std::string> types{"gemma2", "gemma3_text", "gemma3",  "glm4",    "llama",
-                                              "llama4", "llava",       "mistral", "mixtral", "olmo2",
-                                              "phi3",   "qwen2",       "qwen2_vl", "qwen2_5_vl", "qwen3",
-                                              "qwen3_moe"};
+  static const std::vector<std::string> types{"gemma2",   "gemma3_text", "gemma3",  "glm4",     "llama", "llama4",
+                                              "llava",    "mistral",     "mixtral", "olmo2",    "phi3",  "qwen2",
+                                              "qwen2_vl", "qwen2_5_vl",  "qwen3",   "qwen3_moe"};
   return types;
 }
 

@@ -370,8 +370,9 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              "transformers-deepspeed)");
          if (c.m.hf_model_type.empty())
            return broken(R::KernelLibrary, "--kernels",
-                         c.m.name + " names no Hugging Face model_type (its model file's hf_model_type), which "
-                                    "Liger-Kernel patches by");
+                         c.m.name +
+                             " names no Hugging Face model_type (its model file's hf_model_type), which "
+                             "Liger-Kernel patches by");
          if (!liger_patches(c.m.hf_model_type)) {
            std::string types;
            for (const std::string& t : liger_model_types()) types += (types.empty() ? "" : ", ") + t;

@@ -172,8 +172,7 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
   }
   prices.head = gemm_time(hw, p.head_gemm, dt);
   if (p.fused_linear_loss)
-    prices.head_fused_loss =
-        fused_linear_cross_entropy_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, dt).value;
+    prices.head_fused_loss = fused_linear_cross_entropy_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, dt).value;
   return prices;
 }
 

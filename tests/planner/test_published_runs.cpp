@@ -590,7 +590,8 @@ TEST_CASE("published runs: an unnamed GPU variant prices memory only; bf16 maste
   const RowResult liger = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: liger\n");
   CHECK_FALSE(liger.simulated);
   CHECK(liger.not_simulated.find("does not apply Liger-Kernel") != std::string::npos);
-  const RowResult unsloth = evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: unsloth\n");
+  const RowResult unsloth =
+      evaluated("    param_dtype: bf16\n", "    param_dtype: bf16\n    kernel_library: unsloth\n");
   CHECK_FALSE(unsloth.simulated);
   CHECK(unsloth.not_simulated == "kernel library 'unsloth' is not modelled");
 }

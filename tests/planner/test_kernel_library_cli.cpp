@@ -1,0 +1,70 @@
+// `--kernels liger` through the CLI and the targets: plan.yaml carries it (and a plan without a library reads as
+// before, no key), the report's plan line names it, ms-swift writes --use_liger_kernel true and reads it back, and the
+// targets whose launch config cannot patch the model refuse it by knob with the nearest plan (kernels none).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "cli_runner.hpp"
+#include "export/target.hpp"
+#include "planfile/plan_file.hpp"
+#include "search_fixtures.hpp"
+
+namespace fs = std::filesystem;
+using namespace fsdp;
+
+namespace {
+
+std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_kernels", name); }
+
+}  // namespace
+
+TEST_CASE("kernels CLI: plan.yaml carries liger, swift writes --use_liger_kernel and reads it back") {
+  const std::string dir = tmp_dir("swift");
+  auto r = test::run_cli(
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --kernels liger "
+      "--target swift --out " +
+      dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("kernels=liger") != std::string::npos);
+  const PlanFile plan = read_plan_file(dir + "/plan.yaml");
+  CHECK(plan.strategy.kernels == KernelLibrary::Liger);
+  CHECK(test::slurp(dir + "/plan.yaml").find("kernels: liger\n") != std::string::npos);
+  CHECK(test::slurp(dir + "/swift_sft.sh").find("--use_liger_kernel true") != std::string::npos);
+  const TargetSpec spec = load_target_spec(FSDP_SOURCE_ROOT, "swift", "v4.5");
+  const Strategy back = target_by_name("swift").read(dir, spec, plan.cluster);
+  CHECK(back.kernels == KernelLibrary::Liger);
+  fs::remove_all(dir);
+
+  // Without a library: no key in plan.yaml, none in the script.
+  const std::string plain = tmp_dir("plain");
+  auto p = test::run_cli(
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --target swift "
+      "--out " +
+      plain + "/plan.yaml");
+  REQUIRE(p.code == 0);
+  CHECK(test::slurp(plain + "/plan.yaml").find("kernels: ") == std::string::npos);
+  CHECK(test::slurp(plain + "/swift_sft.sh").find("use_liger_kernel") == std::string::npos);
+  CHECK(read_plan_file(plain + "/plan.yaml").strategy.kernels == KernelLibrary::None);
+  fs::remove_all(plain);
+}
+
+TEST_CASE("kernels CLI: refused with the reason where the target, runtime or model cannot patch it") {
+  // accelerate's training_args.json does not set use_liger_kernel: refused by knob, the nearest plan named.
+  auto acc = test::run_cli(
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger --target accelerate "
+      "--no-out");
+  CHECK(acc.code == 2);
+  CHECK(acc.err.find("accelerate v1.14 cannot express kernels liger") != std::string::npos);
+  auto titan = test::run_cli("--model 8b --nodes 1 --kernels liger --runtime torchtitan --no-out");
+  CHECK(titan.code == 2);
+  CHECK(titan.err.find("torchtitan does not apply Liger-Kernel") != std::string::npos);
+  auto ds = test::run_cli("--model deepseek-v2-lite --nodes 1 --kernels liger --runtime pytorch --no-out");
+  CHECK(ds.code == 2);
+  CHECK(ds.err.find("Liger-Kernel has no patch for deepseek-v2-lite (model_type deepseek_v2)") != std::string::npos);
+  auto typo = test::run_cli("--model 8b --nodes 1 --kernels ligr --no-out");
+  CHECK(typo.code == 2);
+  CHECK(typo.err.find("--kernels") != std::string::npos);
+  CHECK(typo.err.find("none, liger") != std::string::npos);
+}
