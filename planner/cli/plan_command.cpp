@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <vector>
 
 #include "cli/args.hpp"
 #include "cli/commands.hpp"
@@ -121,6 +122,26 @@ std::optional<std::pair<Strategy, Prediction>> flash3_what_if(const ModuleGraph&
   s.attention = AttentionImpl::Flash3;
   return what_if(graph, hw, rt, cluster, s);
 }
+
+// The chosen plan with Liger-Kernel's patches (--kernels liger), when the user left --kernels out, the runtime applies
+// them and Liger has a patch for the model: a library the user installs, so not searched (runtime/kernel_library.hpp).
+std::optional<std::pair<Strategy, Prediction>> liger_what_if(const ModuleGraph& graph, const HardwareProfile& hw,
+                                                             const RuntimeProfile& rt, const Cluster& cluster,
+                                                             const Strategy& chosen) {
+  if (chosen.kernels != KernelLibrary::None || !rt.support.liger_kernel || hw.device_is_host()) return std::nullopt;
+  Strategy s = chosen;
+  s.kernels = KernelLibrary::Liger;
+  return what_if(graph, hw, rt, cluster, s);
+}
+
+// A what-if the plan report ends with: its JSON key, what it is and why it was not searched, the flags that ask for it,
+// where it is documented, and the chosen plan so varied and simulated.
+struct WhatIf {
+  const char* json_key;
+  std::string label, flags;
+  const char* doc;
+  std::pair<Strategy, Prediction> plan;
+};
 
 std::string shell_quote(const std::string& s) {
   if (s.find_first_of(" '\"$\\") == std::string::npos) return s;
@@ -437,17 +458,29 @@ int run_plan(const std::vector<std::string>& argv) {
   }
   PlanReportContext ctx{
       &model, &hw, &rt, cluster, top, objective, req.global_batch_tokens, req.train_tokens, graph.total_params()};
-  std::optional<std::pair<Strategy, Prediction>> f8, fa3;
-  if (!result.ranked.empty() && !args.has("--float8"))
-    f8 = float8_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);
-  if (!result.ranked.empty() && !args.has("--attention"))
-    fa3 = flash3_what_if(graph, hw, rt, cluster, result.ranked.front().strategy);
+  std::vector<WhatIf> what_ifs;
+  if (!result.ranked.empty()) {
+    const Strategy& best = result.ranked.front().strategy;
+    if (!args.has("--float8"))
+      if (auto f8 = float8_what_if(graph, hw, rt, cluster, best))
+        what_ifs.push_back(
+            {"float8_what_if", "float8 (not searched: it changes the numerics)",
+             std::string("--float8 tensorwise") + (f8->first.float8_all_gather ? " --float8-all-gather true" : ""),
+             "docs/hardware.md \"Float8 linears\"", std::move(*f8)});
+    if (!args.has("--attention"))
+      if (auto fa3 = flash3_what_if(graph, hw, rt, cluster, best))
+        what_ifs.push_back({"flash3_what_if",
+                            "FlashAttention-3 (not searched: flash-attention's hopper/ build, installed apart)",
+                            "--attention flash3", "docs/hardware.md \"Attention kernels\"", std::move(*fa3)});
+    if (!args.has("--kernels"))
+      if (auto liger = liger_what_if(graph, hw, rt, cluster, best))
+        what_ifs.push_back({"liger_what_if", "Liger-Kernel (not searched: a library installed apart)",
+                            "--kernels liger", "docs/hardware.md \"Liger-Kernel\"", std::move(*liger)});
+  }
   if (args.has("--json")) {
     nlohmann::json j = plan_report_json(ctx, result);
-    if (f8)
-      j["float8_what_if"] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, f8->first}, f8->second);
-    if (fa3)
-      j["flash3_what_if"] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, fa3->first}, fa3->second);
+    for (const WhatIf& w : what_ifs)
+      j[w.json_key] = simulation_to_json(SimulationContext{&model, &hw, &rt, cluster, w.plan.first}, w.plan.second);
     j["model"] = {{"name", model.name}, {"params", graph.total_params()}};
     j["cluster"] = {{"hardware", hw.name}, {"nodes", cluster.nodes}, {"gpus_per_node", cluster.gpus_per_node}};
     if (!hw.device_is_host()) j["cluster"]["network"] = network_summary(hw);
@@ -457,23 +490,15 @@ int run_plan(const std::vector<std::string>& argv) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << format_plan_report(ctx, result, isatty(STDOUT_FILENO));
-    if (f8) {
+    for (const WhatIf& w : what_ifs) {
       const Prediction& best = result.ranked.front().prediction;
-      std::cout << "\nfloat8 (not searched: it changes the numerics): --float8 tensorwise"
-                << (f8->first.float8_all_gather ? " --float8-all-gather true" : "") << " would run this plan at "
-                << fmt("%.0f", f8->second.tokens_per_s_per_gpu) << " tokens/s per GPU ("
-                << fmt("%+.1f", (f8->second.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
-                << format_gib(f8->second.memory.device_total) << " GiB per GPU"
-                << (f8->second.fits ? "" : " (does not fit)") << " (docs/hardware.md \"Float8 linears\")\n";
-    }
-    if (fa3) {
-      const Prediction& best = result.ranked.front().prediction;
-      std::cout << "\nFlashAttention-3 (not searched: flash-attention's hopper/ build, installed apart): --attention "
-                   "flash3 would run this plan at "
-                << fmt("%.0f", fa3->second.tokens_per_s_per_gpu) << " tokens/s per GPU ("
-                << fmt("%+.1f", (fa3->second.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
-                << format_gib(fa3->second.memory.device_total) << " GiB per GPU"
-                << (fa3->second.fits ? "" : " (does not fit)") << " (docs/hardware.md \"Attention kernels\")\n";
+      const Prediction& p = w.plan.second;
+      std::cout << "\n"
+                << w.label << ": " << w.flags << " would run this plan at " << fmt("%.0f", p.tokens_per_s_per_gpu)
+                << " tokens/s per GPU ("
+                << fmt("%+.1f", (p.tokens_per_s_per_gpu / best.tokens_per_s_per_gpu - 1.0) * 100.0) << "%), "
+                << format_gib(p.memory.device_total) << " GiB per GPU" << (p.fits ? "" : " (does not fit)") << " ("
+                << w.doc << ")\n";
     }
   }
   if (auto html = args.get("--html")) {

@@ -368,6 +368,13 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                              " does not apply Liger-Kernel (its profile has no runs.liger_kernel): use --kernels none, "
                              "or a runtime that trains a Hugging Face model (pytorch, pytorch-fsdp1, deepspeed, "
                              "transformers-deepspeed)");
+         // Its fused cross-entropy takes the whole head weight and the whole sequence of hidden states (a plain
+         // tensor, not a vocabulary-parallel DTensor), and its loss ends the model's forward, not a stage's.
+         if (c.mesh())
+           return broken(R::KernelLibrary, c.tp() > 1 ? "--tp" : "--pp",
+                         "Liger-Kernel's fused linear cross-entropy under tensor or pipeline parallelism is not "
+                         "modelled (it takes the whole head weight and the model's whole output): use --kernels none "
+                         "with a mesh, or data parallelism alone");
          if (c.m.hf_model_type.empty())
            return broken(R::KernelLibrary, "--kernels",
                          c.m.name +

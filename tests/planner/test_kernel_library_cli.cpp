@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "cli_runner.hpp"
 #include "export/target.hpp"
@@ -67,4 +68,28 @@ TEST_CASE("kernels CLI: refused with the reason where the target, runtime or mod
   CHECK(typo.code == 2);
   CHECK(typo.err.find("--kernels") != std::string::npos);
   CHECK(typo.err.find("none, liger") != std::string::npos);
+}
+
+TEST_CASE("kernels CLI: the plan report offers Liger where the runtime and model take it, --kernels left out") {
+  const std::string args =
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --runtime "
+      "transformers-deepspeed --tp 1 --pp 1 --no-out";
+  auto j = test::run_cli(args + " --json");
+  REQUIRE(j.code == 0);
+  const nlohmann::json r = nlohmann::json::parse(j.out);
+  REQUIRE(r.contains("liger_what_if"));
+  CHECK(r["liger_what_if"]["config"]["kernels"] == "liger");
+  // Leaner: the chosen plan's peak is its loss's backward over the fp32 logits, which Liger never builds.
+  CHECK(r["liger_what_if"]["memory"]["device_total_bytes"].get<double>() <
+        r["chosen"]["memory"]["device_total_bytes"].get<double>());
+  auto text = test::run_cli(args);
+  CHECK(text.out.find("--kernels liger would run this plan at") != std::string::npos);
+  // Not offered where it cannot run (torchtitan's own model), nor where the user chose.
+  for (const char* other : {"--model 8b --nodes 1 --runtime torchtitan --tp 1 --pp 1 --no-out --json",
+                            "--model qwen2-7b --nodes 1 --runtime deepspeed --tp 1 --kernels none --no-out --json"}) {
+    CAPTURE(other);
+    auto x = test::run_cli(other);
+    REQUIRE(x.code == 0);
+    CHECK_FALSE(nlohmann::json::parse(x.out).contains("liger_what_if"));
+  }
 }

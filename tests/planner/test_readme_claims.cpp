@@ -152,6 +152,16 @@ const std::vector<Claim>& claims() {
                                          " tokens/s/GPU with --attention flex, " + grouped(docs.tokens_per_s) +
                                          " over 1,024-token documents"};
        }},
+      {"Qwen2.5-7B under ZeRO-3 on 4 A100s with Liger-Kernel (--kernels liger)",
+       [] {
+         const std::string base =
+             "--model qwen2-7b --nodes 1 --gpus-per-node 4 --hw a100-80gb --strategy zero3 --act-ckpt full "
+             "--micro-batch 1 --grad-accum 2 --seq 8192 --reduce-dtype bf16 --runtime transformers-deepspeed";
+         const Sim plain = simulate(base), liger = simulate(base + " --kernels liger");
+         return std::vector<std::string>{
+             "peak " + gib(plain.device_total_bytes) + " -> " + gib(liger.device_total_bytes),
+             grouped(plain.tokens_per_s) + " -> " + grouped(liger.tokens_per_s) + " tokens/s/GPU predicted"};
+       }},
       {"Llama 3.1 405B on 16 H100 nodes at 8k tokens",
        [] {
          const Sim s = chosen("--model 405b --nodes 16 --hw h100-80gb --seq 8192");
