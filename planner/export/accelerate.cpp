@@ -99,6 +99,9 @@ class AccelerateTarget final : public Target {
     t.emplace_back("adam_epsilon", plan.training.eps);
     t.emplace_back("max_grad_norm", plan.training.grad_clip);
     if (!fsdp) t.emplace_back("ddp_bucket_cap_mb", s.ddp_bucket_mb);
+    // Liger-Kernel (Strategy::kernels): the Trainer patches the model before accelerate wraps it
+    // (TrainingArguments use_liger_kernel; trainer.py _apply_liger_kernel_to_instance).
+    if (s.kernels == KernelLibrary::Liger) t.emplace_back("use_liger_kernel", true);
     r.files.push_back(tr);
     FlatDoc script = hf_script_args(plan, model.at("hf_id"));
     // The Trainer enables it from training_args.json (DDP) or accelerate does (FSDP); the script does not.
@@ -125,6 +128,8 @@ class AccelerateTarget final : public Target {
     const FlatDoc& t = files.at(kTraining);
     Strategy s;
     read_hf_script_args(files.at(kScriptArgs), kScriptArgs, s);
+    if (doc_has(t, "use_liger_kernel") && doc_get(t, "use_liger_kernel", kTraining).get<bool>())
+      s.kernels = KernelLibrary::Liger;
     const bool fsdp = doc_get(a, "distributed_type", kAccelerate).get<std::string>() == "FSDP";
     if (!fsdp) {
       s.kind = StrategyKind::Ddp;

@@ -38,6 +38,20 @@ TEST_CASE("kernels CLI: plan.yaml carries liger, swift writes --use_liger_kernel
   CHECK(back.kernels == KernelLibrary::Liger);
   fs::remove_all(dir);
 
+  // accelerate: TrainingArguments use_liger_kernel in training_args.json, read back.
+  const std::string acc = tmp_dir("accelerate");
+  auto a = test::run_cli(
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger --target accelerate "
+      "--out " +
+      acc + "/plan.yaml");
+  REQUIRE(a.code == 0);
+  CHECK(nlohmann::json::parse(test::slurp(acc + "/training_args.json"))["use_liger_kernel"] == true);
+  const PlanFile acc_plan = read_plan_file(acc + "/plan.yaml");
+  CHECK(target_by_name("accelerate")
+            .read(acc, load_target_spec(FSDP_SOURCE_ROOT, "accelerate", "v1.14"), acc_plan.cluster)
+            .kernels == KernelLibrary::Liger);
+  fs::remove_all(acc);
+
   // Without a library: no key in plan.yaml, none in the script.
   const std::string plain = tmp_dir("plain");
   auto p = test::run_cli(
@@ -52,12 +66,12 @@ TEST_CASE("kernels CLI: plan.yaml carries liger, swift writes --use_liger_kernel
 }
 
 TEST_CASE("kernels CLI: refused with the reason where the target, runtime or model cannot patch it") {
-  // accelerate's training_args.json does not set use_liger_kernel: refused by knob, the nearest plan named.
-  auto acc = test::run_cli(
-      "--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger --target accelerate "
-      "--no-out");
-  CHECK(acc.code == 2);
-  CHECK(acc.err.find("accelerate v1.14 cannot express kernels liger") != std::string::npos);
+  // DeepSpeed's script_args.json names no kernel library: refused by knob, the nearest plan named.
+  auto ds_target = test::run_cli(
+      "--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger --target "
+      "deepspeed --no-out");
+  CHECK(ds_target.code == 2);
+  CHECK(ds_target.err.find("deepspeed v0.19 cannot express kernels liger") != std::string::npos);
   auto titan = test::run_cli("--model 8b --nodes 1 --kernels liger --runtime torchtitan --no-out");
   CHECK(titan.code == 2);
   CHECK(titan.err.find("torchtitan does not apply Liger-Kernel") != std::string::npos);
