@@ -355,6 +355,12 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     else
       res.approximations.push_back("FSDP1 priced as FSDP2");
   }
+  // PyTorch's FSDP and DDP under Transformers' Trainer (accelerate launches it): transformers-fsdp1.yaml and
+  // transformers-fsdp.yaml, which drop the logits before the backward as the Trainer's loop does.
+  if (trainer && row.runtime != "deepspeed" && !row.compile) {
+    const std::string under_trainer = rt_name == "pytorch-fsdp1" ? "transformers-fsdp1" : "transformers-fsdp";
+    if (file_exists(runtime_file(config_root, under_trainer))) rt_name = under_trainer;
+  }
   // torchtitan's own Llama, loop and FSDP2 setup (configs/runtimes/torchtitan.yaml); with torch.compile,
   // torchtitan-compile.yaml below.
   if (row.framework == "torchtitan" && row.runtime == "fsdp2" && file_exists(runtime_file(config_root, "torchtitan")))

@@ -56,10 +56,10 @@ ModelSpec mesh_moe_model(bool mixtral_like) {
   return m;
 }
 
-// AdamW's epsilon, as the q/k-norm and MoE equivalence tests set it (test_equivalence.cpp): at 1e-8 an element
-// whose gradient is at rounding level moves by up to +-lr in either run, and tensor parallelism changes the
-// forward's summation order (partial products summed over tp).
-constexpr double kEps = 1e-6;
+// AdamW's epsilon of every equivalence plan (test_common.hpp kEquivalenceEps): at 1e-8 an element whose gradient is
+// at rounding level moves by up to +-lr in either run, and tensor parallelism changes the forward's summation order
+// (partial products summed over tp).
+constexpr double kEps = kEquivalenceEps;
 
 // A plan of `kind` on a mesh of tp x pp over `world` ranks: `rows` rows a step in all, each data-parallel replica's
 // as micro-batches of `micro_batch`.
