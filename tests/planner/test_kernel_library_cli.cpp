@@ -18,51 +18,53 @@ namespace {
 
 std::string tmp_dir(const std::string& name) { return test::tmp_dir("fsdp_kernels", name); }
 
+// `args` planned with --target `target` into a fresh directory `name`: the run required to succeed, its plan.yaml
+// read, and the target's files read back into a strategy (Target::read).
+struct Exported {
+  std::string dir, out;
+  PlanFile plan;
+  Strategy back;
+};
+Exported exported(const std::string& args, const std::string& target, const std::string& version,
+                  const std::string& name) {
+  Exported e;
+  e.dir = tmp_dir(name);
+  auto r = test::run_cli(args + " --target " + target + " --out " + e.dir + "/plan.yaml");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  e.out = r.out;
+  e.plan = read_plan_file(e.dir + "/plan.yaml");
+  e.back = target_by_name(target).read(e.dir, load_target_spec(FSDP_SOURCE_ROOT, target, version), e.plan.cluster);
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("kernels CLI: plan.yaml carries liger, swift writes --use_liger_kernel and reads it back") {
-  const std::string dir = tmp_dir("swift");
-  auto r = test::run_cli(
-      "--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --kernels liger "
-      "--target swift --out " +
-      dir + "/plan.yaml");
-  CAPTURE(r.err);
-  REQUIRE(r.code == 0);
-  CHECK(r.out.find("kernels=liger") != std::string::npos);
-  const PlanFile plan = read_plan_file(dir + "/plan.yaml");
-  CHECK(plan.strategy.kernels == KernelLibrary::Liger);
-  CHECK(test::slurp(dir + "/plan.yaml").find("kernels: liger\n") != std::string::npos);
-  CHECK(test::slurp(dir + "/swift_sft.sh").find("--use_liger_kernel true") != std::string::npos);
-  const TargetSpec spec = load_target_spec(FSDP_SOURCE_ROOT, "swift", "v4.5");
-  const Strategy back = target_by_name("swift").read(dir, spec, plan.cluster);
-  CHECK(back.kernels == KernelLibrary::Liger);
-  fs::remove_all(dir);
+  const Exported sw = exported("--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --kernels liger",
+                               "swift", "v4.5", "swift");
+  CHECK(sw.out.find("kernels=liger") != std::string::npos);
+  CHECK(sw.plan.strategy.kernels == KernelLibrary::Liger);
+  CHECK(test::slurp(sw.dir + "/plan.yaml").find("kernels: liger\n") != std::string::npos);
+  CHECK(test::slurp(sw.dir + "/swift_sft.sh").find("--use_liger_kernel true") != std::string::npos);
+  CHECK(sw.back.kernels == KernelLibrary::Liger);
+  fs::remove_all(sw.dir);
 
   // accelerate: TrainingArguments use_liger_kernel in training_args.json, read back.
-  const std::string acc = tmp_dir("accelerate");
-  auto a = test::run_cli(
-      "--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger --target accelerate "
-      "--out " +
-      acc + "/plan.yaml");
-  REQUIRE(a.code == 0);
-  CHECK(nlohmann::json::parse(test::slurp(acc + "/training_args.json"))["use_liger_kernel"] == true);
-  const PlanFile acc_plan = read_plan_file(acc + "/plan.yaml");
-  CHECK(target_by_name("accelerate")
-            .read(acc, load_target_spec(FSDP_SOURCE_ROOT, "accelerate", "v1.14"), acc_plan.cluster)
-            .kernels == KernelLibrary::Liger);
-  fs::remove_all(acc);
+  const Exported acc = exported("--model qwen2-7b --hw a100-80gb --nodes 1 --seq 8192 --kernels liger", "accelerate",
+                                "v1.14", "accelerate");
+  CHECK(nlohmann::json::parse(test::slurp(acc.dir + "/training_args.json"))["use_liger_kernel"] == true);
+  CHECK(acc.back.kernels == KernelLibrary::Liger);
+  fs::remove_all(acc.dir);
 
   // Without a library: no key in plan.yaml, none in the script.
-  const std::string plain = tmp_dir("plain");
-  auto p = test::run_cli(
-      "--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192 --target swift "
-      "--out " +
-      plain + "/plan.yaml");
-  REQUIRE(p.code == 0);
-  CHECK(test::slurp(plain + "/plan.yaml").find("kernels: ") == std::string::npos);
-  CHECK(test::slurp(plain + "/swift_sft.sh").find("use_liger_kernel") == std::string::npos);
-  CHECK(read_plan_file(plain + "/plan.yaml").strategy.kernels == KernelLibrary::None);
-  fs::remove_all(plain);
+  const Exported plain =
+      exported("--model qwen2-7b --hw a100-80gb --nodes 1 --gpus-per-node 4 --seq 8192", "swift", "v4.5", "plain");
+  CHECK(test::slurp(plain.dir + "/plan.yaml").find("kernels: ") == std::string::npos);
+  CHECK(test::slurp(plain.dir + "/swift_sft.sh").find("use_liger_kernel") == std::string::npos);
+  CHECK(plain.plan.strategy.kernels == KernelLibrary::None);
+  CHECK(plain.back.kernels == KernelLibrary::None);
+  fs::remove_all(plain.dir);
 }
 
 TEST_CASE("kernels CLI: refused with the reason where the target, runtime or model cannot patch it") {
