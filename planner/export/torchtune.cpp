@@ -70,7 +70,7 @@ class TorchtuneTarget final : public Target {
     d.emplace_back("optimizer.fused", true);
     d.emplace_back("lr_scheduler._component_", "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup");
     d.emplace_back("lr_scheduler.num_warmup_steps", 100);
-    // Full logits and one cross-entropy, as the pytorch runtime prices the loss (not the chunked loss).
+    // Full logits and one cross-entropy, as the torchtune runtime prices the loss (not the chunked loss).
     d.emplace_back("loss._component_", "torch.nn.CrossEntropyLoss");
     d.emplace_back("clip_grad_norm", plan.training.grad_clip > 0 ? json(plan.training.grad_clip) : json(nullptr));
     d.emplace_back("compile", false);

@@ -361,6 +361,10 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     const std::string under_trainer = rt_name == "pytorch-fsdp1" ? "transformers-fsdp1" : "transformers-fsdp";
     if (file_exists(runtime_file(config_root, under_trainer))) rt_name = under_trainer;
   }
+  // torchtune's recipes over FSDP2, which delete the logits before the backward (configs/runtimes/torchtune.yaml).
+  if (row.framework == "torchtune" && row.runtime == "fsdp2" && !row.compile &&
+      file_exists(runtime_file(config_root, "torchtune")))
+    rt_name = "torchtune";
   // torchtitan's own Llama, loop and FSDP2 setup (configs/runtimes/torchtitan.yaml); with torch.compile,
   // torchtitan-compile.yaml below.
   if (row.framework == "torchtitan" && row.runtime == "fsdp2" && file_exists(runtime_file(config_root, "torchtitan")))
