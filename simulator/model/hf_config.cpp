@@ -145,7 +145,8 @@ json parse_json(const std::string& text, const std::string& source) {
   }
 }
 
-Arch find_arch(const json& root, const Reader& r, std::string* name) {
+// The table row of the config's class: its first "architectures" entry the table knows, else its model_type's row.
+const ArchName& find_arch(const json& root, const Reader& r) {
   auto it = root.find("architectures");
   if (it != root.end() && !it->is_null()) {
     if (!it->is_array()) r.fail("architectures", "expected a list of class names, got " + show(*it));
@@ -153,10 +154,7 @@ Arch find_arch(const json& root, const Reader& r, std::string* name) {
     for (const auto& entry : *it) {
       if (!entry.is_string()) r.fail("architectures", "expected class names (strings), got " + show(entry));
       for (const auto& a : kArchitectures)
-        if (entry.get<std::string>() == a.architecture) {
-          *name = a.architecture;
-          return a.arch;
-        }
+        if (entry.get<std::string>() == a.architecture) return a;
     }
     r.fail("architectures", show(*it) + " is not supported; supported: " + known_architectures());
   }
@@ -164,10 +162,7 @@ Arch find_arch(const json& root, const Reader& r, std::string* name) {
   if (r.has("model_type")) {
     std::string type = r.optional_string("model_type", "");
     for (const auto& a : kArchitectures)
-      if (type == a.model_type) {
-        *name = a.architecture;
-        return a.arch;
-      }
+      if (type == a.model_type) return a;
     r.fail("model_type",
            "'" + type + "' is not supported and there is no 'architectures' list; supported: " + known_architectures());
   }
@@ -1057,7 +1052,9 @@ std::string hf::read_language_model(Reader& r, const std::string& fallback, Mode
   Arch arch = Arch::Llama;
   bool found = false;
   if (r.has("architectures") || r.has("model_type")) {
-    arch = find_arch(r.root(), r, &name);
+    const ArchName& row = find_arch(r.root(), r);
+    arch = row.arch;
+    name = row.architecture;
     found = true;
   }
   if (!found) {
@@ -1083,13 +1080,10 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   if (!root.is_object()) throw InputError(source_name + ":1: expected a JSON object (a config.json) at the top level");
   Reader top(root, json_text, source_name);
 
-  std::string arch_name;
-  Arch arch = find_arch(root, top, &arch_name);
+  const ArchName& row = find_arch(root, top);
+  const Arch arch = row.arch;
+  const std::string arch_name = row.architecture;
   top.set_arch(arch_name);
-  // The class's model_type (its row of kArchitectures), whatever the file's model_type says of a remote-code class.
-  std::string hf_model_type;
-  for (const auto& a : kArchitectures)
-    if (arch_name == a.architecture) hf_model_type = a.model_type;
 
   LoadedModel out;
   ModelSpec& m = out.spec;
@@ -1099,7 +1093,8 @@ LoadedModel read_hf_config(const std::string& json_text, const std::string& sour
   m.name = name.empty() ? std::filesystem::path(source_name).stem().string() : name;
   if (m.name.empty()) m.name = source_name;
   m.family = "decoder";
-  m.hf_model_type = hf_model_type;
+  // The class's model_type (its row of kArchitectures), whatever the file's model_type says of a remote-code class.
+  m.hf_model_type = row.model_type;
 
   if (arch == Arch::Llava) {
     read_llava(root, json_text, source_name, out);
