@@ -85,6 +85,8 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.softmax_fp32 && q.compute != DType::Fp32 ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::PointwiseOut:
       return q.pointwise_outputs_saved ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::QkvCopyKv:
+      return q.mha_qkv_copy_saved ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -375,6 +377,12 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   // o_proj without an adapter: ActivationQuery::frozen_base).
   core.saved.push_back(SavedTensor{p + ".attn.out", qd, false, TensorClass::Compute, false, false, true});
   core.saved.push_back(SavedTensor{p + ".attn.lse", heads, false, TensorClass::Fp32, true, false, true, true});
+  // A multi-head layer (as many kv heads as query heads) whose runtime copies the qkv projection's output into one
+  // tensor and views q out of it (RuntimeProfile::mha_qkv_copy_saved): the fused kernel's saved q keeps k's and v's
+  // thirds of that copy alive too, beside the k and v it saves.
+  if (m.num_kv_heads == m.num_heads)
+    core.saved.push_back(
+        SavedTensor{p + ".attn.qkv_copy_kv", 2.0 * kvd, false, TensorClass::QkvCopyKv, false, false, true});
   // Eager attention (Korthikanti et al. 2022, sec. 4.1): K for QK^T, the softmax output (2as^2b), with
   // dropout its mask (as^2b) and output (2as^2b), and V for the PV GEMM. GQA's k/v are expanded to all
   // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.

@@ -10,7 +10,7 @@ namespace fsdp {
 // CostKey (or be shown not read) before these sizes are updated.
 // The LoRA fields (frozen_base, adapted, lora_rank, vision_unadapted) are the strategy's method, target modules, rank
 // and train_vision, which CostKey holds.
-static_assert(sizeof(ActivationQuery) == 64, "ActivationQuery changed: review EmitMemo::CostKey");
+static_assert(sizeof(ActivationQuery) == 72, "ActivationQuery changed: review EmitMemo::CostKey");
 static_assert(sizeof(LoraSpec) == 32, "LoraSpec changed: review EmitMemo::CostKey");
 static_assert(sizeof(MeshSpec) == 48, "MeshSpec changed: review EmitMemo::CostKey");
 
@@ -25,6 +25,7 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  q.norm_mean_keeps_input,
                  q.pointwise_outputs_saved,
                  q.sac_keeps_unread_outputs,
+                 q.mha_qkv_copy_saved,
                  s.seq_len,
                  s.micro_batch,
                  s.param_dtype,

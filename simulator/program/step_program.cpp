@@ -54,6 +54,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.norm_mean_keeps_input = rt.norm_mean_keeps_input;
   q.pointwise_outputs_saved = rt.pointwise_outputs_saved;
   q.sac_keeps_unread_outputs = rt.sac_keeps_unread_outputs;
+  q.mha_qkv_copy_saved = rt.mha_qkv_copy_saved;
   if (s.method != Method::Full) {
     q.frozen_base = true;
     q.adapted = s.lora.target_modules;

@@ -135,6 +135,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (mod.has("activation_kernel"))
       r.glu_single_kernel = mod.get_enum("activation_kernel", {"eager", "single"}) == "single";
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
+    if (mod.has("mha_qkv_copy_saved")) r.mha_qkv_copy_saved = mod.get_bool("mha_qkv_copy_saved");
     if (mod.has("loss_kernels")) {
       const std::string loss =
           mod.get_enum("loss_kernels", {"log-softmax", "vocab-parallel", "compiled", "fused-linear"});

@@ -297,6 +297,11 @@ struct RuntimeProfile {
   // writes batch-first, so with more than one sequence per micro-batch the output projection's matmul copies its
   // transposed input into a dense one.
   bool attention_output_copy = false;
+  // `mha_qkv_copy_saved: true`: a layer with as many key/value heads as query heads copies its qkv projection's
+  // output once into a (3, batch, seq, heads, dim) tensor and hands the attention kernel q as a view of it, so the
+  // q the kernel saves for backward keeps that whole copy alive, k's and v's thirds included, beside the packed kv
+  // the kernel saves too (model/module_graph.cpp build_attention, TensorClass::QkvCopyKv).
+  bool mha_qkv_copy_saved = false;
   // `loss_kernels: vocab-parallel`: Megatron's vocabulary-parallel cross-entropy as eager kernels over the (fp32)
   // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
   // default `log-softmax`: log_softmax and nll_loss.

@@ -288,8 +288,8 @@ TEST_CASE("nanotron runtime: the loss's memory-bound bytes per logit, vocab-para
 }
 
 TEST_CASE("nanotron runtime: its kernel keys are parsed strictly") {
-  for (const std::string key :
-       {"norm_kernel: fused", "rotary_kernel: triton", "loss_kernels: fused", "attention_output_copy: 2"}) {
+  for (const std::string key : {"norm_kernel: fused", "rotary_kernel: triton", "loss_kernels: fused",
+                                "attention_output_copy: 2", "mha_qkv_copy_saved: yes please"}) {
     const std::string field = key.substr(0, key.find(':'));
     const std::string path = write_runtime("bad_" + field, "base: pytorch\nname: bad\nmodules:\n  " + key + "\n");
     CHECK(contains(load_error(path), "modules." + field));
@@ -299,8 +299,36 @@ TEST_CASE("nanotron runtime: its kernel keys are parsed strictly") {
   CHECK(pytorch.rotary_kernel != RotaryKernel::FlashAttnInPlace);
   CHECK_FALSE(pytorch.attention_output_copy);
   CHECK_FALSE(pytorch.loss_vocab_parallel_kernels);
+  CHECK_FALSE(pytorch.mha_qkv_copy_saved);
   const RuntimeProfile nanotron = load_runtime("nanotron", FSDP_SOURCE_ROOT);
   CHECK(nanotron.norm_single_kernel);
   CHECK(nanotron.rotary_kernel == RotaryKernel::FlashAttnInPlace);
   CHECK(nanotron.attention_output_copy);
+  CHECK(nanotron.mha_qkv_copy_saved);
+}
+
+// nanotron's multi-head layer (configs/runtimes/nanotron.yaml mha_qkv_copy_saved; llama.py CausalSelfAttention @
+// 67c5ebb6, is_gqa false): q is a view of the one (3, batch, seq, heads, dim) copy of the qkv projection's output, and
+// flash attention saves it, so k's and v's thirds of that copy stay beside the packed kv the kernel saves: 2 kv bf16
+// elements a token more. A GQA layer (Llama 3 8B, 8 kv heads) copies q, k and v apart and keeps q's alone.
+TEST_CASE("nanotron runtime: a multi-head layer's saved q keeps the whole qkv copy") {
+  auto layer_bytes = [](const std::string& model, bool copy_saved, ActCkpt ckpt = ActCkpt::None) {
+    const ModuleGraph g(load_model(model, FSDP_SOURCE_ROOT));
+    RuntimeProfile rt = load_runtime("nanotron", FSDP_SOURCE_ROOT);
+    rt.mha_qkv_copy_saved = copy_saved;
+    Strategy s;
+    s.seq_len = 4096;
+    return g.saved_bytes_per_token(g.layers().front(), activation_query(s, rt), ckpt);
+  };
+  const std::string mha =
+      std::string(FSDP_SOURCE_ROOT) + "/tests/accuracy/published/models/nanotron-1b-ultrascale.yaml";
+  // The 1B: hidden 2048, 32 heads and 32 kv heads of 64; a layer keeps 24 hidden widths without the copy, 26 with it
+  // (its input, the two norms' outputs, the post-attention residual, q, k, v, the attention output, and 4 x 4 of the
+  // gated MLP's gate, up, SiLU and product; the log-sum-exp and the norms' statistics aside).
+  CHECK(layer_bytes(mha, true) - layer_bytes(mha, false) == doctest::Approx(2 * 2048 * 2));
+  CHECK(layer_bytes(mha, true) == doctest::Approx(26 * 2048 * 2).epsilon(0.01));
+  CHECK(layer_bytes("llama3-8b", true) == doctest::Approx(layer_bytes("llama3-8b", false)));
+  // Checkpointing the attention core (ours, Selective) keeps its inputs, the copy with them.
+  CHECK(layer_bytes(mha, true, ActCkpt::Selective) - layer_bytes(mha, false, ActCkpt::Selective) ==
+        doctest::Approx(2 * 2048 * 2));
 }
