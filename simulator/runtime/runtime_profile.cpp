@@ -1,7 +1,11 @@
 #include "runtime/runtime_profile.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -331,6 +335,7 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     runs.finish();
   }
   r.support.runtime_name = r.name;
+  r.support.config_root = config_root;
   map.finish();
   return r;
 }
@@ -349,6 +354,33 @@ RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& 
   const std::string path = resolve_config(name_or_path, runtime_dir(config_root), "--runtime", "runtime");
   Chain chain;
   return load_file(path, config_root, chain);
+}
+
+std::string shipped_runtimes_running(const std::string& config_root, bool RuntimeSupport::*flag) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<RuntimeSupport>> shipped;  // by root, sorted by name
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = shipped.find(config_root);
+  if (it == shipped.end()) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(runtime_dir(config_root), ec))
+      if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    std::vector<RuntimeSupport> supports;
+    for (const std::string& name : names) {
+      try {
+        supports.push_back(load_runtime(name, config_root).support);
+      } catch (const InputError&) {
+        // A profile that does not load is refused where it is named; it offers nothing here.
+      }
+    }
+    it = shipped.emplace(config_root, std::move(supports)).first;
+  }
+  std::string out;
+  for (const RuntimeSupport& s : it->second)
+    if (s.*flag) out += (out.empty() ? "" : ", ") + s.runtime_name;
+  return out;
 }
 
 }  // namespace fsdp

@@ -362,4 +362,9 @@ struct RuntimeProfile {
 
 RuntimeProfile load_runtime(const std::string& name_or_path, const std::string& config_root);
 
+// The shipped runtimes (configs/runtimes/*.yaml under `config_root`, by name, sorted, comma-separated) whose support
+// sets `flag`: what a refusal offers instead (strategy/capabilities.cpp). Each profile is read once per root and
+// process; one that does not load is left out.
+std::string shipped_runtimes_running(const std::string& config_root, bool RuntimeSupport::*flag);
+
 }  // namespace fsdp

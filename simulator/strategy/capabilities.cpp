@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "runtime/kernel_library.hpp"
+#include "runtime/runtime_profile.hpp"
 
 namespace fsdp {
 
@@ -39,6 +40,17 @@ struct Rule {
 
 std::optional<CapabilityViolation> broken(CapabilityRule id, const std::string& flag, const std::string& reason) {
   return CapabilityViolation{id, flag, reason};
+}
+
+// A knob the runtime's profile does not run (its `runs.KEY`, RuntimeSupport::*has): "R does not DO (its profile has
+// no runs.KEY): INSTEAD, or use a runtime that does (the shipped ones that set it)".
+std::optional<CapabilityViolation> not_run(const Ctx& c, CapabilityRule id, const std::string& flag,
+                                           const std::string& does, const std::string& key, bool RuntimeSupport::*has,
+                                           const std::string& instead) {
+  const std::string others = c.rt.config_root.empty() ? "" : shipped_runtimes_running(c.rt.config_root, has);
+  return broken(id, flag,
+                c.rt.runtime_name + " does not " + does + " (its profile has no runs." + key + "): " + instead +
+                    (others.empty() ? "" : ", or use a runtime that does (" + others + ")"));
 }
 
 // The table, in the order the rules are checked: the mesh's shape first (later rules divide by it).
@@ -307,11 +319,8 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
                          "documents of " + n(d) + " tokens fill the " + n(c.s.seq_len) +
                              "-token sequence: one document a sequence is the default (drop --doc-len)");
          if (!c.rt.document_masking)
-           return broken(R::DocumentMasking, "--doc-len",
-                         c.rt.runtime_name +
-                             " attends over the whole packed sequence (its profile has no runs.document_masking): "
-                             "plan it without --doc-len, or with a runtime whose flash attention runs the varlen "
-                             "kernel over the documents (pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed)");
+           return not_run(c, R::DocumentMasking, "--doc-len", "attend packed documents one by one", "document_masking",
+                          &RuntimeSupport::document_masking, "plan it without --doc-len");
          if (c.s.attention != AttentionImpl::Flash && c.s.attention != AttentionImpl::Flash3 &&
              c.s.attention != AttentionImpl::Flex)
            return broken(R::DocumentMasking, "--attention",
@@ -337,14 +346,11 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
          const bool fa3 = c.s.attention == AttentionImpl::Flash3;
          if (!fa3 && c.s.attention != AttentionImpl::Flex) return std::nullopt;
          if (!(fa3 ? c.rt.flash_attention_3 : c.rt.flex_attention))
-           return broken(R::AttentionKernel, "--attention",
-                         c.rt.runtime_name + " does not run " + (fa3 ? "FlashAttention-3" : "flex_attention") +
-                             " (its profile has no runs." + (fa3 ? "flash_attention_3" : "flex_attention") +
-                             "): use --attention flash, or a runtime that calls it (" +
-                             (fa3 ? "pytorch, pytorch-fsdp1, deepspeed, transformers-deepspeed: Transformers' "
-                                    "flash_attention_3; torchtitan-2606: its varlen backend"
-                                  : "torchtitan-2606: torchtitan's attn_backend \"flex\"") +
-                             ")");
+           return not_run(c, R::AttentionKernel, "--attention",
+                          std::string("run ") + (fa3 ? "FlashAttention-3" : "flex_attention"),
+                          fa3 ? "flash_attention_3" : "flex_attention",
+                          fa3 ? &RuntimeSupport::flash_attention_3 : &RuntimeSupport::flex_attention,
+                          "use --attention flash");
          if (!fa3) return std::nullopt;
          if (c.s.param_dtype != DType::Bf16 && c.s.param_dtype != DType::Fp16)
            return broken(R::AttentionKernel, "--param-dtype",
@@ -363,11 +369,8 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
          if (c.s.kernels == KernelLibrary::None) return std::nullopt;
          if (!c.rt.liger_kernel)
-           return broken(R::KernelLibrary, "--kernels",
-                         c.rt.runtime_name +
-                             " does not apply Liger-Kernel (its profile has no runs.liger_kernel): use --kernels none, "
-                             "or a runtime that trains a Hugging Face model (pytorch, pytorch-fsdp1, deepspeed, "
-                             "transformers-deepspeed)");
+           return not_run(c, R::KernelLibrary, "--kernels", "apply Liger-Kernel", "liger_kernel",
+                          &RuntimeSupport::liger_kernel, "use --kernels none");
          // Its fused cross-entropy takes the whole head weight and the whole sequence of hidden states (a plain
          // tensor, not a vocabulary-parallel DTensor), and its loss ends the model's forward, not a stage's.
          if (c.mesh())

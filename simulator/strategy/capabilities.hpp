@@ -147,6 +147,9 @@ struct RuntimeSupport {
   std::string ckpt_policies_text() const;
   std::string wraps_text() const;
   std::string runtime_name = "the simulator";
+  // The config root the profile was read from (load_runtime; empty for a support built in code): a refusal names the
+  // shipped runtimes there that run what this one does not (runtime/runtime_profile.hpp shipped_runtimes_running).
+  std::string config_root;
 };
 
 struct CapabilityViolation {
