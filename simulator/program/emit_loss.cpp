@@ -109,6 +109,16 @@ void Emitter::push_loss_ops(int mbi) {
     if (!schedule_keeps) l.on_issue.push_back({MemoryCategory::Activations, logits});
     l.elementwise_bytes = logits;
   }
+  // The loss chunk by chunk (RuntimeProfile::loss_output_chunks; torchtune/modules/loss/ce_chunked_output_loss.py @
+  // a6290a5 CEWithChunkedOutputLoss.forward: `logits.float()` and F.cross_entropy per chunk, over the compute-dtype
+  // chunks TransformerDecoder.chunked_output returns): the chunks live through the loss, one chunk's fp32 copy beside
+  // them, each chunk's log_softmax output saved as it goes. Priced over the whole sequence with a vocabulary-parallel,
+  // compiled or in-place loss, under tensor parallelism or a pipeline schedule's loss: the chunked loss is
+  // torchtune's eager log-softmax over unsharded logits.
+  const double chunks = static_cast<double>(rt.loss_output_chunks);
+  const bool chunked = chunks > 1 && upcasts && !compiled && !rt.loss_vocab_parallel_kernels &&
+                       !rt.loss_backward_in_place && s.mesh.tp == 1 && !schedule_keeps;
+  if (chunked) l.transient_bytes = logits + upcast / chunks;
   // A schedule that computes the loss on the stage's output (torch.distributed.pipelining) holds the logits to this
   // micro-batch's backward, or to the step's end.
   if (schedule_keeps) hold_stage_output(l, mbi, logits);
@@ -148,6 +158,12 @@ void Emitter::push_loss_ops(int mbi) {
   lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
   if (mbi == 0) keep_adapter_grads(lb);
   lb.elementwise_bytes = lb.transient_bytes + logprobs;
+  // Chunked, every chunk's loss backward runs before the head's (the autograd engine takes the ready node created
+  // last, and the head's chunk GEMMs were created before any loss op): one chunk's two fp32 gradients and its
+  // compute-dtype one are transient while the saved log-probabilities are released and the compute-dtype gradients
+  // gather, at most at the first chunk (the fp32 log-probabilities are twice as wide as the gradients that replace
+  // them). The kernels move the same bytes.
+  if (chunked) lb.transient_bytes = (logprobs * 2.0 + logits) / chunks + (caller_keeps ? logits : 0.0);
   // _ShardedCrossEntropy.backward (functional.py above): the target's subtraction is one element per token and
   // grad_input.mul_(grad_output) rewrites the saved probabilities in place (2 passes); the upcast's backward casts
   // that gradient back to the compute dtype (read it, write the logits' gradient).

@@ -322,6 +322,14 @@ struct RuntimeProfile {
   // weight's gradients allocated in the forward and held to the backward, which only scales them
   // (program/emit_loss.cpp push_fused_linear_loss_ops; compute/compute_cost.hpp fused_linear_cross_entropy_time).
   bool loss_fused_linear = false;
+  // `loss_output_chunks: N` (N >= 2; absent: 1, the whole sequence at once): the head runs on N chunks of the
+  // sequence and returns them in the compute dtype, and the loss upcasts and takes the cross-entropy of one chunk at a
+  // time (torchtune's CEWithChunkedOutputLoss with TransformerDecoder.chunked_output). The compute-dtype chunks live
+  // through the loss's forward beside one chunk's fp32 copy, and each chunk's fp32 log-probabilities are saved for the
+  // backward; the backward runs every chunk's loss backward before the head's, so one chunk's fp32 gradients are
+  // transient while the compute-dtype ones gather (program/emit_loss.cpp push_loss_ops). The kernels move the same
+  // bytes as unchunked.
+  int64_t loss_output_chunks = 1;
   // --- the software stack SDPA's dispatch depends on (section sdpa, optional; compute/sdpa_dispatch.hpp) ---
   // `sdpa.torch_version: "2.11.0"` and `sdpa.cudnn_version: "9.19"`: the torch release and the cuDNN runtime it
   // loads, which decide whether cuDNN's attention comes first in SDPA's order on sm90 / sm100. Not given: the
