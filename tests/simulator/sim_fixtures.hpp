@@ -89,11 +89,10 @@ inline std::string refusal(const Strategy& s, const ModelSpec& m, const std::str
   return error_of([&] { validate_strategy(s, m, Cluster{1, 8}, runtime(runtime_name).support); });
 }
 
-// `s` checked and simulated on one node of 8 `hw_name` GPUs with runtime `runtime_name`.
+// `s` checked and simulated on one node of 8 `hw_name` GPUs with runtime profile `rt`.
 inline Prediction predict_node(const ModuleGraph& g, const Strategy& s, const std::string& hw_name,
-                               const std::string& runtime_name) {
+                               const RuntimeProfile& rt) {
   const HardwareProfile hw = hardware(hw_name);
-  const RuntimeProfile rt = runtime(runtime_name);
   SimulationInput in;
   in.graph = &g;
   in.hardware = &hw;
@@ -102,6 +101,12 @@ inline Prediction predict_node(const ModuleGraph& g, const Strategy& s, const st
   in.strategy = s;
   validate_strategy(s, g.spec(), in.cluster, rt.support);
   return simulate(in);
+}
+
+// The same with the shipped runtime `runtime_name`.
+inline Prediction predict_node(const ModuleGraph& g, const Strategy& s, const std::string& hw_name,
+                               const std::string& runtime_name) {
+  return predict_node(g, s, hw_name, runtime(runtime_name));
 }
 
 // fsdp_full_ckpt's one 8192-token sequence with attention `a` over documents of `doc_len` tokens (0: one document).

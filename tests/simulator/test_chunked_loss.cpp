@@ -52,17 +52,7 @@ TEST_CASE("chunked loss: torchtune's 8 chunks hold the compute-dtype logits and 
   for (const OpKind k : {OpKind::Loss, OpKind::LossBackward})
     CHECK(loss_op(g, s, chunked, k).elementwise_bytes == doctest::Approx(loss_op(g, s, whole, k).elementwise_bytes));
   // Simulated on 8 H100s: the peak falls by what the loss held (the loss is this plan's peak), the step's time stays.
-  const HardwareProfile hw = test::hardware("h100-80gb");
-  auto predict = [&](const RuntimeProfile& rt) {
-    SimulationInput in;
-    in.graph = &g;
-    in.hardware = &hw;
-    in.runtime = &rt;
-    in.cluster = Cluster{1, 8};
-    in.strategy = s;
-    return simulate(in);
-  };
-  const Prediction c = predict(chunked), w = predict(whole);
+  const Prediction c = test::predict_node(g, s, "h100-80gb", chunked), w = test::predict_node(g, s, "h100-80gb", whole);
   MESSAGE("llama3-8b seq 8192 on 8 H100s, torchtune: peak allocated "
           << c.memory.peak_allocated / (1 << 30) << " GiB chunked, " << w.memory.peak_allocated / (1 << 30)
           << " GiB whole");
