@@ -113,18 +113,25 @@ void Emitter::push_loss_ops(int mbi) {
   // a6290a5 CEWithChunkedOutputLoss.forward: `logits.float()` and F.cross_entropy per chunk, over the compute-dtype
   // chunks TransformerDecoder.chunked_output returns): the chunks live through the loss, one chunk's fp32 copy beside
   // them, each chunk's log_softmax output saved as it goes. Priced over the whole sequence with a vocabulary-parallel,
-  // compiled or in-place loss, under tensor parallelism or a pipeline schedule's loss: the chunked loss is
-  // torchtune's eager log-softmax over unsharded logits.
+  // compiled or in-place loss, under a vocabulary-parallel head or a pipeline schedule's loss: the chunked loss is
+  // torchtune's eager log-softmax over whole logits (under tp its head gathers each chunk's: tp_head_output_replicated;
+  // priced as one gather of them all).
   const double chunks = static_cast<double>(rt.loss_output_chunks);
   const bool chunked = chunks > 1 && upcasts && !compiled && !rt.loss_vocab_parallel_kernels &&
-                       !rt.loss_backward_in_place && s.mesh.tp == 1 && !schedule_keeps;
+                       !rt.loss_backward_in_place && (s.mesh.tp == 1 || rt.tp_head_output_replicated) &&
+                       !schedule_keeps;
   if (chunked) l.transient_bytes = logits + upcast / chunks;
   // A schedule that computes the loss on the stage's output (torch.distributed.pipelining) holds the logits to this
   // micro-batch's backward, or to the step's end.
   if (schedule_keeps) hold_stage_output(l, mbi, logits);
   push_tp_head(mbi, false, -1);
   const int lop = push(l);
-  if (s.mesh.tp > 1) {
+  if (s.mesh.tp > 1 && rt.tp_head_output_replicated) {
+    // The gathered shards laid side by side along the vocabulary (DTensor's Shard(-1) -> Replicate: NCCL gathers
+    // the shards one after the other, torch.cat joins them on the last dimension): the whole logits read and written
+    // once. The loss is then as without tp, on every rank; its backward slices the gradient of this rank's shard.
+    prog.ops[static_cast<size_t>(lop)].device_copy_bytes += 2.0 * logits;
+  } else if (s.mesh.tp > 1) {
     // Vocabulary-parallel cross-entropy (tensor_parallel.hpp): its all-reduces over the tp group.
     int dep = lop;
     for (const TpCollective& c : tp_loss_collectives(tokens, rt.tp_loss_all_reduces_fused)) {

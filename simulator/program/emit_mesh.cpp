@@ -46,6 +46,7 @@ const TpUnitShape& Emitter::tp_unit_shape(int ui) {
                                  : shape.activation_bytes;
   shape.column_inputs_regathered = s.mesh.sequence_parallel && rt.sp_saves_column_input_shard;
   shape.gathers_fuse = s.float8 != Float8Recipe::Rowwise;
+  shape.head_output_gather_bytes = shape.head && rt.tp_head_output_replicated ? logits_elems() * pb : 0.0;
   // The unit's own collectives, without the head's: those run with the head+loss ops (push_tp_head).
   TpUnitShape own = shape;
   own.head = false;

@@ -316,8 +316,11 @@ struct Emitter {
   }
 
   // The logits one rank computes: its vocabulary shard under tensor parallelism.
+  // The logits the loss reads on this rank: the vocabulary shard, or the whole vocabulary where the runtime gathers
+  // the head's output (RuntimeProfile::tp_head_output_replicated).
   double logits_elems() const {
-    return tokens * std::ceil(static_cast<double>(g.spec().vocab_size) / static_cast<double>(s.mesh.tp));
+    const double vocab = static_cast<double>(g.spec().vocab_size);
+    return tokens * (rt.tp_head_output_replicated ? vocab : std::ceil(vocab / static_cast<double>(s.mesh.tp)));
   }
   double logprob_bytes() const { return tensor_bytes(TensorClass::LogProbs, q); }
 

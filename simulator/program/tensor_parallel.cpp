@@ -324,10 +324,14 @@ std::vector<TpCollective> tp_head_collectives(const TpUnitShape& u, const MeshSp
   if (!mesh.sequence_parallel) {
     // f of a column-parallel linear on a replicated input: its input gradient all-reduced.
     if (backward) out.push_back({CollectiveKind::AllReduce, 1, a, 0.0, 0});
+    if (!backward && u.head_output_gather_bytes > 0)
+      out.push_back({CollectiveKind::AllGather, 1, u.head_output_gather_bytes, u.head_output_gather_bytes, 0});
     return out;
   }
   if (!backward) {
     out.push_back({CollectiveKind::AllGather, 1, a, a, 0});
+    if (u.head_output_gather_bytes > 0)
+      out.push_back({CollectiveKind::AllGather, 1, u.head_output_gather_bytes, u.head_output_gather_bytes, 0});
     return out;
   }
   if (u.column_inputs_regathered) out.push_back({CollectiveKind::AllGather, 1, a, a, 0});

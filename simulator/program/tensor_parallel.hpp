@@ -139,6 +139,10 @@ struct TpUnitShape {
   // without async TP. torchtitan's June 2025 async TP benchmark measured the same: float8 rowwise 1.04x over vanilla TP
   // against tensorwise's 1.16x (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, Llama 3 70B on 256 H100s).
   bool gathers_fuse = true;
+  // The whole logits the head's vocabulary shards are all-gathered into, in the compute dtype, where the runtime
+  // replicates the head's output (RuntimeProfile::tp_head_output_replicated; 0: the vocabulary-parallel loss reads
+  // the shards): one all-gather in the head's forward; its backward slices the gradient locally.
+  double head_output_gather_bytes = 0;
 };
 
 // The column-parallel blocks of decoder layer `layer` (its Attention and Mlp children) that read their input with

@@ -187,6 +187,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (sh.has("unsynced_grads_kept_in"))
       r.unsynced_grads_in_reduce_dtype =
           sh.get_enum("unsynced_grads_kept_in", {"compute-dtype", "reduce-dtype"}) == "reduce-dtype";
+    if (sh.has("tp_head_output"))
+      r.tp_head_output_replicated = sh.get_enum("tp_head_output", {"vocab-parallel", "replicated"}) == "replicated";
     if (sh.has("tp_loss_all_reduces"))
       r.tp_loss_all_reduces_fused = sh.get_enum("tp_loss_all_reduces", {"separate", "fused"}) == "fused";
     if (sh.has("unit_grads_released"))

@@ -186,6 +186,12 @@ struct RuntimeProfile {
   // (true: Megatron core's fused cross-entropy, fsdp-run). Optional in the file (sharding.tp_loss_all_reduces:
   // separate | fused; absent: separate).
   bool tp_loss_all_reduces_fused = false;
+  // The head's output under tp > 1: its vocabulary shards, the cross-entropy vocabulary-parallel (false: Megatron-LM,
+  // torchtitan's loss_parallel, nanotron, fsdp-run), or all-gathered into the whole logits on every tp rank, the
+  // loss then as without tp over them (true: torchtune's TP plans, `"output": ColwiseParallel(output_layouts=
+  // Replicate())`, torchtune/models/llama3/_parallelism.py @ a6290a5). Optional in the file (sharding.tp_head_output:
+  // vocab-parallel | replicated; absent: vocab-parallel).
+  bool tp_head_output_replicated = false;
   // What the vocabulary-parallel cross-entropy's backward allocates beyond the probabilities it saved, under tp > 1:
   // as the loss without tp (absent: the log-softmax and NLL gradients, two logits-sized tensors, as DTensor's
   // loss_parallel runs aten's _log_softmax_backward_data and nll_loss_backward, torch/distributed/tensor/parallel/

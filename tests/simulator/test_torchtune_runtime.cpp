@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "model/module_graph.hpp"
 #include "sim_fixtures.hpp"
 
 using namespace fsdp;
@@ -41,4 +42,48 @@ TEST_CASE("torchtune runtime: FSDP2 over every decoder layer, full or no checkpo
   Strategy pp = fsdp;
   pp.mesh.pp = 2;
   refused(pp, "--pp");
+}
+
+TEST_CASE(
+    "torchtune runtime: under tp the head's vocabulary shards are gathered and the loss runs whole on each rank") {
+  const ModuleGraph g(test::zoo("llama3-8b"));
+  Strategy s = test::fsdp_full_ckpt(1, 8192);
+  s.param_dtype = DType::Bf16;
+  s.mesh.tp = 2;
+  s.mesh.sequence_parallel = false;
+  const RuntimeProfile torchtune = test::runtime("torchtune");
+  REQUIRE(torchtune.tp_head_output_replicated);
+  RuntimeProfile vocab_parallel = torchtune;
+  vocab_parallel.tp_head_output_replicated = false;
+  const double logits = 8192.0 * 128256.0 * 2.0;  // the whole bf16 logits of the micro-batch
+  auto ops = [&](const RuntimeProfile& rt) { return test::program(g, s, rt, 1, 8).ops; };
+  // Gathered: one all-gather of the whole logits in the head's forward, no vocabulary-parallel all-reduce, and the
+  // loss's kernels and memory over the whole vocabulary (twice the shard's), its chunks as without tp.
+  int gathers = 0, loss_all_reduces = 0;
+  double loss_bytes = 0, loss_copy = 0;
+  for (const Op& op : ops(torchtune)) {
+    if (op.kind == OpKind::TpCollective && op.tp_head && op.collective == CollectiveKind::AllGather &&
+        op.comm_bytes == doctest::Approx(logits))
+      ++gathers;
+    if (op.phase == Phase::TpLossAllReduce) ++loss_all_reduces;
+    if (op.kind == OpKind::Loss && op.micro_batch == 0) {
+      loss_bytes = op.elementwise_bytes;
+      loss_copy = op.device_copy_bytes;
+      CHECK(op.transient_bytes == doctest::Approx(logits + logits * 2.0 / 8.0));  // bf16 chunks + one fp32 chunk
+    }
+  }
+  CHECK(gathers == 1);
+  CHECK(loss_all_reduces == 0);
+  CHECK(loss_copy == doctest::Approx(2.0 * logits));  // torch.cat of the gathered shards along the vocabulary
+  // The vocabulary-parallel loss reads the shard: half the bytes, its all-reduces, no gather of the logits.
+  double shard_bytes = 0;
+  int shard_all_reduces = 0, shard_gathers = 0;
+  for (const Op& op : ops(vocab_parallel)) {
+    if (op.kind == OpKind::Loss && op.micro_batch == 0) shard_bytes = op.elementwise_bytes;
+    if (op.phase == Phase::TpLossAllReduce) ++shard_all_reduces;
+    if (op.kind == OpKind::TpCollective && op.tp_head && op.collective == CollectiveKind::AllGather) ++shard_gathers;
+  }
+  CHECK(loss_bytes == doctest::Approx(2.0 * shard_bytes));
+  CHECK(shard_all_reduces > 0);
+  CHECK(shard_gathers == 0);
 }
