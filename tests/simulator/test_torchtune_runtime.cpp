@@ -87,3 +87,13 @@ TEST_CASE(
   CHECK(shard_all_reduces > 0);
   CHECK(shard_gathers == 0);
 }
+
+TEST_CASE("torchtune runtime: the head's output key is parsed strictly") {
+  const std::string base = "base: pytorch\nname: t\nsharding:\n  tp_head_output: ";
+  CHECK(test::runtime_load_error(base + "replicated\n", "head_ok") == "");
+  CHECK(test::runtime_load_error(base + "vocab-parallel\n", "head_vp") == "");
+  const std::string m = test::runtime_load_error(base + "gathered\n", "head_bad");
+  CHECK(m.find("sharding.tp_head_output") != std::string::npos);
+  CHECK(m.find("vocab-parallel, replicated") != std::string::npos);
+  CHECK_FALSE(test::runtime("pytorch").tp_head_output_replicated);
+}
