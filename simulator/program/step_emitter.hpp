@@ -315,7 +315,6 @@ struct Emitter {
     return unit_backward_transient[ui] + recompute_bytes[ui];
   }
 
-  // The logits one rank computes: its vocabulary shard under tensor parallelism.
   // The logits the loss reads on this rank: the vocabulary shard, or the whole vocabulary where the runtime gathers
   // the head's output (RuntimeProfile::tp_head_output_replicated).
   double logits_elems() const {
