@@ -373,9 +373,13 @@ void read_llama_parts(Arch arch, const Reader& r, const LlamaStyle& d, ModelSpec
       // No biases (Phi3Attention's qkv_proj and o_proj: bias=False). Phi3's flash attention slides over
       // config.sliding_window (modeling_phi3.py), as Mistral's does.
       m.sliding_window = window_of(r, d.sliding_window);
-      if (arch == Arch::Phi3)
+      if (arch == Arch::Phi3) {
         m.dropout = m.dropout || r.optional_probability("resid_pdrop", 0.0) > 0 ||
                     r.optional_probability("embd_pdrop", 0.0) > 0;
+        // Phi3Attention.forward: query, key and value are slices of qkv_proj's output viewed per head; the rotary
+        // writes q and k anew (apply_rotary_pos_emb's torch.cat), the value goes to the kernel as the view.
+        m.value_views_fused_qkv = true;
+      }
       break;
     case Arch::Qwen3:
     case Arch::Qwen3Moe:
@@ -591,6 +595,9 @@ void read_gpt_neox(const Reader& r, ModelSpec& m) {
   m.mlp_bias = true;
   m.parallel_block = r.optional_bool("use_parallel_residual", true);
   m.dropout = r.optional_probability("attention_dropout", 0.0) > 0 || r.optional_probability("hidden_dropout", 0.0) > 0;
+  // GPTNeoXAttention.forward: query_key_value's output viewed (..., heads, 3 x head_size) and chunked in three; the
+  // partial rotary writes q and k anew (torch.cat of the rotated and passed dims), the value stays the chunk's view.
+  m.value_views_fused_qkv = true;
 }
 
 // QWenLMHeadModel (Qwen 1, remote code). configuration_qwen.py defaults: kv_channels=128,

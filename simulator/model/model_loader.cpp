@@ -77,6 +77,8 @@ void validate_layer_parts(const ModelSpec& m, Bad bad) {
       bad("rotary_dim", "must be even and within 2 .. head_dim (" + std::to_string(m.head_dim) + "), got " +
                             std::to_string(m.rotary_dim));
   }
+  if (m.value_views_fused_qkv && m.position_embedding != PositionEmbedding::Rope)
+    bad("value_views_fused_qkv", "only meaningful with rope (without it q and k stay views of the output too)");
   if (m.sliding_window < 0 || m.sliding_window > (int64_t{1} << 31))
     bad("sliding_window", "must be within 1 .. 2^31, got " + std::to_string(m.sliding_window));
   if (m.global_layer_every < 0 || m.global_layer_every > m.num_layers)
@@ -122,8 +124,11 @@ void validate_moe_mla(const ModelSpec& m, Bad bad) {
     bad("head_dim", "with mla it is the q/k head, qk_nope_head_dim + qk_rope_head_dim = " +
                         std::to_string(a.qk_head_dim()) + ", got " + std::to_string(m.head_dim));
   if (m.num_kv_heads != m.num_heads) bad("num_kv_heads", "with mla every head has its own k and v (= num_heads)");
-  if (m.qk_norm != QkNorm::None || m.rotary_dim != 0 || m.sliding_window != 0 || m.attn_logit_softcap > 0 || m.dropout)
-    bad("mla", "qk_norm, rotary_dim, sliding_window, attn_logit_softcap and dropout are not modelled with mla");
+  if (m.qk_norm != QkNorm::None || m.rotary_dim != 0 || m.sliding_window != 0 || m.attn_logit_softcap > 0 ||
+      m.dropout || m.value_views_fused_qkv)
+    bad("mla",
+        "qk_norm, rotary_dim, sliding_window, attn_logit_softcap, dropout and value_views_fused_qkv are not modelled "
+        "with mla");
 }
 
 // VisionSpec's sizes, its image geometry and the projector against each other (model_spec.hpp).
@@ -243,6 +248,10 @@ void parse_layer_parts(ConfigMap& map, ModelSpec& m) {
     m.rotary_dim = map.get_positive_int("rotary_dim");
     if (m.rotary_dim == m.head_dim) m.rotary_dim = 0;  // the whole head: the same as absent
   }
+  if (map.has("value_views_fused_qkv")) {
+    if (m.position_embedding != PositionEmbedding::Rope) map.fail("value_views_fused_qkv", "only meaningful with rope");
+    m.value_views_fused_qkv = map.get_bool("value_views_fused_qkv");
+  }
   if (map.has("sliding_window")) {
     m.sliding_window = map.get_positive_int("sliding_window");
     m.global_layer_every = map.get_int("global_layer_every");  // required with a window: no silent pattern
@@ -273,6 +282,7 @@ void emit_layer_parts(const ModelSpec& m, YAML::Emitter& out) {
   flag("parallel_block", m.parallel_block, d.parallel_block);
   if (m.qk_norm != QkNorm::None) out << YAML::Key << "qk_norm" << YAML::Value << to_string(m.qk_norm);
   if (m.rotary_dim != 0) out << YAML::Key << "rotary_dim" << YAML::Value << m.rotary_dim;
+  flag("value_views_fused_qkv", m.value_views_fused_qkv, d.value_views_fused_qkv);
   if (m.sliding_window != 0) {
     out << YAML::Key << "sliding_window" << YAML::Value << m.sliding_window;
     out << YAML::Key << "global_layer_every" << YAML::Value << m.global_layer_every;

@@ -225,6 +225,12 @@ struct ModelSpec {
   // Dimensions of each q/k head that rotary rotates (rope only), when fewer than head_dim (GPT-NeoX
   // rotary_ndims = head_dim * rotary_pct, GLM head_dim * partial_rotary_factor); 0: all of head_dim. FLOPs only.
   int64_t rotary_dim = 0;
+  // The attention projects q, k and v with one fused linear and hands the kernel its value as a view of that output,
+  // while the rotary writes q and k anew (Hugging Face Phi3Attention: qkv_proj sliced; GPTNeoXAttention:
+  // query_key_value chunked per head): a kernel that saves the value keeps the whole output alive, its q and k parts
+  // too (ModuleGraph::build_attention, TensorClass::FusedQkvQk). Rope only. Not for a fused projection whose value
+  // is a copy (Falcon's and ChatGLM's index and expand copies) or whose q and k stay views (GPT-2: no rotary).
+  bool value_views_fused_qkv = false;
   // Local attention: the layers that are sliding attend to at most `sliding_window` earlier keys (0: none, every
   // layer global). With a window, every `global_layer_every`-th layer (0-based indices N-1, 2N-1, ...) stays
   // global, as Gemma 2 (N = 2: Gemma2DecoderLayer is_sliding = not bool(layer_idx % 2)) and Gemma 3 (N = 6:

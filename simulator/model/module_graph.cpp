@@ -87,6 +87,8 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.pointwise_outputs_saved ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::QkvCopyKv:
       return q.mha_qkv_copy_saved ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::FusedQkvQk:
+      return q.value_view_keeps_fused_qkv ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -383,6 +385,15 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   if (m.num_kv_heads == m.num_heads)
     core.saved.push_back(
         SavedTensor{p + ".attn.qkv_copy_kv", 2.0 * kvd, false, TensorClass::QkvCopyKv, false, false, true});
+  // A value that views the one fused qkv projection's output while the rotary writes q and k anew
+  // (ModelSpec::value_views_fused_qkv; RuntimeProfile::value_view_keeps_fused_qkv): the saved value keeps that whole
+  // output, q's and k's parts beside the rotated q and k. A fused kernel takes the grouped value as it is; eager
+  // attention's repeat_kv copies it when there are fewer kv heads than query heads (the expanded copy below is what
+  // its PV matmul saves), and returns it unchanged when there are as many. Not a kernel output: a per-op policy
+  // caches the projection's output whole instead (op_sac).
+  if (m.value_views_fused_qkv)
+    core.saved.push_back(SavedTensor{p + ".attn.fused_qkv_qk", qd + kvd, false, TensorClass::FusedQkvQk, false, false,
+                                     m.num_kv_heads != m.num_heads});
   // Eager attention (Korthikanti et al. 2022, sec. 4.1): K for QK^T, the softmax output (2as^2b), with
   // dropout its mask (as^2b) and output (2as^2b), and V for the PV GEMM. GQA's k/v are expanded to all
   // heads before the GEMMs (Hugging Face repeat_kv), so eager saves them at q width.

@@ -60,6 +60,8 @@ enum class TensorClass {
                  // dtype where the runtime's autograd saves it, else nothing (recomputed in the backward)
   QkvCopyKv,     // k's and v's thirds of a multi-head layer's qkv copy, kept by the saved q that views it: the
                  // compute dtype where the runtime hands q over so (ActivationQuery::mha_qkv_copy_saved), else nothing
+  FusedQkvQk,    // q's and k's parts of a fused qkv projection's output, kept by the saved value that views it: the
+                 // compute dtype where the runtime runs such modules (ActivationQuery::value_view_keeps_fused_qkv)
 };
 
 // A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
@@ -151,6 +153,7 @@ struct ActivationQuery {
   bool pointwise_outputs_saved = true;   // runtime's autograd keeps PointwiseOut tensors (eager ops' backward formulas)
   bool sac_keeps_unread_outputs = true;  // per-op checkpointing keeps the cached outputs no backward reads (eager)
   bool mha_qkv_copy_saved = false;       // runtime's saved q views a multi-head layer's whole qkv copy (QkvCopyKv)
+  bool value_view_keeps_fused_qkv = false;  // runtime's saved value views a fused qkv output (FusedQkvQk)
   // LoRA (Strategy::method lora / qlora): the base linears are frozen. Autograd saves a linear's input for its weight
   // gradient only where the weight requires one (derivatives.yaml mm: mat2's gradient reads self; the generated
   // backward nodes save a variable only when an output that reads it needs a gradient, should_compute_output): a

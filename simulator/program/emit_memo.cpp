@@ -26,6 +26,7 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  q.pointwise_outputs_saved,
                  q.sac_keeps_unread_outputs,
                  q.mha_qkv_copy_saved,
+                 q.value_view_keeps_fused_qkv,
                  s.seq_len,
                  s.micro_batch,
                  s.param_dtype,

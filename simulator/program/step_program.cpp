@@ -55,6 +55,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.pointwise_outputs_saved = rt.pointwise_outputs_saved;
   q.sac_keeps_unread_outputs = rt.sac_keeps_unread_outputs;
   q.mha_qkv_copy_saved = rt.mha_qkv_copy_saved;
+  q.value_view_keeps_fused_qkv = rt.value_view_keeps_fused_qkv;
   if (s.method != Method::Full) {
     q.frozen_base = true;
     q.adapted = s.lora.target_modules;

@@ -140,6 +140,8 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.glu_single_kernel = mod.get_enum("activation_kernel", {"eager", "single"}) == "single";
     if (mod.has("attention_output_copy")) r.attention_output_copy = mod.get_bool("attention_output_copy");
     if (mod.has("mha_qkv_copy_saved")) r.mha_qkv_copy_saved = mod.get_bool("mha_qkv_copy_saved");
+    if (mod.has("value_view_keeps_fused_qkv"))
+      r.value_view_keeps_fused_qkv = mod.get_bool("value_view_keeps_fused_qkv");
     if (mod.has("loss_output_chunks")) {
       r.loss_output_chunks = mod.get_int("loss_output_chunks");
       if (r.loss_output_chunks < 2)

@@ -308,6 +308,12 @@ struct RuntimeProfile {
   // q the kernel saves for backward keeps that whole copy alive, k's and v's thirds included, beside the packed kv
   // the kernel saves too (model/module_graph.cpp build_attention, TensorClass::QkvCopyKv).
   bool mha_qkv_copy_saved = false;
+  // `value_view_keeps_fused_qkv: true`: the runtime trains the model's own (Hugging Face) attention modules, so for a
+  // model whose value is a view of its fused qkv projection's output (ModelSpec::value_views_fused_qkv) the value the
+  // attention kernel saves keeps the whole output alive, its q and k parts beside the rotated q and k the kernel saves
+  // (model/module_graph.cpp build_attention, TensorClass::FusedQkvQk). false: the runtime's own modules project q, k
+  // and v apart (torchtitan, torchtune, nanotron, fsdp-run).
+  bool value_view_keeps_fused_qkv = false;
   // `loss_kernels: vocab-parallel`: Megatron's vocabulary-parallel cross-entropy as eager kernels over the (fp32)
   // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
   // default `log-softmax`: log_softmax and nll_loss.

@@ -79,6 +79,7 @@ void check_same_model(const ModelSpec& hf, const ModelSpec& zoo) {
   CHECK(hf.parallel_block == zoo.parallel_block);
   CHECK(hf.qk_norm == zoo.qk_norm);
   CHECK(hf.rotary_dim == zoo.rotary_dim);
+  CHECK(hf.value_views_fused_qkv == zoo.value_views_fused_qkv);
   CHECK(hf.sliding_window == zoo.sliding_window);
   CHECK(hf.global_layer_every == zoo.global_layer_every);
   CHECK(hf.attn_logit_softcap == zoo.attn_logit_softcap);
