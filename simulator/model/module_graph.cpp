@@ -89,6 +89,10 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
       return q.mha_qkv_copy_saved ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::FusedQkvQk:
       return q.value_view_keeps_fused_qkv ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::KvRepeated:
+      return q.kv_saved_repeated ? dtype_bytes(q.compute) : 0.0;
+    case TensorClass::KvRepeatedWindowed:
+      return q.kv_saved_repeated_windowed ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -385,6 +389,13 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
   if (m.num_kv_heads == m.num_heads)
     core.saved.push_back(
         SavedTensor{p + ".attn.qkv_copy_kv", 2.0 * kvd, false, TensorClass::QkvCopyKv, false, false, true});
+  // Grouped k and v repeated to the query heads before the fused kernel (a copy each: repeat_kv's expand then
+  // reshape; RuntimeProfile::saved_kv_repeat): the kernel saves them at q's width, q - kv more each. A sliding layer
+  // has a class of its own: the sdpa path passes its mask, and with a mask Hugging Face repeats them.
+  if (core.kv_heads < core.heads)
+    core.saved.push_back(SavedTensor{p + ".attn.kv_repeated", 2.0 * (qd - kvd), false,
+                                     core.window > 0 ? TensorClass::KvRepeatedWindowed : TensorClass::KvRepeated, false,
+                                     false, true});
   // A value that views the one fused qkv projection's output while the rotary writes q and k anew
   // (ModelSpec::value_views_fused_qkv; RuntimeProfile::value_view_keeps_fused_qkv): the saved value keeps that whole
   // output, q's and k's parts beside the rotated q and k. A fused kernel takes the grouped value as it is; eager

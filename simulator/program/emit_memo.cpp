@@ -27,6 +27,8 @@ EmitMemo::CostKey EmitMemo::cost_key(const ActivationQuery& q, const Strategy& s
                  q.sac_keeps_unread_outputs,
                  q.mha_qkv_copy_saved,
                  q.value_view_keeps_fused_qkv,
+                 q.kv_saved_repeated,
+                 q.kv_saved_repeated_windowed,
                  s.seq_len,
                  s.micro_batch,
                  s.param_dtype,

@@ -33,10 +33,10 @@ namespace fsdp {
 class EmitMemo {
  public:
   // Every input of the layer-class derivation but the graph and runtime (above).
-  using CostKey =
-      std::tuple<DType, AttentionImpl, int64_t, bool, bool, bool, bool, bool, bool, bool, bool, bool,  // query
-                 int64_t, int64_t, DType, Method, int64_t, std::vector<std::string>, ActCkpt, int64_t, double, int64_t,
-                 bool, Float8Recipe, VisionTraining, int64_t, KernelLibrary>;
+  using CostKey = std::tuple<DType, AttentionImpl, int64_t, bool, bool, bool, bool, bool, bool, bool, bool, bool, bool,
+                             bool,  // query
+                             int64_t, int64_t, DType, Method, int64_t, std::vector<std::string>, ActCkpt, int64_t,
+                             double, int64_t, bool, Float8Recipe, VisionTraining, int64_t, KernelLibrary>;
   static CostKey cost_key(const ActivationQuery& q, const Strategy& s);
 
   struct LayerClasses {

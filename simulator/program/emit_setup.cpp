@@ -7,6 +7,15 @@ namespace fsdp::step_emission {
 
 void Emitter::setup(EmitMemo* memo) {
   q = activation_query(s, rt, sdpa_memory);
+  // The sliding layers share one window (ModelSpec::attention_window) and pass a mask from it on.
+  const ModelSpec& spec = g.spec();
+  bool windowed_masked = false;
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    if (spec.attention_window(i) == 0) continue;
+    windowed_masked = sdpa_layer_masked(spec, i, s.seq_len);
+    break;
+  }
+  q.kv_saved_repeated_windowed = kv_saved_repeated(s, rt, windowed_masked);
   tokens = static_cast<double>(s.micro_batch * s.seq_len);
   prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
   pb = dtype_bytes(s.param_dtype);

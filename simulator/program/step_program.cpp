@@ -56,6 +56,9 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.sac_keeps_unread_outputs = rt.sac_keeps_unread_outputs;
   q.mha_qkv_copy_saved = rt.mha_qkv_copy_saved;
   q.value_view_keeps_fused_qkv = rt.value_view_keeps_fused_qkv;
+  // Without the model the sliding layers are taken as attending every earlier token; the emitter sets them from the
+  // model's window (step_emitter.hpp Emitter::setup).
+  q.kv_saved_repeated = q.kv_saved_repeated_windowed = kv_saved_repeated(s, rt, false);
   if (s.method != Method::Full) {
     q.frozen_base = true;
     q.adapted = s.lora.target_modules;
@@ -63,6 +66,27 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
     q.vision_unadapted = s.train_vision == VisionTraining::None;
   }
   return q;
+}
+
+bool kv_saved_repeated(const Strategy& s, const RuntimeProfile& rt, bool masked) {
+  switch (rt.saved_kv_repeat) {
+    case SavedKvRepeat::Never:
+      return false;
+    case SavedKvRepeat::Always:
+      return true;
+    case SavedKvRepeat::WithoutSdpaGqa: {
+      // transformers src/transformers/integrations/sdpa_attention.py @ 00c238bd242b4c6ddfb2c17d4573174ec2daaec8,
+      // sdpa_attention_forward: repeat_kv unless use_gqa_in_sdpa (torch >= 2.5 and attention_mask is None), which
+      // passes enable_gqa instead. flash-attn (flash_attention_2 / 3) takes the grouped heads, flex attention passes
+      // enable_gqa, and eager attention's repeat is counted apart (module_graph.cpp build_attention). A runtime whose
+      // torch release is not stated is taken as recent (the same assumption as its SDPA dispatch).
+      if (s.attention != AttentionImpl::Sdpa) return false;
+      const std::optional<TorchVersion> tv =
+          rt.torch_version.empty() ? std::nullopt : parse_torch_version(rt.torch_version);
+      return masked || (tv && !tv->at_least(2, 5));
+    }
+  }
+  return false;
 }
 
 bool sdpa_layer_masked(const ModelSpec& m, int64_t layer, int64_t seq_len) {

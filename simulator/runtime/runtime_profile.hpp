@@ -27,6 +27,21 @@ struct HostIssue {
   }
 };
 
+// Whether the k and v a fused attention kernel saves are copies repeated to the query heads (`modules.saved_kv_repeat`;
+// fewer kv heads than query heads only), read by program/step_program.cpp kv_saved_repeated. Eager attention repeats
+// them for its GEMMs whatever this says (model/module_graph.cpp build_attention).
+enum class SavedKvRepeat : uint8_t {
+  // `never`: the kernel takes the grouped k and v (enable_gqa, flash-attn's own GQA), or a compiled graph saves the kv
+  // projections and repeats them again in the backward.
+  Never,
+  // `always`: the model repeats them before any kernel (torchtitan's repeat_kv at 9dec370, torchtune's expand and
+  // flatten, fsdp-run's repeat_interleave).
+  Always,
+  // `without-sdpa-gqa`: Hugging Face's sdpa path (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
+  // repeat_kv unless torch is 2.5 or later and no attention mask is passed; flash-attn takes them grouped.
+  WithoutSdpaGqa,
+};
+
 // The rotary embedding's kernels (`modules.rotary_kernel`), priced by program/layer_costs.cpp:
 enum class RotaryKernel : uint8_t {
   // `eager` (the default): Hugging Face's apply_rotary_pos_emb (q * cos, rotate_half, * sin, add: 7 passes).
@@ -314,6 +329,8 @@ struct RuntimeProfile {
   // (model/module_graph.cpp build_attention, TensorClass::FusedQkvQk). false: the runtime's own modules project q, k
   // and v apart (torchtitan, torchtune, nanotron, fsdp-run).
   bool value_view_keeps_fused_qkv = false;
+  // `saved_kv_repeat`: SavedKvRepeat above.
+  SavedKvRepeat saved_kv_repeat = SavedKvRepeat::Never;
   // `loss_kernels: vocab-parallel`: Megatron's vocabulary-parallel cross-entropy as eager kernels over the (fp32)
   // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
   // default `log-softmax`: log_softmax and nll_loss.
