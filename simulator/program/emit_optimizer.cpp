@@ -100,8 +100,9 @@ void Emitter::emit_optimizer_step() {
     o.phase = Phase::OptimizerStep;
     // AdamW's temporaries for sqrt(exp_avg_sq) / bias correction (RuntimeProfile::adamw_temporaries_per_param;
     // torch/optim/adamw.py _multi_tensor_adamw: _foreach_sqrt), over what it updates at once.
+    const RuntimeProfile::AdamwStep adamw = rt.adamw_step(s.mesh.tp);
     o.transient_bytes =
-        s.optimizer == Optimizer::AdamW ? step_elems_at_once(opt_elems) * rt.adamw_temporaries_per_param * mb : 0.0;
+        s.optimizer == Optimizer::AdamW ? step_elems_at_once(opt_elems) * adamw.temporaries_per_param * mb : 0.0;
     // DeepSpeed's ZeRO-1/2 instead convert the low-precision gradient partition to fp32 for the step
     // (stage_1_and_2.py: single_partition_of_fp32_groups[i].grad) and use a fused Adam without temporaries;
     // ZeRO-3 flattens and casts it sub-group by sub-group (DataParallelPlan::step_in_sub_groups).
@@ -114,7 +115,7 @@ void Emitter::emit_optimizer_step() {
     // Memory traffic as the runtime's optimizer moves it (training_loop.adamw_bytes_per_param: 28 B when
     // fused, 4 reads + 3 writes of fp32), given for fp32 masters and states: scaled to the master dtype.
     o.elementwise_bytes =
-        opt_elems * (mb / 4.0) * (s.optimizer == Optimizer::AdamW ? rt.adamw_bytes_per_param : rt.sgd_bytes_per_param);
+        opt_elems * (mb / 4.0) * (s.optimizer == Optimizer::AdamW ? adamw.bytes_per_param : rt.sgd_bytes_per_param);
     // The step waits for the gradient norm's all-reduce (clipping scales the gradients it reads).
     if (!prog.ops.empty() && prog.ops.back().kind == OpKind::ScalarAllReduce)
       o.deps.push_back(static_cast<int>(prog.ops.size()) - 1);

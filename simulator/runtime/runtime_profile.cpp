@@ -272,6 +272,18 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     non_negative("adamw_temporaries_per_param", r.adamw_temporaries_per_param, "elements per parameter");
     non_negative("grad_norm_temporary_bytes_per_grad", r.grad_norm_temporary_bytes_per_grad, "bytes");
     if (has("step_per_unit")) r.step_per_unit = loop.get_bool("step_per_unit");
+    // Optional (absent: the usual step under tp too); both keys of the map are required.
+    if (loop.has("adamw_under_tp")) {
+      ConfigMap tp = loop.get_map("adamw_under_tp");
+      RuntimeProfile::AdamwStep step;
+      step.bytes_per_param = tp.get_double("bytes_per_param");
+      step.temporaries_per_param = tp.get_double("temporaries_per_param");
+      if (!(step.bytes_per_param >= 0)) tp.fail("bytes_per_param", "must be a non-negative number of bytes");
+      if (!(step.temporaries_per_param >= 0))
+        tp.fail("temporaries_per_param", "must be a non-negative number of elements per parameter");
+      tp.finish();
+      r.adamw_under_tp = step;
+    }
     // Optional (absent: 0, no sub-group copies).
     if (loop.has("zero3_step_sub_group_elems")) {
       r.zero3_step_sub_group_elems = loop.get_double("zero3_step_sub_group_elems");

@@ -3,6 +3,7 @@
 // data here, not branches elsewhere. Each field's file comment cites the source it was read from.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/units.hpp"
@@ -384,6 +385,20 @@ struct RuntimeProfile {
   // upcasts a gradient to fp64 and squares it holds two fp64 copies).
   double adamw_temporaries_per_param = 0;
   double grad_norm_temporary_bytes_per_grad = 0;
+  // `adamw_under_tp: {bytes_per_param: B, temporaries_per_param: T}` (optional): the AdamW step a tensor-parallel plan
+  // runs instead, where the runtime cannot run its usual one there (torchtune's full_finetune_distributed refuses a
+  // fused optimizer under tensor parallelism, so its plans with tp run torch.optim's foreach AdamW). Absent: the same
+  // step whatever the mesh.
+  struct AdamwStep {
+    double bytes_per_param = 0;
+    double temporaries_per_param = 0;
+  };
+  std::optional<AdamwStep> adamw_under_tp;
+  // The AdamW step a plan with `tp` ranks a tensor-parallel group runs: adamw_under_tp under tp, else the usual one.
+  AdamwStep adamw_step(int64_t tp) const {
+    if (tp > 1 && adamw_under_tp) return *adamw_under_tp;
+    return AdamwStep{adamw_bytes_per_param, adamw_temporaries_per_param};
+  }
   // The norm and the optimizer run unit by unit over the wrap units' flat buffers, so their temporaries
   // cover the largest unit's owned elements, not all of them.
   bool step_per_unit = false;

@@ -97,3 +97,41 @@ TEST_CASE("torchtune runtime: the head's output key is parsed strictly") {
   CHECK(m.find("vocab-parallel, replicated") != std::string::npos);
   CHECK_FALSE(test::runtime("pytorch").tp_head_output_replicated);
 }
+
+// torchtune's recipes step a fused AdamW (65 of the 69 distributed configs at a6290a5, and the export), except under
+// tensor parallelism, which full_finetune_distributed refuses with a fused optimizer: there torch.optim's foreach
+// AdamW, the pytorch profile's step (configs/runtimes/torchtune.yaml training_loop).
+TEST_CASE("torchtune runtime: a fused AdamW step, foreach under tensor parallelism") {
+  const ModuleGraph g(test::zoo("llama3-8b"));
+  const RuntimeProfile tune = test::runtime("torchtune"), pytorch = test::runtime("pytorch");
+  auto step = [&](int64_t tp, const RuntimeProfile& rt) {
+    Strategy s = test::fsdp_full_ckpt(1, 4096);
+    s.mesh.tp = tp;
+    s.mesh.sequence_parallel = false;
+    const StepProgram p = test::program(g, s, rt, 1, 8);
+    for (const Op& o : p.ops)
+      if (o.kind == OpKind::OptimizerStep) return o;
+    FAIL("no optimizer step");
+    return Op{};
+  };
+  // The rank's fp32 shard: 8.03B parameters over 8 ranks (tp 1), over 4 data-parallel ranks of a half (tp 2).
+  const double shard_tp1 = g.total_params() / 8.0;
+  CHECK(step(1, tune).elementwise_bytes == doctest::Approx(28 * shard_tp1).epsilon(0.01));
+  CHECK(step(1, tune).transient_bytes == 0);
+  CHECK(step(1, pytorch).elementwise_bytes == doctest::Approx(84 * shard_tp1).epsilon(0.01));
+  // Under tp 2 the same as the pytorch profile's step: 84 B and the foreach sqrt list of the shard.
+  CHECK(step(2, tune).elementwise_bytes == doctest::Approx(step(2, pytorch).elementwise_bytes));
+  CHECK(step(2, tune).transient_bytes == doctest::Approx(step(2, pytorch).transient_bytes));
+  CHECK(step(2, tune).transient_bytes > 0);
+}
+
+TEST_CASE("torchtune runtime: adamw_under_tp is parsed strictly") {
+  const std::string base = "base: torchtune\nname: bad\ntraining_loop:\n  adamw_under_tp: ";
+  CHECK(test::runtime_load_error(base + "{bytes_per_param: 84}\n", "tp1").find("temporaries_per_param") !=
+        std::string::npos);
+  CHECK(test::runtime_load_error(base + "{bytes_per_param: -1, temporaries_per_param: 1}\n", "tp2")
+            .find("bytes_per_param") != std::string::npos);
+  CHECK(test::runtime_load_error(base + "{bytes_per_param: 84, temporaries_per_param: 1, fused: no}\n", "tp3")
+            .find("fused") != std::string::npos);
+  CHECK_FALSE(test::runtime("pytorch").adamw_under_tp.has_value());
+}
