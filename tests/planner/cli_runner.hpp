@@ -1,15 +1,18 @@
 // Runs the real fsdp-plan binary and captures exit code, stdout and stderr.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fsdp::test {
 
@@ -47,6 +50,23 @@ inline CliResult run_cli(const std::string& args) {
   std::remove((base + ".out").c_str());
   std::remove((base + ".err").c_str());
   return r;
+}
+
+// `fsdp-plan ARGS` must be refused as bad input: exit code 2, and one message on stderr, fsdp-plan's "error:" line
+// (planner/cli/main.cpp), that names each of `mentions` and is no "internal error". Returns the stderr for further
+// checks.
+inline std::string refusal(const std::string& args, const std::vector<std::string>& mentions = {}) {
+  const CliResult r = run_cli(args);
+  CAPTURE(args);
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("fsdp-plan: error: ") != std::string::npos);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  for (const auto& m : mentions) {
+    CAPTURE(m);
+    CHECK(r.err.find(m) != std::string::npos);
+  }
+  return r.err;
 }
 
 }  // namespace fsdp::test

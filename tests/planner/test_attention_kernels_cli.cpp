@@ -68,10 +68,8 @@ TEST_CASE("flash3 CLI: searched with its refusals counted, kept in plan.yaml, of
     CHECK_FALSE(nlohmann::json::parse(x.out).contains("flash3_what_if"));
   }
   // Asked for where it cannot run: the GPU named, exit 2.
-  auto a100 = test::run_cli("--model 8b --nodes 1 --hw a100-80gb --runtime pytorch --attention flash3 --no-out");
-  CHECK(a100.code == 2);
-  CHECK(a100.err.find("a100-80gb has compute capability 8.0; FlashAttention-3 is built for Hopper") !=
-        std::string::npos);
+  test::refusal("--model 8b --nodes 1 --hw a100-80gb --runtime pytorch --attention flash3 --no-out",
+                {"a100-80gb has compute capability 8.0; FlashAttention-3 is built for Hopper"});
 }
 
 TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtitan a9c5edc varlen") {
@@ -106,24 +104,19 @@ TEST_CASE("flash3 export: swift and accelerate write flash_attention_3, torchtit
   fs::remove_all(tt);
 
   // torchtitan with sdpa (its causal mask) keeps one document a sequence; DeepSeek-V3's MLA heads stay on sdpa.
-  auto sdpa_docs = test::run_cli(
+  test::refusal(
       "--model 8b --nodes 1 --hw h100-80gb --seq 8192 --target torchtitan --target-version python-a9c5edc "
-      "--attention sdpa --doc-len 1024 --no-out");
-  CHECK(sdpa_docs.code == 2);
-  CHECK(sdpa_docs.err.find("use --attention flash (or flash3, flex) with --doc-len") != std::string::npos);
-  auto dsv3 = test::run_cli(
+      "--attention sdpa --doc-len 1024 --no-out",
+      {"use --attention flash (or flash3, flex) with --doc-len"});
+  test::refusal(
       "--model deepseek-v3 --nodes 32 --hw h100-80gb --target torchtitan --target-version python-a9c5edc "
-      "--attention flash3 --no-out");
-  CHECK(dsv3.code == 2);
-  CHECK(dsv3.err.find("cannot express attention flash3") != std::string::npos);
-  CHECK(dsv3.err.find("it expresses sdpa, flex") != std::string::npos);
+      "--attention flash3 --no-out",
+      {"cannot express attention flash3", "it expresses sdpa, flex"});
   // Targets whose framework does not call FA3 refuse it by knob, naming the nearest.
   for (const char* target : {"torchtune", "torchtitan"}) {
     CAPTURE(target);
-    auto x = test::run_cli(std::string("--model 8b --nodes 1 --hw h100-80gb --attention flash3 --no-out --target ") +
-                           target);
-    CHECK(x.code == 2);
-    CHECK(x.err.find("cannot express attention flash3") != std::string::npos);
+    test::refusal(std::string("--model 8b --nodes 1 --hw h100-80gb --attention flash3 --no-out --target ") + target,
+                  {"cannot express attention flash3"});
   }
 }
 
@@ -147,10 +140,8 @@ TEST_CASE("flex export: torchtitan a9c5edc writes attn_backend flex, DeepSeek-V3
   CAPTURE(dsv3.err);
   CHECK(dsv3.code == 0);
   // Runtimes that do not call it refuse it before the search, naming the flag.
-  auto pytorch = test::run_cli("--model 8b --nodes 1 --hw h100-80gb --runtime pytorch --attention flex --no-out");
-  CHECK(pytorch.code == 2);
-  CHECK(pytorch.err.find("--attention: pytorch does not run flex_attention") != std::string::npos);
-  auto swift = test::run_cli("--model qwen2-7b --nodes 1 --hw h100-80gb --target swift --attention flex --no-out");
-  CHECK(swift.code == 2);
-  CHECK(swift.err.find("cannot express attention flex") != std::string::npos);
+  test::refusal("--model 8b --nodes 1 --hw h100-80gb --runtime pytorch --attention flex --no-out",
+                {"--attention: pytorch does not run flex_attention"});
+  test::refusal("--model qwen2-7b --nodes 1 --hw h100-80gb --target swift --attention flex --no-out",
+                {"cannot express attention flex"});
 }

@@ -477,19 +477,6 @@ TEST_CASE("export: the mesh (tp, pp, schedule) in torchtitan's configs, refused 
   CHECK(run.front().message().rfind("pp_schedule interleaved-1f1b: ", 0) == 0);
 }
 
-namespace {
-
-void expect_cli_error(const std::string& args, const std::vector<std::string>& mentions) {
-  const auto r = test::run_cli(args);
-  CAPTURE(args);
-  CAPTURE(r.err);
-  CHECK(r.code == 2);
-  CHECK(r.err.find("internal error") == std::string::npos);
-  for (const auto& m : mentions) CHECK(r.err.find(m) != std::string::npos);
-}
-
-}  // namespace
-
 TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad targets, versions and pins are refused") {
   const std::string dir = tmp_dir("cli_target");
   auto r = test::run_cli("--model llama3-8b --nodes 2 --target torchtitan --out " + dir + "/plan.yaml");
@@ -514,15 +501,15 @@ TEST_CASE("cli: --target writes the target's files next to plan.yaml; bad target
   CHECK(j["target"]["runtime"] == "transformers-deepspeed");
   CHECK(test::slurp(dir + "/swift_sft.sh").find("--train_type full") != std::string::npos);
 
-  expect_cli_error("--model llama3-8b --target torchtitn", {"unknown target 'torchtitn'", "torchtitan"});
-  expect_cli_error("--model llama3-8b --target swift --target-version v9", {"no version 'v9'", "v3.12, v4.5"});
-  expect_cli_error("--model llama3-8b --target-version v4.5", {"--target-version", "needs --target"});
-  expect_cli_error("--model llama3-8b --target torchtitan --runtime pytorch", {"--runtime", "runtime torchtitan"});
-  expect_cli_error("--model llama3-8b --nodes 2 --target torchtitan --act-ckpt selective --no-out",
-                   {"--act-ckpt", "act_ckpt selective", "selective-op"});
-  expect_cli_error("--model llama3-8b --target accelerate --method lora --lora-rank 8 --no-out",
-                   {"--method", "method lora"});
-  expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
+  test::refusal("--model llama3-8b --target torchtitn", {"unknown target 'torchtitn'", "torchtitan"});
+  test::refusal("--model llama3-8b --target swift --target-version v9", {"no version 'v9'", "v3.12, v4.5"});
+  test::refusal("--model llama3-8b --target-version v4.5", {"--target-version", "needs --target"});
+  test::refusal("--model llama3-8b --target torchtitan --runtime pytorch", {"--runtime", "runtime torchtitan"});
+  test::refusal("--model llama3-8b --nodes 2 --target torchtitan --act-ckpt selective --no-out",
+                {"--act-ckpt", "act_ckpt selective", "selective-op"});
+  test::refusal("--model llama3-8b --target accelerate --method lora --lora-rank 8 --no-out",
+                {"--method", "method lora"});
+  test::refusal("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
   fs::remove_all(dir);
 }
 
@@ -578,7 +565,7 @@ TEST_CASE("cli: a local Hugging Face model directory is the model a path-loading
   CAPTURE(r.err);
   CHECK(r.code == 0);
   // A zoo model has no directory: a target whose table lacks it still refuses it, naming the ways to give one.
-  expect_cli_error("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
+  test::refusal("--model qwen2-7b --target torchtitan --no-out", {"qwen2-7b", "torchtitan"});
   const TargetSpec swift = load_target_spec(kRoot, "swift", "v4.5");
   CHECK(target_model(swift, "Qwen2-7B-local", "/data/Qwen2-7B-local").at("hf_id") == "/data/Qwen2-7B-local");
   CHECK_THROWS_WITH_AS(target_model(swift, "Qwen2-7B-local", ""), doctest::Contains("Hugging Face directory"),
@@ -600,13 +587,13 @@ TEST_CASE("cli: export writes an expressible plan's files and refuses the rest, 
   CHECK(r.out.find("predicted with runtime deepspeed") != std::string::npos);
   CHECK(r.out.find("launch: deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8") != std::string::npos);
   // Same plan, torchtitan: zero3 is not a torchtitan strategy.
-  expect_cli_error("export " + dir + "/plan.yaml --to torchtitan --out " + dir + "/tt",
-                   {"strategy zero3", "the nearest plan torchtitan runs: fsdp"});
+  test::refusal("export " + dir + "/plan.yaml --to torchtitan --out " + dir + "/tt",
+                {"strategy zero3", "the nearest plan torchtitan runs: fsdp"});
   CHECK(!fs::exists(dir + "/tt/job.toml"));
-  expect_cli_error("export " + dir + "/plan.yaml --to nemo", {"unknown target 'nemo'"});
-  expect_cli_error("export " + dir + "/plan.yaml", {"--to"});
-  expect_cli_error("export " + dir + "/plan.yaml --to torchtitan --target-version v0.1", {"no version 'v0.1'"});
-  expect_cli_error("export " + dir + "/missing.yaml --to torchtitan", {"missing.yaml"});
+  test::refusal("export " + dir + "/plan.yaml --to nemo", {"unknown target 'nemo'"});
+  test::refusal("export " + dir + "/plan.yaml", {"--to"});
+  test::refusal("export " + dir + "/plan.yaml --to torchtitan --target-version v0.1", {"no version 'v0.1'"});
+  test::refusal("export " + dir + "/missing.yaml --to torchtitan", {"missing.yaml"});
   fs::remove_all(dir);
 }
 

@@ -54,22 +54,18 @@ TEST_CASE("packed documents CLI: plan.yaml keeps doc_len, simulates back the sam
   const auto j = nlohmann::json::parse(again.out);
   CHECK(j["config"]["doc_len"] == 512);
   // fsdp-run attends over the whole sequence: exporting the plan there is refused by knob, with the nearest plan.
-  auto run = test::run_cli("export " + dir + "/plan.yaml --to fsdp-run --out " + dir + "/run");
-  CHECK(run.code == 2);
-  CHECK(run.err.find("doc_len 512: fsdp-run attends causally over the whole sequence") != std::string::npos);
+  test::refusal("export " + dir + "/plan.yaml --to fsdp-run --out " + dir + "/run",
+                {"doc_len 512: fsdp-run attends causally over the whole sequence"});
   fs::remove_all(dir);
   // On fsdp-run itself (the default runtime) the flag is refused before the search, naming it.
-  auto fsdp_run = test::run_cli("--model 8b --nodes 1 --seq 8192 --doc-len 512 --no-out");
-  CHECK(fsdp_run.code == 2);
-  CHECK(fsdp_run.err.find("--doc-len: fsdp-run does not attend packed documents one by one") != std::string::npos);
-  // The runtimes that do, read from the shipped profiles (Transformers' Trainer profiles and torchtitan-2606 among
-  // them), not a list written into the rule.
-  CHECK(fsdp_run.err.find("transformers-fsdp1") != std::string::npos);
-  CHECK(fsdp_run.err.find("torchtitan-2606") != std::string::npos);
-  CHECK(fsdp_run.err.find(", torchtitan,") == std::string::npos);
-  auto zero = test::run_cli("simulate --model 8b --doc-len 0");
-  CHECK(zero.code == 2);
-  CHECK(zero.err.find("--doc-len: must be at least 1") != std::string::npos);
+  const std::string fsdp_run =
+      test::refusal("--model 8b --nodes 1 --seq 8192 --doc-len 512 --no-out",
+                    {"--doc-len: fsdp-run does not attend packed documents one by one",
+                     // The runtimes that do, read from the shipped profiles (Transformers' Trainer profiles and
+                     // torchtitan-2606 among them), not a list written into the rule.
+                     "transformers-fsdp1", "torchtitan-2606"});
+  CHECK(fsdp_run.find(", torchtitan,") == std::string::npos);
+  test::refusal("simulate --model 8b --doc-len 0", {"--doc-len: must be at least 1"});
 }
 
 TEST_CASE("packed documents export: ms-swift packs them with flash attention; the other targets refuse by knob") {
@@ -86,17 +82,13 @@ TEST_CASE("packed documents export: ms-swift packs them with flash attention; th
   fs::remove_all(dir);
   // --packing raises ValueError without a flash attention implementation (sft_args.py _check_padding_free): a pinned
   // sdpa is refused by the target's knob, whatever the documents.
-  auto sdpa = test::run_cli(
+  test::refusal(
       "--model qwen2-7b --nodes 1 --method lora --lora-rank 16 --target swift --attention sdpa "
-      "--no-out");
-  CHECK(sdpa.code == 2);
-  CHECK(sdpa.err.find("--attention: swift v4.5 cannot express attention sdpa") != std::string::npos);
+      "--no-out",
+      {"--attention: swift v4.5 cannot express attention sdpa"});
   for (const char* t : {"torchtitan", "deepspeed", "accelerate", "torchtune", "fsdp-run"}) {
     CAPTURE(t);
-    auto x =
-        test::run_cli(std::string("--model 8b --nodes 1 --hw h100-80gb --target ") + t + " --doc-len 1024 --no-out");
-    CHECK(x.code == 2);
-    CHECK(x.err.find("--doc-len: ") != std::string::npos);
-    CHECK(x.err.find("cannot express doc_len 1024") != std::string::npos);
+    test::refusal(std::string("--model 8b --nodes 1 --hw h100-80gb --target ") + t + " --doc-len 1024 --no-out",
+                  {"--doc-len: ", "cannot express doc_len 1024"});
   }
 }

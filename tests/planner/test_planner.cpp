@@ -21,6 +21,7 @@
 #include "search_space.hpp"
 
 using namespace fsdp;
+using fsdp::test::refusal;
 using fsdp::test::run_cli;
 
 namespace {
@@ -331,19 +332,14 @@ TEST_CASE("--float8: every candidate trains float8 linears, plan.yaml carries th
   CHECK(run_cli("--model llama3-8b --nodes 1 --hw h100-80gb --tp 1 --pp 1 --no-out").out.find("float8 (not") ==
         std::string::npos);
   // A GPU without FP8 tensor cores, a runtime that does not run float8, an unknown recipe: one message, exit 2.
-  auto a100 = run_cli("--model llama3-8b --nodes 1 --runtime torchtitan-compile --float8 tensorwise --no-out");
-  CHECK(a100.code == 2);
-  CHECK(a100.err.find("--float8: a100-80gb has compute capability 8.0") != std::string::npos);
-  auto eager = run_cli("simulate --model llama3-8b --gpus 8 --hw h100-80gb --runtime torchtitan --float8 tensorwise");
-  CHECK(eager.code == 2);
-  CHECK(eager.err.find("--float8: torchtitan does not train float8 linears") != std::string::npos);
-  auto bad = run_cli("--model llama3-8b --nodes 1 --float8 fp8 --no-out");
-  CHECK(bad.code == 2);
-  CHECK(bad.err.find("--float8: 'fp8' is not one of: none, tensorwise, rowwise") != std::string::npos);
+  refusal("--model llama3-8b --nodes 1 --runtime torchtitan-compile --float8 tensorwise --no-out",
+          {"--float8: a100-80gb has compute capability 8.0"});
+  refusal("simulate --model llama3-8b --gpus 8 --hw h100-80gb --runtime torchtitan --float8 tensorwise",
+          {"--float8: torchtitan does not train float8 linears"});
+  refusal("--model llama3-8b --nodes 1 --float8 fp8 --no-out",
+          {"--float8: 'fp8' is not one of: none, tensorwise, rowwise"});
   // fsdp-run is not a float8 target: exporting this plan there is refused with the knob and why.
-  auto to_run = run_cli("export " + path + " --to fsdp-run --out /tmp");
-  CHECK(to_run.code == 2);
-  CHECK(to_run.err.find("float8") != std::string::npos);
+  refusal("export " + path + " --to fsdp-run --out /tmp", {"float8"});
   std::remove(path.c_str());
 }
 
@@ -580,9 +576,7 @@ TEST_CASE("compare: predicted vs measured per category, step time from the media
     std::remove((base + ".pp.yaml").c_str());
   }
   std::ofstream(base + ".bad.json") << "{\"steps\": []}";
-  auto bad = run_cli("compare " + base + ".yaml " + base + ".bad.json");
-  CHECK(bad.code == 2);
-  CHECK(bad.err.find("missing key 'memory'") != std::string::npos);
+  refusal("compare " + base + ".yaml " + base + ".bad.json", {"missing key 'memory'"});
   for (const char* ext : {".yaml", ".json", ".bad.json"}) std::remove((base + ext).c_str());
 }
 
@@ -628,9 +622,7 @@ TEST_CASE("a CPU plan that reshards after forward predicts a range: plan.yaml ke
   const auto eol = text.find('\n', at);
   text.replace(at, eol - at, "peak_bytes_floor: " + std::to_string(bound * 2));
   std::ofstream(base + ".yaml") << text;
-  auto bad = run_cli("compare " + base + ".yaml " + base + ".json");
-  CHECK(bad.code == 2);
-  CHECK(bad.err.find("peak_bytes_floor") != std::string::npos);
+  refusal("compare " + base + ".yaml " + base + ".json", {"peak_bytes_floor"});
   for (const char* ext : {".yaml", ".json"}) std::remove((base + ext).c_str());
 }
 
@@ -767,21 +759,16 @@ TEST_CASE("planner: --nodes 2,4 sweeps the cluster sizes, each row the plan a se
 }
 
 TEST_CASE("planner: a --nodes sweep refuses a bad size and the files only one size writes") {
-  auto bad = run_cli("--model llama2-7b --nodes 1,x");
-  CHECK(bad.code == 2);
-  CHECK(bad.err.find("--nodes: '1,x': each size of a sweep must be a node count of at least 1, got 'x'") !=
-        std::string::npos);
-  CHECK(run_cli("--model llama2-7b --nodes 0,2").code == 2);
+  refusal("--model llama2-7b --nodes 1,x",
+          {"--nodes: '1,x': each size of a sweep must be a node count of at least 1, got 'x'"});
+  refusal("--model llama2-7b --nodes 0,2");
   // Pins no size of the sweep can run: one message, exit 2.
-  auto pins = run_cli("--model llama2-7b --nodes 1,2 --tp 3");
-  CHECK(pins.code == 2);
-  CHECK(pins.err.find("--tp") != std::string::npos);
-  CHECK(run_cli("--model llama2-7b --nodes 1,,2").code == 2);
+  refusal("--model llama2-7b --nodes 1,2 --tp 3", {"--tp"});
+  refusal("--model llama2-7b --nodes 1,,2");
   for (const char* flag : {"--out p.yaml", "--target torchtitan", "--html r.html", "--trace t.json"}) {
     CAPTURE(flag);
-    auto r = run_cli(std::string("--model llama2-7b --nodes 1,2 ") + flag);
-    CHECK(r.code == 2);
-    CHECK(r.err.find("a --nodes sweep (1,2) writes no plan, report or trace file") != std::string::npos);
+    refusal(std::string("--model llama2-7b --nodes 1,2 ") + flag,
+            {"a --nodes sweep (1,2) writes no plan, report or trace file"});
   }
 }
 
@@ -836,9 +823,8 @@ TEST_CASE("compare: a run that executed another attention than the plan's is com
   CHECK(peak_error(old.out) < -0.05);  // the flash prediction below what the eager run measured
   report["plan"]["attention"] = "quantum";
   std::ofstream(base + ".json") << report.dump();
-  auto bad = run_cli("compare " + base + ".flash.yaml " + base + ".json");
-  CHECK(bad.code == 2);
-  CHECK(bad.err.find("plan.attention: 'quantum' is not an attention implementation") != std::string::npos);
+  refusal("compare " + base + ".flash.yaml " + base + ".json",
+          {"plan.attention: 'quantum' is not an attention implementation"});
   for (const char* ext : {".flash.yaml", ".eager.yaml", ".json"}) std::remove((base + ext).c_str());
 }
 
