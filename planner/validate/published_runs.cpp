@@ -361,6 +361,9 @@ RowResult evaluate_published_row(const PublishedRow& row, const std::string& con
     const std::string under_trainer = rt_name == "pytorch-fsdp1" ? "transformers-fsdp1" : "transformers-fsdp";
     if (file_exists(runtime_file(config_root, under_trainer))) rt_name = under_trainer;
   }
+  // fms-fsdp's FSDP1 over foundation-model-stack's own LLaMA (configs/runtimes/fms-fsdp.yaml); compiled, below.
+  if (row.framework == "fms-fsdp" && row.runtime == "fsdp1" && file_exists(runtime_file(config_root, "fms-fsdp")))
+    rt_name = "fms-fsdp";
   // torchtune's recipes over FSDP2, which delete the logits before the backward (configs/runtimes/torchtune.yaml).
   if (row.framework == "torchtune" && row.runtime == "fsdp2" && !row.compile &&
       file_exists(runtime_file(config_root, "torchtune")))

@@ -90,9 +90,9 @@ double tensor_bytes(TensorClass cls, const ActivationQuery& q) {
     case TensorClass::FusedQkvQk:
       return q.value_view_keeps_fused_qkv ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::KvRepeated:
-      return q.kv_saved_repeated ? dtype_bytes(q.compute) : 0.0;
+      return q.kv_repeated && q.pointwise_outputs_saved ? dtype_bytes(q.compute) : 0.0;
     case TensorClass::KvRepeatedWindowed:
-      return q.kv_saved_repeated_windowed ? dtype_bytes(q.compute) : 0.0;
+      return q.kv_repeated_windowed && q.pointwise_outputs_saved ? dtype_bytes(q.compute) : 0.0;
   }
   return 4.0;
 }
@@ -390,8 +390,10 @@ ModuleId ModuleGraph::build_attention(ModuleId layer, int64_t i, ModuleId src, c
     core.saved.push_back(
         SavedTensor{p + ".attn.qkv_copy_kv", 2.0 * kvd, false, TensorClass::QkvCopyKv, false, false, true});
   // Grouped k and v repeated to the query heads before the fused kernel (a copy each: repeat_kv's expand then
-  // reshape; RuntimeProfile::saved_kv_repeat): the kernel saves them at q's width, q - kv more each. A sliding layer
-  // has a class of its own: the sdpa path passes its mask, and with a mask Hugging Face repeats them.
+  // reshape; RuntimeProfile::kv_repeat): the kernel saves them at q's width, q - kv more each, where autograd keeps
+  // the copies (eager: a compiled graph saves the kv-wide tensors and repeats them again in the backward, the copy
+  // being a cheap op to the min-cut partitioner, torch/_functorch/partitioners.py). A sliding layer has a class of
+  // its own: the sdpa path passes its mask, and with a mask Hugging Face repeats them.
   if (core.kv_heads < core.heads)
     core.saved.push_back(SavedTensor{p + ".attn.kv_repeated", 2.0 * (qd - kvd), false,
                                      core.window > 0 ? TensorClass::KvRepeatedWindowed : TensorClass::KvRepeated, false,

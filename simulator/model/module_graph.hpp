@@ -64,8 +64,9 @@ enum class TensorClass {
                  // compute dtype where the runtime runs such modules (ActivationQuery::value_view_keeps_fused_qkv)
   KvRepeated,    // what repeating k and v to the query heads adds to the fused kernel's saved k and v, in a layer
                  // attending every earlier token: the compute dtype where the run repeats them
-                 // (ActivationQuery::kv_saved_repeated), else nothing
-  KvRepeatedWindowed,  // the same in a sliding-window layer (ActivationQuery::kv_saved_repeated_windowed)
+                 // (ActivationQuery::kv_repeated) and its autograd keeps the copies (pointwise_outputs_saved: eager;
+                 // the compiled partitioner recomputes them from the kv-wide projections), else nothing
+  KvRepeatedWindowed,  // the same in a sliding-window layer (ActivationQuery::kv_repeated_windowed)
 };
 
 // A tensor kept for backward. Sizes are per token; `per_seq` tensors scale
@@ -158,11 +159,11 @@ struct ActivationQuery {
   bool sac_keeps_unread_outputs = true;  // per-op checkpointing keeps the cached outputs no backward reads (eager)
   bool mha_qkv_copy_saved = false;       // runtime's saved q views a multi-head layer's whole qkv copy (QkvCopyKv)
   bool value_view_keeps_fused_qkv = false;  // runtime's saved value views a fused qkv output (FusedQkvQk)
-  // The fused kernel's saved k and v are copies repeated to the query heads (KvRepeated), in the layers attending
-  // every earlier token and in the sliding-window ones (KvRepeatedWindowed, whose mask the sdpa path may pass):
-  // program/step_program.cpp kv_saved_repeated.
-  bool kv_saved_repeated = false;
-  bool kv_saved_repeated_windowed = false;
+  // The model's code repeats k and v to the query heads before the fused kernel, in the layers attending every
+  // earlier token and in the sliding-window ones (whose mask the sdpa path may pass): program/step_program.cpp
+  // kv_repeated; TensorClass::KvRepeated and KvRepeatedWindowed.
+  bool kv_repeated = false;
+  bool kv_repeated_windowed = false;
   // LoRA (Strategy::method lora / qlora): the base linears are frozen. Autograd saves a linear's input for its weight
   // gradient only where the weight requires one (derivatives.yaml mm: mat2's gradient reads self; the generated
   // backward nodes save a variable only when an output that reads it needs a gradient, should_compute_output): a

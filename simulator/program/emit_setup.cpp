@@ -15,7 +15,7 @@ void Emitter::setup(EmitMemo* memo) {
     windowed_masked = sdpa_layer_masked(spec, i, s.seq_len);
     break;
   }
-  q.kv_saved_repeated_windowed = kv_saved_repeated(s, rt, windowed_masked);
+  q.kv_repeated_windowed = kv_repeated(s, rt, windowed_masked);
   tokens = static_cast<double>(s.micro_batch * s.seq_len);
   prog.layout.tokens_per_micro_batch = s.micro_batch * s.seq_len;
   pb = dtype_bytes(s.param_dtype);

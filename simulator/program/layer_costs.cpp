@@ -199,6 +199,8 @@ double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
 //  - rotary (HF apply_rotary_pos_emb: q*cos, rotate_half (slice + cat), *sin, add): ~7 r/w passes over q, k;
 //    flash-attn's in-place rotary (RotaryKernel::FlashAttnInPlace) one r/w pass over q and k, after k
 //    and v are packed by a cat (r/w 2 kv) and a permuted contiguous copy (r/w 2 kv);
+//  - grouped k and v repeated to the query heads where the model's code does (RuntimeProfile::kv_repeat): read kv,
+//    write q, for each (transformers repeat_kv and torchtitan's: expand, then a reshape that copies);
 //  - attention layout: q, k, v transposed to (batch, heads, seq, dim): one r/w pass; a sequence-first layer's
 //    transposed attention output copied for the output projection when the micro-batch holds more than one
 //    sequence (RuntimeProfile::attention_output_copy): one r/w pass over q;
@@ -207,7 +209,7 @@ double rotary_rotate_half_fp32_bytes(const Widths& w, double pb) {
 //    read gate and up, write the product (3f); plain MLP: GELU (r f, w f);
 //  - two residual adds (r 2, w 1 tensors each, residual dtype); dropout (r, w, mask).
 double eager_elementwise_bytes(const Widths& w, double h, double pb, double res, bool norm_fp32,
-                               const RuntimeProfile& rt, int64_t micro_batch) {
+                               const RuntimeProfile& rt, int64_t micro_batch, bool kv_repeated) {
   double e = w.norm_elems * norm_traffic_per_element(rt, pb, norm_fp32).forward;
   if (w.rope) {
     switch (rt.rotary_kernel) {
@@ -229,6 +231,7 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
     }
   }
   e += 2.0 * (w.q + 2.0 * w.kv) * pb;
+  if (kv_repeated) e += 2.0 * (w.q + w.kv) * pb;
   if (rt.attention_output_copy && micro_batch > 1) e += 2.0 * w.q * pb;
   e += (w.gated ? (rt.glu_single_kernel ? 3.0 : 5.0) : 2.0) * w.ffn * pb;
   e += 2.0 * 3.0 * h * res;
@@ -249,13 +252,13 @@ double eager_elementwise_bytes(const Widths& w, double h, double pb, double res,
 // And in either mode, eager or compiled:
 //  - torchtitan's complex rotary backward runs the forward's three kernels on the gradient (rotary_complex_bytes):
 //    once the forward's bytes, not twice.
-// The fused kernels only:
-//  - the compiled layer's repeat of k and v to the query heads (fused_elementwise_bytes): its backward moves 2q,
-//    once the forward's.
+//  - the repeat of k and v to the query heads: its backward sums each q-wide gradient back to the kv heads (expand's
+//    backward), once the forward's bytes: eager 2 (q + kv) (read kv, write q, for k and for v), compiled 2q
+//    (fused_elementwise_bytes).
 double backward_savings(const Widths& w, double pb, const RuntimeProfile& rt, bool eager, bool kv_repeated) {
   double saved = 0;
   if (w.rope && rt.rotary_kernel == RotaryKernel::Complex) saved += rotary_complex_bytes(w, pb);
-  if (!eager && kv_repeated) saved += 2.0 * w.q * pb;
+  if (kv_repeated) saved += (eager ? 2.0 * (w.q + w.kv) : 2.0 * w.q) * pb;
   if (!eager) return saved;
   if (rt.norm_single_kernel) {
     const NormTraffic n = norm_traffic_per_element(rt, pb, false);
@@ -423,12 +426,15 @@ LayerCost layer_cost(const LayerCostInput& in, ModuleId layer, ActCkpt ckpt) {
   }
 
   const ModelSpec& m = g.spec();
-  // Grouped-query attention: fewer key/value heads than query heads, repeated to them before SDPA.
-  const bool kv_repeated = c.shape.kv_heads > 0 && c.shape.kv_heads < c.shape.heads;
+  // Grouped-query attention: fewer key/value heads than query heads, repeated to them before the kernel where the
+  // model's code does (RuntimeProfile::kv_repeat; a sliding layer's by its mask:
+  // ActivationQuery::kv_repeated_windowed).
+  const bool kv_repeated = c.shape.kv_heads > 0 && c.shape.kv_heads < c.shape.heads &&
+                           (c.shape.window > 0 ? q.kv_repeated_windowed : q.kv_repeated);
   c.elementwise_bytes_per_token =
       rt.fused_elementwise
           ? fused_elementwise_bytes(w, h, pb, res, m.pre_mlp_norm && !m.parallel_block, rt, kv_repeated)
-          : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch);
+          : eager_elementwise_bytes(w, h, pb, res, q.norm_fp32_internal, rt, s.micro_batch, kv_repeated);
   c.elementwise_bytes_per_token *= ratio;
   c.elementwise_backward_bytes_per_token =
       2.0 * c.elementwise_bytes_per_token - ratio * backward_savings(w, pb, rt, !rt.fused_elementwise, kv_repeated);

@@ -58,7 +58,7 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   q.value_view_keeps_fused_qkv = rt.value_view_keeps_fused_qkv;
   // Without the model the sliding layers are taken as attending every earlier token; the emitter sets them from the
   // model's window (step_emitter.hpp Emitter::setup).
-  q.kv_saved_repeated = q.kv_saved_repeated_windowed = kv_saved_repeated(s, rt, false);
+  q.kv_repeated = q.kv_repeated_windowed = kv_repeated(s, rt, false);
   if (s.method != Method::Full) {
     q.frozen_base = true;
     q.adapted = s.lora.target_modules;
@@ -68,13 +68,13 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt) {
   return q;
 }
 
-bool kv_saved_repeated(const Strategy& s, const RuntimeProfile& rt, bool masked) {
-  switch (rt.saved_kv_repeat) {
-    case SavedKvRepeat::Never:
+bool kv_repeated(const Strategy& s, const RuntimeProfile& rt, bool masked) {
+  switch (rt.kv_repeat) {
+    case KvRepeat::Never:
       return false;
-    case SavedKvRepeat::Always:
+    case KvRepeat::Always:
       return true;
-    case SavedKvRepeat::WithoutSdpaGqa: {
+    case KvRepeat::WithoutSdpaGqa: {
       // transformers src/transformers/integrations/sdpa_attention.py @ 00c238bd242b4c6ddfb2c17d4573174ec2daaec8,
       // sdpa_attention_forward: repeat_kv unless use_gqa_in_sdpa (torch >= 2.5 and attention_mask is None), which
       // passes enable_gqa instead. flash-attn (flash_attention_2 / 3) takes the grouped heads, flex attention passes

@@ -252,8 +252,8 @@ ActivationQuery activation_query(const Strategy& s, const RuntimeProfile& rt, Sd
 // local_attention_size).
 bool sdpa_layer_masked(const ModelSpec& m, int64_t layer, int64_t seq_len);
 
-// Whether the fused attention kernel's saved k and v are copies repeated to the query heads (RuntimeProfile::
-// saved_kv_repeat) in a layer that passes an attention mask (`masked`: sdpa_layer_masked) or not.
-bool kv_saved_repeated(const Strategy& s, const RuntimeProfile& rt, bool masked);
+// Whether the model's code repeats k and v to the query heads before the fused attention kernel (RuntimeProfile::
+// kv_repeat) in a layer that passes an attention mask (`masked`: sdpa_layer_masked) or not.
+bool kv_repeated(const Strategy& s, const RuntimeProfile& rt, bool masked);
 
 }  // namespace fsdp

@@ -142,11 +142,11 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     if (mod.has("mha_qkv_copy_saved")) r.mha_qkv_copy_saved = mod.get_bool("mha_qkv_copy_saved");
     if (mod.has("value_view_keeps_fused_qkv"))
       r.value_view_keeps_fused_qkv = mod.get_bool("value_view_keeps_fused_qkv");
-    if (mod.has("saved_kv_repeat")) {
-      const std::string repeat = mod.get_enum("saved_kv_repeat", {"never", "always", "without-sdpa-gqa"});
-      r.saved_kv_repeat = repeat == "always"             ? SavedKvRepeat::Always
-                          : repeat == "without-sdpa-gqa" ? SavedKvRepeat::WithoutSdpaGqa
-                                                         : SavedKvRepeat::Never;
+    if (mod.has("kv_repeat")) {
+      const std::string repeat = mod.get_enum("kv_repeat", {"never", "always", "without-sdpa-gqa"});
+      r.kv_repeat = repeat == "always"             ? KvRepeat::Always
+                    : repeat == "without-sdpa-gqa" ? KvRepeat::WithoutSdpaGqa
+                                                   : KvRepeat::Never;
     }
     if (mod.has("loss_output_chunks")) {
       r.loss_output_chunks = mod.get_int("loss_output_chunks");

@@ -28,12 +28,13 @@ struct HostIssue {
   }
 };
 
-// Whether the k and v a fused attention kernel saves are copies repeated to the query heads (`modules.saved_kv_repeat`;
-// fewer kv heads than query heads only), read by program/step_program.cpp kv_saved_repeated. Eager attention repeats
-// them for its GEMMs whatever this says (model/module_graph.cpp build_attention).
-enum class SavedKvRepeat : uint8_t {
-  // `never`: the kernel takes the grouped k and v (enable_gqa, flash-attn's own GQA), or a compiled graph saves the kv
-  // projections and repeats them again in the backward.
+// Whether the model's code repeats k and v to the query heads (a copy each) before a fused attention kernel
+// (`modules.kv_repeat`; fewer kv heads than query heads only), read by program/step_program.cpp kv_repeated: the
+// copies' traffic (program/layer_costs.cpp), and the q-wide tensors the kernel saves where eager autograd keeps them
+// (model/module_graph.cpp build_attention; a compiled graph saves the kv-wide projections and repeats again in the
+// backward). Eager attention repeats them for its GEMMs whatever this says.
+enum class KvRepeat : uint8_t {
+  // `never`: the kernel takes the grouped k and v (enable_gqa, flash-attn's own GQA).
   Never,
   // `always`: the model repeats them before any kernel (torchtitan's repeat_kv at 9dec370, torchtune's expand and
   // flatten, fsdp-run's repeat_interleave).
@@ -330,8 +331,8 @@ struct RuntimeProfile {
   // (model/module_graph.cpp build_attention, TensorClass::FusedQkvQk). false: the runtime's own modules project q, k
   // and v apart (torchtitan, torchtune, nanotron, fsdp-run).
   bool value_view_keeps_fused_qkv = false;
-  // `saved_kv_repeat`: SavedKvRepeat above.
-  SavedKvRepeat saved_kv_repeat = SavedKvRepeat::Never;
+  // `kv_repeat`: KvRepeat above.
+  KvRepeat kv_repeat = KvRepeat::Never;
   // `loss_kernels: vocab-parallel`: Megatron's vocabulary-parallel cross-entropy as eager kernels over the (fp32)
   // logits (max, subtract into a new tensor, exp in place, sum, divide in place; backward: multiply in place);
   // default `log-softmax`: log_softmax and nll_loss.
