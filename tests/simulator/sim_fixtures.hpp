@@ -89,6 +89,15 @@ inline std::string refusal(const Strategy& s, const ModelSpec& m, const std::str
   return error_of([&] { validate_strategy(s, m, Cluster{1, 8}, runtime(runtime_name).support); });
 }
 
+// `s` must be refused under runtime profile `runtime_name` with a reason that names `flag` and the runtime.
+inline void check_refused(const Strategy& s, const ModelSpec& m, const std::string& runtime_name,
+                          const std::string& flag) {
+  const std::string why = refusal(s, m, runtime_name);
+  CAPTURE(why);
+  CHECK(why.find(flag) != std::string::npos);
+  CHECK(why.find(runtime_name) != std::string::npos);
+}
+
 // `s` checked and simulated on one node of 8 `hw_name` GPUs with runtime profile `rt`.
 inline Prediction predict_node(const ModuleGraph& g, const Strategy& s, const std::string& hw_name,
                                const RuntimeProfile& rt) {
