@@ -36,8 +36,8 @@ struct HostIssue {
 enum class KvRepeat : uint8_t {
   // `never`: the kernel takes the grouped k and v (enable_gqa, flash-attn's own GQA).
   Never,
-  // `always`: the model repeats them before any kernel (torchtitan's repeat_kv at 9dec370, torchtune's expand and
-  // flatten, fsdp-run's repeat_interleave).
+  // `always`: the model repeats them before any kernel (torchtitan's repeat_kv at 9dec370 and e7c0cae, torchtune's
+  // and foundation-model-stack's expand and flatten, fsdp-run's repeat_interleave).
   Always,
   // `without-sdpa-gqa`: Hugging Face's sdpa path (transformers integrations/sdpa_attention.py use_gqa_in_sdpa):
   // repeat_kv unless torch is 2.5 or later and no attention mask is passed; flash-attn takes them grouped.
@@ -329,7 +329,8 @@ struct RuntimeProfile {
   // model whose value is a view of its fused qkv projection's output (ModelSpec::value_views_fused_qkv) the value the
   // attention kernel saves keeps the whole output alive, its q and k parts beside the rotated q and k the kernel saves
   // (model/module_graph.cpp build_attention, TensorClass::FusedQkvQk). false: the runtime's own modules project q, k
-  // and v apart (torchtitan, torchtune, nanotron, fsdp-run).
+  // and v apart (torchtitan, torchtune, nanotron, fsdp-run), or project them fused where the model key, which
+  // describes Hugging Face's modules, does not say so (fms-fsdp: configs/runtimes/fms-fsdp.yaml).
   bool value_view_keeps_fused_qkv = false;
   // `kv_repeat`: KvRepeat above.
   KvRepeat kv_repeat = KvRepeat::Never;
