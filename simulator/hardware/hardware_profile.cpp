@@ -128,6 +128,11 @@ BytesPerSecond HardwareProfile::copy_bandwidth(DType d) const {
   return elementwise_bandwidth(d);
 }
 
+BytesPerSecond HardwareProfile::softmax_bandwidth(DType d) const {
+  if (softmax_efficiency > 0) return memory_bandwidth * softmax_efficiency;
+  return elementwise_bandwidth(d);
+}
+
 double HardwareProfile::matmul_forward_ratio(DType d) const {
   const double r = d == DType::Bf16   ? matmul_forward_ratio_bf16
                    : d == DType::Fp16 ? matmul_forward_ratio_fp16
@@ -448,6 +453,11 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     hw.copy_efficiency = dev.get_double("copy_efficiency");
     if (!(hw.copy_efficiency > 0 && hw.copy_efficiency <= 1))
       dev.fail("copy_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
+  }
+  if (dev.has("softmax_efficiency")) {
+    hw.softmax_efficiency = dev.get_double("softmax_efficiency");
+    if (!(hw.softmax_efficiency > 0 && hw.softmax_efficiency <= 1))
+      dev.fail("softmax_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
   }
   if (dev.has("float8_cast_efficiency")) {
     hw.float8_cast_efficiency = dev.get_double("float8_cast_efficiency");

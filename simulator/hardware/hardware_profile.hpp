@@ -171,6 +171,12 @@ struct HardwareProfile {
   // (Triton) kernels that cast a float8 linear's tensors reach (program/float8_linears.hpp; docs/hardware.md "Float8
   // linears").
   double float8_cast_efficiency = 0;
+  // `device.softmax_efficiency` (optional): the fraction of memory_bandwidth PyTorch's softmax-family kernels reach
+  // (aten/src/ATen/native/cuda/SoftMax.cu: log_softmax's forward and backward over rows longer than its shared-memory
+  // path takes, which read a row three times and write it once, and nll_loss's zeroed gradient): the eager
+  // cross-entropy's kernels (program/emit_loss.cpp, Op::elementwise_softmax). 0 (absent): the compute dtype's
+  // elementwise rate.
+  double softmax_efficiency = 0;
   // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
   // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
   // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full
@@ -249,6 +255,8 @@ struct HardwareProfile {
   BytesPerSecond elementwise_bandwidth(DType) const;
   // memory_bandwidth x copy_efficiency, else the dtype's elementwise bandwidth.
   BytesPerSecond copy_bandwidth(DType) const;
+  // memory_bandwidth x softmax_efficiency, else the dtype's elementwise bandwidth.
+  BytesPerSecond softmax_bandwidth(DType) const;
   // memory_bandwidth x float8_cast_efficiency.
   BytesPerSecond float8_cast_bandwidth() const { return memory_bandwidth * float8_cast_efficiency; }
   // The dtype's forward-GEMM ratio, else 1.

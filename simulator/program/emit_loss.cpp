@@ -88,20 +88,36 @@ void Emitter::push_loss_ops(int mbi) {
   const bool caller_keeps = rt.logits_kept_by_caller && !schedule_keeps;
   l.transient_bytes = schedule_keeps ? upcast : caller_keeps ? logits + upcast : (upcasts ? upcast : logits);
   l.on_issue.push_back({MemoryCategory::Activations, logprobs});
+  const bool compiled = rt.loss_compiled && s.mesh.tp == 1;
+  // PyTorch's cross-entropy over whole logits (F.cross_entropy = log_softmax + nll_loss; under tp, the logits gathered
+  // first, tp_head_output_replicated): the upcast, `logits.float()` (read 2, write 4 bytes a logit), is a plain copy;
+  // log_softmax's forward over rows longer than its shared-memory path holds (aten/src/ATen/native/cuda/SoftMax.cu
+  // host_softmax: max_elements_per_smem is the 48 KiB of sharedMemPerBlock over the element size, 12,288 fp32 logits,
+  // so every vocabulary from 16k up) runs cunn_SoftMaxForward, which reads the row for its max, again for the sum of
+  // exponentials and a third time to write the output: 4 passes over the logits in the loss's dtype (fp32 once
+  // upcast); nll_loss's forward gathers one element a row. Priced at the softmax kernels' own rate
+  // (HardwareProfile::softmax_bandwidth). A vocabulary-parallel loss, a compiled one and an in-place backward run
+  // other kernels (below).
+  const bool softmax_kernels = !compiled && !rt.loss_vocab_parallel_kernels && !rt.loss_backward_in_place &&
+                               (s.mesh.tp == 1 || rt.tp_head_output_replicated);
+  const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
   l.elementwise_bytes = logits + upcast + logprobs;
+  if (softmax_kernels) {
+    l.elementwise_bytes = 4.0 * loss_elems_bytes;
+    l.elementwise_softmax = true;
+    l.device_copy_bytes = upcasts ? logits + upcast : 0.0;
+  }
   // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
   // huggingface/nanotron src/nanotron/parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward @
   // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93), over the logits in the loss's dtype (fp32 once upcast): after the
   // upcast (read the logits, write the copy), torch.max reads them (1), the subtraction of the max writes a new
   // tensor (r/w: 2), torch.exp(out=) rewrites it in place (2), .sum reads it (1), div_ normalises it in place (2):
   // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
-  const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
   if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
   // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
   l.head_passes = holds_head() ? 1 : 0;
   // A compiled loss (RuntimeProfile::loss_compiled): one pass over the compute-dtype logits, which it saves for its
   // backward in place of the log-probabilities; no fp32 copy.
-  const bool compiled = rt.loss_compiled && s.mesh.tp == 1;
   if (compiled) {
     l.transient_bytes = 0;
     l.on_issue = {};
@@ -165,6 +181,15 @@ void Emitter::push_loss_ops(int mbi) {
   lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
   if (mbi == 0) keep_adapter_grads(lb);
   lb.elementwise_bytes = lb.transient_bytes + logprobs;
+  // PyTorch's kernels (above): nll_loss's backward zeroes the log-probabilities' gradient (one write) and scatters one
+  // element a row; cunn_SoftMaxBackward reads that gradient for its row sum, then it and the saved output again to
+  // write the logits' gradient: 5 passes in the loss's dtype. The upcast's backward casts the gradient back (read 4,
+  // write 2 bytes a logit), a copy.
+  if (softmax_kernels) {
+    lb.elementwise_bytes = 5.0 * loss_elems_bytes;
+    lb.elementwise_softmax = true;
+    lb.device_copy_bytes = upcasts ? upcast + logits : 0.0;
+  }
   // Chunked, every chunk's loss backward runs before the head's (the autograd engine takes the ready node created
   // last, and the head's chunk GEMMs were created before any loss op): one chunk's two fp32 gradients and its
   // compute-dtype one are transient while the saved log-probabilities are released and the compute-dtype gradients

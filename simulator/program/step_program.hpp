@@ -69,6 +69,9 @@ struct Op {
   // The lm_head's three GEMMs run chunk by chunk with the loss (Liger-Kernel's fused linear cross-entropy,
   // RuntimeProfile::loss_fused_linear): priced by compute/compute_cost.hpp fused_linear_cross_entropy_time.
   bool head_fused_loss = false;
+  // Its elementwise_bytes are the eager cross-entropy's softmax-family kernels (log_softmax forward and backward,
+  // nll_loss's zeroed gradient: program/emit_loss.cpp), priced at HardwareProfile::softmax_bandwidth.
+  bool elementwise_softmax = false;
   InlineList<int, 2> deps;           // ops that must complete before this one starts
   InlineList<MemEvent, 4> on_issue;  // applied when the op is issued (CPU order)
   double transient_bytes = 0;        // live only while the op runs (Transient category)

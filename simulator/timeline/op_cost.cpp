@@ -257,7 +257,11 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
   // the gradients they read); everything else in the compute dtype.
   const bool master_side =
       op.kind == OpKind::OptimizerStep || op.kind == OpKind::GradNorm || op.elementwise_in_master_dtype;
-  if (op.elementwise_bytes > 0) {
+  if (op.elementwise_softmax) {
+    // The eager cross-entropy's log_softmax and nll_loss kernels at their own rate
+    // (HardwareProfile::softmax_bandwidth).
+    compute += op.elementwise_bytes / hw.softmax_bandwidth(dt).value;
+  } else if (op.elementwise_bytes > 0) {
     constexpr size_t kMemoLimit = 64;
     const OpPrices::TrafficMemo* hit = nullptr;
     for (const OpPrices::TrafficMemo& m : prices.traffic)

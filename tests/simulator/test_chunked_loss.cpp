@@ -49,8 +49,14 @@ TEST_CASE("chunked loss: torchtune's 8 chunks hold the compute-dtype logits and 
         doctest::Approx((4.0 + 4.0 + 2.0) / 8.0 * logits));
   CHECK(loss_op(g, s, whole, OpKind::LossBackward).transient_bytes == doctest::Approx(8.0 * logits));
   // The kernels move the same bytes.
-  for (const OpKind k : {OpKind::Loss, OpKind::LossBackward})
-    CHECK(loss_op(g, s, chunked, k).elementwise_bytes == doctest::Approx(loss_op(g, s, whole, k).elementwise_bytes));
+  for (const OpKind k : {OpKind::Loss, OpKind::LossBackward}) {
+    const Op c = loss_op(g, s, chunked, k), w = loss_op(g, s, whole, k);
+    CHECK(c.elementwise_softmax);
+    CHECK(w.elementwise_softmax);
+    CHECK(c.elementwise_bytes > 0.0);
+    CHECK(c.device_copy_bytes == doctest::Approx(w.device_copy_bytes));
+    CHECK(c.elementwise_bytes == doctest::Approx(w.elementwise_bytes));
+  }
   // Simulated on 8 H100s: the peak falls by what the loss held (the loss is this plan's peak), the step's time stays.
   const Prediction c = test::predict_node(g, s, "h100-80gb", chunked), w = test::predict_node(g, s, "h100-80gb", whole);
   MESSAGE("llama3-8b seq 8192 on 8 H100s, torchtune: peak allocated "

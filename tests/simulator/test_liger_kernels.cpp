@@ -58,10 +58,12 @@ TEST_CASE("liger: the fused linear cross-entropy against Liger-Kernel's A100 ben
                  .value;
     };
     const double liger = liger_with(kLogitPassesV042), liger_today = liger_with(kLogitPassesToday);
-    // The baseline: the linear's three GEMMs and eager cross-entropy over the bf16 logits (log_softmax r/w, nll;
-    // backward: nll's gradient, log_softmax's backward r/r/w): six logits-sized passes.
+    // The baseline: the linear's three GEMMs and eager cross-entropy over the bf16 logits as the simulator prices it
+    // (program/emit_loss.cpp, tests/simulator/test_cross_entropy_kernels.cpp): log_softmax's forward reads a row
+    // three times and writes it, nll_loss's backward zeroes the gradient, log_softmax's backward reads it twice and
+    // the output once and writes: nine logits-sized passes at the softmax kernels' rate.
     const double hf = 3.0 * matmul_time(hw, r.tokens, v, h, DType::Bf16).value +
-                      memory_bound_time(hw, Bytes(6.0 * logits), DType::Bf16).value;
+                      9.0 * logits / hw.softmax_bandwidth(DType::Bf16).value;
     const double liger_err = 1e3 * liger / r.liger_ms - 1.0, hf_err = 1e3 * hf / r.hf_ms - 1.0;
     MESSAGE("BT " << r.tokens << ": chunk " << fused_linear_ce_chunk_rows(r.tokens, v, h) << " rows, liger 0.4.2 "
                   << 1e3 * liger << " ms (measured " << r.liger_ms << ", " << 100 * liger_err << "%), today's kernels "

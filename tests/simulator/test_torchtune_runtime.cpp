@@ -69,8 +69,13 @@ TEST_CASE(
   }
   CHECK(gathers == 1);
   CHECK(loss_all_reduces == 0);
-  CHECK(loss_copy == doctest::Approx(2.0 * logits));  // torch.cat of the gathered shards along the vocabulary
-  // The vocabulary-parallel loss reads the shard: half the bytes, its all-reduces, no gather of the logits.
+  // torch.cat of the gathered shards along the vocabulary (read and write the bf16 logits), and the upcast
+  // `logits.float()` (read 2, write 4 bytes a logit).
+  CHECK(loss_copy == doctest::Approx(2.0 * logits + 3.0 * logits));
+  // PyTorch's log_softmax forward over the whole fp32 logits: 4 passes of 4 bytes a logit (program/emit_loss.cpp).
+  CHECK(loss_bytes == doctest::Approx(4.0 * 2.0 * logits));
+  // The vocabulary-parallel loss reads the shard (half the logits: the bf16 read, the fp32 upcast and
+  // log-probabilities), its all-reduces, no gather of the logits.
   double shard_bytes = 0;
   int shard_all_reduces = 0, shard_gathers = 0;
   for (const Op& op : ops(vocab_parallel)) {
@@ -78,7 +83,7 @@ TEST_CASE(
     if (op.phase == Phase::TpLossAllReduce) ++shard_all_reduces;
     if (op.kind == OpKind::TpCollective && op.tp_head && op.collective == CollectiveKind::AllGather) ++shard_gathers;
   }
-  CHECK(loss_bytes == doctest::Approx(2.0 * shard_bytes));
+  CHECK(shard_bytes == doctest::Approx(0.5 * (logits + 2.0 * logits + 2.0 * logits)));
   CHECK(shard_all_reduces > 0);
   CHECK(shard_gathers == 0);
 }
