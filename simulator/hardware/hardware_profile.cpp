@@ -449,21 +449,15 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
     // The forward is one of three GEMMs whose mean is 1: it cannot take 3x the mean or nothing.
     if (!(dst > 0 && dst < 3)) m.fail(key, "must be within (0, 3)");
   });
-  if (dev.has("copy_efficiency")) {
-    hw.copy_efficiency = dev.get_double("copy_efficiency");
-    if (!(hw.copy_efficiency > 0 && hw.copy_efficiency <= 1))
-      dev.fail("copy_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
-  }
-  if (dev.has("softmax_efficiency")) {
-    hw.softmax_efficiency = dev.get_double("softmax_efficiency");
-    if (!(hw.softmax_efficiency > 0 && hw.softmax_efficiency <= 1))
-      dev.fail("softmax_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
-  }
-  if (dev.has("float8_cast_efficiency")) {
-    hw.float8_cast_efficiency = dev.get_double("float8_cast_efficiency");
-    if (!(hw.float8_cast_efficiency > 0 && hw.float8_cast_efficiency <= 1))
-      dev.fail("float8_cast_efficiency", "must be within (0, 1]: a fraction of device.memory_bandwidth");
-  }
+  // Optional fractions of device.memory_bandwidth that one family of kernels reaches.
+  auto bandwidth_fraction = [&](const char* key, double& dst) {
+    if (!dev.has(key)) return;
+    dst = dev.get_double(key);
+    if (!(dst > 0 && dst <= 1)) dev.fail(key, "must be within (0, 1]: a fraction of device.memory_bandwidth");
+  };
+  bandwidth_fraction("copy_efficiency", hw.copy_efficiency);
+  bandwidth_fraction("softmax_efficiency", hw.softmax_efficiency);
+  bandwidth_fraction("float8_cast_efficiency", hw.float8_cast_efficiency);
   if (dev.has("cores")) hw.device_cores = dev.get_positive_double("cores");
   dev.finish();
 }

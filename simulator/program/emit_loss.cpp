@@ -101,12 +101,9 @@ void Emitter::push_loss_ops(int mbi) {
   const bool softmax_kernels = !compiled && !rt.loss_vocab_parallel_kernels && !rt.loss_backward_in_place &&
                                (s.mesh.tp == 1 || rt.tp_head_output_replicated);
   const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
-  l.elementwise_bytes = logits + upcast + logprobs;
-  if (softmax_kernels) {
-    l.elementwise_bytes = 4.0 * loss_elems_bytes;
-    l.elementwise_softmax = true;
-    l.device_copy_bytes = upcasts ? logits + upcast : 0.0;
-  }
+  l.elementwise_bytes = softmax_kernels ? 4.0 * loss_elems_bytes : logits + upcast + logprobs;
+  l.elementwise_softmax = softmax_kernels;
+  l.device_copy_bytes = softmax_kernels && upcasts ? logits + upcast : 0.0;
   // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
   // huggingface/nanotron src/nanotron/parallel/tensor_parallel/functional.py _ShardedCrossEntropy.forward @
   // 67c5ebb6a925cb47026b22013af8bd1bb6c46d93), over the logits in the loss's dtype (fp32 once upcast): after the
@@ -180,16 +177,13 @@ void Emitter::push_loss_ops(int mbi) {
   // (the peak of this op) are released.
   lb.on_complete.push_back({MemoryCategory::UnshardedGrads, head_grad_bytes()});
   if (mbi == 0) keep_adapter_grads(lb);
-  lb.elementwise_bytes = lb.transient_bytes + logprobs;
   // PyTorch's kernels (above): nll_loss's backward zeroes the log-probabilities' gradient (one write) and scatters one
   // element a row; cunn_SoftMaxBackward reads that gradient for its row sum, then it and the saved output again to
   // write the logits' gradient: 5 passes in the loss's dtype. The upcast's backward casts the gradient back (read 4,
   // write 2 bytes a logit), a copy.
-  if (softmax_kernels) {
-    lb.elementwise_bytes = 5.0 * loss_elems_bytes;
-    lb.elementwise_softmax = true;
-    lb.device_copy_bytes = upcasts ? upcast + logits : 0.0;
-  }
+  lb.elementwise_bytes = softmax_kernels ? 5.0 * loss_elems_bytes : lb.transient_bytes + logprobs;
+  lb.elementwise_softmax = softmax_kernels;
+  lb.device_copy_bytes = softmax_kernels && upcasts ? upcast + logits : 0.0;
   // Chunked, every chunk's loss backward runs before the head's (the autograd engine takes the ready node created
   // last, and the head's chunk GEMMs were created before any loss op): one chunk's two fp32 gradients and its
   // compute-dtype one are transient while the saved log-probabilities are released and the compute-dtype gradients
