@@ -11,6 +11,9 @@
 #                  seq 4096, micro-batch 1, full checkpointing, bf16 params, fp32 reduce, AdamW, synthetic data;
 #                  median step time over steps 3-10 and the run's peak allocated, against FSDP2's 0.576 s and
 #                  21.62 GiB, and fsdp-plan's prediction of the same plan (runtime fsdp-run, h200-141gb)
+#   5. calibrate   `fsdp-run calibrate --quick` on the device (base h200-141gb): $OUT/calibrated.yaml, its log with
+#                  the residuals, and the measured memory bandwidth and cross-entropy softmax_efficiency beside the
+#                  shipped profile's (issue M9, item 6: what to fold into hwprofiles/h200-141gb.yaml)
 # Usage (on the GPU machine, after ../shared/device-kit's setup): OUT=dir scripts/gpu-check.sh [TORCH_CMAKE_PREFIX]
 # (default prefix: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
 # GPU_CHECK_DEVICE=cpu rehearses the same steps here with Debian's CPU LibTorch (Gloo, the cpu profile, the tiny
@@ -151,4 +154,21 @@ PY
 )"
 else
   record bench FAIL "bench.plan.log, bench.log"
+fi
+
+# 5. Calibrate the device (quick) and set what it measured beside the shipped profile.
+if timeout 300 "$run" calibrate --quick --base "$hw" --out "$out/calibrated.yaml" >"$out/calibrate.log" 2>&1; then
+  record calibrate ok "$(python3 - "hwprofiles/$hw.yaml" "$out/calibrated.yaml" <<'PY'
+import re, sys
+def key(path, k):
+    m = re.search(rf"^  {k}: *\"?([^\"\n#]+)", open(path).read(), re.M)
+    return m.group(1).strip() if m else "-"
+shipped, measured = sys.argv[1:3]
+print(f"memory_bandwidth {key(measured, 'memory_bandwidth')} (shipped {key(shipped, 'memory_bandwidth')}), "
+      f"softmax_efficiency {key(measured, 'softmax_efficiency')} (shipped {key(shipped, 'softmax_efficiency')}); "
+      "residuals in calibrate.log")
+PY
+)"
+else
+  record calibrate FAIL "calibrate.log"
 fi

@@ -149,6 +149,7 @@ int Calibrator::run(const DistEnv& env) {
   gemms();
   attention(at::kFloat, s_.attn);
   attention(at::kBFloat16, s_.attn_bf16);
+  cross_entropy();
   host_overhead(at::kFloat, s_.overhead_fp32, s_.elementwise_fp32, s_.overhead_note_fp32);
   host_overhead(at::kBFloat16, s_.overhead_bf16, s_.elementwise_bf16, s_.overhead_note_bf16);
   host();

@@ -57,6 +57,7 @@ class Calibrator {
   void gemms();
   void gemm_dtype(at::ScalarType dt, std::vector<GemmSample>& out);
   void attention(at::ScalarType dt, std::vector<AttnSample>& out);
+  void cross_entropy();
   void kernels_again();
   // measure_host.cpp
   std::array<double, 4> probe_pass_times(const ProbeShape& shape, at::ScalarType dt, std::string& note);

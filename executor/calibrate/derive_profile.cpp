@@ -249,6 +249,46 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
       (hw.elementwise_bandwidth_bf16.value > 0 ? "the bandwidth term of the host_overhead fit (see there)"
                                                : "absent: the host_overhead fit found no bytes term");
 
+  // --- Kernel families priced as fractions of the memory's bandwidth (hardware_profile.hpp) ---
+  // On CUDA the cross-entropy's forward sets softmax_efficiency: the passes SoftMax.cu makes over the fp32 logits
+  // (kSoftmaxForwardPasses) per second, over the bandwidth measured above (the median over the vocabularies; the
+  // backward, at kSoftmaxBackwardPasses, is the residual report's check). The copies and float8 casts keep the base's
+  // fractions, now of the measured bandwidth, as the elementwise fraction above. A CPU's kernels are priced at its
+  // measured elementwise rate: none of the three is written (SoftMax.cu's passes are a GPU's; aten's CPU log_softmax
+  // vectorises differently).
+  if (s.cuda) {
+    std::vector<double> f;
+    for (const SoftmaxSample& c : s.cross_entropy)
+      if (c.fwd_s > 0) f.push_back(HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / c.fwd_s / s.device_bw);
+    if (!f.empty()) {
+      std::sort(f.begin(), f.end());
+      const double median = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
+      hw.softmax_efficiency = std::min(1.0, median);
+      std::string rows;
+      for (const SoftmaxSample& c : s.cross_entropy)
+        rows += "\n  " + std::to_string(c.rows) + " x " + std::to_string(c.vocab) + ": forward " +
+                fmt("%.3f ms, ", c.fwd_s * 1e3) +
+                fmt("%.3f of the bandwidth",
+                    HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / c.fwd_s / s.device_bw);
+      N["device.softmax_efficiency"] =
+          by + "at::cross_entropy_loss's forward over fp32 logits (log_softmax + nll_loss),\n" +
+          fmt("%.0f", HardwareProfile::kSoftmaxForwardPasses) +
+          " passes of 4 bytes a logit per second over device.memory_bandwidth, the median of" + rows +
+          (median > 1 ? fmt("\n(median %.3f, held at 1: the loader's bound)", median) : std::string()) +
+          (base.softmax_efficiency > 0 ? fmt("\nbase profile: %.3f of its bandwidth", base.softmax_efficiency) +
+                                             fmt(" (%.0f GB/s)", base.memory_bandwidth.value / 1e9)
+                                       : std::string("\nthe base profile has none"));
+    } else if (hw.softmax_efficiency > 0) {
+      N["device.softmax_efficiency"] = from_base + ": the base's fraction, of the measured bandwidth";
+    }
+    if (hw.copy_efficiency > 0)
+      N["device.copy_efficiency"] = from_base + ": the base's fraction, of the measured bandwidth";
+    if (hw.float8_cast_efficiency > 0)
+      N["device.float8_cast_efficiency"] = from_base + ": the base's fraction, of the measured bandwidth";
+  } else {
+    hw.softmax_efficiency = hw.copy_efficiency = hw.float8_cast_efficiency = 0;
+  }
+
   // --- CPU: the cores the node has and the cores each rank computed on ---
   if (!s.cuda) {
     hw.cpu_cores = s.cpus;
@@ -484,6 +524,17 @@ std::string residual_report(const HardwareProfile& back, const CalibrationSample
           << pct(r.rms()) << " " << pct(r.worst()) << "\n";
     }
   };
+  // The cross-entropy where the profile prices its kernels by their passes (CUDA): forward and backward.
+  if (back.softmax_efficiency > 0 && !s.cross_entropy.empty()) {
+    Residuals rf, rb;
+    const double rate = back.memory_bandwidth.value * back.softmax_efficiency;
+    for (const SoftmaxSample& c : s.cross_entropy) {
+      rf.rel.push_back(HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / rate / c.fwd_s - 1);
+      rb.rel.push_back(HardwareProfile::kSoftmaxBackwardPasses * c.logit_bytes() / rate / c.bwd_s - 1);
+    }
+    rep << "  fp32 cross-entropy fwd " << pct(rf.rms()) << " " << pct(rf.worst()) << "\n";
+    rep << "  fp32 cross-entropy bwd " << pct(rb.rms()) << " " << pct(rb.worst()) << " (held out)\n";
+  }
   if (!s.intra.empty()) coll_resid(s.intra, false);
   if (!s.inter.empty()) coll_resid(s.inter, true);
   return rep.str();

@@ -1,5 +1,6 @@
 // Calibrate's kernel measurements: the device's memory bandwidth, GEMMs of every compute dtype in the
-// orientations of a linear layer, and the executor's attention core, each timed twice (kernels_again).
+// orientations of a linear layer, and the executor's attention core, each timed twice (kernels_again); PyTorch's
+// cross-entropy kernels once.
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/version.h>
@@ -140,6 +141,29 @@ void Calibrator::attention(at::ScalarType dt, std::vector<AttnSample>& out) {
     progress(std::string(c10::toString(dt)) + " attention seq " + std::to_string(T) + ": forward " +
              fmt("%.3f ms", fwd * 1e3) + ", backward " + fmt("%.3f ms", bwd * 1e3));
     if (agree(both > cap || (opt_.quick && T >= 256))) break;
+  }
+}
+
+void Calibrator::cross_entropy() {
+  // PyTorch's eager cross-entropy over fp32 logits, as a loss that upcasts its logits runs it (docs/hardware.md
+  // "Cross-entropy kernels"), at the vocabularies of LLMs (32k to 128k: rows longer than SoftMax.cu's shared-memory
+  // path, whose passes HardwareProfile::kSoftmaxForwardPasses and kSoftmaxBackwardPasses count), the rows filling a
+  // fixed size of logits (well past a GPU's L2). derive_profile turns the forward's bytes per second into
+  // device.softmax_efficiency on CUDA; the backward is the check.
+  const double logits_mib = cuda_ ? (opt_.quick ? 256.0 : 1024.0) : (opt_.quick ? 16.0 : 64.0);
+  for (int64_t vocab : {int64_t{32768}, int64_t{65536}, int64_t{131072}}) {
+    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(logits_mib * kMiB / 4.0) / vocab);
+    at::Tensor x = at::randn({rows, vocab}, f32_), target = at::randint(vocab, {rows}, f32_.dtype(at::kLong));
+    const double fwd = time_op([&] { (void)at::cross_entropy_loss(x, target); });
+    at::Tensor xg = x.clone().requires_grad_(true);
+    const double both = time_op([&] { (void)torch::autograd::grad({at::cross_entropy_loss(xg, target)}, {xg}); });
+    SoftmaxSample c{rows, vocab, fwd, std::max(both - fwd, 0.05 * both)};
+    s_.cross_entropy.push_back(c);
+    progress("cross-entropy " + std::to_string(rows) + " x " + std::to_string(vocab) + " fp32 logits: forward " +
+             fmt("%.3f ms", fwd * 1e3) +
+             fmt(" (%.2f GB/s at SoftMax.cu's passes)",
+                 HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / fwd / 1e9) +
+             ", backward " + fmt("%.3f ms", c.bwd_s * 1e3));
   }
 }
 

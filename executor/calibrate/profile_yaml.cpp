@@ -117,6 +117,13 @@ std::vector<DtypeMap> dtype_maps(const HardwareProfile& hw) {
         ratio(hw.matmul_forward_ratio_fp16)}}};
 }
 
+// The optional fractions of device.memory_bandwidth (hardware_profile.hpp), each written where it is set.
+std::array<std::pair<const char*, double HardwareProfile::*>, 3> bandwidth_fractions() {
+  return {{{"copy_efficiency", &HardwareProfile::copy_efficiency},
+           {"softmax_efficiency", &HardwareProfile::softmax_efficiency},
+           {"float8_cast_efficiency", &HardwareProfile::float8_cast_efficiency}}};
+}
+
 }  // namespace
 
 std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
@@ -138,6 +145,8 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
     if (!curve->empty()) keys.push_back("device." + key);
   for (const DtypeMap& m : dtype_maps(hw))
     if (m.any()) keys.push_back("device." + m.key);
+  for (const auto& [key, field] : bandwidth_fractions())
+    if (hw.*field > 0) keys.push_back(std::string("device.") + key);
   if (hw.device_cores > 0) keys.push_back("device.cores");
   if (hw.compute_capability.known()) keys.push_back("device.compute_capability");
   if (hw.calibrated)
@@ -188,6 +197,8 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
     for (std::size_t d = 0; d < kDtypeNames.size(); ++d)
       if (!m.value[d].empty()) w.out() << "    " << kDtypeNames[d] << ": " << m.value[d] << "\n";
   }
+  for (const auto& [key, field] : bandwidth_fractions())
+    if (hw.*field > 0) w.field(2, std::string("device.") + key, key, fmt("%.4g", hw.*field));
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   if (hw.compute_capability.known())
     w.field(2, "device.compute_capability", "compute_capability", quoted(to_string(hw.compute_capability)));

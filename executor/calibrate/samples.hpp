@@ -25,6 +25,14 @@ struct AttnSample {
   double fwd_s = 0, bwd_s = 0;
 };
 
+// PyTorch's eager cross-entropy (at::cross_entropy_loss: log_softmax, then nll_loss) over `rows` x `vocab` fp32
+// logits, its forward and its backward (the input gradient, without accumulation).
+struct SoftmaxSample {
+  int64_t rows = 0, vocab = 0;
+  double fwd_s = 0, bwd_s = 0;
+  double logit_bytes() const { return 4.0 * double(rows) * double(vocab); }
+};
+
 // The step probes (collectives.in_step_factor), one per compute dtype that the factors are kept for: rank 0's
 // steps with the node's collectives (`real`) and alone (`local`, the rehearsal), over every round of both
 // blocks; the same plan over twice as many ranks as CPUs (`shared`, CPU only); and their medians.
@@ -61,6 +69,7 @@ struct CalibrationSamples {
   std::vector<GemmSample> fp32, bf16, fp16;
   std::string fp16_missing;  // why there are no fp16 GEMMs (empty when there are)
   std::vector<AttnSample> attn, attn_bf16;
+  std::vector<SoftmaxSample> cross_entropy;
   // --- The executor's eager layer, per dtype (fitted while measured: measure_host.cpp) ---
   HostOverhead overhead_fp32, overhead_bf16;
   BytesPerSecond elementwise_fp32{0}, elementwise_bf16{0};

@@ -177,6 +177,13 @@ struct HardwareProfile {
   // cross-entropy's kernels (program/emit_loss.cpp, Op::elementwise_softmax). 0 (absent): the compute dtype's
   // elementwise rate.
   double softmax_efficiency = 0;
+  // Those kernels' passes over a row of logits in the loss's dtype (SoftMax.cu, rows longer than the shared-memory
+  // path): log_softmax's forward reads the row for its max, for the sum of exponentials and to write the output (3
+  // reads, 1 write); the backward zeroes nll_loss's gradient (1 write) and cunn_SoftMaxBackward reads it for its row
+  // sum, then it and the saved output to write the logits' gradient (3 reads, 1 write). program/emit_loss.cpp prices
+  // them; fsdp-run calibrate measures softmax_efficiency with them (executor/calibrate/measure_kernels.cpp).
+  static constexpr double kSoftmaxForwardPasses = 4.0;
+  static constexpr double kSoftmaxBackwardPasses = 5.0;
   // `device.matmul_forward_ratio.<dtype>` (optional): a linear layer's forward GEMM (y = x W^T) time over the
   // mean of its three GEMMs (forward, dx = dy W, dW = dy^T x), which the matmul curves price. 0 (absent): 1,
   // the three alike. A reference BLAS's transposed-B loop is slower (netlib sgemm_ here: ~1.45); a full

@@ -101,7 +101,8 @@ void Emitter::push_loss_ops(int mbi) {
   const bool softmax_kernels = !compiled && !rt.loss_vocab_parallel_kernels && !rt.loss_backward_in_place &&
                                (s.mesh.tp == 1 || rt.tp_head_output_replicated);
   const double loss_elems_bytes = logits_elems() * (upcasts ? 4.0 : pb);
-  l.elementwise_bytes = softmax_kernels ? 4.0 * loss_elems_bytes : logits + upcast + logprobs;
+  l.elementwise_bytes =
+      softmax_kernels ? HardwareProfile::kSoftmaxForwardPasses * loss_elems_bytes : logits + upcast + logprobs;
   l.elementwise_softmax = softmax_kernels;
   l.device_copy_bytes = softmax_kernels && upcasts ? logits + upcast : 0.0;
   // Megatron's vocabulary-parallel cross-entropy as eager kernels (RuntimeProfile::loss_vocab_parallel_kernels;
@@ -181,7 +182,8 @@ void Emitter::push_loss_ops(int mbi) {
   // element a row; cunn_SoftMaxBackward reads that gradient for its row sum, then it and the saved output again to
   // write the logits' gradient: 5 passes in the loss's dtype. The upcast's backward casts the gradient back (read 4,
   // write 2 bytes a logit), a copy.
-  lb.elementwise_bytes = softmax_kernels ? 5.0 * loss_elems_bytes : lb.transient_bytes + logprobs;
+  lb.elementwise_bytes =
+      softmax_kernels ? HardwareProfile::kSoftmaxBackwardPasses * loss_elems_bytes : lb.transient_bytes + logprobs;
   lb.elementwise_softmax = softmax_kernels;
   lb.device_copy_bytes = softmax_kernels && upcasts ? upcast + logits : 0.0;
   // Chunked, every chunk's loss backward runs before the head's (the autograd engine takes the ready node created

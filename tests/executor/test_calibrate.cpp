@@ -446,6 +446,12 @@ TEST_CASE("fsdp-run calibrate --quick on 2 local CPU ranks writes a loadable, me
   }
   CHECK(!hw.host_overhead_bf16.empty());
   CHECK(r.out.find("calibrate: host overhead BFloat16, tokens 96") != std::string::npos);
+  // PyTorch's cross-entropy is timed at three vocabularies; on a CPU it sets no softmax_efficiency (the CPU's kernels
+  // run at its elementwise rate: derive_profile).
+  for (const char* vocab :
+       {" x 32768 fp32 logits: forward ", " x 65536 fp32 logits: forward ", " x 131072 fp32 logits"})
+    CHECK(r.out.find(vocab) != std::string::npos);
+  CHECK(hw.softmax_efficiency == 0);
   CHECK(hw.usable_device_memory.value > 0);
   CHECK(hw.usable_device_memory.value <= hw.device_memory.value);
   // Every field is commented: measured (with the date) or taken from the base profile.

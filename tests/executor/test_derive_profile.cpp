@@ -266,6 +266,70 @@ TEST_CASE("derive_profile: a CUDA device's memory and copies come from the devic
   CHECK(yaml.find("elementwise_efficiency:") != std::string::npos);
   CHECK((yaml.find("    bf16: 0.54\n") != std::string::npos) == !bf16_measured);
   CHECK(yaml.find("    fp16: 0.54\n") != std::string::npos);
+  // No cross-entropy samples: the base's kernel fractions are written as it gives them (they priced nothing before
+  // 2026-12-05: the writer dropped them).
+  CHECK(yaml.find("  softmax_efficiency: 0.8\n") != std::string::npos);
+  CHECK(yaml.find("  float8_cast_efficiency: 0.92\n") != std::string::npos);
+  CHECK(note(d, "device.softmax_efficiency").find("from --base") != std::string::npos);
+}
+
+TEST_CASE("derive_profile: a CUDA device's cross-entropy forward sets softmax_efficiency; its backward is the check") {
+  const HardwareProfile t = truth();
+  CalibrationSamples s = cpu_samples(t);
+  s.device = "cuda";
+  s.cuda = true;
+  s.device_total = 139.8 * kGiB;
+  s.h2d = s.d2h = 50e9;
+  s.device_bw = 4.3e12;
+  // Timings as SoftMax.cu's passes would take them at 0.85 of the measured bandwidth; one vocabulary slower (the
+  // median ignores it).
+  const double eff = 0.85;
+  for (int64_t vocab : {int64_t{32768}, int64_t{65536}, int64_t{131072}}) {
+    SoftmaxSample c{8192 * 32768 / vocab, vocab, 0, 0};
+    c.fwd_s = HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / (eff * s.device_bw);
+    c.bwd_s = HardwareProfile::kSoftmaxBackwardPasses * c.logit_bytes() / (eff * s.device_bw);
+    if (vocab == 131072) c.fwd_s *= 1.5;
+    s.cross_entropy.push_back(c);
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("derive_ce_" + std::to_string(::getpid()) + ".yaml")).string();
+  DeriveInputs in = inputs(path);
+  in.base = load_hardware("h200-141gb", FSDP_SOURCE_ROOT);
+  in.backend = load_backend("nccl", FSDP_SOURCE_ROOT);
+  const DerivedProfile d = derive_profile(s, in);
+  CHECK(d.hw.softmax_efficiency == doctest::Approx(eff));
+  CHECK(d.hw.float8_cast_efficiency == in.base.float8_cast_efficiency);
+  const std::string n = note(d, "device.softmax_efficiency");
+  CHECK(n.find("measured by fsdp-run calibrate") != std::string::npos);
+  CHECK(n.find("base profile: 0.800") != std::string::npos);
+  {
+    std::ofstream out(path);
+    out << hardware_profile_yaml(d.hw, d.notes);
+  }
+  const HardwareProfile back = load_hardware(path, FSDP_SOURCE_ROOT);
+  std::filesystem::remove(path);
+  CHECK(back.softmax_efficiency == doctest::Approx(eff).epsilon(1e-3));
+  CHECK(back.softmax_bandwidth(DType::Fp32).value == doctest::Approx(eff * s.device_bw).epsilon(1e-3));
+  // The residual report prices both passes at the written rate: the slow forward row is the worst, 33% under
+  // (1 / 1.5 - 1), the backward's rows agree.
+  const std::string rep = residual_report(back, s);
+  CHECK_MESSAGE(rep.find("fp32 cross-entropy fwd +19.2% +33.3%") != std::string::npos, rep);
+  CHECK_MESSAGE(rep.find("% (held out)") != std::string::npos, rep);
+  const size_t bwd = rep.find("fp32 cross-entropy bwd ");
+  REQUIRE(bwd != std::string::npos);
+  CHECK(std::fabs(std::stod(rep.substr(bwd + 23))) < 0.1);
+  // A measured rate past the loader's bound of 1 is held there, and said.
+  for (SoftmaxSample& c : s.cross_entropy) c.fwd_s /= 2;
+  const DerivedProfile fast = derive_profile(s, in);
+  CHECK(fast.hw.softmax_efficiency == 1.0);
+  CHECK(note(fast, "device.softmax_efficiency").find("held at 1") != std::string::npos);
+  // On a CPU the three fractions are not written: its kernels run at its elementwise rate.
+  s.device = "cpu";
+  s.cuda = false;
+  const DerivedProfile cpu = derive_profile(s, in);
+  CHECK(cpu.hw.softmax_efficiency == 0);
+  CHECK(cpu.hw.copy_efficiency == 0);
+  CHECK(hardware_profile_yaml(cpu.hw, cpu.notes).find("softmax_efficiency") == std::string::npos);
 }
 
 TEST_CASE("derive_profile: the written profile loads through the strict loader with the derived numbers") {
