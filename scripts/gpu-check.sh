@@ -130,8 +130,11 @@ if [ "$device" = cuda ]; then
 else
   bench_args=(--model tiny --gpus 8 --hw "$hw" --seq 128)
 fi
-if "$plan_tool" "${bench_args[@]}" --runtime fsdp-run --strategy fsdp --wrap layer --micro-batch 1 --grad-accum 1 \
-  --act-ckpt full --param-dtype bf16 --reduce-dtype fp32 --offload none --optimizer adamw --out "$out/bench.yaml" \
+# Every knob of the FSDP2 row pinned: fully_shard on each layer resharded after forward, no tensor or pipeline
+# parallelism (the search would otherwise pick no-reshard on the H200, tp 4 x pp 2 for the tiny model).
+if "$plan_tool" "${bench_args[@]}" --runtime fsdp-run --strategy fsdp --wrap layer --reshard-after-forward true \
+  --tp 1 --pp 1 --micro-batch 1 --grad-accum 1 --act-ckpt full --param-dtype bf16 --reduce-dtype fp32 \
+  --offload none --optimizer adamw --out "$out/bench.yaml" \
   >"$out/bench.plan.log" 2>&1 &&
   timeout 420 "$run" --emulate-world-size 8 "$out/bench.yaml" --steps 10 --report "$out/bench.json" \
     >"$out/bench.log" 2>&1; then
@@ -144,7 +147,10 @@ t, peak = statistics.median(steps), r["memory"]["peak_bytes"] / 2**30
 text = f"median step (3-10) {t:.3f} s, peak {peak:.2f} GiB"
 try:
     p = json.load(open(sys.argv[2]))
-    text += f"; predicted {p['time']['step_s']:.3f} s, {p['memory']['peak_bytes'] / 2**30:.2f} GiB"
+    # The emulated run's collectives complete locally (as the FSDP2 row's fake process group): its step is the
+    # predicted compute, the predicted step beside it.
+    text += (f"; predicted compute {p['time']['compute_s']:.3f} s (step {p['time']['step_s']:.3f} s), "
+             f"{p['memory']['peak_bytes'] / 2**30:.2f} GiB")
 except Exception as e:
     text += f"; no prediction ({e})"
 if sys.argv[3] == "cuda":
