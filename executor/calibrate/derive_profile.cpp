@@ -74,6 +74,31 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
                   "numbers (host bandwidth, host AdamW) by local rank 0 alone. Fields calibrate cannot measure",
                   "come from the base profile " + base.source + " and say so."};
 
+  // --- What the base describes that a calibrated profile does not carry, and why (said in the header) ---
+  // The clocks and power: the measured curves are rates at the clock the device held, so a sustained_clock would
+  // lower them twice. The SMs and GEMM tiles: the measured GEMM curve already has the measured shapes' tile and wave
+  // quantization in it. The attention reference and the kernel ratios: calibrate's attention series is the executor's
+  // eager attention core (executor/model/transformer.cpp attention_core), by FLOPs per call as timed, not the flash
+  // kernel those ratios and that reference describe; a plan whose SDPA dispatches to cuDNN or the memory-efficient
+  // kernel, or one with --attention flash3 or flex, is refused on the written profile (simulate.hpp
+  // attention_hardware_refusal) rather than priced on an eager curve.
+  std::vector<std::string> dropped;
+  if (base.boost_clock.value > 0 || base.sustained_clock.value > 0 || base.tdp.value > 0 || base.power_limit.value > 0)
+    dropped.push_back("clocks and power (the measured rates are at the clock the device held)");
+  if (base.sm_count > 0 || !base.matmul_tiles.empty())
+    dropped.push_back("sm_count and matmul_tiles (the measured GEMM curve has the shapes' tile quantization in it)");
+  if (base.attention_reference_tokens > 0 || base.sdpa_memory_efficient_ratio.given() ||
+      base.sdpa_cudnn_ratio.given() || base.flash3_ratio.given() || base.flex_ratio.given())
+    dropped.push_back(
+        "attention_reference and the attention kernel ratios (the attention curves are the executor's eager core's)");
+  hw.boost_clock = hw.boost_clock_fp32 = hw.sustained_clock = Hertz(0);
+  hw.tdp = hw.power_limit = Watts(0);
+  hw.sm_count = 0;
+  hw.matmul_tiles.clear();
+  hw.attention_reference_tokens = hw.attention_reference_heads = 0;
+  hw.sdpa_memory_efficient_ratio = hw.sdpa_cudnn_ratio = hw.flash3_ratio = hw.flex_ratio = {};
+  for (const std::string& d : dropped) notes.header.push_back("Not carried from the base: " + d + ".");
+
   // --- Memory ---
   if (s.cuda) {
     hw.usable_device_memory = Bytes(s.device_total);
@@ -168,6 +193,10 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
   } else {
     N["device.peak_flops.fp16"] = from_base;
   }
+  // The FP8 tensor-core peak: a datasheet figure calibrate does not time; float8 GEMMs are priced at it on the measured
+  // bf16 curve (compute_cost.cpp float8_matmul_time). A CPU has none.
+  if (!s.cuda) hw.peak_flops_fp8 = FlopsPerSecond(0);
+  if (hw.peak_flops_fp8.value > 0) N["device.peak_flops.fp8"] = from_base + "; float8 GEMMs run on the bf16 curve";
 
   // --- The forward GEMM's share: per dtype, the median over the shapes of x W^T's time / the mean of three ---
   std::string ratio_note;

@@ -141,6 +141,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
       "device.attention_forward_efficiency",
       "device.attention_backward_efficiency",
   };
+  if (hw.peak_flops_fp8.value > 0) keys.push_back("device.peak_flops.fp8");
   for (const auto& [key, curve] : optional_curves(hw))
     if (!curve->empty()) keys.push_back("device." + key);
   for (const DtypeMap& m : dtype_maps(hw))
@@ -182,6 +183,7 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   w.field(4, "device.peak_flops.fp32", "fp32", flops(hw.peak_flops_fp32));
   w.field(4, "device.peak_flops.bf16", "bf16", flops(hw.peak_flops_bf16));
   w.field(4, "device.peak_flops.fp16", "fp16", flops(hw.peak_flops_fp16));
+  if (hw.peak_flops_fp8.value > 0) w.field(4, "device.peak_flops.fp8", "fp8", flops(hw.peak_flops_fp8));
   w.field(2, "device.memory_bandwidth", "memory_bandwidth", bw(hw.memory_bandwidth));
   w.curve(2, "device.matmul_efficiency", "matmul_efficiency", "gemm_flops", hw.matmul_efficiency, false);
   w.curve(2, "device.attention_forward_efficiency", "attention_forward_efficiency", "attention_flops",

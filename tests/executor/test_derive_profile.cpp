@@ -271,6 +271,18 @@ TEST_CASE("derive_profile: a CUDA device's memory and copies come from the devic
   CHECK(yaml.find("  softmax_efficiency: 0.8\n") != std::string::npos);
   CHECK(yaml.find("  float8_cast_efficiency: 0.92\n") != std::string::npos);
   CHECK(note(d, "device.softmax_efficiency").find("from --base") != std::string::npos);
+  // The FP8 peak is the datasheet's (float8 GEMMs on the measured bf16 curve); what the base adjusts the measured
+  // rates with, or says of kernels calibrate does not time, is not carried, and the header says so.
+  CHECK(yaml.find("    fp8: ") != std::string::npos);
+  CHECK(d.hw.peak_flops_fp8.value == in.base.peak_flops_fp8.value);
+  CHECK(d.hw.sm_count == 0);
+  CHECK(!d.hw.sdpa_cudnn_ratio.given());
+  CHECK(d.hw.boost_clock.value == 0);
+  for (const char* dropped : {"Not carried from the base: clocks and power", "Not carried from the base: sm_count",
+                              "Not carried from the base: attention_reference"})
+    CHECK_MESSAGE(yaml.find(std::string("# ") + dropped) != std::string::npos, dropped);
+  CHECK(yaml.find("sm_count") == yaml.find("sm_count and matmul_tiles"));  // in the header only
+  for (const std::string& k : profile_note_keys(d.hw)) CHECK(d.notes.note.count(k) == 1);
 }
 
 TEST_CASE("derive_profile: a CUDA device's cross-entropy forward sets softmax_efficiency; its backward is the check") {
