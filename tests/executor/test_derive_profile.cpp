@@ -106,6 +106,25 @@ CalibrationSamples cpu_samples(const HardwareProfile& t) {
   return s;
 }
 
+// cpu_samples as a CUDA device's calibration gives them: the device's memory and the pinned copies measured.
+CalibrationSamples cuda_samples(const HardwareProfile& t) {
+  CalibrationSamples s = cpu_samples(t);
+  s.device = "cuda";
+  s.cuda = true;
+  s.device_total = 139.8 * kGiB;
+  s.h2d = 50e9;
+  s.d2h = 54e9;
+  return s;
+}
+
+// A CUDA calibration's inputs: the H200 profile as its base, NCCL its backend.
+DeriveInputs cuda_inputs(const std::string& source) {
+  DeriveInputs in = inputs(source);
+  in.base = load_hardware("h200-141gb", FSDP_SOURCE_ROOT);
+  in.backend = load_backend("nccl", FSDP_SOURCE_ROOT);
+  return in;
+}
+
 // The probe's price under a profile without its own in-step factors and with `unit` as the per-unit host time:
 // what derive_profile divides the probe's in-step collective time by (at unit 0), and the compute it scales the
 // rehearsal by for the over-subscribed run (at the derived unit).
@@ -239,16 +258,8 @@ TEST_CASE("derive_profile: in-step factors are the probe's in-step collective ti
 }
 
 TEST_CASE("derive_profile: a CUDA device's memory and copies come from the device, the rest from the base") {
-  const HardwareProfile t = truth();
-  CalibrationSamples s = cpu_samples(t);
-  s.device = "cuda";
-  s.cuda = true;
-  s.device_total = 139.8 * kGiB;
-  s.h2d = 50e9;
-  s.d2h = 54e9;
-  DeriveInputs in = inputs("/tmp/synthetic.yaml");
-  in.base = load_hardware("h200-141gb", FSDP_SOURCE_ROOT);
-  in.backend = load_backend("nccl", FSDP_SOURCE_ROOT);
+  const CalibrationSamples s = cuda_samples(truth());
+  const DeriveInputs in = cuda_inputs("/tmp/synthetic.yaml");
   const DerivedProfile d = derive_profile(s, in);
   CHECK(d.hw.device_kind == "cuda");
   CHECK(d.hw.usable_device_memory.value == s.device_total);
@@ -286,12 +297,7 @@ TEST_CASE("derive_profile: a CUDA device's memory and copies come from the devic
 }
 
 TEST_CASE("derive_profile: a CUDA device's cross-entropy forward sets softmax_efficiency; its backward is the check") {
-  const HardwareProfile t = truth();
-  CalibrationSamples s = cpu_samples(t);
-  s.device = "cuda";
-  s.cuda = true;
-  s.device_total = 139.8 * kGiB;
-  s.h2d = s.d2h = 50e9;
+  CalibrationSamples s = cuda_samples(truth());
   s.device_bw = 4.3e12;
   // Timings as SoftMax.cu's passes would take them at 0.85 of the measured bandwidth; one vocabulary slower (the
   // median ignores it).
@@ -305,9 +311,7 @@ TEST_CASE("derive_profile: a CUDA device's cross-entropy forward sets softmax_ef
   }
   const std::string path =
       (std::filesystem::temp_directory_path() / ("derive_ce_" + std::to_string(::getpid()) + ".yaml")).string();
-  DeriveInputs in = inputs(path);
-  in.base = load_hardware("h200-141gb", FSDP_SOURCE_ROOT);
-  in.backend = load_backend("nccl", FSDP_SOURCE_ROOT);
+  const DeriveInputs in = cuda_inputs(path);
   const DerivedProfile d = derive_profile(s, in);
   CHECK(d.hw.softmax_efficiency == doctest::Approx(eff));
   CHECK(d.hw.float8_cast_efficiency == in.base.float8_cast_efficiency);
