@@ -287,18 +287,17 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
   // vectorises differently).
   if (s.cuda) {
     std::vector<double> f;
-    for (const SoftmaxSample& c : s.cross_entropy)
-      if (c.fwd_s > 0) f.push_back(HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / c.fwd_s / s.device_bw);
+    std::string rows;
+    for (const SoftmaxSample& c : s.cross_entropy) {
+      if (!(c.fwd_s > 0)) continue;
+      f.push_back(HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / c.fwd_s / s.device_bw);
+      rows += "\n  " + std::to_string(c.rows) + " x " + std::to_string(c.vocab) + ": forward " +
+              fmt("%.3f ms, ", c.fwd_s * 1e3) + fmt("%.3f of the bandwidth", f.back());
+    }
     if (!f.empty()) {
       std::sort(f.begin(), f.end());
       const double median = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
       hw.softmax_efficiency = std::min(1.0, median);
-      std::string rows;
-      for (const SoftmaxSample& c : s.cross_entropy)
-        rows += "\n  " + std::to_string(c.rows) + " x " + std::to_string(c.vocab) + ": forward " +
-                fmt("%.3f ms, ", c.fwd_s * 1e3) +
-                fmt("%.3f of the bandwidth",
-                    HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / c.fwd_s / s.device_bw);
       N["device.softmax_efficiency"] =
           by + "at::cross_entropy_loss's forward over fp32 logits (log_softmax + nll_loss),\n" +
           fmt("%.0f", HardwareProfile::kSoftmaxForwardPasses) +
