@@ -7,9 +7,10 @@
 //
 // Reserved memory is different: allocator.fragmentation_fraction (configs/runtimes/pytorch.yaml; deepspeed.yaml
 // copies it) was fitted by least squares to the peak_reserved_GiB / peak_alloc_GiB pairs of these same five
-// rows, so they cannot validate it, and no other row anywhere measures a reserved peak (the CPU accuracy grid
-// has no caching allocator: fragmentation is 0 there). The reserved columns are therefore only a consistency
-// check, marked "fitted row" in the output:
+// rows, so they cannot validate it (the CPU accuracy grid has no caching allocator: fragmentation is 0 there; of the
+// published rows priced with it, ms-swift's DeepSpeed ones state a per-GPU figure of an unstated kind, likely
+// nvidia-smi's; torchtitan's runtime has its own, configs/runtimes/torchtitan.yaml). The reserved columns are
+// therefore only a consistency check, marked "fitted row" in the output:
 //  - the mechanism: predicted reserved - predicted allocated = fraction x the step's dynamic memory at the
 //    peak (allocated - persistent model states), to rounding;
 //  - the fit still describes its rows as it did when it was made: each row's reserved error within the
