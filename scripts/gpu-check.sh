@@ -14,6 +14,8 @@
 #   5. calibrate   `fsdp-run calibrate --quick` on the device (base h200-141gb): $OUT/calibrated.yaml, its log with
 #                  the residuals, and the measured memory bandwidth and cross-entropy softmax_efficiency beside the
 #                  shipped profile's (issue M9, item 6: what to fold into hwprofiles/h200-141gb.yaml)
+#   6. measure     scripts/gpu-measure.py on the device's PyTorch (CUDA only): triad bandwidth, SDPA flash by head dim,
+#                  PyTorch's and Megatron's (nanotron's) cross-entropy kernels as fractions of it; $OUT/gpu-measure.json
 # Usage (on the GPU machine, after ../shared/device-kit's setup): OUT=dir scripts/gpu-check.sh [TORCH_CMAKE_PREFIX]
 # (default prefix: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
 # GPU_CHECK_DEVICE=cpu rehearses the same steps here with Debian's CPU LibTorch (Gloo, the cpu profile, the tiny
@@ -177,4 +179,13 @@ PY
 )"
 else
   record calibrate FAIL "calibrate.log"
+fi
+
+# 6. Kernel series the GPU profiles need that calibrate does not take (the device's own PyTorch).
+if [ "$device" = cuda ]; then
+  if timeout 180 python3 scripts/gpu-measure.py "$out" >"$out/gpu-measure.log" 2>&1; then
+    record measure ok "$(tr '\n' ';' <"$out/gpu-measure.log" | cut -c1-400)"
+  else
+    record measure FAIL "gpu-measure.log (each series's error in gpu-measure.json)"
+  fi
 fi
