@@ -555,7 +555,7 @@ std::string residual_report(const HardwareProfile& back, const CalibrationSample
   // The cross-entropy where the profile prices its kernels by their passes (CUDA): forward and backward.
   if (back.softmax_efficiency > 0 && !s.cross_entropy.empty()) {
     Residuals rf, rb;
-    const double rate = back.memory_bandwidth.value * back.softmax_efficiency;
+    const double rate = back.softmax_bandwidth(DType::Fp32).value;
     for (const SoftmaxSample& c : s.cross_entropy) {
       rf.rel.push_back(HardwareProfile::kSoftmaxForwardPasses * c.logit_bytes() / rate / c.fwd_s - 1);
       rb.rel.push_back(HardwareProfile::kSoftmaxBackwardPasses * c.logit_bytes() / rate / c.bwd_s - 1);
