@@ -494,6 +494,7 @@ TEST_CASE("fsdp-run calibrate refuses bad input with exit code 2") {
   r = sh(bin + " calibrate --out " + d / "x.yaml --base no-such-profile");
   CHECK(r.code == 2);
   CHECK(r.out.find("no-such-profile") != std::string::npos);
+  CHECK(r.out.find("calibrate: --base: unknown hardware") != std::string::npos);  // the flag the user gave
   r = sh(bin + " calibrate --out " + d / "x.yaml --nproc-per-node 0");
   CHECK(r.code == 2);
   r = sh(bin + " calibrate --out " + d / "missing-dir/x.yaml");
