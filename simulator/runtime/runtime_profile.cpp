@@ -329,6 +329,10 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
     for (auto [key, field] :
          {std::pair{"linears", &r.support.float8_linears}, std::pair{"all_gather", &r.support.float8_all_gather}})
       if (f8.has(key)) *field = f8.get_bool(key);
+    if (f8.has("compiled_runtime")) {
+      const std::string twin = f8.get_string("compiled_runtime");
+      r.support.float8_compiled_runtime = twin == "none" ? "" : twin;
+    }
     f8.finish();
   }
   // Optional (absent: every data-parallel strategy and offload mode the simulator prices); a derived profile overrides

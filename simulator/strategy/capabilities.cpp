@@ -444,9 +444,16 @@ const std::array<Rule, static_cast<size_t>(CapabilityRule::kCount)>& rules() {
        }},
       {R::Float8Runtime, "float8 where the runtime does not run it",
        [](const Ctx& c) -> std::optional<CapabilityViolation> {
-         if (c.s.float8 != Float8Recipe::None && !c.rt.float8_linears)
+         if (c.s.float8 != Float8Recipe::None && !c.rt.float8_linears) {
+           if (!c.rt.float8_compiled_runtime.empty())
+             return broken(R::Float8Runtime, "--float8",
+                           c.rt.runtime_name +
+                               " runs eagerly and fsdp-plan prices float8 linears compiled only; use "
+                               "--runtime " +
+                               c.rt.float8_compiled_runtime + ", or --float8 none");
            return broken(R::Float8Runtime, "--float8",
                          c.rt.runtime_name + " does not train float8 linears; use --float8 none");
+         }
          if (c.s.float8_all_gather && !c.rt.float8_all_gather)
            return broken(R::Float8Runtime, "--float8-all-gather",
                          c.rt.runtime_name +

@@ -106,6 +106,11 @@ struct RuntimeSupport {
   // false}` (FSDP1's flat parameters all-gather in the compute dtype); rule Float8Runtime.
   bool float8_linears = true;
   bool float8_all_gather = true;
+  // The shipped runtime that prices this one's float8 linears compiled (`float8: {compiled_runtime: NAME}`, which a
+  // derived profile inherits; `none` or absent: none): an eager runtime's casts are chains of kernels fsdp-plan does
+  // not price (configs/runtimes/pytorch.yaml), so rule Float8Runtime names the compiled twin instead of saying the
+  // framework trains no float8.
+  std::string float8_compiled_runtime;
   // Expert parallelism (MeshSpec::ep): torchtitan's (parallelism.expert_parallel_degree). PyTorch's FSDP alone,
   // DeepSpeed under Transformers, nanotron and fsdp-run dispatch no tokens to other ranks: their profiles clear it
   // with `mesh: {expert_parallel: false}` (rule ExpertParallel).

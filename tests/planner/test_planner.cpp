@@ -335,7 +335,8 @@ TEST_CASE("--float8: every candidate trains float8 linears, plan.yaml carries th
   refusal("--model llama3-8b --nodes 1 --runtime torchtitan-compile --float8 tensorwise --no-out",
           {"--float8: a100-80gb has compute capability 8.0"});
   refusal("simulate --model llama3-8b --gpus 8 --hw h100-80gb --runtime torchtitan --float8 tensorwise",
-          {"--float8: torchtitan does not train float8 linears"});
+          {"--float8: torchtitan runs eagerly and fsdp-plan prices float8 linears compiled only; use --runtime "
+           "torchtitan-compile, or --float8 none"});
   refusal("--model llama3-8b --nodes 1 --float8 fp8 --no-out",
           {"--float8: 'fp8' is not one of: none, tensorwise, rowwise"});
   // fsdp-run is not a float8 target: exporting this plan there is refused with the knob and why.

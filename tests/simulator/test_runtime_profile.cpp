@@ -256,6 +256,19 @@ TEST_CASE("runtime profile: the float8 section says what runs float8, parsed str
     CAPTURE(name);
     CHECK_FALSE(runtime(name).support.float8_linears);
   }
+  // Every eager runtime that leaves float8 to its compiled twin names a shipped runtime that prices float8 linears;
+  // the frameworks without float8 name none (rule Float8Runtime's message).
+  for (const auto& entry : std::filesystem::directory_iterator(root() + "/configs/runtimes")) {
+    const RuntimeProfile r = runtime(entry.path().stem().string());
+    CAPTURE(r.name);
+    if (r.support.float8_linears) continue;
+    if (!r.support.float8_compiled_runtime.empty())
+      CHECK(runtime(r.support.float8_compiled_runtime).support.float8_linears);
+  }
+  CHECK(runtime("torchtitan").support.float8_compiled_runtime == "torchtitan-compile");
+  CHECK(runtime("fms-fsdp").support.float8_compiled_runtime == "fms-fsdp-compile");
+  for (const char* name : {"fsdp-run", "deepspeed", "transformers-deepspeed", "nanotron"})
+    CHECK(runtime(name).support.float8_compiled_runtime.empty());
   // The compiled loss: torchtitan of June 2025 only.
   CHECK(runtime("torchtitan-2506-compile").loss_compiled);
   CHECK_FALSE(runtime("torchtitan-2503-compile").loss_compiled);
