@@ -196,7 +196,11 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
   // The FP8 tensor-core peak: a datasheet figure calibrate does not time; float8 GEMMs are priced at it on the measured
   // bf16 curve (compute_cost.cpp float8_matmul_time). A CPU has none.
   if (!s.cuda) hw.peak_flops_fp8 = FlopsPerSecond(0);
+  if (!s.cuda) hw.float8_matmul_ratio = 0;
   if (hw.peak_flops_fp8.value > 0) N["device.peak_flops.fp8"] = from_base + "; float8 GEMMs run on the bf16 curve";
+  if (hw.float8_matmul_ratio > 0)
+    N["device.float8_matmul_ratio"] =
+        from_base + ": the base's FP8 over bf16 GEMM efficiency, on the measured bf16 curve";
 
   // --- The forward GEMM's share: per dtype, the median over the shapes of x W^T's time / the mean of three ---
   std::string ratio_note;

@@ -148,6 +148,7 @@ std::vector<std::string> profile_note_keys(const HardwareProfile& hw) {
     if (m.any()) keys.push_back("device." + m.key);
   for (const auto& [key, field] : bandwidth_fractions())
     if (hw.*field > 0) keys.push_back(std::string("device.") + key);
+  if (hw.float8_matmul_ratio > 0) keys.emplace_back("device.float8_matmul_ratio");
   if (hw.device_cores > 0) keys.push_back("device.cores");
   if (hw.compute_capability.known()) keys.push_back("device.compute_capability");
   if (hw.calibrated)
@@ -201,6 +202,8 @@ std::string hardware_profile_yaml(const HardwareProfile& hw, const ProfileNotes&
   }
   for (const auto& [key, field] : bandwidth_fractions())
     if (hw.*field > 0) w.field(2, std::string("device.") + key, key, fmt("%.4g", hw.*field));
+  if (hw.float8_matmul_ratio > 0)
+    w.field(2, "device.float8_matmul_ratio", "float8_matmul_ratio", fmt("%.4g", hw.float8_matmul_ratio));
   if (hw.device_cores > 0) w.field(2, "device.cores", "cores", fmt("%.6g", hw.device_cores));
   if (hw.compute_capability.known())
     w.field(2, "device.compute_capability", "compute_capability", quoted(to_string(hw.compute_capability)));

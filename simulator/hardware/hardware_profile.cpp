@@ -458,6 +458,11 @@ void read_device(ConfigMap& dev, bool inherit, HardwareProfile& hw) {
   bandwidth_fraction("copy_efficiency", hw.copy_efficiency);
   bandwidth_fraction("softmax_efficiency", hw.softmax_efficiency);
   bandwidth_fraction("float8_cast_efficiency", hw.float8_cast_efficiency);
+  if (dev.has("float8_matmul_ratio")) {
+    hw.float8_matmul_ratio = dev.get_double("float8_matmul_ratio");
+    if (!(hw.float8_matmul_ratio > 0 && hw.float8_matmul_ratio <= 1.5))
+      dev.fail("float8_matmul_ratio", "must be within (0, 1.5]: FP8 GEMMs' efficiency over the bf16 curve's");
+  }
   if (dev.has("cores")) hw.device_cores = dev.get_positive_double("cores");
   dev.finish();
 }

@@ -171,6 +171,11 @@ struct HardwareProfile {
   // (Triton) kernels that cast a float8 linear's tensors reach (program/float8_linears.hpp; docs/hardware.md "Float8
   // linears").
   double float8_cast_efficiency = 0;
+  // `device.float8_matmul_ratio` (optional): the fraction of the bf16 matmul curve's efficiency an FP8 GEMM reaches
+  // on the FP8 peak (a measured best-shape FP8 rate over the best-shape bf16 rate, each over its datasheet peak:
+  // docs/hardware.md "Float8 linears"); 0 (absent): FP8 GEMMs reach the bf16 curve's efficiency. compute_cost.cpp
+  // float8_matmul_time.
+  double float8_matmul_ratio = 0;
   // `device.softmax_efficiency` (optional): the fraction of memory_bandwidth PyTorch's softmax-family kernels reach
   // (aten/src/ATen/native/cuda/SoftMax.cu: log_softmax's forward and backward over rows longer than its shared-memory
   // path takes, which read a row three times and write it once, and nll_loss's zeroed gradient): the eager
@@ -245,6 +250,8 @@ struct HardwareProfile {
   FlopsPerSecond peak_flops(DType) const;
   // The FP8 tensor-core peak at the clock the GPU holds (the tensor-core clock scale, as bf16's).
   FlopsPerSecond float8_peak_flops() const;
+  // float8_matmul_ratio, 1 where the profile has none.
+  double float8_matmul_efficiency_ratio() const { return float8_matmul_ratio > 0 ? float8_matmul_ratio : 1.0; }
   // The datasheet's peak (`device.peak_flops.<dtype>`), at the boost clock.
   FlopsPerSecond rated_peak_flops(DType) const;
   // sustained_clock / the clock the dtype's peak is quoted at (boost_clock_fp32 for fp32, else boost_clock),

@@ -286,6 +286,9 @@ TEST_CASE("derive_profile: a CUDA device's memory and copies come from the devic
   // rates with, or says of kernels calibrate does not time, is not carried, and the header says so.
   CHECK(yaml.find("    fp8: ") != std::string::npos);
   CHECK(d.hw.peak_flops_fp8.value == in.base.peak_flops_fp8.value);
+  // The base's FP8-over-bf16 GEMM efficiency is a property of the GPU's kernels: carried onto the measured curve.
+  CHECK(yaml.find("  float8_matmul_ratio: 0.915\n") != std::string::npos);
+  CHECK(note(d, "device.float8_matmul_ratio").find("from --base") != std::string::npos);
   CHECK(d.hw.sm_count == 0);
   CHECK(!d.hw.sdpa_cudnn_ratio.given());
   CHECK(d.hw.boost_clock.value == 0);
@@ -345,6 +348,7 @@ TEST_CASE("derive_profile: a CUDA device's cross-entropy forward sets softmax_ef
   const DerivedProfile cpu = derive_profile(s, in);
   CHECK(cpu.hw.softmax_efficiency == 0);
   CHECK(cpu.hw.copy_efficiency == 0);
+  CHECK(cpu.hw.float8_matmul_ratio == 0);
   CHECK(hardware_profile_yaml(cpu.hw, cpu.notes).find("softmax_efficiency") == std::string::npos);
 }
 

@@ -181,7 +181,10 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // the gathered float8 operands were priced). The 8B tp 8 rows' measured float8 speed-up is 16%, the predicted 27%;
 // the async rowwise rows' measured gain over vanilla is 4-6%, predicted 3-6% since Inductor's missing all-gather
 // fusion under rowwise scales is priced (tensor_parallel.hpp TpUnitShape::gathers_fuse, 2026-12-04; 12-14% and
-// +19.0% / +16.6% before, band 0.22). Band at today's worst (+11.4%) plus about 3 points. And torchtitan's only
+// +19.0% / +16.6% before, band 0.22). 2026-12-05, the float8 gradient GEMMs at the measured FP8-over-bf16 efficiency
+// (hardware_profile.hpp float8_matmul_ratio, stas00's MAMF table; compute_cost.hpp float8_matmul_time): 70B
+// tensorwise -2.6% / -5.2%, rowwise +2.4% / +4.2%; 8B tensorwise +8.6% / +8.8%, rowwise +6.4% / +3.9%; 405B -3.0%;
+// 70B 2D -4.9% / +2.0% (band 0.15 before). Band at today's worst (+8.8%) plus about 3 points. And torchtitan's only
 // published FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x PP 8, float8 + async TP, full AC),
 // priced with the micro-batch count torchtitan's defaults give (pipeline_llama.py: pp micro-batches of the local batch;
 // micro_batch_inferred) and its 405B toml's float8 all-gather, the stage's gradient sync deferred to the last backward
@@ -199,7 +202,7 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // row (refused: float8 is priced compiled only).
 constexpr size_t kTitanMeshFloat8Rows = 1;
 constexpr size_t kTitanMeshFloat8PricedRows = 14;
-constexpr double kFloat8MeshTimeRowBand = 0.15;
+constexpr double kFloat8MeshTimeRowBand = 0.12;
 constexpr size_t kTitanMeshPipelineRows = 3;
 // And one bf16 FSDP 2 x TP 2 measurement from a torchtitan issue (#1207) that does not state its batch: listed, not
 // priced.
@@ -219,7 +222,9 @@ constexpr double kTorchtitanMemoryRowBand = 0.06;
 // torchtitan's complex rotary priced as its three kernels, eager and compiled (Inductor generates no code for complex
 // tensors; program/layer_costs.cpp rotary_complex_bytes), and a compiled GQA layer's repeated k and v written for
 // SDPA; they were within 8.7%, median 4.9%, the compiled Grand Teton rows' predicted speed-up 29.8% against the
-// measured 15.7% (19.8% now). Today's worst plus about 3 points.
+// measured 15.7% (19.8% now). Today's worst plus about 3 points. The float8 rows priced with torchtitan-compile
+// share it: since their gradient GEMMs run at the measured FP8-over-bf16 efficiency (2026-12-05) the 8-GPU one is
+// -8.7% (-6.1% before), the closest row to the band, left as it was.
 constexpr double kTorchtitanTimeRowBand = 0.09;
 // torchtitan's 1-D Float8 runs (torchao tensorwise Float8Linear, compiled; program/float8_linears.hpp), held out,
 // 2026-12-03: the end-2024 Grand Teton tables' 8B on 8 and 128 H100s -5.2% and -2.3% (their bf16 twins -1.2% and
@@ -231,7 +236,11 @@ constexpr double kTorchtitanTimeRowBand = 0.09;
 // only; the rows that fraction is fitted on): tensorwise with the float8 all-gather -0.3%, rowwise +0.1% (the bf16 run
 // +0.4%; +3.4%, +3.9%, +4.2% before); their
 // predicted speed-ups over the bf16 run 27.7% and 16.4% against the measured 25.0% and 10.1% (rowwise's output GEMM
-// is priced at tensorwise's rate: docs/hardware.md "Float8 linears"). Bands at today's worst plus about 3 points.
+// is priced at tensorwise's rate: docs/hardware.md "Float8 linears"). 2026-12-05, the gradient GEMMs at the measured
+// FP8-over-bf16 efficiency (hardware_profile.hpp float8_matmul_ratio): the Grand Teton rows -8.7% and -6.0% (their
+// measured speed-up, 28-29%, further from the predicted 19-20%), the CP-1 row +5.2%, the H200 rows +4.8% and +6.5%;
+// torchao's speed-ups 23.8% (tensorwise) and 13.2% (rowwise) predicted against 25.0% and 10.1%. Bands at today's worst
+// plus about 3 points.
 constexpr size_t kFloat8Rows = 7;
 constexpr size_t kFloat8TimedRows = 5;
 constexpr double kFloat8TimeRowBand = 0.12;

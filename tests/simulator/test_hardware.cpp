@@ -867,6 +867,11 @@ TEST_CASE("the FP8 peak and the float8 cast rate: optional, strict, inherited by
   CHECK(h100.peak_flops_fp8.value == doctest::Approx(1979e12));
   CHECK(h200.peak_flops_fp8.value == doctest::Approx(1979e12));
   CHECK(h100.float8_cast_efficiency == doctest::Approx(0.92));
+  // FP8 over bf16 GEMM efficiency: stas00's MAMF table (H100 70.9% / 80.3%, H200 73.4% / 80.3%); absent on the
+  // L40S (no published FP8 MAMF): its FP8 GEMMs take the bf16 curve.
+  CHECK(h100.float8_matmul_ratio == doctest::Approx(0.883));
+  CHECK(h200.float8_matmul_ratio == doctest::Approx(0.915));
+  CHECK(load_hardware("l40s-48gb", kRoot).float8_matmul_efficiency_ratio() == 1.0);
   CHECK(load_hardware("l40s-48gb", kRoot).peak_flops_fp8.value == doctest::Approx(733e12));
   // A derived profile keeps its base's (grand-teton-h100-96gb on h100-80gb), at its own clock.
   const HardwareProfile gt = load_hardware("grand-teton-h100-96gb", kRoot);
@@ -879,6 +884,10 @@ TEST_CASE("the FP8 peak and the float8 cast rate: optional, strict, inherited by
                                          "  copy_efficiency: 0.78\n  float8_cast_efficiency: 1.5"),
                             "f8_cast"),
                  "float8_cast_efficiency"));
+  CHECK(contains(
+      load_error(replace_once(base, "  copy_efficiency: 0.78", "  copy_efficiency: 0.78\n  float8_matmul_ratio: 0"),
+                 "f8_ratio"),
+      "key 'device.float8_matmul_ratio': must be within (0, 1.5]"));
   CHECK(contains(
       load_error(replace_once(base, "    fp16: \"312 TFLOP/s\"", "    fp16: \"312 TFLOP/s\"\n    fp8: \"fast\""),
                  "f8_peak"),
