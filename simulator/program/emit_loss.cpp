@@ -112,6 +112,23 @@ void Emitter::push_loss_ops(int mbi) {
   // tensor (r/w: 2), torch.exp(out=) rewrites it in place (2), .sum reads it (1), div_ normalises it in place (2):
   // 8 passes. The target gathers and the all-reduces' buffers are one element per token.
   if (rt.loss_vocab_parallel_kernels) l.elementwise_bytes = logits + upcast + 8.0 * loss_elems_bytes;
+  // DTensor's loss_parallel (RuntimeProfile::TpLossBackward::LossParallel; torch/distributed/tensor/parallel/loss.py
+  // _log_softmax, which follows torch._decomp's): in the computation dtype (fp32), torch.amax reads the logits (1),
+  // `shifted = x - x_max` writes a copy (2), torch.exp(shifted) a temporary (2) that torch.sum reads (1), and
+  // `shifted - shifted_logsumexp` writes the log-probabilities (2): 7 passes, after the upcast. The shifted copy lives
+  // to the end beside the input and the output, the exponentials before the output exists: one more logits-sized
+  // fp32 tensor than the log-probabilities and the input.
+  const bool loss_parallel = s.mesh.tp > 1 && !rt.tp_head_output_replicated && !rt.loss_vocab_parallel_kernels &&
+                             !compiled && rt.tp_loss_backward == RuntimeProfile::TpLossBackward::LossParallel;
+  const double fp32_pass = logits_elems() * 4.0;
+  // Compute-dtype logits the loss did not upcast are cast to fp32 first and the result back (the decomposition's
+  // x.to(computation_dtype) and result.to(result_dtype)).
+  const double to_fp32_and_back = (upcasts || pb >= 4.0) ? 0.0 : 2.0 * (logits + fp32_pass);
+  constexpr double kLossParallelForwardPasses = 7, kLossParallelBackwardPasses = 8;
+  if (loss_parallel) {
+    l.elementwise_bytes = logits + upcast + kLossParallelForwardPasses * fp32_pass + to_fp32_and_back;
+    l.transient_bytes += fp32_pass;
+  }
   // The head's GEMM where this stage holds it (not on nanotron's loss stage after the head's: push_head_ops).
   l.head_passes = holds_head() ? 1 : 0;
   // A compiled loss (RuntimeProfile::loss_compiled): one pass over the compute-dtype logits, which it saves for its
@@ -167,10 +184,14 @@ void Emitter::push_loss_ops(int mbi) {
   // only the upcast's backward allocates, the compute-dtype gradient of the logits.
   if (rt.loss_backward_in_place) lb.transient_bytes = (upcasts ? logits : 0.0) + (caller_keeps ? logits : 0.0);
   // A vocabulary-parallel loss whose backward copies the saved probabilities into the logits' gradient
-  // (RuntimeProfile::tp_loss_backward_copies_probabilities): the copy beside them; the upcast's backward runs after
+  // (RuntimeProfile::TpLossBackward::ProbabilitiesCopy): the copy beside them; the upcast's backward runs after
   // they are released, its compute-dtype gradient beside the fp32 one (less than the copy and the probabilities).
-  else if (s.mesh.tp > 1 && rt.tp_loss_backward_copies_probabilities)
+  else if (s.mesh.tp > 1 && rt.tp_loss_backward == RuntimeProfile::TpLossBackward::ProbabilitiesCopy)
     lb.transient_bytes = logprobs + (caller_keeps ? logits : 0.0);
+  // DTensor's loss_parallel (above): _nll_loss_and_log_softmax_backward's zeros_like(x), torch.exp(x) and their sum
+  // (then the sum, the product by grad_output and the zeros) beside the saved log-probabilities, in fp32.
+  else if (loss_parallel)
+    lb.transient_bytes = 3.0 * fp32_pass + (caller_keeps ? logits : 0.0);
   const double saved = compiled ? (schedule_keeps ? 0.0 : logits) : logprobs;
   lb.on_complete.push_back({MemoryCategory::Activations, -(saved + head_act)});
   if (schedule_keeps && !keeps_stage_outputs()) lb.on_complete.push_back({MemoryCategory::Activations, -logits});
@@ -196,6 +217,12 @@ void Emitter::push_loss_ops(int mbi) {
   // grad_input.mul_(grad_output) rewrites the saved probabilities in place (2 passes); the upcast's backward casts
   // that gradient back to the compute dtype (read it, write the logits' gradient).
   if (rt.loss_vocab_parallel_kernels) lb.elementwise_bytes = 2.0 * loss_elems_bytes + (upcasts ? upcast + logits : 0.0);
+  // DTensor's loss_parallel backward: zeros_like writes (1), torch.exp reads x and writes (2), the sum reads both and
+  // writes (3), the product reads it and writes (2): 8 fp32 passes (the scatter of the targets is one element a row);
+  // then the upcast's backward casts the gradient back (read 4, write 2 bytes a logit).
+  if (loss_parallel)
+    lb.elementwise_bytes =
+        kLossParallelBackwardPasses * fp32_pass + (upcasts ? upcast + logits : 0.0) + to_fp32_and_back;
   // Compiled: one kernel reads the saved logits and writes their gradient in the compute dtype, beside them.
   if (compiled) {
     lb.transient_bytes = logits;

@@ -206,9 +206,12 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       r.offloaded_grads_kept_on_device =
           sh.get_enum("offloaded_grads", {"to-host-per-reduction", "on-device-until-step"}) == "on-device-until-step";
     if (sh.has("embedding_unit")) r.embedding_own_unit = sh.get_enum("embedding_unit", {"root", "own"}) == "own";
-    if (sh.has("tp_loss_backward"))
-      r.tp_loss_backward_copies_probabilities =
-          sh.get_enum("tp_loss_backward", {"as-loss", "probabilities-copy"}) == "probabilities-copy";
+    if (sh.has("tp_loss_backward")) {
+      const std::string v = sh.get_enum("tp_loss_backward", {"as-loss", "probabilities-copy", "loss-parallel"});
+      r.tp_loss_backward = v == "probabilities-copy" ? RuntimeProfile::TpLossBackward::ProbabilitiesCopy
+                           : v == "loss-parallel"    ? RuntimeProfile::TpLossBackward::LossParallel
+                                                     : RuntimeProfile::TpLossBackward::AsLoss;
+    }
     if (sh.has("tp_norm_grad_sum"))
       r.tp_norm_grad_sum_per_unit = sh.get_enum("tp_norm_grad_sum", {"per-step", "per-unit"}) == "per-unit";
     if (sh.has("sp_column_input_saved"))

@@ -209,14 +209,20 @@ struct RuntimeProfile {
   // Replicate())`, torchtune/models/llama3/_parallelism.py @ a6290a5). Optional in the file (sharding.tp_head_output:
   // vocab-parallel | replicated; absent: vocab-parallel).
   bool tp_head_output_replicated = false;
-  // What the vocabulary-parallel cross-entropy's backward allocates beyond the probabilities it saved, under tp > 1:
-  // as the loss without tp (absent: the log-softmax and NLL gradients, two logits-sized tensors, as DTensor's
-  // loss_parallel runs aten's _log_softmax_backward_data and nll_loss_backward, torch/distributed/tensor/parallel/
-  // loss.py; or in place where loss_backward_in_place says so), or one copy of the saved probabilities that becomes
-  // the logits' gradient (true: fsdp-run's VocabParallelCE::backward, executor/model/tensor_parallel.cpp, clones them
-  // and writes the target's subtraction and the scaling into the clone). Optional in the file
-  // (sharding.tp_loss_backward: as-loss | probabilities-copy; absent: as-loss).
-  bool tp_loss_backward_copies_probabilities = false;
+  // The vocabulary-parallel cross-entropy's kernels under tp > 1 (program/emit_loss.cpp), by what its backward
+  // allocates beyond the probabilities it saved. AsLoss: as the loss without tp, aten's log_softmax and nll_loss
+  // and their backwards (the log-softmax and NLL gradients, two logits-sized tensors; or in place where
+  // loss_backward_in_place says so). ProbabilitiesCopy: one copy of the saved probabilities becomes the logits'
+  // gradient (fsdp-run's VocabParallelCE::backward, executor/model/tensor_parallel.cpp, clones them and writes the
+  // target's subtraction and the scaling into the clone). LossParallel: DTensor's loss_parallel handlers
+  // (torch/distributed/tensor/parallel/loss.py, unchanged from 3be12382 to 02eef6b8): _log_softmax runs the
+  // decomposition op by op (amax, the shifted copy, exp, sum, the shifted minus the log-sum), and
+  // _nll_loss_and_log_softmax_backward computes `(grad_input + torch.exp(x)) * grad_output` with grad_input a
+  // zeros_like(x) scattered at the targets, so three logits-sized tensors beside the saved probabilities at its peak
+  // (the zeros, exp(x) and their sum; then the sum, the product and the zeros). Optional in the file
+  // (sharding.tp_loss_backward: as-loss | probabilities-copy | loss-parallel; absent: as-loss).
+  enum class TpLossBackward { AsLoss, ProbabilitiesCopy, LossParallel };
+  TpLossBackward tp_loss_backward = TpLossBackward::AsLoss;
   // When a unit's per-parameter gradients are released against its reduction's buffers: once copied into the
   // reduce-scatter input, before the output is allocated (false: FSDP2's foreach_reduce, unsharded_grads.clear()
   // after foreach_reduce_scatter_copy_in, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), or only once the

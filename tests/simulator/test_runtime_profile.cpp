@@ -184,12 +184,15 @@ TEST_CASE("runtime profile: the tensor-parallel loss and norm-gradient keys are 
   CHECK(load_error_with_sharding_line("embedding_unit: own").empty());
   CHECK(load_error_with_sharding_line("embedding_unit: separate").find("embedding_unit") != std::string::npos);
   CHECK(load_error_with_sharding_line("tp_loss_backward: as-loss").empty());
+  CHECK(load_error_with_sharding_line("tp_loss_backward: loss-parallel").empty());
   CHECK(load_error_with_sharding_line("tp_loss_backward: in-place").find("tp_loss_backward") != std::string::npos);
-  // fsdp-run's vocabulary-parallel backward copies the probabilities (VocabParallelCE::backward); the others run
-  // their loss's own backward under tp.
-  CHECK(runtime("fsdp-run").tp_loss_backward_copies_probabilities);
-  for (const char* name : {"pytorch", "torchtitan", "nanotron", "deepspeed"})
-    CHECK_FALSE(runtime(name).tp_loss_backward_copies_probabilities);
+  // fsdp-run's vocabulary-parallel backward copies the probabilities (VocabParallelCE::backward); torchtitan runs
+  // DTensor's loss_parallel handlers (and the profiles derived from it); the others their loss's own backward.
+  using TLB = RuntimeProfile::TpLossBackward;
+  CHECK(runtime("fsdp-run").tp_loss_backward == TLB::ProbabilitiesCopy);
+  for (const char* name : {"torchtitan", "torchtitan-compile", "torchtitan-2506-compile", "torchtitan-2606"})
+    CHECK(runtime(name).tp_loss_backward == TLB::LossParallel);
+  for (const char* name : {"pytorch", "nanotron", "deepspeed"}) CHECK(runtime(name).tp_loss_backward == TLB::AsLoss);
   // fsdp-run fuses and sums per unit (executor/model/tensor_parallel.cpp VocabParallelCE, shard/sharded_model.cpp
   // sum_partial_grads); nanotron says separate and per step, torchtitan separate; pytorch says nothing (absent: the
   // same).
