@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "core/errors.hpp"
@@ -59,6 +60,15 @@ inline StepProgram program(const ModuleGraph& g, const Strategy& s, const Runtim
   in.strategy = s;
   in.runtime = &rt;
   return emit_step_program(in);
+}
+
+// The first op of `kind` (micro-batch 0's) in the program of plan `s` on one node of 8 GPUs; throws where there is none
+// (a test failure).
+inline Op node_op(const ModuleGraph& g, const Strategy& s, const RuntimeProfile& rt, OpKind kind) {
+  const StepProgram p = program(g, s, rt, 1, 8);
+  for (const Op& op : p.ops)
+    if (op.kind == kind) return op;
+  throw std::logic_error("the step program has no op of the kind asked for");
 }
 
 inline double cat(const MemoryBreakdown& b, MemoryCategory c) { return b[static_cast<size_t>(c)]; }

@@ -20,15 +20,6 @@ Strategy llama_8k() {
   return s;
 }
 
-// The step's Loss or LossBackward op (micro-batch 0).
-Op loss_op(const ModuleGraph& g, const Strategy& s, const RuntimeProfile& rt, OpKind kind) {
-  const StepProgram p = test::program(g, s, rt, 1, 8);
-  for (const Op& op : p.ops)
-    if (op.kind == kind) return op;
-  FAIL("no loss op");
-  return Op{};
-}
-
 }  // namespace
 
 TEST_CASE("chunked loss: torchtune's 8 chunks hold the compute-dtype logits and one chunk's fp32 copy, not all") {
@@ -41,16 +32,16 @@ TEST_CASE("chunked loss: torchtune's 8 chunks hold the compute-dtype logits and 
   const double logits = 8192.0 * 128256.0;  // configs/models/llama3-8b.yaml vocab_size
   // Forward: the 8 bf16 chunks (2 bytes a logit) beside one chunk's fp32 copy (4 / 8), where the whole sequence's
   // fp32 logits (4) are transient; the fp32 log-probabilities (4) are saved either way.
-  CHECK(loss_op(g, s, chunked, OpKind::Loss).transient_bytes == doctest::Approx((2.0 + 4.0 / 8.0) * logits));
-  CHECK(loss_op(g, s, whole, OpKind::Loss).transient_bytes == doctest::Approx(4.0 * logits));
+  CHECK(test::node_op(g, s, chunked, OpKind::Loss).transient_bytes == doctest::Approx((2.0 + 4.0 / 8.0) * logits));
+  CHECK(test::node_op(g, s, whole, OpKind::Loss).transient_bytes == doctest::Approx(4.0 * logits));
   // Backward: one chunk's fp32 gradients of the log-probabilities and of the logits and its bf16 gradient, where the
   // whole sequence's two fp32 gradients are transient at once.
-  CHECK(loss_op(g, s, chunked, OpKind::LossBackward).transient_bytes ==
+  CHECK(test::node_op(g, s, chunked, OpKind::LossBackward).transient_bytes ==
         doctest::Approx((4.0 + 4.0 + 2.0) / 8.0 * logits));
-  CHECK(loss_op(g, s, whole, OpKind::LossBackward).transient_bytes == doctest::Approx(8.0 * logits));
+  CHECK(test::node_op(g, s, whole, OpKind::LossBackward).transient_bytes == doctest::Approx(8.0 * logits));
   // The kernels move the same bytes.
   for (const OpKind k : {OpKind::Loss, OpKind::LossBackward}) {
-    const Op c = loss_op(g, s, chunked, k), w = loss_op(g, s, whole, k);
+    const Op c = test::node_op(g, s, chunked, k), w = test::node_op(g, s, whole, k);
     CHECK(c.elementwise_softmax);
     CHECK(w.elementwise_softmax);
     CHECK(c.elementwise_bytes > 0.0);
@@ -74,16 +65,16 @@ TEST_CASE("chunked loss: priced whole where torchtune's chunked loss is not what
   // fp32 parameters: the logits are fp32 already, nothing is upcast, chunk by chunk or not.
   Strategy fp32 = llama_8k();
   fp32.param_dtype = DType::Fp32;
-  CHECK(loss_op(g, fp32, chunked, OpKind::Loss).transient_bytes ==
-        doctest::Approx(loss_op(g, fp32, whole, OpKind::Loss).transient_bytes));
+  CHECK(test::node_op(g, fp32, chunked, OpKind::Loss).transient_bytes ==
+        doctest::Approx(test::node_op(g, fp32, whole, OpKind::Loss).transient_bytes));
   // A compiled loss keeps its own single pass.
   RuntimeProfile compiled = chunked;
   compiled.loss_compiled = true;
   RuntimeProfile compiled_whole = compiled;
   compiled_whole.loss_output_chunks = 1;
   const Strategy s = llama_8k();
-  CHECK(loss_op(g, s, compiled, OpKind::LossBackward).transient_bytes ==
-        doctest::Approx(loss_op(g, s, compiled_whole, OpKind::LossBackward).transient_bytes));
+  CHECK(test::node_op(g, s, compiled, OpKind::LossBackward).transient_bytes ==
+        doctest::Approx(test::node_op(g, s, compiled_whole, OpKind::LossBackward).transient_bytes));
 }
 
 TEST_CASE("chunked loss: the key is parsed strictly") {

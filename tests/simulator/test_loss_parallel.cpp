@@ -23,14 +23,6 @@ Strategy titan_tp8(int64_t sequences) {
   return s;
 }
 
-Op loss_op(const ModuleGraph& g, const Strategy& s, const RuntimeProfile& rt, OpKind kind) {
-  const StepProgram p = test::program(g, s, rt, 1, 8);
-  for (const Op& op : p.ops)
-    if (op.kind == kind) return op;
-  FAIL("no loss op");
-  return Op{};
-}
-
 }  // namespace
 
 TEST_CASE("loss_parallel: DTensor's decomposed forward and fused backward hold one fp32 logits tensor more") {
@@ -44,27 +36,30 @@ TEST_CASE("loss_parallel: DTensor's decomposed forward and fused backward hold o
   // One rank's shard of the logits: 2 x 8192 tokens x 128256 / 8 vocabulary entries (configs/models/llama3-8b.yaml).
   const double shard = 2.0 * 8192.0 * 128256.0 / 8.0, fp32 = 4.0 * shard, bf16 = 2.0 * shard;
   // Forward: the fp32 upcast and the shifted copy beside the saved log-probabilities (aten's kernel: the upcast).
-  CHECK(loss_op(g, s, titan, OpKind::Loss).transient_bytes == doctest::Approx(2.0 * fp32));
-  CHECK(loss_op(g, s, aten, OpKind::Loss).transient_bytes == doctest::Approx(fp32));
+  CHECK(test::node_op(g, s, titan, OpKind::Loss).transient_bytes == doctest::Approx(2.0 * fp32));
+  CHECK(test::node_op(g, s, aten, OpKind::Loss).transient_bytes == doctest::Approx(fp32));
   // Its kernels: the upcast copy (read 2, write 4 bytes a logit) and 7 fp32 passes (amax, the shifted copy, exp, sum,
   // the log-probabilities).
-  CHECK(loss_op(g, s, titan, OpKind::Loss).elementwise_bytes == doctest::Approx(bf16 + fp32 + 7.0 * fp32));
+  CHECK(test::node_op(g, s, titan, OpKind::Loss).elementwise_bytes == doctest::Approx(bf16 + fp32 + 7.0 * fp32));
   // Backward: the zeros, exp(x) and their sum (then the product) beside the saved log-probabilities, where aten's
   // backward allocates the two gradients and fsdp-run's clones the probabilities once.
-  CHECK(loss_op(g, s, titan, OpKind::LossBackward).transient_bytes == doctest::Approx(3.0 * fp32));
-  CHECK(loss_op(g, s, aten, OpKind::LossBackward).transient_bytes == doctest::Approx(2.0 * fp32));
+  CHECK(test::node_op(g, s, titan, OpKind::LossBackward).transient_bytes == doctest::Approx(3.0 * fp32));
+  CHECK(test::node_op(g, s, aten, OpKind::LossBackward).transient_bytes == doctest::Approx(2.0 * fp32));
   RuntimeProfile copy = titan;
   copy.tp_loss_backward = TLB::ProbabilitiesCopy;
-  CHECK(loss_op(g, s, copy, OpKind::LossBackward).transient_bytes == doctest::Approx(fp32));
+  CHECK(test::node_op(g, s, copy, OpKind::LossBackward).transient_bytes == doctest::Approx(fp32));
   // Its kernels: zeros (1), exp (2), the sum (3), the product (2) fp32 passes, then the upcast's backward cast.
-  CHECK(loss_op(g, s, titan, OpKind::LossBackward).elementwise_bytes == doctest::Approx(8.0 * fp32 + fp32 + bf16));
+  CHECK(test::node_op(g, s, titan, OpKind::LossBackward).elementwise_bytes ==
+        doctest::Approx(8.0 * fp32 + fp32 + bf16));
   // Without tp the loss is aten's whatever the key says: the same ops as the AsLoss profile's.
   Strategy one = s;
   one.mesh.tp = 1;
   one.mesh.sequence_parallel = false;
   for (const OpKind k : {OpKind::Loss, OpKind::LossBackward}) {
-    CHECK(loss_op(g, one, titan, k).transient_bytes == doctest::Approx(loss_op(g, one, aten, k).transient_bytes));
-    CHECK(loss_op(g, one, titan, k).elementwise_bytes == doctest::Approx(loss_op(g, one, aten, k).elementwise_bytes));
+    CHECK(test::node_op(g, one, titan, k).transient_bytes ==
+          doctest::Approx(test::node_op(g, one, aten, k).transient_bytes));
+    CHECK(test::node_op(g, one, titan, k).elementwise_bytes ==
+          doctest::Approx(test::node_op(g, one, aten, k).elementwise_bytes));
   }
 }
 
