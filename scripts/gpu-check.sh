@@ -15,7 +15,8 @@
 #                  the residuals, and the measured memory bandwidth and cross-entropy softmax_efficiency beside the
 #                  shipped profile's (issue M9, item 6: what to fold into hwprofiles/h200-141gb.yaml)
 #   6. measure     scripts/gpu-measure.py on the device's PyTorch (CUDA only): triad bandwidth, SDPA flash by head dim,
-#                  PyTorch's and Megatron's (nanotron's) cross-entropy kernels as fractions of it; $OUT/gpu-measure.json
+#                  PyTorch's and Megatron's (nanotron's) cross-entropy kernels as fractions of it, float8 GEMMs' efficiency
+#                  over bf16's (device.float8_matmul_ratio); $OUT/gpu-measure.json
 # Usage (on the GPU machine, after ../shared/device-kit's setup): OUT=dir scripts/gpu-check.sh [TORCH_CMAKE_PREFIX]
 # (default prefix: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
 # GPU_CHECK_DEVICE=cpu rehearses the same steps here with Debian's CPU LibTorch (Gloo, the cpu profile, the tiny

@@ -21,6 +21,12 @@ records its error and the others still run:
                upcast, max, in-place subtraction, exp, sum, in-place division; backward the in-place multiply and the
                cast back: 38 and 14 bytes a bf16 logit), nanotron's loss: the fraction of the triad (docs/hardware.md
                "Cross-entropy kernels": Liger-Kernel measured 0.77 of HBM on an H100; the model prices 0.54).
+  float8_gemm  torch._scaled_mm (E4M3 operands, tensorwise scales, bf16 output) with use_fast_accum True (torchao's
+               output GEMM) and False (its two gradient GEMMs), beside torch.mm in bf16, at a large square shape and
+               at Llama 3 8B's linears on 16384 tokens, whole and at tp 8: TFLOP/s each, and the FP8 fraction of its
+               peak over the bf16 fraction of its own, the quantity the profiles' device.float8_matmul_ratio states
+               (hwprofiles/h100-80gb.yaml 0.883, h200-141gb.yaml 0.915, from stas00's MAMF table; the profile's
+               peaks are read from the shipped profile named by the GPU: 989.5 and 1979 TFLOP/s on H100 and H200).
 
 Timing: CUDA events around REPEATS calls after WARMUP calls, the median of ROUNDS rounds.
 
@@ -147,6 +153,33 @@ def vocab_parallel_loss(torch, bandwidth):
     return {"rows": rows}
 
 
+# (m, n, k): a large square GEMM, and Llama 3 8B's q, k/v, o, gate/up and down projections on 16384 tokens, whole and
+# split by tp 8 (configs/models/llama3-8b.yaml: hidden 4096, 8 kv heads of 128, ffn 14336).
+FLOAT8_SHAPES = [(8192, 8192, 8192), (16384, 4096, 4096), (16384, 1024, 4096), (16384, 14336, 4096),
+                 (16384, 4096, 14336), (16384, 512, 4096), (16384, 1792, 4096), (16384, 4096, 1792)]
+# The dense tensor-core peaks the shipped H100 and H200 profiles give (TFLOP/s): bf16 and FP8.
+PEAK_BF16, PEAK_FP8 = 989.5e12, 1979e12
+
+
+def float8_gemm(torch):
+    rows = []
+    for m, n, k in FLOAT8_SHAPES:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.ones((), device="cuda")
+        abf, bbf = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        flops = 2.0 * m * n * k
+        fast = timed(torch, lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16, use_fast_accum=True))
+        slow = timed(torch, lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16, use_fast_accum=False))
+        bf16 = timed(torch, lambda: torch.mm(abf, bbf))
+        rows.append({"m": m, "n": n, "k": k, "fast_accum_tflops": flops / fast / 1e12,
+                     "tflops": flops / slow / 1e12, "bf16_tflops": flops / bf16 / 1e12,
+                     "fast_accum_ratio": (flops / fast / PEAK_FP8) / (flops / bf16 / PEAK_BF16),
+                     "ratio": (flops / slow / PEAK_FP8) / (flops / bf16 / PEAK_BF16)})
+        del a, b, abf, bbf
+    return {"rows": rows}
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
     import torch
@@ -158,8 +191,9 @@ def main():
     bandwidth = None
     for name, fn in (("triad", lambda: triad(torch)), ("sdpa_flash", lambda: sdpa_flash(torch)),
                      ("cross_entropy", lambda: cross_entropy(torch, bandwidth)),
-                     ("vocab_parallel_loss", lambda: vocab_parallel_loss(torch, bandwidth))):
-        if name != "triad" and name != "sdpa_flash" and not bandwidth:
+                     ("vocab_parallel_loss", lambda: vocab_parallel_loss(torch, bandwidth)),
+                     ("float8_gemm", lambda: float8_gemm(torch))):
+        if name not in ("triad", "sdpa_flash", "float8_gemm") and not bandwidth:
             report[name] = {"error": "no triad bandwidth to take fractions of"}
             continue
         try:
@@ -171,7 +205,7 @@ def main():
         torch.cuda.empty_cache()
     with open(os.path.join(out_dir, "gpu-measure.json"), "w") as f:
         json.dump(report, f, indent=1)
-    for name in ("triad", "sdpa_flash", "cross_entropy", "vocab_parallel_loss"):
+    for name in ("triad", "sdpa_flash", "cross_entropy", "vocab_parallel_loss", "float8_gemm"):
         r = report[name]
         if "error" in r:
             print(f"{name}: error {r['error']}")
@@ -183,6 +217,10 @@ def main():
                 by_dim.setdefault(row["head_dim"], []).append(f"{row['forward_tflops']:.0f}/{row['backward_tflops']:.0f}")
             print("sdpa_flash fwd/bwd TFLOP/s at seq 1k..8k: " +
                   "; ".join(f"hd {d}: {' '.join(v)}" for d, v in by_dim.items()))
+        elif name == "float8_gemm":
+            print("float8_gemm FP8/bf16 efficiency, gradient (fast-accumulation) GEMMs: " + " ".join(
+                f"{row['m']}x{row['n']}x{row['k']} {row['ratio']:.3f} ({row['fast_accum_ratio']:.3f})"
+                for row in r["rows"]))
         else:
             print(f"{name} fraction of triad fwd/bwd: " + " ".join(
                 f"V{row['vocab'] // 1024}k {row['forward_fraction']:.3f}/{row['backward_fraction']:.3f}"
