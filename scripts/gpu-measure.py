@@ -25,8 +25,8 @@ records its error and the others still run:
                output GEMM) and False (its two gradient GEMMs), beside torch.mm in bf16, at a large square shape and
                at Llama 3 8B's linears on 16384 tokens, whole and at tp 8: TFLOP/s each, and the FP8 fraction of its
                peak over the bf16 fraction of its own, the quantity the profiles' device.float8_matmul_ratio states
-               (hwprofiles/h100-80gb.yaml 0.883, h200-141gb.yaml 0.915, from stas00's MAMF table; the profile's
-               peaks are read from the shipped profile named by the GPU: 989.5 and 1979 TFLOP/s on H100 and H200).
+               (hwprofiles/h100-80gb.yaml 0.883, h200-141gb.yaml 0.915, from stas00's MAMF table), each against
+               the datasheet peaks those two profiles give (989.5 and 1979 TFLOP/s).
 
 Timing: CUDA events around REPEATS calls after WARMUP calls, the median of ROUNDS rounds.
 
