@@ -334,6 +334,10 @@ RuntimeProfile parse(ConfigMap& map, const std::string& path, const std::string&
       if (f8.has(key)) *field = f8.get_bool(key);
     if (f8.has("compiled_runtime")) {
       const std::string twin = f8.get_string("compiled_runtime");
+      // The name a refusal offers for --runtime: a shipped profile's.
+      std::error_code ec;
+      if (twin != "none" && !std::filesystem::is_regular_file(runtime_dir(config_root) / (twin + ".yaml"), ec))
+        f8.fail("compiled_runtime", "'" + twin + "' is not a shipped runtime (configs/runtimes/" + twin + ".yaml)");
       r.support.float8_compiled_runtime = twin == "none" ? "" : twin;
     }
     f8.finish();

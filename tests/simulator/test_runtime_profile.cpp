@@ -284,6 +284,14 @@ TEST_CASE("runtime profile: the float8 section says what runs float8, parsed str
   bad.replace(at, section.size(), "float8:\n  linears: maybe\n");
   CHECK(runtime_load_error(unknown, "float8-unknown").find("recipe") != std::string::npos);
   CHECK(runtime_load_error(bad, "float8-bad").find("linears") != std::string::npos);
+  // The compiled twin a refusal names must be a shipped runtime.
+  std::string twin = yaml;
+  const size_t named = twin.find("compiled_runtime: pytorch-compile ");
+  REQUIRE(named != std::string::npos);
+  twin.replace(named, std::string("compiled_runtime: pytorch-compile").size(), "compiled_runtime: pytorch-compiled");
+  CHECK(runtime_load_error(twin, "float8-twin").find("float8.compiled_runtime") != std::string::npos);
+  CHECK(runtime_load_error(twin, "float8-twin").find("'pytorch-compiled' is not a shipped runtime") !=
+        std::string::npos);
 }
 
 TEST_CASE("runtime profile: the compute-cost split names its threshold rule, parsed strictly") {
