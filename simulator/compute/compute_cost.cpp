@@ -94,7 +94,13 @@ Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t token
 }
 
 Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
-  if (m <= 0 || n <= 0 || k <= 0) return Seconds(0);
+  const LinearGemmTimes t = float8_linear_gemm_times(hw, m, n, k, out_dtype);
+  constexpr double kGemmsPerLinear = 3;
+  return Seconds((t.forward.value + 2.0 * t.gradient.value) / kGemmsPerLinear);
+}
+
+LinearGemmTimes float8_linear_gemm_times(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
+  if (m <= 0 || n <= 0 || k <= 0) return LinearGemmTimes{};
   const Flops f = matmul_flops(m, n, k);
   const FlopsPerSecond fast_accumulation =
       hw.float8_peak_flops() * (hw.matmul_curve(out_dtype).at(f.value) * linear_quantized(hw, m, n, k));
@@ -103,10 +109,8 @@ Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int6
                     dsize(out_dtype) * double(m) * double(n));
   // The output GEMM accumulates fast, the two gradient GEMMs do not (torchao/float8/config.py @ 36027d82d:
   // gemm_config_output use_fast_accum=True, gemm_config_grad_input and gemm_config_grad_weight the default False).
-  const double forward = roofline(hw, f, fast_accumulation, bytes).value;
-  const double backward = roofline(hw, f, fast_accumulation * hw.float8_matmul_efficiency_ratio(), bytes).value;
-  constexpr double kGemmsPerLinear = 3;
-  return Seconds((forward + 2.0 * backward) / kGemmsPerLinear);
+  return LinearGemmTimes{roofline(hw, f, fast_accumulation, bytes),
+                         roofline(hw, f, fast_accumulation * hw.float8_matmul_efficiency_ratio(), bytes)};
 }
 
 Seconds batched_matmul_time(const HardwareProfile& hw, int64_t batch, int64_t m, int64_t n, int64_t k, DType dtype) {

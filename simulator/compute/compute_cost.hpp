@@ -33,6 +33,12 @@ double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n);
 // the FP8 peak against bf16's 80.3%). Its bytes are the operands at 1 byte and the output at the compute dtype's
 // size (the same file's get_individual_gemm_time_sympy).
 Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype);
+// The same linear's GEMMs one by one: the forward's output GEMM and each of its two gradient GEMMs
+// (float8_matmul_time is their mean).
+struct LinearGemmTimes {
+  Seconds forward, gradient;
+};
+LinearGemmTimes float8_linear_gemm_times(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype);
 // One batched GEMM: `batch` independent products C[m,n] = A[m,k] B[k,n] in one launch (torch.matmul on 4-d tensors
 // calls bmm). Its rate is the profile's curve at the launch's FLOP count times the tile and wave quantization of the
 // batch's tiles, issued together (batch x m rows of output tiles, n columns); its bytes are every operand read and

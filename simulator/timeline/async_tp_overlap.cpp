@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compute/compute_cost.hpp"
+#include "timeline/timeline.hpp"
 
 namespace fsdp {
 
@@ -27,22 +28,23 @@ bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const Hardware
                               const AsyncTpMoves& moves, double& exposed_s) {
   const DType dt = s.param_dtype;
   const int64_t tp = s.mesh.tp, hidden = p.head_gemm.k;
-  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
   const bool gather = op.collective == CollectiveKind::AllGather;
   if (!gather && op.collective != CollectiveKind::ReduceScatter) return false;
   const bool backward = op.phase == Phase::TpBackwardCollectives;
-  // A GEMM's time on the cost path, its rows weighted as the layer's shape says (op_cost.cpp prices them alike).
-  auto gemm_s = [&](const GemmShape& g) {
-    const int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
-    return matmul_time(hw, m, g.n, g.k, dt).value;
+  // A GEMM's time on the cost path by pass, its rows weighted as the layer's shape says (op_cost.cpp
+  // gemm_pass_times, which prices the layers' GEMMs).
+  enum class Pass { Forward, Gradient };
+  auto gemm_s = [&](const GemmShape& g, Pass pass) {
+    const GemmPassTimes t = gemm_pass_times(hw, g, dt);
+    return pass == Pass::Forward ? t.forward : t.gradient;
   };
-  auto add = [&](AsyncTpGemms& acc, const GemmShape& gs, double ratio) {
-    acc.whole_s += ratio * gemm_s(gs);
+  auto add = [&](AsyncTpGemms& acc, const GemmShape& gs, Pass pass) {
+    acc.whole_s += gemm_s(gs, pass);
     GemmShape part = gs;
     part.m = std::max<int64_t>(1, gs.m / tp);
-    acc.single_s += ratio * gemm_s(part);
+    acc.single_s += gemm_s(part, pass);
     part.m = std::min(gs.m, std::max<int64_t>(1, 2 * gs.m / tp));
-    acc.pooled_s += ratio * gemm_s(part) / 2.0;
+    acc.pooled_s += gemm_s(part, pass) / 2.0;
   };
   int calls = 0;
   double total = 0;
@@ -52,15 +54,15 @@ bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const Hardware
                     : async_tp_matmul_reduce_scatter_exposed_s(g, moves, tp);
   };
   // A block's column GEMMs (all, or those the per-op policy recomputes) in one fused call.
-  auto columns = [&](const std::vector<GemmShape>& gm, size_t first, size_t end, double ratio, bool recomputed_only) {
+  auto columns = [&](const std::vector<GemmShape>& gm, size_t first, size_t end, Pass pass, bool recomputed_only) {
     AsyncTpGemms g;
     for (size_t i = first; i < end; ++i)
-      if (!recomputed_only || gm[i].op_sac_recomputed) add(g, gm[i], ratio);
+      if (!recomputed_only || gm[i].op_sac_recomputed) add(g, gm[i], pass);
     price(g);
   };
-  auto single = [&](const GemmShape& gs, double ratio) {
+  auto single = [&](const GemmShape& gs, Pass pass) {
     AsyncTpGemms g;
-    add(g, gs, ratio);
+    add(g, gs, pass);
     price(g);
   };
   for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
@@ -77,30 +79,30 @@ bool async_tp_fused_exposed_s(const Op& op, const StepProgram& p, const Hardware
     const ActCkpt mode = layer_ckpt(s, l);
     const bool full = mode == ActCkpt::Full, sac_op = mode == ActCkpt::SelectiveOp;
     if (!backward && gather) {
-      columns(gm, 0, attn_row, fwd_ratio, false);
-      columns(gm, mlp_first, mlp_row, fwd_ratio, false);
+      columns(gm, 0, attn_row, Pass::Forward, false);
+      columns(gm, mlp_first, mlp_row, Pass::Forward, false);
     } else if (!backward) {
-      single(gm[attn_row], fwd_ratio);
-      single(gm[mlp_row], fwd_ratio);
+      single(gm[attn_row], Pass::Forward);
+      single(gm[mlp_row], Pass::Forward);
     } else if (gather) {
-      single(gm[attn_row], bwd_ratio);
-      single(gm[mlp_row], bwd_ratio);
+      single(gm[attn_row], Pass::Gradient);
+      single(gm[mlp_row], Pass::Gradient);
       if (full || sac_op) {
-        columns(gm, 0, attn_row, fwd_ratio, sac_op);
-        columns(gm, mlp_first, mlp_row, fwd_ratio, sac_op);
+        columns(gm, 0, attn_row, Pass::Forward, sac_op);
+        columns(gm, mlp_first, mlp_row, Pass::Forward, sac_op);
       }
     } else {
-      if (attn_row == 1) single(gm[0], bwd_ratio);
-      if (mlp_row - mlp_first == 1) single(gm[mlp_first], bwd_ratio);
+      if (attn_row == 1) single(gm[0], Pass::Gradient);
+      if (mlp_row - mlp_first == 1) single(gm[mlp_first], Pass::Gradient);
       if (full) {
-        single(gm[attn_row], fwd_ratio);
-        single(gm[mlp_row], fwd_ratio);
+        single(gm[attn_row], Pass::Forward);
+        single(gm[mlp_row], Pass::Forward);
       }
     }
   }
   const bool head = op.unit >= 0 && p.units[static_cast<size_t>(op.unit)].is_root && p.layout.holds_head();
-  if (head && gather && !backward) single(p.head_gemm, fwd_ratio);
-  if (head && !gather && backward) single(p.head_gemm, bwd_ratio);
+  if (head && gather && !backward) single(p.head_gemm, Pass::Forward);
+  if (head && !gather && backward) single(p.head_gemm, Pass::Gradient);
   if (calls != op.async_tp_fused_calls) return false;
   exposed_s = total;
   return true;

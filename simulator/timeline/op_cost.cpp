@@ -48,12 +48,6 @@ CommGroup group_of(const HardwareProfile& hw, GroupKind k, const StepProgram& p,
   return CommGroup{};
 }
 
-// A float8 linear's GEMMs run on the FP8 tensor cores, their output in the compute dtype (float8_matmul_time).
-double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
-  int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
-  return g.float8 ? float8_matmul_time(hw, m, g.n, g.k, dt).value : matmul_time(hw, m, g.n, g.k, dt).value;
-}
-
 // The GEMMs a tensor-parallel op's collectives overlap (tp_linear_overlap.hpp). A dense decoder layer's GEMMs, in
 // module order, are the attention's column-parallel projections, its output projection (row-parallel), the MLP's
 // column-parallel ones and its down projection (row-parallel, last). Read from the end: the down projection; before
@@ -65,12 +59,11 @@ double gemm_time(const HardwareProfile& hw, const GemmShape& g, DType dt) {
 TpOverlapGemms tp_overlap_gemms(const Op& op, const StepProgram& p, const HardwareProfile& hw, const Strategy& s,
                                 bool head) {
   const DType dt = s.param_dtype;
-  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
   const int64_t hidden = p.head_gemm.k, tp = s.mesh.tp;
   auto add = [&](double& forward_s, double& backward_s, const GemmShape& gs) {
-    const double mean = gemm_time(hw, gs, dt);
-    forward_s += fwd_ratio * mean;
-    backward_s += bwd_ratio * mean;
+    const GemmPassTimes t = gemm_pass_times(hw, gs, dt);
+    forward_s += t.forward;
+    backward_s += t.gradient;
   };
   TpOverlapGemms g;
   for (int64_t l = op.first_layer; l >= 0 && l <= op.last_layer; ++l) {
@@ -97,6 +90,16 @@ TpOverlapGemms tp_overlap_gemms(const Op& op, const StepProgram& p, const Hardwa
 
 }  // namespace
 
+GemmPassTimes gemm_pass_times(const HardwareProfile& hw, const GemmShape& g, DType dt) {
+  const int64_t m = std::max<int64_t>(1, std::llround(static_cast<double>(g.m) * g.weight));
+  if (g.float8) {
+    const LinearGemmTimes t = float8_linear_gemm_times(hw, m, g.n, g.k, dt);
+    return GemmPassTimes{t.forward.value, t.gradient.value};
+  }
+  const double mean = matmul_time(hw, m, g.n, g.k, dt).value, fwd_ratio = hw.matmul_forward_ratio(dt);
+  return GemmPassTimes{fwd_ratio * mean, (3.0 - fwd_ratio) / 2.0 * mean};
+}
+
 OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Strategy& s) {
   const DType dt = s.param_dtype;
   OpPrices prices;
@@ -104,9 +107,10 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
   for (const LayerShape& ls : p.layer_shapes) {
     LayerPrices t;
     for (const GemmShape& g : ls.gemms) {
-      const double one = gemm_time(hw, g, dt);
-      t.gemms += one;
-      if (g.op_sac_recomputed) t.op_sac_recomputed += one;
+      const GemmPassTimes one = gemm_pass_times(hw, g, dt);
+      t.gemm_forward += one.forward;
+      t.gemm_gradient += one.gradient;
+      if (g.op_sac_recomputed) t.op_sac_recomputed += one.forward;
     }
     AttentionShape a;
     // A vision block attends within each image (or window), both ways (LayerShape::attn_seq).
@@ -170,7 +174,7 @@ OpPrices price_layers(const StepProgram& p, const HardwareProfile& hw, const Str
     }
     prices.layers.push_back(t);
   }
-  prices.head = gemm_time(hw, p.head_gemm, dt);
+  prices.head = gemm_pass_times(hw, p.head_gemm, dt);
   if (p.fused_linear_loss)
     prices.head_fused_loss = fused_linear_cross_entropy_time(hw, p.head_gemm.m, p.head_gemm.n, p.head_gemm.k, dt).value;
   return prices;
@@ -210,13 +214,11 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
                    const OpPrices& prices) {
   const DType dt = s.param_dtype;  // the compute dtype: parameters are cast to it for forward and backward
   double compute = 0;
-  // The curves price the mean of a linear layer's three GEMMs; the forward one (x W^T) takes
-  // matmul_forward_ratio of that mean and the two backward ones share the rest. A backward op's passes are
-  // its two gradients (one for a frozen base); what its layers recompute is a forward pass of their GEMMs.
-  const double fwd_ratio = hw.matmul_forward_ratio(dt), bwd_ratio = (3.0 - fwd_ratio) / 2.0;
-  auto pass_weight = [&](double passes) {
-    if (op.kind != OpKind::Backward && op.kind != OpKind::LossBackward) return passes * fwd_ratio;
-    return passes * bwd_ratio;
+  // Each GEMM by pass (gemm_pass_times): a forward op's passes run the forward GEMMs, a backward op's the gradient
+  // GEMMs (two, one for a frozen base); what its layers recompute is a forward pass of their GEMMs.
+  const bool gradient_passes = op.kind == OpKind::Backward || op.kind == OpKind::LossBackward;
+  auto pass_time = [&](double passes, double forward, double gradient) {
+    return passes * (gradient_passes ? gradient : forward);
   };
   const bool backward = op.kind == OpKind::Backward;
   // Each decoder layer the op computes is priced with its own shapes (program/layer_costs.hpp) and, in backward,
@@ -234,10 +236,10 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
       layer_time = 0;
       const LayerPrices& lp = prices.layers[static_cast<size_t>(cls)];
       if (op.gemm_passes > 0) {
-        const double recomputed = mode == ActCkpt::Full          ? lp.gemms
+        const double recomputed = mode == ActCkpt::Full          ? lp.gemm_forward
                                   : mode == ActCkpt::SelectiveOp ? lp.op_sac_recomputed
                                                                  : 0;
-        layer_time += pass_weight(op.gemm_passes) * lp.gemms + fwd_ratio * recomputed;
+        layer_time += pass_time(op.gemm_passes, lp.gemm_forward, lp.gemm_gradient) + recomputed;
       }
       const double attn_fwd = op.attn_fwd_passes + (recomputes_attention(mode) ? 1.0 : 0.0);
       layer_time += attn_fwd * lp.attention_forward + op.attn_bwd_passes * lp.attention_backward;
@@ -251,7 +253,7 @@ double op_duration(const Op& op, const StepProgram& p, const HardwareProfile& hw
     }
     compute += layer_time;
   }
-  if (op.head_passes > 0) compute += pass_weight(op.head_passes) * prices.head;
+  if (op.head_passes > 0) compute += pass_time(op.head_passes, prices.head.forward, prices.head.gradient);
   if (op.head_fused_loss) compute += prices.head_fused_loss;
   // The optimizer and the gradient passes before it compute in the master dtype (fp32 masters, states and
   // the gradients they read); everything else in the compute dtype.

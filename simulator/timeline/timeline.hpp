@@ -56,14 +56,23 @@ struct TimelineResult {
 // the same shapes (the search prices millions of ops, and the tile quantization of each GEMM and the attention
 // kernel's dispatch are most of an op's cost otherwise).
 struct LayerPrices {
-  double gemms = 0;              // one pass of the layer's GEMMs (the mean of each linear's three)
-  double op_sac_recomputed = 0;  // the GEMMs the per-op checkpointing policy runs again
+  double gemm_forward = 0;       // the forward GEMM of each of the layer's linears (gemm_pass_times)
+  double gemm_gradient = 0;      // one of the two gradient GEMMs of each
+  double op_sac_recomputed = 0;  // the forward GEMMs the per-op checkpointing policy runs again
   double attention_forward = 0;  // one forward pass of its attention core, on the kernel the strategy runs
   double attention_backward = 0;
 };
+// A layer's GEMM (its rows weighted, GemmShape::weight) by pass: the forward's and one gradient GEMM's time. In the
+// compute dtype the profile's curve prices the mean of a linear's three GEMMs, the forward taking
+// device.matmul_forward_ratio of it and each gradient GEMM half the rest; a float8 linear's at their own rates
+// (compute_cost.hpp float8_linear_gemm_times: the forward accumulates fast, the gradients do not).
+struct GemmPassTimes {
+  double forward = 0, gradient = 0;
+};
+GemmPassTimes gemm_pass_times(const HardwareProfile& hw, const GemmShape& g, DType compute_dtype);
 struct OpPrices {
   std::vector<LayerPrices> layers;  // by StepProgram::layer_shapes index
-  double head = 0;
+  GemmPassTimes head;
   double head_fused_loss = 0;  // the head's GEMMs under a fused linear cross-entropy (Op::head_fused_loss)
   // What op_duration has priced of one program's collectives and memory-bound traffic (pure functions of the
   // profile, the group and the bytes): a program repeats the same few per unit and micro-batch, and the planner

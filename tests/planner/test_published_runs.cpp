@@ -188,8 +188,10 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // (hardware_profile.hpp float8_matmul_ratio, stas00's MAMF table; compute_cost.hpp float8_matmul_time): 70B
 // tensorwise -2.6% / -5.2%, rowwise +2.4% / +4.2%; 8B tensorwise +8.6% / +8.8%, rowwise +6.4% / +3.9%; 405B -3.0%;
 // 70B 2D -4.9% / +2.0% (band 0.15 before). 2026-12-05, with DTensor's loss_parallel kernels priced (above): 8B
-// tensorwise +5.7% / +5.6%, rowwise +4.3% / +1.9%, 70B within -5.6..+3.9% (band 0.12 before). Band at today's worst
-// (+5.7%) plus about 3 points. And torchtitan's only
+// tensorwise +5.7% / +5.6%, rowwise +4.3% / +1.9%, 70B within -5.6..+3.9% (band 0.12 before); and each float8 GEMM
+// priced by its pass, in the layers and in async TP's fused calls, which priced them at the bf16 rate before
+// (timeline.hpp gemm_pass_times): 8B tensorwise +5.9% / +3.1%, rowwise +4.5% / +0.9%, 70B within -6.3..+3.5%. Band at
+// today's worst (-6.3%) plus about 3 points. And torchtitan's only
 // published FSDP x TP x PP runs, the end-2024 405B on 512 GPUs (FSDP 8 x TP 8 x PP 8, float8 + async TP, full AC),
 // priced with the micro-batch count torchtitan's defaults give (pipeline_llama.py: pp micro-batches of the local batch;
 // micro_batch_inferred) and its 405B toml's float8 all-gather, the stage's gradient sync deferred to the last backward

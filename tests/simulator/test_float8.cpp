@@ -16,6 +16,7 @@
 #include "program/layer_costs.hpp"
 #include "sim_fixtures.hpp"
 #include "strategy/capabilities.hpp"
+#include "timeline/timeline.hpp"
 
 using namespace fsdp;
 
@@ -74,6 +75,29 @@ TEST_CASE(
   const double m = 16, n = 4096, k = 4096;
   CHECK(float8_matmul_time(hw, 16, 4096, 4096, DType::Bf16).value ==
         doctest::Approx((m * k + k * n + 2 * m * n) / hw.memory_bandwidth.value));
+}
+
+TEST_CASE("float8: each pass of a float8 linear's GEMMs at its own rate; a compute-dtype one split by the ratio") {
+  HardwareProfile hw = test::hardware("h100-80gb");
+  GemmShape g{16384, 4096, 4096};
+  g.float8 = true;
+  const GemmPassTimes f8 = gemm_pass_times(hw, g, DType::Bf16);
+  // Compute-bound: the output GEMM (fast accumulation) at the bf16 curve's efficiency of the FP8 peak, each gradient
+  // GEMM at float8_matmul_ratio of it; their mean is float8_matmul_time, what the layer's three cost together.
+  CHECK(f8.gradient == doctest::Approx(f8.forward / 0.883));
+  CHECK(f8.forward + 2.0 * f8.gradient ==
+        doctest::Approx(3.0 * float8_matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value));
+  // A bf16 GEMM: the curve's mean, the forward taking matmul_forward_ratio of it (1 on a GPU profile without one; a
+  // measured CPU profile's own), each gradient GEMM half the rest.
+  g.float8 = false;
+  const double mean = matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value;
+  GemmPassTimes bf = gemm_pass_times(hw, g, DType::Bf16);
+  CHECK(bf.forward == doctest::Approx(mean));
+  CHECK(bf.gradient == doctest::Approx(mean));
+  hw.matmul_forward_ratio_bf16 = 0.8;
+  bf = gemm_pass_times(hw, g, DType::Bf16);
+  CHECK(bf.forward == doctest::Approx(0.8 * mean));
+  CHECK(bf.gradient == doctest::Approx(1.1 * mean));
 }
 
 TEST_CASE("float8: a layer's float8 linears, their weights and the casts per token") {
