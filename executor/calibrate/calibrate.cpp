@@ -245,15 +245,9 @@ int run_calibrate(const std::vector<std::string>& a, const std::string& argv0) {
   if (opt.device != "cpu" && opt.device != "cuda") throw InputError("calibrate: --device must be cpu or cuda");
   if (opt.device == "cuda" && opt.base.empty())
     throw InputError("calibrate: --base PROFILE is required on CUDA (peak FLOP/s, NICs and cores come from it)");
-  // Fail before measuring when the base does not load or the output cannot be written. The loader names the planner's
-  // flag for an unknown profile name; here the user gave it as --base.
-  try {
-    (void)load_hardware(opt.base.empty() ? "cpu" : opt.base, opt.config_root);
-  } catch (const InputError& e) {
-    const std::string m = e.what(), hw_flag = "--hw: ";
-    if (m.rfind(hw_flag, 0) == 0) throw InputError("calibrate: --base: " + m.substr(hw_flag.size()));
-    throw;
-  }
+  // Fail before measuring when the base does not load or the output cannot be written; an unknown name is the user's
+  // --base.
+  (void)load_hardware(opt.base.empty() ? "cpu" : opt.base, opt.config_root, "calibrate: --base");
   {
     const auto parent = std::filesystem::path(opt.out).parent_path();
     if (!parent.empty() && !std::filesystem::is_directory(parent))

@@ -194,9 +194,11 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
     N["device.peak_flops.fp16"] = from_base;
   }
   // The FP8 tensor-core peak: a datasheet figure calibrate does not time; float8 GEMMs are priced at it on the measured
-  // bf16 curve (compute_cost.cpp float8_matmul_time). A CPU has none.
-  if (!s.cuda) hw.peak_flops_fp8 = FlopsPerSecond(0);
-  if (!s.cuda) hw.float8_matmul_ratio = 0;
+  // bf16 curve (compute_cost.cpp float8_linear_gemm_times). A CPU has none.
+  if (!s.cuda) {
+    hw.peak_flops_fp8 = FlopsPerSecond(0);
+    hw.float8_matmul_ratio = 0;
+  }
   if (hw.peak_flops_fp8.value > 0) N["device.peak_flops.fp8"] = from_base + "; float8 GEMMs run on the bf16 curve";
   if (hw.float8_matmul_ratio > 0)
     N["device.float8_matmul_ratio"] =
@@ -299,14 +301,13 @@ DerivedProfile derive_profile(const CalibrationSamples& s, const DeriveInputs& i
               fmt("%.3f ms, ", c.fwd_s * 1e3) + fmt("%.3f of the bandwidth", f.back());
     }
     if (!f.empty()) {
-      std::sort(f.begin(), f.end());
-      const double median = f.size() % 2 ? f[f.size() / 2] : 0.5 * (f[f.size() / 2 - 1] + f[f.size() / 2]);
-      hw.softmax_efficiency = std::min(1.0, median);
+      const double mid = median(f);
+      hw.softmax_efficiency = std::min(1.0, mid);
       N["device.softmax_efficiency"] =
           by + "at::cross_entropy_loss's forward over fp32 logits (log_softmax + nll_loss),\n" +
           fmt("%.0f", HardwareProfile::kSoftmaxForwardPasses) +
           " passes of 4 bytes a logit per second over device.memory_bandwidth, the median of" + rows +
-          (median > 1 ? fmt("\n(median %.3f, held at 1: the loader's bound)", median) : std::string()) +
+          (mid > 1 ? fmt("\n(median %.3f, held at 1: the loader's bound)", mid) : std::string()) +
           (base.softmax_efficiency > 0 ? fmt("\nbase profile: %.3f of its bandwidth", base.softmax_efficiency) +
                                              fmt(" (%.0f GB/s)", base.memory_bandwidth.value / 1e9)
                                        : std::string("\nthe base profile has none"));

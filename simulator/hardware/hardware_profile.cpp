@@ -706,12 +706,13 @@ std::vector<std::string> list_hardware(const std::string& config_root) {
   return config_names(profile_dir(config_root));
 }
 
-HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root) {
+HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root,
+                              const std::string& flag) {
   std::string path = name_or_path;
   if (!is_yaml_path(name_or_path)) {
     path = shipped_path(name_or_path, config_root);
     if (path.empty())
-      throw InputError("--hw: unknown hardware '" + name_or_path + "' (known: " + known_names(config_root) +
+      throw InputError(flag + ": unknown hardware '" + name_or_path + "' (known: " + known_names(config_root) +
                        "; or give a path to a .yaml file)");
   }
   LoadContext ctx{config_root, true, {}};

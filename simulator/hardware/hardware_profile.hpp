@@ -174,7 +174,7 @@ struct HardwareProfile {
   // `device.float8_matmul_ratio` (optional): the fraction of the bf16 matmul curve's efficiency an FP8 GEMM reaches
   // on the FP8 peak (a measured best-shape FP8 rate over the best-shape bf16 rate, each over its datasheet peak:
   // docs/hardware.md "Float8 linears"); 0 (absent): FP8 GEMMs reach the bf16 curve's efficiency. compute_cost.cpp
-  // float8_matmul_time.
+  // float8_linear_gemm_times.
   double float8_matmul_ratio = 0;
   // `device.softmax_efficiency` (optional): the fraction of memory_bandwidth PyTorch's softmax-family kernels reach
   // (aten/src/ATen/native/cuda/SoftMax.cu: log_softmax's forward and backward over rows longer than its shared-memory
@@ -302,8 +302,10 @@ double cpu_compute_slowdown(const HardwareProfile& hw, int ranks_per_node);
 // name, or a .yaml path relative to the file): the base is loaded first (recursively; a cycle is refused naming
 // the files) and this file's keys override it, mapping by mapping, key by key; a list (a curve) or a value replaces
 // the base's whole. `name` is always this file's own. An error names the file that holds the key. Prints
-// hardware_warnings on stderr ("fsdp-plan: warning: ...").
-HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root);
+// hardware_warnings on stderr ("fsdp-plan: warning: ..."). An unknown name's message starts with `flag`, the option
+// that gave it (fsdp-run calibrate's --base, say).
+HardwareProfile load_hardware(const std::string& name_or_path, const std::string& config_root,
+                              const std::string& flag = "--hw");
 // The same from a profile's text (the fuzzer): its `base:` may only name a shipped profile
 // (config_root/hwprofiles/NAME.yaml), never a path, so nothing but the shipped profiles is read. Prints nothing.
 HardwareProfile parse_hardware_text(const std::string& text, const std::string& source_name,
