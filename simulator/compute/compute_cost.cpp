@@ -93,12 +93,6 @@ Seconds fused_linear_cross_entropy_time(const HardwareProfile& hw, int64_t token
   return Seconds(double(whole) * chunk_time(chunk) + (rest > 0 ? chunk_time(rest) : 0.0));
 }
 
-Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
-  const LinearGemmTimes t = float8_linear_gemm_times(hw, m, n, k, out_dtype);
-  constexpr double kGemmsPerLinear = 3;
-  return Seconds((t.forward.value + 2.0 * t.gradient.value) / kGemmsPerLinear);
-}
-
 LinearGemmTimes float8_linear_gemm_times(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype) {
   if (m <= 0 || n <= 0 || k <= 0) return LinearGemmTimes{};
   const Flops f = matmul_flops(m, n, k);

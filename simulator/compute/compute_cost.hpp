@@ -23,18 +23,15 @@ Seconds matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, 
 // wave takes a whole one's time. The fraction of the issued work that is useful, for the best of the profile's tile
 // shapes (device.matmul_tiles, as cuBLAS's heuristic picks the kernel); 1 for a profile without them (CPUs).
 double tile_wave_efficiency(const HardwareProfile& hw, int64_t m, int64_t n);
-// A float8 linear's GEMM (torch._scaled_mm: E4M3/E5M2 operands, 1 byte each, output in the compute dtype), the mean of
-// its three as matmul_time's callers take them: the profile's matmul curve of `out_dtype` (its large-GEMM plateau is a
-// fraction of the bf16 peak) applied to the FP8 peak, with the same tile and wave quantization, for the forward's
-// output GEMM (fast accumulation: torchao's float8 roofline assumes that one fraction for bf16 and fp8,
-// torchao/testing/training/roofline_utils.py @ 36027d82d1ad9949597ea16002ff4940374b1b94, pct_achievable_gemm_tops
-// 0.78 on H100); the two gradient GEMMs, which accumulate in full precision, at device.float8_matmul_ratio of it
-// (stas00/ml-engineering's MAMF table timed torch._scaled_mm with its default use_fast_accum=False: H100 SXM 70.9% of
-// the FP8 peak against bf16's 80.3%). Its bytes are the operands at 1 byte and the output at the compute dtype's
-// size (the same file's get_individual_gemm_time_sympy).
-Seconds float8_matmul_time(const HardwareProfile& hw, int64_t m, int64_t n, int64_t k, DType out_dtype);
-// The same linear's GEMMs one by one: the forward's output GEMM and each of its two gradient GEMMs
-// (float8_matmul_time is their mean).
+// A float8 linear's GEMMs (torch._scaled_mm: E4M3/E5M2 operands, 1 byte each, output in the compute dtype): the
+// profile's matmul curve of `out_dtype` (its large-GEMM plateau is a fraction of the bf16 peak) applied to the FP8
+// peak, with the same tile and wave quantization, for the forward's output GEMM (fast accumulation: torchao's float8
+// roofline assumes that one fraction for bf16 and fp8, torchao/testing/training/roofline_utils.py @
+// 36027d82d1ad9949597ea16002ff4940374b1b94, pct_achievable_gemm_tops 0.78 on H100); the two gradient GEMMs, which
+// accumulate in full precision, at device.float8_matmul_ratio of it (stas00/ml-engineering's MAMF table timed
+// torch._scaled_mm with its default use_fast_accum=False: H100 SXM 70.9% of the FP8 peak against bf16's 80.3%). Its
+// bytes are the operands at 1 byte and the output at the compute dtype's size (the same file's
+// get_individual_gemm_time_sympy). The forward's output GEMM and each of the two gradient GEMMs:
 struct LinearGemmTimes {
   Seconds forward, gradient;
 };

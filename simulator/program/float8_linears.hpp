@@ -1,5 +1,5 @@
 // Float8 linears (Strategy::float8, torchao.float8): which of a layer's linears run their GEMMs in float8, and the
-// memory-bound casting each adds around them. The GEMMs' rate is compute/compute_cost.hpp float8_matmul_time; the
+// memory-bound casting each adds around them. The GEMMs' rate is compute/compute_cost.hpp float8_linear_gemm_times; the
 // float8 all-gather's bytes are the step program's (step_emitter.hpp gathered_bytes). Sources: docs/hardware.md
 // "Float8 linears".
 #pragma once

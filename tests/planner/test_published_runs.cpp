@@ -185,7 +185,7 @@ constexpr double kTitanMeshTimeMedianBand = 0.07;
 // the async rowwise rows' measured gain over vanilla is 4-6%, predicted 3-6% since Inductor's missing all-gather
 // fusion under rowwise scales is priced (tensor_parallel.hpp TpUnitShape::gathers_fuse, 2026-12-04; 12-14% and
 // +19.0% / +16.6% before, band 0.22). 2026-12-05, the float8 gradient GEMMs at the measured FP8-over-bf16 efficiency
-// (hardware_profile.hpp float8_matmul_ratio, stas00's MAMF table; compute_cost.hpp float8_matmul_time): 70B
+// (hardware_profile.hpp float8_matmul_ratio, stas00's MAMF table; compute_cost.hpp float8_linear_gemm_times): 70B
 // tensorwise -2.6% / -5.2%, rowwise +2.4% / +4.2%; 8B tensorwise +8.6% / +8.8%, rowwise +6.4% / +3.9%; 405B -3.0%;
 // 70B 2D -4.9% / +2.0% (band 0.15 before). 2026-12-05, with DTensor's loss_parallel kernels priced (above): 8B
 // tensorwise +5.7% / +5.6%, rowwise +4.3% / +1.9%, 70B within -5.6..+3.9% (band 0.12 before); and each float8 GEMM

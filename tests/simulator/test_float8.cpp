@@ -65,16 +65,19 @@ TEST_CASE(
   HardwareProfile hw = test::hardware("h100-80gb");
   // Compute-bound: the time scales with the peaks (the same curve, the same tile quantization), the two gradient
   // GEMMs' (no fast accumulation) at device.float8_matmul_ratio, MAMF's 70.9% / 80.3% on H100.
+  // The mean of a linear's three GEMMs, what matmul_time prices for a compute-dtype linear.
+  auto mean = [&](int64_t rows) {
+    const LinearGemmTimes t = float8_linear_gemm_times(hw, rows, 4096, 4096, DType::Bf16);
+    return (t.forward.value + 2.0 * t.gradient.value) / 3.0;
+  };
   const double bf16 = matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value;
-  const double f8 = float8_matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value;
-  CHECK(f8 / bf16 == doctest::Approx(989.5 / 1979.0 * (1.0 + 2.0 / 0.883) / 3.0));
+  CHECK(mean(16384) / bf16 == doctest::Approx(989.5 / 1979.0 * (1.0 + 2.0 / 0.883) / 3.0));
   // Without the ratio (torchao roofline's assumption), the peaks alone.
   hw.float8_matmul_ratio = 0;
-  CHECK(float8_matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value / bf16 == doctest::Approx(989.5 / 1979.0));
+  CHECK(mean(16384) / bf16 == doctest::Approx(989.5 / 1979.0));
   // Memory-bound (16 tokens): operands at 1 byte, the output in bf16, at the HBM peak.
   const double m = 16, n = 4096, k = 4096;
-  CHECK(float8_matmul_time(hw, 16, 4096, 4096, DType::Bf16).value ==
-        doctest::Approx((m * k + k * n + 2 * m * n) / hw.memory_bandwidth.value));
+  CHECK(mean(16) == doctest::Approx((m * k + k * n + 2 * m * n) / hw.memory_bandwidth.value));
 }
 
 TEST_CASE("float8: each pass of a float8 linear's GEMMs at its own rate; a compute-dtype one split by the ratio") {
@@ -83,10 +86,11 @@ TEST_CASE("float8: each pass of a float8 linear's GEMMs at its own rate; a compu
   g.float8 = true;
   const GemmPassTimes f8 = gemm_pass_times(hw, g, DType::Bf16);
   // Compute-bound: the output GEMM (fast accumulation) at the bf16 curve's efficiency of the FP8 peak, each gradient
-  // GEMM at float8_matmul_ratio of it; their mean is float8_matmul_time, what the layer's three cost together.
+  // GEMM at float8_matmul_ratio of it: compute_cost.hpp float8_linear_gemm_times, pass by pass.
   CHECK(f8.gradient == doctest::Approx(f8.forward / 0.883));
-  CHECK(f8.forward + 2.0 * f8.gradient ==
-        doctest::Approx(3.0 * float8_matmul_time(hw, 16384, 4096, 4096, DType::Bf16).value));
+  const LinearGemmTimes t = float8_linear_gemm_times(hw, 16384, 4096, 4096, DType::Bf16);
+  CHECK(f8.forward == doctest::Approx(t.forward.value));
+  CHECK(f8.gradient == doctest::Approx(t.gradient.value));
   // A bf16 GEMM: the curve's mean, the forward taking matmul_forward_ratio of it (1 on a GPU profile without one; a
   // measured CPU profile's own), each gradient GEMM half the rest.
   g.float8 = false;
